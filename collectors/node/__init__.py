@@ -1,0 +1,1 @@
+"""One module per node collector; each registers itself with `collectors.registry.register`."""

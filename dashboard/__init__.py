@@ -1,0 +1,1 @@
+"""gangwatch serve/demo: the dashboard, data sources and (in `analysis/`) the Dash-free analysis."""

@@ -1,0 +1,1 @@
+"""Pure analysis over typed, frozen dataclasses: diagnosis, backfill planning, simulation. Never imports Dash."""

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine (as root) and runs it all.
+# Real components come from Debian's packages: promtool/prometheus, node_exporter, Alertmanager,
+# Slurm (munge, slurmctld, slurmd, slurmdbd with MariaDB), Chromium. Python deps go into .venv.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${GW_VENV:-$ROOT/.venv}
+
+APT_PACKAGES=(
+  python3-venv curl ca-certificates
+  prometheus prometheus-node-exporter prometheus-alertmanager
+  slurm-wlm slurmdbd slurmrestd slurm-wlm-mysql-plugin munge mariadb-server
+  chromium
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/gangwatch-apt.log 2>&1 \
+    || { echo "apt-get install failed; see /tmp/gangwatch-apt.log"; tail -20 /tmp/gangwatch-apt.log; }
+fi
+# Debian starts daemons from postinst where it can; the tests start their own on private ports.
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "== creating $VENV"
+  python3 -m venv "$VENV" || exit 1
+fi
+echo "== installing gangwatch and its test dependencies"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -c "import dashboard.cli, collectors" || exit 1
+
+export PATH="$VENV/bin:$PATH"
+echo "== running the test suite"
+"$VENV/bin/python" -m pytest -q "$@"
+rc=$?
+if [ $rc -eq 5 ]; then
+  echo "pytest collected no tests"
+  rc=0
+fi
+exit $rc

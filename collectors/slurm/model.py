@@ -1,0 +1,362 @@
+"""The typed scheduler model: what gangwatch knows about a Slurm cluster at one moment.
+
+Every parser (JSON of any data_parser version, slurmrestd, the text forms) produces these frozen
+dataclasses, so consumers (the exporter's metrics, `/api/v1/snapshot`, the backfill planner, the
+dashboard) never see Slurm's version differences. Conventions:
+
+* times are unix seconds (float) and durations seconds; memory is bytes; None means "unknown or
+  not set", never 0 (an unlimited time limit is None with `time_limit_infinite=True`);
+* job states are Slurm's upper-case base state (`RUNNING`, `PENDING`, ...) plus a tuple of flags;
+  node states likewise (`MIXED` + `("DRAIN",)`);
+* names, comments and reasons are data: they are stored verbatim and never interpreted.
+
+`Snapshot.to_json()` / `Snapshot.from_json()` round-trip exactly; that JSON is `/api/v1/snapshot`
+(schema in the README, `SCHEMA_VERSION` below bumps on incompatible changes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NodeAllocation:
+    """What one job holds on one node."""
+
+    node: str
+    cpus: int | None = None
+    memory_bytes: int | None = None
+    gpus: int | None = None
+    gpu_indices: tuple[int, ...] = ()
+    gpu_type: str | None = None
+    cpu_ids: str | None = None  # only from `scontrol show job -d` (e.g. "0-23,32-55")
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One term of a job's dependency expression, e.g. afterok:6(unfulfilled)."""
+
+    kind: str  # after, afterany, afterok, afternotok, aftercorr, afterburstbuffer, singleton, ...
+    job_id: str  # "" for singleton; "4_2" for an array task
+    state: str = ""  # unfulfilled, failed, fulfilled, ... as Slurm reports it ("" = not reported)
+
+
+@dataclass(frozen=True)
+class PriorityFactors:
+    """Weighted priority terms as `sprio` shows them (already multiplied by their weights)."""
+
+    priority: float | None = None
+    site: float | None = None
+    age: float | None = None
+    assoc: float | None = None
+    fairshare: float | None = None
+    jobsize: float | None = None
+    partition: float | None = None
+    qos: float | None = None
+    nice: float | None = None
+    tres: str = ""
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    qos: str = ""
+    state: str = ""  # base state: PENDING, RUNNING, COMPLETED, ...
+    state_flags: tuple[str, ...] = ()
+    reason: str = ""  # Slurm's state_reason ("None" when it has none)
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_task_string: str = ""  # pending tasks still in one record, e.g. "4-5" or "4-5%4"
+    priority: int | None = None
+    priority_factors: PriorityFactors | None = None
+    nice: int | None = None
+    submit_time: float | None = None
+    eligible_time: float | None = None
+    start_time: float | None = None  # actual start, or the expected start of a pending job
+    end_time: float | None = None
+    time_limit_seconds: int | None = None
+    time_limit_infinite: bool = False
+    node_count: int | None = None  # gang size: nodes allocated (running) or requested (pending)
+    cpus: int | None = None
+    gpus: int | None = None  # allocated when known, else requested
+    nodes: tuple[str, ...] = ()  # allocated nodes, expanded
+    scheduled_nodes: tuple[str, ...] = ()  # nodes backfill plans for a pending job
+    allocations: tuple[NodeAllocation, ...] = ()
+    dependency: str = ""  # raw expression
+    dependencies: tuple[Dependency, ...] = ()
+    reservation: str = ""
+    features: str = ""
+    exclusive: bool | None = None
+    restarts: int | None = None
+    batch_host: str = ""
+    comment: str = ""
+    tres_per_node: str = ""
+    tres_per_job: str = ""
+    tres_alloc: str = ""
+    exit_code: int | None = None
+    scheduler: str = ""  # "Main" or "Backfill" (text form only)
+    flags: tuple[str, ...] = ()
+
+    @property
+    def gang_size(self) -> int:
+        return self.node_count if self.node_count is not None else len(self.nodes)
+
+    @property
+    def display_id(self) -> str:
+        if self.array_job_id and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        if self.array_job_id and self.array_task_string:
+            return f"{self.array_job_id}_[{self.array_task_string}]"
+        return str(self.job_id)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    state: str = ""  # base state: IDLE, MIXED, ALLOCATED, DOWN, FUTURE, UNKNOWN, ...
+    state_flags: tuple[str, ...] = ()  # DRAIN, NOT_RESPONDING, COMPLETING, RESERVED, ...
+    reason: str = ""
+    reason_user: str = ""
+    reason_time: float | None = None
+    cpus_total: int | None = None
+    cpus_allocated: int | None = None
+    memory_total_bytes: int | None = None
+    memory_allocated_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    gpus_total: int | None = None
+    gpus_allocated: int | None = None
+    gpu_types: tuple[str, ...] = ()
+    gres: str = ""
+    gres_used: str = ""
+    features: tuple[str, ...] = ()
+    active_features: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    weight: int | None = None
+    cpu_load: float | None = None  # load average (Slurm reports it x100 in JSON; stored as is / 100)
+
+    @property
+    def drain(self) -> bool:
+        return "DRAIN" in self.state_flags
+
+    @property
+    def down(self) -> bool:
+        return self.state == "DOWN"
+
+    @property
+    def drained(self) -> bool:
+        """Draining and nothing left running on it (Slurm's `drained`)."""
+        return self.drain and self.state in ("IDLE", "DOWN")
+
+    @property
+    def state_label(self) -> str:
+        """One word as `sinfo` prints it: idle, mixed, alloc, down, drained, draining, ..."""
+        if self.drain:
+            return "drained" if self.state in ("IDLE", "DOWN") else "draining"
+        return {"ALLOCATED": "allocated"}.get(self.state, self.state.lower() or "unknown")
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    state: str = ""  # UP, DOWN, DRAIN, INACTIVE ("" when the version does not say, v0.0.39)
+    nodes: tuple[str, ...] = ()
+    total_nodes: int | None = None
+    total_cpus: int | None = None
+    is_default: bool = False
+    max_time_seconds: int | None = None
+    default_time_seconds: int | None = None
+    max_nodes: int | None = None
+    priority_job_factor: int | None = None
+    priority_tier: int | None = None
+    tres: str = ""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+    nodes: tuple[str, ...] = ()
+    start_time: float | None = None
+    end_time: float | None = None
+    flags: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    partition: str = ""
+    state: str = ""  # ACTIVE / INACTIVE when Slurm says (text form); else derived from the times
+
+    def active_at(self, t: float) -> bool:
+        return self.start_time is not None and self.end_time is not None and self.start_time <= t < self.end_time
+
+
+@dataclass(frozen=True)
+class FairshareRow:
+    """One row of `sshare -l -a -P`: an account (user == "") or a user association."""
+
+    account: str
+    user: str = ""
+    depth: int = 0  # indentation level in the tree (root = 0)
+    raw_shares: float | None = None
+    norm_shares: float | None = None
+    raw_usage: float | None = None
+    norm_usage: float | None = None
+    effective_usage: float | None = None
+    fairshare: float | None = None
+    level_fs: float | None = None  # inf is kept as float("inf")
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    """`sdiag` figures. Cycle times are in seconds (Slurm reports microseconds)."""
+
+    server_thread_count: int | None = None
+    agent_queue_size: int | None = None
+    dbd_agent_queue_size: int | None = None
+    jobs_submitted: int | None = None
+    jobs_started: int | None = None
+    jobs_completed: int | None = None
+    jobs_canceled: int | None = None
+    jobs_failed: int | None = None
+    jobs_pending: int | None = None
+    jobs_running: int | None = None
+    main_cycles_total: int | None = None
+    main_last_cycle_seconds: float | None = None
+    main_max_cycle_seconds: float | None = None
+    main_mean_cycle_seconds: float | None = None
+    main_mean_depth: int | None = None
+    main_cycles_per_minute: int | None = None
+    main_last_queue_length: int | None = None
+    backfill_jobs_total: int | None = None  # since slurmctld start
+    backfill_jobs_since_cycle_start: int | None = None
+    backfill_cycles_total: int | None = None
+    backfill_last_cycle_time: float | None = None  # unix s of the last backfill cycle
+    backfill_last_cycle_seconds: float | None = None
+    backfill_max_cycle_seconds: float | None = None
+    backfill_mean_cycle_seconds: float | None = None
+    backfill_last_depth: int | None = None
+    backfill_last_depth_try: int | None = None
+    backfill_depth_mean: int | None = None
+    backfill_last_queue_length: int | None = None
+    backfill_queue_length_mean: int | None = None
+    backfill_active: bool | None = None
+    data_since: float | None = None  # unix s the counters were reset
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """One thing that went wrong while building a snapshot (a command, a field, a version)."""
+
+    source: str  # the command or endpoint, e.g. "squeue", "sdiag", "GET /slurm/v0.0.40/jobs"
+    message: str
+    severity: str = "error"  # "error": data missing; "warning": data there but maybe incomplete
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float
+    source: str = ""  # "cli", "slurmrestd", "files"
+    cluster: str = ""
+    slurm_version: str = ""
+    data_parser: str = ""  # e.g. "v0.0.38" (the one the jobs output named)
+    jobs: tuple[Job, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    partitions: tuple[Partition, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    fairshare: tuple[FairshareRow, ...] = ()
+    scheduler: SchedulerStats | None = None
+    errors: tuple[SourceError, ...] = ()
+    stale: bool = False  # True when the latest poll failed and this is the last good snapshot
+    last_attempt: float | None = None  # unix s of the latest poll, good or not
+    schema_version: int = SCHEMA_VERSION
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.taken_at)
+
+    def job(self, job_id: int) -> Job | None:
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j
+        return None
+
+    def node(self, name: str) -> Node | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    def to_dict(self, now: float | None = None) -> dict:
+        d = _to_plain(self)
+        if now is not None:
+            d["age_seconds"] = round(self.age(now), 3)
+        return d
+
+    def to_json(self, now: float | None = None, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(now), indent=indent, allow_nan=False, default=_json_default,
+                          separators=(",", ":") if indent is None else None)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Snapshot":
+        return _from_plain(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Snapshot":
+        return cls.from_dict(json.loads(text))
+
+
+# ----------------------------------------------------------------------------- (de)serialisation
+# inf/nan are not JSON; they only occur in fairshare (LevelFS=inf) and are written as strings.
+
+def _json_default(obj):  # pragma: no cover - only reached for unexpected types
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [_to_plain(v) for v in obj]
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return "inf" if obj == float("inf") else "-inf" if obj == float("-inf") else "nan"
+    return obj
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    h = _HINTS.get(cls)
+    if h is None:
+        h = _HINTS[cls] = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    return h
+
+
+def _from_plain(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_plain(args[0], value) if len(args) == 1 else value
+    if origin is tuple:
+        (inner, *_rest) = typing.get_args(tp) or (Any,)
+        return tuple(_from_plain(inner, v) for v in value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = _hints(tp)
+        names = {f.name for f in dataclasses.fields(tp)}
+        # unknown keys (a newer writer) are ignored; missing keys take their defaults
+        return tp(**{k: _from_plain(hints[k], v) for k, v in value.items() if k in names})
+    if tp is float:
+        if isinstance(value, str):
+            return float(value)
+        return float(value)
+    return value

@@ -1,0 +1,112 @@
+"""Building a Snapshot from the raw outputs of one poll: pure, no I/O (the benchmark times this).
+
+A poll produces one `RawOutput` per logical source (jobs, nodes, partitions, reservations,
+priority, fairshare, scheduler), each the text of a command or an HTTP response, or the reason it
+is missing. `build_snapshot` parses what is there, records what is not, and decides whether the
+poll as a whole failed: without jobs or without nodes the picture would be wrong, so such a poll
+raises `PollFailed` and the caller keeps the last good snapshot instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import parse_json, parse_text
+from .model import Job, Snapshot, SourceError
+
+# logical sources whose absence makes a snapshot worthless
+CRITICAL = ("jobs", "nodes")
+KINDS = ("jobs", "nodes", "partitions", "reservations", "priority", "fairshare", "scheduler")
+
+
+@dataclass(frozen=True)
+class RawOutput:
+    kind: str  # one of KINDS
+    source: str  # what produced it: "squeue --json", "GET /slurm/v0.0.40/jobs"
+    fmt: str  # "json", "text" (scontrol/sinfo/sdiag text), "sprio", "sshare"
+    text: str | None  # None when the command failed
+    error: str = ""
+    duration: float = 0.0
+
+
+class PollFailed(Exception):
+    def __init__(self, errors: list[SourceError]):
+        super().__init__("; ".join(f"{e.source}: {e.message}" for e in errors if e.severity == "error"))
+        self.errors = errors
+
+
+def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict):
+    """-> parsed value for the kind, or None (with an error recorded)."""
+    if raw.text is None:
+        errors.append(SourceError(raw.source, raw.error or "no output"))
+        return None
+    try:
+        if raw.fmt == "json":
+            doc = parse_json.loads(raw.text)
+            if raw.kind == "jobs":
+                value, meta = parse_json.parse_jobs(doc)
+            elif raw.kind == "nodes":
+                value, meta = parse_json.parse_nodes(doc)
+            elif raw.kind == "partitions":
+                value, meta = parse_json.parse_partitions(doc)
+            elif raw.kind == "reservations":
+                value, meta = parse_json.parse_reservations(doc)
+            elif raw.kind == "scheduler":
+                value, meta = parse_json.parse_diag(doc)
+            else:
+                raise ValueError(f"no JSON parser for {raw.kind}")
+            errors.extend(parse_json.meta_errors(raw.source, meta))
+            if not isinstance(doc, dict) or (raw.kind != "scheduler" and _data_key(raw.kind) not in doc
+                                             and not (raw.kind in ("nodes", "partitions") and "sinfo" in doc)):
+                errors.append(SourceError(raw.source, f"no '{_data_key(raw.kind)}' in the document"))
+                return None
+            meta_out.setdefault(raw.kind, meta)
+            return value
+        if raw.kind == "jobs":
+            return parse_text.parse_scontrol_jobs(raw.text)
+        if raw.kind == "nodes":
+            return parse_text.parse_scontrol_nodes(raw.text)
+        if raw.kind == "partitions":
+            return parse_text.parse_scontrol_partitions(raw.text)
+        if raw.kind == "reservations":
+            return parse_text.parse_scontrol_reservations(raw.text)
+        if raw.kind == "priority":
+            return parse_text.parse_sprio(raw.text)
+        if raw.kind == "fairshare":
+            return parse_text.parse_sshare(raw.text)
+        if raw.kind == "scheduler":
+            return parse_text.parse_sdiag(raw.text)
+        raise ValueError(f"unknown kind {raw.kind}")
+    except Exception as exc:  # unparsable output costs only this source
+        errors.append(SourceError(raw.source, f"{type(exc).__name__}: {exc}"))
+        return None
+
+
+def _data_key(kind: str) -> str:
+    return {"jobs": "jobs", "nodes": "nodes", "partitions": "partitions", "reservations": "reservations"}.get(kind, kind)
+
+
+def build_snapshot(raws: list[RawOutput], taken_at: float, source: str) -> Snapshot:
+    """Parse one poll's outputs into a Snapshot; raises PollFailed when jobs or nodes are missing."""
+    errors: list[SourceError] = []
+    metas: dict = {}
+    parsed: dict = {}
+    for raw in raws:
+        parsed[raw.kind] = _parse(raw, errors, metas)
+    missing = [k for k in CRITICAL if parsed.get(k) is None]
+    if missing:
+        raise PollFailed(errors or [SourceError(k, "not polled") for k in missing])
+    jobs: list[Job] = parsed["jobs"]
+    prio = parsed.get("priority") or {}
+    if prio:
+        jobs = [replace(j, priority_factors=prio[j.job_id]) if j.job_id in prio else j for j in jobs]
+    meta = metas.get("jobs") or metas.get("nodes")
+    return Snapshot(
+        taken_at=taken_at, source=source,
+        cluster=meta.cluster if meta else "", slurm_version=meta.slurm_version if meta else "",
+        data_parser=meta.data_parser if meta else "",
+        jobs=tuple(jobs), nodes=tuple(parsed["nodes"]),
+        partitions=tuple(parsed.get("partitions") or ()), reservations=tuple(parsed.get("reservations") or ()),
+        fairshare=tuple(parsed.get("fairshare") or ()), scheduler=parsed.get("scheduler"),
+        errors=tuple(errors), last_attempt=taken_at,
+    )

@@ -1,0 +1,295 @@
+"""Where the Slurm state comes from, and the poller that reads it once per interval.
+
+* `CliSource`: the Slurm commands on this host (needs a working `SLURM_CONF`/munge; any user may
+  run them, though `sshare -a` and `sprio` show more to operators). The Slurm version
+  (`squeue --version`) picks JSON where that version has it: `squeue --json` everywhere
+  (21.08+); `sinfo --json` for nodes on 22.05 and `scontrol show nodes|partitions|reservations
+  --json` and `sdiag --json` from 23.02; the text forms `scontrol -o show partition|reservation`
+  and `sdiag` on 22.05; `sprio` and `sshare -P` text on every version. Each command runs with a
+  timeout through `CommandRunner` (no shell).
+* `RestSource`: slurmrestd over a unix socket (`unix:/path`) or HTTP(S) with a JWT
+  (`X-SLURM-USER-TOKEN`). The OpenAPI version is found by asking `/slurm/<v>/ping` newest first
+  (or fixed by flag). slurmrestd has no sprio/sshare; those may still come from the CLI.
+* `Poller`: one background thread polls the source every `interval` seconds, so any number of
+  scrapers cost one poll per interval. A failed poll (timeout, non-zero exit, garbage, missing
+  jobs or nodes) keeps the last good snapshot, served marked `stale` with its age and errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol
+
+from ..runner import CommandRunner
+from .model import Snapshot, SourceError
+from .parse_text import SPRIO_FORMAT
+from .snapshot import PollFailed, RawOutput, build_snapshot
+
+log = logging.getLogger(__name__)
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+@dataclass(frozen=True)
+class CommandStatus:
+    command: str  # short name used as the metric label: squeue, sinfo, scontrol_nodes, sprio, ...
+    ok: bool
+    duration: float
+    error: str = ""
+
+
+class Source(Protocol):
+    name: str
+
+    def poll(self) -> tuple[list[RawOutput], list[CommandStatus]]: ...
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    m = _VERSION.search(text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def cli_plan(version: tuple[int, int] | None) -> list[tuple[str, str, list[str], str]]:
+    """(kind, label, argv, fmt) per command for a Slurm version (None = unknown: 22.05's forms)."""
+    new = version is not None and version >= (23, 2)
+    old = version is not None and version < (21, 8)
+    plan = []
+    if old:  # no --json at all before 21.08
+        plan += [("jobs", "scontrol_jobs", ["scontrol", "-o", "show", "job", "-d"], "text"),
+                 ("nodes", "scontrol_nodes", ["scontrol", "-o", "show", "node"], "text")]
+    else:
+        plan.append(("jobs", "squeue", ["squeue", "--json"], "json"))
+        plan.append(("nodes", "scontrol_nodes", ["scontrol", "show", "nodes", "--json"], "json") if new
+                    else ("nodes", "sinfo", ["sinfo", "--json"], "json"))
+    if new:
+        plan += [("partitions", "scontrol_partitions", ["scontrol", "show", "partitions", "--json"], "json"),
+                 ("reservations", "scontrol_reservations", ["scontrol", "show", "reservations", "--json"], "json"),
+                 ("scheduler", "sdiag", ["sdiag", "--json"], "json")]
+    else:
+        plan += [("partitions", "scontrol_partitions", ["scontrol", "-o", "show", "partition"], "text"),
+                 ("reservations", "scontrol_reservations", ["scontrol", "-o", "show", "reservation"], "text"),
+                 ("scheduler", "sdiag", ["sdiag"], "text")]
+    plan += [("priority", "sprio", ["sprio", "-h", "-o", SPRIO_FORMAT], "sprio"),
+             ("fairshare", "sshare", ["sshare", "-l", "-a", "-P"], "sshare")]
+    return plan
+
+
+def _describe_failure(res) -> str:
+    if res.error:
+        return res.error
+    if res.timed_out:
+        return f"timed out after {res.duration:.1f}s"
+    err = (res.stderr or "").strip().splitlines()
+    return f"exit status {res.returncode}" + (f": {err[-1][:300]}" if err else "")
+
+
+class CliSource:
+    name = "cli"
+
+    def __init__(self, runner: CommandRunner | None = None, timeout: float = 10.0, bin_dir: str = "",
+                 skip: tuple[str, ...] = ()):
+        self.runner = runner or CommandRunner()
+        self.timeout = timeout
+        self.bin_dir = bin_dir.rstrip("/")
+        self.skip = set(skip)  # kinds not to poll, e.g. {"fairshare"} on a cluster without slurmdbd
+        self.version: tuple[int, int] | None = None
+        self.version_text = ""
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        return [f"{self.bin_dir}/{argv[0]}", *argv[1:]] if self.bin_dir else argv
+
+    def detect_version(self) -> CommandStatus:
+        res = self.runner.run(self._argv(["squeue", "--version"]), timeout=self.timeout)
+        if res.ok and parse_version(res.stdout):
+            self.version = parse_version(res.stdout)
+            self.version_text = res.stdout.strip()
+            return CommandStatus("squeue_version", True, res.duration)
+        return CommandStatus("squeue_version", False, res.duration, _describe_failure(res))
+
+    def poll(self) -> tuple[list[RawOutput], list[CommandStatus]]:
+        statuses: list[CommandStatus] = []
+        if self.version is None:
+            statuses.append(self.detect_version())
+            if self.version is None:
+                # without a version we do not know which forms to ask for; the poll fails visibly
+                return [RawOutput("jobs", "squeue --version", "json", None, statuses[-1].error)], statuses
+        raws: list[RawOutput] = []
+        for kind, label, argv, fmt in cli_plan(self.version):
+            if kind in self.skip:
+                continue
+            res = self.runner.run(self._argv(argv), timeout=self.timeout)
+            shown = " ".join(argv)
+            if res.ok:
+                raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration))
+                statuses.append(CommandStatus(label, True, res.duration))
+            else:
+                why = _describe_failure(res)
+                raws.append(RawOutput(kind, shown, fmt, None, why, res.duration))
+                statuses.append(CommandStatus(label, False, res.duration, why))
+        return raws, statuses
+
+
+class RestSource:
+    """slurmrestd client. `url` is `unix:/path/to/slurmrestd.sock` or `http(s)://host:port`."""
+
+    name = "slurmrestd"
+    VERSIONS = ("v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38")
+
+    def __init__(self, url: str, api_version: str = "auto", token: str = "", user: str = "", timeout: float = 10.0,
+                 extras: CliSource | None = None, transport=None):
+        import httpx
+
+        headers = {}
+        if token:
+            headers["X-SLURM-USER-TOKEN"] = token
+            if user:
+                headers["X-SLURM-USER-NAME"] = user
+        if url.startswith("unix:"):
+            transport = transport or httpx.HTTPTransport(uds=url[5:])
+            base = "http://localhost"
+        else:
+            base = url.rstrip("/")
+        self.client = httpx.Client(base_url=base, transport=transport, headers=headers, timeout=timeout)
+        self.api_version = None if api_version == "auto" else api_version
+        self.extras = extras  # a CliSource for sprio/sshare, which slurmrestd does not offer
+
+    def _get(self, path: str):
+        start = time.monotonic()
+        try:
+            resp = self.client.get(path)
+        except Exception as exc:  # connection refused, timeout, bad socket path
+            return None, time.monotonic() - start, f"{type(exc).__name__}: {exc}"
+        dur = time.monotonic() - start
+        if resp.status_code != 200:
+            body = resp.text.strip().splitlines()
+            return resp.text if resp.headers.get("content-type", "").startswith("application/json") else None, dur, \
+                f"HTTP {resp.status_code}" + (f": {body[0][:300]}" if body else "")
+        return resp.text, dur, ""
+
+    def detect_version(self) -> CommandStatus:
+        start = time.monotonic()
+        last = "no version answered"
+        for v in self.VERSIONS:
+            text, _, err = self._get(f"/slurm/{v}/ping")
+            if text is not None and not err:
+                self.api_version = v
+                return CommandStatus("rest_ping", True, time.monotonic() - start)
+            last = err or last
+            if err.startswith(("ConnectError", "ConnectTimeout", "ReadTimeout")):
+                break
+        return CommandStatus("rest_ping", False, time.monotonic() - start, last)
+
+    def poll(self) -> tuple[list[RawOutput], list[CommandStatus]]:
+        statuses: list[CommandStatus] = []
+        if self.api_version is None:
+            statuses.append(self.detect_version())
+            if self.api_version is None:
+                return [RawOutput("jobs", "GET /slurm/*/ping", "json", None, statuses[-1].error)], statuses
+        raws = []
+        for kind, ep in (("jobs", "jobs"), ("nodes", "nodes"), ("partitions", "partitions"),
+                         ("reservations", "reservations"), ("scheduler", "diag")):
+            path = f"/slurm/{self.api_version}/{ep}"
+            text, dur, err = self._get(path)
+            label = f"rest_{ep}"
+            if err:
+                raws.append(RawOutput(kind, f"GET {path}", "json", None, err, dur))
+                statuses.append(CommandStatus(label, False, dur, err))
+            else:
+                raws.append(RawOutput(kind, f"GET {path}", "json", text, duration=dur))
+                statuses.append(CommandStatus(label, True, dur))
+        if self.extras is not None:
+            self.extras.skip |= {"jobs", "nodes", "partitions", "reservations", "scheduler"}
+            more, st = self.extras.poll()
+            raws += more
+            statuses += st
+        return raws, statuses
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class Poller:
+    """Polls a source in one background thread; readers get the latest (or last good) snapshot."""
+
+    def __init__(self, source: Source, interval: float = 15.0, clock: Callable[[], float] = time.time):
+        self.source = source
+        self.interval = interval
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._good: Snapshot | None = None
+        self._failed_errors: tuple[SourceError, ...] = ()
+        self._last_attempt: float | None = None
+        self.statuses: dict[str, CommandStatus] = {}
+        self.command_errors: dict[str, int] = {}
+        self.polls = 0
+        self.poll_failures = 0
+        self.last_poll_duration = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_once(self) -> bool:
+        """One poll; True when it produced a fresh snapshot. Never raises."""
+        start = time.monotonic()
+        now = self.clock()
+        statuses: list[CommandStatus] = []
+        try:
+            raws, statuses = self.source.poll()
+            snap = build_snapshot(raws, now, self.source.name)
+            errors: tuple[SourceError, ...] = ()
+            ok = True
+        except PollFailed as exc:
+            snap, errors, ok = None, tuple(exc.errors), False
+        except Exception as exc:  # a bug or a source in a state we never saw: report, keep serving
+            log.exception("slurm poll failed")
+            snap, errors, ok = None, (SourceError(self.source.name, f"{type(exc).__name__}: {exc}"),), False
+        with self._lock:
+            self.polls += 1
+            self._last_attempt = now
+            self.last_poll_duration = time.monotonic() - start
+            for st in statuses:
+                self.statuses[st.command] = st
+                if not st.ok:
+                    self.command_errors[st.command] = self.command_errors.get(st.command, 0) + 1
+            if ok:
+                self._good = snap
+                self._failed_errors = ()
+            else:
+                self.poll_failures += 1
+                self._failed_errors = errors
+        if not ok:
+            log.warning("slurm poll failed: %s", "; ".join(f"{e.source}: {e.message}" for e in errors)[:500])
+        return ok
+
+    def current(self) -> Snapshot | None:
+        """The latest good snapshot; marked stale (with the failing poll's errors) if a later poll failed."""
+        with self._lock:
+            good, failed, attempt = self._good, self._failed_errors, self._last_attempt
+        if good is None or not failed:
+            return good
+        return replace(good, stale=True, errors=failed + good.errors, last_attempt=attempt)
+
+    @property
+    def up(self) -> bool:
+        with self._lock:
+            return self._good is not None and not self._failed_errors
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="slurm-poller", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.poll_once()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

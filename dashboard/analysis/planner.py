@@ -1,0 +1,906 @@
+"""Gang-aware EASY backfill planner and "why is it waiting" for every pending job.
+
+Sources: a `PlannerInput` (dashboard.analysis.planner_model): usable nodes and their free CPUs,
+memory and GPUs, running jobs with their time limits, reservations, partitions, and the pending jobs
+in the scheduler's priority order. Pure computation: no I/O, no privileges, no Dash.
+
+Semantics (EASY, one reservation per partition, gang-aware):
+- Jobs are taken in priority order. Held jobs, jobs with an unsatisfied dependency, jobs whose begin
+  time has not come, and jobs that can never run (no such partition, GPU type, feature or
+  reservation; larger than the partition; over its time limit) are not planned; they get reasons.
+- In each partition, eligible jobs that fit now (all their nodes at once) start "by priority". The
+  first that does not fit is the partition's top job: it is reserved at the earliest time (the
+  shadow time) when enough nodes are free for its whole time limit, on the nodes that free up last
+  before then (so that idle nodes stay open for backfilling).
+- A later job is startable ("backfill") when it fits now for its whole time limit without touching
+  the resources the top jobs' reservations hold: it ends before the shadow time, or it runs on
+  nodes/resources the top job does not need. Startable jobs are committed, so later jobs see less.
+- Running jobs free their resources at start + time limit (what Slurm plans with); a running job past
+  its limit is expected to free them now. Drained, down and other unusable nodes are never used.
+  A reservation blocks its nodes from its start to its end for every job that does not request it
+  (maintenance reservations included); a job that requests a reservation it may use runs only on
+  the reservation's nodes and not before it starts.
+- Expected start of a waiting job: the earliest time it fits in the plan (running jobs' time limits,
+  the startable jobs, the top jobs' reservations). Jobs ahead of it other than the top jobs are not
+  reserved (EASY), so this is the earliest it can start, labelled source "gangwatch".
+- `--gpus` per job: nodes = max(min nodes, ceil(GPUs / most GPUs on one node)), and each node gets
+  ceil(GPUs / nodes). CPUs per node: cpus_per_node, else ceil(tasks / nodes) x cpus_per_task.
+- A multi-partition job starts in the first of its partitions where it fits; otherwise it becomes
+  the top job of the first of them that has none, else it waits in the first.
+
+Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
+are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on
+every job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import NamedTuple
+
+import numpy as np
+
+from collectors.slurm.hostlist import compress
+from dashboard.analysis.planner_model import (
+    DEPENDENCY_BLOCKING,
+    PendingJob,
+    PlannerInput,
+    Reservation,
+    format_duration,
+    slurm_reason_text,
+)
+
+SOURCE = "gangwatch"
+# Slurm's --time has minute granularity: a what-if shorter than a minute is not a request users can make.
+MIN_WHAT_IF_S = 60
+INF = math.inf
+
+
+# ------------------------------------------------------------------------------------------ output
+
+def _t(value: float | None) -> float | None:
+    return None if value is None or value == INF else round(value, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    nodes: int
+    gpus_per_node: int
+    cpus: int  # free CPUs on each of these nodes
+    until: float | None  # None: no reservation limits it
+    node_list: str
+
+    def to_json(self) -> dict:
+        return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "cpus": self.cpus,
+                "until": _t(self.until), "node_list": self.node_list}
+
+
+@dataclass(frozen=True, slots=True)
+class TopJob:
+    job_id: str
+    shadow_time: float
+    nodes: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"job_id": self.job_id, "shadow_time": _t(self.shadow_time), "nodes": list(self.nodes),
+                "node_list": compress(self.nodes), "source": SOURCE}
+
+
+@dataclass(frozen=True, slots=True)
+class Startable:
+    job_id: str
+    nodes: tuple[str, ...]
+    end: float
+    by: str  # "priority": it is ahead of the top job; "backfill": behind it, without delaying it
+
+    def to_json(self) -> dict:
+        return {"job_id": self.job_id, "nodes": list(self.nodes), "node_list": compress(self.nodes),
+                "end": _t(self.end), "by": self.by}
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: str
+    message: str
+    severity: str = "info"  # info | warning | error
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "message": self.message, "severity": self.severity}
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    time_limit_s: int
+    nodes: tuple[str, ...]
+    message: str
+
+    def to_json(self) -> dict:
+        return {"time_limit_s": self.time_limit_s, "time_limit": format_duration(self.time_limit_s),
+                "nodes": list(self.nodes), "node_list": compress(self.nodes), "message": self.message,
+                "source": SOURCE}
+
+
+@dataclass(frozen=True, slots=True)
+class JobWhy:
+    job_id: str
+    partition: str
+    rank: int  # 1-based position among the pending jobs of its partition, in priority order
+    state: str  # startable | top | waiting | blocked | never
+    reasons: tuple[Reason, ...]
+    expected_start: float | None = None
+    expected_nodes: tuple[str, ...] = ()
+    what_if: WhatIf | None = None
+    slurm_reason: str = ""
+    slurm_expected_start: float | None = None
+    priority: float | None = None
+    priority_factors: dict = field(default_factory=dict)
+    dependency: str = "none"
+    dependency_text: str = ""
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(r.code for r in self.reasons)
+
+    def to_json(self) -> dict:
+        return {
+            "job_id": self.job_id, "partition": self.partition, "rank": self.rank, "state": self.state,
+            "reasons": [r.to_json() for r in self.reasons],
+            "slurm_reason": self.slurm_reason, "slurm_reason_text": slurm_reason_text(self.slurm_reason),
+            "priority": self.priority, "priority_factors": dict(self.priority_factors),
+            "dependency": {"state": self.dependency, "text": self.dependency_text},
+            "expected_start": {"time": _t(self.expected_start), "nodes": list(self.expected_nodes),
+                               "source": SOURCE},
+            "slurm_expected_start": {"time": _t(self.slurm_expected_start), "source": "slurm"},
+            "what_if": self.what_if.to_json() if self.what_if else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlan:
+    name: str
+    exists: bool
+    nodes_total: int
+    nodes_usable: int
+    top_job: TopJob | None
+    windows: tuple[Window, ...]
+    startable: tuple[Startable, ...]
+    why: tuple[JobWhy, ...]
+
+    def to_json(self) -> dict:
+        return {"partition": self.name, "exists": self.exists, "nodes_total": self.nodes_total,
+                "nodes_usable": self.nodes_usable,
+                "top_job": self.top_job.to_json() if self.top_job else None,
+                "windows": [w.to_json() for w in self.windows],
+                "startable": [s.to_json() for s in self.startable],
+                "why": [w.to_json() for w in self.why]}
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPlan:
+    generated_at: float
+    partitions: tuple[PartitionPlan, ...]
+
+    def partition(self, name: str) -> PartitionPlan:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def why(self, job_id: str) -> JobWhy:
+        for p in self.partitions:
+            for w in p.why:
+                if w.job_id == job_id:
+                    return w
+        raise KeyError(job_id)
+
+    def to_json(self) -> dict:
+        return {"generated_at": _t(self.generated_at), "source": SOURCE, "policy": "easy",
+                "partitions": [p.to_json() for p in self.partitions]}
+
+
+# ---------------------------------------------------------------------------------------- internal
+
+class _Req(NamedTuple):
+    """A job's request in one partition, normalised per node; hashable, so it keys the memo tables."""
+
+    nodes: int
+    cpus: int
+    mem: int
+    gpus: int
+    exclusive: bool
+    duration: float
+    gpu_type: str | None
+    features: frozenset
+    resv: int  # index of the reservation it runs in, -1 for none
+
+
+class _Arrays(NamedTuple):
+    """A partition's usable nodes over time: row r is node pos[r]; column k its k-th event."""
+
+    pos: np.ndarray  # node indices
+    times: np.ndarray  # (n, K): now, then release times ascending, padded with inf
+    cpus: np.ndarray  # (n, K): free after that event (cumulative)
+    mem: np.ndarray
+    gpus: np.ndarray
+    cpus_total: np.ndarray
+    mem_total: np.ndarray
+    gpus_total: np.ndarray
+
+
+class _Cluster:
+    def __init__(self, inp: PlannerInput) -> None:
+        self.now = now = float(inp.now)
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        nodes = []
+        for node in inp.nodes:
+            if node.name not in self.index:
+                self.index[node.name] = len(nodes)
+                self.names.append(node.name)
+                nodes.append(node)
+        self.nodes = nodes
+        self.usable = [n.usable for n in nodes]
+        self.cf = [max(0, n.cpus_free) for n in nodes]
+        self.mf = [max(0, n.mem_free_mb) for n in nodes]
+        self.gf = [max(0, n.gpus_free) for n in nodes]
+        self.ct = [max(0, n.cpus_total) for n in nodes]
+        self.mt = [max(0, n.mem_total_mb) for n in nodes]
+        self.gt = [max(0, n.gpus_total) for n in nodes]
+        self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
+        for job in inp.running:
+            end = max(job.expected_end, now)
+            for a in job.allocations:
+                i = self.index.get(a.node)
+                if i is not None:
+                    self.releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
+        for rel in self.releases:
+            rel.sort()
+        self.holds: list[list[tuple[float, float, int, int, int, str]]] = [[] for _ in nodes]
+        self.reservations: list[Reservation] = list(inp.reservations)
+        self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
+        self.blocks: list[list[tuple[float, float, int]]] = [[] for _ in nodes]
+        for k, r in enumerate(self.reservations):
+            if r.end <= now:
+                continue
+            for name in r.nodes:
+                i = self.index.get(name)
+                if i is not None:
+                    self.blocks[i].append((r.start, r.end, k))
+        self.part_nodes: dict[str, list[int]] = {}
+        for i, n in enumerate(nodes):
+            for p in n.partitions:
+                self.part_nodes.setdefault(p, []).append(i)
+        for p in self.part_nodes:
+            self.part_nodes[p].sort(key=lambda i: self.names[i])
+        self.part_usable = {p: [i for i in idx if self.usable[i]] for p, idx in self.part_nodes.items()}
+        self.part_info = {p.name: p for p in inp.partitions}
+        for p in self.part_info:
+            self.part_nodes.setdefault(p, [])
+            self.part_usable.setdefault(p, [])
+        # A partition's version changes whenever one of its nodes does: it keys the memo tables.
+        self.version = dict.fromkeys(self.part_nodes, 0)
+        self._fit_memo: dict = {}
+        self._allowed_memo: dict = {}
+        self._arrays_memo: dict = {}
+        self._request_memo: dict = {}
+        self.node_parts = [tuple(p for p in n.partitions if p in self.part_usable) for n in nodes]
+        self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
+        # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
+        self.marked = {i for i in range(len(nodes)) if self.blocks[i]}
+        # Candidates for "fits now": per partition, the usable nodes with at least k GPUs free (k >= 1),
+        # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
+        self.max_gpus = max(self.gt, default=0)
+        self.pool: dict[str, list[set[int]]] = {}
+        for p, idx in self.part_usable.items():
+            sets = [set() for _ in range(self.max_gpus + 2)]
+            for i in idx:
+                if self.cf[i] > 0:
+                    sets[0].add(i)
+                    for k in range(1, self.gf[i] + 1):
+                        sets[k].add(i)
+            self.pool[p] = sets
+
+    # --- requests and static checks -----------------------------------------------------------
+
+    def request(self, job: PendingJob, p: str) -> _Req | Reason:
+        key = (p, job.time_limit_s, job.reservation, job.user if job.reservation else "",
+               job.account if job.reservation else "", job.gpu_type, job.features, job.min_nodes,
+               job.gpus_per_node, job.gpus_per_job, job.cpus_per_node, job.tasks, job.cpus_per_task,
+               job.mem_per_node_mb, job.exclusive)
+        got = self._request_memo.get(key)
+        if got is None:
+            got = self._request_memo[key] = self._request(job, p)
+        return got
+
+    def _request(self, job: PendingJob, p: str) -> _Req | Reason:
+        idx = self.part_nodes[p]
+        info = self.part_info.get(p)
+        if info is not None and info.max_time_s is not None and job.time_limit_s > info.max_time_s:
+            return Reason("too_large", f"its time limit {format_duration(job.time_limit_s)} exceeds partition "
+                          f"{p}'s limit {format_duration(info.max_time_s)}", "error")
+        resv = -1
+        if job.reservation:
+            resv = self.resv_index.get(job.reservation, -2)
+            if resv == -2:
+                return Reason("no_such_reservation", f"reservation {job.reservation} does not exist", "error")
+            r = self.reservations[resv]
+            if not r.admits(job.user, job.account):
+                return Reason("reservation_access", f"user {job.user or '?'} / account {job.account or '?'} "
+                              f"may not use reservation {r.name}", "error")
+            in_resv = set(self.index[n] for n in r.nodes if n in self.index)
+            idx = [i for i in idx if i in in_resv]
+        if job.gpu_type:
+            idx = [i for i in idx if self.nodes[i].gpu_type == job.gpu_type]
+            if not idx:
+                return Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {job.gpu_type}",
+                              "error")
+        if job.features:
+            need = frozenset(job.features)
+            idx = [i for i in idx if need <= self.nodes[i].features]
+            if not idx:
+                return Reason("no_such_feature", f"no node in partition {p} has the features "
+                              f"{'&'.join(sorted(need))}", "error")
+        if not idx:
+            return Reason("too_large", f"partition {p} has no nodes", "error")
+        nodes = max(1, job.min_nodes)
+        gpus = max(0, job.gpus_per_node)
+        if job.gpus_per_job > 0:
+            most = max(self.gt[i] for i in idx)
+            if most == 0:
+                return Reason("no_such_gpu_type", f"it asks for {job.gpus_per_job} GPUs but partition {p} has "
+                              "no GPUs", "error")
+            nodes = max(nodes, -(-job.gpus_per_job // most))
+            gpus = -(-job.gpus_per_job // nodes)
+        elif gpus and max(self.gt[i] for i in idx) == 0:
+            return Reason("no_such_gpu_type", f"it asks for GPUs but partition {p} has none", "error")
+        cpus = job.cpus_per_node if job.cpus_per_node else -(-max(1, job.tasks) // nodes) * max(1, job.cpus_per_task)
+        mem = max(0, job.mem_per_node_mb)
+        if nodes > len(idx):
+            return Reason("too_large", f"it asks for {nodes} nodes but partition {p} has {len(idx)} that match",
+                          "error")
+        big = sum(1 for i in idx if self.ct[i] >= cpus and self.mt[i] >= mem and self.gt[i] >= gpus)
+        if big < nodes:
+            return Reason("too_large", f"it needs {nodes} node(s) with {_shape(cpus, mem, gpus)} each, but only "
+                          f"{big} node(s) in partition {p} are that large", "error")
+        if job.time_limit_s <= 0:
+            return Reason("bad_time_limit", f"its time limit ({job.time_limit_s} s) is not positive", "error")
+        return _Req(nodes, cpus, mem, gpus, bool(job.exclusive), float(job.time_limit_s), job.gpu_type,
+                    frozenset(job.features), resv)
+
+    def allowed(self, p: str, req: _Req) -> set[int] | None:
+        """Usable nodes of p that match the request's type, features and reservation (None: all do)."""
+        if req.gpu_type is None and not req.features and req.resv < 0:
+            return None
+        key = (p, req.gpu_type, req.features, req.resv)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            idx = self.part_usable[p]
+            if req.gpu_type is not None:
+                idx = [i for i in idx if self.nodes[i].gpu_type == req.gpu_type]
+            if req.features:
+                idx = [i for i in idx if req.features <= self.nodes[i].features]
+            if req.resv >= 0:
+                names = set(self.reservations[req.resv].nodes)
+                idx = [i for i in idx if self.names[i] in names]
+            got = self._allowed_memo[key] = set(idx)
+        return got
+
+    def earliest_allowed_start(self, req: _Req) -> float:
+        return max(self.now, self.reservations[req.resv].start) if req.resv >= 0 else self.now
+
+    # --- now ----------------------------------------------------------------------------------
+
+    def _room_now(self, i: int, req: _Req, end: float, with_holds: bool = True) -> tuple[int, int, int] | None:
+        """Resources node i offers the request on [now, end), or None if it cannot host it."""
+        if req.exclusive and (self.cf[i] != self.ct[i] or self.mf[i] != self.mt[i] or self.gf[i] != self.gt[i]):
+            return None
+        c, m, g = self.cf[i], self.mf[i], self.gf[i]
+        now = self.now
+        for s, e, r in self.blocks[i]:
+            if r != req.resv and s < end and e > now:
+                return None
+        if with_holds:
+            for s, e, hc, hm, hg, _ in self.holds[i]:
+                if s < end and e > now:
+                    if req.exclusive:
+                        return None
+                    c, m, g = c - hc, m - hm, g - hg
+        if c < req.cpus or m < req.mem or g < req.gpus:
+            return None
+        return c, m, g
+
+    def fit_now(self, p: str, req: _Req) -> list[int] | None:
+        """N nodes that can run the job from now for its whole time limit, best fit first, or None."""
+        sets = self.pool[p]
+        cands = sets[min(req.gpus, len(sets) - 1)]
+        if len(cands) < req.nodes:
+            return None
+        key = (p, req)
+        memo = self._fit_memo.get(key)
+        if memo is not None and memo[0] == self.version[p]:
+            return memo[1]
+        allowed = self.allowed(p, req)
+        end = self.now + req.duration
+        ok = []
+        for i in cands:
+            if allowed is not None and i not in allowed:
+                continue
+            room = self._room_now(i, req, end)
+            if room is not None:
+                ok.append((room[2], room[0], room[1], self.names[i], i))
+        result = None
+        if len(ok) >= req.nodes:
+            ok.sort()  # best fit: the fullest nodes that still fit, so big holes stay whole
+            result = [t[-1] for t in ok[:req.nodes]]
+        self._fit_memo[key] = (self.version[p], result)
+        return result
+
+    def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
+        """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
+        end = self.now + req.duration
+        taken = []
+        for i in nodes:
+            if req.exclusive:
+                c, m, g = self.cf[i], self.mf[i], self.gf[i]
+            else:
+                c, m, g = req.cpus, req.mem, req.gpus
+            old_g = self.gf[i]
+            self.cf[i] -= c
+            self.mf[i] -= m
+            self.gf[i] -= g
+            taken.append((i, c, g))
+            rel = self.releases[i]
+            rel.append((end, c, m, g))
+            rel.sort()
+            for p in self.node_parts[i]:
+                sets = self.pool[p]
+                for k in range(max(self.gf[i], 0) + 1, old_g + 1):
+                    sets[k].discard(i)
+                if self.cf[i] <= 0:
+                    for k in range(0, old_g + 1):
+                        sets[k].discard(i)
+                self.version[p] += 1
+        return taken
+
+    def hold(self, nodes: list[int], start: float, req: _Req, job_id: str) -> None:
+        for i in nodes:
+            c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if req.exclusive else (req.cpus, req.mem, req.gpus)
+            self.holds[i].append((start, start + req.duration, c, m, g, job_id))
+            self.marked.add(i)
+            for p in self.node_parts[i]:
+                self.version[p] += 1
+
+    # --- over time ----------------------------------------------------------------------------
+
+    def arrays(self, p: str) -> _Arrays:
+        got = self._arrays_memo.get(p)
+        if got is not None and got[0] == self.version[p]:
+            return got[1]
+        pos = self.part_usable[p]
+        n = len(pos)
+        width = 1 + max((len(self.releases[i]) for i in pos), default=0)
+        times = np.full((n, width), INF)
+        deltas = np.zeros((3, n, width), dtype=np.int64)
+        times[:, 0] = self.now
+        deltas[0, :, 0] = [self.cf[i] for i in pos]
+        deltas[1, :, 0] = [self.mf[i] for i in pos]
+        deltas[2, :, 0] = [self.gf[i] for i in pos]
+        rows, cols, ts, cs, ms, gs = [], [], [], [], [], []
+        for r, i in enumerate(pos):
+            for k, (t, c, m, g) in enumerate(self.releases[i], start=1):
+                rows.append(r)
+                cols.append(k)
+                ts.append(t)
+                cs.append(c)
+                ms.append(m)
+                gs.append(g)
+        if rows:
+            times[rows, cols] = ts
+            deltas[0, rows, cols] = cs
+            deltas[1, rows, cols] = ms
+            deltas[2, rows, cols] = gs
+        cum = np.cumsum(deltas, axis=2)
+        arr = _Arrays(np.array(pos, dtype=np.int64), times, cum[0], cum[1], cum[2],
+                      np.array([self.ct[i] for i in pos]), np.array([self.mt[i] for i in pos]),
+                      np.array([self.gt[i] for i in pos]))
+        self._arrays_memo[p] = (self.version[p], arr)
+        return arr
+
+    def special(self, p: str, req: _Req) -> list[int]:
+        """Nodes of p (allowed for req) whose room over time is not just free-now plus releases."""
+        allowed = self.allowed(p, req)
+        row = self.row[p]
+        return sorted((i for i in self.marked if i in row and (allowed is None or i in allowed)
+                       and (self.holds[i] or any(r != req.resv for _, _, r in self.blocks[i]))),
+                      key=row.__getitem__)
+
+    def allowed_mask(self, p: str, req: _Req) -> np.ndarray | None:
+        allowed = self.allowed(p, req)
+        if allowed is None:
+            return None
+        key = ("mask", p, req.gpu_type, req.features, req.resv)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = np.zeros(len(self.part_usable[p]), dtype=bool)
+            row = self.row[p]
+            got[[row[i] for i in allowed]] = True
+            self._allowed_memo[key] = got
+        return got
+
+    def _fits_at(self, i: int, t: float, req: _Req) -> bool:
+        c, m, g = self.cf[i], self.mf[i], self.gf[i]
+        for rt, rc, rm, rg in self.releases[i]:
+            if rt > t:
+                break
+            c, m, g = c + rc, m + rm, g + rg
+        end = t + req.duration
+        for s, e, r in self.blocks[i]:
+            if r != req.resv and s < end and e > t:
+                return False
+        for s, e, hc, hm, hg, _ in self.holds[i]:
+            if s < end and e > t:
+                if req.exclusive:
+                    return False
+                c, m, g = c - hc, m - hm, g - hg
+        if req.exclusive:
+            return c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]
+        return c >= req.cpus and m >= req.mem and g >= req.gpus
+
+    def _breakpoints(self, i: int, req: _Req, t0: float) -> list[float]:
+        out = [t0]
+        out += [t for t, _, _, _ in self.releases[i] if t > t0]
+        for s, e, r in self.blocks[i]:
+            if r != req.resv:
+                out += [e, math.nextafter(s - req.duration, INF)]
+        for s, e, *_ in self.holds[i]:
+            out += [e, math.nextafter(s - req.duration, INF)]
+        return [t for t in out if t >= t0]
+
+    def earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+        """The earliest time >= t0 at which `req.nodes` nodes can run the job for its time limit."""
+        arr = self.arrays(p)
+        if req.exclusive:
+            ok = ((arr.cpus >= arr.cpus_total[:, None]) & (arr.mem >= arr.mem_total[:, None])
+                  & (arr.gpus >= arr.gpus_total[:, None]))
+        else:
+            ok = (arr.cpus >= req.cpus) & (arr.mem >= req.mem) & (arr.gpus >= req.gpus)
+        first = ok.argmax(axis=1)
+        rows = np.arange(len(arr.pos))
+        tau = np.where(ok[rows, first], arr.times[rows, first], INF)
+        mask = self.allowed_mask(p, req)
+        if mask is not None:
+            tau[~mask] = INF
+        special = self.special(p, req)
+        if special:
+            row = self.row[p]
+            tau[[row[i] for i in special]] = INF
+        tau = np.maximum(tau, t0)
+        mono = np.sort(tau[np.isfinite(tau)])
+        need, nspec = req.nodes, len(special)
+        if len(mono) + nspec < need:
+            return None, []
+        t_mono = float(mono[need - 1]) if len(mono) >= need else INF
+        if not special:
+            when = t_mono
+            chosen_spec: list[int] = []
+        else:
+            cands = set(mono[max(0, need - 1 - nspec):need].tolist())
+            for i in special:
+                cands.update(t for t in self._breakpoints(i, req, t0) if t <= t_mono)
+            when, chosen_spec = INF, []
+            for t in sorted(cands):
+                count = int(np.searchsorted(mono, t, side="right"))
+                if count + nspec < need:
+                    continue
+                fitting = [i for i in special if self._fits_at(i, t, req)]
+                if count + len(fitting) >= need:
+                    when, chosen_spec = t, fitting
+                    break
+            if when == INF:
+                return None, []
+        # the nodes that free up last before `when` (idle ones stay open for backfilling)
+        sel = np.nonzero(tau <= when)[0]
+        order = sel[np.argsort(-tau[sel], kind="stable")]
+        picked = [(float(tau[r]), int(arr.pos[r])) for r in order]
+        picked += [(when, i) for i in chosen_spec]
+        picked.sort(key=lambda x: (-x[0], self.names[x[1]]))
+        return when, [i for _, i in picked[:need]]
+
+    def room_until(self, i: int, req: _Req) -> float:
+        """How long node i, which has room now, keeps that room for this request (reservations, holds)."""
+        until = INF
+        now = self.now
+        for s, e, r in self.blocks[i]:
+            if r != req.resv and e > now:
+                until = min(until, s)
+        c, m, g = self.cf[i], self.mf[i], self.gf[i]
+        for s, e, hc, hm, hg, _ in sorted(self.holds[i]):
+            if e > now and (req.exclusive or c - hc < req.cpus or m - hm < req.mem or g - hg < req.gpus):
+                until = min(until, s)
+        return until
+
+
+def _shape(cpus: int, mem: int, gpus: int) -> str:
+    parts = [f"{cpus} CPUs"]
+    if mem:
+        parts.append(f"{mem} MiB")
+    if gpus:
+        parts.append(f"{gpus} GPUs")
+    return ", ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+@dataclass
+class _Job:
+    job: PendingJob
+    partition: str
+    state: str = "waiting"
+    reasons: list = field(default_factory=list)
+    req: _Req | None = None
+    t0: float = 0.0
+    expected: float | None = None
+    nodes: tuple[str, ...] = ()
+    what_if: WhatIf | None = None
+
+
+def plan(inp: PlannerInput) -> BackfillPlan:
+    cl = _Cluster(inp)
+    now = cl.now
+    tops: dict[str, tuple[str, float, list[int]]] = {}
+    starts: dict[str, list[Startable]] = {}
+    backfilled: list[tuple[list[int], _Req]] = []
+    jobs: list[_Job] = []
+    for job in inp.pending:
+        rec = _plan_job(cl, job, tops, starts, backfilled)
+        jobs.append(rec)
+    _explain(cl, jobs, tops)
+    windows = _windows(cl, backfilled)
+    by_part: dict[str, list[_Job]] = {}
+    for rec in jobs:
+        by_part.setdefault(rec.partition, []).append(rec)
+    names = sorted(set(cl.part_nodes) | set(by_part))
+    parts = []
+    for p in names:
+        whys = []
+        for rank, rec in enumerate(by_part.get(p, ()), start=1):
+            j = rec.job
+            whys.append(JobWhy(j.job_id, p, rank, rec.state, tuple(rec.reasons), rec.expected, rec.nodes,
+                               rec.what_if, j.slurm_reason, j.slurm_expected_start, j.priority,
+                               dict(j.priority_factors), j.dependency, j.dependency_text))
+        top = tops.get(p)
+        parts.append(PartitionPlan(
+            p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
+            TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
+            windows.get(p, ()), tuple(starts.get(p, ())), tuple(whys)))
+    return BackfillPlan(now, tuple(parts))
+
+
+def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
+    now = cl.now
+    known = [p for p in job.partitions if p in cl.part_nodes]
+    rec = _Job(job, known[0] if known else (job.partitions[0] if job.partitions else ""))
+    for p in job.partitions:
+        if p not in cl.part_nodes:
+            rec.reasons.append(Reason("no_such_partition", f"partition {p} does not exist", "error"))
+    if not job.partitions:
+        rec.reasons.append(Reason("no_such_partition", "it names no partition", "error"))
+    reqs: dict[str, _Req] = {}
+    for p in known:
+        got = cl.request(job, p)
+        if isinstance(got, Reason):
+            rec.reasons.append(got)
+        else:
+            reqs[p] = got
+    if not reqs:
+        rec.state = "never"
+        return rec
+    rec.partition = next(iter(reqs))
+    rec.req = reqs[rec.partition]
+    rec.reasons = [r for r in rec.reasons if r.code == "no_such_partition"]  # other partitions will do
+    blocked = False
+    if job.held:
+        rec.reasons.append(Reason("held", "it is held (scontrol release it to let it run)", "warning"))
+        blocked = True
+    if job.dependency == "never":
+        rec.reasons.append(Reason(
+            "dependency_never", f"NEVER SATISFIABLE: its dependency {job.dependency_text or ''} can never be "
+            "met, so it will wait forever; cancel it or change the dependency".replace("  ", " "), "error"))
+        rec.state = "never"
+        return rec
+    if job.dependency in DEPENDENCY_BLOCKING:
+        rec.reasons.append(Reason("dependency", f"it waits for its dependency {job.dependency_text}".rstrip()))
+        blocked = True
+    info = [cl.part_info.get(p) for p in reqs]
+    if all(i is not None and not i.up for i in info):
+        rec.reasons.append(Reason("partition_down", f"partition {rec.partition} is down", "warning"))
+        blocked = True
+    rec.t0 = max(now, cl.earliest_allowed_start(rec.req))
+    if job.begin_time is not None and job.begin_time > now:
+        rec.t0 = max(rec.t0, float(job.begin_time))
+        rec.reasons.append(Reason("begin_time", f"its begin time is {_fmt_ts(job.begin_time)}"))
+        blocked = True
+    elif rec.t0 > now:
+        rec.reasons.append(Reason("reservation_not_started",
+                                  f"its reservation {job.reservation} starts at {_fmt_ts(rec.t0)}"))
+        blocked = True
+    if blocked:
+        rec.state = "blocked"
+        return rec
+    for p, req in reqs.items():
+        fit = cl.fit_now(p, req)
+        if fit is not None:
+            by = "backfill" if p in tops else "priority"
+            taken = cl.commit(fit, req)
+            if by == "backfill":
+                backfilled.extend(taken)
+            names = tuple(cl.names[i] for i in fit)
+            starts.setdefault(p, []).append(Startable(job.job_id, names, now + req.duration, by))
+            rec.partition, rec.req, rec.state = p, req, "startable"
+            rec.expected, rec.nodes = now, names
+            rec.reasons.append(Reason("startable", f"it can start now on {compress(names)}" + (
+                f" without delaying top job {tops[p][0]}" if by == "backfill" else "")))
+            return rec
+    for p, req in reqs.items():
+        if p in tops:
+            continue
+        when, nodes = cl.earliest(p, req, now)
+        if when is None:
+            continue
+        cl.hold(nodes, when, req, job.job_id)
+        tops[p] = (job.job_id, when, nodes)
+        rec.partition, rec.req, rec.state = p, req, "top"
+        rec.expected, rec.nodes = when, tuple(cl.names[i] for i in nodes)
+        rec.reasons.append(Reason("top_job", f"it is the top job of partition {p}: reserved from "
+                                  f"{_fmt_ts(when)} on {compress(rec.nodes)}"))
+        return rec
+    return rec  # waiting; explained once the plan is complete
+
+
+def _fmt_ts(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _explain(cl: _Cluster, jobs: list[_Job], tops) -> None:
+    """Reasons, expected start and what-if for the jobs left waiting (and begin-time ones)."""
+    memo: dict = {}
+    now = cl.now
+    for rec in jobs:
+        if rec.state not in ("waiting", "blocked") or rec.req is None:
+            continue
+        if rec.state == "blocked" and any(r.code in ("held", "dependency", "partition_down") for r in rec.reasons):
+            continue
+        p, req = rec.partition, rec.req
+        key = (p, req, rec.t0)
+        facts = memo.get(key)
+        if facts is None:
+            facts = memo[key] = _facts(cl, p, req, rec.t0)
+        when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, blockers = facts
+        rec.expected = when
+        rec.nodes = tuple(cl.names[i] for i in nodes)
+        if rec.state == "blocked":
+            continue
+        top = tops.get(p)
+        if when is None:
+            usable = len(cl.part_usable.get(p, ()))
+            total = len(cl.part_nodes.get(p, ()))
+            down = [cl.names[i] for i in cl.part_nodes[p] if not cl.usable[i]]
+            rec.reasons.append(Reason(
+                "no_usable_nodes", f"not enough usable nodes: {usable} of {total} in partition {p} are usable"
+                + (f" ({compress(down)} down or drained)" if down else ""), "warning"))
+            rec.state = "blocked"
+            continue
+        if raw >= req.nodes and unblocked < req.nodes and blockers:
+            rec.reasons.append(Reason("reservation", "reservation " + ", ".join(
+                f"{r.name}{' (maintenance)' if r.maintenance else ''} on {compress(r.nodes)} from {_fmt_ts(r.start)}"
+                f" to {_fmt_ts(r.end)}" for r in blockers) + " blocks the nodes it could use", "warning"))
+        if top is not None and top[0] != rec.job.job_id:
+            if unblocked >= req.nodes:
+                msg = (f"it could start now but would delay top job {top[0]}, reserved from {_fmt_ts(top[1])} "
+                       f"on {compress([cl.names[i] for i in top[2]])}")
+            else:
+                msg = f"it waits behind top job {top[0]} (reserved from {_fmt_ts(top[1])})"
+            rec.reasons.append(Reason("priority", msg))
+        if raw < req.nodes:
+            rec.reasons.append(Reason("resources", f"it needs {req.nodes} node(s) with {_shape(req.cpus, req.mem, req.gpus)}"
+                                      f"{' (whole nodes)' if req.exclusive else ''} free; {raw} have that now"))
+        if frag:
+            rec.reasons.append(Reason("fragmentation", frag))
+        if what_if_s is not None and what_if_s < req.duration:
+            names = tuple(cl.names[i] for i in what_if_nodes)
+            rec.what_if = WhatIf(int(what_if_s), names, f"with --time at most {format_duration(what_if_s)} it "
+                                 f"could start now on {compress(names)}")
+        rec.reasons.append(Reason("expected_start", f"expected to start at {_fmt_ts(when)} at the earliest"
+                                  + ("" if when > now else " (now, once the jobs ahead of it are placed)")))
+
+
+def _facts(cl: _Cluster, p: str, req: _Req, t0: float):
+    """What a waiting job's reasons need, computed once per distinct request in the final plan."""
+    when, nodes = cl.earliest(p, req, t0)
+    arr = cl.arrays(p)
+    c0, m0, g0 = arr.cpus[:, 0], arr.mem[:, 0], arr.gpus[:, 0]
+    if req.exclusive:
+        fits = (c0 >= arr.cpus_total) & (m0 >= arr.mem_total) & (g0 >= arr.gpus_total)
+    else:
+        fits = (c0 >= req.cpus) & (m0 >= req.mem) & (g0 >= req.gpus)
+    mask = cl.allowed_mask(p, req)
+    if mask is not None:
+        fits &= mask
+    raw = int(fits.sum())
+    special = cl.special(p, req)
+    row = cl.row[p]
+    # Nodes without reservations or holds keep their room for ever; only the special ones need a look.
+    plain = raw - sum(1 for i in special if fits[row[i]])
+    end = cl.now + req.duration
+    unblocked = plain
+    blockers: dict[int, Reservation] = {}
+    room: list[tuple[float, int]] = []
+    blocked_now = np.zeros(len(row), dtype=bool)
+    for i in special:
+        if any(s <= cl.now < e and k != req.resv for s, e, k in cl.blocks[i]):
+            blocked_now[row[i]] = True
+        if not fits[row[i]]:
+            continue
+        if cl._room_now(i, req, end, with_holds=False) is not None:
+            unblocked += 1
+        else:
+            for s, e, k in cl.blocks[i]:
+                if k != req.resv and s < end and e > cl.now:
+                    blockers[k] = cl.reservations[k]
+        until = cl.room_until(i, req)
+        if until > cl.now:
+            room.append((until, i))
+    what_if_s, what_if_nodes = None, []
+    if plain < req.nodes <= plain + len(room):
+        room.sort(key=lambda x: (-x[0], cl.names[x[1]]))
+        span = room[req.nodes - plain - 1][0] - cl.now
+        span = (span // 60) * 60
+        if MIN_WHAT_IF_S <= span:
+            plain_nodes = [int(arr.pos[r]) for r in np.nonzero(fits)[0].tolist()
+                           if int(arr.pos[r]) not in set(special)]
+            what_if_s = span
+            what_if_nodes = plain_nodes + [i for _, i in room[:req.nodes - plain]]
+    frag = None
+    usable_now = ~blocked_now if mask is None else (mask & ~blocked_now)
+    if req.gpus and not req.exclusive:
+        total = int(g0[usable_now].sum())
+        enough = int(((g0 >= req.gpus) & usable_now).sum())
+        if total >= req.nodes * req.gpus and enough < req.nodes:
+            frag = (f"{total} GPUs are free in partition {p}, but no {req.nodes} nodes have {req.gpus} free GPUs "
+                    f"each ({enough} do)")
+    elif not req.exclusive:
+        total = int(c0[usable_now].sum())
+        enough = int(((c0 >= req.cpus) & usable_now).sum())
+        if total >= req.nodes * req.cpus and enough < req.nodes:
+            frag = (f"{total} CPUs are free in partition {p}, but no {req.nodes} nodes have {req.cpus} free CPUs "
+                    f"each ({enough} do)")
+    return when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, list(blockers.values())
+
+
+def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
+    """showbf: per partition, free resources now (before backfilled jobs take them) and until when."""
+    extra: dict[int, list[int]] = {}
+    for i, c, g in backfilled:
+        e = extra.setdefault(i, [0, 0])
+        e[0] += c
+        e[1] += g
+    now = cl.now
+    out = {}
+    for p, idx in cl.part_usable.items():
+        groups: dict[tuple[int, int, float], list[str]] = {}
+        for i in idx:
+            c = cl.cf[i] + extra.get(i, (0, 0))[0]
+            g = cl.gf[i] + extra.get(i, (0, 0))[1]
+            if c <= 0:
+                continue
+            if any(s <= now < e for s, e, _ in cl.blocks[i]):
+                continue  # reserved now: not free for the jobs of this partition
+            until = min([s for s, e, _ in cl.blocks[i] if s > now] + [s for s, *_ in cl.holds[i]], default=INF)
+            groups.setdefault((g, c, until), []).append(cl.names[i])
+        ws = [Window(len(names), g, c, None if until == INF else until, compress(names))
+              for (g, c, until), names in groups.items()]
+        ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus, w.node_list))
+        out[p] = tuple(ws)
+    return out

@@ -1,0 +1,394 @@
+"""Event-driven replay of an SWF workload under FCFS, EASY or conservative backfilling.
+
+Sources: `SwfJob` records (dashboard.analysis.swf); pure computation, no I/O, no privileges.
+
+Semantics (fixed, so that results can be compared with other simulators):
+- processors = the allocated processors (SWF field 5), clipped to the machine size (clipped jobs
+  are counted); records whose run time or processor count is not positive are skipped and counted.
+- a job runs for its run time but is killed at its requested time: duration = min(run, requested).
+  A missing requested time (<= 0) is replaced by the run time (perfect estimate) and counted.
+- reservations (EASY's shadow time, conservative's per-job reservations) use the requested time,
+  so a running job is expected to end at start + requested time; it never ends later than that.
+- jobs are queued in submission order (ties kept in trace order); one scheduling pass per event.
+- at equal timestamps submissions come before terminations, and terminations follow the order in
+  which the jobs started.
+- EASY: start queue heads while they fit; the first that does not fit is the top job, reserved at
+  the shadow time (when enough running jobs will have ended by their requested times); a later job
+  backfills when it fits now and either ends by the shadow time or uses only processors the top job
+  will not need ("extra"). A submission while a top job waits can only change the new job's fate,
+  so that pass checks only the new job: its result is identical to a full pass (the free
+  processors, shadow time and extra processors are unchanged, and every earlier rejection still
+  holds because time only moved forward).
+- conservative: every queued job holds a reservation in an availability profile, made at
+  submission at the earliest slot; when a job ends before its requested time the queue is
+  compressed in order (each job is removed and re-reserved at the earliest slot, which is never
+  later than its old one), and jobs whose reservation is now start.
+- wait = start - submit; bounded slowdown = max(1, (wait + duration) / max(duration, 10));
+  utilisation = sum(processors x duration) / (machine processors x makespan);
+  makespan = last end - first submission.
+
+Failure modes: a machine size below 1 raises ValueError; an unknown policy raises ValueError.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from dashboard.analysis.swf import SwfJob
+
+POLICIES = ("fcfs", "easy", "conservative")
+BSLD_BOUND_S = 10  # the customary 10 s bound (Feitelson et al., "Theory and practice in parallel job scheduling")
+
+
+@dataclass(frozen=True, slots=True)
+class JobStart:
+    job_id: int
+    submit: int
+    start: int
+    end: int
+    procs: int
+
+
+@dataclass(frozen=True, slots=True)
+class SkipCounts:
+    no_run_time: int = 0
+    no_processors: int = 0
+    clipped_processors: int = 0  # simulated, with fewer processors than the trace says
+    requested_time_missing: int = 0  # simulated, with the run time as the estimate
+    killed_at_requested_time: int = 0  # simulated, cut short
+
+    def to_json(self) -> dict:
+        return {
+            "skipped_no_run_time": self.no_run_time,
+            "skipped_no_processors": self.no_processors,
+            "clipped_processors": self.clipped_processors,
+            "requested_time_missing": self.requested_time_missing,
+            "killed_at_requested_time": self.killed_at_requested_time,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    policy: str
+    procs: int
+    jobs: int
+    avg_wait_s: float
+    avg_bounded_slowdown: float
+    utilisation: float
+    makespan_s: int
+    counts: SkipCounts
+    starts: tuple[JobStart, ...] = field(repr=False)
+    # job id -> the first start time promised to it (EASY: as top job; conservative: at submission)
+    first_reservation: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict:
+        return {
+            "policy": self.policy,
+            "procs": self.procs,
+            "jobs": self.jobs,
+            "avg_wait_s": round(self.avg_wait_s, 3),
+            "avg_bounded_slowdown": round(self.avg_bounded_slowdown, 4),
+            "utilisation": round(self.utilisation, 6),
+            "makespan_s": self.makespan_s,
+            **self.counts.to_json(),
+        }
+
+    def starts_csv(self) -> str:
+        rows = ["job_id,submit,start,end"]
+        rows += [f"{s.job_id},{s.submit},{s.start},{s.end}" for s in self.starts]
+        return "\n".join(rows) + "\n"
+
+
+class _Profile:
+    """Free processors as a step function of time: free[i] holds on [times[i], times[i+1])."""
+
+    __slots__ = ("times", "free")
+
+    def __init__(self, now: int, free: int) -> None:
+        self.times = [now]
+        self.free = [free]
+
+    def trim(self, now: int) -> None:
+        i = bisect_right(self.times, now) - 1
+        if i > 0:
+            del self.times[:i]
+            del self.free[:i]
+
+    def _split(self, t: int) -> int:
+        i = bisect_left(self.times, t)
+        if i < len(self.times) and self.times[i] == t:
+            return i
+        self.times.insert(i, t)
+        self.free.insert(i, self.free[i - 1])
+        return i
+
+    def add(self, start: int, end: int, procs: int) -> None:
+        """Add `procs` free processors on [start, end) (negative to reserve)."""
+        i, j = self._split(start), self._split(end)
+        free = self.free
+        for k in range(i, j):
+            free[k] += procs
+
+    def earliest(self, now: int, procs: int, duration: int) -> int:
+        times, free = self.times, self.free
+        n = len(times)
+        i = max(bisect_right(times, now) - 1, 0)
+        while True:
+            t = times[i] if times[i] > now else now
+            end = t + duration
+            k = i
+            while k < n and times[k] < end:
+                if free[k] < procs:
+                    break
+                k += 1
+            else:
+                return t
+            i = k + 1  # no start before the end of the segment that was too full
+
+    def compact(self) -> None:
+        times, free = [self.times[0]], [self.free[0]]
+        for t, f in zip(self.times[1:], self.free[1:]):
+            if f != free[-1]:
+                times.append(t)
+                free.append(f)
+        self.times, self.free = times, free
+
+
+def prepare(jobs: Sequence[SwfJob], procs: int) -> tuple[list[tuple[int, int, int, int, int]], SkipCounts]:
+    """Apply the documented record rules: (job_id, submit, requested, duration, processors) per job."""
+    if procs < 1:
+        raise ValueError(f"machine size must be at least 1 processor, got {procs}")
+    out = []
+    no_run = no_procs = clipped = no_req = killed = 0
+    for job in jobs:
+        if job.run <= 0:
+            no_run += 1
+            continue
+        p = job.alloc_procs
+        if p <= 0:
+            no_procs += 1
+            continue
+        if p > procs:
+            p = procs
+            clipped += 1
+        req = job.req_time
+        if req <= 0:
+            req = job.run
+            no_req += 1
+        dur = job.run
+        if dur > req:
+            dur = req
+            killed += 1
+        out.append((job.job_id, job.submit, req, dur, p))
+    out.sort(key=lambda r: r[1])  # stable: ties keep trace order
+    return out, SkipCounts(no_run, no_procs, clipped, no_req, killed)
+
+
+def simulate(jobs: Sequence[SwfJob], procs: int, policy: str = "easy") -> ReplayResult:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    records, counts = prepare(jobs, procs)
+    n = len(records)
+    submit = [r[1] for r in records]
+    req = [r[2] for r in records]
+    dur = [r[3] for r in records]
+    size = [r[4] for r in records]
+    start = [0] * n
+    first_res: dict[int, int] = {}
+    if policy == "conservative":
+        _run_conservative(submit, req, dur, size, procs, start, first_res)
+    else:
+        _run_queue(submit, req, dur, size, procs, start, first_res, policy == "easy")
+    return _result(policy, procs, records, start, counts, first_res)
+
+
+def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
+    """FCFS and EASY. running_exp holds (expected end, start order, job) sorted by expected end."""
+    n = len(submit)
+    ends: list[tuple[int, int, int]] = []  # heap of (actual end, start order, job)
+    running_exp: list[tuple[int, int, int]] = []
+    queue: list[int] = []
+    free = procs
+    seq = 0
+    i = 0
+    shadow = extra = 0  # valid while queue is non-empty (EASY), see the module docstring
+    while i < n or ends:
+        if i < n and (not ends or submit[i] <= ends[0][0]):
+            now = submit[i]
+            j = i
+            i += 1
+            p = size[j]
+            if queue:
+                if easy and p <= free and (now + req[j] <= shadow or p <= extra):
+                    start[j] = now
+                    heapq.heappush(ends, (now + dur[j], seq, j))
+                    insort(running_exp, (now + req[j], seq, j))
+                    seq += 1
+                    free -= p
+                    if now + req[j] > shadow:
+                        extra -= p
+                else:
+                    queue.append(j)
+                continue
+            if p <= free:
+                start[j] = now
+                heapq.heappush(ends, (now + dur[j], seq, j))
+                insort(running_exp, (now + req[j], seq, j))
+                seq += 1
+                free -= p
+                continue
+            queue.append(j)
+        else:
+            now, s, j = heapq.heappop(ends)
+            free += size[j]
+            del running_exp[bisect_left(running_exp, (start[j] + req[j], s, j))]
+            if not queue:
+                continue
+        # full pass: queue heads, then (EASY) the top job's reservation and backfilling
+        h = 0
+        nq = len(queue)
+        while h < nq and size[queue[h]] <= free:
+            j = queue[h]
+            start[j] = now
+            heapq.heappush(ends, (now + dur[j], seq, j))
+            insort(running_exp, (now + req[j], seq, j))
+            seq += 1
+            free -= size[j]
+            h += 1
+        if h:
+            del queue[:h]
+        if not queue or not easy:
+            continue
+        top = queue[0]
+        need = size[top]
+        avail = free
+        for exp_end, _, r in running_exp:
+            avail += size[r]
+            if avail >= need:
+                shadow = exp_end
+                extra = avail - need
+                break
+        if top not in first_res:
+            first_res[top] = shadow
+        if free == 0:
+            continue
+        kept = [top]
+        for q in range(1, len(queue)):
+            j = queue[q]
+            p = size[j]
+            if p <= free and (now + req[j] <= shadow or p <= extra):
+                start[j] = now
+                heapq.heappush(ends, (now + dur[j], seq, j))
+                insort(running_exp, (now + req[j], seq, j))
+                seq += 1
+                free -= p
+                if now + req[j] > shadow:
+                    extra -= p
+                if free == 0:
+                    kept.extend(queue[q + 1:])
+                    break
+            else:
+                kept.append(j)
+        queue[:] = kept
+
+
+def _run_conservative(submit, req, dur, size, procs, start, first_res):
+    """Conservative backfilling. `wake` holds (reserved start, job): a reservation can land on a time
+    where nothing ends (the end of a later job's old reservation that compression then moved), so
+    each reserved start is an event of its own, after the submissions and terminations at that time."""
+    n = len(submit)
+    ends: list[tuple[int, int, int]] = []
+    wake: list[tuple[int, int]] = []
+    queue: list[int] = []
+    res = [0] * n  # current reservation of each queued job
+    profile = _Profile(submit[0] if n else 0, procs)
+    seq = 0
+    i = 0
+    while i < n or ends or wake:
+        t_sub = submit[i] if i < n else None
+        t_end = ends[0][0] if ends else None
+        if t_sub is not None and (t_end is None or t_sub <= t_end) and (not wake or t_sub <= wake[0][0]):
+            now = submit[i]
+            j = i
+            i += 1
+            profile.trim(now)
+            t = profile.earliest(now, size[j], req[j])
+            profile.add(t, t + req[j], -size[j])
+            res[j] = first_res[j] = t
+            if t == now:
+                start[j] = now
+                heapq.heappush(ends, (now + dur[j], seq, j))
+                seq += 1
+            else:
+                queue.append(j)
+                heapq.heappush(wake, (t, j))
+            continue
+        if t_end is not None and (not wake or t_end <= wake[0][0]):
+            now, _, j = heapq.heappop(ends)
+            profile.trim(now)
+            expected = start[j] + req[j]
+            if now < expected:
+                profile.add(now, expected, size[j])
+                for q in queue:  # compression in queue order; a job never moves later
+                    old = res[q]
+                    profile.add(old, old + req[q], size[q])
+                    t = profile.earliest(now, size[q], req[q])
+                    profile.add(t, t + req[q], -size[q])
+                    if t != old:
+                        res[q] = t
+                        heapq.heappush(wake, (t, q))
+                if len(profile.times) > 4 * (len(queue) + len(ends)) + 64:
+                    profile.compact()
+        else:
+            now, _ = heapq.heappop(wake)
+            while wake and wake[0][0] == now:
+                heapq.heappop(wake)
+        if not queue:
+            continue
+        kept = []
+        for q in queue:
+            if res[q] == now:
+                start[q] = now
+                heapq.heappush(ends, (now + dur[q], seq, q))
+                seq += 1
+            else:
+                kept.append(q)
+        queue = kept
+
+
+def _result(policy, procs, records, start, counts, first_res) -> ReplayResult:
+    starts = []
+    total_wait = 0
+    total_bsld = 0.0
+    work = 0
+    first_submit = None
+    last_end = 0
+    for k, (job_id, sub, _, d, p) in enumerate(records):
+        s = start[k]
+        wait = s - sub
+        total_wait += wait
+        total_bsld += max(1.0, (wait + d) / max(d, BSLD_BOUND_S))
+        work += p * d
+        end = s + d
+        if end > last_end:
+            last_end = end
+        if first_submit is None:
+            first_submit = sub
+        starts.append(JobStart(job_id, sub, s, end, p))
+    n = len(records)
+    makespan = last_end - first_submit if n else 0
+    return ReplayResult(
+        policy=policy,
+        procs=procs,
+        jobs=n,
+        avg_wait_s=total_wait / n if n else 0.0,
+        avg_bounded_slowdown=total_bsld / n if n else 0.0,
+        utilisation=work / (procs * makespan) if makespan > 0 else 0.0,
+        makespan_s=makespan,
+        counts=counts,
+        starts=tuple(starts),
+        first_reservation={records[k][0]: t for k, t in first_res.items()},
+    )

@@ -1,0 +1,152 @@
+"""Standard Workload Format (SWF) reader for the Parallel Workloads Archive's traces.
+
+Sources: SWF text (plain or gzip), as published by the Parallel Workloads Archive
+(https://www.cs.huji.ac.il/labs/parallel/workload/swf.html). Each job line has 18 whitespace-separated
+fields, `-1` meaning unknown; lines starting with `;` are header comments (`; MaxProcs: 100`).
+
+`parse_swf` is pure (lines in, records out). `read_swf` is the one function here that touches a
+file: it opens plain or gzip input (detected by the gzip magic bytes, not the name) and feeds
+`parse_swf`. No privileges needed.
+
+Failure modes: a malformed job line (wrong field count, a field that is not a finite number) is
+reported as an `SwfProblem` with its 1-based line number and skipped; it never stops the parse.
+An unparsable header value is kept as text and leaves `max_procs`/`max_nodes` unset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+FIELDS = 18
+
+
+@dataclass(frozen=True, slots=True)
+class SwfJob:
+    """One SWF job record. Times in seconds, -1 where the trace does not know."""
+
+    job_id: int
+    submit: int
+    wait: int
+    run: int
+    alloc_procs: int
+    avg_cpu: float
+    used_mem: float
+    req_procs: int
+    req_time: int
+    req_mem: float
+    status: int
+    user: int
+    group: int
+    executable: int
+    queue: int
+    partition: int
+    preceding_job: int
+    think_time: int
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SwfProblem:
+    line: int
+    reason: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SwfHeader:
+    max_procs: int | None = None
+    max_nodes: int | None = None
+    unix_start_time: int | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SwfTrace:
+    header: SwfHeader
+    jobs: tuple[SwfJob, ...]
+    problems: tuple[SwfProblem, ...]
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # raises ValueError for non-numbers, caught by the caller
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite number: {text!r}") from None
+        return value
+
+
+def _int(text: str) -> int:
+    value = _number(text)
+    if isinstance(value, float):
+        # Some converted traces write integral fields as 123.0; round-trip those, refuse 1.5.
+        if value != int(value):
+            raise ValueError(f"not an integer: {text!r}")
+        return int(value)
+    return value
+
+
+def _header_int(value: str) -> int | None:
+    try:
+        return int(value.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
+    """Parse SWF text lines. `limit` stops after that many valid job records (the trace's first N)."""
+    header: dict[str, str] = {}
+    jobs: list[SwfJob] = []
+    problems: list[SwfProblem] = []
+    for number, raw in enumerate(lines, start=1):
+        if limit is not None and len(jobs) >= limit:
+            break
+        text = raw.strip()
+        if not text:
+            continue
+        if text[0] == ";":
+            key, sep, value = text[1:].partition(":")
+            if sep and key.strip() and key.strip() not in header:
+                header[key.strip()] = value.strip()
+            continue
+        parts = text.split()
+        if len(parts) != FIELDS:
+            problems.append(SwfProblem(number, f"expected {FIELDS} fields, got {len(parts)}", text[:200]))
+            continue
+        try:
+            ints = [_int(p) for p in parts[:5]]
+            avg_cpu, used_mem = float(_number(parts[5])), float(_number(parts[6]))
+            req_procs, req_time = _int(parts[7]), _int(parts[8])
+            req_mem = float(_number(parts[9]))
+            tail = [_int(p) for p in parts[10:]]
+        except ValueError as exc:
+            problems.append(SwfProblem(number, f"bad field: {exc}", text[:200]))
+            continue
+        jobs.append(SwfJob(ints[0], ints[1], ints[2], ints[3], ints[4], avg_cpu, used_mem, req_procs,
+                           req_time, req_mem, *tail, line=number))
+    unix_start = _header_int(header.get("UnixStartTime", ""))
+    return SwfTrace(
+        SwfHeader(_header_int(header.get("MaxProcs", "")), _header_int(header.get("MaxNodes", "")),
+                  unix_start, header),
+        tuple(jobs),
+        tuple(problems),
+    )
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    raw = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as text:
+        yield from text
+
+
+def read_swf(path: str | Path, limit: int | None = None) -> SwfTrace:
+    """Read a plain or gzip-compressed SWF file (the I/O edge; the parsing is `parse_swf`)."""
+    return parse_swf(_lines(Path(path)), limit=limit)

@@ -1,0 +1,340 @@
+"""InfiniBand collector: peer agreement with node_exporter, procfs' richer tree, saturation, degraded
+links, bad input, and property tests for every parser."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collectors.exposition import encode, iter_samples
+from collectors.node import infiniband as ib
+from collectors.node.infiniband import InfinibandCollector
+from collectors.registry import Context, NoData, Paths
+from tests.conftest import REPO
+from tests.support.golden import check_golden
+
+GOLDEN = REPO / "tests" / "golden" / "infiniband"
+
+# node_exporter family -> ours; units already agree after our x4 of data words (both emit bytes).
+PEER_NAMES = {
+    "node_infiniband_port_data_received_bytes_total": "port_receive_data_bytes_total",
+    "node_infiniband_port_data_transmitted_bytes_total": "port_transmit_data_bytes_total",
+    "node_infiniband_port_packets_received_total": "port_receive_packets_total",
+    "node_infiniband_port_packets_transmitted_total": "port_transmit_packets_total",
+    "node_infiniband_unicast_packets_received_total": "port_unicast_receive_packets_total",
+    "node_infiniband_unicast_packets_transmitted_total": "port_unicast_transmit_packets_total",
+    "node_infiniband_multicast_packets_received_total": "port_multicast_receive_packets_total",
+    "node_infiniband_multicast_packets_transmitted_total": "port_multicast_transmit_packets_total",
+    "node_infiniband_port_transmit_wait_total": "port_transmit_wait_ticks_total",
+    "node_infiniband_link_downed_total": "port_link_downed_total",
+    "node_infiniband_link_error_recovery_total": "port_link_error_recoveries_total",
+    "node_infiniband_port_constraint_errors_received_total": "port_receive_constraint_errors_total",
+    "node_infiniband_port_constraint_errors_transmitted_total": "port_transmit_constraint_errors_total",
+    "node_infiniband_port_discards_received_total": "port_receive_discards_total",
+    "node_infiniband_port_discards_transmitted_total": "port_transmit_discards_total",
+    "node_infiniband_port_errors_received_total": "port_receive_errors_total",
+    "node_infiniband_legacy_data_received_bytes_total": "port_ext_receive_data_bytes_total",
+    "node_infiniband_legacy_data_transmitted_bytes_total": "port_ext_transmit_data_bytes_total",
+    "node_infiniband_legacy_packets_received_total": "port_ext_receive_packets_total",
+    "node_infiniband_legacy_packets_transmitted_total": "port_ext_transmit_packets_total",
+    "node_infiniband_legacy_unicast_packets_received_total": "port_ext_unicast_receive_packets_total",
+    "node_infiniband_legacy_unicast_packets_transmitted_total": "port_ext_unicast_transmit_packets_total",
+    "node_infiniband_legacy_multicast_packets_received_total": "port_ext_multicast_receive_packets_total",
+    "node_infiniband_legacy_multicast_packets_transmitted_total": "port_ext_multicast_transmit_packets_total",
+    "node_infiniband_physical_state_id": "port_physical_state_id",
+    "node_infiniband_state_id": "port_state_id",
+    "node_infiniband_rate_bytes_per_second": "port_rate_bytes_per_second",
+    "node_infiniband_info": "info",
+}
+
+
+def collect(sysfs: Path, **options) -> str:
+    c = InfinibandCollector(Context(paths=Paths(sysfs=str(sysfs)), options=options))
+    try:
+        return encode(c.collect())
+    finally:
+        c.close()
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {(n, tuple(sorted(l.items()))): v for n, l, v in iter_samples(text)}
+
+
+def series(text: str, name: str) -> dict[tuple, float]:
+    return {labels: v for (n, labels), v in samples(text).items() if n == name}
+
+
+@pytest.fixture(scope="module")
+def peer(fixtures_dir) -> dict[str, dict[tuple, float]]:
+    text = (fixtures_dir / "node_exporter" / "e2e-output.txt").read_text()
+    ib_lines = [l for l in text.splitlines() if l.startswith(("node_infiniband_", "# HELP node_infiniband_",
+                                                              "# TYPE node_infiniband_"))]
+    out: dict[str, dict[tuple, float]] = {}
+    for (name, labels), value in samples("\n".join(ib_lines) + "\n").items():
+        out.setdefault(name, {})[labels] = value
+    return out
+
+
+def test_agrees_with_node_exporter_e2e_output(node_exporter_sys, peer):
+    ours = collect(node_exporter_sys)
+    unmapped = set(peer) - set(PEER_NAMES)
+    assert not unmapped, f"node_exporter families without a counterpart here: {unmapped}"
+    for peer_name, our_suffix in PEER_NAMES.items():
+        mine = series(ours, "gangwatch_infiniband_" + our_suffix)
+        theirs = peer[peer_name]
+        if peer_name == "node_infiniband_info":
+            # same devices and facts; we add node_guid
+            assert {tuple(p for p in k if p[0] != "node_guid") for k in mine} == set(theirs)
+            continue
+        assert mine == theirs, f"{peer_name} vs gangwatch_infiniband_{our_suffix}"
+    # the x4: port_rcv_data holds 4631917 words on mlx4_0 port 1
+    assert series(ours, "gangwatch_infiniband_port_receive_data_bytes_total")[
+        (("device", "mlx4_0"), ("port", "1"))] == 4631917 * 4
+
+
+def test_node_exporter_tree_golden_and_flags(node_exporter_sys, update_golden):
+    text = collect(node_exporter_sys)
+    check_golden(GOLDEN / "node_exporter_sys.prom", text, update_golden)
+    # iWARP's "N/A (no PMA)" counters are left out, its state and rate are not
+    assert not any(("device", "i40iw0") in k for k in series(text, "gangwatch_infiniband_port_symbol_errors_total"))
+    assert series(text, "gangwatch_infiniband_port_rate_bytes_per_second")[(("device", "i40iw0"), ("port", "1"))] == 1.25e9
+    # port_xmit_wait = 4294967295 is a saturated 32-bit counter
+    assert series(text, "gangwatch_infiniband_counter_saturated") == {
+        (("counter", "port_xmit_wait"), ("device", "mlx4_0"), ("port", "1")): 1}
+    # two link-up ports of the same model at the same rate: judged, not degraded; the lone i40iw0 is not judged
+    assert series(text, "gangwatch_infiniband_port_degraded") == {
+        (("device", "mlx4_0"), ("port", "1")): 0, (("device", "mlx4_0"), ("port", "2")): 0}
+
+
+def test_procfs_tree(procfs_tree, update_golden):
+    sysfs = procfs_tree / "sys"
+    text = collect(sysfs, collector_infiniband_expected_rate="mlx5_*=100 Gb/sec")
+    check_golden(GOLDEN / "procfs_sys.prom", text, update_golden)
+    s = samples(text)
+    hfi = (("device", "hfi1_0"), ("port", "1"))
+    mlx5 = (("device", "mlx5_0"), ("port", "1"))
+    assert s[("gangwatch_infiniband_port_transmit_data_bytes_total", hfi)] == 273558326543 * 4
+    assert s[("gangwatch_infiniband_port_receive_data_bytes_total", mlx5)] == 18126345378 * 4
+    assert s[("gangwatch_infiniband_port_rate_bytes_per_second", hfi)] == 100e9 / 8
+    assert s[("gangwatch_infiniband_port_hw_counter_total", (("counter", "out_of_sequence"), *mlx5))] == 1
+    assert s[("gangwatch_infiniband_port_hw_counter_total", (("counter", "rx_read_requests"), *mlx5))] == 175528982
+    assert not any(n == "gangwatch_infiniband_port_hw_counter_total" and ("counter", "lifespan") in k
+                   for n, k in s), "lifespan is a refresh period, not a counter"
+    # phys_state reads "4: ACTIVE" in this fixture: kept as read, and the link still counts as up
+    assert s[("gangwatch_infiniband_port_physical_state_id", mlx5)] == 4
+    # 25 Gb/s (1X EDR) against the operator's 100 Gb/s: degraded; the flag is the basis
+    assert s[("gangwatch_infiniband_port_degraded", mlx5)] == 1
+    assert s[("gangwatch_infiniband_port_expected_rate_bytes_per_second", (("basis", "flag"), *mlx5))] == 12.5e9
+    assert s[("gangwatch_infiniband_port_info", (("device", "mlx5_0"), ("lid", ""), ("link_layer", "InfiniBand"),
+                                                  ("port", "1"), ("speed", "EDR"), ("width", "1X")))] == 1
+    assert ("gangwatch_infiniband_port_degraded", hfi) not in s  # alone, no flag for it: unknown
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic trees for the cases the fixtures lack (files as the kernel writes them)
+
+
+def make_port(root: Path, device: str, port: str, *, rate="400 Gb/sec (4X NDR)", state="4: ACTIVE",
+              phys="5: LinkUp", link_layer="InfiniBand", hca="MT4129", counters=None, hw=None) -> Path:
+    ddir = root / "class" / "infiniband" / device
+    pdir = ddir / "ports" / port
+    (pdir / "counters").mkdir(parents=True, exist_ok=True)
+    for name, value in (("hca_type", hca), ("fw_ver", "28.39.1002"), ("board_id", "MT_0000000838")):
+        if value is not None:
+            (ddir / name).write_text(value + "\n")
+    for name, value in (("rate", rate), ("state", state), ("phys_state", phys), ("link_layer", link_layer),
+                        ("lid", "0x1a")):
+        if value is not None:
+            (pdir / name).write_text(value + "\n")
+    for name, value in (counters or {"port_xmit_data": "10"}).items():
+        (pdir / "counters" / name).write_text(value)
+    if hw is not None:
+        (pdir / "hw_counters").mkdir(exist_ok=True)
+        for name, value in hw.items():
+            (pdir / "hw_counters" / name).write_text(value)
+    return pdir
+
+
+def test_saturation_uses_each_counters_iba_width(tmp_path):
+    make_port(tmp_path, "mlx5_0", "1", counters={
+        "symbol_error": "65535\n", "port_rcv_errors": "65534\n", "link_downed": "255\n",
+        "local_link_integrity_errors": "15\n", "port_xmit_data": "4294967295\n",
+        "port_rcv_data": "4294967296\n", "unicast_xmit_packets": "4294967295\n"})
+    got = {dict(k)["counter"] for k in series(collect(tmp_path), "gangwatch_infiniband_counter_saturated")}
+    # port_rcv_data went past 2^32-1: a 64-bit counter; unicast packets only exist as 64-bit counters
+    assert got == {"symbol_error", "link_downed", "local_link_integrity_errors", "port_xmit_data"}
+
+
+def test_degraded_against_peers_of_the_same_model(tmp_path):
+    for i in range(3):
+        make_port(tmp_path, f"mlx5_{i}", "1")
+    make_port(tmp_path, "mlx5_3", "1", rate="200 Gb/sec (2X NDR)")  # lost two lanes
+    make_port(tmp_path, "mlx5_4", "1", rate="10 Gb/sec (4X)", state="1: DOWN", phys="3: Disabled")
+    make_port(tmp_path, "mlx5_5", "1", rate="100 Gb/sec (4X EDR)", link_layer="Ethernet")  # alone in its group
+    text = collect(tmp_path)
+    degraded = {dict(k)["device"]: v for k, v in series(text, "gangwatch_infiniband_port_degraded").items()}
+    assert degraded == {"mlx5_0": 0, "mlx5_1": 0, "mlx5_2": 0, "mlx5_3": 1}
+    expected = series(text, "gangwatch_infiniband_port_expected_rate_bytes_per_second")
+    assert expected[(("basis", "peers"), ("device", "mlx5_3"), ("port", "1"))] == 400e9 / 8
+
+
+def test_expected_rate_flag_overrides_peers(tmp_path):
+    for i in range(2):
+        make_port(tmp_path, f"mlx5_{i}", "1", rate="200 Gb/sec (4X HDR)")  # all alike: peers see nothing
+    make_port(tmp_path, "mlx5_9", "1", rate="100 Gb/sec (2X HDR)")
+    assert set(series(collect(tmp_path), "gangwatch_infiniband_port_degraded").values()) == {0, 1}
+    text = collect(tmp_path, collector_infiniband_expected_rate="mlx5_9=100, 400 Gb/sec")
+    degraded = {dict(k)["device"]: v for k, v in series(text, "gangwatch_infiniband_port_degraded").items()}
+    assert degraded == {"mlx5_0": 1, "mlx5_1": 1, "mlx5_9": 0}
+
+
+def test_bad_input_degrades_per_field(tmp_path):
+    make_port(tmp_path, "mlx5_0", "1", counters={
+        "port_xmit_data": "", "port_rcv_data": "12\x00garbage", "symbol_error": "-1", "link_downed": "N/A (no PMA)",
+        "port_xmit_wait": "99999999999999999999999", "port_rcv_errors": "0x10", "VL15_dropped": "7"},
+        hw={"out_of_buffer": "abc", "np_cnp_sent": "5\n", "lifespan": "12"},
+        rate="fast", state="", phys="garbage")
+    (tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_packets").mkdir()  # EISDIR on read
+    # a device without ports and a port without counters or any attribute file
+    (tmp_path / "class/infiniband/broken0").mkdir()
+    (tmp_path / "class/infiniband/mlx5_1/ports/1").mkdir(parents=True)
+    (tmp_path / "class/infiniband/mlx5_1/ports/notaport").write_text("x")
+    text = collect(tmp_path)
+    s = samples(text)
+    port = (("device", "mlx5_0"), ("port", "1"))
+    assert s[("gangwatch_infiniband_port_vl15_dropped_total", port)] == 7
+    assert s[("gangwatch_infiniband_port_transmit_wait_ticks_total", port)] == 99999999999999999999999
+    assert s[("gangwatch_infiniband_port_hw_counter_total", (("counter", "np_cnp_sent"), *port))] == 5
+    names = {n for n, _ in s}
+    for absent in ("port_transmit_data_bytes_total", "port_receive_data_bytes_total", "port_symbol_errors_total",
+                   "port_link_downed_total", "port_receive_errors_total", "port_transmit_packets_total",
+                   "port_rate_bytes_per_second", "port_state_id", "port_physical_state_id", "port_degraded"):
+        assert "gangwatch_infiniband_" + absent not in names, absent
+    assert {dict(k)["device"] for n, k in s if n == "gangwatch_infiniband_info"} == {"broken0", "mlx5_0", "mlx5_1"}
+
+
+def test_counters_are_fresh_and_devices_that_go_away_are_dropped(tmp_path):
+    pdir = make_port(tmp_path, "mlx5_0", "1", counters={"port_xmit_data": "10\n"})
+    make_port(tmp_path, "mlx5_1", "1", counters={"port_xmit_data": "20\n"})
+    c = InfinibandCollector(Context(paths=Paths(sysfs=str(tmp_path))))
+    name = "gangwatch_infiniband_port_transmit_data_bytes_total"
+    try:
+        assert series(encode(c.collect()), name) == {(("device", "mlx5_0"), ("port", "1")): 40,
+                                                     (("device", "mlx5_1"), ("port", "1")): 80}
+        (pdir / "counters" / "port_xmit_data").write_text("11\n")  # files stay open: the new value must show
+        assert series(encode(c.collect()), name)[(("device", "mlx5_0"), ("port", "1"))] == 44
+        import shutil
+        shutil.rmtree(tmp_path / "class/infiniband/mlx5_1")  # driver unload / hot unplug
+        encode(c.collect())  # reads fail: the layout is listed again on the next scrape
+        assert set(series(encode(c.collect()), name)) == {(("device", "mlx5_0"), ("port", "1"))}
+    finally:
+        c.close()
+    assert not c._files.fds
+
+
+def test_no_infiniband_is_quiet(tmp_path):
+    with pytest.raises(NoData):
+        collect(tmp_path)
+    (tmp_path / "class" / "infiniband").mkdir(parents=True)
+    with pytest.raises(NoData):
+        collect(tmp_path)
+
+
+def test_expected_rate_flag_on_the_command_line():
+    from collectors.agent import build_parser
+
+    args = build_parser().parse_args(["--collector.infiniband.expected-rate", "mlx5_[0-3]=400,200Gb/s"])
+    assert args.collector_infiniband_expected_rate == (ib.ExpectedRule("mlx5_[0-3]", 400.0), ib.ExpectedRule("*", 200.0))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--collector.infiniband.expected-rate", "fast"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsers: known answers, then no exception for arbitrary input
+
+
+@pytest.mark.parametrize("text,want", [
+    ("100 Gb/sec (4X EDR)\n", ib.Rate(100.0, "4X", "EDR")),
+    ("10 Gb/sec (4X)", ib.Rate(10.0, "4X", "")),
+    ("2.5 Gb/sec (1X SDR)", ib.Rate(2.5, "1X", "SDR")),
+    ("53.125 Gb/sec (1X HDR)", ib.Rate(53.125, "1X", "HDR")),
+    ("400 Gb/sec (4X NDR)", ib.Rate(400.0, "4X", "NDR")),
+    ("25 Gb/sec", ib.Rate(25.0, "", "")),
+    ("", None), ("Gb/sec", None), ("fast", None), ("100 Mb/sec (4X)", None),
+])
+def test_parse_rate(text, want):
+    assert ib.parse_rate(text) == want
+
+
+@pytest.mark.parametrize("text,want", [
+    ("4: ACTIVE\n", ib.State(4, "ACTIVE")), ("1: DOWN", ib.State(1, "DOWN")), ("ACTIVE", ib.State(4, "ACTIVE")),
+    ("7", ib.State(7, "")), ("", None), ("weird", ib.State(None, "weird")),
+])
+def test_parse_state(text, want):
+    assert ib.parse_state(text) == want
+
+
+def test_parse_phys_state_names():
+    assert ib.parse_phys_state("5: LinkUp") == ib.State(5, "LinkUp")
+    assert ib.parse_phys_state("LinkUp") == ib.State(5, "LinkUp")
+    assert ib.parse_phys_state("Link Error Recovery") == ib.State(6, "Link Error Recovery")
+
+
+@pytest.mark.parametrize("text,want", [
+    ("123\n", 123), ("0", 0), ("N/A (no PMA)\n", None), ("", None), ("-5", None), ("1e3", None),
+    ("١٢", None), (None, None),
+])
+def test_parse_counter(text, want):
+    assert ib.parse_counter(text) == want
+
+
+def test_parse_expected_rate_forms():
+    assert ib.parse_expected_rate("") == ()
+    assert ib.parse_expected_rate("200 Gb/sec") == (ib.ExpectedRule("*", 200.0),)
+    assert ib.parse_expected_rate("200 Gb/sec (4X HDR)") == (ib.ExpectedRule("*", 200.0),)
+    assert ib.parse_expected_rate("mlx5_*=400G, ib0=100") == (ib.ExpectedRule("mlx5_*", 400.0), ib.ExpectedRule("ib0", 100.0))
+    for bad in ("fast", "=200", "mlx5_0=", "0", "-100"):
+        with pytest.raises(ValueError):
+            ib.parse_expected_rate(bad)
+    assert ib.expected_for(ib.parse_expected_rate("mlx5_1=100,400"), "mlx5_1") == 100.0
+    assert ib.expected_for(ib.parse_expected_rate("mlx5_1=100,400"), "mlx5_2") == 400.0
+    assert ib.expected_for(ib.parse_expected_rate("mlx5_1=100"), "mlx5_2") is None
+
+
+text_inputs = st.one_of(st.text(), st.from_regex(r"[0-9 .:A-Za-z/()X_=,*-]{0,40}", fullmatch=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text_inputs)
+def test_parsers_never_raise(text):
+    assert ib.parse_counter(text) is None or ib.parse_counter(text) >= 0
+    ib.parse_state(text)
+    ib.parse_phys_state(text)
+    rate = ib.parse_rate(text)
+    assert rate is None or rate.bytes_per_second >= 0
+    gbps = ib.parse_gbps(text)
+    assert gbps is None or gbps > 0
+    try:
+        rules = ib.parse_expected_rate(text)
+    except ValueError:
+        rules = ()
+    ib.expected_for(rules, text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(ib.COUNTERS) + ["rate", "state", "phys_state", "link_layer"]),
+                       st.binary(max_size=40), max_size=8))
+def test_collector_never_raises_on_arbitrary_files(tmp_path_factory, files):
+    root = tmp_path_factory.mktemp("ibprop")
+    pdir = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (pdir / "counters").mkdir(parents=True)
+    for name, data in files.items():
+        target = pdir / name if name in ("rate", "state", "phys_state", "link_layer") else pdir / "counters" / name
+        target.write_bytes(data)
+    text = collect(root)
+    assert 'device="mlx5_0"' in text
+    list(iter_samples(text))  # the exposition stays parseable

@@ -1,0 +1,583 @@
+"""Lustre client and server collectors, and their parsers, on real captured trees and lctl dumps.
+
+Fixtures (read in place from ../shared/fixtures): HPE's and GSI's lustre_exporter procfs/sysfs
+trees (Lustre 2.10), whamcloud/lustrefs-exporter's `lctl get_param` dumps (2.14/2.15, modern
+job_stats) and DataDog's Lustre 2.15 job_stats (exporters-real/lustre). Expected values marked
+"HPE" are those HewlettPackard/lustre_exporter's own test states (lustre_exporter_test.go at
+63e0aba8, the commit the fixture tree comes from).
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collectors.exposition import encode, iter_samples
+from collectors.lustre_parse import (parse_hist, parse_import, parse_job_stats, parse_rpc_stats, parse_stats,
+                                     slurm_job_id, split_client_device, split_lctl_output, unquote_job_id)
+from collectors.node.lustre_client import LustreClientCollector
+from collectors.node.lustre_server import LustreServerCollector
+from collectors.registry import Context, NoData, Paths
+from collectors.runner import CommandResult
+from collectors.scrape import Scraper
+from tests.conftest import unpack_tar, which
+from tests.support.golden import check_golden
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(scope="session")
+def hpe(fixtures_dir) -> Path:
+    return fixtures_dir / "HewlettPackard_lustre_exporter"
+
+
+@pytest.fixture(scope="session")
+def gsi_full(tmp_path_factory, fixtures_dir) -> Path:
+    """GSI's complete proc/sys tree, unpacked from its archive into a temp dir."""
+    return unpack_tar(fixtures_dir / "GSI-HPC_lustre_exporter" / "full_proc_sys_tree.tar.gz",
+                      tmp_path_factory.mktemp("gsi-lustre"))
+
+
+@pytest.fixture(scope="session")
+def lctl_dir(fixtures_dir) -> Path:
+    return fixtures_dir / "lustrefs-exporter" / "lctl-cmd-outputs"
+
+
+def tree_ctx(root: Path, **options) -> Context:
+    return Context(paths=Paths(str(root / "proc"), str(root / "sys"), "/"),
+                   options={"collector_lustre_source": "files", **options})
+
+
+def samples(text: str) -> dict:
+    return {(n, tuple(sorted(l.items()))): v for n, l, v in iter_samples(text)}
+
+
+def value(got: dict, name: str, **labels):
+    return got.get((name, tuple(sorted(labels.items()))))
+
+
+class FakeRunner:
+    """Stands in for CommandRunner: returns a canned CommandResult and records the argv."""
+
+    def __init__(self, stdout="", returncode=0, timed_out=False, error="", stderr=""):
+        self.result = (stdout, returncode, timed_out, error, stderr)
+        self.calls: list[tuple] = []
+
+    def run(self, argv, timeout=5.0, input=None):
+        self.calls.append((tuple(argv), timeout))
+        out, rc, to, err, se = self.result
+        return CommandResult(tuple(argv), None if (to or err) else rc, out, se, 0.01, timed_out=to, error=err)
+
+
+def lctl_ctx(runner, **options) -> Context:
+    return Context(paths=Paths("/nonexistent/proc", "/nonexistent/sys", "/"), runner=runner,
+                   options={"collector_lustre_source": "lctl", **options})
+
+
+# --------------------------------------------------------------------------------------------
+# parsers on real files
+
+
+def test_stats_llite_matches_hpe(hpe):
+    s = parse_stats((hpe / "proc/fs/lustre/llite/lustrefs-ffff88105db50000/stats").read_text())
+    assert s.lines["read_bytes"].sum == 4194304  # HPE: lustre_read_bytes_total 4.194304e+06
+    assert s.lines["read_bytes"].min == s.lines["read_bytes"].max == 4194304  # HPE min/max read size
+    assert s.lines["write_bytes"].samples == 89467810  # HPE: lustre_write_samples_total
+    assert s.lines["write_bytes"].sum == 93813797294080  # HPE: lustre_write_bytes_total 9.381379729408e+13
+    assert s.lines["inode_permission"].samples == 398 and s.lines["open"].unit == "regs"
+    assert s.snapshot_time == pytest.approx(1510950459.772792457)
+
+
+def test_stats_duplicate_name_keeps_first_like_hpe(hpe):
+    s = parse_stats((hpe / "proc/fs/lustre/obdfilter/lustrefs-OST0000/stats").read_text())
+    assert s.lines["statfs"].samples == 35359  # the file lists statfs twice; HPE reports the first
+    assert s.lines["write_bytes"].sum == 16552048697344  # HPE: 1.6552048697344e+13
+
+
+def test_stats_2_14_latencies_and_elapsed(fixtures_dir):
+    text = (fixtures_dir / "lustrefs-exporter/lustre-collector-fixtures/valid/lustre-2-14-0/client/"
+            "llite_client.txt").read_text()
+    params = dict(split_lctl_output(text))
+    s = parse_stats(params["llite.ai400x2-ff47bce9ca35d800.stats"])
+    assert s.lines["open"] == (35955554, "usecs", 0, 172939, 3393651645)
+    assert s.lines["ioctl"].sum is None and s.lines["ioctl"].samples == 114
+
+
+def test_import_osc_and_mdc(hpe):
+    osc = parse_import((hpe / "proc/fs/lustre/osc/lustrefs-OST0000-osc-ffff88105db50000/import").read_text())
+    assert osc.state == "FULL" and osc.target == "lustrefs-OST0000_UUID"
+    assert osc.current_connection == "172.20.20.5@o2ib"
+    assert osc.inflight == 8 and osc.timeouts == 0 and osc.connection_attempts == 1
+    assert osc.avg_waittime_seconds == pytest.approx(0.006054)
+    mdc = parse_import((hpe / "proc/fs/lustre/mdc/lustrefs-MDT0000-mdc-ffff88105db50000/import").read_text())
+    assert mdc.avg_waittime_seconds == pytest.approx(0.000408) and mdc.inflight == 0
+
+
+def test_import_disconnected_state():
+    text = "import:\n    name: x-OST0001-osc-ffff\n    target: x-OST0001_UUID\n    state: DISCONN\n" \
+           "    rpcs:\n       inflight: 3\n       avg_waittime: 1500 usec\n"
+    imp = parse_import(text)
+    assert imp.state == "DISCONN" and imp.inflight == 3 and imp.avg_waittime_seconds == pytest.approx(0.0015)
+    assert imp.current_connection is None
+
+
+def test_rpc_stats_matches_hpe(hpe):
+    osc = parse_rpc_stats((hpe / "proc/fs/lustre/osc/lustrefs-OST0000-osc-ffff88105db50000/rpc_stats").read_text())
+    assert osc.in_flight == {"read": 0, "write": 6} and osc.pending_pages == {"write": 1244, "read": 0}
+    pages = dict(osc.histograms["pages per rpc"]["write"])
+    # HPE: lustre_pages_per_rpc_total{operation="write"} for sizes 1, 2, 128, 1024
+    assert (pages[1], pages[2], pages[128], pages[1024]) == (1537, 1489, 117183, 16389010)
+    assert dict(osc.histograms["rpcs in flight"]["write"])[3] == 4520192
+    mdc = parse_rpc_stats((hpe / "proc/fs/lustre/mdc/lustrefs-MDT0000-mdc-ffff88105db50000/rpc_stats").read_text())
+    # HPE reports these MDC rows as operation "read"; the file's column is "modify"
+    assert dict(mdc.histograms["rpcs in flight"]["modify"]) == {0: 0, 1: 90, 2: 13, 3: 12, 4: 11, 5: 9, 6: 8, 7: 53}
+
+
+def test_job_stats_2_10_matches_hpe(hpe):
+    dump = parse_job_stats((hpe / "proc/fs/lustre/obdfilter/lustrefs-OST0000/job_stats").read_text())
+    jobs = {j.job_id: j for j in dump.jobs}
+    assert len(jobs) == 35 and dump.malformed_lines == 0
+    # HPE: lustre_job_write_bytes_total / _write_samples_total / job_stats_total{punch} for job 24
+    assert jobs["24"].ops["write_bytes"] == (64575, "bytes", 215147593728)
+    assert jobs["24"].ops["punch"] == (1, "reqs", None)
+    assert "read_bytes" not in jobs["24"].ops  # zero lines are skipped: read_bytes was 0
+    assert jobs["25"].ops["write_bytes"][2] == 240823762944  # HPE: 2.40823762944e+11
+    assert jobs["24"].snapshot_time == 1510782606 and jobs["24"].start_time is None
+
+
+def test_job_stats_gsi_empty_job_id_is_dropped(fixtures_dir):
+    text = (fixtures_dir / "GSI-HPC_lustre_exporter/proc/fs/lustre/obdfilter/lustrefs-OST0000/job_stats").read_text()
+    assert text.count("- job_id:") == 36
+    dump = parse_job_stats(text)
+    assert len(dump.jobs) == 35 and all(j.job_id for j in dump.jobs)
+    assert dump.malformed_lines == 0
+
+
+def test_job_stats_2_15_quoted_ids_hist_and_times(lctl_dir):
+    params = split_lctl_output((lctl_dir / "job_stats_es_2.15_B.txt").read_text())
+    assert [p for p, _ in params] == ["obdfilter.es01a-OST0001.job_stats"]
+    dump = parse_job_stats(params[0][1])
+    ids = [j.job_id for j in dump.jobs]
+    assert ids[0] == "SLURM_JOB10:0:es18kxe-co-client" and "SLURM_JOB97" in ids and len(ids) == 16
+    first = dump.jobs[0]
+    assert first.ops["write_bytes"] == (861, "bytes", 11025514496)
+    assert first.ops["write"] == (861, "usecs", 7304967) and first.ops["punch"] == (85, "usecs", 16840)
+    assert parse_hist(first.hist["write_bytes"]) == {
+        32768: 1, 65536: 1, 131072: 4, 262144: 11, 524288: 8, 1 << 20: 13, 2 << 20: 21, 4 << 20: 38,
+        8 << 20: 98, 16 << 20: 666}
+    assert "read_bytes" not in first.hist  # all-zero read line (`hist: {  }`) skipped
+    assert first.start_time == pytest.approx(1723102025.057286226)
+    assert first.elapsed_time == pytest.approx(12622.830229669)
+    assert [slurm_job_id(i) for i in ids[:2]] == ["10", "20"]
+
+
+def test_job_stats_datadog_2_15_without_header(fixtures_dir):
+    oss = parse_job_stats((fixtures_dir / "exporters-real/lustre/datadog-lustre2.15-oss-obdfilter-job_stats.txt").read_text())
+    (job,) = oss.jobs
+    assert job.job_id == "vim.0" and slurm_job_id(job.job_id) is None
+    assert job.ops["write_bytes"] == (6, "bytes", 69957) and job.ops["sync"] == (5, "usecs", 9536)
+    assert parse_hist(job.hist["write_bytes"]) == {32: 2, 4096: 1, 16384: 1, 32768: 2}
+    mds = parse_job_stats((fixtures_dir / "exporters-real/lustre/datadog-lustre2.15-mdt-job_stats.txt").read_text())
+    assert mds.jobs[0].ops["open"] == (4, "usecs", 535) and mds.malformed_lines == 0
+
+
+def test_split_lctl_output_same_line_values(lctl_dir):
+    params = dict(split_lctl_output((lctl_dir / "lctl_get_param_oss_mds_A.txt").read_text()))
+    assert params["health_check"] == "healthy" and params["memused"] == "2588372501"
+    assert params["ost.OSS.ost_seq.stats"].startswith("snapshot_time")
+    assert parse_stats(params["obdfilter.ai400x2-OST0000.stats"]).lines["read_bytes"].sum == 58370831220736
+    assert parse_stats(params["mdt.ai400x2-MDT0000.md_stats"]).lines["open"].samples == 512
+
+
+@pytest.mark.parametrize("job_id, slurm", [
+    ("1234", "1234"), ("1234.0", "1234"), ("1234.batch", "1234"), ("1234:0:node01", "1234"),
+    ("1234.user", "1234"), ("1234_7", "1234_7"), ("job_1234", "1234"), ("job1234", "1234"),
+    ("SLURM_JOB10:0:es18kxe-co-client", "10"), ("SLURM_JOB_ID=55", "55"), ("slurm-1234", "1234"),
+    ("slurm_1234.0", "1234"), ("dd.0", None), ("vim.0", None), ("procname_1000", None),
+    ("kworker/u8:2", None), ("ll_ost_io01_002", None), ("node_exporter:989:es-2-virt3-co", None),
+    ("7zip.1000", None), ("0", None), ("", None), ("jobless", None), ("1234567890123456", None),
+])
+def test_slurm_job_id_rules(job_id, slurm):
+    assert slurm_job_id(job_id) == slurm
+
+
+def test_unquote_and_device_names():
+    assert unquote_job_id('"a \\"b\\" c"') == 'a "b" c'
+    assert unquote_job_id("  plain ") == "plain"
+    assert split_client_device("lustrefs-OST0000-osc-ffff88105db50000") == ("lustrefs", "lustrefs-OST0000")
+    assert split_client_device("my-fs-MDT0001-mdc-ffff9") == ("my-fs", "my-fs-MDT0001")
+    assert split_client_device("garbage") is None
+
+
+# --------------------------------------------------------------------------------------------
+# collectors: golden outputs and agreement with HPE's expectations
+
+
+def test_client_golden_hpe(hpe, update_golden):
+    text = encode(LustreClientCollector(tree_ctx(hpe)).collect())
+    check_golden(GOLDEN / "lustre_client_hpe.prom", text, update_golden)
+
+
+def test_server_golden_hpe(hpe, update_golden):
+    text = encode(LustreServerCollector(tree_ctx(hpe, collector_lustre_server_top_jobs=5)).collect())
+    check_golden(GOLDEN / "lustre_server_hpe.prom", text, update_golden)
+
+
+def test_server_golden_gsi_full_tree(gsi_full, update_golden):
+    text = encode(LustreServerCollector(tree_ctx(gsi_full)).collect())
+    check_golden(GOLDEN / "lustre_server_gsi.prom", text, update_golden)
+    got = samples(text)
+    # the empty job id is not a job: 35 jobs, and nothing labelled jobid=""
+    assert value(got, "gangwatch_lustre_job_stats_jobs", fs="lustrefs", target="lustrefs-OST0000") == 35
+    assert not any(dict(l).get("jobid") == "" for _, l in got)
+
+
+def test_client_gsi_full_tree_matches_curated(gsi_full, fixtures_dir):
+    full = encode(LustreClientCollector(tree_ctx(gsi_full)).collect())
+    curated = encode(LustreClientCollector(tree_ctx(fixtures_dir / "GSI-HPC_lustre_exporter")).collect())
+    assert full == curated
+
+
+def test_values_agree_with_hpe_test(hpe):
+    ctx = tree_ctx(hpe, collector_lustre_server_top_jobs=40)
+    got = samples(encode(LustreClientCollector(ctx).collect()) + encode(LustreServerCollector(ctx).collect()))
+    fs, ost, mdt = "lustrefs", "lustrefs-OST0000", "lustrefs-MDT0000"
+    expected = [  # (ours, labels, HPE's value)
+        ("gangwatch_lustre_client_io_bytes_total", dict(fs=fs, operation="read"), 4.194304e+06),
+        ("gangwatch_lustre_client_io_bytes_total", dict(fs=fs, operation="write"), 9.381379729408e+13),
+        ("gangwatch_lustre_client_operations_total", dict(fs=fs, operation="write_bytes"), 8.946781e+07),
+        ("gangwatch_lustre_client_operations_total", dict(fs=fs, operation="close"), 96),
+        ("gangwatch_lustre_client_operations_total", dict(fs=fs, operation="inode_permission"), 398),
+        ("gangwatch_lustre_client_rpcs_by_pages_total", dict(fs=fs, type="osc", operation="write", pages="1024"),
+         1.638901e+07),  # only OST0000 has write RPCs, so the per-fs sum equals HPE's per-target value
+        ("gangwatch_lustre_client_rpcs_by_pages_total", dict(fs=fs, type="osc", operation="write", pages="8"), 5860),
+        ("gangwatch_lustre_client_rpcs_by_in_flight_total", dict(fs=fs, type="mdc", operation="modify",
+                                                                 in_flight="1"), 90),
+        ("gangwatch_lustre_ost_operations_total", dict(fs=fs, target=ost, operation="statfs"), 35359),
+        ("gangwatch_lustre_ost_operations_total", dict(fs=fs, target=ost, operation="ping"), 141),
+        ("gangwatch_lustre_ost_operations_total", dict(fs=fs, target=ost, operation="create"), 2),
+        ("gangwatch_lustre_ost_operations_total", dict(fs=fs, target=ost, operation="write_bytes"), 4.298711e+06),
+        ("gangwatch_lustre_ost_io_bytes_total", dict(fs=fs, target=ost, operation="write"), 1.6552048697344e+13),
+        ("gangwatch_lustre_mdt_operations_total", dict(fs=fs, target=mdt, operation="setattr"), 57),
+        ("gangwatch_lustre_mdt_operations_total", dict(fs=fs, target=mdt, operation="getxattr"), 2),
+        ("gangwatch_lustre_job_io_bytes_total", dict(fs=fs, target=ost, jobid="24", slurm_job="24",
+                                                     operation="write"), 2.15147593728e+11),
+        ("gangwatch_lustre_job_io_bytes_total", dict(fs=fs, target=ost, jobid="24", slurm_job="24",
+                                                     operation="read"), 0),
+        ("gangwatch_lustre_job_io_bytes_total", dict(fs=fs, target=ost, jobid="51", slurm_job="51",
+                                                     operation="write"), 2.196652032e+10),
+        ("gangwatch_lustre_job_operations_total", dict(fs=fs, target=ost, jobid="24", slurm_job="24",
+                                                       operation="write_bytes"), 64575),
+        ("gangwatch_lustre_job_operations_total", dict(fs=fs, target=ost, jobid="24", slurm_job="24",
+                                                       operation="punch"), 1),
+        ("gangwatch_lustre_job_operations_total", dict(fs=fs, target=mdt, jobid="43", slurm_job="43",
+                                                       operation="setattr"), 1),
+    ]
+    for name, labels, want in expected:
+        assert value(got, name, **labels) == pytest.approx(want), (name, labels)
+
+
+def test_import_metrics(hpe):
+    got = samples(encode(LustreClientCollector(tree_ctx(hpe)).collect()))
+    lbl = dict(fs="lustrefs", target="lustrefs-OST0000", type="osc")
+    assert value(got, "gangwatch_lustre_client_import_rpc_wait_average_seconds", **lbl) == pytest.approx(0.006054)
+    assert value(got, "gangwatch_lustre_client_import_rpcs_in_flight", **lbl) == 8
+    assert value(got, "gangwatch_lustre_client_import_connected", **lbl) == 1
+    assert value(got, "gangwatch_lustre_client_import_info", state="FULL", connection="172.20.20.5@o2ib", **lbl) == 1
+    assert value(got, "gangwatch_lustre_client_target_rpcs_in_flight", operation="write", **lbl) == 6
+
+
+def test_per_target_histograms_flag(hpe):
+    got = samples(encode(LustreClientCollector(
+        tree_ctx(hpe, collector_lustre_client_per_target_histograms=True)).collect()))
+    assert value(got, "gangwatch_lustre_client_rpcs_by_pages_total", fs="lustrefs", target="lustrefs-OST0000",
+                 type="osc", operation="write", pages="1024") == 16389010
+
+
+def lctl_dump(lctl_dir: Path, *names: str) -> str:
+    return "".join((lctl_dir / n).read_text().rstrip("\n") + "\n" for n in names)
+
+
+def test_server_golden_lctl_2_15(lctl_dir, update_golden):
+    runner = FakeRunner(lctl_dump(lctl_dir, "lctl_get_param_oss_mds_A.txt", "job_stats_es_2.15_A.txt",
+                                  "job_stats_es_2.15_B.txt"))
+    text = encode(LustreServerCollector(lctl_ctx(runner, collector_lustre_server_top_jobs=3)).collect())
+    check_golden(GOLDEN / "lustre_server_lctl.prom", text, update_golden)
+    argv, _ = runner.calls[0]
+    assert argv[:2] == ("lctl", "get_param") and "obdfilter.*.job_stats" in argv
+    got = samples(text)
+    ost = dict(fs="es01a", target="es01a-OST0001")
+    assert value(got, "gangwatch_lustre_job_stats_jobs", **ost) == 16
+    # top 3 by bytes + _other == _total, for every operation
+    tot = {l: v for (n, l), v in got.items() if n == "gangwatch_lustre_job_io_bytes_total"
+           and dict(l)["target"] == "es01a-OST0001"}
+    for op in ("read", "write"):
+        per = [v for l, v in tot.items() if dict(l)["operation"] == op and dict(l)["jobid"] != "_total"]
+        assert sum(per) == value(got, "gangwatch_lustre_job_io_bytes_total", jobid="_total", slurm_job="",
+                                 operation=op, **ost)
+    tops = {dict(l)["jobid"] for l in tot if dict(l)["jobid"] not in ("_other", "_total")}
+    assert len(tops) == 3 and all(j.startswith("SLURM_JOB") for j in tops)
+    assert value(got, "gangwatch_lustre_job_stats_io_size_requests_total", operation="write",
+                 size_bytes=str(16 << 20), **ost) > 0
+    assert value(got, "gangwatch_lustre_command_error", collector="lustre_server", command="lctl get_param") == 0
+
+
+def test_client_golden_lctl_2_14(fixtures_dir, update_golden):
+    text = (fixtures_dir / "lustrefs-exporter/lustre-collector-fixtures/valid/lustre-2-14-0/client/"
+            "llite_client.txt").read_text()
+    out = encode(LustreClientCollector(lctl_ctx(FakeRunner(text, returncode=2))).collect())
+    check_golden(GOLDEN / "lustre_client_lctl.prom", out, update_golden)
+    got = samples(out)
+    assert value(got, "gangwatch_lustre_client_operation_latency_seconds_total", fs="ai400x2",
+                 operation="open") == pytest.approx(3393.651645)
+    # lctl exits non-zero when a pattern matches nothing (no osc here) but its output is used
+    assert value(got, "gangwatch_lustre_command_exit_code", collector="lustre_client", command="lctl get_param") == 2
+    assert value(got, "gangwatch_lustre_command_error", collector="lustre_client", command="lctl get_param") == 0
+
+
+@pytest.mark.skipif(which("promtool") is None, reason="promtool not installed")
+def test_golden_outputs_pass_promtool():
+    import subprocess
+
+    for path in sorted(GOLDEN.glob("lustre_*.prom")):
+        res = subprocess.run(["promtool", "check", "metrics"], input=path.read_bytes(), capture_output=True,
+                             timeout=30)
+        # promtool lints (exit 3) only for style nits; a real format error is exit 1
+        assert res.returncode in (0, 3), (path.name, res.stdout, res.stderr)
+        assert b"error" not in res.stderr.lower() or res.returncode == 3, (path.name, res.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# bounded cardinality
+
+
+def synth_job(job_id: str, read: int, write: int, ops: int = 1) -> str:
+    def line(name, samples, unit, total):
+        return (f"  {name + ':':<17}{{ samples: {samples:>11}, unit: {unit}, min: 1, max: 9, "
+                f"sum: {total:>12}, sumsq: 5 }}")
+    return "\n".join([f"- job_id:          {job_id}", "  snapshot_time:   1700000000.5 secs.nsecs",
+                      line("read_bytes", 1 if read else 0, "bytes", read),
+                      line("write_bytes", 1 if write else 0, "bytes", write),
+                      line("punch", ops, "usecs", 3 * ops)])
+
+
+def test_top_k_other_and_total():
+    jobs = [synth_job(str(1000 + i), read=i * 10, write=i * 100) for i in range(1, 51)]
+    text = "obdfilter.fs1-OST0000.job_stats=\njob_stats:\n" + "\n".join(jobs) + "\n"
+    got = samples(encode(LustreServerCollector(lctl_ctx(FakeRunner(text), collector_lustre_server_top_jobs=20)).collect()))
+    ids = {dict(l)["jobid"] for n, l in got if n == "gangwatch_lustre_job_io_bytes_total"}
+    assert ids == {str(1000 + i) for i in range(31, 51)} | {"_other", "_total"}
+    lbl = dict(fs="fs1", target="fs1-OST0000", slurm_job="", operation="write")
+    assert value(got, "gangwatch_lustre_job_io_bytes_total", jobid="_total", **lbl) == sum(i * 100 for i in range(1, 51))
+    assert value(got, "gangwatch_lustre_job_io_bytes_total", jobid="_other", **lbl) == sum(i * 100 for i in range(1, 31))
+    assert value(got, "gangwatch_lustre_job_operations_total", jobid="_total", fs="fs1", target="fs1-OST0000",
+                 slurm_job="", operation="punch") == 50
+    series = sum(1 for n, l in got if n.startswith("gangwatch_lustre_job_") and dict(l).get("jobid"))
+    assert series <= 22 * 6  # bounded by K, not by the number of jobs
+
+
+def test_top_zero_exports_only_buckets():
+    text = "obdfilter.fs1-OST0000.job_stats=\njob_stats:\n" + synth_job("77", 5, 5) + "\n"
+    got = samples(encode(LustreServerCollector(lctl_ctx(FakeRunner(text), collector_lustre_server_top_jobs=0)).collect()))
+    assert {dict(l)["jobid"] for n, l in got if "jobid" in dict(l)} == {"_other", "_total"}
+
+
+def test_hostile_job_ids_are_data():
+    ids = ['"quoted \\"id\\" with spaces"', "kworker/u8:2", "ll_ost_io01_002", '"ünïcødé-作业-1234"',
+           "_total", '"back\\\\slash"', '"new{line}=x"', "x" * 500]
+    text = "obdfilter.fs1-OST0000.job_stats=\njob_stats:\n" + "\n".join(
+        synth_job(j, 10 + i, 10 + i) for i, j in enumerate(ids)) + "\n"
+    out = encode(LustreServerCollector(lctl_ctx(FakeRunner(text))).collect())
+    got = samples(out)  # the exposition parses back: every id was escaped
+    jobids = {dict(l)["jobid"]: dict(l)["slurm_job"] for n, l in got if n == "gangwatch_lustre_job_io_bytes_total"}
+    assert jobids['quoted "id" with spaces'] == ""
+    assert jobids["kworker/u8:2"] == "" and jobids["ll_ost_io01_002"] == ""
+    assert "ünïcødé-作业-1234" in jobids and "back\\slash" in jobids and "new{line}=x" in jobids
+    assert "__total" in jobids  # a real job named like a bucket cannot collide with it
+    assert max(len(j) for j in jobids) == 200
+
+
+# --------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_truncated_job_stats_keeps_what_was_read(lctl_dir):
+    text = (lctl_dir / "job_stats_es_2.15_B.txt").read_text()
+    full = parse_job_stats(text)
+    for cut in (len(text) // 3, len(text) // 2 + 17, len(text) - 40):
+        dump = parse_job_stats(text[:cut])
+        assert 0 < len(dump.jobs) <= len(full.jobs)
+        assert [j.job_id for j in dump.jobs] == [j.job_id for j in full.jobs][:len(dump.jobs)]
+    mid_line = text[:text.index("write_bytes", 1000) + 30]
+    assert parse_job_stats(mid_line).malformed_lines >= 1
+
+
+def test_truncated_dump_through_collector(lctl_dir):
+    text = (lctl_dir / "job_stats_es_2.15_B.txt").read_text()
+    text = text[:text.index("sumsq", 5000)]
+    got = samples(encode(LustreServerCollector(lctl_ctx(FakeRunner(text))).collect()))
+    assert value(got, "gangwatch_lustre_job_stats_malformed_lines", fs="es01a", target="es01a-OST0001") >= 1
+
+
+def test_lctl_nonzero_exit_without_output():
+    runner = FakeRunner("", returncode=1, stderr="error: get_param: param_path 'osc/*/stats': No such file\n")
+    got = samples(encode(LustreClientCollector(lctl_ctx(runner)).collect()))
+    lbl = dict(collector="lustre_client", command="lctl get_param")
+    assert value(got, "gangwatch_lustre_command_error", **lbl) == 1
+    assert value(got, "gangwatch_lustre_command_exit_code", **lbl) == 1
+    assert value(got, "gangwatch_lustre_command_timeout", **lbl) == 0
+
+
+@pytest.mark.parametrize("garbage", ["\x00\x01binary\xff junk\n", "Segmentation fault\n",
+                                     "osc.x.stats=\nnot a stats line at all\n", "{ samples: 1 }\n" * 10])
+def test_lctl_garbage_is_an_error_metric(garbage):
+    got = samples(encode(LustreClientCollector(lctl_ctx(FakeRunner(garbage))).collect()))
+    lbl = dict(collector="lustre_client", command="lctl get_param")
+    bad = value(got, "gangwatch_lustre_command_error", **lbl) == 1 or \
+        value(got, "gangwatch_lustre_parse_failures", collector="lustre_client") >= 1
+    assert bad
+    assert not any(n.startswith("gangwatch_lustre_client_") for n, _ in got)
+
+
+def test_lctl_not_found_is_an_error():
+    runner = FakeRunner(error="FileNotFoundError: [Errno 2] No such file or directory: 'lctl'")
+    got = samples(encode(LustreServerCollector(lctl_ctx(runner)).collect()))
+    assert value(got, "gangwatch_lustre_command_error", collector="lustre_server", command="lctl get_param") == 1
+
+
+def test_no_lustre_is_quiet(tmp_path):
+    ctx = Context(paths=Paths(str(tmp_path / "proc"), str(tmp_path / "sys"), "/"),
+                  options={"collector_lustre_lctl_path": str(tmp_path / "no-lctl")})
+    for cls in (LustreClientCollector, LustreServerCollector):
+        with pytest.raises(NoData):
+            cls(ctx).collect()
+
+
+def fake_lctl(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "lctl"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.skipif(shutil.which("sleep") is None, reason="needs sleep(1)")
+def test_hanging_lctl_is_a_timeout_metric_within_the_scrape_deadline(tmp_path):
+    lctl = fake_lctl(tmp_path, "exec sleep 30")
+    ctx = Context(paths=Paths(str(tmp_path / "p"), str(tmp_path / "s"), "/"),
+                  options={"collector_lustre_lctl_path": lctl, "scrape_timeout": 0.9})
+    scraper = Scraper([LustreServerCollector(ctx), LustreClientCollector(ctx)], timeout=0.9, cache_ttl=0)
+    try:
+        start = time.monotonic()
+        text = scraper.scrape().text
+        assert time.monotonic() - start < 1.2
+    finally:
+        scraper.close()
+    got = samples(text)
+    for name in ("lustre_server", "lustre_client"):
+        assert value(got, "gangwatch_lustre_command_timeout", collector=name, command="lctl get_param") == 1
+        assert value(got, "gangwatch_scrape_collector_success", collector=name) == 1
+
+
+def test_real_lctl_script_through_auto_source(tmp_path, lctl_dir):
+    lctl = fake_lctl(tmp_path, f"cat '{lctl_dir / 'job_stats_es_2.15_A.txt'}'")
+    ctx = Context(paths=Paths(str(tmp_path / "p"), str(tmp_path / "s"), "/"),
+                  options={"collector_lustre_lctl_path": lctl})
+    got = samples(encode(LustreServerCollector(ctx).collect()))
+    assert value(got, "gangwatch_lustre_job_stats_jobs", fs="es02a", target="es02a-MDT0000") == 7
+
+
+# --------------------------------------------------------------------------------------------
+# property-based: no exception escapes, and generated dumps round-trip
+
+lustreish = st.text(alphabet=st.sampled_from(list("{}[]:,.-_= \n\t\"'|%#0123456789abcdefghijklmnopqrstuvwxyzKMG") +
+                                             ["samples", "unit", "sum", "hist", "job_id", "- job_id:", "usecs",
+                                              "bytes", "import:", "state:", "rpcs", " in flight", "\u4f5c", "\x00"]),
+                    max_size=400)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.text(max_size=300), lustreish))
+def test_parsers_never_raise(text):
+    parse_stats(text)
+    parse_rpc_stats(text)
+    parse_import(text)
+    dump = parse_job_stats(text)
+    assert dump.malformed_lines >= 0
+    for job in dump.jobs:
+        assert job.job_id
+        for samples_, _unit, total in job.ops.values():
+            assert samples_ > 0 and (total is None or total >= 0)
+        for raw in job.hist.values():
+            assert all(k > 0 and v >= 0 for k, v in parse_hist(raw).items())
+    parse_hist(text)
+    split_lctl_output(text)
+    slurm_job_id(text)
+    unquote_job_id(text)
+    split_client_device(text)
+
+
+job_ids = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40)
+op_names = st.sampled_from(["read", "write", "getattr", "setattr", "punch", "sync", "open", "close",
+                            "parallel_rename_file", "prealloc", "migrate"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(job_ids, st.integers(0, 10**12), st.integers(0, 10**12),
+                          st.dictionaries(op_names, st.integers(0, 10**9), max_size=6)), min_size=1, max_size=8))
+def test_generated_2_15_dumps_round_trip(jobs):
+    lines = ["obdfilter.fs-OST0000.job_stats=", "job_stats:"]
+    expected = []
+    for jid, rbytes, wbytes, ops in jobs:
+        quoted = '"' + jid.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines += [f"- job_id:          {quoted}", "  snapshot_time:   1723114647.887515895 secs.nsecs",
+                  "  start_time:      1723102025.057286226 secs.nsecs", "  elapsed_time:    12.5 secs.nsecs"]
+        want = {}
+        for name, total in (("read_bytes", rbytes), ("write_bytes", wbytes)):
+            n = 1 if total else 0
+            lines.append(f"  {name + ':':<17}{{ samples: {n:>11}, unit: bytes, min: 0, max: {total}, sum: {total}, "
+                         f"sumsq: 0, hist: {{ 4K: {n} }} }}")
+            if n:
+                want[name] = (1, "bytes", total)
+        for name, n in ops.items():
+            lines.append(f"  {name + ':':<17}{{ samples: {n:>11}, unit: usecs, min: 0, max: 0, sum: {n * 3}, sumsq: 0 }}")
+            if n:
+                want[name] = (n, "usecs", n * 3)
+        expected.append((jid, want))
+    dump = parse_job_stats("\n".join(lines) + "\n")
+    assert dump.malformed_lines == 0
+    got = [(j.job_id, j.ops) for j in dump.jobs]
+    assert got == [e for e in expected if e[0].strip()]
+    assert all(j.start_time == pytest.approx(1723102025.057286226) for j in dump.jobs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 10**11), st.sampled_from(["", ".0", ".batch", ":0:node1", "_12", ".user"]),
+       st.sampled_from(["", "job_", "SLURM_JOB", "slurm-", "JOB"]))
+def test_slurm_job_id_property(number, suffix, prefix):
+    got = slurm_job_id(f"{prefix}{number}{suffix}")
+    assert got == str(number) + ("_12" if suffix == "_12" else "")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from(["4", "32", "4K", "64K", "1M", "16M", "1G"]), st.integers(0, 10**6), max_size=7))
+def test_parse_hist_property(hist):
+    raw = "hist: { " + ", ".join(f"{k}: {v}" for k, v in hist.items()) + " }"
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    want = {int(k[:-1]) * mult[k[-1]] if k[-1] in mult else int(k): v for k, v in hist.items()}
+    assert parse_hist(raw) == want
+
+
+def test_collectors_register_with_flags():
+    from collectors.agent import build_parser
+
+    args = build_parser().parse_args(["--collector.lustre.lctl-path", "/opt/lustre/lctl",
+                                      "--collector.lustre_server.top-jobs", "5", "--no-collector.lustre_client"])
+    assert args.collector_lustre_server and not args.collector_lustre_client
+    assert args.collector_lustre_lctl_path == "/opt/lustre/lctl" and args.collector_lustre_server_top_jobs == 5
+    assert args.collector_lustre_timeout == 5.0 and args.collector_lustre_source == "auto"

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -121,15 +121,19 @@ class Server:
     proc: subprocess.Popen | None = None
     cpu_s: float = 0.0
     scrapes: int = 0
-    notes: list[str] = field(default_factory=list)
+    log: object = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+        # A file, not a pipe: node_exporter logs every failing collector on every scrape, and an
+        # unread pipe would fill up and block it mid-benchmark.
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=self.log, cwd=REPO)
         deadline = time.monotonic() + 30
         client = Client(self.port)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SystemExit(f"{self.name} exited: {self.proc.stderr.read().decode()[-2000:]}")
+                self.log.seek(0)
+                raise SystemExit(f"{self.name} exited: {self.log.read().decode(errors='replace')[-2000:]}")
             try:
                 status, _, _ = client.get()
                 if status == 200:
@@ -147,6 +151,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 def node_exporter_argv(port: int, paths: dict[str, str]) -> list[str]:

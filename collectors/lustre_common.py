@@ -57,6 +57,7 @@ class Fetch:
     returncode: int | None = None
     duration: float | None = None
     detail: str = ""
+    printed: bool = False  # lctl wrote something to stdout
 
 
 class LustreSource:
@@ -82,7 +83,12 @@ class LustreSource:
             if params or self.mode == "files":
                 return Fetch("files" if params else "none", params)
         if self.mode == "lctl" or shutil.which(self.lctl):
-            return self.run_lctl(patterns)
+            fetch = self.run_lctl(patterns)
+            if self.mode == "auto" and fetch.error and fetch.returncode is not None and not fetch.printed:
+                # lctl ran and found none of the parameters (a server asked for client ones, a
+                # node with lustre-utils but nothing mounted): nothing to report, not an error
+                return Fetch("none")
+            return fetch
         return Fetch("none")
 
     def read_files(self, patterns: list[str]) -> list[tuple[str, str]]:
@@ -114,6 +120,7 @@ class LustreSource:
             return fetch
         # lctl exits non-zero when one pattern matches nothing (a client has no obdfilter) yet prints
         # the others: the run failed only when it produced no parameter at all.
+        fetch.printed = bool(res.stdout.strip())
         fetch.params = split_lctl_output(res.stdout)
         fetch.error = not fetch.params
         if fetch.error:
@@ -148,6 +155,11 @@ def parse_failures_family(collector: str, failures: int) -> Family:
     return gauge("gangwatch_lustre_parse_failures",
                  "Lustre parameters read in this scrape whose text could not be parsed."
                  ).add(failures, collector=collector)
+
+
+def wanted(patterns: Iterable[str]) -> set[tuple[str, str]]:
+    """(first, last) components of the patterns asked for: `osc.*.stats` -> ("osc", "stats")."""
+    return {(p.split(".")[0], p.split(".")[-1]) for p in patterns}
 
 
 def split_param(name: str) -> tuple[str, str, str] | None:

@@ -289,6 +289,8 @@ def _parse_job_stats(text: str) -> JobStatsDump:
     malformed = 0
     append = jobs.append
     time_keys = _TIME_KEYS_COLON
+    names: dict[str, str] = {}
+    new_job = tuple.__new__  # JobStats(...) without the Python-level NamedTuple constructor
     for lines in _chunks(text):
         for line in lines:
             # Most lines of a real dump are ops with zero samples: skip them with one substring test.
@@ -296,13 +298,20 @@ def _parse_job_stats(text: str) -> JobStatsDump:
                 continue
             t = line.split(None, 12)
             n = len(t)
-            if n == 13 and t[10] == "sum:":
+            if n == 13 and t[10] == "sum:" and t[11][-1:] == ",":
                 # the 2.14+ layout: name: { samples: N, unit: U, min: a, max: b, sum: s, sumsq: q[, hist: {..}] }
+                # (2.10's "sum: s }" has no comma after s and takes the generic path)
                 try:
                     samples = int(t[3][:-1])
                     if samples > 0:
-                        name = t[0][:-1]
-                        ops[name] = (samples, t[5][:-1], int(t[11][:-1]))
+                        # op names and units repeat in every job: share one string for each
+                        name = names.get(t[0])
+                        if name is None:
+                            name = names[t[0]] = t[0][:-1]
+                        unit = names.get(t[5])
+                        if unit is None:
+                            unit = names[t[5]] = t[5][:-1]
+                        ops[name] = (samples, unit, int(t[11][:-1]))
                         if t[12][-3] == "}":
                             hist[name] = t[12]
                         continue
@@ -322,10 +331,14 @@ def _parse_job_stats(text: str) -> JobStatsDump:
             first = t[0]
             if first[0] == "-":
                 if job_id:
-                    append(JobStats(job_id, times[0], times[1], times[2], ops, hist))
+                    append(new_job(JobStats, (job_id, times[0], times[1], times[2], ops, hist)))
                 key, sep, value = line.partition(":")
                 if sep and key.lstrip("- \t") == "job_id":
-                    job_id = unquote_job_id(value)
+                    value = value.strip()
+                    if value[:1] == '"' and value[-1:] == '"' and "\\" not in value and len(value) > 1:
+                        job_id = value[1:-1]  # the common quoted id, without escapes
+                    else:
+                        job_id = unquote_job_id(value)
                     if job_id.isspace():
                         job_id = ""  # as good as empty: dropped
                 else:
@@ -341,7 +354,7 @@ def _parse_job_stats(text: str) -> JobStatsDump:
                 continue
             malformed += 1
     if job_id:
-        append(JobStats(job_id, times[0], times[1], times[2], ops, hist))
+        append(new_job(JobStats, (job_id, times[0], times[1], times[2], ops, hist)))
     return JobStatsDump(jobs, malformed)
 
 
@@ -351,8 +364,8 @@ _FIELD = re.compile(r"(\w+):\s*(\{[^}]*\}|[^,}]*)")
 def _generic_op(line: str, ops: dict, hist: dict) -> bool:
     """Slow path for op lines in an unexpected layout (extra spaces, fields reordered, truncated)."""
     name, sep, rest = line.strip().partition(":")
-    if not sep or not name or "{" not in rest:
-        return False
+    if not sep or not name or "{" not in rest or not rest.endswith("}"):
+        return False  # a line cut short may hold cut-short numbers: not trusted
     body = rest.split("{", 1)[1]
     fields = {k: v.strip() for k, v in _FIELD.findall(body)}
     samples = _nonneg_int(fields.get("samples", "x"))

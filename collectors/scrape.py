@@ -63,7 +63,10 @@ class _Job:
         self.left = len(collectors)
         self.outcomes: dict[str, Outcome] = {}
         self.started: dict[str, float] = {}
-        self.done = threading.Event()
+        # Released once when the last collector is in: a bare lock is a latch without
+        # threading.Event's Python-level Condition machinery (measured: cheaper per hand-off).
+        self.done = threading.Lock()
+        self.done.acquire()
         self.closed = False  # set at the deadline: runners stop taking collectors from this job
         self.busy = busy  # the Scraper's set of collectors running now (shared across jobs)
 
@@ -83,7 +86,7 @@ class _Job:
                 self.outcomes[c.name] = out
                 self.left -= 1
                 if self.left == 0:
-                    self.done.set()
+                    self.done.release()
 
 
 class _Runner:
@@ -202,11 +205,11 @@ class Scraper:
         for job in jobs:
             self._pool.start(job)
         for job in jobs:
-            while not job.done.is_set():
+            while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                if job.done.wait(min(left, self.spread_after)):
+                if job.done.acquire(timeout=min(left, self.spread_after)):
                     break
                 with job.lock:
                     more = bool(job.pending)

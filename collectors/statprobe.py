@@ -67,8 +67,6 @@ class _TimedOut:
 
 TIMED_OUT = _TimedOut()  # the stat did not answer within the deadline (or is still stuck from before)
 
-Outcome = "StatValues | StatError | _TimedOut"
-
 
 # ---------------------------------------------------------------------------------------------
 # Pure parsing of the child's lines (property-tested: no input makes it raise)
@@ -152,7 +150,7 @@ class StatProber:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def probe(self, paths: list[str], timeout: float) -> dict[str, object]:
+    def probe(self, paths: list[str], timeout: float) -> dict[str, StatValues | StatError | _TimedOut]:
         with self._lock:
             return self._probe(paths, timeout)
 
@@ -164,17 +162,23 @@ class StatProber:
             self._forget_child()  # it died (crash, OOM kill): start another below
         if self._proc is None and (time.monotonic() < self._not_before or not self._start()):
             return {p: TIMED_OUT for p in paths}
+        start = time.monotonic()
         results: dict = {}
         wanted = set(paths)
-        if self.pending or not self._ready:
-            self._drain(0.0, wanted, results, None)  # late answers or the hello, arrived between scrapes
+        if not self._ready:
+            # A child just started (tens of ms, more on a loaded node) takes its deadline from when it
+            # reads the request: wait for its hello so that its answer is not mistaken for a hang.
+            self._drain(timeout, wanted, results, None, until_ready=True)
+            timeout = max(0.05, timeout - (time.monotonic() - start))
+        elif self.pending:
+            self._drain(0.0, wanted, results, None)  # late answers that arrived between scrapes
         to_send = [p for p in dict.fromkeys(paths) if p not in self.pending and p not in results]
         reply = None
         if to_send:
             ident = self._next_id
             self._next_id += 1
             line = json.dumps({"id": ident, "t": timeout, "p": to_send}, separators=(",", ":")) + "\n"
-            if self._send(line.encode()):
+            if self._send(line.encode(), timeout):
                 reply = self._drain(timeout + REPLY_MARGIN, wanted, results, ident)
             if self.fatal:
                 self._forget_child()
@@ -224,24 +228,42 @@ class StatProber:
         self._started_once = True
         return True
 
-    def _send(self, data: bytes) -> bool:
-        try:
-            n = os.write(self._proc.stdin.fileno(), data)
-        except (BlockingIOError, BrokenPipeError, OSError):
-            n = -1
-        if n == len(data):
+    def _send(self, data: bytes, timeout: float) -> bool:
+        """Write one request; a child that does not take it within `timeout` is killed as wedged."""
+        import select
+
+        fd = self._proc.stdin.fileno()
+        view = memoryview(data)
+        deadline = time.monotonic() + timeout
+        writable = None
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+                continue
+            except BlockingIOError:
+                pass  # the pipe is full (thousands of mount points): wait until the child reads
+            except OSError:
+                break  # broken pipe: it is gone
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if writable is None:
+                writable = select.poll()
+                writable.register(fd, select.POLLOUT)
+            writable.poll(left * 1000)
+        else:
             return True
-        # A full pipe means the child stopped reading; a broken one that it is gone.
         self._kill()
         return False
 
-    def _drain(self, wait: float, wanted: set, results: dict, ident: int | None):
-        """Read what the child says for up to `wait` s; return the reply to `ident` when it comes."""
+    def _drain(self, wait: float, wanted: set, results: dict, ident: int | None, until_ready: bool = False):
+        """Read what the child says for up to `wait` s; return the reply to `ident` when it comes
+        (or return as soon as it has said hello, with `until_ready`)."""
         deadline = time.monotonic() + wait
         fd = self._proc.stdout.fileno()
         while self._proc is not None:
             left = deadline - time.monotonic()
-            events = self._poll.poll(max(0, int(left * 1000)) if left > 0 else 0)
+            events = self._poll.poll(int(left * 1000) + 1 if left > 0 else 0)
             if not events:
                 return None
             try:
@@ -271,7 +293,7 @@ class StatProber:
                             results[path] = out
                 elif msg.kind == "reply" and msg.ident == ident:
                     reply = msg.results
-            if reply is not None or self.fatal:
+            if reply is not None or self.fatal or (until_ready and self._ready):
                 return reply
             if left <= 0:
                 return None
@@ -284,8 +306,8 @@ class StatProber:
         if proc is None:
             return
         try:
-            os.kill(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            proc.send_signal(signal.SIGKILL)  # checks first that it was not reaped (pid reuse)
+        except OSError:
             pass
         self.lingering.append(proc)
         self._detach()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import socket
 import socketserver
 import ssl
@@ -123,6 +124,10 @@ class WebConfig:
             if not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
                 raise WebConfigError(f"{where}: password of {user!r} is not a bcrypt hash "
                                      "(make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`)")
+        for key in ("cert_file", "key_file", "client_ca_file"):
+            name = getattr(cfg, key)
+            if name and not os.access(name, os.R_OK):
+                raise WebConfigError(f"{where}: cannot load TLS files: {key} {name} is missing or unreadable")
         try:
             cfg.ssl_context()  # load the certificate and key now, so a bad file fails at start-up
         except (OSError, ssl.SSLError) as exc:

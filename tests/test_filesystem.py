@@ -133,6 +133,13 @@ def test_fixture_tree_golden(fixtures_dir, make, update_golden):
     assert s[("gangwatch_filesystem_files_free", "/boot")] == 60
 
 
+@pytest.mark.skipif(not which("promtool"), reason="promtool (Debian's prometheus) is not installed")
+def test_output_passes_promtool_lint(fixtures_dir, make):
+    c = make(fixtures_dir / "node_exporter" / "proc", collector_filesystem_stat_function="tests.support.fsfakes:fixed")
+    done = subprocess.run(["promtool", "check", "metrics"], input=encode(c.collect()).encode(), capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+
+
 def test_mount_table_fallbacks(tmp_path, make):
     (tmp_path / "1").mkdir()
     (tmp_path / "1" / "mountinfo").write_text("")  # empty: fall back to the next source
@@ -355,3 +362,31 @@ def test_probe_message_known_answers():
                                               "/b": statprobe.StatError(errno.EACCES)}
     assert statprobe.parse_message(b'{"late": "/a", "r": [1,2,3]}') is None
     assert statprobe.parse_message(b"not json") is None
+
+
+def test_thousands_of_mount_points_fit_through_the_pipe(tmp_path, make):
+    # k8s nodes carry thousands of mounts: the request is larger than a pipe buffer (64 KiB)
+    procfs, rootfs = host_tree(tmp_path, {"/home": "nfs4"})
+    lines = [f"{200 + i} 1 0:99 / /scratch/job_{i:05d}_{'x' * 40} rw - lustre fs:/s rw" for i in range(3000)]
+    with open(procfs / "1" / "mountinfo", "a") as fh:
+        fh.write("\n".join(lines) + "\n")
+    c = make(procfs, rootfs, collector_filesystem_stat_function="tests.support.fsfakes:fixed")
+    s = samples(encode(c.collect()))
+    assert sum(1 for n, _ in s if n == "gangwatch_filesystem_size_bytes") == 3001
+    assert c.prober.restarts == 0 and c.prober.pid is not None
+
+
+def test_a_slow_starting_prober_is_not_killed(tmp_path, make):
+    procfs, rootfs = host_tree(tmp_path, {"/home": "nfs4"})
+    c = make(procfs, rootfs, collector_filesystem_stat_function="tests.support.fsslowstart:statvfs",
+             collector_filesystem_stat_timeout=0.2)
+    t0 = time.monotonic()
+    s = samples(encode(c.collect()))
+    assert time.monotonic() - t0 < 1.0
+    assert s[("gangwatch_filesystem_stat_timeout", "/home")] == 1  # no answer yet, honestly reported
+    pid = c.prober.pid
+    assert pid is not None, "a child still starting up must not be killed"
+    time.sleep(1.2)
+    s = samples(encode(c.collect()))
+    assert s[("gangwatch_filesystem_stat_timeout", "/home")] == 0
+    assert c.prober.pid == pid and c.prober.restarts == 0

@@ -161,11 +161,25 @@ def test_golden_passes_promtool():
     assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
 
 
-def test_readme_documents_every_metric():
+def test_readme_tables_are_generated_from_the_specs():
     readme = (REPO / "README.md").read_text()
-    for name, _, _ in list(gpumod.SPECS.values()) + list(PROF_SPECS.values()):
-        assert f"`{name}`" in readme, f"README's GPU table lacks {name} (regenerate with metric_table())"
-    assert metric_table().count("\n") == len(gpumod.SPECS) + 1
+    assert metric_table(gpumod.SPECS) in readme, "README's gpu table is stale: paste metric_table() output"
+    assert metric_table(PROF_SPECS) in readme, "README's gpuprof table is stale: paste metric_table(PROF_SPECS)"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_both_collectors_in_one_scrape_pass_promtool(node):
+    node.fail("nvmlDeviceGetHandleByIndex", pynvml.NVML_ERROR_UNKNOWN, gpu=3)  # both count the same error
+    s = Scraper([make(node), make(node, cls=GpuProfilingCollector, dcgm_modules=None)], timeout=2, cache_ttl=0)
+    s.scrape()
+    time.sleep(0.01)
+    text = s.scrape().text
+    s.close()
+    assert 'gangwatch_gpu_nvml_errors_total{call="nvmlDeviceGetHandleByIndex",error="Unknown"} 1' in text
+    assert 'gangwatch_gpu_prof_nvml_errors_total{call="nvmlDeviceGetHandleByIndex",error="Unknown"} 1' in text
+    assert 'gangwatch_gpu_prof_sm_active_ratio{gpu="4"}' in text
+    out = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
 
 
 # ----------------------------------------------------------------------------- isolation
@@ -186,14 +200,11 @@ def test_gpu_is_lost_marks_that_gpu_only(node, fixtures_dir):
     c = make(node)
     got = samples(c.collect())
     assert value(got, "gangwatch_gpu_lost", gpu=3) == 1
-    assert names_for_gpu(got, 3) == {"gangwatch_gpu_lost", "gangwatch_gpu_info"}
+    assert names_for_gpu(got, 3) == {"gangwatch_gpu_lost"}  # lost before it had a handle: identity unknown
     for g in (0, 1, 2, 4, 5, 6, 7):
         assert value(got, "gangwatch_gpu_lost", gpu=g) == 0
         assert value(got, "gangwatch_gpu_utilization_ratio", gpu=g) == 0
         assert value(got, "gangwatch_gpu_memory_total_bytes", gpu=g) == 85520809984
-    # lost before discovery: its identity is unknown (empty), the rest of the info still comes
-    assert value(got, "gangwatch_gpu_info", gpu=3, uuid="", name="", pci_bus_id="", mig_mode="",
-                 driver_version="580.105.08") == 1
     # GPU lost after discovery keeps its identity
     fresh, driver = h100_node(fixtures_dir)
     fake = FakeNvml(fresh, driver)
@@ -417,7 +428,7 @@ def test_gpm_failure_on_one_gpu_leaves_the_others(node):
     got = samples(c.collect())
     assert value(got, "gangwatch_gpu_prof_sm_active_ratio", gpu=4) is None
     assert value(got, "gangwatch_gpu_prof_sm_active_ratio", gpu=5) == pytest.approx(0.885)
-    assert value(got, "gangwatch_gpu_nvml_errors_total", call="nvmlGpmSampleGet", error="Unknown") == 1
+    assert value(got, "gangwatch_gpu_prof_nvml_errors_total", call="nvmlGpmSampleGet", error="Unknown") == 1
     del node.errors[("nvmlGpmSampleGet", 4)]
     assert value(samples(c.collect()), "gangwatch_gpu_prof_sm_active_ratio", gpu=4) is None  # re-priming
     assert value(samples(c.collect()), "gangwatch_gpu_prof_sm_active_ratio", gpu=4) == pytest.approx(0.885)
@@ -584,3 +595,19 @@ def test_device_check_passes_on_the_fake_node_and_catches_a_lost_gpu(node):
     rep = dc.Report()
     dc.checks(dc.parse(encode(make(node).collect())), rep, 0.1, [0.01])
     assert ("FAIL", "no GPU lost") in [(s_, c) for s_, c, _ in rep.rows]
+
+
+def test_gpu_lost_before_it_has_a_handle_is_flagged_and_rediscovered_later(node):
+    node.fail("nvmlDeviceGetHandleByIndex", pynvml.NVML_ERROR_GPU_IS_LOST)
+    clock = Clock()
+    c = make(node, clock=clock)
+    got = samples(c.collect())
+    assert value(got, "gangwatch_gpu_lost", gpu=0) == 1
+    assert value(got, "gangwatch_gpu_nvml_devices") == 8
+    del node.errors[("nvmlDeviceGetHandleByIndex", None)]
+    c.collect()
+    assert node.calls["nvmlDeviceGetHandleByIndex"] == 8  # not retried on every scrape
+    clock.t += 61
+    got = samples(c.collect())
+    assert value(got, "gangwatch_gpu_lost", gpu=0) == 0
+    assert value(got, "gangwatch_gpu_power_watts", gpu=0) == pytest.approx(113.611)

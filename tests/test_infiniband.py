@@ -3,7 +3,7 @@ links, bad input, and property tests for every parser."""
 
 from __future__ import annotations
 
-import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from collectors.exposition import encode, iter_samples
 from collectors.node import infiniband as ib
 from collectors.node.infiniband import InfinibandCollector
 from collectors.registry import Context, NoData, Paths
-from tests.conftest import REPO
+from tests.conftest import REPO, which
 from tests.support.golden import check_golden
 
 GOLDEN = REPO / "tests" / "golden" / "infiniband"
@@ -103,11 +103,19 @@ def test_node_exporter_tree_golden_and_flags(node_exporter_sys, update_golden):
     assert not any(("device", "i40iw0") in k for k in series(text, "gangwatch_infiniband_port_symbol_errors_total"))
     assert series(text, "gangwatch_infiniband_port_rate_bytes_per_second")[(("device", "i40iw0"), ("port", "1"))] == 1.25e9
     # port_xmit_wait = 4294967295 is a saturated 32-bit counter
-    assert series(text, "gangwatch_infiniband_counter_saturated") == {
+    assert series(text, "gangwatch_infiniband_pma_saturated") == {
         (("counter", "port_xmit_wait"), ("device", "mlx4_0"), ("port", "1")): 1}
     # two link-up ports of the same model at the same rate: judged, not degraded; the lone i40iw0 is not judged
     assert series(text, "gangwatch_infiniband_port_degraded") == {
         (("device", "mlx4_0"), ("port", "1")): 0, (("device", "mlx4_0"), ("port", "2")): 0}
+
+
+@pytest.mark.skipif(not which("promtool"), reason="promtool (Debian's prometheus) is not installed")
+def test_output_passes_promtool_lint(node_exporter_sys, procfs_tree, tmp_path):
+    make_port(tmp_path, "mlx5_0", "1", counters={"symbol_error": "65535"}, hw={"out_of_buffer": "1"})
+    for sysfs in (node_exporter_sys, procfs_tree / "sys", tmp_path):
+        done = subprocess.run(["promtool", "check", "metrics"], input=collect(sysfs).encode(), capture_output=True)
+        assert done.returncode == 0, done.stderr.decode()
 
 
 def test_procfs_tree(procfs_tree, update_golden):
@@ -120,9 +128,9 @@ def test_procfs_tree(procfs_tree, update_golden):
     assert s[("gangwatch_infiniband_port_transmit_data_bytes_total", hfi)] == 273558326543 * 4
     assert s[("gangwatch_infiniband_port_receive_data_bytes_total", mlx5)] == 18126345378 * 4
     assert s[("gangwatch_infiniband_port_rate_bytes_per_second", hfi)] == 100e9 / 8
-    assert s[("gangwatch_infiniband_port_hw_counter_total", (("counter", "out_of_sequence"), *mlx5))] == 1
-    assert s[("gangwatch_infiniband_port_hw_counter_total", (("counter", "rx_read_requests"), *mlx5))] == 175528982
-    assert not any(n == "gangwatch_infiniband_port_hw_counter_total" and ("counter", "lifespan") in k
+    assert s[("gangwatch_infiniband_port_hw_stat_total", (("counter", "out_of_sequence"), *mlx5))] == 1
+    assert s[("gangwatch_infiniband_port_hw_stat_total", (("counter", "rx_read_requests"), *mlx5))] == 175528982
+    assert not any(n == "gangwatch_infiniband_port_hw_stat_total" and ("counter", "lifespan") in k
                    for n, k in s), "lifespan is a refresh period, not a counter"
     # phys_state reads "4: ACTIVE" in this fixture: kept as read, and the link still counts as up
     assert s[("gangwatch_infiniband_port_physical_state_id", mlx5)] == 4
@@ -164,7 +172,7 @@ def test_saturation_uses_each_counters_iba_width(tmp_path):
         "symbol_error": "65535\n", "port_rcv_errors": "65534\n", "link_downed": "255\n",
         "local_link_integrity_errors": "15\n", "port_xmit_data": "4294967295\n",
         "port_rcv_data": "4294967296\n", "unicast_xmit_packets": "4294967295\n"})
-    got = {dict(k)["counter"] for k in series(collect(tmp_path), "gangwatch_infiniband_counter_saturated")}
+    got = {dict(k)["counter"] for k in series(collect(tmp_path), "gangwatch_infiniband_pma_saturated")}
     # port_rcv_data went past 2^32-1: a 64-bit counter; unicast packets only exist as 64-bit counters
     assert got == {"symbol_error", "link_downed", "local_link_integrity_errors", "port_xmit_data"}
 
@@ -208,7 +216,7 @@ def test_bad_input_degrades_per_field(tmp_path):
     port = (("device", "mlx5_0"), ("port", "1"))
     assert s[("gangwatch_infiniband_port_vl15_dropped_total", port)] == 7
     assert s[("gangwatch_infiniband_port_transmit_wait_ticks_total", port)] == 99999999999999999999999
-    assert s[("gangwatch_infiniband_port_hw_counter_total", (("counter", "np_cnp_sent"), *port))] == 5
+    assert s[("gangwatch_infiniband_port_hw_stat_total", (("counter", "np_cnp_sent"), *port))] == 5
     names = {n for n, _ in s}
     for absent in ("port_transmit_data_bytes_total", "port_receive_data_bytes_total", "port_symbol_errors_total",
                    "port_link_downed_total", "port_receive_errors_total", "port_transmit_packets_total",
@@ -229,7 +237,6 @@ def test_counters_are_fresh_and_devices_that_go_away_are_dropped(tmp_path):
         assert series(encode(c.collect()), name)[(("device", "mlx5_0"), ("port", "1"))] == 44
         import shutil
         shutil.rmtree(tmp_path / "class/infiniband/mlx5_1")  # driver unload / hot unplug
-        encode(c.collect())  # reads fail: the layout is listed again on the next scrape
         assert set(series(encode(c.collect()), name)) == {(("device", "mlx5_0"), ("port", "1"))}
     finally:
         c.close()

@@ -4,7 +4,6 @@ hostile job names). Commands are answered from real 22.05 captures (../shared/fi
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import shutil
@@ -61,7 +60,7 @@ def value(text: str, name: str, **labels) -> float | None:
 
 def promtool_check(text: str) -> None:
     if shutil.which("promtool") is None:
-        pytest.skip("promtool not installed")
+        return  # CI installs it (tests/run-all.sh); the other assertions still run
     proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -336,7 +335,6 @@ def test_hostile_names_travel_as_data(runner, f2205):
     assert info["1"]["name"] == EVIL[: LABEL_MAX - 1] + "…" and info["1"]["user"] == 'mallory"} 1\nfake_metric 1'
     assert info["14"]["name"].startswith('<script>alert("x")</script>')
     # the JSON snapshot carries the full text, escaped by JSON, never interpreted
-    _, _, routes = exporter.build_app(exporter.build_parser().parse_args([]), source=poller.source, clock=clock)
     doc = json.loads(Snapshot.from_json(poller.current().to_json()).to_json())
     assert [j["name"] for j in doc["jobs"] if j["job_id"] == 1] == [EVIL]
 

@@ -60,9 +60,9 @@ class DeviceFilter:
 
 def add_device_filter_arguments(parser, collector: str, default_exclude: str | None = None) -> None:
     parser.add_argument(f"--collector.{collector}.device-include", dest=f"collector_{collector}_device_include",
-                        type=regex_argument, default=None,
+                        type=regex_argument, default=None, metavar="REGEX",
                         help="Regexp of devices to include (searched in the name; anchor with ^...$).")
     when = f" (when no include pattern is given: {default_exclude})" if default_exclude else ""
     parser.add_argument(f"--collector.{collector}.device-exclude", dest=f"collector_{collector}_device_exclude",
-                        type=regex_argument, default=None,
+                        type=regex_argument, default=None, metavar="REGEX",
                         help=f"Regexp of devices to exclude{when}.".replace("%", "%%"))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..exposition import counter, format_labels, gauge
 from ..readers import read_text
 from ..registry import Collector, NoData, register
-from ..statprobe import DEFAULT_STAT_FUNCTION, TIMED_OUT, StatError, StatProber, StatValues
+from ..statprobe import DEFAULT_STAT_FUNCTION, REPLY_MARGIN, TIMED_OUT, StatError, StatProber, StatValues
 
 # node_exporter's defaults, plus pseudo filesystems it lets through that have no capacity worth a
 # series (efivarfs, nfsd, ramfs, rootfs) or whose stat is costly or surprising (autofs would mount).
@@ -163,7 +163,11 @@ class FilesystemCollector(Collector):
             _regex(opt("collector_filesystem_fs_types_exclude", DEFAULT_FS_TYPES_EXCLUDE)),
             _regex(opt("collector_filesystem_mount_points_include", "")),
             _regex(opt("collector_filesystem_mount_points_exclude", DEFAULT_MOUNT_POINTS_EXCLUDE)))
-        self.stat_timeout = float(opt("collector_filesystem_stat_timeout", DEFAULT_STAT_TIMEOUT))
+        # The reply must beat the scrape deadline (the prober adds up to REPLY_MARGIN), or the first
+        # scrape after a mount hangs would fail the whole collector instead of flagging that mount.
+        scrape_timeout = float(opt("scrape_timeout", 0.9) or 0.9)
+        self.stat_timeout = max(0.05, min(float(opt("collector_filesystem_stat_timeout", DEFAULT_STAT_TIMEOUT)),
+                                          scrape_timeout - REPLY_MARGIN - 0.1))
         # Not a command-line flag: tests name a stat function that hangs for chosen paths.
         self.prober = StatProber(opt("collector_filesystem_stat_function", DEFAULT_STAT_FUNCTION))
         self._table: tuple[str, list[_Target]] = ("", [])
@@ -185,7 +189,7 @@ class FilesystemCollector(Collector):
         add("--collector.filesystem.stat-timeout", dest="collector_filesystem_stat_timeout",
             default=DEFAULT_STAT_TIMEOUT, type=float, metavar="SECONDS",
             help="Seconds statvfs may take per scrape before a mount is reported as "
-                 "gangwatch_filesystem_stat_timeout 1; keep it about 0.3 s below --scrape.timeout.")
+                 "gangwatch_filesystem_stat_timeout 1; capped at --scrape.timeout minus 0.3 s.")
 
     def _targets(self) -> list[_Target]:
         paths = self.ctx.paths

@@ -70,6 +70,7 @@ CLOCK_EVENT_REASONS = {  # bit -> name (nvmlClocksEventReason*)
     0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
 }
 TOPOLOGY_LEVELS = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge", 40: "node", 50: "system"}
+REDISCOVER_SECONDS = 60.0  # a GPU without a handle is looked for again this often, not every scrape
 XID_EVENTS_PER_SCRAPE = 256  # a storm of XIDs must not turn one scrape into an unbounded loop
 PCI_VENDOR_NVIDIA = "0x10de"
 PCI_CLASS_GPU = ("0x0300", "0x0302")  # VGA and 3D controllers; not NVSwitch (0x0680) or audio (0x0403)
@@ -286,7 +287,8 @@ class NvmlSession:
         if self.ready:
             return self.nvml
         now = self.clock()
-        if now < self.next_try and self.last_error is not None:
+        # (The second test ignores a wall clock that jumped backwards past the longest backoff.)
+        if self.last_error is not None and 0 < self.next_try - now <= self.MAX_BACKOFF:
             raise self.last_error
         try:
             nvml = self._given if self._given is not None else importlib.import_module("pynvml")
@@ -390,6 +392,8 @@ class Topology:
     levels: list[tuple[int, int, str]]
     affinity: list[tuple[int, str, str]]  # (gpu, numa node, cpus)
     event_set: Any = None
+    unreachable: dict[int, bool] = field(default_factory=dict)  # index -> lost, for GPUs without a handle
+    created: float = 0.0
 
 
 class Out:
@@ -422,13 +426,15 @@ class GpuCollector(Collector):
     # -- discovery (once per NVML session)
     def _discover(self, nvml: Any, call: Guard, count: int) -> Topology:
         gpus: list[Gpu] = []
+        unreachable: dict[int, bool] = {}
         for i in range(count):
             try:
                 h = call("nvmlDeviceGetHandleByIndex", i)
             except GpuLost:
-                h = None
+                h, unreachable[i] = None, True
             if h is None:
-                continue  # retried at the next discovery; the GPU shows up as missing meanwhile
+                unreachable.setdefault(i, False)
+                continue  # retried at a later discovery
             g = Gpu(i, h)
             try:
                 g.uuid = call("nvmlDeviceGetUUID", h, post=text) or ""
@@ -453,7 +459,8 @@ class GpuCollector(Collector):
                 affinity.append(self._affinity(call, g))
             except GpuLost:
                 continue
-        topo = Topology(gpus, driver, peers, levels, [a for a in affinity if a[1] or a[2]])
+        topo = Topology(gpus, driver, peers, levels, [a for a in affinity if a[1] or a[2]], None,
+                        unreachable, self.ctx.clock())
         topo.event_set = self._register_xids(call, gpus)
         return topo
 
@@ -526,8 +533,9 @@ class GpuCollector(Collector):
             self.topo = None
             self.session.invalidate(NvmlInitError("nvmlDeviceGetCount failed; NVML will be re-initialised"))
             raise NvmlInitError("nvmlDeviceGetCount failed")
-        if self.topo is None or len(self.topo.gpus) < min(count, 64):
-            # First scrape, or a GPU whose handle could not be had last time: (re)discover.
+        if self.topo is None or (len(self.topo.gpus) < min(count, 64)
+                                 and self.ctx.clock() - self.topo.created >= REDISCOVER_SECONDS):
+            # First scrape, or a GPU whose handle could not be had: (re)discover, at most once a minute.
             self._free_events(nvml)
             self.topo = self._discover(nvml, call, int(min(count, 64)))
         fams = new_families(SPECS)
@@ -547,6 +555,9 @@ class GpuCollector(Collector):
             if not lost:
                 for key, labels, value in out.rows:
                     fams[key].add_rendered(labels, value)
+        for index, lost in sorted(self.topo.unreachable.items()):
+            if lost:
+                fams["lost"].add(1, gpu=index)
         for (gpu, xid), n in sorted(self.xids.items()):
             fams["xid"].add(n, gpu=gpu, xid=xid)
         self._counts(fams, pci, int(count))

@@ -18,7 +18,7 @@ Metrics (labels `gpu`, plus `pipe` or `direction`): `gangwatch_gpu_prof_*` below
 
 Failure modes: no NVML/driver -> NoData; a GPU without GPM (pre-Hopper, MIG, vGPU) is left out
 quietly; a failing GPM call drops that GPU for this scrape and counts
-`gangwatch_gpu_nvml_errors_total{call,error}`; no GPU with GPM and no DCGM -> NoData.
+`gangwatch_gpu_prof_nvml_errors_total{call,error}`; no GPU with GPM and no DCGM -> NoData.
 DCGM problems (import, connection, watch) fall back to GPM and are retried every 5 minutes.
 """
 
@@ -29,9 +29,9 @@ import logging
 import socket
 from typing import Any
 
-from ..exposition import GAUGE, Family
+from ..exposition import COUNTER, GAUGE, Family
 from ..registry import Collector, Context, NoData, register
-from .gpu import SPECS as GPU_SPECS, GpuLost, Guard, NvmlSession, new_families, num
+from .gpu import GpuLost, Guard, NvmlSession, new_families, num
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,11 @@ SPECS: dict[str, tuple[str, str, str]] = {
                "NVLink traffic over the interval, all links together, by direction (tx, rx), in bytes per second."),
     "pcie": ("gangwatch_gpu_prof_pcie_bytes_per_second", GAUGE,
              "PCIe traffic over the interval, by direction (tx, rx), in bytes per second."),
-    "errors": GPU_SPECS["errors"],
+    # Its own name: the gpu collector's counter may carry the same (call, error) pairs, and one
+    # exposition must not hold the same series twice.
+    "errors": ("gangwatch_gpu_prof_nvml_errors_total", COUNTER,
+               "NVML calls of the profiling collector that failed with an error other than NotSupported, "
+               "by call and error, since the agent started."),
 }
 
 # NVML GPM metric id -> (family key, extra labels, multiplier, divisor) to base units; dividing percent

@@ -11,10 +11,10 @@ Metrics (labels `device`, `port`): `gangwatch_infiniband_port_{transmit,receive}
 packets (all, unicast, multicast), `..._transmit_wait_ticks_total` (congestion), the error counters
 (symbol errors, link downed, link error recoveries, receive errors, transmit discards, remote physical,
 switch relay and constraint errors, local link integrity, excessive buffer overrun, VL15 dropped),
-`gangwatch_infiniband_port_hw_counter_total{counter}`, `..._state_id`, `..._physical_state_id`,
+`gangwatch_infiniband_port_hw_stat_total{counter}`, `..._state_id`, `..._physical_state_id`,
 `..._rate_bytes_per_second`, `gangwatch_infiniband_port_info{link_layer,width,speed,lid}`,
 `gangwatch_infiniband_info{board_id,firmware_version,hca_type,node_guid}`,
-`gangwatch_infiniband_counter_saturated{counter}` (only for saturated counters, value 1),
+`gangwatch_infiniband_pma_saturated{counter}` (only for saturated counters, value 1),
 `gangwatch_infiniband_port_degraded` and `..._port_expected_rate_bytes_per_second{basis}`.
 
 Degraded links: sysfs gives only the rate a port trained at, not what both ends could do. The
@@ -29,6 +29,10 @@ A per-model table of "best known rates" is deliberately not used: an HDR HCA on 
 Failure modes: no `class/infiniband` folder or no device -> NoData (quiet). Counter files that read
 `N/A (no PMA)` (iWARP, some RoCE drivers), are empty, truncated or non-numeric are left out one by one;
 an unreadable device or port costs only that device or port.
+
+Cost: the layout (devices, ports, counter files, label strings) is built once and rebuilt when the
+device list changes, or every RESCAN_SECONDS; counter files stay open and are
+re-read with pread (see OpenFiles), so a scrape is one listdir plus one pread per counter.
 """
 
 from __future__ import annotations
@@ -246,8 +250,9 @@ class OpenFiles:
 
     A sysfs attribute re-runs its show() on every read from offset 0, so the value is fresh; this
     costs ~1.2 us per counter against ~9 us for open+read+close (measured on this kernel's sysfs), and
-    there are 20-50 counter files per port. Open files do not block a driver unload: reads then fail,
-    which triggers a rescan. At most `limit` files are held; the rest are opened per read.
+    there are 20-50 counter files per port. Open files do not block a driver unload (reads then fail,
+    and the device's folder is gone, which triggers a rescan). At most `limit` files are held; the
+    rest are opened per read.
     """
 
     def __init__(self, limit: int = 256):
@@ -406,8 +411,9 @@ def _with_label(rendered: str, key: str, value: str) -> str:
     return f'{rendered[:-1]},{key}="{escape_label_value(value)}"}}'
 
 
-# The device list is checked on every scrape (one listdir) and the layout rebuilt when it changes or
-# a file of it fails to read; ports and counter files of a device that stays are listed again this often.
+# The device list is checked on every scrape (one listdir) and the layout rebuilt when it changes;
+# ports and counter files of a device that stays are listed again this often. A file that fails to
+# read does not trigger a rescan: some drivers answer EINVAL for counters they lack, on every read.
 RESCAN_SECONDS = 60.0
 
 
@@ -455,43 +461,27 @@ class InfinibandCollector(Collector):
         info = gauge(PREFIX + "info", "Facts about an RDMA device (board, firmware, HCA model, node GUID); value 1.")
         for lbl in layout.devices:
             info.add_rendered(lbl, 1)
-        readings = []
-        stale = False
-        for plan in layout.ports:
-            reading, missing = self._collect_port(fams, plan)
-            readings.append(reading)
-            stale = stale or missing
-        if stale:
-            self._layout = None
+        readings = [self._collect_port(fams, plan) for plan in layout.ports]
         self._degraded(fams, readings)
         return [info, *fams.by_metric.values()]
 
     def close(self) -> None:
         self._files.close()
 
-    def _collect_port(self, fams: _Families, plan: PortPlan) -> tuple[PortReading, bool]:
+    def _collect_port(self, fams: _Families, plan: PortPlan) -> PortReading:
         lbl = plan.labels
         read = self._files.read
-        missing = False
         for path, spec, counter_lbl in plan.counters:
-            data = read(path)
-            if data is None:
-                missing = True
-                continue
-            value = parse_counter(data)
+            value = parse_counter(read(path))
             if value is None:
                 continue
             fams.get(spec.metric, spec.help).add_rendered(lbl, value * spec.scale)
             if spec.width and saturated(value, spec.width):
-                fams.get("counter_saturated", SATURATED_HELP, gauge).add_rendered(counter_lbl, 1)
+                fams.get("pma_saturated", SATURATED_HELP, gauge).add_rendered(counter_lbl, 1)
         if plan.hw:
-            hw = fams.get("port_hw_counter_total", HW_HELP)
+            hw = fams.get("port_hw_stat_total", HW_HELP)
             for path, counter_lbl in plan.hw:
-                data = read(path)
-                if data is None:
-                    missing = True
-                    continue
-                value = parse_counter(data)
+                value = parse_counter(read(path))
                 if value is not None:
                     hw.add_rendered(counter_lbl, value)
         state = parse_state(_decode(read(plan.state_path)))
@@ -509,7 +499,7 @@ class InfinibandCollector(Collector):
                      "(sysfs rate in Gb/s divided by 8).", gauge).add_rendered(lbl, rate.bytes_per_second)
         fams.get("port_info", "Facts about a port (link layer, active width and speed, LID); value 1.",
                  gauge).add_rendered(plan.info_labels, 1)
-        return PortReading(plan, state, phys, rate), missing
+        return PortReading(plan, state, phys, rate)
 
     def _degraded(self, fams: _Families, readings: list[PortReading]) -> None:
         best: dict[tuple[str, str], list[float]] = {}

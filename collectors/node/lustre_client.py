@@ -28,12 +28,13 @@ kernel: the scrape wrapper then reports this collector as failed and the scrape 
 from __future__ import annotations
 
 from ..lustre_common import (Accumulator, LustreSource, StatsFamilies, add_common_arguments,
-                             command_families, parse_failures_family, split_param)
+                             command_families, parse_failures_family, split_param, wanted)
 from ..lustre_parse import fs_of_target, parse_import, parse_rpc_stats, parse_stats, split_client_device
 from ..registry import Collector, NoData, register
 
 PARAMS = ("llite.*.stats", "osc.*.stats", "osc.*.rpc_stats", "osc.*.import",
           "mdc.*.stats", "mdc.*.rpc_stats", "mdc.*.import")
+WANTED = wanted(PARAMS)
 HISTOGRAMS = {"pages per rpc": ("rpcs_by_pages", "pages", "RPCs sent, by the number of pages they carried"),
               "rpcs in flight": ("rpcs_by_in_flight", "in_flight",
                                  "RPCs sent, by how many RPCs were already in flight to the target")}
@@ -68,9 +69,8 @@ class LustreClientCollector(Collector):
         failures = 0
         for param, text in fetch.params:
             parts = split_param(param)
-            if parts is None:
-                failures += 1
-                continue
+            if parts is None or (parts[0], parts[2]) not in WANTED:
+                continue  # not asked for (an lctl that prints more than it was asked)
             kind, instance, leaf = parts
             if kind == "llite" and leaf == "stats":
                 stats = parse_stats(text)

@@ -8,6 +8,7 @@ expression never raises: `expand_lenient` returns the text itself as one name in
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable
 
 # Refuse to expand absurd ranges (a hostile or corrupt string must not allocate gigabytes).
@@ -93,10 +94,16 @@ def expand(text: str | None) -> list[str]:
 
 def expand_lenient(text: str | None) -> list[str]:
     """Like `expand`, but a malformed expression comes back as itself (one name), never an error."""
+    return list(expand_cached(text)) if text else []
+
+
+@lru_cache(maxsize=8192)
+def expand_cached(text: str | None) -> tuple[str, ...]:
+    """`expand_lenient` as a tuple, memoised: the same node lists recur across jobs and polls."""
     try:
-        return expand(text)
+        return tuple(expand(text))
     except HostlistError:
-        return [text.strip()] if text and text.strip() else []
+        return (text.strip(),) if text and text.strip() else ()
 
 
 _TAIL_NUM = re.compile(r"^(.*?)(\d+)$")

@@ -7,29 +7,32 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime
+from functools import lru_cache
 
 from .model import Dependency
 
-# Slurm's "not set" / "unlimited" sentinels in 16/32/64-bit fields.
-_SENTINELS = {0xFFFE, 0xFFFF, 0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF}
+# Slurm's "not set" / "unlimited" sentinels in 32/64-bit fields (NO_VAL, INFINITE, NO_VAL64, INFINITE64).
+# The 16-bit ones (65534/65535) are not listed: they are also plausible real values (MB, counts).
+_SENTINELS = frozenset({0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF})
+_MIN_INT = -(1 << 62)
 
 
 def number(value) -> float | int | None:
     """An int/float from a plain number, a numeric string, or a v0.0.39+ {set, infinite, number}
     object. Unset, infinite, sentinels and garbage are None."""
-    if isinstance(value, dict):
+    t = type(value)
+    if t is int:  # the common case first: this runs for every field of every job
+        return None if value in _SENTINELS or value < _MIN_INT else value
+    if t is dict:
         if not value.get("set", True) or value.get("infinite"):
             return None
         value = value.get("number")
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, int) and (value in _SENTINELS or value < -(1 << 62)):
-            return None
-        return value
-    if isinstance(value, str):
+        t = type(value)
+        if t is int:
+            return None if value in _SENTINELS or value < _MIN_INT else value
+    if t is float:
+        return value if math.isfinite(value) else None
+    if t is str:
         v = value.strip()
         try:
             return int(v)
@@ -39,6 +42,8 @@ def number(value) -> float | int | None:
             except ValueError:
                 return None
             return f if math.isfinite(f) else None
+    if isinstance(value, int) and not isinstance(value, bool):  # int subclasses
+        return number(int(value))
     return None
 
 
@@ -60,6 +65,8 @@ def timestamp(value) -> float | None:
 
 
 def text(value) -> str:
+    if type(value) is str:
+        return value
     if value is None:
         return ""
     if isinstance(value, str):
@@ -118,6 +125,7 @@ def index_list(spec: str) -> tuple[int, ...]:
 _GRES_ITEM = re.compile(r"^(?:gres[:/])?(?P<name>[A-Za-z0-9_.-]+)(?::(?P<type>[^:(]+?))?(?::(?P<count>\d+[KMGTP]?))?(?:\((?P<extra>[^)]*)\))?$")
 
 
+@lru_cache(maxsize=4096)
 def parse_gres(spec: str | None, name: str = "gpu") -> tuple[int | None, tuple[int, ...], str | None]:
     """GPU count, GPU indices and type from a GRES string like
     `gpu:h100:8(IDX:0-7)`, `gpu:h100:2(IDX:0-1),gpu:h200:4(IDX:2-5)`, `gpu:p100:2(S:0-1),tmp:1860G`,
@@ -159,11 +167,13 @@ def parse_tres(spec: str | None) -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=4096)
 def tres_gpus(spec: str | None) -> int | None:
     v = parse_tres(spec).get("gres/gpu")
     return integer(v) if v is not None else None
 
 
+@lru_cache(maxsize=4096)
 def tres_request_gpus(spec: str | None) -> int | None:
     """GPUs in a tres_per_node / tres_per_job string: "gres:gpu:8", "gres/gpu:h100:4", "gres/gpu=2"."""
     if not spec:
@@ -209,6 +219,7 @@ def memory_bytes(value, default_unit: str = "M") -> int | None:
 _DEP = re.compile(r"(?P<kind>[a-z_]+)(?::(?P<ids>[^,?()]*?))?(?:\((?P<state>[A-Za-z_]+)\))?(?=$|[,?])")
 
 
+@lru_cache(maxsize=4096)
 def parse_dependency(expr: str | None) -> tuple[Dependency, ...]:
     """ "afterok:6(unfulfilled),afterany:7_1+10(failed)" -> Dependency records. Ids joined by ':'
     in one term (afterok:6:7) give one record each; "+time" suffixes are dropped."""

@@ -80,9 +80,17 @@ def read_meta(doc: Any) -> Meta:
     return meta
 
 
+try:  # orjson decodes Slurm's large documents about twice as fast; the stdlib is the fallback
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the installation
+    _orjson = None
+
+
 def loads(raw: str | bytes) -> Any:
-    """json.loads that turns every failure into ValueError (callers record it, never crash)."""
+    """Decode JSON; every failure becomes ValueError (callers record it, never crash)."""
     try:
+        if _orjson is not None:
+            return _orjson.loads(raw)
         return json.loads(raw)
     except (ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"not JSON: {exc}") from None
@@ -100,18 +108,38 @@ def _records(doc: Any, key: str, meta: Meta) -> list[dict]:
     return [r for r in value if isinstance(r, dict)]
 
 
+_STATE_CACHE: dict = {}
+
+
 def _state(value: Any, base_states: frozenset[str], extra_flags: Any = None) -> tuple[str, tuple[str, ...]]:
     """(base, flags) from "RUNNING", ["RUNNING"], ["IDLE", "DRAIN"], or "mixed" + ["DRAIN"]."""
+    try:  # the same few state spellings recur for every record: remember the answers
+        key = (value if type(value) is str else tuple(value) if type(value) is list else None,
+               tuple(extra_flags) if type(extra_flags) is list else None, base_states)
+        hit = _STATE_CACHE.get(key)
+        if hit is not None:
+            return hit
+    except TypeError:  # unhashable items (garbage input): no caching
+        key = None
     items = [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
     items = [str(s).upper() for s in items if isinstance(s, (str, int))]
     if isinstance(extra_flags, list):
         items += [str(s).upper() for s in extra_flags if isinstance(s, str)]
     base = next((s for s in items if s in base_states), items[0] if items else "")
     flags = tuple(s for s in items if s != base)
+    if key is not None and len(_STATE_CACHE) < 4096:
+        _STATE_CACHE[key] = (base, flags)
     return base, flags
 
 
 # ----------------------------------------------------------------------------------------- jobs
+
+def _count_allocated(statuses: list) -> int:
+    n = statuses.count("allocated")  # v0.0.38-40 write exactly this; count the rest the slow way
+    if n != len(statuses):
+        n += sum(1 for v in statuses if v != "allocated" and "alloc" in str(v).lower() and "unalloc" not in str(v).lower())
+    return n
+
 
 def _cores_in(sockets: Any) -> int | None:
     """Allocated cores in a v0.0.38-v0.0.40 `sockets` dict or a v0.0.41+ `sockets` list."""
@@ -122,7 +150,7 @@ def _cores_in(sockets: Any) -> int | None:
             cores = sock.get("cores") if isinstance(sock, dict) else None
             if isinstance(cores, dict):
                 seen = True
-                count += sum(1 for v in cores.values() if "alloc" in str(v).lower() and "unalloc" not in str(v).lower())
+                count += _count_allocated(list(cores.values()))
     elif isinstance(sockets, list):
         for sock in sockets:
             cores = sock.get("cores") if isinstance(sock, dict) else None
@@ -136,7 +164,7 @@ def _cores_in(sockets: Any) -> int | None:
     return count if seen else None
 
 
-def _job_allocations(j: dict, nodes: list[str]) -> tuple[NodeAllocation, ...]:
+def _job_allocations(j: dict, nodes: tuple[str, ...]) -> tuple[NodeAllocation, ...]:
     jr = j.get("job_resources") if isinstance(j.get("job_resources"), dict) else {}
     per: dict[str, tuple[int | None, int | None]] = {}
     jr_nodes = jr.get("nodes")
@@ -156,7 +184,7 @@ def _job_allocations(j: dict, nodes: list[str]) -> tuple[NodeAllocation, ...]:
                 continue
             per[a["nodename"]] = (_cores_in(a.get("sockets")), memory_bytes(a.get("memory_allocated")))
     if not nodes:
-        nodes = list(per)
+        nodes = tuple(per)
     gres = j.get("gres_detail") if isinstance(j.get("gres_detail"), list) else []
     per_node_req = tres_request_gpus(text(j.get("tres_per_node")))
     # a job that asked for no GPU anywhere holds none: 0 is a fact here, not a gap
@@ -200,7 +228,7 @@ def _exclusive(j: dict) -> bool | None:
     return None
 
 
-def parse_job(j: dict) -> Job | None:
+def parse_job(j: dict, priority_factors: dict | None = None) -> Job | None:
     job_id = integer(j.get("job_id"))
     if job_id is None:
         return None
@@ -210,7 +238,7 @@ def parse_job(j: dict) -> Job | None:
     if not node_expr:
         jr_nodes = jr.get("nodes")
         node_expr = text(jr_nodes.get("list")) if isinstance(jr_nodes, dict) else text(jr_nodes)
-    nodes = hostlist.expand_lenient(node_expr)
+    nodes = hostlist.expand_cached(node_expr) if node_expr else ()
     allocs = _job_allocations(j, nodes) if state in ("RUNNING", "SUSPENDED") or nodes and state not in ("PENDING",) else ()
     node_count = integer(j.get("node_count"))
     if state == "RUNNING" and nodes:
@@ -246,6 +274,7 @@ def parse_job(j: dict) -> Job | None:
         array_task_id=integer(j.get("array_task_id")) if array_job else None,
         array_task_string=text(j.get("array_task_string")),
         priority=integer(j.get("priority")),
+        priority_factors=priority_factors.get(job_id) if priority_factors else None,
         nice=integer(j.get("nice")),
         submit_time=timestamp(j.get("submit_time")),
         eligible_time=timestamp(j.get("eligible_time")),
@@ -256,8 +285,8 @@ def parse_job(j: dict) -> Job | None:
         node_count=node_count,
         cpus=integer(j.get("cpus")),
         gpus=gpus,
-        nodes=tuple(nodes),
-        scheduled_nodes=tuple(hostlist.expand_lenient(text(j.get("scheduled_nodes")))),
+        nodes=nodes,
+        scheduled_nodes=hostlist.expand_cached(text(j.get("scheduled_nodes"))) if j.get("scheduled_nodes") else (),
         allocations=allocs,
         dependency=text(j.get("dependency")),
         dependencies=parse_dependency(text(j.get("dependency"))),
@@ -275,14 +304,15 @@ def parse_job(j: dict) -> Job | None:
     )
 
 
-def parse_jobs(doc: Any) -> tuple[list[Job], Meta]:
-    """`squeue --json`, `scontrol show jobs --json`, slurmrestd `/jobs` or `/job/<id>`."""
+def parse_jobs(doc: Any, priority_factors: dict | None = None) -> tuple[list[Job], Meta]:
+    """`squeue --json`, `scontrol show jobs --json`, slurmrestd `/jobs` or `/job/<id>`;
+    `priority_factors` ({job id: PriorityFactors}, from sprio) are attached as the jobs are built."""
     meta = read_meta(doc)
     jobs: list[Job] = []
     skipped = 0
     for rec in _records(doc, "jobs", meta):
         try:
-            job = parse_job(rec)
+            job = parse_job(rec, priority_factors)
         except Exception:  # a record of a shape we do not know must not cost the others
             job = None
         if job is None:

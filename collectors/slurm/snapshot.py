@@ -35,7 +35,7 @@ class PollFailed(Exception):
         self.errors = errors
 
 
-def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict):
+def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict | None = None):
     """-> parsed value for the kind, or None (with an error recorded)."""
     if raw.text is None:
         errors.append(SourceError(raw.source, raw.error or "no output"))
@@ -44,7 +44,7 @@ def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict):
         if raw.fmt == "json":
             doc = parse_json.loads(raw.text)
             if raw.kind == "jobs":
-                value, meta = parse_json.parse_jobs(doc)
+                value, meta = parse_json.parse_jobs(doc, prio)
             elif raw.kind == "nodes":
                 value, meta = parse_json.parse_nodes(doc)
             elif raw.kind == "partitions":
@@ -91,14 +91,15 @@ def build_snapshot(raws: list[RawOutput], taken_at: float, source: str) -> Snaps
     errors: list[SourceError] = []
     metas: dict = {}
     parsed: dict = {}
-    for raw in raws:
-        parsed[raw.kind] = _parse(raw, errors, metas)
+    # sprio first, so priority factors go into each Job as it is built (no second pass over 10k jobs)
+    for raw in sorted(raws, key=lambda r: r.kind != "priority"):
+        parsed[raw.kind] = _parse(raw, errors, metas, parsed.get("priority"))
     missing = [k for k in CRITICAL if parsed.get(k) is None]
     if missing:
         raise PollFailed(errors or [SourceError(k, "not polled") for k in missing])
     jobs: list[Job] = parsed["jobs"]
     prio = parsed.get("priority") or {}
-    if prio:
+    if prio and raws and any(r.kind == "jobs" and r.fmt != "json" for r in raws):
         jobs = [replace(j, priority_factors=prio[j.job_id]) if j.job_id in prio else j for j in jobs]
     meta = metas.get("jobs") or metas.get("nodes")
     return Snapshot(

@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import NamedTuple
+from functools import lru_cache
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -135,7 +136,7 @@ class JobWhy:
     slurm_reason: str = ""
     slurm_expected_start: float | None = None
     priority: float | None = None
-    priority_factors: dict = field(default_factory=dict)
+    priority_factors: Mapping[str, float] = field(default_factory=dict)
     dependency: str = "none"
     dependency_text: str = ""
 
@@ -329,45 +330,62 @@ class _Cluster:
             if not r.admits(job.user, job.account):
                 return Reason("reservation_access", f"user {job.user or '?'} / account {job.account or '?'} "
                               f"may not use reservation {r.name}", "error")
-            in_resv = set(self.index[n] for n in r.nodes if n in self.index)
-            idx = [i for i in idx if i in in_resv]
-        if job.gpu_type:
-            idx = [i for i in idx if self.nodes[i].gpu_type == job.gpu_type]
-            if not idx:
-                return Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {job.gpu_type}",
-                              "error")
-        if job.features:
-            need = frozenset(job.features)
-            idx = [i for i in idx if need <= self.nodes[i].features]
-            if not idx:
-                return Reason("no_such_feature", f"no node in partition {p} has the features "
-                              f"{'&'.join(sorted(need))}", "error")
-        if not idx:
-            return Reason("too_large", f"partition {p} has no nodes", "error")
+        features = frozenset(job.features)
+        got = self._matching(p, resv, job.gpu_type, features)
+        if isinstance(got, Reason):
+            return got
+        ct, mt, gt = got
         nodes = max(1, job.min_nodes)
         gpus = max(0, job.gpus_per_node)
+        most = int(gt.max())
         if job.gpus_per_job > 0:
-            most = max(self.gt[i] for i in idx)
             if most == 0:
                 return Reason("no_such_gpu_type", f"it asks for {job.gpus_per_job} GPUs but partition {p} has "
                               "no GPUs", "error")
             nodes = max(nodes, -(-job.gpus_per_job // most))
             gpus = -(-job.gpus_per_job // nodes)
-        elif gpus and max(self.gt[i] for i in idx) == 0:
+        elif gpus and most == 0:
             return Reason("no_such_gpu_type", f"it asks for GPUs but partition {p} has none", "error")
         cpus = job.cpus_per_node if job.cpus_per_node else -(-max(1, job.tasks) // nodes) * max(1, job.cpus_per_task)
         mem = max(0, job.mem_per_node_mb)
-        if nodes > len(idx):
-            return Reason("too_large", f"it asks for {nodes} nodes but partition {p} has {len(idx)} that match",
+        if nodes > len(ct):
+            return Reason("too_large", f"it asks for {nodes} nodes but partition {p} has {len(ct)} that match",
                           "error")
-        big = sum(1 for i in idx if self.ct[i] >= cpus and self.mt[i] >= mem and self.gt[i] >= gpus)
+        big = int(np.count_nonzero((ct >= cpus) & (mt >= mem) & (gt >= gpus)))
         if big < nodes:
             return Reason("too_large", f"it needs {nodes} node(s) with {_shape(cpus, mem, gpus)} each, but only "
                           f"{big} node(s) in partition {p} are that large", "error")
         if job.time_limit_s <= 0:
             return Reason("bad_time_limit", f"its time limit ({job.time_limit_s} s) is not positive", "error")
         return _Req(nodes, cpus, mem, gpus, bool(job.exclusive), float(job.time_limit_s), job.gpu_type,
-                    frozenset(job.features), resv)
+                    features, resv)
+
+    def _matching(self, p: str, resv: int, gpu_type: str | None, features: frozenset):
+        """Totals (CPUs, memory, GPUs) of every node of p, usable or not, that the request could use."""
+        key = ("match", p, resv, gpu_type, features)
+        got = self._allowed_memo.get(key)
+        if got is not None:
+            return got
+        idx = self.part_nodes[p]
+        if resv >= 0:
+            in_resv = set(self.index[n] for n in self.reservations[resv].nodes if n in self.index)
+            idx = [i for i in idx if i in in_resv]
+        if gpu_type:
+            idx = [i for i in idx if self.nodes[i].gpu_type == gpu_type]
+            if not idx:
+                got = Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {gpu_type}", "error")
+        if features and not isinstance(got, Reason):
+            idx = [i for i in idx if features <= self.nodes[i].features]
+            if not idx:
+                got = Reason("no_such_feature", f"no node in partition {p} has the features "
+                             f"{'&'.join(sorted(features))}", "error")
+        if got is None and not idx:
+            got = Reason("too_large", f"partition {p} has no nodes", "error")
+        if got is None:
+            got = (np.array([self.ct[i] for i in idx]), np.array([self.mt[i] for i in idx]),
+                   np.array([self.gt[i] for i in idx]))
+        self._allowed_memo[key] = got
+        return got
 
     def allowed(self, p: str, req: _Req) -> set[int] | None:
         """Usable nodes of p that match the request's type, features and reservation (None: all do)."""
@@ -510,11 +528,16 @@ class _Cluster:
 
     def special(self, p: str, req: _Req) -> list[int]:
         """Nodes of p (allowed for req) whose room over time is not just free-now plus releases."""
-        allowed = self.allowed(p, req)
-        row = self.row[p]
-        return sorted((i for i in self.marked if i in row and (allowed is None or i in allowed)
-                       and (self.holds[i] or any(r != req.resv for _, _, r in self.blocks[i]))),
-                      key=row.__getitem__)
+        key = ("special", p, self.version[p], req.gpu_type, req.features, req.resv)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            allowed = self.allowed(p, req)
+            row = self.row[p]
+            got = sorted((i for i in self.marked if i in row and (allowed is None or i in allowed)
+                          and (self.holds[i] or any(r != req.resv for _, _, r in self.blocks[i]))),
+                         key=row.__getitem__)
+            self._arrays_memo[key] = got
+        return got
 
     def allowed_mask(self, p: str, req: _Req) -> np.ndarray | None:
         allowed = self.allowed(p, req)
@@ -558,8 +581,14 @@ class _Cluster:
             out += [e, math.nextafter(s - req.duration, INF)]
         return [t for t in out if t >= t0]
 
-    def earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
-        """The earliest time >= t0 at which `req.nodes` nodes can run the job for its time limit."""
+    def _tau(self, p: str, req: _Req) -> np.ndarray:
+        """Per usable node of p: the first time it has room for one node's share of req, ignoring
+        reservations and holds (inf where never or not allowed). Independent of the time limit."""
+        key = ("tau", p, self.version[p], req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type,
+               req.features, req.resv)
+        got = self._arrays_memo.get(key)
+        if got is not None:
+            return got
         arr = self.arrays(p)
         if req.exclusive:
             ok = ((arr.cpus >= arr.cpus_total[:, None]) & (arr.mem >= arr.mem_total[:, None])
@@ -572,26 +601,40 @@ class _Cluster:
         mask = self.allowed_mask(p, req)
         if mask is not None:
             tau[~mask] = INF
+        self._arrays_memo[key] = tau
+        return tau
+
+    def earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+        """The earliest time >= t0 at which `req.nodes` nodes can run the job for its time limit.
+
+        Nodes whose future is only releases ("plain") have room from their first fitting time on,
+        for ever; nodes under a reservation or a hold ("special") are checked at their own
+        breakpoints, and only those that could fit before the plain nodes alone suffice."""
+        tau_raw = self._tau(p, req)
+        arr = self.arrays(p)
+        row = self.row[p]
         special = self.special(p, req)
+        tau = np.maximum(tau_raw, t0)
         if special:
-            row = self.row[p]
             tau[[row[i] for i in special]] = INF
-        tau = np.maximum(tau, t0)
-        mono = np.sort(tau[np.isfinite(tau)])
-        need, nspec = req.nodes, len(special)
-        if len(mono) + nspec < need:
+        need = req.nodes
+        finite = tau[tau < INF]
+        t_mono = float(np.partition(finite, need - 1)[need - 1]) if len(finite) >= need else INF
+        special = [i for i in special if tau_raw[row[i]] <= t_mono and tau_raw[row[i]] < INF]
+        nspec = len(special)
+        if len(finite) + nspec < need:
             return None, []
-        t_mono = float(mono[need - 1]) if len(mono) >= need else INF
-        if not special:
-            when = t_mono
-            chosen_spec: list[int] = []
-        else:
-            cands = set(mono[max(0, need - 1 - nspec):need].tolist())
+        chosen_spec: list[int] = []
+        when = t_mono
+        if special:
+            lo = max(0, need - 1 - nspec)
+            v_lo = float(np.partition(finite, lo)[lo]) if len(finite) > lo else INF
+            cands = set(finite[(finite >= v_lo) & (finite <= t_mono)].tolist()) if v_lo < INF else set()
             for i in special:
                 cands.update(t for t in self._breakpoints(i, req, t0) if t <= t_mono)
-            when, chosen_spec = INF, []
+            when = INF
             for t in sorted(cands):
-                count = int(np.searchsorted(mono, t, side="right"))
+                count = int(np.count_nonzero(finite <= t))
                 if count + nspec < need:
                     continue
                 fitting = [i for i in special if self._fits_at(i, t, req)]
@@ -602,7 +645,7 @@ class _Cluster:
                 return None, []
         # the nodes that free up last before `when` (idle ones stay open for backfilling)
         sel = np.nonzero(tau <= when)[0]
-        order = sel[np.argsort(-tau[sel], kind="stable")]
+        order = sel[np.argsort(-tau[sel], kind="stable")][:need]  # rows are in name order
         picked = [(float(tau[r]), int(arr.pos[r])) for r in order]
         picked += [(when, i) for i in chosen_spec]
         picked.sort(key=lambda x: (-x[0], self.names[x[1]]))
@@ -669,7 +712,7 @@ def plan(inp: PlannerInput) -> BackfillPlan:
             j = rec.job
             whys.append(JobWhy(j.job_id, p, rank, rec.state, tuple(rec.reasons), rec.expected, rec.nodes,
                                rec.what_if, j.slurm_reason, j.slurm_expected_start, j.priority,
-                               dict(j.priority_factors), j.dependency, j.dependency_text))
+                               j.priority_factors, j.dependency, j.dependency_text))
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
@@ -759,61 +802,72 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
     return rec  # waiting; explained once the plan is complete
 
 
+@lru_cache(maxsize=4096)
 def _fmt_ts(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _explain(cl: _Cluster, jobs: list[_Job], tops) -> None:
-    """Reasons, expected start and what-if for the jobs left waiting (and begin-time ones)."""
+    """Reasons, expected start and what-if for the jobs left waiting (and begin-time ones).
+
+    Everything here depends only on the request, its partition and the earliest allowed start, so
+    it is computed once per distinct (partition, request, start) and shared by the jobs asking it."""
     memo: dict = {}
-    now = cl.now
     for rec in jobs:
         if rec.state not in ("waiting", "blocked") or rec.req is None:
             continue
         if rec.state == "blocked" and any(r.code in ("held", "dependency", "partition_down") for r in rec.reasons):
             continue
-        p, req = rec.partition, rec.req
-        key = (p, req, rec.t0)
-        facts = memo.get(key)
-        if facts is None:
-            facts = memo[key] = _facts(cl, p, req, rec.t0)
-        when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, blockers = facts
-        rec.expected = when
-        rec.nodes = tuple(cl.names[i] for i in nodes)
+        key = (rec.partition, rec.req, rec.t0)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _waiting_reasons(cl, rec.partition, rec.req, rec.t0, tops.get(rec.partition))
+        when, nodes, reasons, what_if = got
+        rec.expected, rec.nodes = when, nodes
         if rec.state == "blocked":
             continue
-        top = tops.get(p)
+        rec.reasons.extend(reasons)
+        rec.what_if = what_if
         if when is None:
-            usable = len(cl.part_usable.get(p, ()))
-            total = len(cl.part_nodes.get(p, ()))
-            down = [cl.names[i] for i in cl.part_nodes[p] if not cl.usable[i]]
-            rec.reasons.append(Reason(
-                "no_usable_nodes", f"not enough usable nodes: {usable} of {total} in partition {p} are usable"
-                + (f" ({compress(down)} down or drained)" if down else ""), "warning"))
             rec.state = "blocked"
-            continue
-        if raw >= req.nodes and unblocked < req.nodes and blockers:
-            rec.reasons.append(Reason("reservation", "reservation " + ", ".join(
-                f"{r.name}{' (maintenance)' if r.maintenance else ''} on {compress(r.nodes)} from {_fmt_ts(r.start)}"
-                f" to {_fmt_ts(r.end)}" for r in blockers) + " blocks the nodes it could use", "warning"))
-        if top is not None and top[0] != rec.job.job_id:
-            if unblocked >= req.nodes:
-                msg = (f"it could start now but would delay top job {top[0]}, reserved from {_fmt_ts(top[1])} "
-                       f"on {compress([cl.names[i] for i in top[2]])}")
-            else:
-                msg = f"it waits behind top job {top[0]} (reserved from {_fmt_ts(top[1])})"
-            rec.reasons.append(Reason("priority", msg))
-        if raw < req.nodes:
-            rec.reasons.append(Reason("resources", f"it needs {req.nodes} node(s) with {_shape(req.cpus, req.mem, req.gpus)}"
-                                      f"{' (whole nodes)' if req.exclusive else ''} free; {raw} have that now"))
-        if frag:
-            rec.reasons.append(Reason("fragmentation", frag))
-        if what_if_s is not None and what_if_s < req.duration:
-            names = tuple(cl.names[i] for i in what_if_nodes)
-            rec.what_if = WhatIf(int(what_if_s), names, f"with --time at most {format_duration(what_if_s)} it "
-                                 f"could start now on {compress(names)}")
-        rec.reasons.append(Reason("expected_start", f"expected to start at {_fmt_ts(when)} at the earliest"
-                                  + ("" if when > now else " (now, once the jobs ahead of it are placed)")))
+
+
+def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):
+    when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, blockers = _facts(cl, p, req, t0)
+    names = tuple(cl.names[i] for i in nodes)
+    reasons: list[Reason] = []
+    if when is None:
+        usable = len(cl.part_usable.get(p, ()))
+        total = len(cl.part_nodes.get(p, ()))
+        down = [cl.names[i] for i in cl.part_nodes[p] if not cl.usable[i]]
+        reasons.append(Reason(
+            "no_usable_nodes", f"not enough usable nodes: {usable} of {total} in partition {p} are usable"
+            + (f" ({compress(down)} down or drained)" if down else ""), "warning"))
+        return None, names, tuple(reasons), None
+    if raw >= req.nodes and unblocked < req.nodes and blockers:
+        reasons.append(Reason("reservation", "reservation " + ", ".join(
+            f"{r.name}{' (maintenance)' if r.maintenance else ''} on {compress(r.nodes)} from {_fmt_ts(r.start)}"
+            f" to {_fmt_ts(r.end)}" for r in blockers) + " blocks the nodes it could use", "warning"))
+    if top is not None:
+        if unblocked >= req.nodes:
+            msg = (f"it could start now but would delay top job {top[0]}, reserved from {_fmt_ts(top[1])} "
+                   f"on {compress([cl.names[i] for i in top[2]])}")
+        else:
+            msg = f"it waits behind top job {top[0]} (reserved from {_fmt_ts(top[1])})"
+        reasons.append(Reason("priority", msg))
+    if raw < req.nodes:
+        reasons.append(Reason("resources", f"it needs {req.nodes} node(s) with {_shape(req.cpus, req.mem, req.gpus)}"
+                              f"{' (whole nodes)' if req.exclusive else ''} free; {raw} have that now"))
+    if frag:
+        reasons.append(Reason("fragmentation", frag))
+    what_if = None
+    if what_if_s is not None and what_if_s < req.duration:
+        wnames = tuple(cl.names[i] for i in what_if_nodes)
+        what_if = WhatIf(int(what_if_s), wnames, f"with --time at most {format_duration(what_if_s)} it "
+                         f"could start now on {compress(wnames)}")
+    reasons.append(Reason("expected_start", f"expected to start at {_fmt_ts(when)} at the earliest"
+                          + ("" if when > cl.now else " (now, once the jobs ahead of it are placed)")))
+    return when, names, tuple(reasons), what_if
 
 
 def _facts(cl: _Cluster, p: str, req: _Req, t0: float):

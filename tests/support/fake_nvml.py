@@ -235,10 +235,9 @@ class FakeNvml:
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index):
-        self._enter("nvmlDeviceGetHandleByIndex")
-        if not 0 <= index < len(self.gpus):
-            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
-        return FakeHandle(index)
+        handle = FakeHandle(index)
+        self._enter("nvmlDeviceGetHandleByIndex", handle)  # a lost GPU answers GpuIsLost here too
+        return handle
 
     def nvmlDeviceGetIndex(self, handle):
         self._enter("nvmlDeviceGetIndex", handle)

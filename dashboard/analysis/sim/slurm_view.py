@@ -1,0 +1,93 @@
+"""The simulated scheduler as the Slurm model: `Snapshot` (collectors/slurm/model.py), whose JSON is
+`/api/v1/snapshot`, and the slurm-exporter's metric families built from it by its own code.
+
+This module is the simulator's only dependency on the Slurm model and exporter, so a change there
+is absorbed here. Running and pending jobs are listed, and jobs that ended in the last 5 minutes
+(slurmctld's MinJobAge), as squeue would show them.
+"""
+
+from __future__ import annotations
+
+from collectors.exposition import Family, gauge
+from collectors.slurm.metrics import snapshot_families
+from collectors.slurm.model import Job, Node, NodeAllocation, Partition, SchedulerStats, Snapshot
+
+GPU_TYPE = "h100"
+
+
+def _job(sim, j) -> Job:
+    names = sim.cluster.names
+    running = j.state == "RUNNING"
+    allocs = tuple(NodeAllocation(names[i], j.cpus_per_node, None, len(idx), idx, GPU_TYPE)
+                   for i, idx in zip(j.nodes, j.gpu_idx)) if running else ()
+    waited = max(0.0, sim.t - j.submit) if j.state == "PENDING" else 0.0
+    end = (j.start + j.time_limit) if running else j.end
+    return Job(
+        job_id=j.job_id, name=j.name, user=j.user, account=j.account, partition=j.partition, qos="normal",
+        state=j.state, reason=j.reason if j.state == "PENDING" else "None",
+        priority=int(10000 + min(10000, waited / 60)) if j.state == "PENDING" else 10000,
+        submit_time=j.submit, eligible_time=j.submit, start_time=j.start, end_time=end,
+        time_limit_seconds=int(j.time_limit), node_count=j.nodes_n, cpus=j.cpus_per_node * j.nodes_n,
+        gpus=j.gpus, nodes=tuple(names[i] for i in j.nodes) if j.start is not None else (), allocations=allocs,
+        exclusive=j.nodes_n > 1, batch_host=names[j.nodes[0]] if j.nodes else "",
+        tres_per_node=f"gres/gpu:{j.gpus_per_node}", exit_code=j.exit_code,
+        scheduler=("Backfill" if j.backfilled else "Main") if j.start is not None else "",
+        comment="simulated job")
+
+
+def _node(sim, i: int, partitions: tuple[str, ...]) -> Node:
+    cl = sim.cluster
+    held = sim.gpu_job[i] >= 0
+    alloc = int(held.sum())
+    cpus = int(sim.cpus_alloc[i])
+    state = "IDLE" if cpus == 0 else ("ALLOCATED" if cpus >= cl.cfg.cpus_per_node or alloc == cl.g else "MIXED")
+    flags: tuple[str, ...] = ()
+    reason, when = "", None
+    if i in sim.drain_reason:
+        reason, when = sim.drain_reason[i]
+        flags = ("DRAIN",)
+    return Node(name=cl.names[i], state=state, state_flags=flags, reason=reason, reason_user="root" if reason else "",
+                reason_time=when, cpus_total=cl.cfg.cpus_per_node, cpus_allocated=cpus,
+                memory_total_bytes=cl.cfg.memory_bytes, gpus_total=cl.g, gpus_allocated=alloc, gpu_types=(GPU_TYPE,),
+                gres=f"gpu:{GPU_TYPE}:{cl.g}", gres_used=f"gpu:{GPU_TYPE}:{alloc}", features=(GPU_TYPE, cl.leaves[cl.leaf_of[i]]),
+                active_features=(GPU_TYPE, cl.leaves[cl.leaf_of[i]]), partitions=partitions, weight=1,
+                cpu_load=round(float(sim.util[i].mean()) * cpus / 4, 2))
+
+
+def build_snapshot(sim) -> Snapshot:
+    cl = sim.cluster
+    jobs = [*sim.running.values(), *sim.pending, *sim.finished]
+    jobs.sort(key=lambda j: j.job_id)
+    parts = tuple(Partition(name=p, state="UP", nodes=tuple(cl.names[i] for i in idx), total_nodes=len(idx),
+                            total_cpus=len(idx) * cl.cfg.cpus_per_node, is_default=p == cl.default_partition,
+                            max_time_seconds=cl.partition_max_time[p], default_time_seconds=3600)
+                  for p, idx in cl.partitions.items())
+    st = sim.stats
+    sched = SchedulerStats(jobs_submitted=st["submitted"], jobs_started=st["started"], jobs_completed=st["completed"],
+                           jobs_failed=st["failed"], jobs_pending=len(sim.pending), jobs_running=len(sim.running),
+                           main_cycles_total=st["cycles"], backfill_cycles_total=st["backfill_cycles"],
+                           backfill_jobs_total=st["backfilled"], backfill_active=False, data_since=sim.t0)
+    return Snapshot(taken_at=sim.t, source="simulator", cluster=cl.cfg.name, slurm_version="simulated",
+                    jobs=tuple(_job(sim, j) for j in jobs),
+                    nodes=tuple(_node(sim, i, cl.node_partitions(i)) for i in range(cl.n)),
+                    partitions=parts, scheduler=sched, last_attempt=sim.t)
+
+
+def exporter_families(sim, snap: Snapshot, top_pending: int = 100) -> list[Family]:
+    """What `gangwatch slurm-exporter` would serve for this cluster, plus the simulator's own facts."""
+    fams = snapshot_families(snap, sim.t, top_pending)
+    fams.append(gauge("gangwatch_slurm_up", "Whether the latest poll of Slurm succeeded (1) or failed (0); on failure "
+                      "the last good snapshot is served.").add(1))
+    fams.append(gauge("gangwatch_sim_info", "The cluster is SIMULATED by `gangwatch demo`: its nodes, seed, scheduling "
+                      "policy and workload source; value 1.").add(
+        1, cluster=sim.cluster.cfg.name, nodes=sim.cluster.n, seed=sim.cfg.seed, policy=sim.last_cycle_policy,
+        workload=sim.cfg.trace or "fitted-itp-model"))
+    fams.append(gauge("gangwatch_sim_time_seconds", "The simulated clock, in unix seconds.").add(sim.t))
+    active = gauge("gangwatch_sim_faults_active", "Injected faults active now, by kind (ground truth at /api/v1/sim/faults).")
+    counts: dict[str, int] = {}
+    for af in sim.active:
+        counts[af.spec.kind] = counts.get(af.spec.kind, 0) + 1
+    for kind, n in sorted(counts.items()):
+        active.add(n, kind=kind)
+    fams.append(active)
+    return fams

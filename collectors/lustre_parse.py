@@ -447,10 +447,16 @@ def fs_of_target(target: str) -> str:
 _CLIENT_DEVICE = re.compile(r"^(.*?-(?:OST|MDT)[0-9a-fA-F]{4})-(osc|mdc)-(.+)$")
 
 
+_SERVER_SIDE = re.compile(r"^(?:MDT|OST)[0-9a-fA-F]{4}$")
+
+
 def split_client_device(name: str) -> tuple[str, str] | None:
-    """`lustrefs-OST0000-osc-ffff88105db50000` -> (`lustrefs`, `lustrefs-OST0000`); None if odd."""
+    """`lustrefs-OST0000-osc-ffff88105db50000` -> (`lustrefs`, `lustrefs-OST0000`); None if odd.
+
+    `lustrefs-OST0000-osc-MDT0000` is the MDT's own connection to the OST (an OSP device that
+    2.10 also lists under osc/): not a client mount, so None."""
     m = _CLIENT_DEVICE.match(name)
-    if not m:
+    if not m or _SERVER_SIDE.match(m.group(3)):
         return None
     target = m.group(1)
     return fs_of_target(target), target

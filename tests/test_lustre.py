@@ -20,8 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.exposition import encode, iter_samples
-from collectors.lustre_parse import (parse_hist, parse_import, parse_job_stats, parse_rpc_stats, parse_stats,
-                                     slurm_job_id, split_client_device, split_lctl_output, unquote_job_id)
+from collectors.lustre_parse import (fs_of_target, parse_hist, parse_import, parse_job_stats, parse_rpc_stats,
+                                     parse_stats, slurm_job_id, split_client_device, split_lctl_output,
+                                     unquote_job_id)
 from collectors.node.lustre_client import LustreClientCollector
 from collectors.node.lustre_server import LustreServerCollector
 from collectors.registry import Context, NoData, Paths
@@ -43,7 +44,7 @@ def gsi_full(tmp_path_factory, fixtures_dir) -> Path:
     """GSI's complete tree, unpacked from its archive into a temp dir: the Lustre device folders
     the collectors glob (all their files, not only the ones they read), to keep the unpacking quick."""
     dest = tmp_path_factory.mktemp("gsi-lustre")
-    keep = tuple(f"proc/fs/lustre/{d}/" for d in ("llite", "osc", "mdc", "obdfilter", "mdt")) + ("sys/fs/lustre/",)
+    keep = tuple(f"proc/fs/lustre/{d}/" for d in ("llite", "osc", "osp", "mdc", "obdfilter", "mdt")) + ("sys/fs/lustre/",)
     with tarfile.open(fixtures_dir / "GSI-HPC_lustre_exporter" / "full_proc_sys_tree.tar.gz") as tf:
         members = [m for m in tf.getmembers() if m.name.startswith(keep)]
         assert len(members) > 300
@@ -220,6 +221,7 @@ def test_unquote_and_device_names():
     assert split_client_device("lustrefs-OST0000-osc-ffff88105db50000") == ("lustrefs", "lustrefs-OST0000")
     assert split_client_device("my-fs-MDT0001-mdc-ffff9") == ("my-fs", "my-fs-MDT0001")
     assert split_client_device("garbage") is None
+    assert split_client_device("lustrefs-OST0005-osc-MDT0000") is None  # the MDT's OSP, not a client
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,9 +247,13 @@ def test_server_golden_gsi_full_tree(gsi_full, update_golden):
     assert not any(dict(l).get("jobid") == "" for _, l in got)
 
 
-def test_client_golden_gsi_full_tree(gsi_full, update_golden):
+def test_client_golden_gsi_full_tree(gsi_full, fixtures_dir, update_golden):
     text = encode(LustreClientCollector(tree_ctx(gsi_full)).collect())
     check_golden(GOLDEN / "lustre_client_gsi.prom", text, update_golden)
+    # the full tree also lists the MDT's OSP connections under osc/ (lustrefs-OST0000-osc-MDT0000):
+    # they are not client mounts, so the output equals the curated tree's, which lacks them
+    curated = fixtures_dir / "GSI-HPC_lustre_exporter"
+    assert text == encode(LustreClientCollector(tree_ctx(curated)).collect())
     got = samples(text)
     assert value(got, "gangwatch_lustre_client_import_connected", fs="lustrefs", target="lustrefs-MDT0000",
                  type="mdc") == 1
@@ -548,6 +554,55 @@ def test_parsers_never_raise(text):
     slurm_job_id(text)
     unquote_job_id(text)
     split_client_device(text)
+    fs_of_target(text)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,20}", fullmatch=True).filter(
+           lambda n: n not in ("snapshot_time", "start_time", "elapsed_time")),
+       st.tuples(st.integers(0, 10**15), st.sampled_from(["bytes", "usecs", "usec", "reqs", "regs"]),
+                 st.integers(0, 10**12)), min_size=1, max_size=12))
+def test_stats_round_trip(lines):
+    text = "snapshot_time             1510950459.772792457 secs.nsecs\n" + "".join(
+        f"{name:<25} {n} samples [{unit}]" + (f" {total // 3} {total} {total} {total * 7}" if unit != "regs" else "")
+        + "\n" for name, (n, unit, total) in lines.items())
+    got = parse_stats(text)
+    assert got.snapshot_time == pytest.approx(1510950459.772792457)
+    for name, (n, unit, total) in lines.items():
+        want = (n, unit, None, None, None) if unit == "regs" else (n, unit, total // 3, total, total)
+        assert got.lines[name] == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["FULL", "DISCONN", "CONNECTING", "REPLAY", "EVICTED", "CLOSED"]),
+       st.integers(0, 10**6), st.integers(0, 10**9), st.integers(0, 500), st.booleans())
+def test_import_round_trip(state, inflight, wait_usec, timeouts, with_connection):
+    text = ("import:\n    name: fs-OST0001-osc-ffff\n    target: fs-OST0001_UUID\n"
+            f"    state: {state}\n    connect_flags: [ write_grant, server_lock ]\n"
+            "    connection:\n       failover_nids: [ 10.0.0.1@tcp ]\n"
+            + ("       current_connection: 10.0.0.1@tcp\n" if with_connection else "")
+            + f"       connection_attempts: 2\n    rpcs:\n       inflight: {inflight}\n"
+            f"       unregistering: 0\n       timeouts: {timeouts}\n       avg_waittime: {wait_usec} usec\n"
+            "    service_estimates:\n       services: 1 sec\n")
+    imp = parse_import(text)
+    assert (imp.state, imp.inflight, imp.timeouts, imp.connection_attempts) == (state, inflight, timeouts, 2)
+    assert imp.avg_waittime_seconds == pytest.approx(wait_usec / 1e6)
+    assert imp.current_connection == ("10.0.0.1@tcp" if with_connection else None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 64), st.integers(0, 64), st.integers(0, 10**6),
+       st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 10**9)), min_size=1, max_size=11))
+def test_rpc_stats_round_trip(rif, wif, pending, rows):
+    buckets = [1 << i for i in range(len(rows))]
+    text = (f"snapshot_time:         1510950459.787901292 (secs.nsecs)\nread RPCs in flight:  {rif}\n"
+            f"write RPCs in flight: {wif}\npending write pages:  {pending}\npending read pages:   0\n\n"
+            "\t\t\tread\t\t\twrite\npages per rpc         rpcs   % cum % |       rpcs   % cum %\n"
+            + "".join(f"{b}:\t\t{r:>10}   0   0   |  {w:>10}   0   0\n" for b, (r, w) in zip(buckets, rows)))
+    rpc = parse_rpc_stats(text)
+    assert rpc.in_flight == {"read": rif, "write": wif} and rpc.pending_pages == {"write": pending, "read": 0}
+    assert rpc.histograms["pages per rpc"] == {"read": [(b, r) for b, (r, _) in zip(buckets, rows)],
+                                               "write": [(b, w) for b, (_, w) in zip(buckets, rows)]}
 
 
 job_ids = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40)

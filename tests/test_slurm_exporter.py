@@ -396,3 +396,18 @@ def test_cli_dispatcher_knows_the_command(capsys):
         main(["slurm-exporter", "--help"])
     assert exc.value.code == 0
     assert "--slurm.poll-interval" in capsys.readouterr().out
+
+
+def test_deploy_files():
+    import yaml
+    root = Path(__file__).resolve().parent.parent / "deploy"
+    cfg = yaml.safe_load((root / "prometheus" / "slurm-exporter.yml").read_text())
+    job = cfg["scrape_configs"][0]
+    assert job["job_name"] == "gangwatch-slurm" and job["static_configs"][0]["targets"][0].endswith(":9811")
+    unit = (root / "systemd" / "gangwatch-slurm-exporter.service").read_text()
+    assert "gangwatch slurm-exporter" in unit and "[Install]" in unit
+    if shutil.which("promtool"):
+        full = dict(cfg, **{"global": {"scrape_interval": "15s"}})
+        proc = subprocess.run(["promtool", "check", "config", "/dev/stdin"], input=yaml.safe_dump(full),
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -7,7 +7,6 @@ Skipped, with the reason, where Slurm is not installed or we are not root."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess

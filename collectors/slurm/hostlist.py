@@ -45,7 +45,7 @@ def _expand_range(body: str) -> list[str]:
         if not item:
             continue
         lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        if not lo.isdecimal() or (sep and not hi.isdecimal()):
             raise HostlistError(f"bad range {item!r}")
         if not sep:
             out.append(lo)

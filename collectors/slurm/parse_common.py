@@ -112,7 +112,7 @@ def index_list(spec: str) -> tuple[int, ...]:
     out: list[int] = []
     for part in spec.split(","):
         lo, sep, hi = part.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        if not lo.isdecimal() or (sep and not hi.isdecimal()):
             return ()
         a = int(lo)
         b = int(hi) if sep else a
@@ -140,9 +140,9 @@ def parse_gres(spec: str | None, name: str = "gpu") -> tuple[int | None, tuple[i
         if not m or m.group("name") != name:
             continue
         count_s, typ = m.group("count"), m.group("type")
-        if count_s is None and typ is not None and typ.isdigit():
+        if count_s is None and typ is not None and typ.isdecimal():
             count_s, typ = typ, None  # "gpu:8" has no type
-        count = int(count_s) if count_s and count_s.isdigit() else (1 if count_s is None else None)
+        count = int(count_s) if count_s and count_s.isdecimal() else (1 if count_s is None else None)
         if count is not None:
             total = (total or 0) + count
         if typ:
@@ -247,16 +247,16 @@ def duration_seconds(text_value: str | None) -> int | None:
     if text_value is None:
         return None
     s = text_value.strip()
-    if not s or not (s[0].isdigit()):
+    if not s or not (s[0].isdecimal()):
         return None
     days = 0
     if "-" in s:
         d, _, s = s.partition("-")
-        if not d.isdigit():
+        if not d.isdecimal():
             return None
         days = int(d)
     parts = s.split(":")
-    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+    if not all(p.isdecimal() for p in parts) or not 1 <= len(parts) <= 3:
         return None
     nums = [int(p) for p in parts]
     if len(parts) == 3:
@@ -271,7 +271,7 @@ def duration_seconds(text_value: str | None) -> int | None:
 def text_time(value: str | None) -> float | None:
     """ "2026-11-29T19:17:26" (local time, as scontrol prints it) -> unix seconds; "Unknown",
     "None", "N/A" -> None."""
-    if not value or not value[0].isdigit():
+    if not value or not value[0].isdecimal():
         return None
     try:
         return datetime.strptime(value.strip(), "%Y-%m-%dT%H:%M:%S").timestamp()

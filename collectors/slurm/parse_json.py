@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import hostlist
-from .model import FairshareRow, Job, Node, NodeAllocation, Partition, Reservation, SchedulerStats, SourceError
+from .model import Job, Node, NodeAllocation, Partition, Reservation, SchedulerStats, SourceError
 from .parse_common import (integer, is_infinite, memory_bytes, number, parse_dependency, parse_gres, str_list,
                            text, timestamp, tres_gpus, tres_request_gpus)
 
@@ -569,4 +569,4 @@ def meta_errors(source: str, meta: Meta) -> list[SourceError]:
 
 
 __all__ = ["Meta", "read_meta", "loads", "parse_jobs", "parse_nodes", "parse_partitions", "parse_sinfo",
-           "parse_reservations", "parse_diag", "parse_job", "parse_node", "meta_errors", "FairshareRow"]
+           "parse_reservations", "parse_diag", "parse_job", "parse_node", "meta_errors"]

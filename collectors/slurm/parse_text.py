@@ -155,7 +155,7 @@ def _count_ids(spec: str) -> int | None:
     total = 0
     for part in spec.split(","):
         lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        if not lo.isdecimal() or (sep and not hi.isdecimal()):
             return None
         total += (int(hi) - int(lo) + 1) if sep else 1
     return total
@@ -238,7 +238,7 @@ def parse_scontrol_partitions(textblob: str) -> list[Partition]:
             total_nodes=integer(d.get("TotalNodes")), total_cpus=integer(d.get("TotalCPUs")),
             is_default=d.get("Default") == "YES",
             max_time_seconds=duration_seconds(d.get("MaxTime")), default_time_seconds=duration_seconds(d.get("DefaultTime")),
-            max_nodes=integer(max_nodes) if max_nodes and max_nodes.isdigit() else None,
+            max_nodes=integer(max_nodes) if max_nodes and max_nodes.isdecimal() else None,
             priority_job_factor=integer(d.get("PriorityJobFactor")), priority_tier=integer(d.get("PriorityTier")),
             tres=_nz(d.get("TRES")),
         ))
@@ -282,7 +282,7 @@ def parse_sprio(textblob: str) -> dict[int, PriorityFactors]:
                 header = ["partition_prio" if c == "PARTITION" and i > 1 else c.lower() for i, c in enumerate(cols)]
                 header = ["job_id" if c == "jobid" else c for c in header]
                 continue
-            if header is None or not cols or not cols[0].isdigit():
+            if header is None or not cols or not cols[0].isdecimal():
                 continue
             row = dict(zip(header, cols))
         jid = integer(row.get("job_id"))

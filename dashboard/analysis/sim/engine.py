@@ -640,6 +640,7 @@ class Simulation:
         self.rail_down = np.zeros((n, g), bool)
         slow_ost = np.zeros(self.o, bool)
         hot_leaf = np.zeros(len(self.cluster.leaves), bool)
+        flap_node = np.zeros(n, bool)  # a flapping rail stalls the gang in its up phases too (NCCL retries)
         self.f_io[:] = self.f_net[:] = self.f_hang[:] = self.f_slow[:] = False
         for af in self.active:
             k = af.spec.kind
@@ -649,6 +650,7 @@ class Simulation:
                 hot_leaf[af.leaf] = True
             elif k == "link_flap":
                 self.rail_down[af.node, af.gpu] = self.steps % 2 == 0  # down one step, up the next
+                flap_node[af.node] = True
             elif k == "gpu_throttle":
                 self.throttle_by_fault[af.node, af.gpu] = R_HW
             elif k == "slow_node":
@@ -666,7 +668,7 @@ class Simulation:
                                     self.idle_forced[i, x] = True
                                 first = False
         self.slow_ost, self.hot_leaf = slow_ost, hot_leaf
-        self.flap_node = self.rail_down.any(axis=1)
+        self.flap_node = flap_node
         busy = self.gpu_job >= 0
         if not busy.any():
             return

@@ -1,0 +1,235 @@
+"""The README's metric reference, generated from the collectors themselves so that it cannot drift.
+
+    python -m collectors.doc                      # print the markdown
+    python -m collectors.doc --write README.md    # replace the block between the markers
+    python -m collectors.doc --check README.md    # exit 1 when the README's block is stale
+
+Each registered collector runs, fail-soft, over every fixture tree in `../shared/fixtures` that can
+stand in for a host (node_exporter's and prometheus/procfs' /proc and /sys, the Lustre exporters'
+trees) with a fake NVML (tests/support/fake_nvml.py, an H100 node) and a command runner that
+finds no commands; the table lists, per collector, the union of the families it emitted: name,
+type and HELP text. A collector that emits nothing on any of them (it needs a command such as
+mmpmon, or live hardware) is listed with a pointer to its module docstring. The scrape
+framework's own series are listed first.
+
+Needs a source checkout: the fixtures live beside it and the ttar unpacker and fake NVML under tests/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from .exposition import Family
+from .registry import Collector, Context, NoData, Paths, load_builtin_collectors
+from .runner import CommandResult
+
+START = "<!-- metrics-table:start -->"
+END = "<!-- metrics-table:end -->"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: str
+    help: str
+
+
+class NoCommands:
+    """A CommandRunner stand-in: every command is absent, so output never depends on the machine."""
+
+    def run(self, argv, timeout: float = 5.0, input: str | None = None) -> CommandResult:
+        return CommandResult(tuple(argv), None, "", "", 0.0, error="FileNotFoundError: not run by collectors.doc")
+
+
+def _ttar(archive: Path, dest: Path) -> None:
+    sys.path.insert(0, str(REPO))
+    from tests.support import ttar
+
+    ttar.unpack(str(archive), str(dest))
+
+
+def fixture_roots(shared: Path, tmp: Path) -> list[tuple[str, Paths]]:
+    """(name, Paths) of each fixture tree present; archives are unpacked into `tmp`."""
+    roots: list[tuple[str, Paths]] = []
+    ne = shared / "node_exporter"
+    if (ne / "sys.ttar").is_file():
+        root = tmp / "node_exporter"
+        root.mkdir()
+        os.symlink(ne / "proc", root / "proc")
+        _ttar(ne / "sys.ttar", root)
+        roots.append(("node_exporter", Paths(str(root / "proc"), str(root / "sys"), str(root))))
+    procfs = shared / "prometheus_procfs" / "fixtures.ttar"
+    if procfs.is_file():
+        _ttar(procfs, tmp / "procfs")
+        root = tmp / "procfs" / "fixtures"
+        roots.append(("prometheus_procfs", Paths(str(root / "proc"), str(root / "sys"), str(root))))
+    for name in ("HewlettPackard_lustre_exporter", "GSI-HPC_lustre_exporter"):
+        root = shared / name
+        if (root / "proc").is_dir():
+            roots.append((name, Paths(str(root / "proc"), str(root / "sys"), str(root))))
+    return roots
+
+
+def fake_nvml(shared: Path):
+    """An H100 node from tests/support/fake_nvml.py, or None where that is unavailable."""
+    try:
+        sys.path.insert(0, str(REPO))
+        from tests.support.fake_nvml import FakeNvml, h100_node
+
+        gpus, driver = h100_node(shared)
+        return FakeNvml(gpus, driver)
+    except Exception:
+        return None
+
+
+def default_options() -> dict:
+    from .agent import build_parser
+
+    return vars(build_parser().parse_args([]))
+
+
+def run_one(cls: type[Collector], ctx: Context) -> list[Family]:
+    from .scrape import run_collector
+
+    try:
+        collector = cls(ctx)
+    except Exception:
+        return []
+    try:
+        return run_collector(collector).families
+    finally:
+        try:
+            collector.close()
+        except Exception:
+            pass
+
+
+def gather(shared: Path, collectors: dict[str, type[Collector]] | None = None) -> dict[str, list[Metric]]:
+    """collector name -> its metric families (sorted by name), over every fixture tree."""
+    collectors = collectors if collectors is not None else load_builtin_collectors()
+    options = default_options()
+    out: dict[str, dict[str, Metric]] = {name: {} for name in collectors}
+    with tempfile.TemporaryDirectory(prefix="gw-doc-") as tmp:
+        roots = fixture_roots(shared, Path(tmp))
+        for _, paths in roots:
+            for name, cls in collectors.items():
+                ctx = Context(paths=paths, runner=NoCommands(), nvml=fake_nvml(shared), options=dict(options))
+                for fam in run_one(cls, ctx):
+                    if fam.lines:
+                        out[name].setdefault(fam.name, Metric(fam.name, fam.kind, fam.help))
+    return {name: sorted(metrics.values(), key=lambda m: m.name) for name, metrics in out.items()}
+
+
+class _Quiet(Collector):
+    name = "quiet"
+
+    def collect(self):
+        raise NoData("stands in for any collector")
+
+
+def framework_metrics() -> list[Metric]:
+    """The series the scrape wrapper adds to every scrape, read from a scrape of one quiet collector."""
+    from .scrape import Scraper, build_info
+
+    scraper = Scraper([_Quiet(Context())], cache_ttl=0, static=[build_info("gangwatch", "agent")])
+    try:
+        text = scraper.collect_once().text
+    finally:
+        scraper.close()
+    return sorted(_families_of(text), key=lambda m: m.name)
+
+
+def _families_of(text: str) -> Iterable[Metric]:
+    helps: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line[7:].partition(" ")
+            helps[name] = help_text.replace("\\n", "\n").replace("\\\\", "\\")
+        elif line.startswith("# TYPE "):
+            name, _, kind = line[7:].partition(" ")
+            yield Metric(name, kind, helps.get(name, ""))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(metrics: list[Metric]) -> list[str]:
+    lines = ["| metric | type | help |", "|---|---|---|"]
+    lines += [f"| `{m.name}` | {m.kind} | {_cell(m.help)} |" for m in metrics]
+    return lines
+
+
+def render(per_collector: dict[str, list[Metric]], framework: list[Metric],
+           modules: dict[str, str] | None = None) -> str:
+    modules = modules or {}
+    total = sum(len(v) for v in per_collector.values())
+    out = [f"<!-- generated by `python -m collectors.doc`; {total} families from "
+           f"{len(per_collector)} collectors; do not edit by hand -->", "",
+           "#### Every scrape (the fail-soft wrapper)", ""]
+    out += _table(framework)
+    for name, metrics in per_collector.items():
+        out += ["", f"#### `{name}` collector", ""]
+        if metrics:
+            out += _table(metrics)
+        else:
+            where = modules.get(name, "its module")
+            out.append(f"No series on the fixture trees (it needs a command or live hardware); see {where}.")
+    return "\n".join(out) + "\n"
+
+
+def generate(shared: Path | None = None) -> str:
+    shared = shared or Path(os.environ.get("GW_SHARED", REPO.parent / "shared")) / "fixtures"
+    collectors = load_builtin_collectors()
+    modules = {name: f"`{cls.__module__.replace('.', '/')}.py`" for name, cls in collectors.items()}
+    return render(gather(shared, collectors), framework_metrics(), modules)
+
+
+def replace_block(readme: str, block: str) -> str:
+    """README text with the part between START and END replaced by `block`."""
+    start = readme.find(START)
+    end = readme.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README has no {START} ... {END} block")
+    return readme[:start + len(START)] + "\n" + block + readme[end:]
+
+
+def current_block(readme: str) -> str:
+    start = readme.find(START)
+    end = readme.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README has no {START} ... {END} block")
+    return readme[start + len(START):end].lstrip("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m collectors.doc", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shared", type=Path, default=None,
+                    help="Folder holding the fixture trees (default: ../shared/fixtures, or $GW_SHARED/fixtures).")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--write", metavar="README", type=Path, help="Rewrite the README's metric table block.")
+    group.add_argument("--check", metavar="README", type=Path, help="Exit 1 when the README's block is stale.")
+    args = ap.parse_args(argv)
+    block = generate(args.shared)
+    if args.write:
+        args.write.write_text(replace_block(args.write.read_text(), block))
+    elif args.check:
+        if current_block(args.check.read_text()) != block:
+            print(f"{args.check}: the metric table is stale; run python -m collectors.doc --write {args.check}",
+                  file=sys.stderr)
+            return 1
+    else:
+        sys.stdout.write(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

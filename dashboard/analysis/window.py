@@ -1,0 +1,87 @@
+"""The metric window the diagnosis reads: dense numpy arrays on one time grid, NaN for unknown.
+
+A `Window` holds the last stretch of telemetry (typically one hour at 15 s) for every node the
+metric source knows, already turned into rates and aligned to a common step:
+
+* per node x GPU x step (`gpu[signal]`, shape (N, G, T)): `util` (0-1), `sm` (SM active 0-1, from
+  DCGM profiling where available), `power` (W), `mem` (bytes used), `clock` (SM clock, Hz);
+* per node x rail x step (`rail[signal]`, (N, R, T)): `ib_tx`, `ib_rx` (bytes/s), `ib_wait`
+  (port_xmit_wait ticks/s), `ib_down` (link_downed events per step);
+* per node x step (`node[signal]`, (N, T)): `fs_read`, `fs_write` (filesystem client bytes/s, all
+  targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
+  `nic_rx`, `nic_tx` (Ethernet/IPoIB bytes/s);
+* per node x filesystem target x step (`target[signal]`, (N, F, T)): `read` (bytes/s) and
+  `latency` (seconds per read RPC).
+
+Unknown is NaN, never 0: a node without InfiniBand has no rails, a series missing at a step is NaN
+there, and a signal no node has is absent from its dict. Facts that do not vary (GPU -> job from
+labels, leaf switch per node, NVLink peers, NUMA node per GPU) sit beside the arrays.
+Pure data: no I/O. Sources (dashboard/sources/) build windows; the diagnosis reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
+RAIL_SIGNALS = ("ib_tx", "ib_rx", "ib_wait", "ib_down")
+NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "nic_rx", "nic_tx")
+TARGET_SIGNALS = ("read", "latency")
+
+
+@dataclass(frozen=True)
+class Window:
+    times: np.ndarray  # (T,) unix seconds, ascending, evenly spaced by `step`
+    step: float
+    nodes: tuple[str, ...]  # N node names, as Slurm spells them
+    gpus: tuple[tuple[int, ...], ...] = ()  # per node: GPU index of each of the G columns (-1 = padding)
+    rails: tuple[tuple[str, ...], ...] = ()  # per node: "device/port" of each of the R columns ("" = padding)
+    targets: tuple[str, ...] = ()  # F filesystem targets, e.g. "lustre-OST0003"
+    gpu: dict[str, np.ndarray] = field(default_factory=dict)
+    rail: dict[str, np.ndarray] = field(default_factory=dict)
+    node: dict[str, np.ndarray] = field(default_factory=dict)
+    target: dict[str, np.ndarray] = field(default_factory=dict)
+    gpu_jobs: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu index) -> job id, from labels
+    leaf_of: dict[str, str] = field(default_factory=dict)  # node -> leaf switch
+    nvlink_peers: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # node -> GPU pairs with NVLink
+    gpu_numa: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> GPU index -> NUMA node
+    notes: tuple[str, ...] = ()  # what the source could not read (shown with the verdicts)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.times.shape[0])
+
+    @property
+    def end(self) -> float:
+        return float(self.times[-1]) if self.times.size else float("nan")
+
+    @property
+    def start(self) -> float:
+        return float(self.times[0]) if self.times.size else float("nan")
+
+    def node_index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.nodes)}
+
+    def gpu_column(self, node_i: int, gpu: int) -> int:
+        """Column of GPU index `gpu` on node row `node_i`, or -1 when the metrics do not know it."""
+        cols = self.gpus[node_i] if node_i < len(self.gpus) else ()
+        try:
+            return cols.index(gpu)
+        except ValueError:
+            return -1
+
+
+def grid(start: float, end: float, step: float) -> np.ndarray:
+    """Times start, start+step, ... up to end (inclusive when it falls on the grid)."""
+    if not (np.isfinite(start) and np.isfinite(end) and step > 0) or end < start:
+        return np.zeros(0)
+    n = int(np.floor((end - start) / step + 1e-9)) + 1
+    return start + step * np.arange(n, dtype=np.float64)
+
+
+def empty(times: np.ndarray, step: float, nodes: tuple[str, ...], g: int = 0, r: int = 0,
+          signals: tuple[str, ...] = GPU_SIGNALS) -> dict[str, np.ndarray]:
+    """NaN-filled (N, g, T) arrays for `signals`: the starting point of every builder."""
+    return {s: np.full((len(nodes), g, times.shape[0]), np.nan, np.float32) for s in signals}

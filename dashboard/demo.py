@@ -1,0 +1,243 @@
+"""`gangwatch demo`: a SIMULATED GPU cluster served over HTTP, nothing else needed.
+
+The simulation (dashboard/analysis/sim) starts with an hour of history already simulated, then a
+background thread advances it by one 15 s step every 15/`--speed` real seconds. Served, on
+127.0.0.1:8050 by default (`--web.listen-address`):
+
+| path | content |
+|---|---|
+| `/` | landing page: says the cluster is simulated, links everything below |
+| `/metrics` | the cluster-level series `gangwatch slurm-exporter` would serve, plus `gangwatch_sim_*` |
+| `/metrics?target=node0042` | that virtual node's agent `/metrics` (multi-target, as the blackbox exporter) |
+| `/api/v1/snapshot` | the simulated scheduler as the slurm-exporter's snapshot JSON |
+| `/api/v1/sim/faults` | ground truth of every injected fault (kind, cause, culprit, window, nodes, jobs) |
+| `/sim/prometheus.yml` | a Prometheus scrape config for every virtual node and the cluster endpoint |
+| `/sim/topology.conf` | the InfiniBand tree in Slurm's topology.conf syntax |
+| `/healthz` | 200 and the simulated clock |
+
+Privileges: none. Failure modes: an unknown `target` answers 404; a node under a `scrape_hang` or
+`scrape_slow` fault answers after its delay (that is the point); `--trace` that cannot be read, or
+a `--faults` that does not parse, stops the command at start with the reason (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import logging
+import sys
+import threading
+import time
+
+from collectors.exposition import encode
+from collectors.web import (Request, Response, WebConfig, WebConfigError, accepts_gzip, make_server,
+                            serve_forever)
+from dashboard.analysis.sim import SimConfig, Simulation
+from dashboard.analysis.sim.faults import KINDS
+from dashboard.analysis.sim.render import NodeRenderer
+from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
+
+DEFAULT_LISTEN = "127.0.0.1:8050"
+TEXT = "text/plain; version=0.0.4; charset=utf-8"
+JSON = "application/json"
+log = logging.getLogger(__name__)
+
+
+class Demo:
+    """The simulation, a lock around it, and the HTTP handlers; `advance()` is the clock."""
+
+    def __init__(self, sim: Simulation, speed: float = 1.0, sleep=time.sleep):
+        self.sim = sim
+        self.speed = speed
+        self.lock = threading.RLock()
+        self.renderer = NodeRenderer(sim)
+        self._snap = None
+        self._snap_step = -1
+        self._sleep = sleep
+        self._stop = threading.Event()
+        self.public_address = DEFAULT_LISTEN
+
+    # ---- the clock
+
+    def advance(self, steps: int = 1) -> None:
+        with self.lock:
+            for _ in range(steps):
+                self.sim.step()
+
+    def run(self) -> None:
+        """Step every step_seconds / speed real seconds until stop(); never faster than it can compute."""
+        if self.speed <= 0:
+            return
+        period = self.sim.dt / self.speed
+        due = time.monotonic() + period
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            self.advance()
+            due += period
+            if time.monotonic() - due > 10 * period:  # fell far behind: do not try to catch up in a burst
+                due = time.monotonic() + period
+
+    def start(self) -> threading.Thread:
+        t = threading.Thread(target=self.run, name="sim-clock", daemon=True)
+        t.start()
+        return t
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # ---- data
+
+    def snapshot(self):
+        with self.lock:
+            if self._snap_step != self.sim.steps:
+                self._snap = build_snapshot(self.sim)
+                self._snap_step = self.sim.steps
+            return self._snap
+
+    # ---- handlers
+
+    def routes(self) -> dict:
+        return {"/": self.landing, "/metrics": self.metrics, "/api/v1/snapshot": self.api_snapshot,
+                "/api/v1/sim/faults": self.api_faults, "/sim/prometheus.yml": self.prometheus_yml,
+                "/sim/topology.conf": self.topology, "/healthz": self.healthz}
+
+    def metrics(self, req: Request) -> Response:
+        target = (req.query.get("target") or [""])[0]
+        if target:
+            try:
+                i = self.sim.cluster.index(target)
+            except KeyError:
+                return 404, "text/plain; charset=utf-8", f"no simulated node {target!r}\n".encode(), {}
+            fault = self.sim.endpoint_delay(target)
+            if fault is not None:
+                self._stop.wait(fault[1])  # a hanging or slow agent; the wait ends early at shutdown
+            with self.lock:
+                body = self.renderer.render(i)
+        else:
+            snap = self.snapshot()
+            with self.lock:
+                body = encode(exporter_families(self.sim, snap))
+        data = body.encode()
+        if accepts_gzip(req.headers.get("accept-encoding", "")):
+            import gzip
+
+            return 200, TEXT, gzip.compress(data, 1), {"Content-Encoding": "gzip"}
+        return 200, TEXT, data, {}
+
+    def api_snapshot(self, req: Request) -> Response:
+        snap = self.snapshot()
+        return 200, JSON, snap.to_json(now=self.sim.t).encode(), {}
+
+    def api_faults(self, req: Request) -> Response:
+        with self.lock:
+            doc = {"simulated": True, "now": self.sim.t, "faults": self.sim.ground_truth()}
+        return 200, JSON, json.dumps(doc).encode(), {}
+
+    def topology(self, req: Request) -> Response:
+        return 200, "text/plain; charset=utf-8", self.sim.cluster.topology_conf().encode(), {}
+
+    def prometheus_yml(self, req: Request) -> Response:
+        return 200, "text/yaml; charset=utf-8", prometheus_config(self.sim.cluster.names, self.public_address).encode(), {}
+
+    def healthz(self, req: Request) -> Response:
+        with self.lock:
+            doc = {"status": "ok", "simulated": True, "sim_time": self.sim.t, "steps": self.sim.steps,
+                   "sources": {"simulator": {"age_seconds": 0.0}}}
+        return 200, JSON, json.dumps(doc).encode(), {}
+
+    def landing(self, req: Request) -> Response:
+        sim = self.sim
+        with self.lock:
+            running, pending, active = len(sim.running), len(sim.pending), [af.spec.kind for af in sim.active]
+            t = sim.t
+        first = sim.cluster.names[0]
+        e = html.escape
+        workload = sim.cfg.trace or "model fitted to the Microsoft ITP 2021 trace"
+        links = [("/metrics", "cluster metrics (simulated slurm-exporter)"),
+                 (f"/metrics?target={first}", f"agent metrics of {first} (any node: ?target=NAME)"),
+                 ("/api/v1/snapshot", "scheduler snapshot (JSON)"), ("/api/v1/sim/faults", "injected faults, ground truth (JSON)"),
+                 ("/sim/prometheus.yml", "Prometheus scrape config for every virtual node"),
+                 ("/sim/topology.conf", "InfiniBand topology (Slurm topology.conf)"), ("/healthz", "health")]
+        items = "".join(f'<li><a href="{e(h, quote=True)}">{e(text)}</a></li>' for h, text in links)
+        page = (
+            "<!doctype html><html><head><meta charset='utf-8'><title>gangwatch demo: SIMULATED cluster</title></head>"
+            "<body><p style='background:#ffd54f;padding:.6em;font-weight:bold'>This cluster is SIMULATED. "
+            "No real nodes, jobs or users are shown.</p><h1>gangwatch demo</h1>"
+            f"<p>{sim.cluster.n} simulated nodes x {sim.cluster.g} GPUs, seed {e(str(sim.cfg.seed))}, "
+            f"speed {e(f'{self.speed:g}')}x, workload: {e(workload)}.</p>"
+            f"<p>Simulated time {e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(t)))}: {running} running jobs, "
+            f"{pending} pending; active faults: {e(', '.join(active) or 'none')}.</p><ul>{items}</ul></body></html>")
+        return 200, "text/html; charset=utf-8", page.encode(), {}
+
+
+def prometheus_config(names: list[str], address: str) -> str:
+    """A scrape config for the demo: the cluster endpoint and every node through ?target=."""
+    targets = ", ".join(f"'{n}'" for n in names)
+    return f"""# Scrape config for `gangwatch demo` at {address} (a SIMULATED cluster).
+scrape_configs:
+  - job_name: gangwatch-demo-slurm
+    static_configs: [{{targets: ['{address}']}}]
+  - job_name: gangwatch-demo-agent
+    metrics_path: /metrics
+    static_configs: [{{targets: [{targets}]}}]
+    relabel_configs:
+      - {{source_labels: [__address__], target_label: __param_target}}
+      - {{source_labels: [__param_target], target_label: instance}}
+      - {{target_label: __address__, replacement: '{address}'}}
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gangwatch demo", description="A SIMULATED GPU cluster served over HTTP: "
+                                "agent metrics for every virtual node, the scheduler snapshot, injected faults.")
+    p.add_argument("--web.listen-address", dest="listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
+    p.add_argument("--web.config.file", dest="web_config", default=None, help="exporter-toolkit web config (TLS, basic auth)")
+    p.add_argument("--nodes", type=int, default=64, help="virtual nodes, 8 GPUs each (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same cluster (default %(default)s)")
+    p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default %(default)s; "
+                   "above 1, rates an external Prometheus computes are that many times too high)")
+    p.add_argument("--trace", default=None, help="replay a workload trace: Microsoft ITP tar.gz (FILE#cluster04 for one "
+                   "cluster) or CSV, or the Philly CSV; default: the model fitted to ITP")
+    p.add_argument("--faults", default="default", help="'default' (one of each kind), 'none', 'random:RATE' per hour, "
+                   f"or KIND@START+DURATION:key=value;... (kinds: {', '.join(KINDS)})")
+    p.add_argument("--load", type=float, default=0.9, help="offered GPU load relative to capacity (default %(default)s)")
+    p.add_argument("--policy", choices=("easy", "fcfs"), default="easy", help="scheduling policy (default %(default)s)")
+    p.add_argument("--history", type=float, default=3600.0, help="seconds of history pre-filled and kept (default %(default)s)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not 1 <= args.nodes <= 100_000:
+        print("gangwatch demo: --nodes must be between 1 and 100000", file=sys.stderr)
+        return 2
+    try:
+        web = WebConfig.load(args.web_config)
+        cfg = SimConfig(nodes=args.nodes, seed=args.seed, start=time.time() - args.history, history_seconds=args.history,
+                        trace=args.trace, faults=args.faults, load=args.load, policy=args.policy)
+        log.info("simulating %d nodes (seed %d): pre-filling %.0f s of history", args.nodes, args.seed, args.history)
+        sim = Simulation(cfg)
+    except (ValueError, OSError, WebConfigError) as exc:
+        print(f"gangwatch demo: {exc}", file=sys.stderr)
+        return 2
+    demo = Demo(sim, args.speed)
+    try:
+        server = make_server(args.listen, demo.routes(), web, default_host="127.0.0.1")
+    except (OSError, ValueError) as exc:
+        print(f"gangwatch demo: cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        return 2
+    host, port = server.server_address[:2]
+    demo.public_address = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    print(f"gangwatch demo: SIMULATED cluster of {args.nodes} nodes on http://{demo.public_address}/", flush=True)
+    demo.start()
+    try:
+        serve_forever(server)
+    finally:
+        demo.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

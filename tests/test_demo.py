@@ -1,0 +1,140 @@
+"""`gangwatch demo` over HTTP: the endpoints, and a real Prometheus scraping every virtual node."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from collectors.exposition import iter_samples
+from collectors.slurm.model import Snapshot
+from collectors.web import make_server, serve_in_thread
+from dashboard.analysis.sim import SimConfig, Simulation
+from dashboard.demo import Demo, main, prometheus_config
+
+T0 = 1_767_225_600.0
+
+
+@pytest.fixture
+def served():
+    """A demo on a free loopback port; yields (demo, base URL); everything stops afterwards."""
+    started = []
+
+    def start(nodes=8, faults="none", **kw):
+        sim = Simulation(SimConfig(nodes=nodes, seed=1, start=T0, history_seconds=600, faults=faults, **kw))
+        demo = Demo(sim, speed=0)
+        server = make_server("127.0.0.1:0", demo.routes())
+        demo.public_address = "127.0.0.1:%d" % server.server_address[1]
+        serve_in_thread(server)
+        started.append((demo, server))
+        return demo, f"http://{demo.public_address}"
+
+    yield start
+    for demo, server in started:
+        demo.stop()
+        server.shutdown()
+        server.server_close()
+
+
+def get(url: str, timeout: float = 10) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def test_endpoints(served):
+    demo, base = served(nodes=8, trace=None)
+    status, ctype, page = get(base + "/")
+    assert status == 200 and "text/html" in ctype and "SIMULATED" in page
+    assert 'href="/metrics?target=node0001"' in page
+    status, _, text = get(base + "/metrics")
+    names = {n for n, _, _ in iter_samples(text)}
+    assert {"gangwatch_slurm_node_gpus", "gangwatch_slurm_job_node_gpus", "gangwatch_sim_info", "gangwatch_slurm_up"} <= names
+    node_gpus = [(lbl["node"], v) for n, lbl, v in iter_samples(text) if n == "gangwatch_slurm_node_gpus"]
+    assert sorted(node_gpus) == [(f"node{i:04d}", 8.0) for i in range(1, 9)]
+    status, ctype, text = get(base + "/metrics?target=node0005")
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    gpus = {lbl["gpu"] for n, lbl, _ in iter_samples(text) if n == "gangwatch_gpu_utilization_ratio"}
+    assert gpus == {str(k) for k in range(8)}
+    assert get(base + "/metrics?target=node9999")[0] == 404
+    status, _, body = get(base + "/api/v1/snapshot")
+    snap = Snapshot.from_json(body)
+    assert snap.source == "simulator" and len(snap.nodes) == 8 and snap.taken_at == demo.sim.t
+    status, _, body = get(base + "/api/v1/sim/faults")
+    assert json.loads(body)["simulated"] is True
+    assert "SwitchName=leaf00 Nodes=node[0001-0008]" in get(base + "/sim/topology.conf")[2]
+    assert json.loads(get(base + "/healthz")[2])["status"] == "ok"
+    before = demo.sim.t
+    demo.advance(2)
+    assert demo.sim.t == before + 30 and Snapshot.from_json(get(base + "/api/v1/snapshot")[2]).taken_at == before + 30
+
+
+def test_landing_page_escapes_user_strings(served, fixtures_dir):
+    trace = str(fixtures_dir.parent / "traces" / "microsoft-itp-2021-raw-traces.tar.gz") + "#cluster10"
+    demo, base = served(nodes=4)
+    object.__setattr__(demo.sim.cfg, "trace", trace + "<script>x</script>")
+    page = get(base + "/")[2]
+    assert "<script>x" not in page and "&lt;script&gt;x" in page
+
+
+def test_bad_flags_exit_2(capsys):
+    assert main(["--faults", "bogus@1m", "--nodes", "2"]) == 2
+    assert "unknown fault" in capsys.readouterr().err
+    assert main(["--trace", "/nonexistent.csv", "--nodes", "2"]) == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _query(port: int, promql: str) -> list:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    status, _, body = get(url, timeout=5)
+    return json.loads(body)["data"]["result"] if status == 200 else []
+
+
+@pytest.mark.prometheus
+def test_real_prometheus_scrapes_every_virtual_node(served, tmp_path):
+    if not shutil.which("prometheus"):
+        pytest.skip("Debian's prometheus is not installed")
+    # 16 healthy nodes and one whose endpoint hangs: Prometheus must see 16 up and 1 down
+    demo, base = served(nodes=17, faults="scrape_hang@0s+2h:node=node0017")
+    cfg = prometheus_config(demo.sim.cluster.names, demo.public_address)
+    cfg = "global: {scrape_interval: 1s, scrape_timeout: 900ms}\n" + cfg
+    (tmp_path / "prometheus.yml").write_text(cfg)
+    port = _free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        up: dict[str, float] = {}
+        deadline = time.monotonic() + 40  # the first scrape comes ~5 s after start
+        while time.monotonic() < deadline:
+            res = _query(port, 'up{job="gangwatch-demo-agent"}')
+            up = {r["metric"]["instance"]: float(r["value"][1]) for r in res}
+            if len(up) == 17 and sum(up.values()) == 16:
+                break
+            time.sleep(0.3)
+        assert {k for k, v in up.items() if v == 1} == {f"node{i:04d}" for i in range(1, 17)}, up
+        assert up.get("node0017") == 0
+        # the scraped series carry the agent's names, one per GPU of every node
+        res = _query(port, 'count by (instance) (gangwatch_gpu_utilization_ratio)')
+        assert {r["metric"]["instance"]: r["value"][1] for r in res} == {f"node{i:04d}": "8" for i in range(1, 17)}
+        assert _query(port, 'gangwatch_slurm_up{job="gangwatch-demo-slurm"}')[0]["value"][1] == "1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

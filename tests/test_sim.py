@@ -1,0 +1,331 @@
+"""The simulated cluster: determinism, scheduling invariants, faults against their ground truth,
+the Slurm snapshot, the agent-compatible exposition and the workload sources."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from collectors.exposition import iter_samples
+from collectors.slurm.hostlist import expand
+from collectors.slurm.model import Snapshot
+from dashboard.analysis.sim import SimConfig, Simulation
+from dashboard.analysis.sim import cluster as C
+from dashboard.analysis.sim.faults import KINDS, parse_duration, parse_faults
+from dashboard.analysis.sim.render import NodeRenderer
+from dashboard.analysis.sim.slurm_view import build_snapshot
+from dashboard.analysis.sim.workload import model_arrivals, read_trace, trace_arrivals
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_767_225_600.0
+# Faults at fixed times, far enough apart that each one's window is clean.
+SCENARIO = ("ost_slow@10m+10m,nccl_hang@5m+20m,gpu_throttle@12m+20m,ib_congestion@30m+8m,idle_gpus@20m+30m,"
+            "xid79@40m+1h,link_flap@45m+6m,slow_node@25m+10m,scrape_hang@0s+2h:node=node0003,scrape_slow@0s+2h:node=node0004")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Simulation:
+    return Simulation(SimConfig(nodes=32, seed=7, start=T0, faults=SCENARIO))
+
+
+def test_same_seed_same_cluster_other_seed_other_cluster():
+    cfg = SimConfig(nodes=16, seed=3, start=T0, history_seconds=900, faults="default")
+    a, b = Simulation(cfg), Simulation(cfg)
+    for name in a.history.series:
+        assert np.array_equal(a.history.window(name)[1], b.history.window(name)[1]), name
+    assert a.ground_truth() == b.ground_truth()
+    assert build_snapshot(a).to_json() == build_snapshot(b).to_json()
+    assert NodeRenderer(a).render(5) == NodeRenderer(b).render(5)
+    c = Simulation(SimConfig(nodes=16, seed=4, start=T0, history_seconds=900, faults="default"))
+    assert not np.array_equal(a.history.window("util")[1], c.history.window("util")[1])
+
+
+def _check_invariants(s: Simulation) -> None:
+    cl = s.cluster
+    held = s.gpu_job >= 0
+    assert held.sum() == sum(j.gpus_per_node * j.nodes_n for j in s.running.values())
+    assert (s.cpus_alloc <= cl.cfg.cpus_per_node).all() and (s.cpus_alloc >= 0).all()
+    for j in s.running.values():
+        # a gang holds all its nodes, each with its share of GPUs, or it is not running at all
+        assert len(j.nodes) == j.nodes_n == len(set(j.nodes))
+        for i, idx in zip(j.nodes, j.gpu_idx):
+            assert len(idx) == j.gpus_per_node
+            assert (s.gpu_job[i, list(idx)] == j.slot).all()
+        assert (s.gpu_job == j.slot).sum() == j.gpus_per_node * j.nodes_n
+        assert s.t - j.start <= j.time_limit + 1e-6
+        if j.nodes_n > 1:  # gangs are exclusive
+            assert all(s.cpus_alloc[i] == cl.cfg.cpus_per_node for i in j.nodes)
+    for j in s.finished:
+        assert j.end - j.start <= j.time_limit + 1e-6
+    for arr in (s.util, s.sm, s.tensor):
+        assert (arr >= 0).all() and (arr <= 1).all()
+    assert (s.power >= C.GPU_IDLE_WATTS - 1e-3).all() and (s.power <= C.GPU_TDP_WATTS + 1e-3).all()
+
+
+def test_invariants_hold_at_every_step_and_counters_only_grow():
+    s = Simulation(SimConfig(nodes=24, seed=11, start=T0, history_seconds=600, faults="random:12", load=1.3))
+    renderer = NodeRenderer(s)
+    counters = ("energy", "ib_tx", "ib_rx", "ib_wait", "ib_downed", "ost_read", "ost_write", "ost_read_ops",
+                "ost_read_lat", "psi_io_some", "mdt_ops")
+    before = {c: getattr(s, c).copy() for c in counters}
+    text_before = {n: _counter_samples(renderer.render(n)) for n in (0, 7)}
+    drained_at: dict[int, float] = {}
+    for _ in range(160):
+        s.step()
+        _check_invariants(s)
+        for c in counters:
+            now = getattr(s, c)
+            assert (now >= before[c]).all(), c
+            before[c] = now.copy()
+        for i in np.flatnonzero(~s.usable):
+            drained_at.setdefault(int(i), s.t)
+        for j in s.running.values():  # nothing starts on a drained node
+            if j.start >= s.t and any(i in drained_at and not s.usable[i] for i in j.nodes):
+                pytest.fail(f"job {j.job_id} started on a drained node")
+    assert s.stats["started"] > 20 and s.stats["completed"] > 0 and len(s.truth) > 3
+    # counters in the exposition are monotonic too (per series, where the series still exists)
+    for n, old in text_before.items():
+        new = _counter_samples(renderer.render(n))
+        for key, value in old.items():
+            if key in new and "gangwatch_job_" not in key[0]:
+                assert new[key] >= value, key
+
+
+def _counter_samples(text: str) -> dict:
+    out = {}
+    for name, labels, value in iter_samples(text):
+        if name.endswith("_total"):
+            out[(name, tuple(sorted(labels.items())))] = value
+    return out
+
+
+def test_planner_schedules_a_congested_queue():
+    s = Simulation(SimConfig(nodes=16, seed=2, start=T0, history_seconds=1800, faults="none", load=1.6))
+    assert s.last_cycle_policy == "easy"  # the planner never failed
+    assert s.stats["backfill_cycles"] > 0
+    assert s.pending, "a 160 % load must leave a queue"
+    snap = build_snapshot(s)
+    reasons = {j.reason for j in snap.jobs if j.state == "PENDING"}
+    assert reasons <= {"Resources", "Priority"} and "Resources" in reasons
+
+
+# --------------------------------------------------------------------------------------- faults
+
+def _job_gpu_mask(s: Simulation, job_id: int, t0: float, t1: float):
+    times, ids = s.history.window("gpu_job", t0, t1)
+    return times, ids == job_id
+
+
+def _mean_where(s, name, mask_times, mask, t0, t1):
+    times, data = s.history.window(name, t0, t1)
+    assert len(times) == len(mask_times) and mask.any()
+    return float(data[mask].mean())
+
+
+def _truth(s, kind):
+    got = [g for g in s.ground_truth() if g["kind"] == kind]
+    assert got, f"no {kind} injected"
+    return got[0]
+
+
+def test_every_fault_kind_has_ground_truth(sim):
+    kinds = {g["kind"] for g in sim.ground_truth()}
+    assert kinds == set(KINDS)
+    for g in sim.ground_truth():
+        assert g["cause"] == KINDS[g["kind"]][0]
+        assert g["end"] > g["start"] >= sim.t0
+        if g["kind"] not in ("scrape_hang", "scrape_slow", "ib_congestion"):
+            assert g["jobs"], g
+        for span in g["jobs"].values():
+            assert g["start"] <= span["from"] <= span["to"] <= g["end"]
+
+
+@pytest.mark.parametrize("kind", ["ost_slow", "ib_congestion", "link_flap", "nccl_hang", "gpu_throttle",
+                                  "slow_node", "idle_gpus"])
+def test_fault_signal_is_in_the_affected_jobs_series(sim, kind):
+    g = _truth(sim, kind)
+    jid, span = next(iter(g["jobs"].items()))
+    a, b = span["from"], span["to"]
+    times, mask = _job_gpu_mask(sim, int(jid), a, b)
+    util = _mean_where(sim, "util", times, mask, a, b)
+    sm = _mean_where(sim, "sm", times, mask, a, b)
+    if kind == "ost_slow":
+        assert util < 0.3 and sm < 0.15
+        _, press = sim.history.window("io_pressure", a, b)
+        assert press.max() > 0.5
+        ost = sim.cluster.osts.index(g["culprit"])
+        _, rates = sim.history.window("ost_read_rate", a, b)
+        node_mask = mask.any(axis=2)
+        assert rates[node_mask][:, ost].mean() < 20e6  # the job barely reads from the slow OST
+    elif kind in ("ib_congestion", "link_flap"):
+        assert util > 0.85 and sm < 0.3  # NCCL kernels resident, waiting
+        ib = _mean_where(sim, "ib_tx_rate", times, mask, a, b)
+        assert ib < 0.2 * 0.9 * C.IB_RATE_BYTES
+        if kind == "ib_congestion":
+            assert _mean_where(sim, "ib_wait_rate", times, mask, a, b) > 1e6
+    elif kind == "nccl_hang":
+        assert util > 0.97 and sm < 0.05
+        assert _mean_where(sim, "ib_tx_rate", times, mask, a, b) == 0.0
+    elif kind in ("gpu_throttle", "slow_node"):
+        node = sim.cluster.index(g["nodes"][0])
+        _, clock = sim.history.window("clock", a, b)
+        gpus = [int(g["culprit"].split()[-1])] if kind == "gpu_throttle" else list(range(sim.g))
+        held = mask[:, node, gpus]
+        assert np.allclose(clock[:, node, gpus][held], C.SM_CLOCK_MAX_HZ * 0.55, rtol=1e-3)
+        assert sm < 0.7
+    elif kind == "idle_gpus":
+        _, u = sim.history.window("util", a, b)
+        idle = (u == 0) & mask
+        assert idle.sum() >= mask.sum() - len(times) * 1  # all but the first GPU idle at every sample
+        assert (u[mask] > 0.5).any()  # the first GPU works
+
+
+def test_xid79_fails_the_job_drains_the_node_and_shows_in_the_agent_metrics():
+    s = Simulation(SimConfig(nodes=16, seed=5, start=T0, history_seconds=900, faults="xid79@5m+1h"))
+    g = _truth(s, "xid79")
+    node = g["nodes"][0]
+    jid = int(next(iter(g["jobs"])))
+    snap = build_snapshot(s)
+    n = snap.node(node)
+    assert n.drain and "XID 79" in n.reason
+    j = s.job(jid)
+    assert j is None or j.state == "NODE_FAIL"
+    text = NodeRenderer(s).render(s.cluster.index(node))
+    gpu = g["culprit"].split()[-1]
+    assert f'gangwatch_gpu_xid_errors_total{{gpu="{gpu}",xid="79"}} 1' in text
+    assert f'gangwatch_gpu_lost{{gpu="{gpu}"}} 1' in text
+    assert f'gangwatch_gpu_utilization_ratio{{gpu="{gpu}"}}' not in text
+    # after the hour the node is resumed
+    s.run_until(s.t0 + 900 + 3600 + 60)
+    assert build_snapshot(s).node(node).drain is False
+
+
+def test_scrape_faults_are_reported_for_their_nodes(sim):
+    assert sim.endpoint_delay("node0003") == ("scrape_hang", 60.0)
+    assert sim.endpoint_delay("node0004") == ("scrape_slow", 3.0)
+    assert sim.endpoint_delay("node0005") is None
+
+
+# --------------------------------------------------------------------------------------- views
+
+def test_snapshot_round_trips_and_agrees_with_the_state(sim):
+    snap = build_snapshot(sim)
+    assert Snapshot.from_json(snap.to_json()) == snap
+    running = [j for j in snap.jobs if j.state == "RUNNING"]
+    assert sum(j.gpus for j in running) == int((sim.gpu_job >= 0).sum())
+    assert sum(n.gpus_allocated for n in snap.nodes) == int((sim.gpu_job >= 0).sum())
+    for j in running:
+        assert len(j.nodes) == j.node_count and sum(a.gpus for a in j.allocations) == j.gpus
+    assert {p.name for p in snap.partitions} == {"gpu", "debug"}
+
+
+def test_topology_conf_lists_every_node_once():
+    cl = C.build_cluster(C.ClusterConfig(nodes=100, nodes_per_leaf=32))
+    seen = []
+    for line in cl.topology_conf().splitlines():
+        m = re.match(r"SwitchName=(\S+) Nodes=(\S+)", line)
+        if m:
+            seen += expand(m.group(2))
+    assert sorted(seen) == cl.names and len(cl.leaves) == 4
+    assert "SwitchName=spine Switches=leaf[00-03]" in cl.topology_conf()
+
+
+def _agent_names() -> set[str]:
+    """Every metric name the agent's collectors can emit, read from their code and tables."""
+    from collectors.lustre_common import Accumulator, StatsFamilies
+    from collectors.node.gpu import SPECS
+    from collectors.node.gpu_profiling import SPECS as PROF
+    from collectors.node.infiniband import COUNTERS, PREFIX
+
+    names = {v[0] for v in SPECS.values()} | {v[0] for v in PROF.values()}
+    names |= {PREFIX + c.metric for c in COUNTERS.values()}
+    acc = Accumulator()
+    StatsFamilies(acc, "gangwatch_lustre_client_target", "")
+    names |= set(acc.families)
+    source = "\n".join(p.read_text() for p in (REPO / "collectors").rglob("*.py"))
+    names |= set(re.findall(r'"(gangwatch_[a-z0-9_]+)"', source))
+    names |= {PREFIX + m for m in re.findall(r'fams\.get\("([a-z_]+)"', source)}
+    names |= {PREFIX + m for m in re.findall(r'PREFIX \+ "([a-z_]+)"', source)}
+    names |= {"gangwatch_" + m for m in re.findall(r'f"\{[a-z_.]*prefix\}_([a-z_]+)"', source)}
+    return names
+
+
+def test_node_metrics_use_the_agents_names_and_are_valid(sim):
+    text = NodeRenderer(sim).render(3)
+    names = {name for name, _, _ in iter_samples(text)}
+    own = {n for n in names if n.startswith("gangwatch_sim_")}
+    unknown = {n for n in names - own if n not in _agent_names() and n.removesuffix("_total") not in _agent_names()}
+    assert not unknown, unknown
+    assert {"gangwatch_gpu_utilization_ratio", "gangwatch_gpu_prof_sm_active_ratio",
+            "gangwatch_infiniband_port_transmit_data_bytes_total", "gangwatch_lustre_client_target_io_bytes_total",
+            "gangwatch_job_gpu_info"} <= names
+
+
+def test_promtool_accepts_the_node_and_cluster_expositions(sim, tmp_path):
+    import shutil
+    import subprocess
+
+    from collectors.exposition import encode
+    from dashboard.analysis.sim.slurm_view import exporter_families
+
+    if not shutil.which("promtool"):
+        pytest.skip("promtool not installed")
+    for text in (NodeRenderer(sim).render(0), encode(exporter_families(sim, build_snapshot(sim)))):
+        res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+
+# --------------------------------------------------------------------------------------- workload
+
+def test_fitted_model_reproduces_the_itp_size_mix():
+    rng = np.random.default_rng(0)
+    it = model_arrivals(rng, 512, 0.9)
+    jobs = [next(it) for _ in range(4000)]
+    ones = sum(j.gpus == 1 for j in jobs) / len(jobs)
+    assert 0.80 < ones < 0.86  # ITP: 83.2 % one-GPU jobs
+    assert all(j.duration >= 60 for j in jobs)
+    assert all(b.submit >= a.submit for a, b in zip(jobs, jobs[1:]))
+
+
+def test_traces_are_read_and_replayed(fixtures_dir):
+    traces = fixtures_dir.parent / "traces"
+    itp = read_trace(str(traces / "microsoft-itp-2021-raw-traces.tar.gz") + "#cluster10")
+    assert len(itp) == 260 and itp[0].submit == 0
+    philly = read_trace(str(traces / "microsoft-philly-2017-jobs.csv"))
+    assert len(philly) > 80_000 and all(b.submit >= a.submit for a, b in zip(philly, philly[1:]))
+    assert {j.gpus for j in philly} >= {1, 8, 16, 128}
+    replay = trace_arrivals(itp, 128, 0.9)
+    first = [next(replay) for _ in range(300)]  # runs past the end: the trace repeats
+    assert first[260].submit > first[259].submit
+    s = Simulation(SimConfig(nodes=16, seed=1, start=T0, history_seconds=600, faults="none",
+                             trace=str(traces / "microsoft-itp-2021-raw-traces.tar.gz") + "#cluster10"))
+    assert s.stats["submitted"] > 0
+    _check_invariants(s)
+
+
+def test_fault_syntax():
+    specs, rate = parse_faults("ost_slow@10m+5m:ost=2,random:3,xid79@1h")
+    assert rate == 3 and [f.kind for f in specs] == ["ost_slow", "xid79"]
+    assert specs[0].start == 600 and specs[0].duration == 300 and specs[0].get("ost") == "2"
+    assert specs[1].duration == KINDS["xid79"][1]
+    assert parse_faults("none") == ([], 0.0)
+    assert len(parse_faults("default")[0]) == 10
+    for bad in ("bogus@1m", "ost_slow@ten", "ost_slow:nope", "random:x"):
+        with pytest.raises(ValueError):
+            parse_faults(bad)
+    assert parse_duration("90") == 90 and parse_duration("2h") == 7200
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_fault_parser_raises_only_value_error(text):
+    try:
+        specs, rate = parse_faults(text)
+    except ValueError:
+        return
+    assert all(f.kind in KINDS and math.isfinite(f.start) for f in specs) and rate >= 0

@@ -47,6 +47,7 @@ ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-te
           "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 HEADERS = {"Accept": ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.45.0"}
 COLLECTORS = ("cpu", "meminfo", "pressure", "diskstats", "netdev", "infiniband", "filesystem")
+MATCH_NETDEV = ("netclass", "netstat")
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 # Runtime self-metrics each server adds on its own; shown separately so series counts compare data.
 SELF_PREFIXES = ("go_", "process_", "promhttp_", "node_scrape_", "node_exporter_build_info",
@@ -156,10 +157,10 @@ class Server:
             self.log = None
 
 
-def node_exporter_argv(port: int, paths: dict[str, str]) -> list[str]:
+def node_exporter_argv(port: int, paths: dict[str, str], extra: tuple[str, ...] = ()) -> list[str]:
     argv = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
             f"--path.procfs={paths['procfs']}", f"--path.sysfs={paths['sysfs']}", f"--path.rootfs={paths['rootfs']}"]
-    return argv + [f"--collector.{c}" for c in COLLECTORS]
+    return argv + [f"--collector.{c}" for c in COLLECTORS + extra]
 
 
 def agent_argv(port: int, paths: dict[str, str], registered: list[str], cache_ttl: float) -> list[str]:
@@ -282,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-ttl", type=float, default=1.0, help="Our --scrape.cache-ttl in the concurrency part.")
     ap.add_argument("--fixtures", action="store_true", help="Run both on node_exporter's fixture trees.")
     ap.add_argument("--skip-concurrency", action="store_true", help="Only the CPU-per-scrape part.")
+    ap.add_argument("--match-netdev", action="store_true",
+                    help="Also measure node_exporter with netclass and netstat, which read what our netdev "
+                         "collector reads beyond /proc/net/dev.")
     args = ap.parse_args(argv)
 
     if not os.access(NODE_EXPORTER, os.X_OK):
@@ -298,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         ne = Server("node_exporter", node_exporter_argv(ne_port, paths), ne_port)
         ours = Server("gangwatch", agent_argv(ours_port, paths, registered, 0.0), ours_port)
         servers = [ne, ours]
+        if args.match_netdev:
+            port = free_port()
+            servers.insert(1, Server("node_exporter+", node_exporter_argv(port, paths, MATCH_NETDEV), port))
         for s in servers:
             s.start()
         enabled = [c for c in COLLECTORS if c in registered]
@@ -324,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
             total, data, enc, ctype = counts[s.name]
             print(f"  {s.name:<15} {ms[s.name]:>10.3f} {total:>7} {data:>12}  {enc}, {ctype}")
         print(f"  ratio gangwatch/node_exporter: {ratio:.2f}x  (goal <= 0.50x: {'met' if ratio <= 0.5 else 'NOT met'})")
+        if args.match_netdev:
+            print(f"  ratio gangwatch/node_exporter+: {ms['gangwatch'] / ms['node_exporter+']:.2f}x  (node_exporter+ adds "
+                  f"{', '.join(MATCH_NETDEV)}: the sysfs link state and /proc/net/snmp TCP counters our netdev also reads)")
 
         if not args.skip_concurrency:
             for s in servers:

@@ -16,6 +16,7 @@ scaled to 10,000 (running it on all of them would take minutes on a shared machi
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
@@ -27,6 +28,7 @@ from dashboard.analysis.planner_model import (
 
 NOW = 1_700_000_000.0
 NAIVE_JOBS = 300
+REPEATS = 9
 TARGET_S = 0.100
 
 
@@ -137,11 +139,12 @@ def main() -> int:
     began = time.perf_counter()
     inp = snapshot()
     built = time.perf_counter() - began
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
+    best = best_cpu = float("inf")
+    for _ in range(REPEATS):
+        t, c = time.perf_counter(), time.process_time()
         result = plan(inp)
         best = min(best, time.perf_counter() - t)
+        best_cpu = min(best_cpu, time.process_time() - c)
     t = time.perf_counter()
     naive(inp, NAIVE_JOBS)
     naive_per_job = (time.perf_counter() - t) / NAIVE_JOBS
@@ -152,9 +155,9 @@ def main() -> int:
             states[w.state] = states.get(w.state, 0) + 1
     print(f"snapshot: {len(inp.nodes)} nodes, {len(inp.running)} running, {len(inp.pending)} pending"
           f" (built in {built:.2f} s); job states {dict(sorted(states.items()))}")
-    print(f"gangwatch plan (best of 5): {best * 1000:.1f} ms for {len(inp.pending)} jobs"
-          f" = {len(inp.pending) / best:,.0f} jobs/s | target {TARGET_S * 1000:.0f} ms:"
-          f" {'met' if best <= TARGET_S else 'MISSED'}")
+    print(f"gangwatch plan (best of {REPEATS}): {best * 1000:.1f} ms wall, {best_cpu * 1000:.1f} ms CPU for"
+          f" {len(inp.pending)} jobs = {len(inp.pending) / best:,.0f} jobs/s | target {TARGET_S * 1000:.0f} ms:"
+          f" {'met' if best <= TARGET_S else 'MISSED'} (load average {os.getloadavg()[0]:.1f})")
     print(f"naive per-job rescan: {naive_per_job * 1e3:.2f} ms/job on the first {NAIVE_JOBS} jobs,"
           f" ~{naive_est:.1f} s for all {len(inp.pending)} | ratio ~{naive_est / best:.0f}x")
     return 0 if best <= TARGET_S else 1

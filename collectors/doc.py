@@ -18,6 +18,7 @@ Needs a source checkout: the fixtures live beside it and the ttar unpacker and f
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .exposition import Family
+from .exposition import Family, encode, iter_samples
 from .registry import Collector, Context, NoData, Paths, load_builtin_collectors
 from .runner import CommandResult
 
@@ -39,6 +40,7 @@ class Metric:
     name: str
     kind: str
     help: str
+    labels: tuple[str, ...] = ()
 
 
 class NoCommands:
@@ -55,25 +57,34 @@ def _ttar(archive: Path, dest: Path) -> None:
     ttar.unpack(str(archive), str(dest))
 
 
-def fixture_roots(shared: Path, tmp: Path) -> list[tuple[str, Paths]]:
-    """(name, Paths) of each fixture tree present; archives are unpacked into `tmp`."""
-    roots: list[tuple[str, Paths]] = []
-    ne = shared / "node_exporter"
-    if (ne / "sys.ttar").is_file():
-        root = tmp / "node_exporter"
-        root.mkdir()
-        os.symlink(ne / "proc", root / "proc")
-        _ttar(ne / "sys.ttar", root)
-        roots.append(("node_exporter", Paths(str(root / "proc"), str(root / "sys"), str(root))))
-    procfs = shared / "prometheus_procfs" / "fixtures.ttar"
-    if procfs.is_file():
-        _ttar(procfs, tmp / "procfs")
-        root = tmp / "procfs" / "fixtures"
-        roots.append(("prometheus_procfs", Paths(str(root / "proc"), str(root / "sys"), str(root))))
+def fixture_roots(shared: Path, tmp: Path) -> list[Paths]:
+    """Paths of each fixture tree present; the two ttar archives are unpacked into `tmp`."""
+    ne_sys = procfs_root = None
+    if (shared / "node_exporter" / "sys.ttar").is_file():
+        _ttar(shared / "node_exporter" / "sys.ttar", tmp / "node_exporter")
+        ne_sys = tmp / "node_exporter" / "sys"
+    if (shared / "prometheus_procfs" / "fixtures.ttar").is_file():
+        _ttar(shared / "prometheus_procfs" / "fixtures.ttar", tmp / "procfs")
+        procfs_root = tmp / "procfs" / "fixtures"
+    return roots_from(shared, ne_sys, procfs_root)
+
+
+def roots_from(shared: Path, ne_sys: Path | None, procfs_root: Path | None) -> list[Paths]:
+    """Paths over already unpacked trees: node_exporter's sys (its proc is linked in place beside
+    it, as node_exporter's own e2e test lays them out), prometheus/procfs' tree, and the Lustre
+    exporters' trees read in place."""
+    roots: list[Paths] = []
+    if ne_sys is not None:
+        root = ne_sys.parent
+        if not (root / "proc").exists():
+            os.symlink(shared / "node_exporter" / "proc", root / "proc")
+        roots.append(Paths(str(root / "proc"), str(ne_sys), str(root)))
+    if procfs_root is not None:
+        roots.append(Paths(str(procfs_root / "proc"), str(procfs_root / "sys"), str(procfs_root)))
     for name in ("HewlettPackard_lustre_exporter", "GSI-HPC_lustre_exporter"):
         root = shared / name
         if (root / "proc").is_dir():
-            roots.append((name, Paths(str(root / "proc"), str(root / "sys"), str(root))))
+            roots.append(Paths(str(root / "proc"), str(root / "sys"), str(root)))
     return roots
 
 
@@ -111,20 +122,24 @@ def run_one(cls: type[Collector], ctx: Context) -> list[Family]:
             pass
 
 
-def gather(shared: Path, collectors: dict[str, type[Collector]] | None = None) -> dict[str, list[Metric]]:
+def gather(roots: list[Paths], shared: Path, collectors: dict[str, type[Collector]]) -> dict[str, list[Metric]]:
     """collector name -> its metric families (sorted by name), over every fixture tree."""
-    collectors = collectors if collectors is not None else load_builtin_collectors()
     options = default_options()
     out: dict[str, dict[str, Metric]] = {name: {} for name in collectors}
-    with tempfile.TemporaryDirectory(prefix="gw-doc-") as tmp:
-        roots = fixture_roots(shared, Path(tmp))
-        for _, paths in roots:
-            for name, cls in collectors.items():
-                ctx = Context(paths=paths, runner=NoCommands(), nvml=fake_nvml(shared), options=dict(options))
-                for fam in run_one(cls, ctx):
-                    if fam.lines:
-                        out[name].setdefault(fam.name, Metric(fam.name, fam.kind, fam.help))
+    for paths in roots:
+        for name, cls in collectors.items():
+            ctx = Context(paths=paths, runner=NoCommands(), nvml=fake_nvml(shared), options=dict(options))
+            for fam in run_one(cls, ctx):
+                if fam.lines:
+                    seen = out[name].get(fam.name)
+                    labels = label_names(fam) | set(seen.labels if seen else ())
+                    out[name][fam.name] = Metric(fam.name, fam.kind, (seen or fam).help, tuple(sorted(labels)))
     return {name: sorted(metrics.values(), key=lambda m: m.name) for name, metrics in out.items()}
+
+
+def label_names(fam: Family) -> set[str]:
+    """Label names used by a family's samples, read back through the exposition parser."""
+    return {k for _, labels, _ in iter_samples(encode([fam])) for k in labels}
 
 
 class _Quiet(Collector):
@@ -143,7 +158,11 @@ def framework_metrics() -> list[Metric]:
         text = scraper.collect_once().text
     finally:
         scraper.close()
-    return sorted(_families_of(text), key=lambda m: m.name)
+    labels: dict[str, set[str]] = {}
+    for name, lbl, _ in iter_samples(text):
+        labels.setdefault(name, set()).update(lbl)
+    return sorted((Metric(m.name, m.kind, m.help, tuple(sorted(labels.get(m.name, ()))))
+                   for m in _families_of(text)), key=lambda m: m.name)
 
 
 def _families_of(text: str) -> Iterable[Metric]:
@@ -162,8 +181,8 @@ def _cell(text: str) -> str:
 
 
 def _table(metrics: list[Metric]) -> list[str]:
-    lines = ["| metric | type | help |", "|---|---|---|"]
-    lines += [f"| `{m.name}` | {m.kind} | {_cell(m.help)} |" for m in metrics]
+    lines = ["| metric | type | labels | help |", "|---|---|---|---|"]
+    lines += [f"| `{m.name}` | {m.kind} | {', '.join(m.labels)} | {_cell(m.help)} |" for m in metrics]
     return lines
 
 
@@ -185,11 +204,14 @@ def render(per_collector: dict[str, list[Metric]], framework: list[Metric],
     return "\n".join(out) + "\n"
 
 
-def generate(shared: Path | None = None) -> str:
-    shared = shared or Path(os.environ.get("GW_SHARED", REPO.parent / "shared")) / "fixtures"
+def default_shared() -> Path:
+    return Path(os.environ.get("GW_SHARED", REPO.parent / "shared")) / "fixtures"
+
+
+def generate(shared: Path, roots: list[Paths]) -> str:
     collectors = load_builtin_collectors()
     modules = {name: f"`{cls.__module__.replace('.', '/')}.py`" for name, cls in collectors.items()}
-    return render(gather(shared, collectors), framework_metrics(), modules)
+    return render(gather(roots, shared, collectors), framework_metrics(), modules)
 
 
 def replace_block(readme: str, block: str) -> str:
@@ -217,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--write", metavar="README", type=Path, help="Rewrite the README's metric table block.")
     group.add_argument("--check", metavar="README", type=Path, help="Exit 1 when the README's block is stale.")
     args = ap.parse_args(argv)
-    block = generate(args.shared)
+    logging.basicConfig(level=logging.ERROR)  # collectors failing on trees that lack their files
+    shared = args.shared or default_shared()
+    with tempfile.TemporaryDirectory(prefix="gw-doc-") as tmp:
+        block = generate(shared, fixture_roots(shared, Path(tmp)))
     if args.write:
         args.write.write_text(replace_block(args.write.read_text(), block))
     elif args.check:

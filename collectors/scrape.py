@@ -68,6 +68,7 @@ class _Job:
         self.done = threading.Lock()
         self.done.acquire()
         self.closed = False  # set at the deadline: runners stop taking collectors from this job
+        self.runners = 0  # runners handed this job (by the leader only)
         self.busy = busy  # the Scraper's set of collectors running now (shared across jobs)
 
     def drain(self) -> None:
@@ -118,14 +119,13 @@ class _Pool:
         self.idle: list[_Runner] = []
         self.max_idle = max_idle
         self.closed = False
-        self.spawned = 0
 
     def start(self, job: _Job) -> None:
         with self.lock:
             runner = self.idle.pop() if self.idle else None
         if runner is None:
             runner = _Runner(self)
-            self.spawned += 1
+        job.runners += 1
         runner.job = job
         runner.wake.release()
 
@@ -212,8 +212,11 @@ class Scraper:
                 if job.done.acquire(timeout=min(left, self.spread_after)):
                     break
                 with job.lock:
-                    more = bool(job.pending)
-                if more:  # something is slow or stuck: let another runner take the rest
+                    # Collectors wait in the queue while every runner on the job sits inside one
+                    # (slow or stuck): let another runner take the rest. A runner woken but not yet
+                    # scheduled (an overloaded node) is not stuck, so it gets no company.
+                    more = bool(job.pending) and job.runners <= len(job.started) - len(job.outcomes)
+                if more:
                     self._pool.start(job)
             with job.lock:
                 job.closed = True

@@ -1,9 +1,11 @@
 """HTTP serving for the exporters: `/metrics`, a landing page, and the exporter-toolkit web config.
 
-`--web.config.file` takes the same YAML as Prometheus' exporter-toolkit:
+`--web.config.file` takes the same YAML as Prometheus' exporter-toolkit, checked strictly at
+start-up (unknown keys, non-bcrypt passwords and unreadable certificates are errors):
 
-    tls_server_config: {cert_file: ..., key_file: ..., client_ca_file: ..., client_auth_type: ...}
+    tls_server_config: {cert_file, key_file, client_ca_file, client_auth_type, min_version, max_version}
     basic_auth_users: {alice: <bcrypt hash>}
+    http_server_config: {headers: {X-Frame-Options: deny, ...}}
 
 Listen addresses follow node_exporter: `:9810` means every interface, `HOST:PORT` one of them.
 """
@@ -200,6 +202,35 @@ class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
+    # Each connection holds a thread until it closes or idles out; past this many, new ones are
+    # closed at once, so idle or slow clients cannot exhaust threads (node_exporter caps requests
+    # in flight the same way with --web.max-requests).
+    max_connections = 256
+
+    def __init__(self, *args, **kwargs):
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._refused_logged = 0.0
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            now = time.monotonic()
+            if now - self._refused_logged > 60:  # once a minute: a flood must not flood the log too
+                self._refused_logged = now
+                log.warning("refusing connections: %d already open", self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 # Limits that keep a misbehaving client from holding memory: node_exporter's Go server allows 1 MiB of
@@ -356,12 +387,15 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+
+
 def metrics_handler(scraper) -> Handler:
     def handle(req: Request) -> Response:
         scrape = scraper.scrape()
         if accepts_gzip(req.headers.get("accept-encoding", "")):
-            return 200, "text/plain; version=0.0.4; charset=utf-8", scrape.gzip_body(), {"Content-Encoding": "gzip"}
-        return 200, "text/plain; version=0.0.4; charset=utf-8", scrape.body(), {}
+            return 200, TEXT_FORMAT, scrape.gzip_body(), {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+        return 200, TEXT_FORMAT, scrape.body(), {"Vary": "Accept-Encoding"}
 
     return handle
 

@@ -23,6 +23,7 @@ a `--faults` that does not parse, stops the command at start with the reason (ex
 from __future__ import annotations
 
 import argparse
+import gzip
 import html
 import json
 import logging
@@ -54,6 +55,7 @@ class Demo:
         self.renderer = NodeRenderer(sim)
         self._snap = None
         self._snap_step = -1
+        self._bodies: dict[str, bytes] = {}
         self._sleep = sleep
         self._stop = threading.Event()
         self.public_address = DEFAULT_LISTEN
@@ -92,7 +94,17 @@ class Demo:
             if self._snap_step != self.sim.steps:
                 self._snap = build_snapshot(self.sim)
                 self._snap_step = self.sim.steps
+                self._bodies = {}
             return self._snap
+
+    def _cached(self, key: str, build) -> bytes:
+        """A body computed at most once per simulated step (4,096 nodes: ~0.3 s each to build)."""
+        with self.lock:
+            self.snapshot()
+            body = self._bodies.get(key)
+            if body is None:
+                body = self._bodies[key] = build()
+            return body
 
     # ---- handlers
 
@@ -113,20 +125,15 @@ class Demo:
                 self._stop.wait(fault[1])  # a hanging or slow agent; the wait ends early at shutdown
             with self.lock:
                 body = self.renderer.render(i)
+            data = body.encode()
         else:
-            snap = self.snapshot()
-            with self.lock:
-                body = encode(exporter_families(self.sim, snap))
-        data = body.encode()
+            data = self._cached("metrics", lambda: encode(exporter_families(self.sim, self.snapshot())).encode())
         if accepts_gzip(req.headers.get("accept-encoding", "")):
-            import gzip
-
             return 200, TEXT, gzip.compress(data, 1), {"Content-Encoding": "gzip"}
         return 200, TEXT, data, {}
 
     def api_snapshot(self, req: Request) -> Response:
-        snap = self.snapshot()
-        return 200, JSON, snap.to_json(now=self.sim.t).encode(), {}
+        return 200, JSON, self._cached("snapshot", lambda: self.snapshot().to_json(now=self.sim.t).encode()), {}
 
     def api_faults(self, req: Request) -> Response:
         with self.lock:

@@ -81,7 +81,7 @@ class SlurmCluster:
         return env
 
     def _script(self, name: str, timeout: float, *args: str) -> str:
-        proc = subprocess.run([str(HERE / name), *args], env=self.env, cwd="/tmp", capture_output=True, text=True,
+        proc = subprocess.run(["bash", str(HERE / name), *args], env=self.env, cwd="/tmp", capture_output=True, text=True,
                               timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"{name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

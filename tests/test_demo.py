@@ -99,7 +99,10 @@ def _free_port() -> int:
 
 def _query(port: int, promql: str) -> list:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    status, _, body = get(url, timeout=5)
+    try:
+        status, _, body = get(url, timeout=5)
+    except OSError:  # not listening yet
+        return []
     return json.loads(body)["data"]["result"] if status == 200 else []
 
 
@@ -115,7 +118,8 @@ def test_real_prometheus_scrapes_every_virtual_node(served, tmp_path):
     port = _free_port()
     proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--log.level=warn"], stdout=subprocess.DEVNULL,
+                            stderr=(tmp_path / "prometheus.log").open("w"))
     try:
         up: dict[str, float] = {}
         deadline = time.monotonic() + 40  # the first scrape comes ~5 s after start

@@ -150,6 +150,8 @@ def test_snapshot_json_roundtrip(runner):
 def test_readme_table_lists_every_metric():
     table = metric_table_markdown()
     assert all(f"`gangwatch_slurm_{name}`" in table for name in METRICS)
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert table in readme, "README's Slurm metric table is stale: paste metrics.metric_table_markdown()"
 
 
 # ------------------------------------------------------------------------------ failure handling
@@ -411,3 +413,65 @@ def test_deploy_files():
         proc = subprocess.run(["promtool", "check", "config", "/dev/stdin"], input=yaml.safe_dump(full),
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rest_source_versions_and_jwt(fixtures_dir):
+    """slurmrestd over HTTP with a JWT: the version is found by ping (newest first), the token and
+    user travel as headers, and real v0.0.40 responses (23.11) become a snapshot."""
+    v40 = fixtures_dir / "slurm-versions" / "v0.0.40"
+    files = {"jobs": "slurmrestd-23.11.10-slurm-jobs.json", "nodes": "slurmrestd-23.11.10-slurm-nodes.json",
+             "partitions": "slurmrestd-23.11.10-slurm-partitions.json", "ping": "slurmrestd-23.11.10-slurm-ping.json",
+             "reservations": "slurmrestd-23.11.10-slurm-reservations.json", "diag": "slurmrestd-23.11.1-diag-talapas.json"}
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.headers.get("x-slurm-user-token"), request.headers.get("x-slurm-user-name")))
+        if request.headers.get("x-slurm-user-token") != "t0ken":
+            return httpx.Response(401, text="Authentication failure")
+        parts = request.url.path.strip("/").split("/")
+        if parts[:2] != ["slurm", "v0.0.40"] or parts[2] not in files:
+            return httpx.Response(404, text="Unable to find plugin")
+        return httpx.Response(200, content=(v40 / files[parts[2]]).read_bytes(), headers={"content-type": "application/json"})
+
+    from collectors.slurm.sources import RestSource
+    src = RestSource("http://restd.example:6820", token="t0ken", user="gangwatch", transport=httpx.MockTransport(handler))
+    poller = Poller(src, clock=Clock())
+    assert poller.poll_once(), poller.statuses
+    snap = poller.current()
+    assert src.api_version == "v0.0.40" and [p for p, _, _ in seen[:5]] == [f"/slurm/v0.0.4{n}/ping" for n in (4, 3, 2, 1, 0)]
+    assert all(tok == "t0ken" and user == "gangwatch" for _, tok, user in seen)
+    assert snap.source == "slurmrestd" and snap.data_parser == "v0.0.40" and len(snap.jobs) == 14 and len(snap.nodes) == 6
+    assert snap.scheduler is not None and snap.scheduler.jobs_submitted is not None and snap.partitions[0].state == "UP"
+    gpu_job = [j for j in snap.jobs if j.state == "RUNNING"]
+    assert gpu_job and not snap.stale
+    text = exporter.render_once(poller, T0)
+    assert value(text, "gangwatch_slurm_command_success", command="rest_jobs") == 1
+    promtool_check(text)
+    # a bad token: every request fails, nothing crashes, the poll is reported failed
+    bad = RestSource("http://restd.example:6820", token="wrong", transport=httpx.MockTransport(handler))
+    p2 = Poller(bad, clock=Clock())
+    assert not p2.poll_once() and p2.current() is None and p2.statuses["rest_ping"].ok is False
+    assert "HTTP 401" in p2.statuses["rest_ping"].error
+
+
+def test_cli_plan_for_24_11_end_to_end(fixtures_dir):
+    """A 24.11 host: the exporter asks for scontrol/sdiag --json; real v0.0.41-v0.0.44 CLI and
+    slurmrestd documents stand in for the answers (each names its own data_parser)."""
+    v = fixtures_dir / "slurm-versions"
+    files = {"squeue --json": "v0.0.42/cli-squeue-u-24.11.6-ozstar.json",
+             "scontrol show nodes --json": "v0.0.44/cli-scontrol-show-nodes-25.11.4-ucr-gcp.json",
+             "scontrol show partitions --json": "v0.0.42/slurmrestd-24.11.5-slurm-partitions.json",
+             "scontrol show reservations --json": "v0.0.41/slurmrestd-24.05.3-slurm-reservations.json",
+             "sdiag --json": "v0.0.41/cli-sdiag-24.05.5-rivosinc.json"}
+    runner = FileRunner(v, version="slurm 24.11.6", files=files)
+    runner.override("sprio", text_result(""))
+    runner.override("sshare -l -a -P", text_result("Account|User|RawShares|NormShares|RawUsage|NormUsage|EffectvUsage|FairShare|LevelFS\n"))
+    poller = Poller(CliSource(runner=runner), clock=Clock())
+    assert poller.poll_once(), poller.statuses
+    assert [c for c in runner.calls if "--json" in c] == list(files)
+    snap = poller.current()
+    assert snap.data_parser == "v0.0.42" and snap.slurm_version == "24.11.6" and snap.cluster == "farnarkle"
+    assert len(snap.jobs) == 2 and snap.job(9685110).gang_size == 12 and len(snap.nodes) == 6
+    assert snap.reservations[0].name == "training" and snap.scheduler.main_cycles_total == 162
+    assert [e for e in snap.errors if e.severity == "error"] == []
+    promtool_check(exporter.render_once(poller, T0))

@@ -17,7 +17,7 @@ import pytest
 
 from collectors.exposition import iter_samples
 from collectors.runner import CommandRunner
-from collectors.slurm import exporter, hostlist
+from collectors.slurm import exporter, hostlist, parse_text
 from collectors.slurm.sources import CliSource, Poller, RestSource
 from collectors.web import make_server, serve_in_thread
 from tests import slurm_cluster
@@ -131,8 +131,10 @@ def test_nodes_agree_with_sinfo_and_scontrol(snap, cluster):
         assert n.reason == ("" if reason == "none" else reason)
     assert ours["gpu006"].drain and ours["gpu006"].reason.startswith("Xid 79")
     assert ours["gpu008"].down and ours["gpu008"].reason == "NHC: ib0 link down"
-    text = cluster.run("scontrol", "-o", "show", "node")
-    for m in re.finditer(r"NodeName=(\S+) .*?CPUAlloc=(\d+) .*?GresUsed=gpu:\w+:(\d+)", text):
+    text = cluster.run("scontrol", "-o", "show", "node", "-d")
+    matches = list(re.finditer(r"NodeName=(\S+) .*?CPUAlloc=(\d+) .*?GresUsed=gpu:\w+:(\d+)", text))
+    assert len(matches) == 8
+    for m in matches:
         n = ours[m.group(1)]
         assert (n.cpus_allocated, n.gpus_allocated) == (int(m.group(2)), int(m.group(3))), m.group(1)
 
@@ -149,6 +151,25 @@ def test_reservations_and_sdiag(snap, cluster):
     if cluster.dbd:
         accounts = {ln.split("|")[0].strip() for ln in cluster.run("sshare", "-a", "-P", "-n").splitlines()}
         assert {r.account for r in snap.fairshare} == accounts >= {"ml-research", "vision", "infra"}
+
+
+def test_text_forms_agree_with_json(snap, cluster):
+    """`scontrol -o show job -d` parsed by our text parser vs squeue --json, on the same cluster.
+    The job whose name holds a newline breaks scontrol's one-line format: exactly why JSON is used."""
+    text_jobs = {j.job_id: j for j in parse_text.parse_scontrol_jobs(cluster.run("scontrol", "-o", "show", "job", "-d"))}
+    evil = cluster.jobs["J_EVIL"]
+    for j in snap.jobs:
+        if j.job_id == evil or j.state not in ("RUNNING", "PENDING"):
+            continue
+        t = text_jobs[j.job_id]
+        assert (t.state, t.nodes, t.user, t.name, t.partition, t.gang_size, t.gpus) == \
+            (j.state, j.nodes, j.user, j.name, j.partition, j.gang_size, j.gpus), j.job_id
+        assert [(a.node, a.cpus, a.memory_bytes, a.gpu_indices) for a in t.allocations] == \
+            [(a.node, a.cpus, a.memory_bytes, a.gpu_indices) for a in j.allocations], j.job_id
+    assert text_jobs[cluster.jobs["J_BF"]].scheduler == "Backfill"  # the job backfill started
+    nodes = {n.name: n for n in parse_text.parse_scontrol_nodes(cluster.run("scontrol", "-o", "show", "node", "-d"))}
+    assert {k: (n.state, n.state_flags, n.gpus_allocated) for k, n in nodes.items()} == \
+        {n.name: (n.state, n.state_flags, n.gpus_allocated) for n in snap.nodes}
 
 
 def test_hostile_names_live(snap, cluster):

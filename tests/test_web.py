@@ -324,6 +324,35 @@ def test_keep_alive_and_head(plain_server):
     assert time.monotonic() - t0 < 3  # and the server closed it when asked, without waiting for a timeout
 
 
+def test_connections_past_the_cap_are_closed_at_once(monkeypatch):
+    from collectors import web
+
+    monkeypatch.setattr(web._Server, "max_connections", 2)
+    srv = Running(WebConfig())
+    idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=5) for _ in range(2)]
+    try:
+        time.sleep(0.2)  # let the server accept both
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as third:
+            try:
+                third.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                answer = third.recv(100)
+            except ConnectionResetError:  # closed with our request unread: a reset, also no answer
+                answer = b""
+            assert answer == b""
+        idle.pop().close()
+        deadline = time.monotonic() + 5
+        while True:  # the freed slot is taken again once the server noticed the close
+            reply = raw(srv.port, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+            if reply.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert reply.startswith(b"HTTP/1.1 200")
+    finally:
+        for s in idle:
+            s.close()
+        srv.close()
+
+
 def test_gzip_negotiation(plain_server):
     conn = plain_server.conn()
     resp, body = get(conn, {"Accept-Encoding": "gzip"})

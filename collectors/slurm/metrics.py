@@ -215,7 +215,7 @@ def snapshot_families(snap: Snapshot, now: float, top_pending: int = 100) -> lis
             f["partition_gpus"].add(n, partition=part, state=state)
     by_node = {n.name: n for n in snap.nodes}
     for p in snap.partitions:
-        f["partition_info"].add(1, partition=p.name, state=p.state, default="true" if p.is_default else "false")
+        f["partition_info"].add(1, partition=p.name, state=p.state, default={True: "true", False: "false"}.get(p.is_default, ""))
         if p.max_time_seconds is not None:
             f["partition_max_time_seconds"].add(p.max_time_seconds, partition=p.name)
         states = Counter(by_node[n].state_label for n in p.nodes if n in by_node)
@@ -293,14 +293,15 @@ def poller_families(poller, now: float) -> list[Family]:
     """Health of the polling itself: up, per-command success/duration/errors, poll counts."""
     f = {name: _fam(name) for name in ("up", "poll_duration_seconds", "polls_total", "poll_failures_total",
                                         "command_success", "command_duration_seconds", "command_errors_total")}
-    f["up"].add(1 if poller.up else 0)
-    f["poll_duration_seconds"].add(round(poller.last_poll_duration, 6))
-    f["polls_total"].add(poller.polls)
-    f["poll_failures_total"].add(poller.poll_failures)
-    for name, st in sorted(poller.statuses.items()):
+    h = poller.health()
+    f["up"].add(1 if h["up"] else 0)
+    f["poll_duration_seconds"].add(round(h["last_poll_duration"], 6))
+    f["polls_total"].add(h["polls"])
+    f["poll_failures_total"].add(h["poll_failures"])
+    for name, st in sorted(h["statuses"].items()):
         f["command_success"].add(1 if st.ok else 0, command=name)
         f["command_duration_seconds"].add(round(st.duration, 6), command=name)
-        f["command_errors_total"].add(poller.command_errors.get(name, 0), command=name)
+        f["command_errors_total"].add(h["command_errors"].get(name, 0), command=name)
     return [fam for fam in f.values() if fam.lines]
 
 

@@ -174,7 +174,7 @@ class Partition:
     nodes: tuple[str, ...] = ()
     total_nodes: int | None = None
     total_cpus: int | None = None
-    is_default: bool = False
+    is_default: bool | None = None  # None: the version does not say (v0.0.39+ JSON)
     max_time_seconds: int | None = None
     default_time_seconds: int | None = None
     max_nodes: int | None = None
@@ -320,43 +320,65 @@ def _json_default(obj):  # pragma: no cover - only reached for unexpected types
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_SCALARS = (str, int, bool, type(None))
+
+
 def _to_plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (tuple, list)):
+    t = type(obj)
+    names = _FIELD_NAMES.get(t)
+    if names is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(obj))
+    if names is not None:
+        return {n: _to_plain(getattr(obj, n)) for n in names}
+    if t is tuple or t is list:
+        if all(type(v) in _SCALARS for v in obj):  # node names, GPU indices: no recursion needed
+            return list(obj)
         return [_to_plain(v) for v in obj]
-    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+    if t is float and (obj != obj or obj in (float("inf"), float("-inf"))):
         return "inf" if obj == float("inf") else "-inf" if obj == float("-inf") else "nan"
     return obj
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_CONVERTERS: dict[Any, Any] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    h = _HINTS.get(cls)
-    if h is None:
-        h = _HINTS[cls] = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
-    return h
+def _identity(v):
+    return v
 
 
-def _from_plain(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
+def _converter(tp: Any):
+    """A function turning JSON values into `tp`, built once per type (from_json of 10k jobs stays fast)."""
+    conv = _CONVERTERS.get(tp)
+    if conv is not None:
+        return conv
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _from_plain(args[0], value) if len(args) == 1 else value
-    if origin is tuple:
-        (inner, *_rest) = typing.get_args(tp) or (Any,)
-        return tuple(_from_plain(inner, v) for v in value)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        names = {f.name for f in dataclasses.fields(tp)}
-        # unknown keys (a newer writer) are ignored; missing keys take their defaults
-        return tp(**{k: _from_plain(hints[k], v) for k, v in value.items() if k in names})
-    if tp is float:
-        if isinstance(value, str):
-            return float(value)
-        return float(value)
-    return value
+        inner = _converter(args[0]) if len(args) == 1 else _identity
+        conv = (lambda v: None if v is None else inner(v)) if inner is not _identity else _identity
+    elif origin is tuple:
+        inner = _converter((typing.get_args(tp) or (Any,))[0])
+        if inner is _identity:
+            conv = lambda v: None if v is None else tuple(v)  # noqa: E731
+        else:
+            conv = lambda v: None if v is None else tuple(inner(x) for x in v)  # noqa: E731
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp, vars(sys.modules[tp.__module__]))
+        fields = {f.name: _converter(hints[f.name]) for f in dataclasses.fields(tp)}
+
+        def conv(v, _tp=tp, _fields=fields):
+            if v is None:
+                return None
+            # unknown keys (a newer writer) are ignored; missing keys take their defaults
+            return _tp(**{k: _fields[k](x) for k, x in v.items() if k in _fields})
+    elif tp is float:
+        conv = lambda v: None if v is None else float(v)  # noqa: E731 - also reads "inf"
+    else:
+        conv = _identity
+    _CONVERTERS[tp] = conv
+    return conv
+
+
+def _from_plain(tp: Any, value: Any) -> Any:
+    return _converter(tp)(value)

@@ -405,12 +405,11 @@ def parse_partition(p: dict) -> Partition | None:
         inner = p.get("partition") if isinstance(p.get("partition"), dict) else {}
         state, _ = _state(inner.get("state"), frozenset({"UP", "DOWN", "DRAIN", "INACTIVE"}))
         cpus = p.get("cpus") if isinstance(p.get("cpus"), dict) else {}
-        flags = str_list(inner.get("flags")) if isinstance(inner.get("flags"), list) else ()
         return Partition(
             name=name, state=state,
             nodes=tuple(hostlist.expand_lenient(text(nodes_d.get("configured")))),
             total_nodes=integer(nodes_d.get("total")), total_cpus=integer(cpus.get("total")),
-            is_default="DEFAULT" in flags,
+            is_default=None,  # v0.0.39+ partitions carry no default flag
             max_time_seconds=_minutes(maxs.get("time")), default_time_seconds=_minutes(defs.get("time")),
             max_nodes=integer(maxs.get("nodes")),
             priority_job_factor=integer(prio.get("job_factor")), priority_tier=integer(prio.get("tier")),

@@ -103,9 +103,9 @@ def parse_scontrol_job(record: str) -> Job | None:
     num_nodes = d.get("NumNodes", "")
     node_count = integer(num_nodes.split("-", 1)[0]) if num_nodes else None
     tres = d.get("TRES") or d.get("AllocTRES") or ""
-    gpus = sum(a.gpus for a in allocs if a.gpus) if allocs and any(a.gpus for a in allocs) else None
-    if gpus is None:
-        gpus = tres_gpus(tres)
+    gpus = sum(a.gpus for a in allocs) if allocs and all(a.gpus is not None for a in allocs) else None
+    if not gpus:
+        gpus = tres_gpus(tres) or gpus
     if gpus is None:
         per_node = tres_request_gpus(_nz(d.get("TresPerNode")))
         per_job = tres_request_gpus(_nz(d.get("TresPerJob")))
@@ -202,7 +202,8 @@ def parse_scontrol_node(record: str) -> Node | None:
         memory_total_bytes=memory_bytes(integer(d.get("RealMemory"))),
         memory_allocated_bytes=memory_bytes(integer(d.get("AllocMem"))),
         memory_free_bytes=memory_bytes(integer(d.get("FreeMem"))),
-        gpus_total=g_total, gpus_allocated=g_used if g_used is not None else (0 if g_total is not None else None),
+        # GresUsed is only printed with `-d`; without it the allocation is unknown, not 0
+        gpus_total=g_total, gpus_allocated=g_used if g_used is not None else (0 if g_total is not None and "GresUsed" in d else None),
         gpu_types=tuple(g_types.split(",")) if g_types else (),
         gres=_nz(d.get("Gres")), gres_used=_nz(d.get("GresUsed")),
         features=str_list(d.get("AvailableFeatures")), active_features=str_list(d.get("ActiveFeatures")),

@@ -60,7 +60,7 @@ def cli_plan(version: tuple[int, int] | None) -> list[tuple[str, str, list[str],
     plan = []
     if old:  # no --json at all before 21.08
         plan += [("jobs", "scontrol_jobs", ["scontrol", "-o", "show", "job", "-d"], "text"),
-                 ("nodes", "scontrol_nodes", ["scontrol", "-o", "show", "node"], "text")]
+                 ("nodes", "scontrol_nodes", ["scontrol", "-o", "show", "node", "-d"], "text")]
     else:
         plan.append(("jobs", "squeue", ["squeue", "--json"], "json"))
         plan.append(("nodes", "scontrol_nodes", ["scontrol", "show", "nodes", "--json"], "json") if new
@@ -155,6 +155,7 @@ class RestSource:
             base = url.rstrip("/")
         self.client = httpx.Client(base_url=base, transport=transport, headers=headers, timeout=timeout)
         self.api_version = None if api_version == "auto" else api_version
+        self.auto_version = api_version == "auto"
         self.extras = extras  # a CliSource for sprio/sshare, which slurmrestd does not offer
 
     def _get(self, path: str):
@@ -198,6 +199,8 @@ class RestSource:
             if err:
                 raws.append(RawOutput(kind, f"GET {path}", "json", None, err, dur))
                 statuses.append(CommandStatus(label, False, dur, err))
+                if kind == "jobs" and self.auto_version and err.startswith("HTTP 404"):
+                    self.api_version = None  # slurmrestd restarted with other plugins: ask again next poll
             else:
                 raws.append(RawOutput(kind, f"GET {path}", "json", text, duration=dur))
                 statuses.append(CommandStatus(label, True, dur))
@@ -221,6 +224,7 @@ class Poller:
         self.clock = clock
         self._lock = threading.Lock()
         self._good: Snapshot | None = None
+        self._served: Snapshot | None = None
         self._failed_errors: tuple[SourceError, ...] = ()
         self._last_attempt: float | None = None
         self.statuses: dict[str, CommandStatus] = {}
@@ -255,11 +259,13 @@ class Poller:
                 if not st.ok:
                     self.command_errors[st.command] = self.command_errors.get(st.command, 0) + 1
             if ok:
-                self._good = snap
+                self._good = self._served = snap
                 self._failed_errors = ()
             else:
                 self.poll_failures += 1
                 self._failed_errors = errors
+                if self._good is not None:  # built once per failed poll, so readers share one object
+                    self._served = replace(self._good, stale=True, errors=errors + self._good.errors, last_attempt=now)
         if not ok:
             log.warning("slurm poll failed: %s", "; ".join(f"{e.source}: {e.message}" for e in errors)[:500])
         return ok
@@ -267,10 +273,14 @@ class Poller:
     def current(self) -> Snapshot | None:
         """The latest good snapshot; marked stale (with the failing poll's errors) if a later poll failed."""
         with self._lock:
-            good, failed, attempt = self._good, self._failed_errors, self._last_attempt
-        if good is None or not failed:
-            return good
-        return replace(good, stale=True, errors=failed + good.errors, last_attempt=attempt)
+            return self._served
+
+    def health(self) -> dict:
+        """A consistent copy of the polling counters (read by scrapes while the poller writes)."""
+        with self._lock:
+            return {"up": self._good is not None and not self._failed_errors, "polls": self.polls,
+                    "poll_failures": self.poll_failures, "last_poll_duration": self.last_poll_duration,
+                    "statuses": dict(self.statuses), "command_errors": dict(self.command_errors)}
 
     @property
     def up(self) -> bool:

@@ -36,10 +36,11 @@ every job.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Mapping, NamedTuple
+from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -125,7 +126,9 @@ class WhatIf:
 
 @dataclass(frozen=True, slots=True)
 class JobWhy:
-    job_id: str
+    """Why one pending job waits. Slurm's own view (reason, priority, squeue --start) comes from `job`."""
+
+    job: PendingJob
     partition: str
     rank: int  # 1-based position among the pending jobs of its partition, in priority order
     state: str  # startable | top | waiting | blocked | never
@@ -133,27 +136,26 @@ class JobWhy:
     expected_start: float | None = None
     expected_nodes: tuple[str, ...] = ()
     what_if: WhatIf | None = None
-    slurm_reason: str = ""
-    slurm_expected_start: float | None = None
-    priority: float | None = None
-    priority_factors: Mapping[str, float] = field(default_factory=dict)
-    dependency: str = "none"
-    dependency_text: str = ""
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
 
     @property
     def codes(self) -> tuple[str, ...]:
         return tuple(r.code for r in self.reasons)
 
     def to_json(self) -> dict:
+        j = self.job
         return {
-            "job_id": self.job_id, "partition": self.partition, "rank": self.rank, "state": self.state,
+            "job_id": j.job_id, "partition": self.partition, "rank": self.rank, "state": self.state,
             "reasons": [r.to_json() for r in self.reasons],
-            "slurm_reason": self.slurm_reason, "slurm_reason_text": slurm_reason_text(self.slurm_reason),
-            "priority": self.priority, "priority_factors": dict(self.priority_factors),
-            "dependency": {"state": self.dependency, "text": self.dependency_text},
+            "slurm_reason": j.slurm_reason, "slurm_reason_text": slurm_reason_text(j.slurm_reason),
+            "priority": j.priority, "priority_factors": dict(j.priority_factors),
+            "dependency": {"state": j.dependency, "text": j.dependency_text},
             "expected_start": {"time": _t(self.expected_start), "nodes": list(self.expected_nodes),
                                "source": SOURCE},
-            "slurm_expected_start": {"time": _t(self.slurm_expected_start), "source": "slurm"},
+            "slurm_expected_start": {"time": _t(j.slurm_expected_start), "source": "slurm"},
             "what_if": self.what_if.to_json() if self.what_if else None,
         }
 
@@ -203,8 +205,16 @@ class BackfillPlan:
 
 # ---------------------------------------------------------------------------------------- internal
 
-class _Req(NamedTuple):
-    """A job's request in one partition, normalised per node; hashable, so it keys the memo tables."""
+# The fields of a pending job that decide its request in a partition (the memo key of `request`).
+_REQUEST_FIELDS = attrgetter("time_limit_s", "reservation", "gpu_type", "features", "min_nodes", "gpus_per_node",
+                             "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb",
+                             "exclusive")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Req:
+    """A job's request in one partition, normalised per node. Made only by `_Cluster.request`, which
+    returns one object per distinct request, so identity (a cheap hash) keys the memo tables."""
 
     nodes: int
     cpus: int
@@ -230,6 +240,10 @@ class _Arrays(NamedTuple):
     gpus_total: np.ndarray
 
 
+def _nonneg(value: int) -> int:
+    return value if value > 0 else 0
+
+
 class _Cluster:
     def __init__(self, inp: PlannerInput) -> None:
         self.now = now = float(inp.now)
@@ -243,12 +257,12 @@ class _Cluster:
                 nodes.append(node)
         self.nodes = nodes
         self.usable = [n.usable for n in nodes]
-        self.cf = [max(0, n.cpus_free) for n in nodes]
-        self.mf = [max(0, n.mem_free_mb) for n in nodes]
-        self.gf = [max(0, n.gpus_free) for n in nodes]
-        self.ct = [max(0, n.cpus_total) for n in nodes]
-        self.mt = [max(0, n.mem_total_mb) for n in nodes]
-        self.gt = [max(0, n.gpus_total) for n in nodes]
+        self.cf = [_nonneg(n.cpus_free) for n in nodes]
+        self.mf = [_nonneg(n.mem_free_mb) for n in nodes]
+        self.gf = [_nonneg(n.gpus_free) for n in nodes]
+        self.ct = [_nonneg(n.cpus_total) for n in nodes]
+        self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
+        self.gt = [_nonneg(n.gpus_total) for n in nodes]
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
         for job in inp.running:
             end = max(job.expected_end, now)
@@ -286,7 +300,8 @@ class _Cluster:
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
         self._request_memo: dict = {}
-        self.node_parts = [tuple(p for p in n.partitions if p in self.part_usable) for n in nodes]
+        self._partition_request_memo: dict = {}
+        self.node_parts = [tuple(dict.fromkeys(n.partitions)) for n in nodes]  # every one is in part_usable
         self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.marked = {i for i in range(len(nodes)) if self.blocks[i]}
@@ -306,17 +321,13 @@ class _Cluster:
     # --- requests and static checks -----------------------------------------------------------
 
     def request(self, job: PendingJob, p: str) -> _Req | Reason:
-        key = (p, job.time_limit_s, job.reservation, job.user if job.reservation else "",
-               job.account if job.reservation else "", job.gpu_type, job.features, job.min_nodes,
-               job.gpus_per_node, job.gpus_per_job, job.cpus_per_node, job.tasks, job.cpus_per_task,
-               job.mem_per_node_mb, job.exclusive)
-        got = self._request_memo.get(key)
+        key = (p, _REQUEST_FIELDS(job), (job.user, job.account) if job.reservation else None)
+        got = self._partition_request_memo.get(key)
         if got is None:
-            got = self._request_memo[key] = self._request(job, p)
+            got = self._partition_request_memo[key] = self._request(job, p)
         return got
 
     def _request(self, job: PendingJob, p: str) -> _Req | Reason:
-        idx = self.part_nodes[p]
         info = self.part_info.get(p)
         if info is not None and info.max_time_s is not None and job.time_limit_s > info.max_time_s:
             return Reason("too_large", f"its time limit {format_duration(job.time_limit_s)} exceeds partition "
@@ -346,7 +357,7 @@ class _Cluster:
             gpus = -(-job.gpus_per_job // nodes)
         elif gpus and most == 0:
             return Reason("no_such_gpu_type", f"it asks for GPUs but partition {p} has none", "error")
-        cpus = job.cpus_per_node if job.cpus_per_node else -(-max(1, job.tasks) // nodes) * max(1, job.cpus_per_task)
+        cpus = max(1, job.cpus_per_node or -(-max(1, job.tasks) // nodes) * max(1, job.cpus_per_task))
         mem = max(0, job.mem_per_node_mb)
         if nodes > len(ct):
             return Reason("too_large", f"it asks for {nodes} nodes but partition {p} has {len(ct)} that match",
@@ -355,7 +366,7 @@ class _Cluster:
         if big < nodes:
             return Reason("too_large", f"it needs {nodes} node(s) with {_shape(cpus, mem, gpus)} each, but only "
                           f"{big} node(s) in partition {p} are that large", "error")
-        if job.time_limit_s <= 0:
+        if not job.time_limit_s > 0:  # also NaN; an infinite limit is Slurm's UNLIMITED and allowed
             return Reason("bad_time_limit", f"its time limit ({job.time_limit_s} s) is not positive", "error")
         return _Req(nodes, cpus, mem, gpus, bool(job.exclusive), float(job.time_limit_s), job.gpu_type,
                     features, resv)
@@ -406,6 +417,7 @@ class _Cluster:
         return got
 
     def earliest_allowed_start(self, req: _Req) -> float:
+        """A job in a reservation cannot start before the reservation does."""
         return max(self.now, self.reservations[req.resv].start) if req.resv >= 0 else self.now
 
     # --- now ----------------------------------------------------------------------------------
@@ -480,6 +492,7 @@ class _Cluster:
                     for k in range(0, old_g + 1):
                         sets[k].discard(i)
                 self.version[p] += 1
+                self._update_row(p, i)
         return taken
 
     def hold(self, nodes: list[int], start: float, req: _Req, job_id: str) -> None:
@@ -493,9 +506,10 @@ class _Cluster:
     # --- over time ----------------------------------------------------------------------------
 
     def arrays(self, p: str) -> _Arrays:
+        """Built once per partition; `commit` then updates the rows of the nodes it changes."""
         got = self._arrays_memo.get(p)
-        if got is not None and got[0] == self.version[p]:
-            return got[1]
+        if got is not None:
+            return got
         pos = self.part_usable[p]
         n = len(pos)
         width = 1 + max((len(self.releases[i]) for i in pos), default=0)
@@ -523,8 +537,30 @@ class _Cluster:
         arr = _Arrays(np.array(pos, dtype=np.int64), times, cum[0], cum[1], cum[2],
                       np.array([self.ct[i] for i in pos]), np.array([self.mt[i] for i in pos]),
                       np.array([self.gt[i] for i in pos]))
-        self._arrays_memo[p] = (self.version[p], arr)
+        self._arrays_memo[p] = arr
         return arr
+
+    def _update_row(self, p: str, i: int) -> None:
+        arr = self._arrays_memo.get(p)
+        if arr is None:
+            return
+        rel = self.releases[i]
+        width = arr.times.shape[1]
+        if len(rel) + 1 > width:
+            del self._arrays_memo[p]  # no room for the new release: rebuild when next asked
+            return
+        r = self.row[p][i]
+        c, m, g = self.cf[i], self.mf[i], self.gf[i]
+        arr.times[r, 0] = self.now
+        arr.cpus[r, 0], arr.mem[r, 0], arr.gpus[r, 0] = c, m, g
+        for k in range(1, width):
+            if k <= len(rel):
+                t, dc, dm, dg = rel[k - 1]
+                c, m, g = c + dc, m + dm, g + dg
+            else:
+                t = INF
+            arr.times[r, k] = t
+            arr.cpus[r, k], arr.mem[r, k], arr.gpus[r, k] = c, m, g
 
     def special(self, p: str, req: _Req) -> list[int]:
         """Nodes of p (allowed for req) whose room over time is not just free-now plus releases."""
@@ -581,9 +617,10 @@ class _Cluster:
             out += [e, math.nextafter(s - req.duration, INF)]
         return [t for t in out if t >= t0]
 
-    def _tau(self, p: str, req: _Req) -> np.ndarray:
+    def _tau(self, p: str, req: _Req) -> tuple[np.ndarray, np.ndarray]:
         """Per usable node of p: the first time it has room for one node's share of req, ignoring
-        reservations and holds (inf where never or not allowed). Independent of the time limit."""
+        reservations and holds (inf where never or not allowed); and those times, sorted, of the
+        plain (not special) nodes. Independent of the time limit and of the earliest start."""
         key = ("tau", p, self.version[p], req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type,
                req.features, req.resv)
         got = self._arrays_memo.get(key)
@@ -601,8 +638,13 @@ class _Cluster:
         mask = self.allowed_mask(p, req)
         if mask is not None:
             tau[~mask] = INF
-        self._arrays_memo[key] = tau
-        return tau
+        plain = tau.copy()
+        special = self.special(p, req)
+        if special:
+            plain[[self.row[p][i] for i in special]] = INF
+        plain = np.sort(plain[plain < INF])
+        self._arrays_memo[key] = got = (tau, plain)
+        return got
 
     def earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
         """The earliest time >= t0 at which `req.nodes` nodes can run the job for its time limit.
@@ -610,31 +652,26 @@ class _Cluster:
         Nodes whose future is only releases ("plain") have room from their first fitting time on,
         for ever; nodes under a reservation or a hold ("special") are checked at their own
         breakpoints, and only those that could fit before the plain nodes alone suffice."""
-        tau_raw = self._tau(p, req)
+        tau_raw, plain = self._tau(p, req)
         arr = self.arrays(p)
         row = self.row[p]
-        special = self.special(p, req)
-        tau = np.maximum(tau_raw, t0)
-        if special:
-            tau[[row[i] for i in special]] = INF
+        all_special = self.special(p, req)
         need = req.nodes
-        finite = tau[tau < INF]
-        t_mono = float(np.partition(finite, need - 1)[need - 1]) if len(finite) >= need else INF
-        special = [i for i in special if tau_raw[row[i]] <= t_mono and tau_raw[row[i]] < INF]
+        t_mono = max(float(plain[need - 1]), t0) if len(plain) >= need else INF
+        special = [i for i in all_special if tau_raw[row[i]] <= t_mono and tau_raw[row[i]] < INF]
         nspec = len(special)
-        if len(finite) + nspec < need:
+        if len(plain) + nspec < need:
             return None, []
         chosen_spec: list[int] = []
         when = t_mono
         if special:
             lo = max(0, need - 1 - nspec)
-            v_lo = float(np.partition(finite, lo)[lo]) if len(finite) > lo else INF
-            cands = set(finite[(finite >= v_lo) & (finite <= t_mono)].tolist()) if v_lo < INF else set()
+            cands = set(np.maximum(plain[lo:need], t0).tolist())
             for i in special:
                 cands.update(t for t in self._breakpoints(i, req, t0) if t <= t_mono)
             when = INF
             for t in sorted(cands):
-                count = int(np.count_nonzero(finite <= t))
+                count = int(np.searchsorted(plain, t, side="right"))
                 if count + nspec < need:
                     continue
                 fitting = [i for i in special if self._fits_at(i, t, req)]
@@ -644,12 +681,31 @@ class _Cluster:
             if when == INF:
                 return None, []
         # the nodes that free up last before `when` (idle ones stay open for backfilling)
-        sel = np.nonzero(tau <= when)[0]
-        order = sel[np.argsort(-tau[sel], kind="stable")][:need]  # rows are in name order
+        tau = np.maximum(tau_raw, t0)
+        if all_special:
+            tau[[row[i] for i in all_special]] = INF
+        sel = np.nonzero(tau <= when)[0]  # rows are in name order
+        tsel = tau[sel]
+        if len(sel) > need:  # keep the `need` latest; at the cut, the first by name
+            cut = float(np.partition(tsel, len(tsel) - need)[len(tsel) - need])
+            above = tsel > cut
+            sel = np.concatenate([sel[above], sel[tsel == cut][:need - int(above.sum())]])
+            tsel = tau[sel]
+        order = sel[np.argsort(-tsel, kind="stable")]
         picked = [(float(tau[r]), int(arr.pos[r])) for r in order]
         picked += [(when, i) for i in chosen_spec]
         picked.sort(key=lambda x: (-x[0], self.names[x[1]]))
         return when, [i for _, i in picked[:need]]
+
+    def blocked_now(self, p: str, resv: int) -> np.ndarray:
+        """Usable nodes of p that a reservation (other than resv) holds right now."""
+        key = ("blocked_now", p, resv)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = np.array([any(s <= self.now < e and k != resv for s, e, k in self.blocks[i])
+                            for i in self.part_usable[p]], dtype=bool)
+            self._allowed_memo[key] = got
+        return got
 
     def room_until(self, i: int, req: _Req) -> float:
         """How long node i, which has room now, keeps that room for this request (reservations, holds)."""
@@ -666,22 +722,22 @@ class _Cluster:
 
 
 def _shape(cpus: int, mem: int, gpus: int) -> str:
-    parts = [f"{cpus} CPUs"]
+    parts = [f"{cpus} CPU{'s' if cpus != 1 else ''}"]
     if mem:
         parts.append(f"{mem} MiB")
     if gpus:
-        parts.append(f"{gpus} GPUs")
+        parts.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
     return ", ".join(parts)
 
 
 # ------------------------------------------------------------------------------------------ planning
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     job: PendingJob
     partition: str
+    reasons: list
     state: str = "waiting"
-    reasons: list = field(default_factory=list)
     req: _Req | None = None
     t0: float = 0.0
     expected: float | None = None
@@ -709,10 +765,8 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     for p in names:
         whys = []
         for rank, rec in enumerate(by_part.get(p, ()), start=1):
-            j = rec.job
-            whys.append(JobWhy(j.job_id, p, rank, rec.state, tuple(rec.reasons), rec.expected, rec.nodes,
-                               rec.what_if, j.slurm_reason, j.slurm_expected_start, j.priority,
-                               j.priority_factors, j.dependency, j.dependency_text))
+            whys.append(JobWhy(rec.job, p, rank, rec.state, tuple(rec.reasons), rec.expected, rec.nodes,
+                               rec.what_if))
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
@@ -721,58 +775,74 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     return BackfillPlan(now, tuple(parts))
 
 
-def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
-    now = cl.now
-    known = [p for p in job.partitions if p in cl.part_nodes]
-    rec = _Job(job, known[0] if known else (job.partitions[0] if job.partitions else ""))
+_HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
+
+
+def _prepare(cl: _Cluster, job: PendingJob):
+    """(requests per usable partition, reasons when there is none, home partition, partitions down),
+    shared by every job with the same partitions and request."""
+    key = (job.partitions, _REQUEST_FIELDS(job), (job.user, job.account) if job.reservation else None)
+    got = cl._request_memo.get(key)
+    if got is not None:
+        return got
+    reqs: list[tuple[str, _Req]] = []
+    missing, problems = [], []
     for p in job.partitions:
         if p not in cl.part_nodes:
-            rec.reasons.append(Reason("no_such_partition", f"partition {p} does not exist", "error"))
-    if not job.partitions:
-        rec.reasons.append(Reason("no_such_partition", "it names no partition", "error"))
-    reqs: dict[str, _Req] = {}
-    for p in known:
-        got = cl.request(job, p)
-        if isinstance(got, Reason):
-            rec.reasons.append(got)
+            missing.append(Reason("no_such_partition", f"partition {p} does not exist", "error"))
+            continue
+        r = cl.request(job, p)
+        if isinstance(r, Reason):
+            problems.append(r)
         else:
-            reqs[p] = got
+            reqs.append((p, r))
+    if not job.partitions:
+        missing.append(Reason("no_such_partition", "it names no partition", "error"))
+    if reqs:
+        home = reqs[0][0]
+        reasons = tuple(missing)  # problems in other partitions do not matter once one can take it
+    else:
+        home = next((p for p in job.partitions if p in cl.part_nodes),
+                    job.partitions[0] if job.partitions else "")
+        reasons = tuple(missing + problems)
+    down = bool(cl.part_info) and all(cl.part_info.get(p) is not None and not cl.part_info[p].up
+                                      for p, _ in reqs)
+    got = cl._request_memo[key] = (tuple(reqs), reasons, home, down)
+    return got
+
+
+def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
+    now = cl.now
+    reqs, reasons, home, down = _prepare(cl, job)
+    rec = _Job(job, home, list(reasons))
     if not reqs:
         rec.state = "never"
         return rec
-    rec.partition = next(iter(reqs))
-    rec.req = reqs[rec.partition]
-    rec.reasons = [r for r in rec.reasons if r.code == "no_such_partition"]  # other partitions will do
-    blocked = False
-    if job.held:
-        rec.reasons.append(Reason("held", "it is held (scontrol release it to let it run)", "warning"))
-        blocked = True
-    if job.dependency == "never":
-        rec.reasons.append(Reason(
-            "dependency_never", f"NEVER SATISFIABLE: its dependency {job.dependency_text or ''} can never be "
-            "met, so it will wait forever; cancel it or change the dependency".replace("  ", " "), "error"))
-        rec.state = "never"
-        return rec
-    if job.dependency in DEPENDENCY_BLOCKING:
-        rec.reasons.append(Reason("dependency", f"it waits for its dependency {job.dependency_text}".rstrip()))
-        blocked = True
-    info = [cl.part_info.get(p) for p in reqs]
-    if all(i is not None and not i.up for i in info):
-        rec.reasons.append(Reason("partition_down", f"partition {rec.partition} is down", "warning"))
-        blocked = True
-    rec.t0 = max(now, cl.earliest_allowed_start(rec.req))
-    if job.begin_time is not None and job.begin_time > now:
-        rec.t0 = max(rec.t0, float(job.begin_time))
-        rec.reasons.append(Reason("begin_time", f"its begin time is {_fmt_ts(job.begin_time)}"))
-        blocked = True
-    elif rec.t0 > now:
-        rec.reasons.append(Reason("reservation_not_started",
-                                  f"its reservation {job.reservation} starts at {_fmt_ts(rec.t0)}"))
-        blocked = True
-    if blocked:
+    rec.req = req0 = reqs[0][1]
+    rec.t0 = t0 = cl.earliest_allowed_start(req0) if req0.resv >= 0 else now
+    if job.held or job.dependency in DEPENDENCY_BLOCKING or down or t0 > now or (
+            job.begin_time is not None and job.begin_time > now):
+        if job.dependency == "never":
+            rec.reasons.append(Reason(
+                "dependency_never", f"NEVER SATISFIABLE: its dependency {job.dependency_text or ''} can never be "
+                "met, so it will wait forever; cancel it or change the dependency".replace("  ", " "), "error"))
+            rec.state = "never"
+            return rec
+        if job.held:
+            rec.reasons.append(_HELD)
+        if job.dependency == "pending":
+            rec.reasons.append(Reason("dependency", f"it waits for its dependency {job.dependency_text}".rstrip()))
+        if down:
+            rec.reasons.append(Reason("partition_down", f"partition {home} is down", "warning"))
+        if job.begin_time is not None and job.begin_time > now:
+            rec.t0 = max(t0, float(job.begin_time))
+            rec.reasons.append(Reason("begin_time", f"its begin time is {_fmt_ts(job.begin_time)}"))
+        elif t0 > now:
+            rec.reasons.append(Reason("reservation_not_started",
+                                      f"its reservation {job.reservation} starts at {_fmt_ts(t0)}"))
         rec.state = "blocked"
         return rec
-    for p, req in reqs.items():
+    for p, req in reqs:
         fit = cl.fit_now(p, req)
         if fit is not None:
             by = "backfill" if p in tops else "priority"
@@ -786,18 +856,21 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
             rec.reasons.append(Reason("startable", f"it can start now on {compress(names)}" + (
                 f" without delaying top job {tops[p][0]}" if by == "backfill" else "")))
             return rec
-    for p, req in reqs.items():
+    for p, req in reqs:
         if p in tops:
             continue
         when, nodes = cl.earliest(p, req, now)
         if when is None:
             continue
+        # why it cannot start now, from the plan as it stands before its own reservation
+        _, _, now_reasons, what_if = _waiting_reasons(cl, p, req, now, None)
         cl.hold(nodes, when, req, job.job_id)
         tops[p] = (job.job_id, when, nodes)
         rec.partition, rec.req, rec.state = p, req, "top"
-        rec.expected, rec.nodes = when, tuple(cl.names[i] for i in nodes)
+        rec.expected, rec.nodes, rec.what_if = when, tuple(cl.names[i] for i in nodes), what_if
         rec.reasons.append(Reason("top_job", f"it is the top job of partition {p}: reserved from "
                                   f"{_fmt_ts(when)} on {compress(rec.nodes)}"))
+        rec.reasons += [r for r in now_reasons if r.code != "expected_start"]
         return rec
     return rec  # waiting; explained once the plan is complete
 
@@ -837,12 +910,22 @@ def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):
     names = tuple(cl.names[i] for i in nodes)
     reasons: list[Reason] = []
     if when is None:
-        usable = len(cl.part_usable.get(p, ()))
-        total = len(cl.part_nodes.get(p, ()))
-        down = [cl.names[i] for i in cl.part_nodes[p] if not cl.usable[i]]
-        reasons.append(Reason(
-            "no_usable_nodes", f"not enough usable nodes: {usable} of {total} in partition {p} are usable"
-            + (f" ({compress(down)} down or drained)" if down else ""), "warning"))
+        arr = cl.arrays(p)
+        big = (arr.cpus_total >= req.cpus) & (arr.mem_total >= req.mem) & (arr.gpus_total >= req.gpus)
+        mask = cl.allowed_mask(p, req)
+        if int((big if mask is None else big & mask).sum()) < req.nodes:
+            usable = len(cl.part_usable.get(p, ()))
+            total = len(cl.part_nodes.get(p, ()))
+            down = [cl.names[i] for i in cl.part_nodes[p] if not cl.usable[i]]
+            reasons.append(Reason(
+                "no_usable_nodes", f"not enough usable nodes: {usable} of {total} in partition {p} are usable"
+                + (f" ({compress(down)} down or drained)" if down else ""), "warning"))
+        else:
+            if top is not None:
+                reasons.append(Reason("priority", f"it waits behind top job {top[0]} (reserved from "
+                                      f"{_fmt_ts(top[1])} with no end)"))
+            reasons.append(Reason("no_start_in_plan", "no start time exists in the plan: reservations or holds "
+                                  "without an end cover the nodes it needs", "warning"))
         return None, names, tuple(reasons), None
     if raw >= req.nodes and unblocked < req.nodes and blockers:
         reasons.append(Reason("reservation", "reservation " + ", ".join(
@@ -873,30 +956,12 @@ def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):
 def _facts(cl: _Cluster, p: str, req: _Req, t0: float):
     """What a waiting job's reasons need, computed once per distinct request in the final plan."""
     when, nodes = cl.earliest(p, req, t0)
-    arr = cl.arrays(p)
-    c0, m0, g0 = arr.cpus[:, 0], arr.mem[:, 0], arr.gpus[:, 0]
-    if req.exclusive:
-        fits = (c0 >= arr.cpus_total) & (m0 >= arr.mem_total) & (g0 >= arr.gpus_total)
-    else:
-        fits = (c0 >= req.cpus) & (m0 >= req.mem) & (g0 >= req.gpus)
-    mask = cl.allowed_mask(p, req)
-    if mask is not None:
-        fits &= mask
-    raw = int(fits.sum())
-    special = cl.special(p, req)
-    row = cl.row[p]
-    # Nodes without reservations or holds keep their room for ever; only the special ones need a look.
-    plain = raw - sum(1 for i in special if fits[row[i]])
+    fits, raw, plain, fit_special, frag = _now_facts(cl, p, req)
     end = cl.now + req.duration
     unblocked = plain
     blockers: dict[int, Reservation] = {}
     room: list[tuple[float, int]] = []
-    blocked_now = np.zeros(len(row), dtype=bool)
-    for i in special:
-        if any(s <= cl.now < e and k != req.resv for s, e, k in cl.blocks[i]):
-            blocked_now[row[i]] = True
-        if not fits[row[i]]:
-            continue
+    for i in fit_special:
         if cl._room_now(i, req, end, with_holds=False) is not None:
             unblocked += 1
         else:
@@ -912,11 +977,37 @@ def _facts(cl: _Cluster, p: str, req: _Req, t0: float):
         span = room[req.nodes - plain - 1][0] - cl.now
         span = (span // 60) * 60
         if MIN_WHAT_IF_S <= span:
-            plain_nodes = [int(arr.pos[r]) for r in np.nonzero(fits)[0].tolist()
-                           if int(arr.pos[r]) not in set(special)]
+            pos = cl.arrays(p).pos
+            special = set(fit_special)
+            plain_nodes = [i for i in pos[np.nonzero(fits)[0]].tolist() if i not in special]
             what_if_s = span
             what_if_nodes = plain_nodes + [i for _, i in room[:req.nodes - plain]]
+    return when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, list(blockers.values())
+
+
+def _now_facts(cl: _Cluster, p: str, req: _Req):
+    """The part of `_facts` that does not depend on the time limit: which nodes have room now
+    (ignoring reservations and holds), which of them are special, and the fragmentation message."""
+    key = ("now", p, cl.version[p], req.nodes, req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type,
+           req.features, req.resv)
+    got = cl._arrays_memo.get(key)
+    if got is not None:
+        return got
+    arr = cl.arrays(p)
+    c0, m0, g0 = arr.cpus[:, 0], arr.mem[:, 0], arr.gpus[:, 0]
+    if req.exclusive:
+        fits = (c0 >= arr.cpus_total) & (m0 >= arr.mem_total) & (g0 >= arr.gpus_total)
+    else:
+        fits = (c0 >= req.cpus) & (m0 >= req.mem) & (g0 >= req.gpus)
+    mask = cl.allowed_mask(p, req)
+    if mask is not None:
+        fits &= mask
+    raw = int(fits.sum())
+    row = cl.row[p]
+    # Nodes without reservations or holds keep their room for ever; only the special ones need a look.
+    fit_special = [i for i in cl.special(p, req) if fits[row[i]]]
     frag = None
+    blocked_now = cl.blocked_now(p, req.resv)
     usable_now = ~blocked_now if mask is None else (mask & ~blocked_now)
     if req.gpus and not req.exclusive:
         total = int(g0[usable_now].sum())
@@ -930,29 +1021,35 @@ def _facts(cl: _Cluster, p: str, req: _Req, t0: float):
         if total >= req.nodes * req.cpus and enough < req.nodes:
             frag = (f"{total} CPUs are free in partition {p}, but no {req.nodes} nodes have {req.cpus} free CPUs "
                     f"each ({enough} do)")
-    return when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, list(blockers.values())
+    got = cl._arrays_memo[key] = (fits, raw, raw - len(fit_special), fit_special, frag)
+    return got
 
 
 def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
     """showbf: per partition, free resources now (before backfilled jobs take them) and until when."""
-    extra: dict[int, list[int]] = {}
+    cf, gf = list(cl.cf), list(cl.gf)
     for i, c, g in backfilled:
-        e = extra.setdefault(i, [0, 0])
-        e[0] += c
-        e[1] += g
+        cf[i] += c
+        gf[i] += g
     now = cl.now
     out = {}
     for p, idx in cl.part_usable.items():
         groups: dict[tuple[int, int, float], list[str]] = {}
         for i in idx:
-            c = cl.cf[i] + extra.get(i, (0, 0))[0]
-            g = cl.gf[i] + extra.get(i, (0, 0))[1]
+            c = cf[i]
             if c <= 0:
                 continue
-            if any(s <= now < e for s, e, _ in cl.blocks[i]):
-                continue  # reserved now: not free for the jobs of this partition
-            until = min([s for s, e, _ in cl.blocks[i] if s > now] + [s for s, *_ in cl.holds[i]], default=INF)
-            groups.setdefault((g, c, until), []).append(cl.names[i])
+            until = INF
+            if cl.blocks[i] or cl.holds[i]:
+                if any(s <= now < e for s, e, _ in cl.blocks[i]):
+                    continue  # reserved now: not free for the jobs of this partition
+                until = min([s for s, e, _ in cl.blocks[i] if s > now] + [s for s, *_ in cl.holds[i]], default=INF)
+            key = (gf[i], c, until)
+            names = groups.get(key)
+            if names is None:
+                groups[key] = [cl.names[i]]
+            else:
+                names.append(cl.names[i])
         ws = [Window(len(names), g, c, None if until == INF else until, compress(names))
               for (g, c, until), names in groups.items()]
         ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus, w.node_list))

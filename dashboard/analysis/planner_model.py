@@ -150,7 +150,9 @@ def slurm_reason_text(reason: str) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """Seconds as Slurm writes a time limit: [D-]H:MM:SS."""
+    """Seconds as Slurm writes a time limit: [D-]H:MM:SS, or UNLIMITED."""
+    if seconds != seconds or seconds == float("inf"):
+        return "UNLIMITED"
     s = max(0, int(seconds))
     days, rest = divmod(s, 86400)
     h, rest = divmod(rest, 3600)

@@ -38,6 +38,7 @@ MIB = 1 << 20
 THROTTLE_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
                     "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting")
 R_IDLE, R_HW, R_THERMAL = 0, 3, 5
+MAX_PENDING = 10_000  # Slurm's MaxJobCount default: beyond it, submissions are refused
 THROTTLED_CLOCK = 0.55  # fraction of the max SM clock a throttled GPU keeps
 SLOW_OST_FACTOR = 0.05  # throughput left to the jobs striped on a slowed OST
 USERS = [f"user{i:02d}" for i in range(1, 41)]
@@ -132,11 +133,12 @@ class Simulation:
         self.jobs: dict[int, JobRec] = {}
         self.pending: list[JobRec] = []
         self.running: dict[int, JobRec] = {}
+        self._run_tuples: dict[int, tuple] = {}  # what the planner needs of each running job, built once
         self.finished: list[JobRec] = []  # ended within the last FINISHED_KEEP seconds (Slurm's MinJobAge)
         self._ends: list[tuple[float, int]] = []
         self.next_job_id = 1000
         self.stats = {"submitted": 0, "started": 0, "backfilled": 0, "completed": 0, "cycles": 0, "failed": 0,
-                      "backfill_cycles": 0}
+                      "backfill_cycles": 0, "rejected": 0}
         self._requests: dict[int, Request] = {}
         self._last_backfill = -math.inf
         self._dirty = True
@@ -341,8 +343,11 @@ class Simulation:
     def _arrive(self, t: float) -> None:
         while self._next_spec is not None and self._spec_origin + self._next_spec.submit <= t:
             spec = self._next_spec
-            self.pending.append(self._new_job(spec, self._spec_origin + spec.submit))
-            self._dirty = True
+            if len(self.pending) < MAX_PENDING:
+                self.pending.append(self._new_job(spec, self._spec_origin + spec.submit))
+                self._dirty = True
+            else:
+                self.stats["rejected"] += 1
             self._next_spec = next(self._arrivals, None)
 
     def _place_initial(self) -> None:
@@ -403,6 +408,8 @@ class Simulation:
             self.cpus_alloc[i] += job.cpus_per_node
             job.gpu_idx.append(tuple(int(x) for x in take))
         self.running[job.job_id] = job
+        self._run_tuples[job.job_id] = (str(job.job_id), t, job.time_limit, job.partition,
+                                        [(i, job.gpus_per_node, job.cpus_per_node) for i in job.nodes])
         heapq.heappush(self._ends, (job.planned_end, job.job_id))
         if count:
             self.stats["started"] += 1
@@ -419,6 +426,7 @@ class Simulation:
         job.slot = -1
         job.state, job.end, job.exit_code = state, t, exit_code
         del self.running[job.job_id]
+        del self._run_tuples[job.job_id]
         self.finished.append(job)
         self._dirty = True
         self.stats["completed" if state == "COMPLETED" else "failed"] += 1
@@ -456,11 +464,11 @@ class Simulation:
         started = self._apply(main.starts, t)
         self.top_jobs = main.top_jobs
         due = t - self._last_backfill >= self.cfg.backfill_interval
-        if len(started) < len(reqs) and due and (self._dirty or started):
+        # backfilling needs a blocked job and at least one behind it: with fewer there is nothing to do
+        if len(reqs) - len(started) >= 2 and due and (self._dirty or started):
             self._last_backfill = t
             self._dirty = False
-            running = [(str(j.job_id), j.start, j.time_limit, j.partition,
-                        [(i, j.gpus_per_node, j.cpus_per_node) for i in j.nodes]) for j in self.running.values()]
+            running = list(self._run_tuples.values())
             rest = [r for r in reqs if int(r.job_id) not in started]
             cyc = self.scheduler.backfill(t, free_gpus, free_cpus, self.usable, running, rest)
             if cyc is not None:
@@ -517,7 +525,9 @@ class Simulation:
         want = spec.get("job")
         if want:
             return self.running.get(int(want))
-        busy = {af.job for af in self.active}
+        # jobs another fault affects now are left alone, so each job's ground truth has one cause
+        busy = {af.job for af in self.active} | {int(j) for af in self.active for j, (_, last) in af.truth.jobs.items()
+                                                 if last >= self.t - self.dt}
         cands = [j for j in self._running_multi() if j.job_id not in busy and j.planned_end > self.t + 600]
         if spec.kind == "idle_gpus":
             cands = [j for j in self.running.values() if j.gpus >= 4 and j.job_id not in busy] or cands

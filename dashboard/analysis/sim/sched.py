@@ -61,6 +61,8 @@ class Scheduler:
         self._warned = False
         self._running_cache: dict[str, object] = {}
         self._pending_cache: dict[str, object] = {}
+        self._nodes: list | None = None
+        self._node_state: np.ndarray | None = None
 
     def backfill(self, now: float, free_gpus: np.ndarray, free_cpus: np.ndarray, usable: np.ndarray,
                  running: list[tuple[str, float, float, str, list[tuple[int, int, int]]]],
@@ -82,10 +84,19 @@ class Scheduler:
         from dashboard.analysis.planner_model import (Allocation, PartitionInfo, PendingJob, PlannerInput,
                                                       PlannerNode, RunningJob)
 
-        nodes = tuple(PlannerNode(self.names[i], self.node_partitions[i], self.cpus, int(free_cpus[i]),
-                                  gpus_total=self.gpus, gpus_free=int(free_gpus[i]), usable=bool(usable[i]),
-                                  reason="" if usable[i] else "drained")
-                      for i in range(len(self.names)))
+        # PlannerNode objects are immutable: rebuild only those of nodes whose free resources changed
+        state = np.stack([free_cpus, free_gpus, usable.astype(np.int32)], axis=1)
+        if self._nodes is None or len(self._nodes) != len(self.names):
+            changed = range(len(self.names))
+            self._nodes = [None] * len(self.names)
+        else:
+            changed = np.flatnonzero((state != self._node_state).any(axis=1)).tolist()
+        fc, fg, us = free_cpus.tolist(), free_gpus.tolist(), usable.tolist()
+        for i in changed:
+            self._nodes[i] = PlannerNode(self.names[i], self.node_partitions[i], self.cpus, fc[i], gpus_total=self.gpus,
+                                         gpus_free=fg[i], usable=us[i], reason="" if us[i] else "drained")
+        self._node_state = state
+        nodes = tuple(self._nodes)
         run = []
         cache: dict[str, object] = {}
         for job_id, start, limit, part, allocs in running:

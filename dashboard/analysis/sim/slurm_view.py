@@ -8,8 +8,10 @@ is absorbed here. Running and pending jobs are listed, and jobs that ended in th
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from collectors.exposition import Family, gauge
-from collectors.slurm.metrics import snapshot_families
+from collectors.slurm.metrics import METRICS, P, poller_families, snapshot_families
 from collectors.slurm.model import Job, Node, NodeAllocation, Partition, SchedulerStats, Snapshot
 
 GPU_TYPE = "h100"
@@ -76,8 +78,15 @@ def build_snapshot(sim) -> Snapshot:
 def exporter_families(sim, snap: Snapshot, top_pending: int = 100) -> list[Family]:
     """What `gangwatch slurm-exporter` would serve for this cluster, plus the simulator's own facts."""
     fams = snapshot_families(snap, sim.t, top_pending)
-    fams.append(gauge("gangwatch_slurm_up", "Whether the latest poll of Slurm succeeded (1) or failed (0); on failure "
-                      "the last good snapshot is served.").add(1))
+    # the simulated scheduler is "polled" once per step and never fails
+    health = {"up": True, "last_poll_duration": 0.0, "polls": sim.steps + 1, "poll_failures": 0, "statuses": {},
+              "command_errors": {}}
+    poller = SimpleNamespace(health=lambda: health, **health)
+    try:
+        fams += poller_families(poller, sim.t)
+    except (AttributeError, KeyError, TypeError):  # the exporter's poller interface moved: keep `up` at least
+        kind, _, help_ = METRICS["up"]
+        fams.append(Family(P + "up", kind, help_).add(1))
     fams.append(gauge("gangwatch_sim_info", "The cluster is SIMULATED by `gangwatch demo`: its nodes, seed, scheduling "
                       "policy and workload source; value 1.").add(
         1, cluster=sim.cluster.cfg.name, nodes=sim.cluster.n, seed=sim.cfg.seed, policy=sim.last_cycle_policy,

@@ -83,10 +83,10 @@ def read_trace(path: str) -> list[JobSpec]:
                     continue
                 fh = tf.extractfile(m)
                 if fh is not None:
-                    rows += _rows(io.TextIOWrapper(fh, encoding="utf-8"))
+                    rows += parse_rows(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
     else:
-        with open(path, encoding="utf-8", newline="") as fh:
-            rows = _rows(fh)
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            rows = parse_rows(fh)
     if not rows:
         raise ValueError(f"no jobs read from {path}{'#' + only if only else ''}")
     rows.sort()
@@ -94,9 +94,17 @@ def read_trace(path: str) -> list[JobSpec]:
     return [JobSpec(s - t0, max(MIN_DURATION, d), g) for s, d, g in rows]
 
 
-def _rows(fh) -> list[tuple[float, float, int]]:
+def parse_rows(fh) -> list[tuple[float, float, int]]:
+    """ITP (`submission_time,duration,num_gpu`) or Philly (`timestamp,duration,num_gpus`) rows."""
     out = []
-    for row in csv.DictReader(fh):
+    reader = csv.DictReader(fh)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error:  # a NUL byte or a broken quote: skip that line, keep reading
+            continue
         try:
             if "submission_time" in row:  # ITP
                 submit, gpus = float(row["submission_time"]), int(row["num_gpu"])
@@ -104,7 +112,7 @@ def _rows(fh) -> list[tuple[float, float, int]]:
                 submit = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
                 gpus = int(float(row["num_gpus"]))
             duration = float(row["duration"])
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, OverflowError):
             continue  # a malformed row costs only itself
         if gpus >= 1 and duration > 0 and math.isfinite(duration) and math.isfinite(submit):
             out.append((submit, duration, gpus))

@@ -1,0 +1,921 @@
+"""Verdicts for running jobs from a metric window: progressing, stalled on I/O or network, straggler,
+hung, idle GPUs, or not enough data to say; with the culprit, evidence and GPU-hours lost.
+
+Inputs: a `Window` (dashboard/analysis/window.py) and the scheduler's jobs (collectors.slurm.model.Job).
+Pure: no I/O, no clock (the window's end is "now").
+
+How a job is judged (thresholds in thresholds.py):
+
+1. Its GPUs come from Slurm's allocation (GPU indices per node), else from GPU -> job labels in the
+   metrics, else all GPUs of an exclusively held node. Steps before the job started are ignored.
+2. Activity = SM activity (DCGM profiling) where known, else GPU utilisation, averaged over the
+   job's GPUs. Baseline = a high quantile of the job's own activity in the window (its training
+   level). A step is degraded when activity falls below a fraction of it, or the job's GPUs sit
+   idle, or kernels are resident with SMs at ~0 (a hung collective).
+3. A degraded step that writes at checkpoint speed is a checkpoint, not a stall. The stall is the
+   trailing run of unexplained degraded steps (one-step gaps bridged, as a flapping link makes);
+   it must last `stall_min_seconds` (longer when no filesystem signal exists to recognise a
+   checkpoint). Its cause is the one most of its steps show: I/O (PSI/iowait high, or GPUs idle
+   while the nodes read at full speed), hung (GPUs busy, SMs ~0, network flat), network (GPUs busy,
+   SMs waiting, InfiniBand wait up, traffic collapsed or a link down), idle (GPUs idle, nothing else
+   happening). I/O wins over idle: GPUs starve because data does not come.
+4. Peer tests name culprits: per-GPU SM clock and SM activity across the job's GPUs (straggler),
+   per-target read latency across the filesystem's targets (I/O), per-node port_xmit_wait across
+   the cluster and link_downed events per port (network). A member is named only when a one-sided
+   robust z-test (median/MAD) rejects "same as its peers" at `alpha` after Bonferroni correction for
+   the number of members tested; the evidence carries z and p. Otherwise the culprit stays empty.
+5. Cluster sanity: if most nodes went silent, or most jobs "stall" within seconds of each other
+   with no shared culprit, that is a collector or network outage: every job gets
+   insufficient_data with that reason instead of a thousand stalls.
+
+Failure modes: NaN/Inf anywhere is unknown; a job on nodes the metrics do not know, with too few
+GPUs reporting, or too young gets insufficient_data (or is left unjudged during its grace period)
+with the reason; nothing raises for one bad job: `diagnose` judges the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from collectors.slurm.model import Job
+
+from .thresholds import DEFAULT, Thresholds
+from .window import Window
+
+STATES = ("progressing", "stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "insufficient_data",
+          "suspended")
+STALL_STATES = frozenset({"stalled_io", "stalled_network", "straggler", "hung", "idle_gpus"})
+# Slurm states in which a job holds its nodes but is not supposed to run (gang time-slicing and
+# preemption by suspend): reported as such, never judged as stalls.
+SUSPENDED_STATES = frozenset({"SUSPENDED", "PREEMPTED"})
+
+
+@dataclass(frozen=True)
+class Evidence:
+    signal: str
+    node: str
+    value: float | None
+    baseline: float | None
+    threshold: float | None
+    z: float | None = None
+    p: float | None = None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        d = {k: _clean(v) for k, v in asdict(self).items()}
+        return {k: v for k, v in d.items() if v is not None and v != ""} | {
+            "value": d["value"], "baseline": d["baseline"], "threshold": d["threshold"]}
+
+
+@dataclass(frozen=True)
+class Placement:
+    kind: str  # gpus_not_nvlink_peers, gpus_span_numa, spread_over_leaves
+    node: str
+    detail: str
+    expected_cost: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    jobid: str
+    nodes: tuple[str, ...]
+    gpus: int
+    state: str
+    confidence: float
+    since: float | None
+    culprit: str = ""
+    culprit_kind: str = ""  # target, leaf_switch, port, node, gpu, gpus, job
+    evidence: tuple[Evidence, ...] = ()
+    gpu_hours_lost: float = 0.0
+    reason: str = ""
+    placement: tuple[Placement, ...] = ()
+    slurm_state: str = "RUNNING"
+    name: str = ""
+    user: str = ""
+
+    def to_json(self) -> dict:
+        return {"jobid": self.jobid, "name": self.name, "user": self.user, "nodes": list(self.nodes),
+                "gpus": self.gpus, "state": self.state, "confidence": round(self.confidence, 3),
+                "since": _clean(self.since), "culprit": self.culprit, "culprit_kind": self.culprit_kind,
+                "evidence": [e.to_json() for e in self.evidence], "gpu_hours_lost": round(self.gpu_hours_lost, 3),
+                "reason": self.reason, "placement": [p.to_json() for p in self.placement],
+                "slurm_state": self.slurm_state}
+
+
+@dataclass(frozen=True)
+class Incident:
+    culprit: str
+    culprit_kind: str
+    cause: str
+    jobs: tuple[str, ...]
+    gpu_hours_lost: float
+    since: float | None
+
+    def to_json(self) -> dict:
+        return {"culprit": self.culprit, "culprit_kind": self.culprit_kind, "cause": self.cause, "jobs": list(self.jobs),
+                "gpu_hours_lost": round(self.gpu_hours_lost, 3), "since": _clean(self.since)}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    at: float
+    verdicts: tuple[Verdict, ...]
+    incidents: tuple[Incident, ...]
+    notes: tuple[str, ...] = ()
+    cluster_reason: str = ""  # non-empty when a cluster-wide outage was detected
+
+    def to_json(self) -> dict:
+        return {"at": _clean(self.at), "verdicts": [v.to_json() for v in self.verdicts],
+                "incidents": [i.to_json() for i in self.incidents], "notes": list(self.notes),
+                "cluster_reason": self.cluster_reason}
+
+
+def _clean(x):
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return round(x, 6) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+# ------------------------------------------------------------------------------------ statistics
+
+def robust_z(values: np.ndarray, floor_frac: float, abs_floor: float = 1e-12) -> tuple[np.ndarray, float, float]:
+    """(z per value, median, scale): z = (x - median) / (1.4826 MAD), the scale floored so that a
+    uniform group does not turn noise into significance. NaN values get NaN z."""
+    v = np.asarray(values, np.float64)
+    ok = np.isfinite(v)
+    if ok.sum() == 0:
+        return np.full(v.shape, np.nan), float("nan"), float("nan")
+    med = float(np.median(v[ok]))
+    mad = float(np.median(np.abs(v[ok] - med))) * 1.4826
+    scale = max(mad, floor_frac * abs(med), abs_floor)
+    z = np.where(ok, (v - med) / scale, np.nan)
+    return z, med, scale
+
+
+def p_one_sided(z: float) -> float:
+    """P(Z >= z) for a standard normal."""
+    if not math.isfinite(z):
+        return float("nan")
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def outliers(values: np.ndarray, th: Thresholds, high: bool, min_ratio: float | None = None,
+             min_abs: float | None = None) -> list[tuple[int, float, float, float, float]]:
+    """Members that stand out (one side) beyond chance: [(index, value, median, z, p)], Bonferroni
+    over the members tested. `min_ratio`: value must also be >= ratio x median (high) or
+    <= ratio x median (low); `min_abs`: |value - median| at least this (effect size)."""
+    v = np.asarray(values, np.float64)
+    m = int(np.isfinite(v).sum())
+    if m < th.min_peers:
+        return []
+    z, med, _ = robust_z(v, th.scale_floor)
+    zz = z if high else -z
+    out = []
+    for i in np.flatnonzero(np.isfinite(zz) & (zz > 0)):
+        zi = float(zz[i])
+        p = p_one_sided(zi)
+        if p * m >= th.alpha:
+            continue
+        x = float(v[i])
+        if min_ratio is not None and (x < min_ratio * med if high else x > min_ratio * med):
+            continue
+        if min_abs is not None and abs(x - med) < min_abs:
+            continue
+        out.append((int(i), x, med, zi, p))
+    return out
+
+
+def _nanmean(a: np.ndarray, axis) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.nansum(a, axis=axis)
+        c = np.sum(np.isfinite(a), axis=axis)
+        return np.where(c > 0, s / np.maximum(c, 1), np.nan)
+
+
+def _trailing_run(mask: np.ndarray) -> np.ndarray:
+    """Length of the trailing run of True per row of a (J, T) bool array, one-step gaps bridged."""
+    if mask.shape[1] == 0:
+        return np.zeros(mask.shape[0], int)
+    m = mask.copy()
+    if m.shape[1] >= 3:
+        gap = ~mask[:, 1:-1] & mask[:, :-2] & mask[:, 2:]
+        m[:, 1:-1] |= gap
+    rev = ~m[:, ::-1]
+    has_false = rev.any(axis=1)
+    first_false = np.argmax(rev, axis=1)
+    return np.where(has_false, first_false, m.shape[1])
+
+
+# ------------------------------------------------------------------------------------ job table
+
+@dataclass
+class _JobMap:
+    job: Job
+    jobid: str
+    node_rows: list[int]
+    gpu_flat: list[int]  # indices into the (N*G) flattening of the window's GPU arrays
+    gpu_names: list[tuple[str, int]]  # (node, gpu index) per gpu_flat entry
+    missing_nodes: list[str]
+    n_gpus: int
+    shared: bool = False  # another running job holds GPUs on one of its nodes: node-level signals are mixed
+
+
+def _map_jobs(win: Window, jobs: Sequence[Job]) -> list[_JobMap]:
+    idx = win.node_index()
+    g = next(iter(win.gpu.values())).shape[1] if win.gpu else 0
+    by_label: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for (node, gpu), jid in win.gpu_jobs.items():
+        by_label[str(jid)].append((node, gpu))
+    out = []
+    for job in jobs:
+        jid = str(job.display_id)
+        rows, flat, names, missing = [], [], [], []
+        allocs = {a.node: a for a in job.allocations}
+        labelled = defaultdict(list)
+        for node, gpu in by_label.get(jid, ()) or by_label.get(str(job.job_id), ()):
+            labelled[node].append(gpu)
+        n_gpus = 0
+        for node in job.nodes:
+            i = idx.get(node)
+            a = allocs.get(node)
+            want: Iterable[int] = ()
+            if a is not None and a.gpu_indices:
+                want = a.gpu_indices
+            elif labelled.get(node):
+                want = sorted(labelled[node])
+            elif i is not None and ((a is not None and a.gpus and a.gpus >= len([c for c in win.gpus[i] if c >= 0]))
+                                    or job.exclusive or (job.gpus and job.gang_size and
+                                                         job.gpus // max(job.gang_size, 1) >= len(win.gpus[i]))):
+                want = [c for c in win.gpus[i] if c >= 0]
+            want = list(want)
+            n_gpus += len(want) if want else (a.gpus or 0 if a is not None else 0)
+            if i is None:
+                missing.append(node)
+                continue
+            rows.append(i)
+            for gpu in want:
+                col = win.gpu_column(i, gpu)
+                if col >= 0:
+                    flat.append(i * g + col)
+                    names.append((node, gpu))
+        if not n_gpus and job.gpus:
+            n_gpus = int(job.gpus)
+        out.append(_JobMap(job, jid, rows, flat, names, missing, n_gpus))
+    per_node: dict[str, int] = defaultdict(int)
+    for jm in out:
+        for node in set(jm.job.nodes):
+            per_node[node] += 1
+    for jm in out:
+        jm.shared = any(per_node[n] > 1 for n in jm.job.nodes)
+    return out
+
+
+def _group_mean(x2d: np.ndarray, members: list[list[int]]) -> np.ndarray:
+    """(K, T) means over row groups of a (rows, T) array, NaN-aware, in one pass (no Python per step)."""
+    T = x2d.shape[1]
+    K = len(members)
+    lens = np.array([len(m) for m in members], np.int64)
+    out = np.full((K, T), np.nan, np.float64)
+    nz = np.flatnonzero(lens)
+    if nz.size == 0:
+        return out
+    flat = np.concatenate([np.asarray(members[k], np.int64) for k in nz])
+    starts = np.concatenate([[0], np.cumsum(lens[nz])[:-1]])
+    vals = x2d[flat].astype(np.float64)
+    fin = np.isfinite(vals)
+    s = np.add.reduceat(np.where(fin, vals, 0.0), starts, axis=0)
+    c = np.add.reduceat(fin, starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[nz] = np.where(c > 0, s / np.maximum(c, 1), np.nan)
+    return out
+
+
+# ------------------------------------------------------------------------------------ main entry
+
+def diagnose(win: Window, jobs: Sequence[Job], th: Thresholds = DEFAULT) -> Diagnosis:
+    """One verdict per job in `jobs` that holds nodes (RUNNING, SUSPENDED, ...), gangs first."""
+    now = win.end
+    T = win.n_steps
+    notes = list(win.notes)
+    held = [j for j in jobs if j.state in ("RUNNING", "COMPLETING") or j.state in SUSPENDED_STATES]
+    held.sort(key=lambda j: (-(j.gang_size or 0), -(j.gpus or 0), str(j.job_id)))
+    if T == 0 or not win.nodes:
+        reason = "no metric samples in the window" if T == 0 else "the metric source knows no nodes"
+        vs = tuple(_simple(j, "insufficient_data", reason) for j in held)
+        return Diagnosis(now, vs, (), tuple(notes + [reason]), reason)
+    maps = _map_jobs(win, held)
+    sig = _Signals(win, maps, th)
+    outage = sig.outage_reason()
+    verdicts: list[Verdict] = []
+    for k, jm in enumerate(maps):
+        try:
+            v = _judge(win, sig, k, jm, th, outage)
+        except Exception as exc:  # one malformed job must not cost the others their verdict
+            v = _simple(jm.job, "insufficient_data", f"diagnosis failed for this job: {type(exc).__name__}: {exc}")
+        verdicts.append(v)
+    verdicts, cluster_reason = _cluster_check(verdicts, th, outage)
+    placement = placement_findings(win, maps)
+    verdicts = [v if not placement.get(v.jobid) else _replace(v, placement=tuple(placement[v.jobid]))
+                for v in verdicts]
+    return Diagnosis(now, tuple(verdicts), tuple(incidents(verdicts)), tuple(notes), cluster_reason)
+
+
+def _replace(v: Verdict, **kw) -> Verdict:
+    from dataclasses import replace
+    return replace(v, **kw)
+
+
+def _simple(job: Job, state: str, reason: str, gpus: int | None = None) -> Verdict:
+    return Verdict(str(job.display_id), tuple(job.nodes), int(gpus if gpus is not None else (job.gpus or 0)), state,
+                   0.0 if state == "insufficient_data" else 1.0, None, reason=reason, slurm_state=job.state,
+                   name=job.name, user=job.user)
+
+
+class _Signals:
+    """Job-level (J, T) series computed for all jobs at once, plus the per-node arrays they come from."""
+
+    def __init__(self, win: Window, maps: list[_JobMap], th: Thresholds):
+        self.win, self.th = win, th
+        N, T = len(win.nodes), win.n_steps
+        self.T = T
+        gpu2d = {s: a.reshape(-1, T) for s, a in win.gpu.items()}
+        self.gpu2d = gpu2d
+        members = [m.gpu_flat for m in maps]
+        self.job_gpu = {s: _group_mean(a, members) for s, a in gpu2d.items()}
+        # node-level series: rails averaged per node (wait: the worst rail), targets summed
+        nodesig: dict[str, np.ndarray] = {}
+        for s, a in win.node.items():
+            nodesig[s] = a.astype(np.float64)
+        if "ib_tx" in win.rail:
+            nodesig["ib_tx"] = _nanmean(win.rail["ib_tx"].astype(np.float64), 1)
+        if "ib_wait" in win.rail:
+            w = win.rail["ib_wait"].astype(np.float64)
+            with np.errstate(all="ignore"):
+                nodesig["ib_wait"] = np.where(np.isfinite(w).any(axis=1), np.nanmax(np.where(np.isfinite(w), w, -np.inf), axis=1), np.nan)
+        if "ib_down" in win.rail:
+            d = win.rail["ib_down"].astype(np.float64)
+            nodesig["ib_down"] = np.where(np.isfinite(d).any(axis=1), np.nansum(d, axis=1), np.nan)
+        self.nodesig = nodesig
+        node_members = [m.node_rows for m in maps]
+        self.job_node = {s: _group_mean(a, node_members) for s, a in nodesig.items()}
+        # steps before a job started are not its own
+        starts = np.array([m.job.start_time if m.job.start_time else -np.inf for m in maps], np.float64)
+        self.alive = win.times[None, :] >= starts[:, None] - 1e-6 if maps else np.zeros((0, T), bool)
+
+    def get(self, name: str, k: int) -> np.ndarray | None:
+        a = self.job_gpu.get(name)
+        if a is None:
+            a = self.job_node.get(name)
+        if a is None:
+            return None
+        return np.where(self.alive[k], a[k], np.nan)
+
+    def outage_reason(self) -> str:
+        """Most nodes silent at the end of the window: the collectors or their network failed."""
+        win, th = self.win, self.th
+        util = win.gpu.get("util")
+        if util is None or util.shape[1] == 0:
+            return ""
+        recent = max(1, int(round(th.stale_seconds / win.step)))
+        has_gpus = np.isfinite(util).any(axis=(1, 2))
+        fresh = np.isfinite(util[:, :, -recent:]).any(axis=(1, 2))
+        n = int(has_gpus.sum())
+        silent = int((has_gpus & ~fresh).sum())
+        if n >= 4 and silent >= th.outage_fraction * n:
+            return (f"{silent} of {n} nodes sent no GPU samples in the last {th.stale_seconds:.0f} s: collector, "
+                    "Prometheus or network outage, not job stalls")
+        return ""
+
+
+def _q(x: np.ndarray, q: float) -> float:
+    x = x[np.isfinite(x)]
+    return float(np.quantile(x, q)) if x.size else float("nan")
+
+
+def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outage: str) -> Verdict:
+    job = jm.job
+    base = dict(jobid=jm.jobid, nodes=tuple(job.nodes), gpus=int(jm.n_gpus), slurm_state=job.state, name=job.name,
+                user=job.user)
+    now, step, T = win.end, win.step, win.n_steps
+    if job.state in SUSPENDED_STATES:
+        return Verdict(**base, state="suspended", confidence=1.0, since=None,
+                       reason=f"Slurm has the job {job.state.lower()} (gang time-slicing or preemption by suspend); "
+                              "not judged")
+    if outage:
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None, reason=outage)
+    if jm.missing_nodes and len(jm.missing_nodes) == len(job.nodes):
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
+                       reason=f"the metrics know none of the job's nodes ({', '.join(jm.missing_nodes[:5])})")
+    if not jm.gpu_flat:
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
+                       reason="no GPU series for the job's GPUs (GPU indices unknown or not exported)")
+    if job.start_time and now - job.start_time < th.job_grace_seconds:
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
+                       reason=f"job started {now - job.start_time:.0f} s ago; not judged in its first "
+                              f"{th.job_grace_seconds:.0f} s (start-up, data-loader warm-up)")
+    recent = max(2, int(round(th.recent_seconds / step)))
+    util_g = sig.gpu2d["util"][jm.gpu_flat] if "util" in sig.gpu2d else None
+    if util_g is None:
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None, reason="no GPU utilisation series")
+    reporting = np.isfinite(util_g[:, -recent:]).any(axis=1)
+    cover = reporting.sum() / max(jm.n_gpus, len(jm.gpu_flat), 1)
+    if cover < th.min_coverage:
+        silent = sorted({f"{n}" for (n, _), ok in zip(jm.gpu_names, reporting) if not ok} | set(jm.missing_nodes))
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
+                       reason=f"only {int(reporting.sum())} of {max(jm.n_gpus, len(jm.gpu_flat))} GPUs reported in the "
+                              f"last {recent * step:.0f} s (silent or unknown: {', '.join(silent[:6])})")
+    notes = []
+    if jm.missing_nodes:
+        notes.append(f"nodes without metrics: {', '.join(jm.missing_nodes[:5])}")
+
+    util = sig.get("util", k)
+    sm = sig.get("sm", k)
+    has_sm = sm is not None and np.isfinite(sm[-recent:]).any()
+    act = np.where(np.isfinite(sm), sm, util) if has_sm else util
+    act_base = _q(act, 0.9)
+    util_base = _q(util, 0.9)
+    sm_base = _q(sm, 0.9) if has_sm else float("nan")
+    fs_w, fs_r = sig.get("fs_write", k), sig.get("fs_read", k)
+    psi, iow = sig.get("psi_io", k), sig.get("iowait", k)
+    ib_tx, ib_wait, ib_down = sig.get("ib_tx", k), sig.get("ib_wait", k), sig.get("ib_down", k)
+    multi_node = len(jm.node_rows) > 1
+    nanT = np.full(T, np.nan)
+
+    def val(a):
+        return a if a is not None else nanT
+
+    fs_w, fs_r, psi, iow, ib_tx, ib_wait, ib_down = map(val, (fs_w, fs_r, psi, iow, ib_tx, ib_wait, ib_down))
+    ib_base = _q(ib_tx, 0.9)
+    wait_base = _q(ib_wait, 0.5)
+    read_base = _q(fs_r, 0.9)
+    with np.errstate(invalid="ignore"):
+        idle_all = util < th.idle_util
+        hang = (util >= th.busy_util) & ((sm < th.hang_sm) if has_sm else np.zeros(T, bool))
+        if multi_node and np.isfinite(ib_base) and ib_base > 0:
+            hang &= ~(ib_tx >= th.ib_flat_fraction * ib_base)
+        writing = fs_w >= th.checkpoint_write_bytes
+        io = (psi >= th.psi_io_stalled) | (iow >= th.iowait_stalled)
+        degraded = (act < th.degraded_fraction * act_base) | idle_all | hang
+        if not jm.shared:
+            # a job stalled since before the window has its stall as baseline: absolute rule
+            degraded |= (act < th.low_activity) & io
+        if np.isfinite(read_base) and read_base > 1e6 and not jm.shared:
+            io |= (fs_r >= 0.5 * read_base) & (util < th.busy_util) & degraded
+        waiting = (util >= th.busy_util) & ((sm < th.waiting_sm_fraction * sm_base) if has_sm
+                                            else (act < th.degraded_fraction * act_base))
+        netsig = np.zeros(T, bool)
+        if multi_node:
+            if np.isfinite(wait_base):
+                cluster_wait = sig.cluster_wait_median()
+                ref = np.nanmax([wait_base, cluster_wait]) if np.isfinite(cluster_wait) else wait_base
+                netsig |= ib_wait >= th.wait_ratio * max(ref, 1.0)
+            if np.isfinite(ib_base) and ib_base > 0:
+                netsig |= ib_tx < th.ib_collapse_fraction * ib_base
+            netsig |= ib_down > 0
+        net = waiting & netsig & multi_node & ~hang
+    partial = _partial_idle(win, sig, jm, th, base, util_g)
+    if partial is not None:
+        # the GPUs that do work keep their pace: some GPUs were left idle, the job is not stalled
+        busy_rows = [i for i in range(len(jm.gpu_flat)) if jm.gpu_names[i] not in partial.idle_names]
+        with np.errstate(all="ignore"):
+            rest = np.nanmean((sig.gpu2d["sm"] if has_sm else sig.gpu2d["util"])[[jm.gpu_flat[i] for i in busy_rows]][:, -recent:])
+        if np.isfinite(rest) and rest >= th.degraded_fraction * act_base:
+            return partial.verdict
+    alive = sig.alive[k]
+    known = np.isfinite(act) & alive
+    stall_step = degraded & known
+    run = int(_trailing_run(stall_step[None, :])[0])
+    fs_known = np.isfinite(fs_w).any()  # write traffic is what tells a checkpoint from a stall
+    need = th.stall_min_seconds if fs_known else th.stall_min_seconds_blind
+    with np.errstate(invalid="ignore"):
+        # GPUs that keep kernels resident (a network wait, a hang) are not pausing for a checkpoint
+        ckpt_like = writing & ~(util >= th.busy_util)
+    if run and ckpt_like[T - run:].mean() >= 0.5 and (jm.shared or not io[T - run:].mean() >= 0.5):
+        # a checkpoint: GPUs pause while the nodes write; only one that runs far too long is a
+        # stall. On a shared node the I/O pressure may be a neighbour's, so it does not overrule.
+        need = max(need, th.checkpoint_max_seconds)
+    ev: list[Evidence] = []
+    if run * step >= need and run >= 2:
+        # the cause is what the latest part of the stall shows (a stall can change cause: GPUs
+        # left idle, then the filesystem slows); it began where that cause's own run began
+        last = min(run, recent)
+        tail = slice(T - last, T)
+        flags = {"stalled_io": io, "hung": hang, "stalled_network": net, "idle_gpus": idle_all}
+        votes = {c: int(f[tail].sum()) for c, f in flags.items()}
+        cause = max(votes, key=lambda c: (votes[c], -list(votes).index(c)))
+        # I/O first: GPUs that starve because data does not come are an I/O stall, not idle ones
+        if votes["stalled_io"] >= 0.5 * last:
+            cause = "stalled_io"
+        share = votes[cause] / last
+        if share < 0.5:
+            if partial is not None:
+                return partial.verdict
+            seg = slice(T - run, T)
+            return Verdict(**base, state="insufficient_data", confidence=0.0, since=float(win.times[T - run]),
+                           evidence=(Evidence("activity", "", _f(np.nanmean(act[seg])), act_base,
+                                              th.degraded_fraction * act_base),),
+                           reason=f"activity fell below {th.degraded_fraction:.0%} of the job's baseline "
+                                  f"{run * step:.0f} s ago, but no I/O, network or hang signal explains it "
+                                  "(signals missing or ambiguous)" + ("; " + "; ".join(notes) if notes else ""))
+        crun = int(_trailing_run((flags[cause] & stall_step)[None, :])[0])
+        crun = min(run, max(crun, last if share >= 0.5 else 0, 1))
+        seg = slice(T - crun, T)
+        since = float(win.times[T - crun])
+        ev.append(Evidence("activity", "", _f(np.nanmean(act[seg])), act_base, th.degraded_fraction * act_base,
+                           note="SM activity" if has_sm else "GPU utilisation"))
+        culprit, kind, cev = "", "", []
+        if cause == "stalled_io":
+            ev += [Evidence("psi_io", "", _f(np.nanmean(psi[seg])), _f(np.nanmedian(psi[:T - crun])) if T > crun else None,
+                            th.psi_io_stalled)] if np.isfinite(psi[seg]).any() else []
+            culprit, kind, cev = _io_culprit(win, sig, jm, seg, th)
+        elif cause == "stalled_network":
+            ev.append(Evidence("ib_wait", "", _f(np.nanmean(ib_wait[seg])), _f(wait_base),
+                               _f(th.wait_ratio * wait_base) if np.isfinite(wait_base) else None))
+            ev.append(Evidence("ib_tx", "", _f(np.nanmean(ib_tx[seg])), _f(ib_base), _f(th.ib_collapse_fraction * ib_base)))
+            culprit, kind, cev = _net_culprit(win, sig, jm, seg, th)
+        elif cause == "hung":
+            ev.append(Evidence("util", "", _f(np.nanmean(util[seg])), util_base, th.busy_util))
+            ev.append(Evidence("sm", "", _f(np.nanmean(sm[seg])), sm_base, th.hang_sm))
+            if multi_node:
+                ev.append(Evidence("ib_tx", "", _f(np.nanmean(ib_tx[seg])), _f(ib_base),
+                                   _f(th.ib_flat_fraction * ib_base)))
+            culprit, kind = f"job {jm.jobid}", "job"
+        elif cause == "idle_gpus":
+            ev.append(Evidence("util", "", _f(np.nanmean(util[seg])), util_base, th.idle_util))
+            culprit, kind = f"job {jm.jobid}", "job"
+        conf = min(1.0, share * min(1.0, crun * step / (2 * need)) + 0.25 * bool(culprit and cev))
+        return Verdict(**base, state=cause, confidence=round(conf, 3), since=since, culprit=culprit, culprit_kind=kind,
+                       evidence=tuple(ev + cev), gpu_hours_lost=jm.n_gpus * (now - since) / 3600.0,
+                       reason="; ".join(notes))
+    # not stalled: stragglers and partially idle GPUs
+    v = _straggler(win, sig, jm, th, base)
+    if v is not None:
+        return v
+    conf = 0.9 if has_sm else 0.75
+    r = f"activity at {np.nanmean(act[-recent:]) / act_base:.0%} of baseline" if act_base > 0 else "activity normal"
+    return Verdict(**base, state="progressing", confidence=conf, since=None, reason="; ".join([r] + notes),
+                   evidence=(Evidence("activity", "", _f(np.nanmean(act[-recent:])), act_base,
+                                      th.degraded_fraction * act_base),))
+
+
+def _f(x) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _cluster_wait_median(self) -> float:
+    w = self.nodesig.get("ib_wait")
+    if w is None:
+        return float("nan")
+    if not hasattr(self, "_cwm"):
+        with np.errstate(all="ignore"):
+            per_node = np.nanmedian(np.where(np.isfinite(w), w, np.nan), axis=1) if np.isfinite(w).any() else np.array([])
+        self._cwm = _q(per_node, 0.5)
+    return self._cwm
+
+
+_Signals.cluster_wait_median = _cluster_wait_median
+
+
+def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
+    """A filesystem target whose read latency stands out from the other targets, else a node whose
+    I/O pressure stands out from the gang's other nodes."""
+    ev: list[Evidence] = []
+    lat = win.target.get("latency")
+    if lat is not None and lat.shape[1] >= th.min_peers:
+        rows = jm.node_rows
+        per_target = _nanmean(_nanmean(lat[:, :, seg].astype(np.float64), 2), 0)
+        hits = outliers(per_target, th, high=True, min_ratio=th.latency_ratio)
+        if hits:
+            used = None
+            rd = win.target.get("read")
+            if rd is not None and rows:
+                used = np.nansum(rd[rows], axis=(0, 2)) > 0
+            hits.sort(key=lambda h: -h[3])
+            for i, x, med, z, p in hits:
+                if used is not None and not used[i]:
+                    continue
+                name = win.targets[i]
+                ev.append(Evidence("fs_target_read_latency", "", x, med, th.latency_ratio * med, z, p,
+                                   note=f"target {name} vs {int(np.isfinite(per_target).sum())} targets"))
+                return name, "target", ev
+    psi = sig.nodesig.get("psi_io")
+    if psi is not None and len(jm.node_rows) >= th.min_peers:
+        vals = _nanmean(psi[jm.node_rows][:, seg], 1)
+        hits = outliers(vals, th, high=True, min_abs=th.psi_io_stalled / 2)
+        if len(hits) == 1:
+            i, x, med, z, p = hits[0]
+            node = win.nodes[jm.node_rows[i]]
+            ev.append(Evidence("psi_io", node, x, med, th.psi_io_stalled, z, p, note="node vs the gang's other nodes"))
+            return node, "node", ev
+    return "", "", ev
+
+
+def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
+    """A port whose link went down during the stall; else nodes whose port_xmit_wait stands out from
+    every node of the cluster, named as their leaf switch when they fill most of it."""
+    ev: list[Evidence] = []
+    down = win.rail.get("ib_down")
+    if down is not None:
+        for i in jm.node_rows:
+            d = np.nansum(down[i][:, seg], axis=1)
+            for r in np.flatnonzero(d > 0):
+                port = win.rails[i][r] if i < len(win.rails) and r < len(win.rails[i]) else str(r)
+                ev.append(Evidence("ib_link_downed", win.nodes[i], float(d[r]), 0.0, 0.0,
+                                   note=f"port {port} went down {int(d[r])} time(s) during the stall"))
+        if ev:
+            e = max(ev, key=lambda e: e.value or 0)
+            return f"{e.node}:{e.note.split()[1]}", "port", ev
+    w = sig.nodesig.get("ib_wait")
+    if w is None:
+        return "", "", ev
+    per_node = _nanmean(w[:, seg], 1)
+    with np.errstate(all="ignore"):
+        logv = np.log10(np.maximum(per_node, 1.0))
+    z, med, scale = robust_z(logv, 0.05)
+    m = int(np.isfinite(logv).sum())
+    if m < th.min_peers:
+        return "", "", ev
+    sig_nodes = []
+    for i in jm.node_rows:
+        zi = z[i]
+        if np.isfinite(zi) and zi > 0 and p_one_sided(float(zi)) * m < th.alpha \
+                and per_node[i] >= th.wait_ratio * 10 ** med:
+            sig_nodes.append((i, float(zi)))
+    if not sig_nodes:
+        return "", "", ev
+    leaves = defaultdict(list)
+    for i, zi in sig_nodes:
+        leaves[win.leaf_of.get(win.nodes[i], "")].append((i, zi))
+    leaf, members = max(leaves.items(), key=lambda kv: len(kv[1]))
+    for i, zi in sorted(members, key=lambda t: -t[1])[:8]:
+        ev.append(Evidence("ib_wait", win.nodes[i], float(per_node[i]), float(10 ** med), th.wait_ratio * 10 ** med,
+                           zi, p_one_sided(zi), note=f"node vs {m} nodes of the cluster (log scale)"))
+    if leaf:
+        on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == leaf]
+        hot = [j for j in on_leaf if np.isfinite(z[j]) and z[j] > 0 and p_one_sided(float(z[j])) * m < th.alpha]
+        if len(hot) >= max(2, 0.5 * len(on_leaf)):
+            return leaf, "leaf_switch", ev
+    if len(members) == 1:
+        return win.nodes[members[0][0]], "node", ev
+    return "", "", ev
+
+
+def _busy_clock(sig: _Signals, th: Thresholds) -> np.ndarray | None:
+    """Mean SM clock of every GPU over the recent stretch, counting only busy samples (an idle GPU
+    clocks down by design); computed once per diagnosis."""
+    if not hasattr(sig, "_busy_clock"):
+        clock = sig.gpu2d.get("clock")
+        if clock is None or "util" not in sig.gpu2d:
+            sig._busy_clock = None
+        else:
+            recent = max(2, int(round(th.recent_seconds / sig.win.step)))
+            with np.errstate(invalid="ignore"):
+                busy = sig.gpu2d["util"][:, -recent:] > th.idle_util
+            sig._busy_clock = _nanmean(np.where(busy, clock[:, -recent:].astype(np.float64), np.nan), 1)
+    return sig._busy_clock
+
+
+def _low_vs(x: float, ref: np.ndarray, th: Thresholds, tests: int):
+    """One-sided test: is x below the reference group beyond chance (Bonferroni over `tests`) and
+    by at least the minimum effect? -> (median, z, p) or None."""
+    ref = ref[np.isfinite(ref)]
+    if ref.size < th.min_peers or not np.isfinite(x):
+        return None
+    _, med, scale = robust_z(ref, th.scale_floor)
+    z = (med - x) / scale
+    p = p_one_sided(z)
+    if z > 0 and p * tests < th.alpha and x <= (1 - th.clock_drop) * med:
+        return med, float(z), p
+    return None
+
+
+def _clock_tests(cm: np.ndarray, jm: _JobMap, allc: np.ndarray, th: Thresholds):
+    """GPUs whose SM clock lags: each GPU against the job's other GPUs (leave-one-out) and against
+    the GPUs on the job's other nodes (leave-node-out: a whole slow node in a two-node gang); a job
+    with too few GPUs against every busy GPU of the cluster. Bonferroni over all tests made."""
+    n = len(jm.gpu_flat)
+    hits = []
+    if n >= th.min_peers + 1 or len({nd for nd, _ in jm.gpu_names}) > 1:
+        nodes = np.array([nd for nd, _ in jm.gpu_names])
+        tests = 2 * n
+        for i in range(n):
+            if not np.isfinite(cm[i]):
+                continue
+            others = np.delete(cm, i)
+            got = _low_vs(cm[i], others, th, tests)
+            if got is None:
+                got = _low_vs(cm[i], cm[nodes != nodes[i]], th, tests)
+            if got is not None:
+                hits.append((i, float(cm[i]), *got))
+        if hits or len(set(nodes.tolist())) > 1:
+            return hits, "the job's other GPUs"
+    # a job on one node whose GPUs all lag alike (a hot or power-capped node), or too few GPUs to
+    # compare among themselves: against every busy GPU of the cluster
+    ref = allc[np.isfinite(allc)]
+    for i in range(n):
+        got = _low_vs(cm[i], ref, th, ref.size)
+        if got is not None:
+            hits.append((i, float(cm[i]), *got))
+    return hits, f"{ref.size} busy GPUs of the cluster"
+
+
+def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: dict) -> Verdict | None:
+    T, step, now = win.n_steps, win.step, win.end
+    recent = max(2, int(round(th.recent_seconds / step)))
+    ev: list[Evidence] = []
+    culprits: list[int] = []
+    clock = sig.gpu2d.get("clock")
+    drop = None
+    allc = _busy_clock(sig, th)
+    if allc is not None:
+        cm = allc[jm.gpu_flat]
+        hits, peers = _clock_tests(cm, jm, allc, th)
+        for i, x, med, z, p in hits:
+            node, gpu = jm.gpu_names[i]
+            ev.append(Evidence("gpu_sm_clock", node, x, med, (1 - th.clock_drop) * med, z, p, note=f"GPU {gpu} vs {peers}"))
+            culprits.append(i)
+        if hits:
+            drop = 1 - float(np.mean([h[1] for h in hits])) / hits[0][2]
+    sm = sig.gpu2d.get("sm")
+    if not culprits and sm is not None and len(jm.gpu_flat) >= th.min_peers:
+        s = _nanmean(sm[jm.gpu_flat][:, -recent:].astype(np.float64), 1)
+        with np.errstate(invalid="ignore"):
+            # an idle GPU is not a peer that waits at a barrier: test only GPUs that run kernels
+            s[~(_nanmean(sig.gpu2d["util"][jm.gpu_flat][:, -recent:].astype(np.float64), 1) > th.idle_util)] = np.nan
+        hits = outliers(s, th, high=True, min_ratio=1.5, min_abs=0.2)
+        if 0 < len(hits) <= max(1, len(jm.gpu_flat) // 4):
+            for i, x, med, z, p in hits:
+                node, gpu = jm.gpu_names[i]
+                ev.append(Evidence("gpu_sm_active", node, x, med, 1.5 * med, z, p,
+                                   note=f"GPU {gpu} works while its peers wait at the barrier"))
+                culprits.append(i)
+            drop = 1 - hits[0][2] / hits[0][1]
+    if not culprits:
+        return None
+    names = [jm.gpu_names[i] for i in culprits]
+    nodes = sorted({n for n, _ in names})
+    if len(nodes) == 1:
+        node = nodes[0]
+        on_node = [g for n, g in jm.gpu_names if n == node]
+        if len(names) == len(on_node) and len(on_node) > 1:
+            culprit, kind = node, "node"
+        else:
+            culprit, kind = f"{node}:gpu{','.join(str(g) for _, g in names)}", "gpu"
+    else:
+        culprit, kind = ",".join(f"{n}:gpu{g}" for n, g in names[:8]), "gpus"
+    # since: the trailing run of steps in which the first culprit lagged its peers
+    since = float(win.times[max(0, T - recent)])
+    if clock is not None and ev and ev[0].signal == "gpu_sm_clock":
+        c = clock[jm.gpu_flat].astype(np.float64)
+        with np.errstate(all="ignore"):
+            med_t = np.nanmedian(np.where(np.isfinite(c), c, np.nan), axis=0)
+            low = c[culprits[0]] < (1 - th.clock_drop) * med_t
+        run = int(_trailing_run(low[None, :])[0])
+        since = float(win.times[T - max(run, 1)])
+    if jm.job.start_time:
+        since = max(since, float(jm.job.start_time))
+    lost = jm.n_gpus * (now - since) / 3600.0 * float(min(max(drop or 0.0, 0.0), 1.0))
+    conf = min(1.0, 0.6 + 0.1 * len(ev))
+    return Verdict(**base, state="straggler", confidence=round(conf, 3), since=since, culprit=culprit, culprit_kind=kind,
+                   evidence=tuple(ev), gpu_hours_lost=lost,
+                   reason=f"the gang runs at the pace of {culprit} (about {drop or 0:.0%} slower)")
+
+
+@dataclass(frozen=True)
+class _Partial:
+    verdict: Verdict
+    idle_names: frozenset
+
+
+def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: dict, util_g: np.ndarray) -> _Partial | None:
+    T, step, now = win.n_steps, win.step, win.end
+    with np.errstate(invalid="ignore"):
+        idle = util_g < th.idle_util
+    runs = _trailing_run(idle & np.isfinite(util_g))
+    need = max(2, int(math.ceil(th.stall_min_seconds / step)))
+    if jm.job.start_time:
+        age_steps = int((now - jm.job.start_time) // step) + 1
+        runs = np.minimum(runs, age_steps)
+    bad = np.flatnonzero(runs >= need)
+    if bad.size == 0 or bad.size == len(jm.gpu_flat):
+        return None
+    names = [jm.gpu_names[i] for i in bad]
+    since = float(win.times[T - int(runs[bad].max())])
+    ev = tuple(Evidence("gpu_util", n, _f(np.nanmean(util_g[i, T - int(runs[i]):])), None, th.idle_util,
+                        note=f"GPU {g} idle for {int(runs[i]) * step:.0f} s")
+               for i, (n, g) in zip(bad[:16], names[:16]))
+    lost = float(sum(int(runs[i]) * step for i in bad)) / 3600.0
+    by_node = defaultdict(list)
+    for n, g in names:
+        by_node[n].append(str(g))
+    culprit = ";".join(f"{n}:gpu{','.join(gs)}" for n, gs in sorted(by_node.items()))
+    return _Partial(Verdict(**base, state="idle_gpus", confidence=0.9, since=since, culprit=culprit, culprit_kind="gpus",
+                            evidence=ev, gpu_hours_lost=lost,
+                            reason=f"{bad.size} of {len(jm.gpu_flat)} allocated GPUs idle while the others work"),
+                    frozenset(names))
+
+
+# ------------------------------------------------------------------------------------ cluster view
+
+def _cluster_check(verdicts: list[Verdict], th: Thresholds, outage: str) -> tuple[list[Verdict], str]:
+    """Many jobs stalling at the same moment with no shared culprit: an outage, not job faults."""
+    if outage:
+        return verdicts, outage
+    judged = [v for v in verdicts if v.state not in ("insufficient_data", "suspended")]
+    stalled = [v for v in judged if v.state in ("stalled_io", "stalled_network", "hung", "idle_gpus")
+               and v.since is not None]
+    if len(judged) < th.outage_min_jobs or len(stalled) < th.outage_fraction * len(judged):
+        return verdicts, ""
+    sinces = np.array([v.since for v in stalled])
+    culprits = {v.culprit for v in stalled if v.culprit_kind in ("target", "leaf_switch", "port", "node")}
+    if np.ptp(sinces) > th.outage_spread_seconds or (culprits and len(culprits) <= 2):
+        return verdicts, ""
+    reason = (f"{len(stalled)} of {len(judged)} jobs went quiet within {np.ptp(sinces):.0f} s of each other with no "
+              "shared culprit: a collector, Prometheus or network outage is likelier than that many stalls")
+    out = [(_replace(v, state="insufficient_data", confidence=0.0, culprit="", culprit_kind="", gpu_hours_lost=0.0,
+                     reason=reason) if v in stalled else v) for v in verdicts]
+    return out, reason
+
+
+def incidents(verdicts: Iterable[Verdict]) -> list[Incident]:
+    """Verdicts sharing a culprit are one incident; ranked by GPU-hours lost (largest first)."""
+    groups: dict[tuple[str, str], list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        if v.state not in STALL_STATES:
+            continue
+        key = (v.culprit_kind, v.culprit) if v.culprit and v.culprit_kind not in ("job", "gpus") else ("job", v.jobid)
+        groups[key].append(v)
+    out = []
+    for (kind, culprit), vs in groups.items():
+        causes = defaultdict(float)
+        for v in vs:
+            causes[v.state] += v.gpu_hours_lost + 1e-9
+        sinces = [v.since for v in vs if v.since is not None]
+        out.append(Incident(culprit if kind != "job" else (vs[0].culprit or f"job {culprit}"), kind,
+                            max(causes, key=causes.get), tuple(v.jobid for v in vs),
+                            sum(v.gpu_hours_lost for v in vs), min(sinces) if sinces else None))
+    out.sort(key=lambda i: (-i.gpu_hours_lost, i.culprit))
+    return out
+
+
+# ------------------------------------------------------------------------------------ placement
+
+NVLINK_COST = ("intra-node collectives fall back from NVLink (hundreds of GB/s) to PCIe/SMP (tens of GB/s): "
+               "all-reduce inside the node several times slower")
+NUMA_COST = ("host-to-GPU copies of some ranks cross the CPU socket link: data loading and pinned-memory "
+             "transfers typically 20-40 % slower for those GPUs")
+
+
+def placement_findings(win: Window, maps: list[_JobMap]) -> dict[str, list[Placement]]:
+    out: dict[str, list[Placement]] = defaultdict(list)
+    leaf_size: dict[str, int] = defaultdict(int)
+    for leaf in win.leaf_of.values():
+        leaf_size[leaf] += 1
+    for jm in maps:
+        per_node = defaultdict(list)
+        for n, g in jm.gpu_names:
+            per_node[n].append(g)
+        for n, gs in per_node.items():
+            if len(gs) < 2:
+                continue
+            peers = win.nvlink_peers.get(n)
+            if peers:
+                missing = [(a, b) for i, a in enumerate(sorted(gs)) for b in sorted(gs)[i + 1:]
+                           if (a, b) not in peers and (b, a) not in peers]
+                if missing:
+                    out[jm.jobid].append(Placement("gpus_not_nvlink_peers", n,
+                                                   f"GPU pairs without NVLink: {', '.join(f'{a}-{b}' for a, b in missing[:8])}",
+                                                   NVLINK_COST))
+            numa = win.gpu_numa.get(n)
+            if numa:
+                doms = sorted({numa[g] for g in gs if g in numa})
+                if len(doms) > 1:
+                    out[jm.jobid].append(Placement("gpus_span_numa", n, f"GPUs {sorted(gs)} on NUMA nodes {doms}", NUMA_COST))
+        nodes = list(jm.job.nodes)
+        if len(nodes) > 1 and win.leaf_of:
+            leaves = {win.leaf_of[n] for n in nodes if n in win.leaf_of}
+            cap = max((leaf_size[lf] for lf in leaves), default=0)
+            if cap and len(leaves) > math.ceil(len(nodes) / cap):
+                need = math.ceil(len(nodes) / cap)
+                out[jm.jobid].append(Placement(
+                    "spread_over_leaves", "", f"{len(nodes)} nodes on {len(leaves)} leaf switches where {need} would do "
+                    f"({', '.join(sorted(leaves)[:6])})",
+                    f"all-reduce crosses the spine on {len(leaves) - 1} hop(s) of the ring instead of "
+                    f"{need - 1}; with an oversubscribed spine (2:1 is common) those hops run at up to half speed "
+                    "and share with other jobs"))
+    return out

@@ -1,0 +1,104 @@
+"""Every threshold the diagnosis uses, in one place, each with where its value comes from.
+
+Values are plain module constants so tests and sites can read them; `Thresholds` bundles them so a
+caller can override some (`dataclasses.replace(DEFAULT, stall_min_seconds=120)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # ---- time
+    # Slurm prolog, container start and the data loader's first shards take a few minutes on real
+    # clusters (jobstats ignores a job's first minutes too); a job younger than this is not judged.
+    job_grace_seconds: float = 300.0
+    # Recent stretch a verdict is about: long enough to hold 8 samples at 15 s (enough for a median
+    # that one outlier cannot move), short enough to detect a stall within the 2-minute goal.
+    recent_seconds: float = 120.0
+    # A stall must last this long before it is reported; checkpoints that write are excluded by
+    # their write traffic, evaluation phases by their normal SM/utilisation ratio, so 60 s (four
+    # 15 s samples) suffices and keeps detection under 2 minutes (issue 6's goal).
+    stall_min_seconds: float = 60.0
+    # Without filesystem signals a checkpoint (GPUs idle, nothing on the wire) cannot be told from
+    # an idle job; checkpoints of 1-120 s are usual (the simulator draws 30-120 s; Megatron/DeepSpeed
+    # checkpoints of multi-GB shards to Lustre take a minute or two), so wait longer before judging.
+    stall_min_seconds_blind: float = 300.0
+    # A sample older than this at the end of the window is stale (3 missed 15 s scrapes; Prometheus
+    # itself marks a series stale after 5 minutes, too slow for diagnosis).
+    stale_seconds: float = 45.0
+
+    # ---- activity (the job's own baseline)
+    # Baseline = this quantile of the job's activity over the window: the normal training level,
+    # robust to the dips (checkpoints, evaluation) that occupy well under a quarter of the time.
+    baseline_quantile: float = 0.75
+    # A step is degraded when activity falls below this fraction of the baseline. Evaluation phases
+    # run at about 0.6 of training utilisation (simulator; forward-only passes on real models run
+    # at 50-70 %), so the cut sits below them.
+    degraded_fraction: float = 0.45
+    # Absolute utilisation below which a GPU counts as idle: NVML reports 0 % for a GPU with no
+    # kernel in the sample period; 2 % tolerates monitoring kernels (DCGM profiling itself).
+    idle_util: float = 0.02
+    # Kernels resident (utilisation high) but SMs doing nothing: NCCL spins in a collective this
+    # way (a hang or a network wait). NVML utilisation counts any resident kernel as busy.
+    busy_util: float = 0.80
+    hang_sm: float = 0.05  # SM activity of a GPU spinning in a hung collective (DCGM PROF_SM_ACTIVE ~ 0.01)
+    # SM activity below this fraction of the job's baseline while utilisation stays busy means the
+    # kernels wait (network); evaluation keeps the training ratio, so it is not caught.
+    waiting_sm_fraction: float = 0.40
+
+    # Activity (SM active, else utilisation) below which GPUs do no useful training work whatever
+    # the job's own baseline; used with I/O pressure for jobs stalled since before the window
+    # (healthy training keeps SMs 40-90 % active: DCGM profiling guides, MLPerf traces).
+    low_activity: float = 0.15
+
+    # ---- I/O
+    # PSI io "some" above this fraction of wall time: tasks are waiting on I/O most of the time.
+    # Healthy training nodes sit at 0-5 % (kernel docs: PSI; simulator 0.3 %; measured on our hosts).
+    psi_io_stalled: float = 0.30
+    iowait_stalled: float = 0.25  # CPU iowait share that marks an I/O-bound node (same reasoning, coarser)
+    # A checkpoint writes at least this many bytes/s per node (multi-GB shards in 30-120 s).
+    checkpoint_write_bytes: float = 50e6
+    # A pause that writes at checkpoint speed is a checkpoint for this long; past it, a stall
+    # (checkpoints of 30-120 s are usual, see stall_min_seconds_blind; 5 min is generous).
+    checkpoint_max_seconds: float = 300.0
+    # A target's read latency this many times its peers' median is a slow target (Lustre OST
+    # latency is a few ms healthy; a degraded OST shows 10-100x: LU-tickets, simulator 80x).
+    latency_ratio: float = 5.0
+
+    # ---- network
+    # port_xmit_wait ticks/s above this multiple of the job's own baseline (or of the cluster's
+    # median node) marks congestion; healthy all-reduce shows a few 1e5 ticks/s (simulator) and
+    # congested ports orders of magnitude more (Mellanox: xmit_wait grows with credit starvation).
+    wait_ratio: float = 10.0
+    # InfiniBand traffic of a gang below this fraction of its baseline is a collapse.
+    ib_collapse_fraction: float = 0.30
+    # A hung gang moves (almost) nothing: below this fraction of its baseline traffic.
+    ib_flat_fraction: float = 0.05
+
+    # ---- stragglers (peer test)
+    # Family-wise error rate of the outlier tests across a gang's members (Bonferroni corrected).
+    alpha: float = 0.01
+    # Smallest effect that makes a straggler: SM clock 15 % below the gang median (GPU boost
+    # clocks vary by a few % between healthy parts; HW slowdown halves them).
+    clock_drop: float = 0.15
+    # Members needed for a peer test: with fewer, a robust scale cannot be estimated.
+    min_peers: int = 4
+    # Floor of the robust scale, as a fraction of the median: stops a perfectly uniform gang
+    # (MAD = 0) from making noise look significant.
+    scale_floor: float = 0.02
+
+    # ---- cluster-wide sanity
+    # When at least this share of judged jobs (and at least `outage_min_jobs`) would stall within
+    # `outage_spread_seconds` of each other with no shared culprit, the collectors or the network
+    # that carries them failed: a thousand jobs do not stall in the same 30 s by chance.
+    outage_fraction: float = 0.6
+    outage_min_jobs: int = 8
+    outage_spread_seconds: float = 30.0
+    # Share of a job's GPUs with data needed to judge it.
+    min_coverage: float = 0.5
+
+
+DEFAULT = Thresholds()

@@ -1,0 +1,271 @@
+"""The Dash application: the shell (header, banner, theme, refresh), the router, and the HTTP
+endpoints beside the pages (/metrics, /api/v1/findings, /api/v1/backfill, /healthz).
+
+`build_app(datasource, prefix="/")` returns a `dash.Dash`; its Flask server is `app.server`.
+Routing is our own (one dcc.Location and a table of page modules) rather than Dash Pages: Dash
+Pages keeps a process-wide page registry and its callbacks would need a global datasource, while
+here every page's callbacks close over the datasource they were built with, so several apps
+(tests, the benchmark's two cluster sizes) can live in one process.
+
+Access: read-only (GET/HEAD, plus POST only to Dash's own callback endpoint, which reads); basic
+auth (bcrypt) from the exporter-toolkit web config is checked before every request; TLS is the
+server's job (dashboard/serve.py passes the config's ssl context). Responses are gzip-compressed
+when the browser accepts it (static bundles compressed once and cached).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import threading
+
+import dash
+from dash import ClientsideFunction, Input, Output, State, dcc, html  # noqa: F401
+from flask import Response, request
+
+from dashboard import ids, ui
+from dashboard.datasource import Datasource, fmt_age
+from dashboard.pages import job, jobs, network, node, nodes, overview, queue, storage
+
+ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
+# (pattern on the path below the prefix, module). Order matters: first match wins.
+ROUTES = [
+    (re.compile(r"^$"), overview),
+    (re.compile(r"^jobs/?$"), jobs),
+    (re.compile(r"^jobs/(?P<jobid>[^/]+)$"), job),
+    (re.compile(r"^nodes/?$"), nodes),
+    (re.compile(r"^nodes/(?P<name>[^/]+)$"), node),
+    (re.compile(r"^queue/?$"), queue),
+    (re.compile(r"^storage/?$"), storage),
+    (re.compile(r"^network/?$"), network),
+]
+NAV = [("Overview", "/", overview), ("Jobs", "/jobs", jobs), ("Nodes", "/nodes", nodes), ("Queue", "/queue", queue),
+       ("Storage", "/storage", storage), ("Network", "/network", network)]
+PAGES = [overview, jobs, job, nodes, node, queue, storage, network]
+COMPRESSIBLE = ("text/", "application/json", "application/javascript")
+
+
+def normalise_prefix(prefix: str) -> str:
+    prefix = "/" + (prefix or "").strip("/")
+    return prefix if prefix == "/" else prefix + "/"
+
+
+def resolve(path: str):
+    """Path below the prefix ("jobs/123") -> (page module, params) or (None, {})."""
+    path = (path or "").strip("/")
+    for pattern, module in ROUTES:
+        m = pattern.match(path)
+        if m:
+            return module, m.groupdict()
+    return None, {}
+
+
+def available(module, ds: Datasource) -> bool:
+    """A page is linked only when its data exists (no placeholder pages)."""
+    check = getattr(module, "available", None)
+    return True if check is None else bool(check(ds))
+
+
+def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float = 15.0, web_config=None,
+              extra_routes: dict | None = None, title: str = "gangwatch") -> dash.Dash:
+    prefix = normalise_prefix(prefix)
+    ds = datasource
+    app = dash.Dash(__name__, requests_pathname_prefix=prefix, routes_pathname_prefix=prefix, assets_folder=ASSETS,
+                    suppress_callback_exceptions=True, update_title=None, title=title, serve_locally=True)
+    ctx = ui.Ctx(app.get_relative_path)
+
+    def shell():
+        st = ds.status()
+        links = [dcc.Link(label, href=app.get_relative_path(href), className="gw-nav-link")
+                 for label, href, module in NAV if available(module, ds)]
+        sim = html.Span("SIMULATED cluster: no real nodes, jobs or users", id=ids.SIM_BADGE,
+                        className="gw-sim") if st.simulated else html.Span(id=ids.SIM_BADGE)
+        return html.Div([
+            dcc.Location(id=ids.URL, refresh=False),
+            dcc.Location(id=ids.NAV_URL, refresh="callback-nav"),
+            dcc.Interval(id=ids.REFRESH, interval=int(refresh_seconds * 1000)),
+            dcc.Store(id=ids.THEME, storage_type="local"),
+            html.Div(id=ids.THEME_SINK, hidden=True),
+            html.Header([html.A("gangwatch", href=prefix, className="gw-brand"),
+                         html.Nav(links, id=ids.NAV, className="gw-nav"), sim,
+                         html.Span(_age_text(st), id=ids.AGE, className="gw-age"),
+                         html.Button("◐ theme", id=ids.THEME_TOGGLE, className="gw-theme-toggle", n_clicks=0,
+                                     title="Switch between light and dark")], className="gw-header"),
+            html.Div(_banner(st), id=ids.BANNER),
+            html.Main(id=ids.PAGE, className="gw-main"),
+        ], className="gw-shell")
+
+    app.layout = shell
+
+    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"))
+    def route(pathname):
+        return render_page(ds, ctx, app.strip_relative_path(pathname or prefix) or "")
+
+    @app.callback(Output(ids.AGE, "children"), Output(ids.BANNER, "children"), Input(ids.REFRESH, "n_intervals"),
+                  prevent_initial_call=True)
+    def refresh_status(_n):
+        st = ds.status()
+        return _age_text(st), _banner(st)
+
+    app.clientside_callback(
+        """function(n, cur) { if (!n) { return window.dash_clientside.no_update; }
+               return cur === 'dark' ? 'light' : 'dark'; }""",
+        Output(ids.THEME, "data"), Input(ids.THEME_TOGGLE, "n_clicks"), State(ids.THEME, "data"))
+    app.clientside_callback(
+        """function(theme) { document.documentElement.setAttribute('data-theme', theme || 'light');
+               return theme || 'light'; }""",
+        Output(ids.THEME_SINK, "title"), Input(ids.THEME, "data"))
+
+    for module in PAGES:
+        module.register(app, ds, ctx)
+    _add_endpoints(app, ds, prefix, extra_routes or {})
+    _add_http_hooks(app, web_config)
+    return app
+
+
+def render_page(ds: Datasource, ctx: ui.Ctx, path: str):
+    module, params = resolve(path)
+    if module is None or not available(module, ds):
+        return html.Div([html.H1("Not found"), html.P(f"No page at /{path}.")], className="gw-notfound")
+    return module.layout(ds, ctx, **params)
+
+
+def _age_text(st) -> str:
+    ages = [s.age_seconds for s in st.sources if s.age_seconds is not None]
+    return f"data {fmt_age(max(ages))} old" if ages else "no data yet"
+
+
+def _banner(st):
+    bad = st.stale
+    if not bad:
+        return None
+    items = [html.Li(f"{s.name}: " + (s.detail or ("stale: data " + fmt_age(s.age_seconds) + " old"
+                                                    if s.ok else "down")))
+             for s in bad]
+    return html.Div([html.Strong("Some data is stale or missing; what is shown may be out of date."), html.Ul(items)],
+                    className="gw-banner", role="alert")
+
+
+# ---------------------------------------------------------------------------------- endpoints
+
+def _metrics_text(ds: Datasource) -> str:
+    from collectors.exposition import encode, gauge
+
+    f = ds.findings()
+    st = ds.status()
+    stalled = gauge("gangwatch_job_stalled", "Whether a running job is judged stalled (1), by cause; "
+                    "jobs judged progressing are not listed.")
+    # GPU-seconds, not GPU-hours: Prometheus base units (promtool check metrics insists)
+    lost = gauge("gangwatch_job_gpu_lost_seconds", "GPU time a running job has lost since its current stall began, "
+                 "in GPU-seconds (GPUs x seconds).")
+    conf = gauge("gangwatch_job_verdict_confidence", "Confidence of the verdict on a running job, 0 to 1.")
+    for v in f.verdicts:
+        if v.flagged:
+            stalled.add(1, jobid=v.jobid, cause=v.state, culprit=v.culprit)
+            if v.gpu_hours_lost is not None:
+                lost.add(round(v.gpu_hours_lost * 3600, 3), jobid=v.jobid, cause=v.state)
+            if v.confidence is not None:
+                conf.add(v.confidence, jobid=v.jobid, cause=v.state)
+    inc = gauge("gangwatch_incident_gpu_lost_seconds", "GPU time lost by the jobs of one incident (verdicts "
+                "sharing a culprit), in GPU-seconds.")
+    incj = gauge("gangwatch_incident_jobs", "Running jobs affected by one incident.")
+    for i in f.incidents:
+        inc.add(round(i.gpu_hours_lost * 3600, 3), culprit=i.culprit, cause=i.cause)
+        incj.add(len(i.jobs), culprit=i.culprit, cause=i.cause)
+    age = gauge("gangwatch_serve_source_age_seconds", "Age of each data source's latest data, in seconds.")
+    up = gauge("gangwatch_serve_source_up", "Whether each data source's latest poll succeeded (1) or not (0).")
+    for s in st.sources:
+        if s.age_seconds is not None:
+            age.add(s.age_seconds, source=s.name)
+        up.add(1 if s.ok else 0, source=s.name)
+    info = gauge("gangwatch_serve_info", "Facts about this dashboard; value 1.").add(
+        1, simulated=str(st.simulated).lower(), findings_source=f.source)
+    return encode([stalled, lost, conf, inc, incj, age, up, info])
+
+
+def _add_endpoints(app: dash.Dash, ds: Datasource, prefix: str, extra: dict) -> None:
+    server = app.server
+
+    def metrics():
+        return Response(_metrics_text(ds), mimetype="text/plain", content_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def findings():
+        return Response(json.dumps(ds.findings().to_json(), allow_nan=False), mimetype="application/json")
+
+    def backfill():
+        plan = ds.backfill()
+        if plan is None:
+            return Response(json.dumps({"error": "no scheduler snapshot or the planner failed"}), status=503,
+                            mimetype="application/json")
+        return Response(json.dumps(plan.to_json(), allow_nan=False), mimetype="application/json")
+
+    def healthz():
+        return Response(json.dumps(ds.status().to_json(), allow_nan=False), mimetype="application/json")
+
+    routes = {"metrics": metrics, "api/v1/findings": findings, "api/v1/backfill": backfill, "healthz": healthz}
+    for path, handler in extra.items():
+        routes[path.lstrip("/")] = _adapt(handler)
+    for path, view in routes.items():
+        server.add_url_rule(prefix + path, endpoint="gw:" + path, view_func=view, methods=["GET", "HEAD"])
+
+
+def _adapt(handler):
+    """A collectors.web handler (Request -> (status, ctype, body, headers)) as a Flask view, so that
+    `gangwatch demo` can serve its own endpoints from the same server."""
+    from collectors.web import Request
+
+    def view():
+        req = Request(request.path, {k: request.args.getlist(k) for k in request.args},
+                      {k.lower(): v for k, v in request.headers.items()})
+        status, ctype, body, headers = handler(req)
+        return Response(body, status=status, content_type=ctype, headers=headers)
+
+    view.__name__ = getattr(handler, "__name__", "view")
+    return view
+
+
+def _add_http_hooks(app: dash.Dash, web_config) -> None:
+    server = app.server
+    cache: dict[str, bytes] = {}
+    lock = threading.Lock()
+
+    @server.before_request
+    def guard():
+        if request.method not in ("GET", "HEAD", "POST"):
+            return Response("Method Not Allowed\n", status=405, headers={"Allow": "GET, HEAD"})
+        if request.method == "POST" and not request.path.endswith("_dash-update-component"):
+            return Response("Method Not Allowed\n", status=405, headers={"Allow": "GET, HEAD"})
+        if web_config is not None and not web_config.authorized(request.headers.get("Authorization")):
+            return Response("Unauthorized\n", status=401, headers={"WWW-Authenticate": 'Basic realm="gangwatch"'})
+        return None
+
+    @server.after_request
+    def finish(resp):
+        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+        if web_config is not None:
+            for k, v in web_config.headers.items():
+                resp.headers[k] = v
+        if (resp.direct_passthrough or resp.status_code != 200 or "gzip" not in request.headers.get("Accept-Encoding", "")
+                or resp.headers.get("Content-Encoding") or not (resp.mimetype or "").startswith(COMPRESSIBLE)
+                and resp.mimetype != "application/javascript"):
+            return resp
+        data = resp.get_data()
+        if len(data) < 1024:
+            return resp
+        static = "_dash-component-suites" in request.path or "/assets/" in request.path
+        if static:
+            with lock:
+                body = cache.get(request.full_path)
+            if body is None:
+                body = gzip.compress(data, 6)
+                with lock:
+                    cache[request.full_path] = body
+        else:
+            body = gzip.compress(data, 5)
+        resp.set_data(body)
+        resp.headers["Content-Encoding"] = "gzip"
+        resp.headers["Content-Length"] = str(len(body))
+        resp.headers.add("Vary", "Accept-Encoding")
+        return resp

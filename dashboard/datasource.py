@@ -1,0 +1,848 @@
+"""The dashboard's one data-source facade: everything a page shows comes through `Datasource`.
+
+Sources composed here (and nowhere else in the dashboard):
+- the scheduler: a `collectors.slurm.model.Snapshot`, from the simulator, a slurm-exporter's
+  `/api/v1/snapshot`, the local Slurm CLI (collectors.slurm.sources.Poller) or a snapshot file;
+- metrics: per-node and per-GPU time series (the simulator's in-memory history; a Prometheus or
+  embedded metric source where one is configured);
+- findings: verdicts per running job and incidents, from the diagnosis when it is importable, else
+  (simulator only) the simulator's fault ground truth, labelled as such;
+- the backfill plan: dashboard.analysis.planner over the current snapshot.
+
+Everything returned is plain frozen data (no Dash objects); pages hand it to dashboard/figures.py.
+Privileges: none. Failure modes: a source that fails or is missing yields None / empty results and
+says so in `status()` (each source's age and last error); no method raises for a missing source.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import urllib.request
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from collectors.slurm.model import Job, Snapshot
+
+log = logging.getLogger(__name__)
+
+# Verdict states from ARCHITECTURE.md; those that flag a job (everything except progressing).
+STATES = ("progressing", "stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "insufficient_data")
+FLAGGED = frozenset({"stalled_io", "stalled_network", "straggler", "hung", "idle_gpus"})
+# A source whose data is older than this many refresh periods is shown as stale.
+STALE_AFTER_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Signal:
+    key: str
+    label: str
+    unit: str  # plotly tick suffix / hover unit
+    scale: float = 1.0  # multiply raw values for display (ratio -> percent)
+    per_gpu: bool = True
+    metric: str = ""  # the agent's metric the signal is derived from
+
+
+SIGNALS: dict[str, Signal] = {s.key: s for s in (
+    Signal("gpu_util", "GPU utilisation", "%", 100.0, True, "gangwatch_gpu_utilization_ratio"),
+    Signal("gpu_sm", "SM activity", "%", 100.0, True, "gangwatch_gpu_sm_active_ratio"),
+    Signal("gpu_power", "GPU power", "W", 1.0, True, "gangwatch_gpu_power_watts"),
+    Signal("gpu_temp", "GPU temperature", "°C", 1.0, True, "gangwatch_gpu_temperature_celsius"),
+    Signal("ib_tx", "InfiniBand transmit", "B/s", 1.0, False, "gangwatch_infiniband_port_transmit_bytes_total"),
+    Signal("ib_wait", "InfiniBand transmit wait", "ticks/s", 1.0, False, "gangwatch_infiniband_port_transmit_wait_total"),
+    Signal("io_read", "Lustre read", "B/s", 1.0, False, "gangwatch_lustre_client_target_io_bytes_total"),
+    Signal("io_pressure", "I/O pressure (some)", "%", 100.0, False, "gangwatch_pressure_waiting_seconds_total"),
+)}
+
+
+# ----------------------------------------------------------------------------------- records
+
+@dataclass(frozen=True)
+class Evidence:
+    signal: str
+    node: str = ""
+    value: float | None = None
+    baseline: float | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    jobid: str
+    state: str
+    nodes: tuple[str, ...] = ()
+    gpus: int | None = None
+    confidence: float | None = None
+    since: float | None = None
+    culprit: str = ""
+    evidence: tuple[Evidence, ...] = ()
+    gpu_hours_lost: float | None = None
+    detail: str = ""
+    culprit_kind: str = ""
+    placement: tuple[tuple[str, str, str, str], ...] = ()  # (kind, node, detail, expected cost)
+
+    @property
+    def flagged(self) -> bool:
+        return self.state in FLAGGED
+
+    def to_json(self) -> dict:
+        return {"jobid": self.jobid, "nodes": list(self.nodes), "gpus": self.gpus, "state": self.state,
+                "confidence": self.confidence, "since": self.since, "culprit": self.culprit,
+                "evidence": [vars(e) for e in self.evidence], "gpu_hours_lost": self.gpu_hours_lost}
+
+
+@dataclass(frozen=True)
+class Incident:
+    culprit: str
+    cause: str
+    jobs: tuple[str, ...]
+    gpu_hours_lost: float
+    since: float | None = None
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Findings:
+    generated_at: float
+    source: str  # "diagnosis", "simulator ground truth", "none"
+    verdicts: tuple[Verdict, ...] = ()
+    incidents: tuple[Incident, ...] = ()
+
+    def verdict(self, jobid: str) -> Verdict | None:
+        for v in self.verdicts:
+            if v.jobid == str(jobid):
+                return v
+        return None
+
+    def by_job(self) -> dict[str, Verdict]:
+        return {v.jobid: v for v in self.verdicts}
+
+    def to_json(self) -> dict:
+        return {"generated_at": self.generated_at, "source": self.source,
+                "verdicts": [v.to_json() for v in self.verdicts],
+                "incidents": [{"culprit": i.culprit, "cause": i.cause, "jobs": list(i.jobs),
+                               "gpu_hours_lost": i.gpu_hours_lost, "since": i.since, "nodes": list(i.nodes)}
+                              for i in self.incidents]}
+
+
+def group_incidents(verdicts: tuple[Verdict, ...] | list[Verdict]) -> tuple[Incident, ...]:
+    """Flagged verdicts that share a culprit (or, without one, a job) are one incident, worst first."""
+    groups: dict[tuple[str, str], list[Verdict]] = {}
+    for v in verdicts:
+        if v.flagged:
+            groups.setdefault((v.culprit or f"job {v.jobid}", v.state), []).append(v)
+    out = []
+    for (culprit, cause), vs in groups.items():
+        lost = sum(v.gpu_hours_lost or 0.0 for v in vs)
+        since = min((v.since for v in vs if v.since is not None), default=None)
+        nodes = tuple(sorted({n for v in vs for n in v.nodes}))
+        out.append(Incident(culprit, cause, tuple(v.jobid for v in vs), round(lost, 3), since, nodes))
+    out.sort(key=lambda i: (-i.gpu_hours_lost, i.culprit))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """Rows (nodes, or bins of nodes) x time; z in display units, NaN where unknown."""
+
+    signal: str
+    rows: tuple[str, ...]  # row labels
+    row_nodes: tuple[tuple[str, ...], ...]  # nodes aggregated into each row
+    times: np.ndarray
+    z: np.ndarray  # len(rows) x len(times)
+    total_nodes: int
+
+
+@dataclass(frozen=True)
+class NodeSeries:
+    node: str
+    times: np.ndarray
+    values: dict[str, np.ndarray]  # signal -> channels x time (GPUs, or one row for node-level signals)
+    channels: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    name: str
+    ok: bool
+    age_seconds: float | None  # None: never got data
+    detail: str = ""
+
+    @property
+    def stale(self) -> bool:
+        return (not self.ok) or self.age_seconds is None or self.age_seconds > STALE_AFTER_SECONDS
+
+
+@dataclass(frozen=True)
+class Status:
+    simulated: bool
+    now: float
+    sources: tuple[SourceStatus, ...]
+    version: str = ""  # changes when the data changes; callbacks skip work when it does not
+
+    @property
+    def stale(self) -> tuple[SourceStatus, ...]:
+        return tuple(s for s in self.sources if s.stale)
+
+    def to_json(self) -> dict:
+        return {"status": "ok", "simulated": self.simulated, "now": self.now,
+                "sources": {s.name: {"ok": s.ok, "age_seconds": None if s.age_seconds is None else round(s.age_seconds, 3),
+                                     "stale": s.stale, "detail": s.detail} for s in self.sources}}
+
+
+class Datasource(Protocol):
+    def now(self) -> float: ...
+    def status(self) -> Status: ...
+    def snapshot(self) -> Snapshot | None: ...
+    def findings(self) -> Findings: ...
+    def backfill(self): ...  # dashboard.analysis.planner.BackfillPlan | None
+    def heatmap(self, signal: str = "gpu_util", window: float = 3600.0, max_rows: int = 400,
+                max_cols: int = 240) -> Heatmap | None: ...
+    def job_series(self, jobid: str, signal: str, window: float = 3600.0, max_cols: int = 240) -> Heatmap | None: ...
+    def node_series(self, node: str, signals: tuple[str, ...], window: float = 3600.0) -> NodeSeries | None: ...
+    def ost_series(self, window: float = 3600.0) -> Heatmap | None: ...
+    def leaf_series(self, window: float = 3600.0) -> Heatmap | None: ...
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+def nanmean(a: np.ndarray, axis: int) -> np.ndarray:
+    """np.nanmean without the warning for all-NaN slices (unknown stays NaN: that is the point)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(a, axis=axis)
+
+
+def downsample_cols(times: np.ndarray, z: np.ndarray, max_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Average consecutive columns so that at most max_cols remain (NaN-aware)."""
+    t = len(times)
+    if t <= max_cols or max_cols < 1:
+        return times, z
+    k = math.ceil(t / max_cols)
+    cut = t - (t // k) * k  # drop the oldest columns that do not fill a bin
+    times, z = times[cut:], z[:, cut:]
+    m = len(times) // k
+    zz = nanmean(z.reshape(z.shape[0], m, k), axis=2) if z.size else z.reshape(z.shape[0], m)
+    return times.reshape(m, k)[:, -1], zz
+
+
+def aggregate_rows(names: list[str] | tuple[str, ...], z: np.ndarray, max_rows: int,
+                   order: str = "mean") -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], np.ndarray]:
+    """Sort nodes (by their mean, lowest first, so idle nodes come to the top) and average
+    consecutive nodes into at most max_rows rows. Returns (labels, nodes per row, z)."""
+    n = len(names)
+    if n == 0:
+        return (), (), z.reshape(0, z.shape[1] if z.ndim == 2 else 0)
+    if order == "mean":
+        key = nanmean(z, axis=1)
+        key = np.where(np.isnan(key), -1.0, key)  # unknown first: it needs looking at
+        idx = np.lexsort((np.arange(n), key))
+    else:
+        idx = np.arange(n)
+    per = max(1, math.ceil(n / max_rows))
+    labels, members, rows = [], [], []
+    for start in range(0, n, per):
+        sel = idx[start:start + per]
+        group = tuple(names[i] for i in sel)
+        members.append(group)
+        labels.append(group[0] if len(group) == 1 else f"{group[0]} +{len(group) - 1}")
+        if len(sel) == 1:
+            rows.append(z[sel[0]])
+        else:
+            rows.append(nanmean(z[sel], axis=0))
+    return tuple(labels), tuple(members), np.vstack(rows)
+
+
+def fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    s = int(round(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+# ------------------------------------------------------------------------- backfill adapter
+
+def planner_input(snap: Snapshot):
+    """The Slurm model -> the planner's input. Kept here, the dashboard's only link to the planner."""
+    from dashboard.analysis.planner_model import (Allocation, PartitionInfo, PendingJob, PlannerInput,
+                                                  PlannerNode, Reservation, RunningJob)
+
+    mib = 1024 * 1024
+    nodes = []
+    for n in snap.nodes:
+        usable = not (n.drain or n.down or n.state in ("FUTURE", "UNKNOWN", "POWERED_DOWN")
+                      or "NOT_RESPONDING" in n.state_flags)
+        nodes.append(PlannerNode(
+            n.name, n.partitions, n.cpus_total or 0, max(0, (n.cpus_total or 0) - (n.cpus_allocated or 0)),
+            (n.memory_total_bytes or 0) // mib, max(0, ((n.memory_total_bytes or 0) - (n.memory_allocated_bytes or 0)) // mib),
+            n.gpus_total or 0, max(0, (n.gpus_total or 0) - (n.gpus_allocated or 0)), usable,
+            "" if usable else (f"{n.state_label}: {n.reason}" if n.reason else n.state_label),
+            n.gpu_types[0] if n.gpu_types else None, frozenset(n.active_features or n.features)))
+    running, pending = [], []
+    for j in snap.jobs:
+        limit = float(j.time_limit_seconds) if j.time_limit_seconds is not None else 365 * 86400.0
+        if j.state == "RUNNING" and j.start_time is not None:
+            allocs = tuple(Allocation(a.node, a.cpus or 0, (a.memory_bytes or 0) // mib, a.gpus or 0)
+                           for a in j.allocations)
+            running.append(RunningJob(str(j.job_id), j.start_time, limit, allocs, j.partition))
+        elif j.state == "PENDING":
+            nn = j.node_count or 1
+            gpn = int(j.tres_per_node.rpartition(":")[2]) if j.tres_per_node.rpartition(":")[2].isdigit() else 0
+            if not gpn and j.gpus:
+                gpn = math.ceil(j.gpus / nn)
+            dep = "none"
+            if j.dependencies:
+                states = {d.state for d in j.dependencies}
+                dep = "never" if "failed" in states or j.reason == "DependencyNeverSatisfied" else (
+                    "pending" if states & {"unfulfilled", ""} else "satisfied")
+            pf = j.priority_factors
+            factors = {k: getattr(pf, k) for k in ("age", "fairshare", "jobsize", "partition", "qos", "assoc", "site",
+                                                    "nice") if pf is not None and getattr(pf, k) is not None}
+            pending.append(PendingJob(
+                str(j.job_id), tuple(p for p in j.partition.split(",") if p), limit, min_nodes=nn,
+                cpus_per_node=math.ceil((j.cpus or nn) / nn), gpus_per_node=gpn, exclusive=bool(j.exclusive),
+                dependency=dep, dependency_text=j.dependency, held=j.reason in ("JobHeldUser", "JobHeldAdmin"),
+                user=j.user, account=j.account, reservation=j.reservation or None, slurm_reason=j.reason,
+                priority=float(j.priority) if j.priority is not None else None, priority_factors=factors,
+                begin_time=j.eligible_time if j.reason == "BeginTime" else None))
+    pending.sort(key=lambda p: -(p.priority or 0.0))
+    resv = tuple(Reservation(r.name, r.nodes, r.start_time or 0.0, r.end_time or 0.0, frozenset(r.flags),
+                             frozenset(r.users), frozenset(r.accounts))
+                 for r in snap.reservations if r.start_time is not None and r.end_time is not None)
+    parts = tuple(PartitionInfo(p.name, float(p.max_time_seconds) if p.max_time_seconds else None,
+                                p.state in ("", "UP")) for p in snap.partitions)
+    return PlannerInput(snap.taken_at, tuple(nodes), tuple(running), resv, tuple(pending), parts)
+
+
+class _Memo:
+    """One cached value per key (the data version): recomputed only when the data changed."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._store: dict[str, tuple[object, object]] = {}
+
+    def get(self, name: str, key, compute: Callable[[], object], stale_ok: bool = False):
+        """The value for `key`; with stale_ok, whatever value is there (a background thread
+        refreshes it), computing only when there is none yet."""
+        with self._lock:
+            hit = self._store.get(name)
+        if hit is not None and (hit[0] == key or stale_ok):
+            return hit[1]
+        value = compute()
+        with self._lock:
+            self._store[name] = (key, value)
+        return value
+
+
+class BaseDatasource:
+    """What every datasource shares: the plan and findings derived from the snapshot, cached per
+    data version. Subclasses provide snapshot(), now(), status() and the series."""
+
+    simulated = False
+
+    def __init__(self):
+        self._memo = _Memo()
+        self._plan_error = ""
+
+    def version(self) -> str:
+        snap = self.snapshot()
+        return f"{snap.taken_at if snap else 0}"
+
+    def _plan(self, snap: Snapshot):
+        from dashboard.analysis import planner
+
+        try:
+            self._plan_error = ""
+            return planner.plan(planner_input(snap))
+        except Exception as exc:  # the planner must not take a page down
+            log.exception("backfill planner failed")
+            self._plan_error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def backfill(self):
+        snap = self.snapshot()
+        if snap is None:
+            return None
+        return self._memo.get("plan", snap.taken_at, lambda: self._plan(snap))
+
+    def findings(self) -> Findings:
+        return Findings(self.now(), "none")
+
+    def heatmap(self, signal="gpu_util", window=3600.0, max_rows=400, max_cols=240):
+        return None
+
+    def job_series(self, jobid, signal, window=3600.0, max_cols=240):
+        return None
+
+    def node_series(self, node, signals, window=3600.0):
+        return None
+
+    def ost_series(self, window=3600.0):
+        return None
+
+    def leaf_series(self, window=3600.0):
+        return None
+
+
+# --------------------------------------------------------------------------- in-memory source
+
+class MemoryDatasource(BaseDatasource):
+    """Fixed data held in memory: a snapshot, findings, and optional per-node series.
+
+    `series[node][signal]` is a (channels x time) array sharing `times`. Used by tests and by
+    `serve --snapshot FILE` (no metrics there: pages say so)."""
+
+    def __init__(self, snapshot: Snapshot | None, findings: Findings | None = None, times=None,
+                 series: dict[str, dict[str, np.ndarray]] | None = None, simulated: bool = False,
+                 now: float | None = None, source_name: str = "snapshot"):
+        super().__init__()
+        self._snap = snapshot
+        self._findings = findings
+        self._times = np.asarray(times if times is not None else [], float)
+        self._series = series or {}
+        self.simulated = simulated
+        self._now = now
+        self.source_name = source_name
+
+    def now(self) -> float:
+        if self._now is not None:
+            return self._now
+        return self._snap.taken_at if self._snap else time.time()
+
+    def snapshot(self):
+        return self._snap
+
+    def findings(self):
+        return self._findings or Findings(self.now(), "none")
+
+    def status(self) -> Status:
+        now = self.now()
+        src = [SourceStatus(self.source_name, self._snap is not None,
+                            None if self._snap is None else self._snap.age(now))]
+        if self._series:
+            src.append(SourceStatus("metrics", True, max(0.0, now - float(self._times[-1])) if len(self._times) else None))
+        return Status(self.simulated, now, tuple(src), self.version())
+
+    def _node_matrix(self, signal: str, nodes: list[str]) -> np.ndarray:
+        rows = []
+        for n in nodes:
+            a = self._series.get(n, {}).get(signal)
+            rows.append(nanmean(a, axis=0) if a is not None and a.size else np.full(len(self._times), np.nan))
+        return np.vstack(rows) if rows else np.zeros((0, len(self._times)))
+
+    def heatmap(self, signal="gpu_util", window=3600.0, max_rows=400, max_cols=240):
+        if not self._series or self._snap is None:
+            return None
+        names = [n.name for n in self._snap.nodes]
+        z = self._node_matrix(signal, names) * SIGNALS[signal].scale
+        times, z = downsample_cols(self._times, z, max_cols)
+        labels, members, zz = aggregate_rows(names, z, max_rows)
+        return Heatmap(signal, labels, members, times, zz, len(names))
+
+    def job_series(self, jobid, signal, window=3600.0, max_cols=240):
+        job = self._snap.job(int(jobid)) if self._snap and str(jobid).isdigit() else None
+        if job is None or not job.nodes or not self._series:
+            return None
+        z = self._node_matrix(signal, list(job.nodes)) * SIGNALS[signal].scale
+        times, z = downsample_cols(self._times, z, max_cols)
+        return Heatmap(signal, job.nodes, tuple((n,) for n in job.nodes), times, z, len(job.nodes))
+
+    def node_series(self, node, signals, window=3600.0):
+        data = self._series.get(node)
+        if data is None:
+            return None
+        values = {s: data[s] * SIGNALS[s].scale for s in signals if s in data}
+        chans = {s: tuple(f"GPU {k}" for k in range(v.shape[0])) if SIGNALS[s].per_gpu else (node,)
+                 for s, v in values.items()}
+        return NodeSeries(node, self._times, values, chans)
+
+
+# ------------------------------------------------------------------------------ the simulator
+
+class SimDatasource(BaseDatasource):
+    """The simulator (dashboard.analysis.sim.Simulation) read in place, under the demo's lock.
+
+    `snapshot_fn` lets `gangwatch demo` share its cached snapshot; without it one is built per
+    simulated step."""
+
+    simulated = True
+
+    HEATMAP = ("gpu_util", 3600.0, 400, 240)  # what the overview asks for: precomputed in background mode
+
+    def __init__(self, sim, lock=None, snapshot_fn: Callable[[], Snapshot] | None = None,
+                 clock: Callable[[], float] = time.monotonic, background: bool = False):
+        super().__init__()
+        self.sim = sim
+        self.lock = lock or threading.RLock()
+        self._snapshot_fn = snapshot_fn
+        self._clock = clock
+        self._seen = (-1, 0.0)  # (step, monotonic time it was first seen)
+        # Background mode (the demo): one thread recomputes snapshot, findings, plan and the
+        # overview heatmap after each simulated step, and requests read the latest results, so
+        # a browser refresh never waits for a diagnosis of thousands of nodes.
+        self._background = background
+        self._warm_step = -1
+        self._stop = threading.Event()
+        if background:
+            self.warm()
+            threading.Thread(target=self._warm_loop, name="gangwatch-dashboard-warm", daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def warm(self) -> None:
+        step = self.sim.steps
+        self._memo.get("snapshot", step, self._build_snapshot)
+        self._memo.get("findings", step, self._compute_findings)
+        self._memo.get("heatmap:%s:%s:%s:%s" % self.HEATMAP, step, lambda: self._heatmap(*self.HEATMAP))
+        snap = self.snapshot()
+        self._memo.get("plan", snap.taken_at, lambda: self._plan(snap))
+        self._warm_step = step
+
+    def _warm_loop(self, poll: float = 0.2) -> None:
+        while not self._stop.wait(poll):
+            if self.sim.steps != self._warm_step:
+                try:
+                    self.warm()
+                except Exception:  # keep serving the last results; the next step tries again
+                    log.exception("dashboard precomputation failed")
+
+    def now(self) -> float:
+        return float(self.sim.t)
+
+    def version(self) -> str:
+        return str(self._warm_step if self._background else self.sim.steps)
+
+    def _build_snapshot(self) -> Snapshot:
+        if self._snapshot_fn is not None:
+            return self._snapshot_fn()
+        from dashboard.analysis.sim.slurm_view import build_snapshot
+
+        with self.lock:
+            return build_snapshot(self.sim)
+
+    def snapshot(self) -> Snapshot:
+        return self._memo.get("snapshot", self.sim.steps, self._build_snapshot, self._background)
+
+    def status(self) -> Status:
+        steps = self.sim.steps
+        mono = self._clock()
+        if steps != self._seen[0]:
+            self._seen = (steps, mono)
+        age = mono - self._seen[1]
+        f = self.findings()
+        return Status(True, self.now(), (SourceStatus("simulator", True, age, f"step {steps}"),
+                                          SourceStatus(f"findings ({f.source})", f.source != "none",
+                                                       max(0.0, self.now() - f.generated_at))),
+                      self.version())
+
+    # ---- history access (the simulator's ring buffer, read without copying what is not needed)
+
+    def _window(self, name: str, t0: float, nodes: np.ndarray | None = None):
+        h = self.sim.history
+        with self.lock:
+            k = min(h.count, h.capacity)
+            order = np.arange(h.count - k, h.count) % h.capacity
+            times = h.times[order]
+            keep = order[times >= t0]
+            arr = h.series[name]
+            data = arr[keep] if nodes is None else arr[keep][:, nodes]
+            return h.times[keep].copy(), data
+
+    def _node_level(self, signal: str, t0: float, nodes=None, gpu_mask=None) -> tuple[np.ndarray, np.ndarray]:
+        """(times, nodes x time) of a signal in display units; per-GPU signals averaged over GPUs
+        (over the GPUs in gpu_mask[t, node, gpu] when given)."""
+        raw = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power", "gpu_temp": "temp",
+               "ib_tx": "ib_tx_rate", "ib_wait": "ib_wait_rate", "io_read": "ost_read_rate",
+               "io_pressure": "io_pressure"}[signal]
+        times, data = self._window(raw, t0, nodes)
+        sig = SIGNALS[signal]
+        data = data.astype(np.float32)
+        if data.ndim == 3:
+            if signal in ("ib_tx", "ib_wait", "io_read"):
+                z = data.sum(axis=2)
+            elif gpu_mask is not None:
+                z = nanmean(np.where(gpu_mask, data, np.nan), axis=2)
+            else:
+                z = data.mean(axis=2)
+        else:
+            z = data
+        return times, (z.T * sig.scale)
+
+    def _heatmap(self, signal, window, max_rows, max_cols) -> Heatmap:
+        times, z = self._node_level(signal, self.now() - window)
+        times, z = downsample_cols(times, z, max_cols)
+        names = self.sim.cluster.names
+        labels, members, zz = aggregate_rows(names, z, max_rows)
+        return Heatmap(signal, labels, members, times, zz, len(names))
+
+    def heatmap(self, signal="gpu_util", window=3600.0, max_rows=400, max_cols=240):
+        key = (signal, float(window), max_rows, max_cols)
+        return self._memo.get("heatmap:%s:%s:%s:%s" % key, self.sim.steps,
+                              lambda: self._heatmap(*key), self._background and key == self.HEATMAP)
+
+    def job_series(self, jobid, signal, window=3600.0, max_cols=240):
+        snap = self.snapshot()
+        job = snap.job(int(jobid)) if str(jobid).isdigit() else None
+        if job is None or not job.nodes:
+            return None
+        cl = self.sim.cluster
+        idx = np.array([cl.index(n) for n in job.nodes])
+        t0 = max(self.now() - window, (job.start_time or 0) - 300)
+        mask = None
+        if SIGNALS[signal].per_gpu:
+            _, owner = self._window("gpu_job", t0, idx)
+            mask = owner == int(jobid)
+        times, z = self._node_level(signal, t0, idx, mask)
+        times, z = downsample_cols(times, z, max_cols)
+        return Heatmap(signal, job.nodes, tuple((n,) for n in job.nodes), times, z, len(job.nodes))
+
+    def node_series(self, node, signals, window=3600.0):
+        try:
+            i = self.sim.cluster.index(node)
+        except KeyError:
+            return None
+        t0 = self.now() - window
+        raw = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power", "gpu_temp": "temp",
+               "ib_tx": "ib_tx_rate", "ib_wait": "ib_wait_rate", "io_read": "ost_read_rate",
+               "io_pressure": "io_pressure"}
+        values, chans, times = {}, {}, np.zeros(0)
+        for s in signals:
+            times, data = self._window(raw[s], t0, np.array([i]))
+            data = data[:, 0].astype(np.float32)  # time x (GPUs | OSTs) or time
+            sig = SIGNALS[s]
+            if s == "io_read":
+                data = data.sum(axis=1)
+            if data.ndim == 1:
+                values[s], chans[s] = data[None, :] * sig.scale, (node,)
+            else:
+                values[s] = data.T * sig.scale
+                chans[s] = tuple(f"GPU {k}" if sig.per_gpu else f"mlx5_{k}" for k in range(data.shape[1]))
+        return NodeSeries(node, times, values, chans)
+
+    def ost_series(self, window=3600.0):
+        """OST x time: read bytes/s summed over all clients."""
+        times, data = self._window("ost_read_rate", self.now() - window)
+        z = data.astype(np.float64).sum(axis=1).T
+        times, z = downsample_cols(times, z, 240)
+        osts = tuple(self.sim.cluster.osts)
+        return Heatmap("io_read", osts, tuple((o,) for o in osts), times, z, len(osts))
+
+    def leaf_series(self, window=3600.0):
+        """Leaf switch x time: transmit wait ticks/s summed over the leaf's nodes (congestion)."""
+        times, data = self._window("ib_wait_rate", self.now() - window)
+        node_sum = data.astype(np.float64).sum(axis=2)  # time x node
+        leaf_of = self.sim.cluster.leaf_of
+        leaves = tuple(self.sim.cluster.leaves)
+        z = np.vstack([node_sum[:, leaf_of == k].sum(axis=1) for k in range(len(leaves))])
+        times, z = downsample_cols(times, z, 240)
+        return Heatmap("ib_wait", leaves, tuple((lf,) for lf in leaves), times, z, len(leaves))
+
+    def leaf_of(self, node: str) -> str:
+        cl = self.sim.cluster
+        try:
+            return cl.leaves[int(cl.leaf_of[cl.index(node)])]
+        except KeyError:
+            return ""
+
+    # ---- findings
+
+    def findings(self) -> Findings:
+        return self._memo.get("findings", self.sim.steps, self._compute_findings, self._background)
+
+    def backfill(self):
+        if not self._background:
+            return super().backfill()
+        snap = self.snapshot()
+        return self._memo.get("plan", snap.taken_at, lambda: self._plan(snap), True)
+
+    def _compute_findings(self) -> Findings:
+        diag = _diagnosis_for_sim(self)
+        if diag is not None:
+            return diag
+        return self._truth_findings()
+
+    def _truth_findings(self) -> Findings:
+        """Ground truth of the injected faults as verdicts, for when no diagnosis is installed.
+        Labelled "simulator ground truth" wherever shown: it is what the diagnosis should find."""
+        sim, now = self.sim, self.now()
+        with self.lock:
+            truth = [g for g in sim.truth if g.end > now - sim.dt]
+            running = {str(j): (len(r.nodes), r.gpus, tuple(sim.cluster.names[i] for i in r.nodes))
+                       for j, r in sim.running.items()}
+        verdicts = []
+        for g in truth:
+            if g.cause not in FLAGGED:
+                continue
+            for jid, (first, last) in g.jobs.items():
+                if jid not in running or last < now - 2 * sim.dt:
+                    continue
+                _, gpus, nodes = running[jid]
+                # the share of the job's GPU time the fault wastes, from the simulator's own physics
+                lost = gpus * max(0.0, last - first + sim.dt) / 3600.0 * _wasted_share(g.cause, gpus)
+                verdicts.append(Verdict(jid, g.cause, nodes, gpus, 1.0, first, g.culprit,
+                                        self._evidence(jid, nodes, g.cause, first), round(lost, 3),
+                                        f"injected fault #{g.fault_id}: {g.kind}"))
+        verdicts.sort(key=lambda v: -(v.gpu_hours_lost or 0))
+        return Findings(now, "simulator ground truth", tuple(verdicts), group_incidents(verdicts))
+
+    def _evidence(self, jobid: str, nodes: tuple[str, ...], cause: str, since: float) -> tuple[Evidence, ...]:
+        """Each node's signal since the stall began against the job's level before it."""
+        signal = {"stalled_io": "io_pressure", "stalled_network": "ib_wait"}.get(cause, "gpu_sm")
+        cl = self.sim.cluster
+        idx = np.array([cl.index(n) for n in nodes])
+        t0 = since - 900
+        times, z = self._node_level(signal, t0, idx)
+        if not len(times):
+            return ()
+        before, after = times < since, times >= since
+        out = []
+        for k, n in enumerate(nodes[:64]):
+            with np.errstate(all="ignore"):
+                base = float(np.nanmedian(z[k, before])) if before.any() else None
+                val = float(np.nanmedian(z[k, after])) if after.any() else None
+            out.append(Evidence(SIGNALS[signal].label, n, None if val is None or math.isnan(val) else round(val, 3),
+                                None if base is None or math.isnan(base) else round(base, 3)))
+        return tuple(out)
+
+
+def _wasted_share(cause: str, gpus: int) -> float:
+    from dashboard.analysis.sim import engine
+
+    return {"stalled_io": 1.0 - engine.SLOW_OST_FACTOR, "stalled_network": 0.85, "hung": 1.0,
+            "straggler": 1.0 - engine.THROTTLED_CLOCK, "idle_gpus": (gpus - 1) / max(1, gpus)}.get(cause, 1.0)
+
+
+def _diagnosis_for_sim(ds: SimDatasource) -> Findings | None:
+    """The diagnosis (issue 6) over the simulator, when it is installed; None otherwise."""
+    try:
+        from dashboard import findings_api  # noqa: F401  (present once the diagnosis lands)
+    except ImportError:
+        return None
+    fn = getattr(findings_api, "findings_for_simulation", None)
+    if fn is None:
+        return None
+    try:
+        with ds.lock:  # the diagnosis reads the history the simulation thread writes
+            doc = fn(ds.sim)
+        return convert_findings(doc, ds.now())
+    except Exception:
+        log.exception("diagnosis failed; showing the simulator's ground truth")
+        return None
+
+
+def convert_findings(doc, now: float) -> Findings:
+    """The `/api/v1/findings` JSON shape (a list of verdicts, or {"verdicts": [...], ...}) -> Findings."""
+    if isinstance(doc, Findings):
+        return doc
+    items = doc.get("verdicts", doc.get("findings", [])) if isinstance(doc, dict) else doc
+    verdicts = []
+    for d in items or []:
+        if not isinstance(d, dict):
+            d = d.to_json() if hasattr(d, "to_json") else vars(d)
+        ev = tuple(Evidence(str(e.get("signal", "")), str(e.get("node", "")), e.get("value"), e.get("baseline"),
+                            e.get("threshold")) for e in d.get("evidence") or [] if isinstance(e, dict))
+        place = tuple((str(p.get("kind", "")), str(p.get("node", "")), str(p.get("detail", "")),
+                       str(p.get("expected_cost", ""))) for p in d.get("placement") or [] if isinstance(p, dict))
+        verdicts.append(Verdict(str(d.get("jobid", "")), str(d.get("state", "insufficient_data")),
+                                tuple(d.get("nodes") or ()), d.get("gpus"), d.get("confidence"), d.get("since"),
+                                str(d.get("culprit") or ""), ev, d.get("gpu_hours_lost"), str(d.get("reason") or ""),
+                                str(d.get("culprit_kind") or ""), place))
+    gen = (doc.get("generated_at") or doc.get("at")) if isinstance(doc, dict) else None
+    gen = gen if isinstance(gen, (int, float)) and math.isfinite(gen) else now
+    raw_inc = doc.get("incidents") if isinstance(doc, dict) else None
+    if raw_inc is None:
+        incs = group_incidents(verdicts)
+    else:  # the diagnosis' own grouping (it knows culprit kinds), worst first
+        incs = tuple(sorted((Incident(str(i.get("culprit", "")), str(i.get("cause", "")), tuple(map(str, i.get("jobs") or ())),
+                                      float(i.get("gpu_hours_lost") or 0.0), i.get("since"),
+                                      tuple(sorted({n for v in verdicts if v.jobid in set(map(str, i.get("jobs") or ()))
+                                                    for n in v.nodes})))
+                             for i in raw_inc if isinstance(i, dict)), key=lambda i: (-i.gpu_hours_lost, i.culprit)))
+    return Findings(gen, "diagnosis", tuple(verdicts), incs)
+
+
+# -------------------------------------------------------------------------- live (serve) source
+
+class LiveDatasource(BaseDatasource):
+    """`gangwatch serve`: a scheduler snapshot from a poller or URL or file, plus (when given) a
+    findings URL. `snapshot_fn` returns the latest Snapshot or raises; its failures are kept for
+    status() and the last good snapshot stays on screen, marked stale."""
+
+    def __init__(self, snapshot_fn: Callable[[], Snapshot | None], source_name: str,
+                 min_interval: float = 10.0, clock: Callable[[], float] = time.time):
+        super().__init__()
+        self._fn = snapshot_fn
+        self.source_name = source_name
+        self._min_interval = min_interval
+        self._clock = clock
+        self._snap: Snapshot | None = None
+        self._last_try = -math.inf
+        self._error = ""
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return self._clock()
+
+    def snapshot(self):
+        with self._lock:
+            if self._clock() - self._last_try >= self._min_interval:
+                self._last_try = self._clock()
+                try:
+                    snap = self._fn()
+                    if snap is not None:
+                        self._snap, self._error = snap, ""
+                except Exception as exc:
+                    self._error = f"{type(exc).__name__}: {exc}"
+                    log.warning("scheduler source %s failed: %s", self.source_name, self._error)
+            return self._snap
+
+    def status(self) -> Status:
+        snap = self.snapshot()
+        now = self.now()
+        ok = snap is not None and not self._error and not snap.stale
+        src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, self._error),
+               SourceStatus("metrics", False, None, "no metric source configured: pages show scheduler data only")]
+        if self._plan_error:
+            src.append(SourceStatus("backfill planner", False, None, self._plan_error))
+        return Status(False, now, tuple(src), self.version())
+
+
+def snapshot_from_url(url: str, timeout: float = 10.0) -> Callable[[], Snapshot]:
+    """A slurm-exporter's /api/v1/snapshot (or any URL serving that JSON)."""
+    full = url.rstrip("/") + ("" if url.rstrip("/").endswith("/api/v1/snapshot") else "/api/v1/snapshot")
+
+    def fetch() -> Snapshot:
+        with urllib.request.urlopen(full, timeout=timeout) as r:
+            return Snapshot.from_json(r.read())
+
+    return fetch
+
+
+def snapshot_from_file(path: str) -> Callable[[], Snapshot]:
+    def read() -> Snapshot:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        doc = json.loads(data)
+        if "jobs" in doc and "taken_at" not in doc:
+            raise ValueError(f"{path} is not a gangwatch snapshot (no taken_at): use the slurm-exporter's "
+                             "/api/v1/snapshot JSON")
+        return Snapshot.from_dict(doc)
+
+    return read
+
+
+def job_verdict_label(v: Verdict | None, job: Job) -> str:
+    if job.state != "RUNNING":
+        return ""
+    return v.state if v is not None else "not judged"

@@ -1,0 +1,180 @@
+"""`gangwatch diagnose`: one-shot verdicts for running jobs, from Prometheus or a bundle.
+
+    gangwatch diagnose --bundle DIR [--format table|json]
+    gangwatch diagnose --prometheus URL [--snapshot URL|FILE] [--topology FILE] [--format json]
+
+Jobs: from the bundle's squeue.json; with --prometheus, from --snapshot (a slurm-exporter's
+`/api/v1/snapshot` URL, a snapshot JSON file or a `squeue --json` file), else from the local
+`squeue --json` (10 s timeout). Exit status: 0 when the diagnosis ran (whatever it found), 2 for
+bad arguments or when no source could be read at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+
+from collectors.slurm.model import Job
+
+log = logging.getLogger("gangwatch.diagnose")
+
+
+def _parser(prog: str = "gangwatch diagnose", description: str | None = None) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n")[0])
+    ap.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    ap.add_argument("--prometheus", metavar="URL", help="Prometheus (or compatible) base URL")
+    ap.add_argument("--bundle", metavar="DIR", help="a bundle directory (metrics.om + squeue.json)")
+    ap.add_argument("--snapshot", metavar="URL|FILE",
+                    help="jobs for --prometheus: slurm-exporter /api/v1/snapshot URL, snapshot file or squeue --json file")
+    ap.add_argument("--topology", metavar="FILE", help="Slurm topology.conf, for leaf-switch culprits and placement")
+    ap.add_argument("--span", type=float, default=3600.0, help="seconds of history to judge (default 3600)")
+    ap.add_argument("--step", type=float, default=15.0, help="grid step in seconds (default 15)")
+    ap.add_argument("--at", type=float, help="unix time the window ends (default: now, or the bundle's end)")
+    ap.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout per request, seconds")
+    ap.add_argument("--host-label", action="append", default=None,
+                    help="label naming the node (repeatable, in order of preference; default: node, hostname, "
+                         "Hostname, nodename, exported_instance, instance)")
+    ap.add_argument("--format", choices=("table", "json"), default="table")
+    return ap
+
+
+def _matcher(args):
+    from dashboard.sources.schema import HOST_LABELS, NodeMatcher
+
+    return NodeMatcher(tuple(args.host_label) if args.host_label else HOST_LABELS)
+
+
+def jobs_from(spec: str | None, timeout: float) -> tuple[list[Job], list[str]]:
+    """Jobs from a snapshot URL/file, a squeue --json file, or the local squeue."""
+    from collectors.slurm.model import Snapshot
+    from dashboard.sources.bundle import read_jobs
+
+    notes: list[str] = []
+    if spec is None:
+        from collectors.runner import CommandRunner
+
+        res = CommandRunner().run(["squeue", "--json"], timeout=timeout)
+        if not res.ok:
+            notes.append(f"squeue --json failed: {res.error or res.stderr.strip()[:200] or 'timed out'}")
+            return [], notes
+        return read_jobs(res.stdout, notes), notes
+    if spec.startswith(("http://", "https://")):
+        import httpx
+
+        try:
+            r = httpx.get(spec, timeout=timeout)
+            r.raise_for_status()
+            text = r.text
+        except httpx.HTTPError as exc:
+            notes.append(f"snapshot {spec}: {type(exc).__name__}: {exc}")
+            return [], notes
+    else:
+        try:
+            with open(spec, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            notes.append(f"snapshot {spec}: {exc}")
+            return [], notes
+    try:
+        snap = Snapshot.from_json(text)
+        if snap.jobs or '"schema_version"' in text:
+            return list(snap.jobs), notes
+    except Exception:  # not a gangwatch snapshot: try squeue --json
+        pass
+    return read_jobs(text, notes), notes
+
+
+def run(args) -> tuple[object, list[str]]:
+    """-> (Diagnosis, notes); raises SystemExit(2) on unusable arguments."""
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.analysis.topology import parse_topology_conf
+    from dashboard.analysis.window import Window
+
+    leaf_of: dict[str, str] = {}
+    notes: list[str] = []
+    if args.topology:
+        try:
+            with open(args.topology, encoding="utf-8") as f:
+                leaf_of, tn = parse_topology_conf(f.read())
+            notes += tn
+        except OSError as exc:
+            notes.append(f"topology {args.topology}: {exc}")
+    if args.bundle:
+        from dashboard.sources.bundle import load_bundle
+
+        b = load_bundle(args.bundle, args.step, args.span, _matcher(args))
+        win, jobs = b.window, list(b.jobs)
+    else:
+        from dashboard.sources.prometheus import PrometheusSource
+
+        src = PrometheusSource(args.prometheus, timeout=args.timeout, matcher=_matcher(args))
+        win = src.window(args.at if args.at is not None else time.time(), args.span, args.step)
+        notes.append(f"Prometheus: {src.queries_last_cycle} queries")
+        jobs, jn = jobs_from(args.snapshot, args.timeout)
+        notes += jn
+    if leaf_of:
+        win = Window(**{**win.__dict__, "leaf_of": {**win.leaf_of, **leaf_of}})
+    return diagnose(win, jobs), notes
+
+
+def _ts(t) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(t)) if t is not None and math.isfinite(t) else "-"
+
+
+def render_table(diag, notes: list[str]) -> str:
+    rows = [("JOBID", "NODES", "GPUS", "STATE", "CONF", "SINCE(UTC)", "LOST GPU-H", "CULPRIT", "WHY")]
+    for v in diag.verdicts:
+        why = v.reason
+        if not why and v.evidence:
+            e = v.evidence[-1]
+            why = f"{e.signal}{'@' + e.node if e.node else ''}={_num(e.value)} (baseline {_num(e.baseline)}" + \
+                  (f", z={e.z:.1f}, p={e.p:.1e}" if e.z is not None and e.p is not None else "") + ")"
+        rows.append((v.jobid, str(len(v.nodes)), str(v.gpus), v.state, f"{v.confidence:.2f}", _ts(v.since),
+                     f"{v.gpu_hours_lost:.2f}", v.culprit or "-", why[:90]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
+    if diag.incidents:
+        lines += ["", "INCIDENTS (by GPU-hours lost)"]
+        for i in diag.incidents:
+            lines.append(f"  {i.gpu_hours_lost:8.2f} GPU-h  {i.cause:<16} {i.culprit_kind or '-':<12} {i.culprit:<30} "
+                         f"jobs {', '.join(i.jobs[:10])}{' ...' if len(i.jobs) > 10 else ''}")
+    placements = [(v.jobid, p) for v in diag.verdicts for p in v.placement]
+    if placements:
+        lines += ["", "PLACEMENT"]
+        for jid, p in placements:
+            lines.append(f"  job {jid}: {p.kind} {p.node} {p.detail}; expected cost: {p.expected_cost}")
+    for n in list(diag.notes) + notes + ([diag.cluster_reason] if diag.cluster_reason else []):
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def _num(x) -> str:
+    if x is None:
+        return "?"
+    return f"{x:.3g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if bool(args.prometheus) == bool(args.bundle):
+        ap.print_usage(sys.stderr)
+        print("gangwatch diagnose: give exactly one of --prometheus URL or --bundle DIR", file=sys.stderr)
+        return 2
+    diag, notes = run(args)
+    if args.format == "json":
+        doc = diag.to_json()
+        doc["notes"] = list(doc["notes"]) + notes
+        print(json.dumps(doc, indent=1))
+    else:
+        print(render_table(diag, notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Pure figure builders: datasource records in, plotly figures out. No Dash, no data access.
+
+Sizes are bounded here: heatmaps arrive already aggregated (≤ ~400 rows x 240 columns, see
+dashboard/datasource.py) and are sent as rounded numbers, so a refresh stays small; unknown values
+are None (a gap), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.datasource import SIGNALS, Heatmap, NodeSeries
+
+STATE_COLOURS = {"stalled_io": "#e6550d", "stalled_network": "#756bb1", "straggler": "#fdae6b", "hung": "#de2d26",
+                 "idle_gpus": "#969696", "progressing": "#31a354", "insufficient_data": "#bdbdbd"}
+
+
+def template(theme: str | None) -> str:
+    return "plotly_dark" if theme == "dark" else "plotly_white"
+
+
+def _base(fig: go.Figure, theme: str | None, height: int, title: str = "") -> go.Figure:
+    fig.update_layout(template=template(theme), height=height, margin=dict(l=10, r=10, t=36 if title else 10, b=30),
+                      title=dict(text=title, x=0.01, font=dict(size=14)) if title else None,
+                      paper_bgcolor="rgba(0,0,0,0)", uirevision="keep")
+    return fig
+
+
+def _ms(times) -> list[int]:
+    return [int(t * 1000) for t in np.asarray(times, float)]
+
+
+def _rounded(z: np.ndarray, digits: int) -> list[list]:
+    """A matrix as nested lists, NaN -> None, rounded: about 3 characters per cell on the wire."""
+    if z.size == 0:
+        return []
+    r = np.round(z.astype(np.float64), digits)
+    out = r.astype(object)
+    out[np.isnan(r)] = None
+    if digits == 0:
+        ok = ~np.isnan(r)
+        out[ok] = r[ok].astype(np.int64)
+    return out.tolist()
+
+
+def _scale_for(z: np.ndarray) -> tuple[float, str]:
+    """Bytes/s or ticks/s shown in a readable unit: (divisor, prefix)."""
+    with np.errstate(all="ignore"):
+        peak = float(np.nanmax(z)) if z.size and not np.all(np.isnan(z)) else 0.0
+    for div, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if peak >= div:
+            return div, prefix
+    return 1.0, ""
+
+
+def heatmap(hm: Heatmap | None, theme: str | None = None, title: str = "", shade: list[tuple[float, float]] = (),
+            height: int | None = None, colorscale: str = "Viridis") -> go.Figure:
+    """Rows x time heatmap; `shade` marks intervals (e.g. a stall) with a translucent band."""
+    if hm is None or not len(hm.rows):
+        return empty("no data for this view", theme, height or 200)
+    sig = SIGNALS.get(hm.signal)
+    unit = sig.unit if sig else ""
+    z = hm.z
+    div, prefix = (1.0, "") if unit in ("%", "W", "°C") else _scale_for(z)
+    zmax = 100 if unit == "%" else None
+    digits = 0 if unit in ("%", "W", "°C") or div > 1 else 2
+    fig = go.Figure(go.Heatmap(
+        z=_rounded(z / div, digits), x=_ms(hm.times), y=list(hm.rows), zmin=0, zmax=zmax, colorscale=colorscale,
+        colorbar=dict(title=dict(text=f"{prefix}{unit}"), thickness=12), hoverongaps=False,
+        hovertemplate="%{y}<br>%{x|%H:%M:%S}<br>%{z} " + f"{prefix}{unit}<extra></extra>"))
+    rows = len(hm.rows)
+    h = height or int(min(900, max(160, 60 + rows * (14 if rows < 40 else 2))))
+    _base(fig, theme, h, title)
+    fig.update_yaxes(autorange="reversed", showticklabels=rows <= 60, type="category")
+    fig.update_xaxes(type="date")
+    for t0, t1 in shade:
+        fig.add_vrect(x0=int(t0 * 1000), x1=int(t1 * 1000), fillcolor="#de2d26", opacity=0.18, line_width=0,
+                      annotation_text="stall", annotation_position="top left")
+    return fig
+
+
+def node_lines(ns: NodeSeries | None, signal: str, theme: str | None = None, height: int = 240) -> go.Figure:
+    """One line per GPU (or rail, or one for the node) over time."""
+    if ns is None or signal not in ns.values:
+        return empty("no data for this node", theme, height)
+    sig = SIGNALS[signal]
+    v = ns.values[signal]
+    div, prefix = (1.0, "") if sig.unit in ("%", "W", "°C") else _scale_for(v)
+    x = _ms(ns.times)
+    traces = [go.Scattergl(x=x, y=_rounded(row / div, 2), name=ch, mode="lines", line=dict(width=1.3))
+              for ch, row in zip(ns.channels[signal], v)]
+    fig = go.Figure(traces)
+    _base(fig, theme, height, f"{sig.label} ({prefix}{sig.unit})")
+    fig.update_xaxes(type="date")
+    if sig.unit == "%":
+        fig.update_yaxes(range=[0, 105])
+    fig.update_layout(legend=dict(orientation="h", y=-0.25, font=dict(size=10)))
+    return fig
+
+
+def freed_gpus(now: float, ends: list[tuple[float, int]], free_now: int, top: tuple[float, int, str] | None,
+               reservations: list[tuple[str, float, float]], theme: str | None = None, horizon: float = 86400.0,
+               height: int = 300) -> go.Figure:
+    """GPUs free over the next `horizon` seconds if every running job runs to its time limit, with
+    the top pending job's reserved start and GPU need, and reservations as bands."""
+    ends = sorted((max(t, now), g) for t, g in ends if t <= now + horizon)
+    xs, ys = [now], [free_now]
+    level = free_now
+    for t, g in ends:
+        level += g
+        xs += [t, t]
+        ys += [ys[-1], level]
+    xs.append(now + horizon)
+    ys.append(level)
+    fig = go.Figure(go.Scatter(x=_ms(xs), y=ys, mode="lines", name="GPUs free (running jobs to their limits)",
+                               line=dict(shape="linear", width=2), fill="tozeroy"))
+    if top is not None:
+        t, need, jobid = top
+        if math.isfinite(t):
+            fig.add_vline(x=int(t * 1000), line_dash="dash", line_color="#de2d26")
+            fig.add_annotation(x=int(t * 1000), y=need, text=f"job {jobid} reserved start", showarrow=True)
+        fig.add_hline(y=need, line_dash="dot", line_color="#de2d26", annotation_text=f"top job needs {need} GPUs")
+    for name, t0, t1 in reservations:
+        fig.add_vrect(x0=int(max(t0, now) * 1000), x1=int(min(t1, now + horizon) * 1000), fillcolor="#3182bd",
+                      opacity=0.15, line_width=0, annotation_text=f"reservation {name}")
+    _base(fig, theme, height, "GPUs that free up as running jobs reach their time limits")
+    fig.update_xaxes(type="date")
+    fig.update_layout(showlegend=False)
+    return fig
+
+
+def dependency_graph(edges: list[tuple[str, str]], labels: dict[str, str], theme: str | None = None,
+                     height: int = 320) -> go.Figure:
+    """Pending chains: nodes are jobs, laid out in columns by depth, arrows from dependency to dependant."""
+    if not edges:
+        return empty("no pending job depends on another", theme, 120)
+    parents: dict[str, list[str]] = {}
+    nodes = set()
+    for a, b in edges:
+        parents.setdefault(b, []).append(a)
+        nodes |= {a, b}
+    depth: dict[str, int] = {}
+
+    def d(n: str, seen=()) -> int:
+        if n in depth:
+            return depth[n]
+        if n in seen:  # a cycle: Slurm would reject it, but the data could still hold one
+            return 0
+        depth[n] = 1 + max((d(p, seen + (n,)) for p in parents.get(n, [])), default=-1)
+        return depth[n]
+
+    for n in sorted(nodes):
+        d(n)
+    cols: dict[int, list[str]] = {}
+    for n in sorted(nodes, key=lambda n: (depth[n], n)):
+        cols.setdefault(depth[n], []).append(n)
+    pos = {n: (c, -k) for c, ns in cols.items() for k, n in enumerate(ns)}
+    ex, ey = [], []
+    for a, b in edges:
+        ex += [pos[a][0], pos[b][0], None]
+        ey += [pos[a][1], pos[b][1], None]
+    fig = go.Figure([go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#888", width=1), hoverinfo="skip"),
+                     go.Scatter(x=[pos[n][0] for n in pos], y=[pos[n][1] for n in pos], mode="markers+text",
+                                text=list(pos), textposition="top center", marker=dict(size=12),
+                                hovertext=[labels.get(n, n) for n in pos], hoverinfo="text")])
+    _base(fig, theme, height, "Dependencies of pending jobs (left: what they wait for)")
+    fig.update_layout(showlegend=False)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def empty(message: str, theme: str | None = None, height: int = 160) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    _base(fig, theme, height)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig

@@ -1,0 +1,61 @@
+"""Network (`/network`): InfiniBand congestion per leaf switch over the last hour (transmit wait,
+summed over the switch's nodes), and the gangs spanning the congested switches. Linked only where
+a metric source provides per-port series."""
+
+from __future__ import annotations
+
+import numpy as np
+from dash import Input, Output, dcc, html
+
+from dashboard import figures, ids, ui
+from dashboard.datasource import Datasource, nanmean
+
+TITLE = "Network"
+# A leaf whose recent transmit wait exceeds this multiple of the median leaf is congested (the
+# diagnosis uses the same 10x for ports; healthy all-reduce keeps leaves within a few x).
+CONGESTED_RATIO = 10.0
+
+
+def available(ds: Datasource) -> bool:
+    return ds.leaf_series(60.0) is not None
+
+
+def congested(ds: Datasource) -> list[str]:
+    hm = ds.leaf_series(300.0)
+    if hm is None or not hm.z.size:
+        return []
+    recent = nanmean(hm.z[:, -4:], axis=1)
+    med = float(np.nanmedian(recent)) or 1.0
+    return [leaf for leaf, v in zip(hm.rows, recent) if v > CONGESTED_RATIO * med]
+
+
+def gangs(ds: Datasource, ctx: ui.Ctx):
+    hot = set(congested(ds))
+    snap = ds.snapshot()
+    leaf_of = getattr(ds, "leaf_of", None)
+    if not hot or snap is None or leaf_of is None:
+        return html.P("No leaf switch is congested now." if snap is not None else "No data.", className="gw-muted")
+    rows = []
+    for j in snap.jobs:
+        if j.state == "RUNNING" and j.gang_size > 1:
+            leaves = {leaf_of(n) for n in j.nodes}
+            if leaves & hot:
+                rows.append([ui.job_link(ctx, j.job_id), j.name, j.user, str(j.gang_size), ", ".join(sorted(leaves & hot)),
+                             str(len(leaves))])
+    return html.Div([html.P(f"Congested now: {', '.join(sorted(hot))}."),
+                     ui.table(["job", "name", "user", "nodes", "congested leaves", "leaves spanned"], rows,
+                              empty="No gang spans the congested switches.")])
+
+
+def layout(ds: Datasource, ctx: ui.Ctx):
+    return html.Div([html.H1("Network"),
+                     ui.section("InfiniBand transmit wait per leaf switch (last hour)",
+                                dcc.Graph(id=ids.NETWORK_HEATMAP, config={"displaylogo": False}),
+                                note="Transmit wait counts the ticks a port had data but no credits: congestion."),
+                     ui.section("Gangs spanning congested switches", html.Div(gangs(ds, ctx), id=ids.NETWORK_GANGS))])
+
+
+def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
+    @app.callback(Output(ids.NETWORK_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
+    def fig(_n, theme):
+        return figures.heatmap(ds.leaf_series(), theme, colorscale="Inferno")

@@ -1,0 +1,184 @@
+"""Overview (`/`): is anything wasting GPUs now, why, what does it cost.
+
+Headline figures, incidents ranked by GPU-hours lost, the node x time heatmap of GPU utilisation
+(aggregated on the server: nodes sorted by their mean, lowest first, at most 400 rows x 240
+columns whatever the node count), and the flagged jobs. Refreshes on the shell's interval: when
+the data version has not changed nothing is sent; when it has, the heatmap is patched (data only,
+layout untouched).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from dash import Input, Output, Patch, State, ctx as dash_ctx, dcc, html, no_update
+
+from dashboard import figures, ids, ui
+from dashboard.datasource import Datasource, Findings
+
+TITLE = "Overview"
+HEATMAP_WINDOW = 3600.0
+
+
+@dataclass(frozen=True)
+class Summary:
+    gpus_total: int
+    gpus_allocated: int
+    gpus_idle: int
+    gpus_down: int
+    running: int
+    pending: int
+    pending_gangs: int
+    gang_wait_max: float | None
+    gang_wait_median: float | None
+    flagged: int
+    lost_hour: float
+    lost_day: float
+
+
+def lost_within(f: Findings, now: float, span: float) -> float:
+    """GPU-hours lost in the last `span` seconds, pro rata over each stall's duration."""
+    total = 0.0
+    for v in f.verdicts:
+        if not v.flagged or not v.gpu_hours_lost:
+            continue
+        dur = max(1.0, now - v.since) if v.since is not None else span
+        total += v.gpu_hours_lost * min(1.0, span / dur)
+    return total
+
+
+def summarise(ds: Datasource) -> Summary | None:
+    snap = ds.snapshot()
+    if snap is None:
+        return None
+    now = ds.now()
+    total = alloc = down = 0
+    for n in snap.nodes:
+        g = n.gpus_total or 0
+        total += g
+        if n.down or n.drain or n.state in ("FUTURE", "UNKNOWN", "POWERED_DOWN") or "NOT_RESPONDING" in n.state_flags:
+            down += g - (n.gpus_allocated or 0)
+        alloc += n.gpus_allocated or 0
+    running = [j for j in snap.jobs if j.state == "RUNNING"]
+    pending = [j for j in snap.jobs if j.state == "PENDING"]
+    gangs = [j for j in pending if j.gang_size > 1]
+    waits = [now - j.submit_time for j in gangs if j.submit_time is not None]
+    f = ds.findings()
+    return Summary(total, alloc, max(0, total - alloc - down), down, len(running), len(pending), len(gangs),
+                   max(waits) if waits else None, statistics.median(waits) if waits else None,
+                   sum(1 for v in f.verdicts if v.flagged), lost_within(f, now, 3600.0), lost_within(f, now, 86400.0))
+
+
+def cards(ds: Datasource):
+    s = summarise(ds)
+    if s is None:
+        return html.P("No scheduler data yet.", className="gw-muted")
+    f = ds.findings()
+    est = "estimated; " + f.source if f.source != "diagnosis" else "from the diagnosis"
+    return html.Div([
+        ui.card("GPUs allocated", f"{s.gpus_allocated:,}", f"of {s.gpus_total:,} ({s.running:,} running jobs)"),
+        ui.card("GPUs idle", f"{s.gpus_idle:,}", "free on usable nodes"),
+        ui.card("GPUs down", f"{s.gpus_down:,}", "on down or drained nodes"),
+        ui.card("GPU-hours lost, last hour", ui.fmt_num(s.lost_hour), est),
+        ui.card("GPU-hours lost, last day", ui.fmt_num(s.lost_day), f"{s.flagged} flagged jobs now"),
+        ui.card("Pending gang jobs", f"{s.pending_gangs:,}", f"longest wait {ui.fmt_dur(s.gang_wait_max)}, "
+                f"median {ui.fmt_dur(s.gang_wait_median)}; {s.pending:,} pending in all"),
+    ], className="gw-cards")
+
+
+def incidents(ds: Datasource, ctx: ui.Ctx, limit: int = 20):
+    f = ds.findings()
+    now = ds.now()
+    rows = [[str(k), ui.state_badge(i.cause), i.culprit,
+             ui.fmt_num(i.gpu_hours_lost), ui.fmt_dur(now - i.since if i.since else None),
+             html.Span([x for n, j in enumerate(i.jobs[:10]) for x in ((" ",) if n else ()) + (ui.job_link(ctx, j),)]
+                       + ([f" +{len(i.jobs) - 10} more"] if len(i.jobs) > 10 else []))]
+            for k, i in enumerate(f.incidents[:limit], 1)]
+    return ui.table(["#", "cause", "culprit", "GPU-h lost", "for", "jobs"], rows,
+                    empty="No incidents: no running job is flagged.")
+
+
+def flagged(ds: Datasource, ctx: ui.Ctx, limit: int = 50):
+    f = ds.findings()
+    snap = ds.snapshot()
+    now = ds.now()
+    jobs = {str(j.job_id): j for j in snap.jobs} if snap else {}
+    rows = []
+    for v in sorted((v for v in f.verdicts if v.flagged), key=lambda v: -(v.gpu_hours_lost or 0))[:limit]:
+        j = jobs.get(v.jobid)
+        rows.append([ui.job_link(ctx, v.jobid), j.name if j else "", j.user if j else "", ui.state_badge(v.state),
+                     v.culprit, str(v.gpus if v.gpus is not None else "—"), ui.fmt_num(v.gpu_hours_lost),
+                     ui.fmt_dur(now - v.since if v.since else None)])
+    return ui.table(["job", "name", "user", "verdict", "culprit", "GPUs", "GPU-h lost", "for"], rows,
+                    empty="No flagged jobs.")
+
+
+def layout(ds: Datasource, ctx: ui.Ctx):
+    f = ds.findings()
+    src = f"Findings: {f.source}." + (" The diagnosis is not available here; these are the simulator's injected faults."
+                                      if f.source == "simulator ground truth" else "")
+    return html.Div([
+        html.H1("Overview"),
+        dcc.Store(id=ids.OV_VERSION, data=ds.status().version),
+        dcc.Store(id=ids.OV_HEATMAP_VERSION),
+        html.Div(cards(ds), id=ids.OV_CARDS),
+        ui.section("Incidents, by GPU-hours lost", html.Div(incidents(ds, ctx), id=ids.OV_INCIDENTS),
+                   html.P(src, id=ids.OV_FINDINGS_SOURCE, className="gw-muted")),
+        ui.section("GPU utilisation, node x time (last hour)",
+                   dcc.Graph(id=ids.OV_HEATMAP, config={"displaylogo": False}),
+                   note="Nodes sorted by their mean utilisation, lowest first; on large clusters each row "
+                        "averages several nodes (its label names the first). Click a row to open that node."),
+        ui.section("Flagged jobs", html.Div(flagged(ds, ctx), id=ids.OV_FLAGGED)),
+    ])
+
+
+def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
+    @app.callback(Output(ids.OV_CARDS, "children"), Output(ids.OV_INCIDENTS, "children"),
+                  Output(ids.OV_FLAGGED, "children"), Output(ids.OV_VERSION, "data"),
+                  Input(ids.REFRESH, "n_intervals"), State(ids.OV_VERSION, "data"), prevent_initial_call=True)
+    def refresh(_n, version):
+        return refresh_tables(ds, ctx, version)
+
+    @app.callback(Output(ids.OV_HEATMAP, "figure"), Output(ids.OV_HEATMAP_VERSION, "data"),
+                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"), State(ids.OV_HEATMAP_VERSION, "data"))
+    def heatmap(_n, theme, version):
+        return heatmap_update(ds, dash_ctx.triggered_id, theme, version)
+
+    @app.callback(Output(ids.NAV_URL, "pathname"), Input(ids.OV_HEATMAP, "clickData"), prevent_initial_call=True)
+    def open_node(click):
+        return node_from_click(click, ctx)
+
+
+def refresh_tables(ds: Datasource, ctx: ui.Ctx, version):
+    now_version = ds.status().version
+    if now_version == version:
+        return no_update, no_update, no_update, no_update
+    return cards(ds), incidents(ds, ctx), flagged(ds, ctx), now_version
+
+
+def heatmap_update(ds: Datasource, trigger, theme, version):
+    """Full figure on first draw or theme change; on a refresh tick nothing when the data has not
+    changed, else a Patch of the trace's data (layout untouched). Returns (figure, version)."""
+    now_version = ds.status().version
+    if trigger == ids.REFRESH and version is not None:
+        if now_version == version:
+            return no_update, no_update
+        hm = ds.heatmap("gpu_util", HEATMAP_WINDOW)
+        if hm is None:
+            return no_update, no_update
+        fig = figures.heatmap(hm, theme)
+        patch = Patch()
+        patch["data"][0]["z"] = fig.data[0].z
+        patch["data"][0]["x"] = fig.data[0].x
+        patch["data"][0]["y"] = fig.data[0].y
+        return patch, now_version
+    return figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme), now_version
+
+
+def node_from_click(click, ctx: ui.Ctx):
+    try:
+        label = click["points"][0]["y"]
+    except (TypeError, KeyError, IndexError):
+        return no_update
+    return ctx.node(str(label).split(" +")[0])

@@ -1,0 +1,134 @@
+"""Queue (`/queue`): what could run now and when the top jobs start.
+
+Per partition, the backfill planner's top job and its reserved start (shadow time), the windows
+free now and until when (as Maui's `showbf`), and the jobs startable now without delaying the top
+job; GPUs freed over the next day as running jobs reach their time limits, with reservations;
+why every pending job waits; the dependency graph of pending chains; fairshare and priority."""
+
+from __future__ import annotations
+
+from dash import Input, Output, dcc, html
+
+from dashboard import figures, ids, ui
+from dashboard.datasource import Datasource
+
+TITLE = "Queue"
+WHY_ROWS = 100
+
+
+def plan_block(ds: Datasource, ctx: ui.Ctx):
+    plan = ds.backfill()
+    if plan is None:
+        return html.P("No backfill plan (no scheduler snapshot, or the planner failed).", className="gw-muted")
+    now = ds.now()
+    out = []
+    for p in plan.partitions:
+        top = p.top_job
+        head = (["Top job ", ui.job_link(ctx, top.job_id), f": reserved start {ui.fmt_time(top.shadow_time)} "
+                 f"(in {ui.fmt_dur(top.shadow_time - now)}) on {len(top.nodes)} node(s)"]
+                if top else ["No job waits for resources in this partition."])
+        windows = ui.table(["nodes", "GPUs per node", "CPUs per node", "free until", "node list"],
+                           [[str(w.nodes), str(w.gpus_per_node), str(w.cpus),
+                             "no limit" if w.until is None else f"{ui.fmt_time(w.until)} ({ui.fmt_dur(w.until - now)})",
+                             w.node_list] for w in p.windows], empty="Nothing free now.")
+        start = ui.table(["job", "by", "nodes", "ends by"],
+                         [[ui.job_link(ctx, s.job_id), s.by, s.node_list if hasattr(s, "node_list") else ", ".join(s.nodes),
+                           ui.fmt_time(s.end)] for s in p.startable], empty="No pending job can start now.")
+        out.append(html.Div([html.H3(f"Partition {p.name}: {p.nodes_usable} of {p.nodes_total} nodes usable"),
+                             html.P(head), html.H4("Free now (windows)"), windows,
+                             html.H4("Startable now without delaying the top job"), start], className="gw-partition"))
+    return html.Div(out)
+
+
+def freed(ds: Datasource, theme):
+    snap = ds.snapshot()
+    if snap is None:
+        return figures.empty("no scheduler data", theme)
+    now = ds.now()
+    ends = [((j.start_time or now) + j.time_limit_seconds, j.gpus or 0) for j in snap.jobs
+            if j.state == "RUNNING" and j.time_limit_seconds is not None]
+    free_now = sum(max(0, (n.gpus_total or 0) - (n.gpus_allocated or 0)) for n in snap.nodes
+                   if not (n.drain or n.down))
+    plan = ds.backfill()
+    top = None
+    if plan is not None:
+        # the largest top job: the gang whose wait the backfill windows exist for
+        tops = []
+        for p in plan.partitions:
+            if p.top_job is not None:
+                job = snap.job(int(p.top_job.job_id)) if p.top_job.job_id.isdigit() else None
+                tops.append((p.top_job.shadow_time, (job.gpus or 0) if job else 0, p.top_job.job_id))
+        if tops:
+            top = max(tops, key=lambda t: (t[1], -t[0]))
+    resv = [(r.name, r.start_time, r.end_time) for r in snap.reservations if r.start_time and r.end_time]
+    return figures.freed_gpus(now, ends, free_now, top, resv, theme)
+
+
+def why_table(ds: Datasource, ctx: ui.Ctx):
+    plan = ds.backfill()
+    snap = ds.snapshot()
+    if plan is None or snap is None:
+        return html.P("No plan.", className="gw-muted")
+    jobs = {str(j.job_id): j for j in snap.jobs}
+    rows = []
+    for w in sorted((w for p in plan.partitions for w in p.why), key=lambda w: (w.partition, w.rank))[:WHY_ROWS]:
+        j = jobs.get(w.job_id)
+        rows.append([ui.job_link(ctx, w.job_id), w.partition, str(w.rank), j.user if j else "", j.name if j else "",
+                     str(j.gpus if j and j.gpus is not None else "—"), w.state,
+                     "; ".join(r.message for r in w.reasons[:2]), ui.fmt_time(w.expected_start),
+                     ui.fmt_num(ui.why_field(w, "priority"), 0)])
+    return ui.table(["job", "partition", "rank", "user", "name", "GPUs", "plan", "why", "expected start", "priority"],
+                    rows, empty="No pending jobs.")
+
+
+def reservations(ds: Datasource):
+    snap = ds.snapshot()
+    rows = [[r.name, ui.fmt_time(r.start_time), ui.fmt_time(r.end_time), str(len(r.nodes)), ", ".join(r.flags),
+             ", ".join(r.users + r.accounts)] for r in (snap.reservations if snap else ())]
+    return ui.table(["name", "start", "end", "nodes", "flags", "users/accounts"], rows, empty="No reservations.")
+
+
+def deps(ds: Datasource, theme):
+    snap = ds.snapshot()
+    edges, labels = [], {}
+    for j in (snap.jobs if snap else ()):
+        if j.state == "PENDING":
+            for d in j.dependencies:
+                if d.job_id:
+                    edges.append((d.job_id, str(j.job_id)))
+                    labels[str(j.job_id)] = f"{j.job_id} {d.kind}:{d.job_id} ({d.state or '?'})"
+    return figures.dependency_graph(edges, labels, theme)
+
+
+def fairshare(ds: Datasource):
+    snap = ds.snapshot()
+    rows = [["  " * r.depth + r.account, r.user, ui.fmt_num(r.norm_shares, 3), ui.fmt_num(r.effective_usage, 3),
+             ui.fmt_num(r.fairshare, 3)] for r in (snap.fairshare if snap else ())][:200]
+    return ui.table(["account", "user", "norm. shares", "effective usage", "fairshare"], rows,
+                    empty="The scheduler reported no fairshare tree (sshare).")
+
+
+def layout(ds: Datasource, ctx: ui.Ctx):
+    return html.Div([
+        html.H1("Queue"),
+        ui.section("Backfill plan", html.Div(plan_block(ds, ctx), id=ids.QUEUE_PLAN),
+                   note="Estimates are gangwatch's (EASY backfill over the running jobs' time limits) unless "
+                        "labelled Slurm's."),
+        ui.section("Timeline", dcc.Graph(id=ids.QUEUE_FREED, config={"displaylogo": False})),
+        ui.section("Why pending jobs wait", html.Div(why_table(ds, ctx), id=ids.QUEUE_WHY)),
+        ui.section("Reservations", html.Div(reservations(ds), id=ids.QUEUE_RESERVATIONS)),
+        ui.section("Dependencies", dcc.Graph(id=ids.QUEUE_DEPS, config={"displaylogo": False})),
+        ui.section("Fairshare", html.Div(fairshare(ds), id=ids.QUEUE_FAIRSHARE)),
+    ])
+
+
+def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
+    @app.callback(Output(ids.QUEUE_FREED, "figure"), Output(ids.QUEUE_DEPS, "figure"),
+                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
+    def figs(_n, theme):
+        return freed(ds, theme), deps(ds, theme)
+
+    @app.callback(Output(ids.QUEUE_PLAN, "children"), Output(ids.QUEUE_WHY, "children"),
+                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
+    def tables(_n):
+        return plan_block(ds, ctx), why_table(ds, ctx)

@@ -1,0 +1,52 @@
+"""Storage (`/storage`): per Lustre target, read throughput over the last hour, and the running
+jobs reading the most. Linked only where a metric source provides per-target series."""
+
+from __future__ import annotations
+
+import numpy as np
+from dash import Input, Output, dcc, html
+
+from dashboard import figures, ids, ui
+from dashboard.datasource import Datasource
+
+TITLE = "Storage"
+
+
+def available(ds: Datasource) -> bool:
+    return ds.ost_series(60.0) is not None
+
+
+def top_jobs(ds: Datasource, ctx: ui.Ctx, limit: int = 20):
+    """Jobs by the Lustre reads of their nodes now (a node's reads shared by its jobs' GPU share)."""
+    snap = ds.snapshot()
+    hm = ds.heatmap("io_read", 120.0, max_rows=10**9, max_cols=1)
+    if snap is None or hm is None:
+        return ui.table([], [], empty="No data.")
+    node_rate = {m[0]: float(hm.z[k, -1]) for k, m in enumerate(hm.row_nodes) if hm.z.shape[1] and not np.isnan(hm.z[k, -1])}
+    gpus_on = {n.name: n.gpus_allocated or 0 for n in snap.nodes}
+    rates = []
+    for j in snap.jobs:
+        if j.state != "RUNNING":
+            continue
+        r = 0.0
+        for a in j.allocations:
+            share = (a.gpus or 0) / gpus_on[a.node] if gpus_on.get(a.node) else 1.0
+            r += node_rate.get(a.node, 0.0) * share
+        rates.append((r, j))
+    rates.sort(key=lambda x: -x[0])
+    rows = [[ui.job_link(ctx, j.job_id), j.name, j.user, str(j.gang_size), f"{r / 1e6:,.1f}"] for r, j in rates[:limit]]
+    return ui.table(["job", "name", "user", "nodes", "read MB/s"], rows)
+
+
+def layout(ds: Datasource, ctx: ui.Ctx):
+    return html.Div([html.H1("Storage"),
+                     ui.section("Read throughput per object storage target (last hour)",
+                                dcc.Graph(id=ids.STORAGE_HEATMAP, config={"displaylogo": False}),
+                                note="A target much slower than its peers stalls every job striped on it."),
+                     ui.section("Top jobs by reads now", html.Div(top_jobs(ds, ctx), id=ids.STORAGE_TOP))])
+
+
+def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
+    @app.callback(Output(ids.STORAGE_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
+    def fig(_n, theme):
+        return figures.heatmap(ds.ost_series(), theme, colorscale="Cividis")

@@ -1,0 +1,157 @@
+"""Metric source: the Prometheus HTTP API (also Thanos, Mimir, VictoriaMetrics: same API).
+
+One range query per diagnosis signal (`/api/v1/query_range`), aggregated on the server to one
+series per node (and GPU, port or target): `avg by (<host labels>, gpu) (...)`, `sum by (...)
+(rate(...[1m]))`. Every exporter schema a signal can come from (schema.MAPPINGS) is OR-ed into the
+same query, so the number of queries per cycle is fixed (`len(plan_queries())`, 17) whatever the
+node count or the schemas in use; plus one instant query for facts (GPU -> job, leaf switch,
+NVLink peers, NUMA). PromQL lives here and nowhere else.
+
+Failure modes: each query has a timeout (httpx, default 10 s); a failed, slow or erroring query
+leaves its signal absent (unknown) and adds a note naming it; Prometheus down means an empty
+window whose notes say so, and the diagnosis then reports insufficient_data with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+
+import httpx
+import numpy as np
+
+from dashboard.analysis.window import Window
+
+from .build import SignalStore
+from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, Mapping, NodeMatcher, sub_key
+
+# Derived signals: numerator and denominator signals from MAPPINGS, divided on the server.
+RATIOS = {"iowait": ("iowait_cpu", "cpu_all", "node"), "latency": ("lat_sum", "lat_count", "target")}
+
+
+def _selector(m: Mapping) -> str:
+    parts = []
+    for k, v in m.filters:
+        op, v = ("!=", v[1:]) if v.startswith("!") else ("=", v)
+        parts.append(f'{k}{op}"{v}"')
+    return m.metric + ("{" + ",".join(parts) + "}" if parts else "")
+
+
+def _expr(m: Mapping, by: str, rate_window: float, step: float) -> str:
+    sel = _selector(m)
+    if m.events:
+        inner = f"sum by ({by}) (increase({sel}[{int(max(step, 1))}s]))"
+    elif m.counter:
+        inner = f"sum by ({by}) (rate({sel}[{int(rate_window)}s]))"
+    else:
+        inner = f"avg by ({by}) ({sel})"
+    return inner if m.scale == 1.0 else f"({inner}) * {m.scale:g}"
+
+
+def plan_queries(rate_window: float = 60.0, step: float = 15.0,
+                 host_labels: tuple[str, ...] = HOST_LABELS) -> list[tuple[str, str, str]]:
+    """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in."""
+    groups: dict[tuple[str, str], list[Mapping]] = defaultdict(list)
+    for m in MAPPINGS:
+        groups[(m.signal, m.level)].append(m)
+    out = []
+    parts = {name for pair in RATIOS.values() for name in pair[:2]}
+    for (signal, level), ms in groups.items():
+        if signal in parts:
+            continue
+        by = ",".join(host_labels + KEY_OF_LEVEL[level])
+        out.append((signal, level, " or ".join(f"({_expr(m, by, rate_window, step)})" for m in ms)))
+    for signal, (num, den, level) in RATIOS.items():
+        by = ",".join(host_labels + KEY_OF_LEVEL[level])
+        nums = [m for m in MAPPINGS if m.signal == num]
+        dens = {m.metric.split("_")[0]: m for m in MAPPINGS if m.signal == den}
+        exprs = []
+        for n in nums:
+            d = dens.get(n.metric.split("_")[0])
+            if d is not None:
+                exprs.append(f"({_expr(n, by, rate_window, step)}) / ({_expr(d, by, rate_window, step)})")
+        out.append((signal, level, " or ".join(f"({e})" for e in exprs)))
+    return out
+
+
+INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gpu_nvlink_peer_info or "
+              "gangwatch_gpu_affinity_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) "
+              '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
+
+
+class PrometheusSource:
+    name = "prometheus"
+
+    def __init__(self, url: str, timeout: float = 10.0, rate_window: float = 60.0, matcher: NodeMatcher | None = None,
+                 client: httpx.Client | None = None, headers: dict | None = None):
+        self.url = url.rstrip("/")
+        self.rate_window = rate_window
+        self.matcher = matcher or NodeMatcher()
+        self.client = client or httpx.Client(timeout=httpx.Timeout(timeout), headers=headers or {})
+        self.queries_last_cycle = 0
+
+    def _get(self, path: str, params: dict) -> dict:
+        self.queries_last_cycle += 1
+        r = self.client.get(self.url + path, params=params)
+        r.raise_for_status()
+        doc = r.json()
+        if doc.get("status") != "success":
+            raise RuntimeError(doc.get("error") or "status not success")
+        return doc.get("data") or {}
+
+    def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0) -> Window:
+        self.queries_last_cycle = 0
+        end = time.time() if end is None else float(end)
+        end = math.floor(end / step) * step
+        start = end - step * math.floor(span / step)
+        store = SignalStore()
+        failed = []
+        for signal, level, q in plan_queries(self.rate_window, step, self.matcher.host_labels):
+            try:
+                data = self._get("/api/v1/query_range", {"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                                         "step": f"{step:g}"})
+            except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+                failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
+                continue
+            add_matrix(store, signal, level, data, self.matcher)
+        try:
+            data = self._get("/api/v1/query", {"query": INFO_QUERY, "time": f"{end:.3f}"})
+            add_info(store, data, self.matcher)
+        except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+            failed.append(f"facts ({type(exc).__name__})")
+        if failed:
+            store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
+                               + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else ""))
+        return store.window(start, end, step)
+
+
+_PROBE = Mapping("", "gpu", "")
+
+
+def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher: NodeMatcher) -> None:
+    probe = Mapping(signal, level, "")
+    for series in data.get("result") or []:
+        labels = series.get("metric") or {}
+        node = matcher(labels)
+        key = sub_key(probe, labels)
+        if node is None or key is None:
+            continue
+        vals = series.get("values") or ([series["value"]] if series.get("value") else [])
+        try:
+            ts = np.array([float(v[0]) for v in vals])
+            vs = np.array([float(v[1]) for v in vals])
+        except (TypeError, ValueError, IndexError):
+            continue
+        store.add(signal, level, node, key, ts, vs, "mean")
+
+
+def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:
+    for series in data.get("result") or []:
+        labels = series.get("metric") or {}
+        name = labels.get("__name__", "")
+        node = matcher(labels)
+        if not name and labels.get(HPC_JOB_LABEL) and node and labels.get("gpu", "").isdigit():
+            store.gpu_jobs[(node, int(labels["gpu"]))] = labels[HPC_JOB_LABEL]
+        else:
+            store.add_info(name, labels, node)

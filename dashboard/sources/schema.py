@@ -1,0 +1,163 @@
+"""Which exporter metric feeds which diagnosis signal: the one mapping table, and host-name matching.
+
+Schemas: gangwatch's own agent (`gangwatch_*`), node_exporter (`node_*`), dcgm-exporter
+(`DCGM_FI_*`, host label `Hostname` or `hostname`, job label `hpc_job`), the Lustre exporters
+(`lustre_*`, HPE/GSI names) and gpfs_exporter (`gpfs_*`). Keys are metric names, never HELP texts
+(older dcgm-exporter HELP says "(in %)" for 0-1 ratios and "(in KB)" for byte rates).
+
+A row: signal, level (gpu / rail / node / target), metric, whether it is a counter (turned into a
+per-second rate, or per-step increase for event counters), a scale to base units, label filters
+(exact values; a leading `!` excludes), and how several series of the same key combine (`mean`
+for GPU-wide gauges repeated per MIG instance, `sum` for per-target or per-CPU counters).
+
+Nodes are matched to Slurm by the first of `HOST_LABELS` present, with the port and the domain
+stripped (`node0001.cluster.local:9810` -> `node0001`); `NodeMatcher` also takes an alias map
+for hosts whose exporter name differs from Slurm's (cloud instance ids, k8s node names).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Host labels in order of preference. `exported_instance` is where Prometheus moves an exporter's
+# own `instance` label when it collides with the scrape target's (honor_labels: false).
+HOST_LABELS = ("node", "hostname", "Hostname", "nodename", "exported_instance", "instance")
+
+
+@dataclass(frozen=True)
+class Mapping:
+    signal: str
+    level: str  # gpu, rail, node, target
+    metric: str
+    counter: bool = False
+    scale: float = 1.0
+    filters: tuple[tuple[str, str], ...] = ()
+    combine: str = "mean"  # how series with the same (node, key) combine: mean or sum
+    events: bool = False  # counter of events: per-step increase, not per-second rate
+
+
+MIB = float(1 << 20)
+
+MAPPINGS: tuple[Mapping, ...] = (
+    # ---- GPU (key: the `gpu` index label; MIG instances of one GPU average into it)
+    Mapping("util", "gpu", "gangwatch_gpu_utilization_ratio"),
+    Mapping("util", "gpu", "DCGM_FI_DEV_GPU_UTIL", scale=0.01),  # percent
+    Mapping("sm", "gpu", "gangwatch_gpu_prof_sm_active_ratio"),
+    Mapping("sm", "gpu", "DCGM_FI_PROF_SM_ACTIVE"),  # ratio despite old HELP "(in %)"
+    Mapping("power", "gpu", "gangwatch_gpu_power_watts"),
+    Mapping("power", "gpu", "DCGM_FI_DEV_POWER_USAGE"),
+    Mapping("mem", "gpu", "gangwatch_gpu_memory_used_bytes"),
+    Mapping("mem", "gpu", "DCGM_FI_DEV_FB_USED", scale=MIB),  # MiB
+    Mapping("clock", "gpu", "gangwatch_gpu_clock_hz", filters=(("clock", "sm"),)),
+    Mapping("clock", "gpu", "DCGM_FI_DEV_SM_CLOCK", scale=1e6),  # MHz
+    # ---- InfiniBand (key: device/port)
+    Mapping("ib_tx", "rail", "gangwatch_infiniband_port_transmit_data_bytes_total", counter=True),
+    Mapping("ib_tx", "rail", "node_infiniband_port_data_transmitted_bytes_total", counter=True),
+    Mapping("ib_rx", "rail", "gangwatch_infiniband_port_receive_data_bytes_total", counter=True),
+    Mapping("ib_rx", "rail", "node_infiniband_port_data_received_bytes_total", counter=True),
+    Mapping("ib_wait", "rail", "gangwatch_infiniband_port_transmit_wait_ticks_total", counter=True),
+    Mapping("ib_wait", "rail", "node_infiniband_port_transmit_wait_total", counter=True),
+    Mapping("ib_down", "rail", "gangwatch_infiniband_port_link_downed_total", counter=True, events=True),
+    Mapping("ib_down", "rail", "node_infiniband_link_downed_total", counter=True, events=True),
+    # ---- filesystem clients, per node (all targets summed)
+    Mapping("fs_read", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
+            filters=(("operation", "read"), ("type", "osc")), combine="sum"),
+    Mapping("fs_write", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
+            filters=(("operation", "write"), ("type", "osc")), combine="sum"),
+    Mapping("fs_read", "node", "gangwatch_gpfs_read_bytes_total", counter=True, combine="sum"),
+    Mapping("fs_write", "node", "gangwatch_gpfs_write_bytes_total", counter=True, combine="sum"),
+    Mapping("fs_read", "node", "gpfs_perf_read_bytes_total", counter=True, combine="sum"),
+    Mapping("fs_write", "node", "gpfs_perf_write_bytes_total", counter=True, combine="sum"),
+    Mapping("fs_read", "node", "lustre_read_bytes_total", counter=True, filters=(("component", "client"),), combine="sum"),
+    Mapping("fs_write", "node", "lustre_write_bytes_total", counter=True, filters=(("component", "client"),), combine="sum"),
+    # ---- pressure and CPU, per node
+    Mapping("psi_io", "node", "gangwatch_pressure_waiting_seconds_total", counter=True, filters=(("resource", "io"),)),
+    Mapping("psi_io", "node", "node_pressure_io_waiting_seconds_total", counter=True),
+    Mapping("iowait_cpu", "node", "gangwatch_cpu_seconds_total", counter=True, filters=(("mode", "iowait"),), combine="sum"),
+    Mapping("iowait_cpu", "node", "node_cpu_seconds_total", counter=True, filters=(("mode", "iowait"),), combine="sum"),
+    Mapping("cpu_all", "node", "gangwatch_cpu_seconds_total", counter=True, combine="sum"),
+    Mapping("cpu_all", "node", "node_cpu_seconds_total", counter=True, combine="sum"),
+    Mapping("nic_rx", "node", "gangwatch_network_receive_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
+    Mapping("nic_rx", "node", "node_network_receive_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
+    Mapping("nic_tx", "node", "gangwatch_network_transmit_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
+    Mapping("nic_tx", "node", "node_network_transmit_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
+    # ---- filesystem targets, per node (key: target)
+    Mapping("read", "target", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
+            filters=(("operation", "read"), ("type", "osc")), combine="sum"),
+    Mapping("read", "target", "lustre_read_bytes_total", counter=True, filters=(("component", "client"),), combine="sum"),
+    Mapping("lat_sum", "target", "gangwatch_lustre_client_target_operation_latency_seconds_total", counter=True,
+            filters=(("operation", "ost_read"),), combine="sum"),
+    Mapping("lat_count", "target", "gangwatch_lustre_client_target_operations_total", counter=True,
+            filters=(("operation", "ost_read"),), combine="sum"),
+)
+
+# Facts (instant values): GPU -> job, leaf switch, NVLink peers, NUMA affinity.
+INFO_METRICS = ("gangwatch_job_gpu_info", "gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info",
+                "gangwatch_gpu_affinity_info")
+HPC_JOB_LABEL = "hpc_job"  # dcgm-exporter's job label (set from the prolog's GPU -> job files)
+
+BY_METRIC: dict[str, tuple[Mapping, ...]] = {}
+for _m in MAPPINGS:
+    BY_METRIC[_m.metric] = BY_METRIC.get(_m.metric, ()) + (_m,)
+
+KEY_OF_LEVEL = {"gpu": ("gpu",), "rail": ("device", "port"), "target": ("target",), "node": ()}
+
+
+def matches(m: Mapping, labels: dict[str, str]) -> bool:
+    for k, v in m.filters:
+        have = labels.get(k)
+        if v.startswith("!"):
+            if have == v[1:]:
+                return False
+        elif have != v:
+            return False
+    return True
+
+
+def sub_key(m: Mapping, labels: dict[str, str]) -> str | None:
+    """The per-node key of a series (GPU index, "device/port", target) or None when it lacks one."""
+    if m.level == "gpu":
+        g = labels.get("gpu", "")
+        return g if g.isdigit() else None
+    if m.level == "rail":
+        dev = labels.get("device")
+        return f"{dev}/{labels.get('port', '1')}" if dev else None
+    if m.level == "target":
+        return labels.get("target") or labels.get("ost") or None
+    return ""
+
+
+_PORT = re.compile(r":\d+$")
+_IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def short_host(value: str) -> str:
+    """`node0001.cluster.local:9810` -> `node0001`; an IP address stays whole (no domain to strip)."""
+    v = (value or "").strip()
+    if v.startswith("[") and "]" in v:  # [ipv6]:port
+        return v[1:v.index("]")]
+    v = _PORT.sub("", v)
+    if _IPV4.match(v):
+        return v
+    return v.split(".", 1)[0]
+
+
+class NodeMatcher:
+    """Maps a series' labels to a Slurm node name (or None), caching per distinct host value."""
+
+    def __init__(self, host_labels: tuple[str, ...] = HOST_LABELS, aliases: dict[str, str] | None = None):
+        self.host_labels = tuple(host_labels)
+        self.aliases = {k: v for k, v in (aliases or {}).items()}
+        self._cache: dict[str, str] = {}
+
+    def __call__(self, labels: dict[str, str]) -> str | None:
+        for key in self.host_labels:
+            v = labels.get(key)
+            if v:
+                got = self._cache.get(v)
+                if got is None:
+                    got = self.aliases.get(v) or self.aliases.get(short_host(v)) or short_host(v)
+                    self._cache[v] = got
+                return got
+        return None

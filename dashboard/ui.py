@@ -1,0 +1,116 @@
+"""Small layout helpers shared by the pages: formatting, cards, tables of links.
+
+User strings (job names, users, accounts, reasons) only ever go in as component children or
+DataTable cell values: React renders them as text. Nothing here builds HTML or markdown from data.
+"""
+
+from __future__ import annotations
+
+import time
+
+from dash import dcc, html
+
+from dashboard.datasource import fmt_age
+
+
+class Ctx:
+    """What a page needs besides the datasource: how to build links under the path prefix."""
+
+    def __init__(self, get_relative_path):
+        self.rel = get_relative_path
+
+    def job(self, jobid) -> str:
+        return self.rel(f"/jobs/{jobid}")
+
+    def node(self, name: str) -> str:
+        return self.rel(f"/nodes/{name}")
+
+
+def fmt_time(t: float | None) -> str:
+    if t is None:
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC"
+
+
+def fmt_hm(t: float | None) -> str:
+    return "—" if t is None else time.strftime("%H:%M", time.gmtime(t))
+
+
+def fmt_dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = int(max(0, seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, _ = divmod(s, 60)
+    return f"{d}d {h}h" if d else (f"{h}h {m:02d}m" if h else f"{m}m")
+
+
+def fmt_num(v: float | None, digits: int = 1) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}"
+
+
+def card(label: str, value: str, note: str = "", cid: str | None = None) -> html.Div:
+    kw = {"id": cid} if cid else {}
+    return html.Div([html.Div(label, className="gw-card-label"), html.Div(value, className="gw-card-value"),
+                     html.Div(note, className="gw-card-note")], className="gw-card", **kw)
+
+
+def table(header: list[str], rows: list[list], empty: str = "nothing to show", cid: str | None = None) -> html.Div:
+    """A plain table; cells may be strings or components (links)."""
+    kw = {"id": cid} if cid else {}
+    if not rows:
+        return html.Div(html.P(empty, className="gw-muted"), **kw)
+    return html.Div(html.Table([html.Thead(html.Tr([html.Th(h) for h in header])),
+                                html.Tbody([html.Tr([html.Td(c) for c in r]) for r in rows])],
+                               className="gw-table"), className="gw-table-wrap", **kw)
+
+
+def job_link(ctx: Ctx, jobid) -> dcc.Link:
+    return dcc.Link(str(jobid), href=ctx.job(jobid), className="gw-link")
+
+
+def node_link(ctx: Ctx, name: str) -> dcc.Link:
+    return dcc.Link(name, href=ctx.node(name), className="gw-link")
+
+
+def node_links(ctx: Ctx, names, limit: int = 8) -> list:
+    names = list(names)
+    out: list = []
+    for k, n in enumerate(names[:limit]):
+        if k:
+            out.append(" ")
+        out.append(node_link(ctx, n))
+    if len(names) > limit:
+        out.append(f" +{len(names) - limit} more")
+    return out
+
+
+def state_badge(state: str) -> html.Span:
+    return html.Span(state.replace("_", " ") if state else "—", className=f"gw-badge gw-state-{state or 'none'}")
+
+
+def section(title: str, *children, note: str = "") -> html.Section:
+    head = [html.H2(title)]
+    if note:
+        head.append(html.P(note, className="gw-muted"))
+    return html.Section([*head, *children], className="gw-section")
+
+
+def age_text(seconds: float | None) -> str:
+    return f"data {fmt_age(seconds)} old"
+
+
+def markdown_escape(text: str) -> str:
+    """For DataTable markdown cells holding link text (node names): no markup survives."""
+    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!|<>&" else c for c in text)
+
+
+def why_field(w, name: str, default=None):
+    """A field of the planner's JobWhy, wherever this planner version keeps it (on the record, or on
+    the PendingJob it carries as `job`)."""
+    if hasattr(w, name):
+        return getattr(w, name)
+    return getattr(getattr(w, "job", None), name, default)

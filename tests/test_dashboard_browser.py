@@ -1,0 +1,162 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright (no browser download).
+
+Two servers on free loopback ports: the simulated cluster (every page, the click path from an
+incident to its job to one of its nodes, the theme toggle) and the small fake cluster under a
+path prefix (a job named like an XSS payload shows as text and runs nothing). A screenshot of
+every page goes to tests/artifacts/dashboard/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import pytest
+
+from tests.support import dashboard_fake
+
+CHROMIUM = os.environ.get("GW_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts", "dashboard")
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Chromium not installed at {CHROMIUM} "
+                                 "(apt-get install chromium; tests/run-all.sh does)")]
+playwright_api = pytest.importorskip("playwright.sync_api", reason="pip package playwright not installed")
+T = 15_000  # ms: generous for a loaded 2-core machine
+
+
+def serve(app):
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    return srv, th
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def sim_site():
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.app import build_app
+    from dashboard.datasource import SimDatasource
+
+    sim = Simulation(SimConfig(nodes=32, seed=3, start=1_767_225_600.0, history_seconds=3600))
+    ds = SimDatasource(sim)
+    srv, th = serve(build_app(ds, refresh_seconds=3600))
+    yield f"http://127.0.0.1:{srv.server_port}", ds
+    srv.shutdown()
+    th.join(5)
+
+
+@pytest.fixture(scope="module")
+def fake_site():
+    from dashboard.app import build_app
+
+    srv, th = serve(build_app(dashboard_fake.datasource(), prefix="/gw/", refresh_seconds=3600))
+    yield f"http://127.0.0.1:{srv.server_port}/gw"
+    srv.shutdown()
+    th.join(5)
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1366, "height": 860})  # a laptop screen
+    pg = ctx.new_page()
+    pg.errors, pg.dialogs = [], []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
+    yield pg
+    ctx.close()
+
+
+def shot(pg, name: str) -> None:
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    pg.screenshot(path=os.path.join(ARTIFACTS, f"{name}.png"), full_page=True)
+
+
+def test_every_page_and_click_path(page, sim_site):
+    expect = playwright_api.expect
+    base, ds = sim_site
+    f = ds.findings()
+    assert f.incidents, "the default fault scenario should give at least one incident"
+    page.goto(base + "/")
+    expect(page.locator("#app-sim-badge")).to_contain_text("SIMULATED", timeout=T)
+    expect(page.locator("#overview-cards")).to_contain_text("GPUs allocated", timeout=T)
+    expect(page.locator("#overview-heatmap .main-svg").first).to_be_visible(timeout=T)
+    expect(page.locator("#overview-incidents")).to_contain_text(f.incidents[0].culprit, timeout=T)
+    shot(page, "overview")
+
+    # incident -> its job -> one of its nodes, by clicking links (client-side navigation)
+    jobid = f.incidents[0].jobs[0]
+    page.locator("#overview-incidents").get_by_role("link", name=jobid, exact=True).first.click()
+    expect(page).to_have_url(re.compile(rf"/jobs/{jobid}$"), timeout=T)
+    expect(page.locator("h1")).to_contain_text(f"Job {jobid}", timeout=T)
+    expect(page.locator("#job-verdict")).to_contain_text(f.incidents[0].cause.replace("_", " "), timeout=T)
+    expect(page.locator("#job-heatmaps .main-svg").first).to_be_visible(timeout=T)
+    shot(page, "job")
+    node = f.verdict(jobid).nodes[0]
+    page.locator("#job-placement").get_by_role("link", name=node, exact=True).click()
+    expect(page).to_have_url(re.compile(rf"/nodes/{node}$"), timeout=T)
+    expect(page.locator("#node-summary")).to_contain_text("GPUs allocated", timeout=T)
+    expect(page.locator("#node-graphs .main-svg").first).to_be_visible(timeout=T)
+    expect(page.locator("#node-jobs")).to_contain_text(jobid)
+    shot(page, "node")
+
+    for path, check in (("/jobs", "#jobs-table"), ("/nodes", "#nodes-table"), ("/queue", "#queue-plan"),
+                        ("/storage", "#storage-heatmap"), ("/network", "#network-heatmap")):
+        page.goto(base + path)
+        expect(page.locator("#app-sim-badge")).to_contain_text("SIMULATED", timeout=T)
+        expect(page.locator(check)).to_be_visible(timeout=T)
+        if path in ("/jobs", "/nodes"):
+            expect(page.locator(f"{check} td").first).to_be_visible(timeout=T)
+        if path in ("/storage", "/network"):
+            expect(page.locator(f"{check} .main-svg").first).to_be_visible(timeout=T)
+        shot(page, path.strip("/"))
+    page.goto(base + "/queue")
+    expect(page.locator("#queue-freed .main-svg").first).to_be_visible(timeout=T)
+    expect(page.locator("#queue-plan")).to_contain_text("Partition gpu", timeout=T)
+
+    # a pending job shows why it waits
+    pending = next(j for j in ds.snapshot().jobs if j.state == "PENDING")
+    page.goto(f"{base}/jobs/{pending.job_id}")
+    expect(page.locator("#job-why")).to_contain_text("rank in its partition", timeout=T)
+    shot(page, "job-pending")
+
+    # dark theme: the toggle flips the document's theme and is remembered
+    page.goto(base + "/")
+    page.locator("#app-theme-toggle").click()
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark", timeout=T)
+    expect(page.locator("#overview-heatmap .main-svg").first).to_be_visible(timeout=T)
+    shot(page, "overview-dark")
+    assert not page.dialogs
+    assert not page.errors, page.errors
+
+
+def test_user_strings_are_text_and_prefix_works(page, fake_site):
+    expect = playwright_api.expect
+    xss = dashboard_fake.XSS
+    page.goto(fake_site + "/")
+    expect(page.locator("#overview-flagged")).to_contain_text(xss, timeout=T)
+    expect(page.locator("#overview-incidents")).to_contain_text("lustre-OST0003")
+    page.goto(fake_site + "/jobs")
+    expect(page.locator("#jobs-table")).to_contain_text(xss, timeout=T)
+    page.goto(fake_site + "/jobs/4001")
+    expect(page.locator("h1")).to_contain_text(xss, timeout=T)
+    expect(page.locator("#job-heatmaps .main-svg").first).to_be_visible(timeout=T)
+    shot(page, "job-xss")
+    page.goto(fake_site + "/nodes/gpu001")
+    expect(page.locator("#node-jobs")).to_contain_text(xss, timeout=T)
+    assert page.locator("img[src='x']").count() == 0
+    assert page.locator("b", has_text="acct").count() == 0
+    assert page.dialogs == [], f"a user string ran as code: {page.dialogs}"
+    assert not page.errors, page.errors

@@ -1,0 +1,303 @@
+"""Dashboard callbacks and data helpers called as plain functions; the HTTP endpoints through
+Flask's test client; the simulator adapter on a small simulation."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from dash import Patch, no_update
+from hypothesis import given, settings, strategies as st
+
+from dashboard import figures, ids
+from dashboard.app import build_app
+from dashboard.datasource import (Findings, SimDatasource, Verdict, aggregate_rows, convert_findings, downsample_cols,
+                                  group_incidents)
+from dashboard.pages import job, jobs, node, nodes, overview, queue
+from dashboard.ui import Ctx
+from tests.support import dashboard_fake
+from tests.support.dashboard_fake import NOW, XSS
+
+
+@pytest.fixture(scope="module")
+def fake():
+    ds = dashboard_fake.datasource()
+    app = build_app(ds, prefix="/gw/")
+    return ds, app, Ctx(app.get_relative_path)
+
+
+# ------------------------------------------------------------------------------------ overview
+
+def test_summary_figures(fake):
+    ds, _, _ = fake
+    s = overview.summarise(ds)
+    # 8 nodes x 8 GPUs; jobs hold 16 + 16 + 2; gpu008 is drained with nothing on it
+    assert (s.gpus_total, s.gpus_allocated, s.gpus_down, s.gpus_idle) == (64, 34, 8, 22)
+    assert (s.running, s.pending, s.pending_gangs, s.gang_wait_max) == (3, 2, 1, 1800)
+    # 4001 lost 4.0 GPU-h over 15 min (all inside the last hour), 4003 0.17 over 10 min
+    assert s.lost_hour == pytest.approx(4.17) and s.lost_day == pytest.approx(4.17) and s.flagged == 2
+
+
+def test_lost_within_prorates_long_stalls():
+    f = Findings(NOW, "diagnosis", (Verdict("1", "hung", since=NOW - 7200, gpu_hours_lost=16.0),))
+    assert overview.lost_within(f, NOW, 3600) == pytest.approx(8.0)
+    assert overview.lost_within(f, NOW, 86400) == pytest.approx(16.0)
+
+
+def test_refresh_skips_when_data_unchanged(fake):
+    ds, _, ctx = fake
+    version = ds.status().version
+    assert overview.refresh_tables(ds, ctx, version) == (no_update,) * 4
+    cards, incidents, flagged, new = overview.refresh_tables(ds, ctx, "old")
+    assert new == version and incidents is not None and flagged is not None
+
+
+def test_heatmap_full_then_patch(fake):
+    ds, _, _ = fake
+    fig, version = overview.heatmap_update(ds, ids.THEME, "dark", None)
+    assert isinstance(fig, go.Figure) and fig.layout.template.layout.paper_bgcolor is not None
+    assert list(fig.data[0].y)[0] == "gpu008"  # unknown (NaN) first: it needs looking at
+    assert fig.data[0].z[0][0] is None  # unknown stays unknown, never 0
+    assert overview.heatmap_update(ds, ids.REFRESH, "dark", version) == (no_update, no_update)
+    patch, v2 = overview.heatmap_update(ds, ids.REFRESH, "dark", "stale")
+    assert isinstance(patch, Patch) and v2 == version
+    ops = patch.to_plotly_json()["operations"]
+    assert {tuple(o["location"]) for o in ops} == {("data", 0, "z"), ("data", 0, "x"), ("data", 0, "y")}
+
+
+def test_click_on_heatmap_row_opens_node(fake):
+    _, _, ctx = fake
+    assert overview.node_from_click({"points": [{"y": "gpu003 +9", "x": 0}]}, ctx) == "/gw/nodes/gpu003"
+    assert overview.node_from_click(None, ctx) is no_update
+    assert overview.node_from_click({"points": []}, ctx) is no_update
+
+
+# ----------------------------------------------------------------------------------- jobs/nodes
+
+def test_jobs_search_filter_sort_page(fake):
+    ds, _, ctx = fake
+    rows, pages, count = jobs.page(ds, ctx, "alice", "active", False, 0, 50, [])
+    assert [r["name"] for r in rows] == ["llama-ft"] and pages == 1 and count == "1 jobs match"
+    rows, _, _ = jobs.page(ds, ctx, "", "active", True, 0, 50, None)
+    assert [r["verdict"] for r in rows] == ["stalled_io", "idle_gpus"]  # by GPU-hours lost, worst first
+    assert rows[0]["name"] == XSS and rows[0]["jobid"] == "[4001](/gw/jobs/4001)"
+    rows, _, _ = jobs.page(ds, ctx, "", "PENDING", False, 0, 50, [{"column_id": "gpus", "direction": "asc"}])
+    assert [r["gpus"] for r in rows] == [1, 32] and rows[1]["reason"] == "Dependency"
+    rows, pages, _ = jobs.page(ds, ctx, "", "active", False, 2, 2, [{"column_id": "jobid", "direction": "asc"}])
+    assert pages == 3 and [r["jobid"] for r in rows] == ["[4005](/gw/jobs/4005)"]
+    rows, _, _ = jobs.page(ds, ctx, "4003", "all", False, 0, 50, [])
+    assert rows[0]["verdict"] == "idle_gpus" and rows[0]["time"] == "15m"
+
+
+def test_nodes_filter(fake):
+    ds, _, ctx = fake
+    rows, pages = nodes.page(ds, ctx, "", "drained", 0, 50)
+    assert [r["name"] for r in rows] == ["[gpu008](/gw/nodes/gpu008)"] and rows[0]["reason"] == "XID 79 on GPU 3"
+    rows, _ = nodes.page(ds, ctx, "gpu00", "all", 0, 50)
+    assert len(rows) == 8 and rows[0]["jobs"] == "4001" and rows[0]["gpus"] == "8/8"
+
+
+# ------------------------------------------------------------------------------------ job/node
+
+def test_job_heatmaps_shade_the_stall(fake):
+    ds, _, _ = fake
+    graphs = job.heatmaps(ds, "4001", "light")
+    assert len(graphs) == 3
+    fig = graphs[0].figure
+    assert fig.layout.shapes[0].x0 == int((NOW - 900) * 1000)
+    assert list(fig.data[0].y) == ["gpu001", "gpu002"]
+    assert fig.data[0].z[0][-1] == 8  # 0.08 -> 8 %
+    healthy = job.heatmaps(ds, "4002", "light")
+    assert not healthy[0].figure.layout.shapes
+
+
+def test_node_graphs(fake):
+    ds, _, _ = fake
+    graphs = node.graphs(ds, "gpu001", None)
+    assert len(graphs) == 5 and len(graphs[0].figure.data) == 8
+    assert "No metrics" in node.graphs(ds, "nope", None).children
+
+
+# ---------------------------------------------------------------------------------------- queue
+
+def test_queue_figures_and_tables(fake):
+    ds, _, ctx = fake
+    fr, dg = queue.freed(ds, "light"), queue.deps(ds, "light")
+    assert isinstance(fr, go.Figure) and fr.data[0].y[0] == 22  # free GPUs now on usable nodes
+    assert list(dg.data[1].text) == ["4002", "4004"]  # 4004 waits for 4002
+    plan = ds.backfill()
+    assert plan is not None and {p.name for p in plan.partitions} == {"gpu"}
+    assert queue.why_table(ds, ctx) is not None
+
+
+# ------------------------------------------------------------------------------------ endpoints
+
+def test_endpoints(fake):
+    ds, app, _ = fake
+    c = app.server.test_client()
+    health = c.get("/gw/healthz")
+    assert health.status_code == 200 and health.json["simulated"] is True
+    assert health.json["sources"]["snapshot"]["age_seconds"] == 0
+    f = c.get("/gw/api/v1/findings").json
+    v = {x["jobid"]: x for x in f["verdicts"]}
+    assert v["4001"]["state"] == "stalled_io" and v["4001"]["evidence"][0]["signal"] == "io_pressure"
+    assert f["incidents"][0]["culprit"] == "lustre-OST0003"
+    plan = c.get("/gw/api/v1/backfill").json
+    assert plan["partitions"][0]["partition"] == "gpu"
+    text = c.get("/gw/metrics").get_data(as_text=True)
+    assert 'gangwatch_job_stalled{jobid="4001",cause="stalled_io",culprit="lustre-OST0003"} 1' in text
+    assert 'gangwatch_job_gpu_lost_seconds{jobid="4001",cause="stalled_io"} 14400' in text
+    assert "4002" not in text  # progressing jobs are not listed
+    assert c.post("/gw/healthz").status_code == 405
+    assert c.delete("/gw/").status_code == 405
+    assert c.get("/healthz").status_code == 404  # everything lives under the prefix
+    big = c.get("/gw/api/v1/backfill", headers={"Accept-Encoding": "gzip"})
+    if len(big.data) > 1024 or big.headers.get("Content-Encoding"):
+        assert json.loads(gzip.decompress(big.data))["partitions"]
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool not installed")
+def test_metrics_pass_promtool(fake):
+    _, app, _ = fake
+    text = app.server.test_client().get("/gw/metrics").get_data()
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_basic_auth(tmp_path):
+    import bcrypt
+
+    from collectors.web import WebConfig
+
+    cfg = tmp_path / "web.yml"
+    cfg.write_text("basic_auth_users:\n  ops: " + bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode() + "\n")
+    app = build_app(dashboard_fake.datasource(), web_config=WebConfig.load(str(cfg)))
+    c = app.server.test_client()
+    assert c.get("/healthz").status_code == 401
+    assert c.get("/").status_code == 401
+    good = base64.b64encode(b"ops:s3cret").decode()
+    bad = base64.b64encode(b"ops:nope").decode()
+    assert c.get("/healthz", headers={"Authorization": "Basic " + bad}).status_code == 401
+    assert c.get("/healthz", headers={"Authorization": "Basic " + good}).status_code == 200
+
+
+def test_serve_command_line(tmp_path, capsys):
+    from dashboard import serve
+
+    with pytest.raises(SystemExit):
+        serve.build_parser().parse_args([])  # a scheduler source is required
+    bad = tmp_path / "web.yml"
+    bad.write_text("nonsense: 1\n")
+    assert serve.main(["--snapshot", "x.json", "--web.config.file", str(bad)]) == 2
+    snap = tmp_path / "snap.json"
+    snap.write_text(dashboard_fake.snapshot().to_json())
+    args = serve.build_parser().parse_args(["--snapshot", str(snap)])
+    ds = serve.make_datasource(args)
+    assert len(ds.snapshot().jobs) == 5 and ds.status().sources[0].ok
+    missing = serve.make_datasource(serve.build_parser().parse_args(["--snapshot", str(tmp_path / "nope.json")]))
+    st_ = missing.status()
+    assert missing.snapshot() is None and not st_.sources[0].ok and st_.stale and "FileNotFoundError" in st_.sources[0].detail
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 900), st.integers(1, 60), st.integers(1, 450), st.integers(1, 300))
+def test_aggregate_and_downsample_bound_the_figure(n, t, max_rows, max_cols):
+    rng = np.random.default_rng(n * 7 + t)
+    z = rng.random((n, t))
+    z[rng.random((n, t)) < 0.1] = np.nan
+    names = [f"n{i:04d}" for i in range(n)]
+    labels, members, zz = aggregate_rows(names, z, max_rows)
+    assert len(labels) == len(members) == zz.shape[0] <= max_rows
+    assert sorted(x for m in members for x in m) == names
+    times, zd = downsample_cols(np.arange(t, dtype=float), zz, max_cols)
+    assert zd.shape == (zz.shape[0], len(times)) and len(times) <= max_cols
+    if t and n:
+        assert times[-1] == t - 1  # the newest sample is always kept
+
+
+def test_incidents_group_by_culprit():
+    vs = [Verdict("1", "stalled_io", ("a",), 8, since=10, culprit="OST1", gpu_hours_lost=2.0),
+          Verdict("2", "stalled_io", ("b",), 8, since=5, culprit="OST1", gpu_hours_lost=3.0),
+          Verdict("3", "hung", ("c",), 16, since=7, gpu_hours_lost=4.0),
+          Verdict("4", "progressing", ("d",), 8)]
+    inc = group_incidents(vs)
+    assert [(i.culprit, i.jobs, i.gpu_hours_lost, i.since) for i in inc] == [
+        ("OST1", ("1", "2"), 5.0, 5), ("job 3", ("3",), 4.0, 7)]
+
+
+def test_convert_findings_architecture_shape():
+    doc = [{"jobid": "7", "nodes": ["n1"], "gpus": 8, "state": "hung", "confidence": 0.9, "since": 100.0,
+            "culprit": "n1", "evidence": [{"signal": "sm", "node": "n1", "value": 0.01, "baseline": 0.7,
+                                          "threshold": 0.05}], "gpu_hours_lost": 1.5}]
+    f = convert_findings(doc, 200.0)
+    assert f.verdict("7").evidence[0].threshold == 0.05 and f.incidents[0].culprit == "n1"
+    assert convert_findings({"verdicts": doc, "generated_at": 150.0}, 200.0).generated_at == 150.0
+
+
+def test_figures_handle_missing_data():
+    assert figures.heatmap(None).layout.annotations[0].text == "no data for this view"
+    assert figures.node_lines(None, "gpu_util").layout.annotations
+    assert figures.dependency_graph([], {}).layout.annotations
+    fig = figures.freed_gpus(0.0, [(3600.0, 8), (-5.0, 4)], 2, (1800.0, 16, "9"), [("m", 100.0, 200.0)])
+    assert list(fig.data[0].y)[:3] == [2, 2, 6] and max(fig.data[0].y) == 14
+
+
+# ----------------------------------------------------------------------------------- simulator
+
+def test_sim_datasource():
+    from dashboard.analysis.sim import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(nodes=8, seed=2, start=NOW - 1200, history_seconds=1200,
+                               faults="nccl_hang@2m+30m,ost_slow@3m+30m"))
+    ds = SimDatasource(sim)
+    st_ = ds.status()
+    assert st_.simulated and st_.version == str(sim.steps)
+    hm = ds.heatmap("gpu_util", 3600, max_rows=4, max_cols=30)
+    assert hm.z.shape[0] == 4 and 20 <= hm.z.shape[1] <= 30 and hm.total_nodes == 8 and np.nanmax(hm.z) <= 100
+    f = ds.findings()
+    assert f.source == "diagnosis" and f.verdicts and f.generated_at == sim.t
+    assert {v.jobid for v in f.verdicts} == {str(j) for j in sim.running}
+    truth = ds._truth_findings()  # what the dashboard shows where no diagnosis is installed
+    assert truth.source == "simulator ground truth" and "hung" in {v.state for v in truth.verdicts}
+    for v in truth.verdicts:
+        assert v.gpu_hours_lost > 0 and v.since is not None and v.evidence
+        js = ds.job_series(v.jobid, "gpu_util")
+        assert js.z.shape[0] == len(v.nodes) and not math.isnan(float(np.nanmax(js.z)))
+    ns = ds.node_series("node0001", ("gpu_util", "io_read", "ib_tx"))
+    assert ns.values["gpu_util"].shape[0] == 8 and ns.values["io_read"].shape[0] == 1
+    assert ds.ost_series().z.shape[0] == len(sim.cluster.osts)
+    assert ds.leaf_series().rows == tuple(sim.cluster.leaves)
+    assert ds.backfill() is not None
+    before = ds.heatmap("gpu_util")
+    sim.step()
+    assert ds.heatmap("gpu_util") is not before and ds.status().version == str(sim.steps)
+
+
+def test_sim_datasource_background_mode():
+    from dashboard.analysis.sim import SimConfig, Simulation
+
+    sim = Simulation(SimConfig(nodes=8, seed=2, start=NOW - 600, history_seconds=600, faults="none"))
+    ds = SimDatasource(sim, background=True)
+    try:
+        assert ds.version() == str(sim.steps)
+        first = ds.findings()
+        with ds.lock:
+            sim.step()
+        for _ in range(100):
+            if ds.version() == str(sim.steps):
+                break
+            import time
+
+            time.sleep(0.05)
+        assert ds.version() == str(sim.steps) and ds.findings() is not first
+    finally:
+        ds.close()

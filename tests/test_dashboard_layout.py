@@ -1,0 +1,125 @@
+"""Every page's layout builds from the fake cluster; component ids are unique and all come from
+dashboard/ids.py; user strings only ever appear as text."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from dash import dash_table, dcc
+
+from dashboard import ids
+from dashboard.app import NAV, PAGES, build_app, render_page, resolve
+from dashboard.datasource import MemoryDatasource
+from tests.support import dashboard_fake
+from tests.support.dashboard_fake import XSS
+
+PATHS = ["", "jobs", "jobs/4001", "jobs/4004", "jobs/4003", "jobs/999", "nodes", "nodes/gpu001", "nodes/gpu008",
+         "nodes/nope", "queue", "storage", "network"]
+ALL_IDS = {v for k, v in vars(ids).items() if k.isupper()}
+
+
+def walk(component):
+    yield component
+    children = getattr(component, "children", None)
+    if isinstance(children, (list, tuple)):
+        for c in children:
+            yield from walk(c)
+    elif children is not None and hasattr(children, "to_plotly_json"):
+        yield from walk(children)
+
+
+def strings(component):
+    for c in walk(component):
+        ch = getattr(c, "children", None)
+        if isinstance(ch, str):
+            yield ch
+        elif isinstance(ch, (list, tuple)):
+            yield from (x for x in ch if isinstance(x, str))
+
+
+@pytest.fixture(scope="module")
+def app_ctx():
+    ds = dashboard_fake.datasource()
+    app = build_app(ds)
+    from dashboard.ui import Ctx
+
+    return ds, app, Ctx(app.get_relative_path)
+
+
+def test_ids_module_has_no_duplicates():
+    values = [v for k, v in vars(ids).items() if k.isupper()]
+    assert len(values) == len(set(values))
+    prefixes = {"app", "overview", "jobs", "job", "nodes", "node", "queue", "storage", "network"}
+    assert all(v.split("-")[0] in prefixes and v == v.lower() for v in values)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_every_page_builds_with_unique_known_ids(app_ctx, path):
+    ds, app, ctx = app_ctx
+    tree = render_page(ds, ctx, path)
+    found = [c.id for c in walk(tree) if getattr(c, "id", None) is not None]
+    assert not [i for i, n in Counter(found).items() if n > 1], "duplicate ids"
+    assert set(found) <= ALL_IDS, set(found) - ALL_IDS
+
+
+def test_page_ids_do_not_collide_across_pages(app_ctx):
+    ds, app, ctx = app_ctx
+    owner: dict[str, str] = {}
+    shell_ids = {c.id for c in walk(app.layout()) if getattr(c, "id", None)}
+    for path in ("", "jobs", "jobs/4001", "nodes", "nodes/gpu001", "queue", "storage", "network"):
+        module, _ = resolve(path)
+        for c in walk(render_page(ds, ctx, path)):
+            cid = getattr(c, "id", None)
+            if cid:
+                assert cid not in shell_ids
+                assert owner.setdefault(cid, module.__name__) == module.__name__, f"{cid} on two pages"
+
+
+def test_shell_says_simulated_and_links_pages(app_ctx):
+    ds, app, ctx = app_ctx
+    shell = app.layout()
+    text = " ".join(strings(shell))
+    assert "SIMULATED" in text
+    hrefs = {c.href for c in walk(shell) if isinstance(c, dcc.Link)}
+    # the fake has scheduler data and node series, but no per-target or per-switch series
+    assert hrefs == {href for _, href, _ in NAV} - {"/storage", "/network"}
+    real = build_app(dashboard_fake.datasource(simulated=False)).layout()
+    assert "SIMULATED" not in " ".join(strings(real))
+
+
+def test_pages_without_data_are_not_linked():
+    ds = MemoryDatasource(dashboard_fake.snapshot(), dashboard_fake.findings(), simulated=False)
+    app = build_app(ds)
+    hrefs = {c.href for c in walk(app.layout()) if isinstance(c, dcc.Link)}
+    assert "/storage" not in hrefs and "/network" not in hrefs and "/jobs" in hrefs
+    assert ds.heatmap() is None  # no series: the overview says so instead of drawing zeros
+    from dashboard.ui import Ctx
+
+    assert "Not found" in " ".join(strings(render_page(ds, Ctx(app.get_relative_path), "storage")))
+
+
+def test_job_page_content(app_ctx):
+    ds, app, ctx = app_ctx
+    running = render_page(ds, ctx, "jobs/4001")
+    text = " ".join(strings(running))
+    assert XSS in text and "lustre-OST0003" in text and "Placement" in text
+    pending = " ".join(strings(render_page(ds, ctx, "jobs/4004")))
+    assert "Why is it waiting" in pending and "rank in its partition" in pending
+    assert "does not list this job" in " ".join(strings(render_page(ds, ctx, "jobs/999")))
+
+
+def test_no_raw_html_anywhere(app_ctx):
+    """No component may render HTML from strings: no dangerously_allow_html, no markdown with html."""
+    ds, app, ctx = app_ctx
+    for path in PATHS:
+        for c in walk(render_page(ds, ctx, path)):
+            assert not getattr(c, "dangerously_allow_html", False)
+            if isinstance(c, dash_table.DataTable):
+                assert c.markdown_options.get("html") is False
+            assert not isinstance(c, dcc.Markdown)
+
+
+def test_every_page_module_has_layout_and_register():
+    for m in PAGES:
+        assert callable(m.layout) and callable(m.register) and m.__doc__

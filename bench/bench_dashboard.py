@@ -19,6 +19,7 @@ The 64-node run is the peer: it shows how the cost grows with the cluster (ratio
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import threading
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
     p.add_argument("--ticks", type=int, default=12)
     p.add_argument("--refresh", type=float, default=3.0, help="refresh interval in seconds (default %(default)s)")
     args = p.parse_args(argv)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     from playwright.sync_api import sync_playwright
 
     results = []

@@ -14,6 +14,9 @@ Measured in one run:
 - the peer: a naive per-object simulator (one Python object per GPU, the same utilisation, power,
   energy and clock formulas in a loop), timed on one step of the same 32,768 GPUs.
 
+Step times are given as wall time and as this process's CPU time: on a shared machine (the load
+average is printed) wall time includes waiting for a core, so the targets are judged on CPU time.
+
     /tmp/gwvenv/bin/python bench/bench_sim.py [--nodes 4096] [--steps 40]
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import statistics
 import sys
@@ -61,6 +65,20 @@ def naive_step(gpus: list[NaiveGpu], jobs: dict, t: float, dt: float, rng: rando
         g.clock = 1980e6 if g.util > 0.02 else 345e6
 
 
+def _timed_steps(sim: Simulation, steps: int) -> tuple[list[float], list[float], list[float]]:
+    """Wall and CPU seconds of each step, and the CPU seconds of the steps without a backfill cycle."""
+    wall, cpu, plain = [], [], []
+    for _ in range(steps):
+        cycles = sim.stats["backfill_cycles"]
+        t, c = time.perf_counter(), time.process_time()
+        sim.step()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+        if sim.stats["backfill_cycles"] == cycles:
+            plain.append(cpu[-1])
+    return wall, cpu, plain
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=4096)
@@ -82,20 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory: history arrays {hist / 2**20:,.0f} MiB | RSS growth {rss / 2**20:,.0f} MiB | tracemalloc peak "
           f"{peak / 2**20:,.0f} MiB | target {TARGET_MEMORY / 2**30:.0f} GiB: {'met' if max(rss, peak) <= TARGET_MEMORY else 'MISSED'}")
 
-    times, plain = [], []
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     cycles0 = sim.stats["backfill_cycles"]
-    for _ in range(args.steps):
-        cycles = sim.stats["backfill_cycles"]
-        t = time.perf_counter()
-        sim.step()
-        dt = time.perf_counter() - t
-        times.append(dt)
-        if sim.stats["backfill_cycles"] == cycles:
-            plain.append(dt)
-    mean = statistics.fmean(times)
-    print(f"one step ({args.steps} steps, {sim.stats['backfill_cycles'] - cycles0} with a backfill cycle): mean {mean * 1e3:.1f} ms, "
-          f"median {statistics.median(times) * 1e3:.1f} ms, worst {max(times) * 1e3:.1f} ms | without a backfill cycle: "
-          f"median {statistics.median(plain or [math.nan]) * 1e3:.1f} ms | target {TARGET_STEP_S * 1e3:.0f} ms (mean): "
+    wall, cpu, plain = _timed_steps(sim, args.steps)
+    mean = statistics.fmean(cpu)
+    print(f"one step ({args.steps} steps, {sim.stats['backfill_cycles'] - cycles0} with a backfill cycle): CPU mean "
+          f"{mean * 1e3:.1f} ms, median {statistics.median(cpu) * 1e3:.1f} ms, worst {max(cpu) * 1e3:.1f} ms "
+          f"(wall mean {statistics.fmean(wall) * 1e3:.1f} ms) | without a backfill cycle: CPU median "
+          f"{statistics.median(plain or [math.nan]) * 1e3:.1f} ms | target {TARGET_STEP_S * 1e3:.0f} ms (CPU mean): "
           f"{'met' if mean <= TARGET_STEP_S else 'MISSED'}")
 
     # the same cluster offered 130 % of its capacity: a queue builds and every backfill cycle has work
@@ -103,25 +115,22 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(20):
         busy.step()
     cycles0 = busy.stats["backfill_cycles"]
-    ctimes = []
-    for _ in range(args.steps // 2):
-        t = time.perf_counter()
-        busy.step()
-        ctimes.append(time.perf_counter() - t)
-    cmean = statistics.fmean(ctimes)
-    print(f"congested (load 1.3, {len(busy.pending):,} pending, {busy.stats['backfill_cycles'] - cycles0} of {len(ctimes)} "
-          f"steps with a backfill cycle): mean {cmean * 1e3:.1f} ms, worst {max(ctimes) * 1e3:.1f} ms | target "
-          f"{TARGET_STEP_S * 1e3:.0f} ms (mean): {'met' if cmean <= TARGET_STEP_S else 'MISSED'}")
+    cwall, ccpu, _ = _timed_steps(busy, args.steps // 2)
+    cmean = statistics.fmean(ccpu)
+    print(f"congested (load 1.3, {len(busy.pending):,} pending, {busy.stats['backfill_cycles'] - cycles0} of {len(ccpu)} "
+          f"steps with a backfill cycle): CPU mean {cmean * 1e3:.1f} ms, worst {max(ccpu) * 1e3:.1f} ms (wall mean "
+          f"{statistics.fmean(cwall) * 1e3:.1f} ms) | target {TARGET_STEP_S * 1e3:.0f} ms (CPU mean): "
+          f"{'met' if cmean <= TARGET_STEP_S else 'MISSED'}")
     del busy
 
     r = NodeRenderer(sim)
     r.render(0)
-    t = time.perf_counter()
+    t = time.process_time()
     lines = 0
     for i in range(sim.n):
         lines += r.render(i).count("\n")
-    full = time.perf_counter() - t
-    print(f"agent /metrics of every node: {full:.2f} s for {sim.n} nodes ({full / sim.n * 1e3:.2f} ms/node, "
+    full = time.process_time() - t
+    print(f"agent /metrics of every node: {full:.2f} s CPU for {sim.n} nodes ({full / sim.n * 1e3:.2f} ms/node, "
           f"{lines / sim.n:.0f} lines/node) = {full / 15 * 100:.0f} % of one core at a 15 s scrape interval")
 
     rng = random.Random(1)
@@ -135,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                               "ckl": float(sim.j_ckl[slot]), "evp": float(sim.j_evp[slot]), "evl": float(sim.j_evl[slot]),
                               "util": float(sim.j_util[slot]), "smr": float(sim.j_smr[slot])}
             gpus.append(NaiveGpu(slot if slot >= 0 else None))
-    t = time.perf_counter()
+    t = time.process_time()
     naive_step(gpus, jobs, sim.t + 15, 15.0, rng)
-    naive = time.perf_counter() - t
-    t = time.perf_counter()
+    naive = time.process_time() - t
+    t = time.process_time()
     sim._physics(15.0)
-    ours = time.perf_counter() - t
-    print(f"peer: naive per-object GPU loop, GPU signals only (no IB, Lustre, faults or history): {naive * 1e3:.0f} ms "
+    ours = time.process_time() - t
+    print(f"peer: naive per-object GPU loop, GPU signals only (no IB, Lustre, faults or history): {naive * 1e3:.0f} ms CPU "
           f"per step | ours, all signals: {ours * 1e3:.0f} ms | ratio {naive / ours:.1f}x")
     return 0 if max(mean, cmean) <= TARGET_STEP_S and max(rss, peak) <= TARGET_MEMORY else 1
 

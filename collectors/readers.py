@@ -100,17 +100,17 @@ def _read_fd(fd: int, limit: int) -> bytes:
 
 
 def _pread_from_zero(fd: int, limit: int) -> bytes:
-    """The whole file through pread(2) from offset 0. procfs fills a read until the buffer is full
-    or the file ends, so a short read is the end and needs no extra read to confirm it."""
+    """The whole file through pread(2) from offset 0, up to the empty read that marks its end (a
+    short read is not the end: /proc/kallsyms, for one, returns less than asked mid-file). procfs
+    continues cheaply from where the last read stopped; offset 0 makes it generate afresh."""
     chunks: list[bytes] = []
     total = 0
     while total < limit:
-        want = min(65536, limit - total)
-        chunk = os.pread(fd, want, total)
+        chunk = os.pread(fd, min(65536, limit - total), total)
+        if not chunk:
+            break
         chunks.append(chunk)
         total += len(chunk)
-        if len(chunk) < want:
-            break
     return b"".join(chunks)
 
 

@@ -99,9 +99,9 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
 
     app.layout = shell
 
-    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"))
-    def route(pathname):
-        return render_page(ds, ctx, app.strip_relative_path(pathname or prefix) or "")
+    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), State(ids.THEME, "data"))
+    def route(pathname, theme):
+        return render_page(ds, ctx.with_theme(theme), app.strip_relative_path(pathname or prefix) or "")
 
     @app.callback(Output(ids.AGE, "children"), Output(ids.BANNER, "children"), Input(ids.REFRESH, "n_intervals"),
                   prevent_initial_call=True)
@@ -150,39 +150,43 @@ def _banner(st):
 
 # ---------------------------------------------------------------------------------- endpoints
 
-def _metrics_text(ds: Datasource) -> str:
-    from collectors.exposition import encode, gauge
+def serve_families(ds: Datasource) -> list:
+    """This server's own health: each source's age and whether it answers."""
+    from collectors.exposition import gauge
 
-    f = ds.findings()
     st = ds.status()
-    stalled = gauge("gangwatch_job_stalled", "Whether a running job is judged stalled (1), by cause; "
-                    "jobs judged progressing are not listed.")
-    # GPU-seconds, not GPU-hours: Prometheus base units (promtool check metrics insists)
-    lost = gauge("gangwatch_job_gpu_lost_seconds", "GPU time a running job has lost since its current stall began, "
-                 "in GPU-seconds (GPUs x seconds).")
-    conf = gauge("gangwatch_job_verdict_confidence", "Confidence of the verdict on a running job, 0 to 1.")
-    for v in f.verdicts:
-        if v.flagged:
-            stalled.add(1, jobid=v.jobid, cause=v.state, culprit=v.culprit)
-            if v.gpu_hours_lost is not None:
-                lost.add(round(v.gpu_hours_lost * 3600, 3), jobid=v.jobid, cause=v.state)
-            if v.confidence is not None:
-                conf.add(v.confidence, jobid=v.jobid, cause=v.state)
-    inc = gauge("gangwatch_incident_gpu_lost_seconds", "GPU time lost by the jobs of one incident (verdicts "
-                "sharing a culprit), in GPU-seconds.")
-    incj = gauge("gangwatch_incident_jobs", "Running jobs affected by one incident.")
-    for i in f.incidents:
-        inc.add(round(i.gpu_hours_lost * 3600, 3), culprit=i.culprit, cause=i.cause)
-        incj.add(len(i.jobs), culprit=i.culprit, cause=i.cause)
     age = gauge("gangwatch_serve_source_age_seconds", "Age of each data source's latest data, in seconds.")
     up = gauge("gangwatch_serve_source_up", "Whether each data source's latest poll succeeded (1) or not (0).")
     for s in st.sources:
         if s.age_seconds is not None:
-            age.add(s.age_seconds, source=s.name)
+            age.add(round(s.age_seconds, 3), source=s.name)
         up.add(1 if s.ok else 0, source=s.name)
-    info = gauge("gangwatch_serve_info", "Facts about this dashboard; value 1.").add(
-        1, simulated=str(st.simulated).lower(), findings_source=f.source)
-    return encode([stalled, lost, conf, inc, incj, age, up, info])
+    info = gauge("gangwatch_serve_info", "Facts about this dashboard: whether its cluster is simulated and where "
+                 "its findings come from; value 1.").add(1, simulated=str(st.simulated).lower(),
+                                                        findings_source=ds.findings().source)
+    return [age, up, info]
+
+
+def findings_families(ds: Datasource) -> list:
+    """The findings as metrics, named and shaped by the diagnosis' own exporter
+    (dashboard/findings_api.py), so `serve`, `demo` and `diagnose` agree on every series."""
+    try:
+        from dashboard import findings_api
+        from dashboard.analysis import diagnose as dg
+    except ImportError:
+        return []
+    f = ds.findings()
+    verdicts = tuple(dg.Verdict(v.jobid, v.nodes, v.gpus or 0, v.state, v.confidence if v.confidence is not None else 0.0,
+                                v.since, v.culprit, v.culprit_kind, (), v.gpu_hours_lost or 0.0, v.detail)
+                     for v in f.verdicts)
+    incidents = tuple(dg.Incident(i.culprit, "", i.cause, i.jobs, i.gpu_hours_lost, i.since) for i in f.incidents)
+    return findings_api.findings_families(dg.Diagnosis(f.generated_at, verdicts, incidents))
+
+
+def _metrics_text(ds: Datasource) -> str:
+    from collectors.exposition import encode
+
+    return encode(findings_families(ds) + serve_families(ds))
 
 
 def _add_endpoints(app: dash.Dash, ds: Datasource, prefix: str, extra: dict) -> None:
@@ -230,6 +234,17 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
     server = app.server
     cache: dict[str, bytes] = {}
     lock = threading.Lock()
+    prefix = app.config.routes_pathname_prefix
+
+    def precompress():  # the plotly bundle takes ~0.1-0.7 s to gzip: not on a user's first load
+        for name in sorted(os.listdir(ASSETS)):
+            if name.endswith((".js", ".css")):
+                with open(os.path.join(ASSETS, name), "rb") as fh:
+                    body = gzip.compress(fh.read(), 6)
+                with lock:
+                    cache.setdefault(f"{prefix}assets/{name}", body)
+
+    threading.Thread(target=precompress, name="gangwatch-gzip-assets", daemon=True).start()
 
     @server.before_request
     def guard():
@@ -247,21 +262,22 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
         if web_config is not None:
             for k, v in web_config.headers.items():
                 resp.headers[k] = v
-        if (resp.direct_passthrough or resp.status_code != 200 or "gzip" not in request.headers.get("Accept-Encoding", "")
-                or resp.headers.get("Content-Encoding") or not (resp.mimetype or "").startswith(COMPRESSIBLE)
-                and resp.mimetype != "application/javascript"):
+        static = "_dash-component-suites" in request.path or "/assets/" in request.path
+        if ((resp.direct_passthrough and not static) or resp.status_code != 200
+                or "gzip" not in request.headers.get("Accept-Encoding", "")
+                or resp.headers.get("Content-Encoding") or not (resp.mimetype or "").startswith(COMPRESSIBLE)):
             return resp
+        resp.direct_passthrough = False  # assets are sent as files; read them so they can be compressed
         data = resp.get_data()
         if len(data) < 1024:
             return resp
-        static = "_dash-component-suites" in request.path or "/assets/" in request.path
         if static:
-            with lock:
-                body = cache.get(request.full_path)
+            with lock:  # fingerprinted URLs: the path alone names the content within one process
+                body = cache.get(request.path)
             if body is None:
                 body = gzip.compress(data, 6)
                 with lock:
-                    cache[request.full_path] = body
+                    cache[request.path] = body
         else:
             body = gzip.compress(data, 5)
         resp.set_data(body)

@@ -724,21 +724,52 @@ def _wasted_share(cause: str, gpus: int) -> float:
 
 
 def _diagnosis_for_sim(ds: SimDatasource) -> Findings | None:
-    """The diagnosis (issue 6) over the simulator, when it is installed; None otherwise."""
+    """The diagnosis (dashboard/analysis/diagnose.py) over the simulator's history, when installed.
+
+    Only the window's copy is taken under the simulation's lock; the diagnosis itself (seconds at
+    4,096 nodes) runs outside it, so the simulated clock and the pages' other reads go on."""
     try:
-        from dashboard import findings_api  # noqa: F401  (present once the diagnosis lands)
+        from dashboard.analysis.diagnose import diagnose
+        from dashboard.sources.simulated import window_from_history
     except ImportError:
         return None
-    fn = getattr(findings_api, "findings_for_simulation", None)
-    if fn is None:
-        return None
     try:
-        with ds.lock:  # the diagnosis reads the history the simulation thread writes
-            doc = fn(ds.sim)
-        return convert_findings(doc, ds.now())
+        snap = ds.snapshot()
+        with ds.lock:
+            win = window_from_history(ds.sim)
+        jobs = [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")]
+        return convert_diagnosis(diagnose(win, jobs), ds.now())
     except Exception:
         log.exception("diagnosis failed; showing the simulator's ground truth")
         return None
+
+
+def convert_diagnosis(diag, now: float) -> Findings:
+    """A `dashboard.analysis.diagnose.Diagnosis` -> Findings, reading its records directly."""
+    verdicts = tuple(Verdict(v.jobid, v.state, tuple(v.nodes), int(v.gpus), _finite(v.confidence), _finite(v.since),
+                             v.culprit,
+                             tuple(Evidence(e.signal, e.node, _finite(e.value), _finite(e.baseline), _finite(e.threshold))
+                                   for e in v.evidence),
+                             _finite(v.gpu_hours_lost), v.reason, v.culprit_kind,
+                             tuple((p.kind, p.node, p.detail, p.expected_cost) for p in v.placement))
+                     for v in diag.verdicts)
+    nodes_of = {v.jobid: v.nodes for v in verdicts}
+    incs = tuple(sorted((Incident(i.culprit, i.cause, tuple(i.jobs), _finite(i.gpu_hours_lost) or 0.0, _finite(i.since),
+                                  tuple(sorted({n for j in i.jobs for n in nodes_of.get(j, ())})))
+                         for i in diag.incidents), key=lambda i: (-i.gpu_hours_lost, i.culprit)))
+    at = _finite(diag.at)
+    return Findings(at if at is not None else now, "diagnosis", verdicts, incs)
+
+
+def _finite(x):
+    """A plain float, or None for missing and non-finite values (numpy scalars do not serialise)."""
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 def convert_findings(doc, now: float) -> Findings:

@@ -1,4 +1,4 @@
-"""`gangwatch demo`: a SIMULATED GPU cluster served over HTTP, nothing else needed.
+"""`gangwatch demo`: a SIMULATED GPU cluster and the gangwatch dashboard in one process.
 
 The simulation (dashboard/analysis/sim) starts with an hour of history already simulated, then a
 background thread advances it by one 15 s step every 15/`--speed` real seconds. Served, on
@@ -6,18 +6,27 @@ background thread advances it by one 15 s step every 15/`--speed` real seconds. 
 
 | path | content |
 |---|---|
-| `/` | landing page: says the cluster is simulated, links everything below |
+| `/` and the pages below it | the dashboard (dashboard/app.py) over the simulator; every page says SIMULATED |
+| `/api/v1/findings`, `/api/v1/backfill` | the dashboard's findings and backfill plan, as for `serve` |
+| `/findings/metrics` | the findings as metrics (what `serve` has on `/metrics`) |
 | `/metrics` | the cluster-level series `gangwatch slurm-exporter` would serve, plus `gangwatch_sim_*` |
 | `/metrics?target=node0042` | that virtual node's agent `/metrics` (multi-target, as the blackbox exporter) |
 | `/api/v1/snapshot` | the simulated scheduler as the slurm-exporter's snapshot JSON |
 | `/api/v1/sim/faults` | ground truth of every injected fault (kind, cause, culprit, window, nodes, jobs) |
+| `/sim/` | a plain page about the simulation, linking these endpoints |
 | `/sim/prometheus.yml` | a Prometheus scrape config for every virtual node and the cluster endpoint |
 | `/sim/topology.conf` | the InfiniBand tree in Slurm's topology.conf syntax |
-| `/healthz` | 200 and the simulated clock |
+| `/healthz` | 200 and the age of each source |
+
+Why `/metrics` is the simulated exporter's, not the findings (as on `serve`): the demo stands in for
+a site's agents and slurm-exporter, so a Prometheus (and a separate `serve`) can scrape it as it would
+scrape them; the findings stay available at `/findings/metrics`. `--no-dashboard` serves only the
+simulator's endpoints (lighter, no Dash), with the `/sim/` page at `/` as well.
 
 Privileges: none. Failure modes: an unknown `target` answers 404; a node under a `scrape_hang` or
 `scrape_slow` fault answers after its delay (that is the point); `--trace` that cannot be read, or
-a `--faults` that does not parse, stops the command at start with the reason (exit 2).
+a `--faults` that does not parse, stops the command at start with the reason (exit 2); a build
+without the dashboard's dependencies falls back to `--no-dashboard` with a warning.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ class Demo:
 
     def __init__(self, sim: Simulation, speed: float = 1.0, sleep=time.sleep):
         self.sim = sim
+        self.dashboard = False  # whether the dashboard is mounted at /
         self.speed = speed
         self.lock = threading.RLock()
         self.renderer = NodeRenderer(sim)
@@ -108,10 +118,15 @@ class Demo:
 
     # ---- handlers
 
-    def routes(self) -> dict:
-        return {"/": self.landing, "/metrics": self.metrics, "/api/v1/snapshot": self.api_snapshot,
+    def sim_routes(self) -> dict:
+        """The simulator's own endpoints (mounted beside the dashboard, or alone)."""
+        return {"/sim/": self.landing, "/metrics": self.metrics, "/api/v1/snapshot": self.api_snapshot,
                 "/api/v1/sim/faults": self.api_faults, "/sim/prometheus.yml": self.prometheus_yml,
-                "/sim/topology.conf": self.topology, "/healthz": self.healthz}
+                "/sim/topology.conf": self.topology}
+
+    def routes(self) -> dict:
+        """Everything, for the lean server without the dashboard."""
+        return {**self.sim_routes(), "/": self.landing, "/healthz": self.healthz}
 
     def metrics(self, req: Request) -> Response:
         target = (req.query.get("target") or [""])[0]
@@ -144,7 +159,8 @@ class Demo:
         return 200, "text/plain; charset=utf-8", self.sim.cluster.topology_conf().encode(), {}
 
     def prometheus_yml(self, req: Request) -> Response:
-        return 200, "text/yaml; charset=utf-8", prometheus_config(self.sim.cluster.names, self.public_address).encode(), {}
+        address = req.headers.get("host") or self.public_address  # as the client reached us
+        return 200, "text/yaml; charset=utf-8", prometheus_config(self.sim.cluster.names, address).encode(), {}
 
     def healthz(self, req: Request) -> Response:
         with self.lock:
@@ -160,11 +176,15 @@ class Demo:
         first = sim.cluster.names[0]
         e = html.escape
         workload = sim.cfg.trace or "model fitted to the Microsoft ITP 2021 trace"
-        links = [("/metrics", "cluster metrics (simulated slurm-exporter)"),
+        links = [("/", "the dashboard")] if self.dashboard else []
+        links += [("/metrics", "cluster metrics (simulated slurm-exporter)"),
                  (f"/metrics?target={first}", f"agent metrics of {first} (any node: ?target=NAME)"),
                  ("/api/v1/snapshot", "scheduler snapshot (JSON)"), ("/api/v1/sim/faults", "injected faults, ground truth (JSON)"),
                  ("/sim/prometheus.yml", "Prometheus scrape config for every virtual node"),
                  ("/sim/topology.conf", "InfiniBand topology (Slurm topology.conf)"), ("/healthz", "health")]
+        if self.dashboard:
+            links += [("/api/v1/findings", "findings (JSON)"), ("/findings/metrics", "findings as metrics"),
+                      ("/api/v1/backfill", "backfill plan (JSON)")]
         items = "".join(f'<li><a href="{e(h, quote=True)}">{e(text)}</a></li>' for h, text in links)
         page = (
             "<!doctype html><html><head><meta charset='utf-8'><title>gangwatch demo: SIMULATED cluster</title></head>"
@@ -175,6 +195,24 @@ class Demo:
             f"<p>Simulated time {e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(t)))}: {running} running jobs, "
             f"{pending} pending; active faults: {e(', '.join(active) or 'none')}.</p><ul>{items}</ul></body></html>")
         return 200, "text/html; charset=utf-8", page.encode(), {}
+
+
+def build_dashboard(demo: Demo, web_config: WebConfig | None = None, refresh_seconds: float = 15.0):
+    """The dashboard (dashboard/app.py) over the simulator, with the simulator's endpoints beside it.
+    Returns (Dash app, datasource); the datasource's background thread stops with `ds.close()`."""
+    from dashboard.app import build_app, findings_families, serve_families
+    from dashboard.datasource import SimDatasource
+
+    ds = SimDatasource(demo.sim, lock=demo.lock, snapshot_fn=demo.snapshot, background=True)
+
+    def findings_metrics(req: Request) -> Response:
+        return 200, TEXT, encode(findings_families(ds) + serve_families(ds)).encode(), {}
+
+    extra = {**demo.sim_routes(), "/findings/metrics": findings_metrics}
+    app = build_app(ds, refresh_seconds=refresh_seconds, web_config=web_config, extra_routes=extra,
+                    title="gangwatch demo (SIMULATED)")
+    demo.dashboard = True
+    return app, ds
 
 
 def prometheus_config(names: list[str], address: str) -> str:
@@ -209,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"or KIND@START+DURATION:key=value;... (kinds: {', '.join(KINDS)})")
     p.add_argument("--load", type=float, default=0.9, help="offered GPU load relative to capacity (default %(default)s)")
     p.add_argument("--policy", choices=("easy", "fcfs"), default="easy", help="scheduling policy (default %(default)s)")
+    p.add_argument("--no-dashboard", action="store_true", help="serve only the simulator's endpoints (no Dash)")
+    p.add_argument("--refresh", type=float, default=15.0, help="dashboard refresh interval in seconds (default %(default)s)")
     p.add_argument("--history", type=float, default=3600.0, help="seconds of history pre-filled and kept (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return p
@@ -217,8 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not 1 <= args.nodes <= 100_000:
-        print("gangwatch demo: --nodes must be between 1 and 100000", file=sys.stderr)
+    if args.log_level != "debug":  # one line per scrape of every virtual node would drown the log
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    if not 1 <= args.nodes <= 16_384:
+        print("gangwatch demo: --nodes must be between 1 and 16384 (one hour of history takes ~0.1 MiB per node)", file=sys.stderr)
         return 2
     try:
         web = WebConfig.load(args.web_config)
@@ -230,6 +272,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gangwatch demo: {exc}", file=sys.stderr)
         return 2
     demo = Demo(sim, args.speed)
+    if not args.no_dashboard:
+        try:
+            app, ds = build_dashboard(demo, web, args.refresh)
+        except ImportError as exc:
+            log.warning("the dashboard is not available in this build (%s): serving the simulator only", exc)
+        else:
+            from dashboard.serve import run_server
+
+            print(f"gangwatch demo: SIMULATED cluster of {args.nodes} nodes", flush=True)
+            demo.start()
+            try:
+                return run_server(app, args.listen, web, banner="gangwatch demo")
+            finally:
+                demo.stop()
+                ds.close()
     try:
         server = make_server(args.listen, demo.routes(), web, default_host="127.0.0.1")
     except (OSError, ValueError) as exc:

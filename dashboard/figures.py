@@ -1,5 +1,6 @@
 """Pure figure builders: datasource records in, plotly figures out. No Dash, no data access.
 
+Only trace types in plotly.js's cartesian bundle (dashboard/assets) are used: heatmap, scatter, bar.
 Sizes are bounded here: heatmaps arrive already aggregated (≤ ~400 rows x 240 columns, see
 dashboard/datasource.py) and are sent as rounded numbers, so a refresh stays small; unknown values
 are None (a gap), never 0.
@@ -90,7 +91,7 @@ def node_lines(ns: NodeSeries | None, signal: str, theme: str | None = None, hei
     v = ns.values[signal]
     div, prefix = (1.0, "") if sig.unit in ("%", "W", "°C") else _scale_for(v)
     x = _ms(ns.times)
-    traces = [go.Scattergl(x=x, y=_rounded(row / div, 2), name=ch, mode="lines", line=dict(width=1.3))
+    traces = [go.Scatter(x=x, y=_rounded(row / div, 2), name=ch, mode="lines", line=dict(width=1.3))
               for ch, row in zip(ns.channels[signal], v)]
     fig = go.Figure(traces)
     _base(fig, theme, height, f"{sig.label} ({prefix}{sig.unit})")

@@ -16,8 +16,12 @@ from dashboard.datasource import fmt_age
 class Ctx:
     """What a page needs besides the datasource: how to build links under the path prefix."""
 
-    def __init__(self, get_relative_path):
+    def __init__(self, get_relative_path, theme: str | None = None):
         self.rel = get_relative_path
+        self.theme = theme  # the browser's theme when the page was requested (figures drawn in it)
+
+    def with_theme(self, theme: str | None) -> "Ctx":
+        return Ctx(self.rel, theme)
 
     def job(self, jobid) -> str:
         return self.rel(f"/jobs/{jobid}")

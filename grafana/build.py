@@ -165,8 +165,7 @@ NODE_D = D("gangwatch-node", "gangwatch / node", "One or more nodes: GPUs, healt
     )),
     Row("Jobs and collectors", (
         table("Jobs on the node", Q(f"node_jobid:gangwatch_job_node_info:max{{{NODE},{JOB}}}"), width=12),
-        table("Collectors failing", Q(f"gangwatch_scrape_collector_success{{{NODE}}} == 0"), width=12),
-        ts("Collectors succeeding", Q(f"sum by (node) (gangwatch_scrape_collector_success{{{NODE}}})", "{{node}}")),
+        ts("Collectors failing", Q(f"sum by (node) (1 - gangwatch_scrape_collector_success{{{NODE}}})", "{{node}}"), width=12),
     )),
 ), tags=("gangwatch",))
 
@@ -212,8 +211,8 @@ NETWORK = D("gangwatch-network", "gangwatch / network", "InfiniBand ports, links
            description="Needs the node to switch map (gangwatch_slurm_node_switch_info)."),
     )),
     Row("Congestion and errors", (
-        ts("Wait ticks per word sent", Q(f"node_device_port:gangwatch_infiniband_port_transmit_wait:ratio_rate5m{{{NODE}}}",
-                                         "{{node}} {{device}}/{{port}}")),
+        ts("Wait ticks per second", Q(f"node_device_port:gangwatch_infiniband_port_transmit_wait_ticks:rate5m{{{NODE}}}",
+                                      "{{node}} {{device}}/{{port}}")),
         ts("Wait per leaf switch", Q("switch:gangwatch_infiniband_port_transmit_wait_ticks:rate5m", "{{switch}}")),
         ts("Symbol errors (1h)", Q(f"increase(gangwatch_infiniband_port_symbol_errors_total{{{NODE}}}[1h])",
                                    "{{node}} {{device}}/{{port}}")),
@@ -221,8 +220,10 @@ NETWORK = D("gangwatch-network", "gangwatch / network", "InfiniBand ports, links
                                 "{{node}} {{device}}/{{port}}")),
     )),
     Row("Ports", (
-        table("Ports not active", Q(f"gangwatch_infiniband_port_state_id{{{NODE}}} < 4"), width=12),
-        table("Ports below their expected rate", Q(f"gangwatch_infiniband_port_degraded{{{NODE}}} == 1"), width=12),
+        ts("Ports not active", Q(f"sum by (node) (gangwatch_infiniband_port_state_id{{{NODE}}} < bool 4)", "{{node}}"),
+           width=12),
+        ts("Ports below their expected rate", Q(f"sum by (node) (gangwatch_infiniband_port_degraded{{{NODE}}})", "{{node}}"),
+           width=12),
         ts("Selected jobs' InfiniBand traffic",
            Q(f"jobid:gangwatch_infiniband_port_transmit_data_bytes:rate5m{{{JOB}}}", "transmit {{jobid}}"),
            Q(f"jobid:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{JOB}}}", "receive {{jobid}}"), unit="Bps"),

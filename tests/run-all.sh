@@ -10,7 +10,7 @@ VENV=${GW_VENV:-$ROOT/.venv}
 APT_PACKAGES=(
   python3-venv curl ca-certificates
   prometheus prometheus-node-exporter prometheus-alertmanager
-  slurm-wlm slurmdbd slurmrestd slurm-wlm-mysql-plugin munge mariadb-server
+  slurm-wlm slurmdbd slurmrestd slurm-wlm-mysql-plugin slurm-wlm-jwt-plugin munge mariadb-server
   chromium
 )
 

@@ -35,6 +35,12 @@ def have_dbd() -> bool:
     return all(shutil.which(b) or Path("/usr/sbin", b).exists() for b in ("slurmdbd", "mariadbd", "mariadb-install-db"))
 
 
+def have_jwt() -> bool:
+    """auth/jwt is a separate Debian package (slurm-wlm-jwt-plugin); without it slurmctld dies at start."""
+    import glob
+    return bool(glob.glob("/usr/lib/*/slurm-wlm/auth_jwt.so") or glob.glob("/usr/lib*/slurm/auth_jwt.so"))
+
+
 def _ports_free(base: int, offsets) -> bool:
     for off in offsets:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -60,12 +66,14 @@ def pick_port_base(start: int | None = None) -> int:
 
 class SlurmCluster:
     def __init__(self, state_dir: str | None = None, port_base: int | None = None, dbd: bool | None = None,
-                 sim_nodes: int = 0, max_jobs: int = 10000):
+                 sim_nodes: int = 0, max_jobs: int = 10000, jwt: bool | None = None):
         self.dir = Path(state_dir or os.environ.get("GW_SLURM_DIR") or f"/tmp/gw-slurm-t{os.getpid()}")
         self.port_base = port_base or pick_port_base()
         self.dbd = have_dbd() if dbd is None else dbd
         self.sim_nodes = sim_nodes
         self.max_jobs = max_jobs
+        self.jwt = have_jwt() if jwt is None else jwt
+        self._procs: list[subprocess.Popen] = []
         self.jobs: dict[str, int] = {}
         self.started = False
         self.restd_socket: str | None = None
@@ -77,6 +85,7 @@ class SlurmCluster:
         env.update(GW_SLURM_DIR=str(self.dir), GW_SLURM_PORT_BASE=str(self.port_base),
                    GW_SLURM_DBD="1" if self.dbd else "0", GW_SLURM_SIM_NODES=str(self.sim_nodes),
                    GW_SLURM_MAXJOBS=str(self.max_jobs), SLURM_CONF=str(self.dir / "etc" / "slurm.conf"),
+                   GW_SLURM_JWT="1" if self.jwt else "0",
                    GW_SLURM_DELUSERS="1")
         return env
 
@@ -133,7 +142,33 @@ class SlurmCluster:
         self.restd_socket = str(sock)
         return str(sock)
 
+    def start_slurmrestd_jwt(self, user: str = "alice") -> tuple[str, str]:
+        """slurmrestd on 127.0.0.1:<base+30> with rest_auth/jwt; returns (url, token for `user`)."""
+        token = self.run("scontrol", "token", f"username={user}", "lifespan=900").strip()
+        token = token.split("=", 1)[1] if token.startswith("SLURM_JWT=") else token
+        port = self.port_base + 30
+        plugins = "openapi/v0.0.38,openapi/dbv0.0.38" if self.dbd else "openapi/v0.0.38"
+        log = open(self.dir / "log" / "slurmrestd-jwt.log", "w")
+        env = dict(self.env, SLURM_JWT="daemon")
+        proc = subprocess.Popen(["slurmrestd", "-u", user, "-g", user, "-a", "rest_auth/jwt", "-s", plugins,
+                                 f"127.0.0.1:{port}"], env=env, stdout=log, stderr=log, start_new_session=True)
+        self._procs.append(proc)
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        return f"http://127.0.0.1:{port}", token
+
     def stop(self) -> None:
+        for proc in self._procs:  # our own children, stopped by handle
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        self._procs.clear()
         if not self.started:
             return
         self.started = False

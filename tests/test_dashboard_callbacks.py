@@ -151,10 +151,15 @@ def test_endpoints(fake):
     assert f["incidents"][0]["culprit"] == "lustre-OST0003"
     plan = c.get("/gw/api/v1/backfill").json
     assert plan["partitions"][0]["partition"] == "gpu"
-    text = c.get("/gw/metrics").get_data(as_text=True)
-    assert 'gangwatch_job_stalled{jobid="4001",cause="stalled_io",culprit="lustre-OST0003"} 1' in text
-    assert 'gangwatch_job_gpu_lost_seconds{jobid="4001",cause="stalled_io"} 14400' in text
-    assert "4002" not in text  # progressing jobs are not listed
+    from collectors.exposition import iter_samples
+
+    samples = {(n, tuple(sorted(lbl.items()))): v for n, lbl, v in iter_samples(c.get("/gw/metrics").get_data(as_text=True))}
+    assert samples[("gangwatch_job_stalled", (("cause", "stalled_io"), ("jobid", "4001")))] == 1
+    assert samples[("gangwatch_job_stalled", (("cause", "none"), ("jobid", "4002")))] == 0
+    assert samples[("gangwatch_job_gpu_hours_lost_total", (("jobid", "4001"),))] == 4.0
+    assert samples[("gangwatch_serve_source_up", (("source", "snapshot"),))] == 1
+    assert any(n == "gangwatch_incident_gpu_hours_lost" and dict(lbl)["culprit"] == "lustre-OST0003"
+               for n, lbl in samples)
     assert c.post("/gw/healthz").status_code == 405
     assert c.delete("/gw/").status_code == 405
     assert c.get("/healthz").status_code == 404  # everything lives under the prefix
@@ -165,8 +170,12 @@ def test_endpoints(fake):
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool not installed")
 def test_metrics_pass_promtool(fake):
-    _, app, _ = fake
-    text = app.server.test_client().get("/gw/metrics").get_data()
+    from collectors.exposition import encode
+
+    from dashboard.app import serve_families
+
+    ds, _, _ = fake
+    text = encode(serve_families(ds)).encode()  # this module's own series (the findings' are the diagnosis')
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -266,6 +275,10 @@ def test_sim_datasource():
     f = ds.findings()
     assert f.source == "diagnosis" and f.verdicts and f.generated_at == sim.t
     assert {v.jobid for v in f.verdicts} == {str(j) for j in sim.running}
+    c = build_app(ds).server.test_client()
+    doc = c.get("/api/v1/findings").json  # the diagnosis' numbers serialise (no numpy scalars leak)
+    assert doc["source"] == "diagnosis" and len(doc["verdicts"]) == len(f.verdicts)
+    assert c.get("/metrics").status_code == 200 and c.get("/api/v1/backfill").status_code == 200
     truth = ds._truth_findings()  # what the dashboard shows where no diagnosis is installed
     assert truth.source == "simulator ground truth" and "hung" in {v.state for v in truth.verdicts}
     for v in truth.verdicts:

@@ -123,3 +123,25 @@ def test_no_raw_html_anywhere(app_ctx):
 def test_every_page_module_has_layout_and_register():
     for m in PAGES:
         assert callable(m.layout) and callable(m.register) and m.__doc__
+
+
+def test_figures_stay_inside_the_bundled_plotly(app_ctx):
+    """dashboard/assets ships plotly.js's cartesian bundle: same version as the plotly package's,
+    and every figure the pages draw uses only its trace types."""
+    import os
+
+    from plotly.offline import get_plotlyjs_version
+
+    from dashboard.app import ASSETS
+
+    bundles = [f for f in os.listdir(ASSETS) if f.startswith("plotly-cartesian-")]
+    assert bundles == [f"plotly-cartesian-{get_plotlyjs_version()}.min.js"]
+    ds, app, ctx = app_ctx
+    from dashboard.pages import job, node, queue
+
+    figs = [g.figure for g in job.heatmaps(ds, "4001", None)] + [g.figure for g in node.graphs(ds, "gpu001", None)]
+    figs += [queue.freed(ds, None), queue.deps(ds, None)]
+    for path in ("",):
+        figs += [c.figure for c in walk(render_page(ds, ctx, path)) if isinstance(c, dcc.Graph) and c.figure]
+    types = {t.type for f in figs for t in f.data}
+    assert types and types <= {"heatmap", "scatter", "bar"}, types

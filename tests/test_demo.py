@@ -16,7 +16,7 @@ from collectors.exposition import iter_samples
 from collectors.slurm.model import Snapshot
 from collectors.web import make_server, serve_in_thread
 from dashboard.analysis.sim import SimConfig, Simulation
-from dashboard.demo import Demo, main, prometheus_config
+from dashboard.demo import Demo, build_dashboard, main, prometheus_config
 
 T0 = 1_767_225_600.0
 
@@ -77,6 +77,33 @@ def test_endpoints(served):
     assert demo.sim.t == before + 30 and Snapshot.from_json(get(base + "/api/v1/snapshot")[2]).taken_at == before + 30
 
 
+def test_dashboard_is_mounted_with_the_simulator_endpoints_beside_it():
+    sim = Simulation(SimConfig(nodes=8, seed=1, start=T0, history_seconds=900, faults="default"))
+    demo = Demo(sim, speed=0)
+    app, ds = build_dashboard(demo)
+    try:
+        client = app.server.test_client()
+        page = client.get("/")
+        assert page.status_code == 200 and "SIMULATED" in page.get_data(as_text=True)
+        assert "SIMULATED" in client.get("/_dash-layout").get_data(as_text=True)  # the badge on every page
+        # /metrics stays the simulated exporter's (a Prometheus scrapes the demo as a site's exporters)
+        names = {n for n, _, _ in iter_samples(client.get("/metrics").get_data(as_text=True))}
+        assert "gangwatch_slurm_node_gpus" in names
+        node = client.get("/metrics?target=node0002").get_data(as_text=True)
+        assert 'gangwatch_gpu_utilization_ratio{gpu="7"}' in node
+        assert client.get("/metrics?target=nope").status_code == 404
+        assert client.get("/findings/metrics").status_code == 200
+        assert client.get("/api/v1/findings").status_code == 200
+        assert Snapshot.from_json(client.get("/api/v1/snapshot").get_data()).source == "simulator"
+        assert json.loads(client.get("/healthz").get_data())["simulated"] is True
+        sim_page = client.get("/sim/").get_data(as_text=True)
+        assert "SIMULATED" in sim_page and 'href="/"' in sim_page
+        yml = client.get("/sim/prometheus.yml", headers={"Host": "demo.example:8050"}).get_data(as_text=True)
+        assert "replacement: 'demo.example:8050'" in yml
+    finally:
+        ds.close()
+
+
 def test_landing_page_escapes_user_strings(served, fixtures_dir):
     trace = str(fixtures_dir.parent / "traces" / "microsoft-itp-2021-raw-traces.tar.gz") + "#cluster10"
     demo, base = served(nodes=4)
@@ -85,10 +112,26 @@ def test_landing_page_escapes_user_strings(served, fixtures_dir):
     assert "<script>x" not in page and "&lt;script&gt;x" in page
 
 
-def test_bad_flags_exit_2(capsys):
+def test_bad_flags_exit_2(capsys, tmp_path):
     assert main(["--faults", "bogus@1m", "--nodes", "2"]) == 2
     assert "unknown fault" in capsys.readouterr().err
     assert main(["--trace", "/nonexistent.csv", "--nodes", "2"]) == 2
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"not a tar archive")
+    assert main(["--trace", str(broken), "--nodes", "2"]) == 2
+    assert "cannot read trace archive" in capsys.readouterr().err
+
+
+def test_clock_thread_advances_at_the_given_speed():
+    sim = Simulation(SimConfig(nodes=2, seed=1, start=T0, history_seconds=60, faults="none"))
+    demo = Demo(sim, speed=1500.0)  # one 15 s step every 10 ms
+    before = sim.steps
+    thread = demo.start()
+    time.sleep(0.5)
+    demo.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert 5 <= sim.steps - before <= 60
 
 
 def _free_port() -> int:

@@ -315,7 +315,11 @@ def snapshots(draw):
     pending = []
     for k in range(draw(st.integers(0, 8))):
         pending.append(PendingJob(
-            f"p{k}", (draw(st.sampled_from(["gpu", "gpu", "nope"])),), draw(st.integers(-10, 30_000)),
+            f"p{k}", draw(st.sampled_from([("gpu",), ("gpu",), ("nope",), ("nope", "gpu")])),
+            draw(st.integers(-10, 30_000)),
+            reservation=draw(st.sampled_from([None, None, None, "m", "x"])),
+            begin_time=draw(st.sampled_from([None, None, NOW - 5, NOW + 500])),
+            tasks=draw(st.integers(-1, 5)), cpus_per_node=draw(st.sampled_from([None, 0, -3, 8, 70])),
             min_nodes=draw(st.integers(0, 4)), gpus_per_node=draw(st.integers(0, 9)),
             gpus_per_job=draw(st.sampled_from([0, 0, 4, 12])), exclusive=draw(st.booleans()),
             held=draw(st.booleans()) and draw(st.booleans()),
@@ -331,7 +335,7 @@ def _share(req_job, node_by_name, nodes_used):
     g = req_job.gpus_per_node
     if req_job.gpus_per_job:
         g = -(-req_job.gpus_per_job // n)
-    c = -(-max(1, req_job.tasks) // n) * req_job.cpus_per_task
+    c = max(1, req_job.cpus_per_node or -(-max(1, req_job.tasks) // n) * req_job.cpus_per_task)
     return c, g
 
 
@@ -343,6 +347,7 @@ def test_property_startable_jobs_fit_and_never_delay_the_top_job(inp):
     node_by_name = {n.name: n for n in inp.nodes}
     pending = {j.job_id: j for j in inp.pending}
     used_g = {n.name: 0 for n in inp.nodes}
+    used_c = {n.name: 0 for n in inp.nodes}
     p = result.partition("gpu") if any(x.name == "gpu" for x in result.partitions) else None
     if p is None:
         return
@@ -354,10 +359,13 @@ def test_property_startable_jobs_fit_and_never_delay_the_top_job(inp):
             node = node_by_name[name]
             assert node.usable
             used_g[name] += node.gpus_free if share is None else share[1]
-            assert used_g[name] <= node.gpus_free  # never over-allocated now
+            used_c[name] += node.cpus_free if share is None else share[0]
+            assert used_g[name] <= node.gpus_free and used_c[name] <= node.cpus_free  # never over-allocated
             for r in inp.reservations:  # never inside a reservation it did not ask for
-                if name in r.nodes:
+                if name in r.nodes and j.reservation != r.name:
                     assert s.end <= r.start or r.end <= NOW
+                if j.reservation == r.name:
+                    assert name in r.nodes and r.start <= NOW
     top = p.top_job
     if top is None:
         return

@@ -283,3 +283,64 @@ def test_cli_needs_procs_without_header(tmp_path, capsys):
     assert simulate_cli.main(["--swf", str(swf)]) == 2
     assert simulate_cli.main(["--swf", str(swf), "--procs", "4", "--format", "table"]) == 0
     assert simulate_cli.main(["--swf", str(tmp_path / "missing.swf")]) == 2
+
+
+# ---------------------------------------------------------------- against a plain reference
+
+def reference_easy(jobs, procs):
+    """EASY written the obvious way: a full pass (heads, shadow time, backfill scan) after every event.
+    The simulator checks only the new job on a submission while a top job waits; the starts must match."""
+    records, _ = prepare(jobs, procs)
+    pending = list(range(len(records)))  # submission order
+    queue, running, start = [], [], {}
+    free, seq, now = procs, 0, None
+    ends = []  # (end, start order, job)
+    while pending or ends:
+        ends.sort()
+        if pending and (not ends or records[pending[0]][1] <= ends[0][0]):
+            j = pending.pop(0)
+            now = records[j][1]
+            queue.append(j)
+        else:
+            now, _, j = ends.pop(0)
+            free += records[j][4]
+            running.remove(j)
+        while queue and records[queue[0]][4] <= free:
+            j = queue.pop(0)
+            start[j], free = now, free - records[j][4]
+            running.append(j)
+            ends.append((now + records[j][3], seq, j))
+            seq += 1
+        if not queue:
+            continue
+        need, avail = records[queue[0]][4], free
+        for r in sorted(running, key=lambda r: (start[r] + records[r][2], [e[1] for e in ends if e[2] == r][0])):
+            avail += records[r][4]
+            if avail >= need:
+                shadow, extra = start[r] + records[r][2], avail - need
+                break
+        for j in list(queue[1:]):
+            p, req = records[j][4], records[j][2]
+            if p <= free and (now + req <= shadow or p <= extra):
+                queue.remove(j)
+                start[j], free = now, free - p
+                if now + req > shadow:
+                    extra -= p
+                running.append(j)
+                ends.append((now + records[j][3], seq, j))
+                seq += 1
+    return {records[j][0]: start[j] for j in start}
+
+
+@given(workload, st.integers(1, 10))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_easy_matches_the_full_pass_reference(rows, procs):
+    jobs = [job(k + 1, sub, run, p, req) for k, (sub, run, p, req) in enumerate(rows)]
+    ours = {s.job_id: s.start for s in simulate(jobs, procs, "easy").starts}
+    assert ours == reference_easy(jobs, procs)
+
+
+def test_easy_matches_the_reference_on_kth(traces):
+    jobs = read_swf(traces / "KTH-SP2-1996-2.1-cln.swf.gz", limit=3000).jobs
+    ours = {s.job_id: s.start for s in simulate(jobs, 100, "easy").starts}
+    assert ours == reference_easy(jobs, 100)

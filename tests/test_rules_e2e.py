@@ -131,7 +131,16 @@ def stack(tmp_path_factory, fixture_root):  # noqa: F811
                           external_labels={"cluster": "e2e"})
         started.append(prom)
         prom.wait_targets_up({"gangwatch-agent", "gangwatch-serve"})
-        yield {"prom": prom, "am": am, "hook": hook, "stub": stub, "block": Path(str(rootfs / MOUNT.lstrip("/")) + ".block")}
+
+        def state() -> str:
+            return (f"Prometheus alerts: {json.dumps(prom.alerts())[:3000]}\n"
+                    f"Alertmanager alerts: {json.dumps(am.alerts())[:3000]}\n"
+                    f"webhook: {json.dumps(hook.payloads)[:3000]}\n"
+                    f"targets: {json.dumps(prom.query('up'))}\n"
+                    f"stat_timeout: {json.dumps(prom.query('gangwatch_filesystem_stat_timeout'))}")
+
+        yield {"prom": prom, "am": am, "hook": hook, "stub": stub, "state": state,
+               "block": Path(str(rootfs / MOUNT.lstrip("/")) + ".block")}
     finally:
         for p in reversed(started):
             p.stop()
@@ -141,12 +150,16 @@ def stack(tmp_path_factory, fixture_root):  # noqa: F811
 
 def test_hung_mount_and_inhibited_io_stall(stack):
     prom, am, hook, stub, block = stack["prom"], stack["am"], stack["hook"], stack["stub"], stack["block"]
+
+    def wait(pred, timeout, what):
+        return wait_for(pred, timeout, what, context=stack["state"])
+
     assert not hook.alerts(alertname="FilesystemHung"), "fired before the fault"
     assert prom.query('gangwatch_filesystem_stat_timeout{node="node002"} == 1') == []
 
     # 1. The mount hangs: the agent reports it, the rule fires, Alertmanager delivers it.
     block.touch()
-    fired = wait_for(lambda: hook.alerts(alertname="FilesystemHung", status="firing"), 40, "FilesystemHung at the webhook")
+    fired = wait(lambda: hook.alerts(alertname="FilesystemHung", status="firing"), 40, "FilesystemHung at the webhook")
     labels = fired[0]["labels"]
     assert labels["culprit"] == MOUNT and labels["mountpoint"] == MOUNT and labels["fstype"] == "lustre"
     assert labels["severity"] == "critical" and labels["scope"] == "filesystem" and labels["cluster"] == "e2e"
@@ -157,22 +170,22 @@ def test_hung_mount_and_inhibited_io_stall(stack):
 
     # 2. serve says job 4242 is stalled on that mount: Prometheus fires, Alertmanager inhibits.
     stub.stalled.set()
-    wait_for(lambda: prom.alerts(alertname="GangJobStalled", state="firing"), 30, "GangJobStalled firing in Prometheus")
-    held = wait_for(lambda: [a for a in am.alerts(alertname="GangJobStalled") if a["status"]["inhibitedBy"]], 30,
+    wait(lambda: prom.alerts(alertname="GangJobStalled", state="firing"), 30, "GangJobStalled firing in Prometheus")
+    held = wait(lambda: [a for a in am.alerts(alertname="GangJobStalled") if a["status"]["inhibitedBy"]], 30,
                     "GangJobStalled inhibited in Alertmanager")
     assert held[0]["labels"]["jobid"] == JOBID and held[0]["status"]["state"] == "suppressed"
     assert not hook.alerts(alertname="GangJobStalled"), "an inhibited alert reached the webhook"
 
     # 3. The mount recovers: FilesystemHung resolves, and the job's own alert goes out.
     block.unlink()
-    wait_for(lambda: hook.alerts(alertname="FilesystemHung", status="resolved"), 40, "FilesystemHung resolved")
-    job = wait_for(lambda: hook.alerts(alertname="GangJobStalled", status="firing"), 40, "GangJobStalled delivered")
+    wait(lambda: hook.alerts(alertname="FilesystemHung", status="resolved"), 40, "FilesystemHung resolved")
+    job = wait(lambda: hook.alerts(alertname="GangJobStalled", status="firing"), 40, "GangJobStalled delivered")
     assert job[0]["labels"]["jobid"] == JOBID and job[0]["labels"]["cause"] == "stalled_io"
     assert job[0]["labels"]["severity"] == "critical" and job[0]["labels"]["culprit"] == MOUNT
 
     # 4. The stall ends: resolved.
     stub.stalled.clear()
-    wait_for(lambda: hook.alerts(alertname="GangJobStalled", status="resolved"), 40, "GangJobStalled resolved")
+    wait(lambda: hook.alerts(alertname="GangJobStalled", status="resolved"), 40, "GangJobStalled resolved")
 
 
 def _source_metrics(expr: str, records: dict[str, str]) -> set[str]:

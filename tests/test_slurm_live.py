@@ -232,6 +232,24 @@ def test_slurmrestd_unix_socket_agrees_with_cli(cluster, snap):
     assert rest.scheduler is not None and {p.name for p in rest.partitions} == {"gpu", "debug", "long"}
 
 
+def test_slurmrestd_jwt_over_http(cluster, snap):
+    if shutil.which("slurmrestd") is None or not cluster.jwt:
+        pytest.skip("slurmrestd or auth/jwt (slurm-wlm-jwt-plugin) not installed")
+    url, token = cluster.start_slurmrestd_jwt()
+    src = RestSource(url, token=token, user="alice", timeout=10)
+    bad = RestSource(url, token="not-a-token", user="alice", timeout=10)
+    try:
+        poller = Poller(src)
+        assert poller.poll_once(), poller.statuses
+        assert {j.job_id for j in poller.current().jobs} == {j.job_id for j in snap.jobs}
+        refused = Poller(bad)
+        assert not refused.poll_once() and refused.current() is None
+        assert not refused.health()["statuses"]["rest_ping"].ok
+    finally:
+        src.close()
+        bad.close()
+
+
 def test_frozen_slurmctld_times_out_and_recovers(cluster, runner):
     """SIGSTOP slurmctld: the commands hang, are killed at the deadline, the last good snapshot is
     served stale with its age; SIGCONT and the next poll is fresh again. Runs last in this module."""

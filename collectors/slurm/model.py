@@ -193,7 +193,7 @@ class Reservation:
     users: tuple[str, ...] = ()
     accounts: tuple[str, ...] = ()
     partition: str = ""
-    state: str = ""  # ACTIVE / INACTIVE when Slurm says (text form); else derived from the times
+    state: str = ""  # ACTIVE / INACTIVE where Slurm prints it (text form), else ""; see active_at()
 
     def active_at(self, t: float) -> bool:
         return self.start_time is not None and self.end_time is not None and self.start_time <= t < self.end_time

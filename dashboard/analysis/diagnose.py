@@ -36,6 +36,7 @@ with the reason; nothing raises for one bad job: `diagnose` judges the rest.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
@@ -68,8 +69,8 @@ class Evidence:
 
     def to_json(self) -> dict:
         d = {k: _clean(v) for k, v in asdict(self).items()}
-        return {k: v for k, v in d.items() if v is not None and v != ""} | {
-            "value": d["value"], "baseline": d["baseline"], "threshold": d["threshold"]}
+        core = ("signal", "node", "value", "baseline", "threshold")
+        return {k: d[k] for k in core} | {k: v for k, v in d.items() if k not in core and v is not None and v != ""}
 
 
 @dataclass(frozen=True)
@@ -292,9 +293,10 @@ def _group_mean(x2d: np.ndarray, members: list[list[int]]) -> np.ndarray:
         return out
     flat = np.concatenate([np.asarray(members[k], np.int64) for k in nz])
     starts = np.concatenate([[0], np.cumsum(lens[nz])[:-1]])
-    vals = x2d[flat].astype(np.float64)
+    vals = x2d[flat]
     fin = np.isfinite(vals)
-    s = np.add.reduceat(np.where(fin, vals, 0.0), starts, axis=0)
+    vals[~fin] = 0.0  # a gathered copy: the window is not touched
+    s = np.add.reduceat(vals, starts, axis=0, dtype=np.float64)
     c = np.add.reduceat(fin, starts, axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         out[nz] = np.where(c > 0, s / np.maximum(c, 1), np.nan)
@@ -316,6 +318,7 @@ def diagnose(win: Window, jobs: Sequence[Job], th: Thresholds = DEFAULT) -> Diag
         return Diagnosis(now, vs, (), tuple(notes + [reason]), reason)
     maps = _map_jobs(win, held)
     sig = _Signals(win, maps, th)
+    sig.screen(maps)
     outage = sig.outage_reason()
     verdicts: list[Verdict] = []
     for k, jm in enumerate(maps):
@@ -342,6 +345,31 @@ def _simple(job: Job, state: str, reason: str, gpus: int | None = None) -> Verdi
                    name=job.name, user=job.user)
 
 
+class _LazyNodes:
+    """`sig.nodesig.get(name)` / `sig.nodesig[name]` over `_Signals.node_signal`."""
+
+    def __init__(self, sig):
+        self.sig = sig
+
+    def get(self, name, default=None):
+        got = self.sig.node_signal(name)
+        return default if got is None else got
+
+
+def nanquantile_rows(a: np.ndarray, q: float) -> np.ndarray:
+    """Per-row quantile ignoring NaN (linear interpolation, as np.quantile), vectorised: numpy's
+    nanquantile loops over rows in Python."""
+    s = np.sort(a, axis=1)  # NaN sorts last
+    n = np.isfinite(a).sum(axis=1)
+    pos = q * np.maximum(n - 1, 0)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+    frac = pos - lo
+    rows = np.arange(a.shape[0])
+    out = s[rows, lo] * (1 - frac) + s[rows, hi] * frac
+    return np.where(n > 0, out, np.nan)
+
+
 class _Signals:
     """Job-level (J, T) series computed for all jobs at once, plus the per-node arrays they come from."""
 
@@ -351,35 +379,108 @@ class _Signals:
         self.T = T
         gpu2d = {s: a.reshape(-1, T) for s, a in win.gpu.items()}
         self.gpu2d = gpu2d
+        self.maps = maps
+        self.cache: dict = {}
         members = [m.gpu_flat for m in maps]
-        self.job_gpu = {s: _group_mean(a, members) for s, a in gpu2d.items()}
-        # node-level series: rails averaged per node (wait: the worst rail), targets summed
-        nodesig: dict[str, np.ndarray] = {}
-        for s, a in win.node.items():
-            nodesig[s] = a.astype(np.float64)
-        if "ib_tx" in win.rail:
-            nodesig["ib_tx"] = _nanmean(win.rail["ib_tx"].astype(np.float64), 1)
-        if "ib_wait" in win.rail:
-            w = win.rail["ib_wait"].astype(np.float64)
-            with np.errstate(all="ignore"):
-                nodesig["ib_wait"] = np.where(np.isfinite(w).any(axis=1), np.nanmax(np.where(np.isfinite(w), w, -np.inf), axis=1), np.nan)
-        if "ib_down" in win.rail:
-            d = win.rail["ib_down"].astype(np.float64)
-            nodesig["ib_down"] = np.where(np.isfinite(d).any(axis=1), np.nansum(d, axis=1), np.nan)
-        self.nodesig = nodesig
-        node_members = [m.node_rows for m in maps]
-        self.job_node = {s: _group_mean(a, node_members) for s, a in nodesig.items()}
+        # only what the screen needs for every job; the rest is computed per judged job on demand
+        self.job_gpu = {s: _group_mean(gpu2d[s], members) for s in ("util", "sm") if s in gpu2d}
+        self._nodesig: dict[str, np.ndarray | None] = {}
         # steps before a job started are not its own
         starts = np.array([m.job.start_time if m.job.start_time else -np.inf for m in maps], np.float64)
         self.alive = win.times[None, :] >= starts[:, None] - 1e-6 if maps else np.zeros((0, T), bool)
 
+    def node_signal(self, name: str) -> np.ndarray | None:
+        """(N, T) node-level series, computed on first use: rails averaged per node (ib_wait: the
+        worst rail, link events summed), node signals as they are."""
+        if name in self._nodesig:
+            return self._nodesig[name]
+        win = self.win
+        out = None
+        if name in win.node:
+            out = win.node[name]
+        elif name in win.rail:
+            a = win.rail[name]
+            fin = np.isfinite(a)
+            anyf = fin.any(axis=1)
+            with np.errstate(all="ignore"):
+                if name == "ib_wait":
+                    out = np.where(anyf, np.where(fin, a, -np.inf).max(axis=1), np.nan)
+                elif name == "ib_down":
+                    out = np.where(anyf, np.where(fin, a, 0).sum(axis=1), np.nan)
+                else:
+                    out = np.where(anyf, np.where(fin, a, 0).sum(axis=1) / np.maximum(fin.sum(axis=1), 1), np.nan)
+        self._nodesig[name] = out
+        return out
+
+    @property
+    def nodesig(self):
+        return _LazyNodes(self)
+
+    def screen(self, maps: list[_JobMap]) -> None:
+        """Vectorised pre-screen over all jobs: which could be anything but progressing. A superset
+        of what the detailed per-job judgement can flag (its conditions only narrow these), so the
+        Python-level work is spent on the few jobs that need it."""
+        th, T, step = self.th, self.T, self.win.step
+        J = len(maps)
+        recent = max(2, int(round(th.recent_seconds / step)))
+        u = self.job_gpu.get("util")
+        if u is None or J == 0:
+            self.candidate = np.ones(J, bool)
+            self.act_recent = self.act_base = np.full(J, np.nan)
+            return
+        u = np.where(self.alive, u, np.nan)
+        sm = self.job_gpu.get("sm")
+        sm = np.where(self.alive, sm, np.nan) if sm is not None else np.full_like(u, np.nan)
+        act = np.where(np.isfinite(sm), sm, u)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            base = nanquantile_rows(act, 0.9)
+            self.act_recent = np.nanmean(act[:, -recent:], axis=1)
+            broad = ((act < th.degraded_fraction * base[:, None]) | (u < th.idle_util) | (act < th.low_activity)
+                     | ((u >= th.busy_util) & (sm < th.waiting_sm_ratio * u)) | ((u >= th.busy_util) & (sm < th.hang_sm)))
+        self.act_base = base
+        need = max(2, int(math.ceil(th.stall_min_seconds / step)))
+        cand = _trailing_run(broad & np.isfinite(act)) >= need
+        util2d = self.gpu2d.get("util")
+        has = np.array([len(m.gpu_flat) > 0 for m in maps])
+        if util2d is not None and has.any():
+            flat = np.concatenate([np.asarray(m.gpu_flat, np.int64) for m in maps if m.gpu_flat])
+            lens = np.array([len(m.gpu_flat) for m in maps if m.gpu_flat])
+            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            rows = np.flatnonzero(has)
+            with np.errstate(invalid="ignore"):
+                idle_runs = _trailing_run((util2d[flat] < th.idle_util))
+            cand[rows] |= np.maximum.reduceat(idle_runs, starts) >= need
+            allc = _busy_clock(self, th)
+            if allc is not None:
+                c = allc[flat]
+                lo, hi = np.fmin.reduceat(c, starts), np.fmax.reduceat(c, starts)
+                ref = np.nanmedian(allc) if np.isfinite(allc).any() else np.nan
+                with np.errstate(invalid="ignore"):
+                    cand[rows] |= (lo <= (1 - th.clock_drop) * hi) | (lo <= (1 - th.clock_drop) * ref)
+            smg = self.gpu2d.get("sm")
+            if smg is not None:
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    g_sm = np.nanmean(smg[flat][:, -recent:], axis=1)
+                    g_u = np.nanmean(util2d[flat][:, -recent:], axis=1)
+                    g_sm[~(g_u > th.idle_util)] = np.nan
+                    lo, hi = np.fmin.reduceat(g_sm, starts), np.fmax.reduceat(g_sm, starts)
+                    cand[rows] |= (hi >= 1.5 * lo) & (hi - lo >= 0.2)
+        self.candidate = cand
+
     def get(self, name: str, k: int) -> np.ndarray | None:
+        """Job k's series of a signal (mean over its GPUs, or over its nodes), NaN before it started."""
         a = self.job_gpu.get(name)
-        if a is None:
-            a = self.job_node.get(name)
-        if a is None:
+        if a is not None:
+            row = a[k]
+        elif name in self.gpu2d:
+            row = _group_mean(self.gpu2d[name], [self.maps[k].gpu_flat])[0]
+        elif self.node_signal(name) is not None:
+            row = _group_mean(self.node_signal(name), [self.maps[k].node_rows])[0]
+        else:
             return None
-        return np.where(self.alive[k], a[k], np.nan)
+        return np.where(self.alive[k], row, np.nan)
 
     def outage_reason(self) -> str:
         """Most nodes silent at the end of the window: the collectors or their network failed."""
@@ -428,16 +529,22 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     util_g = sig.gpu2d["util"][jm.gpu_flat] if "util" in sig.gpu2d else None
     if util_g is None:
         return Verdict(**base, state="insufficient_data", confidence=0.0, since=None, reason="no GPU utilisation series")
-    reporting = np.isfinite(util_g[:, -recent:]).any(axis=1)
+    fresh = max(1, int(round(th.stale_seconds / step)))
+    reporting = np.isfinite(util_g[:, -fresh:]).any(axis=1)
     cover = reporting.sum() / max(jm.n_gpus, len(jm.gpu_flat), 1)
     if cover < th.min_coverage:
         silent = sorted({f"{n}" for (n, _), ok in zip(jm.gpu_names, reporting) if not ok} | set(jm.missing_nodes))
         return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
                        reason=f"only {int(reporting.sum())} of {max(jm.n_gpus, len(jm.gpu_flat))} GPUs reported in the "
-                              f"last {recent * step:.0f} s (silent or unknown: {', '.join(silent[:6])})")
+                              f"last {fresh * step:.0f} s (silent or unknown: {', '.join(silent[:6])})")
     notes = []
     if jm.missing_nodes:
         notes.append(f"nodes without metrics: {', '.join(jm.missing_nodes[:5])}")
+    if not sig.candidate[k]:
+        ab, ar = float(sig.act_base[k]), float(sig.act_recent[k])
+        return Verdict(**base, state="progressing", confidence=0.9 if "sm" in sig.job_gpu else 0.75, since=None,
+                       reason="; ".join([f"activity at {ar / ab:.0%} of baseline" if ab > 0 else "activity normal"] + notes),
+                       evidence=(Evidence("activity", "", _f(ar), _f(ab), _f(th.degraded_fraction * ab)),))
 
     util = sig.get("util", k)
     sm = sig.get("sm", k)
@@ -472,18 +579,21 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             degraded |= (act < th.low_activity) & io
         if np.isfinite(read_base) and read_base > 1e6 and not jm.shared:
             io |= (fs_r >= 0.5 * read_base) & (util < th.busy_util) & degraded
-        waiting = (util >= th.busy_util) & ((sm < th.waiting_sm_fraction * sm_base) if has_sm
-                                            else (act < th.degraded_fraction * act_base))
+        waiting = (util >= th.busy_util) & ((sm < th.waiting_sm_fraction * sm_base) | (sm < th.waiting_sm_ratio * util)
+                                            if has_sm else (act < th.degraded_fraction * act_base))
         netsig = np.zeros(T, bool)
         if multi_node:
             if np.isfinite(wait_base):
+                # the cluster's typical node is the reference: a gang congested for the whole
+                # window has its congestion as its own median
                 cluster_wait = sig.cluster_wait_median()
-                ref = np.nanmax([wait_base, cluster_wait]) if np.isfinite(cluster_wait) else wait_base
+                ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
                 netsig |= ib_wait >= th.wait_ratio * max(ref, 1.0)
             if np.isfinite(ib_base) and ib_base > 0:
                 netsig |= ib_tx < th.ib_collapse_fraction * ib_base
             netsig |= ib_down > 0
         net = waiting & netsig & multi_node & ~hang
+        degraded |= net
     partial = _partial_idle(win, sig, jm, th, base, util_g)
     if partial is not None:
         # the GPUs that do work keep their pace: some GPUs were left idle, the job is not stalled
@@ -501,9 +611,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     with np.errstate(invalid="ignore"):
         # GPUs that keep kernels resident (a network wait, a hang) are not pausing for a checkpoint
         ckpt_like = writing & ~(util >= th.busy_util)
-    if run and ckpt_like[T - run:].mean() >= 0.5 and (jm.shared or not io[T - run:].mean() >= 0.5):
-        # a checkpoint: GPUs pause while the nodes write; only one that runs far too long is a
-        # stall. On a shared node the I/O pressure may be a neighbour's, so it does not overrule.
+    if run and ckpt_like[T - run:T - run + 2].any() and ckpt_like[T - min(run, 2):].all():
+        # a checkpoint: GPUs pause when the writing starts and for as long as it lasts (I/O
+        # pressure during it is normal); only one that runs far too long is a stall. A pause that
+        # began before the writes or outlasts them is no checkpoint.
         need = max(need, th.checkpoint_max_seconds)
     ev: list[Evidence] = []
     if run * step >= need and run >= 2:
@@ -598,7 +709,10 @@ def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresho
     lat = win.target.get("latency")
     if lat is not None and lat.shape[1] >= th.min_peers:
         rows = jm.node_rows
-        per_target = _nanmean(_nanmean(lat[:, :, seg].astype(np.float64), 2), 0)
+        key = ("per_target_latency", seg.start, seg.stop)
+        per_target = sig.cache.get(key)
+        if per_target is None:
+            per_target = sig.cache[key] = _nanmean(_nanmean(lat[:, :, seg].astype(np.float64), 2), 0)
         hits = outliers(per_target, th, high=True, min_ratio=th.latency_ratio)
         if hits:
             used = None

@@ -27,6 +27,16 @@ Semantics (EASY, one reservation per partition, gang-aware):
   ceil(GPUs / nodes). CPUs per node: cpus_per_node, else ceil(tasks / nodes) x cpus_per_task.
 - A multi-partition job starts in the first of its partitions where it fits; otherwise it becomes
   the top job of the first of them that has none, else it waits in the first.
+- Windows (Maui's showbf): usable nodes with free CPUs now, grouped by (free GPUs, free CPUs, until),
+  where until is the start of the first reservation or top-job hold on the node; taken after the top
+  jobs' reservations and before backfilled jobs use them.
+- What-if: the longest whole-minute time limit (>= 1 min) under which the job would fit now.
+
+How it stays fast (10,000 jobs on 4,096 nodes in well under 100 ms): "fits now" scans only the nodes
+with enough GPUs free, memoised per distinct request until a node of the partition changes; times
+come from per-partition numpy arrays of each node's cumulative free resources after each release
+(updated in place when a job is committed), with the few nodes under a reservation or hold checked
+one by one; reasons are computed once per distinct (partition, request, earliest start).
 
 Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
 are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on
@@ -739,6 +749,7 @@ class _Job:
     reasons: list
     state: str = "waiting"
     req: _Req | None = None
+    estimate: bool = False  # blocked only until a known time (begin time, reservation start)
     t0: float = 0.0
     expected: float | None = None
     nodes: tuple[str, ...] = ()
@@ -746,33 +757,43 @@ class _Job:
 
 
 def plan(inp: PlannerInput) -> BackfillPlan:
+    """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
+    for every pending job (see the module docstring for the semantics)."""
     cl = _Cluster(inp)
-    now = cl.now
     tops: dict[str, tuple[str, float, list[int]]] = {}
     starts: dict[str, list[Startable]] = {}
-    backfilled: list[tuple[list[int], _Req]] = []
-    jobs: list[_Job] = []
-    for job in inp.pending:
-        rec = _plan_job(cl, job, tops, starts, backfilled)
-        jobs.append(rec)
-    _explain(cl, jobs, tops)
+    backfilled: list[tuple[int, int, int]] = []
+    jobs = [_plan_job(cl, job, tops, starts, backfilled) for job in inp.pending]
     windows = _windows(cl, backfilled)
-    by_part: dict[str, list[_Job]] = {}
+    # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
+    # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs.
+    memo: dict = {}
+    by_part: dict[str, list[JobWhy]] = {}
     for rec in jobs:
-        by_part.setdefault(rec.partition, []).append(rec)
-    names = sorted(set(cl.part_nodes) | set(by_part))
+        if rec.state == "waiting" or rec.estimate:
+            key = (rec.partition, rec.req, rec.t0)
+            got = memo.get(key)
+            if got is None:
+                got = memo[key] = _waiting_reasons(cl, rec.partition, rec.req, rec.t0, tops.get(rec.partition))
+            rec.expected, rec.nodes = got[0], got[1]
+            if rec.state == "waiting":
+                rec.reasons.extend(got[2])
+                rec.what_if = got[3]
+                if got[0] is None:
+                    rec.state = "blocked"
+        whys = by_part.get(rec.partition)
+        if whys is None:
+            whys = by_part[rec.partition] = []
+        whys.append(JobWhy(rec.job, rec.partition, len(whys) + 1, rec.state, tuple(rec.reasons), rec.expected,
+                           rec.nodes, rec.what_if))
     parts = []
-    for p in names:
-        whys = []
-        for rank, rec in enumerate(by_part.get(p, ()), start=1):
-            whys.append(JobWhy(rec.job, p, rank, rec.state, tuple(rec.reasons), rec.expected, rec.nodes,
-                               rec.what_if))
+    for p in sorted(set(cl.part_nodes) | set(by_part)):
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
-            windows.get(p, ()), tuple(starts.get(p, ())), tuple(whys)))
-    return BackfillPlan(now, tuple(parts))
+            windows.get(p, ()), tuple(starts.get(p, ())), tuple(by_part.get(p, ()))))
+    return BackfillPlan(cl.now, tuple(parts))
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
@@ -841,6 +862,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
             rec.reasons.append(Reason("reservation_not_started",
                                       f"its reservation {job.reservation} starts at {_fmt_ts(t0)}"))
         rec.state = "blocked"
+        rec.estimate = not (job.held or job.dependency == "pending" or down)
         return rec
     for p, req in reqs:
         fit = cl.fit_now(p, req)
@@ -878,31 +900,6 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
 @lru_cache(maxsize=4096)
 def _fmt_ts(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _explain(cl: _Cluster, jobs: list[_Job], tops) -> None:
-    """Reasons, expected start and what-if for the jobs left waiting (and begin-time ones).
-
-    Everything here depends only on the request, its partition and the earliest allowed start, so
-    it is computed once per distinct (partition, request, start) and shared by the jobs asking it."""
-    memo: dict = {}
-    for rec in jobs:
-        if rec.state not in ("waiting", "blocked") or rec.req is None:
-            continue
-        if rec.state == "blocked" and any(r.code in ("held", "dependency", "partition_down") for r in rec.reasons):
-            continue
-        key = (rec.partition, rec.req, rec.t0)
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = _waiting_reasons(cl, rec.partition, rec.req, rec.t0, tops.get(rec.partition))
-        when, nodes, reasons, what_if = got
-        rec.expected, rec.nodes = when, nodes
-        if rec.state == "blocked":
-            continue
-        rec.reasons.extend(reasons)
-        rec.what_if = what_if
-        if when is None:
-            rec.state = "blocked"
 
 
 def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):

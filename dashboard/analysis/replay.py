@@ -22,7 +22,9 @@ Semantics (fixed, so that results can be compared with other simulators):
 - conservative: every queued job holds a reservation in an availability profile, made at
   submission at the earliest slot; when a job ends before its requested time the queue is
   compressed in order (each job is removed and re-reserved at the earliest slot, which is never
-  later than its old one), and jobs whose reservation is now start.
+  later than its old one), and jobs whose reservation is now start. A reserved start is an event of
+  its own (after the submissions and terminations at that time): compression can leave a job
+  reserved at a time where nothing ends.
 - wait = start - submit; bounded slowdown = max(1, (wait + duration) / max(duration, 10));
   utilisation = sum(processors x duration) / (machine processors x makespan);
   makespan = last end - first submission.

@@ -48,6 +48,9 @@ class Thresholds:
     # SM activity below this fraction of the job's baseline while utilisation stays busy means the
     # kernels wait (network); evaluation keeps the training ratio, so it is not caught.
     waiting_sm_fraction: float = 0.40
+    # ... or SM activity below this share of utilisation whatever the baseline (healthy training
+    # keeps SM active at 40-90 % of utilisation; NCCL spinning on the network at ~15 %).
+    waiting_sm_ratio: float = 0.25
 
     # Activity (SM active, else utilisation) below which GPUs do no useful training work whatever
     # the job's own baseline; used with I/O pressure for jobs stalled since before the window

@@ -118,15 +118,19 @@ def layout(ds: Datasource, ctx: ui.Ctx):
     f = ds.findings()
     src = f"Findings: {f.source}." + (" The diagnosis is not available here; these are the simulator's injected faults."
                                       if f.source == "simulator ground truth" else "")
+    version = ds.status().version
+    # the heatmap comes with the page (one round trip less on first load); its callback then only
+    # patches it on refresh ticks and redraws it on a theme change
+    heat = figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), ctx.theme)
     return html.Div([
         html.H1("Overview"),
-        dcc.Store(id=ids.OV_VERSION, data=ds.status().version),
-        dcc.Store(id=ids.OV_HEATMAP_VERSION),
+        dcc.Store(id=ids.OV_VERSION, data=version),
+        dcc.Store(id=ids.OV_HEATMAP_VERSION, data=version),
         html.Div(cards(ds), id=ids.OV_CARDS),
         ui.section("Incidents, by GPU-hours lost", html.Div(incidents(ds, ctx), id=ids.OV_INCIDENTS),
                    html.P(src, id=ids.OV_FINDINGS_SOURCE, className="gw-muted")),
         ui.section("GPU utilisation, node x time (last hour)",
-                   dcc.Graph(id=ids.OV_HEATMAP, config={"displaylogo": False}),
+                   dcc.Graph(id=ids.OV_HEATMAP, figure=heat, config={"displaylogo": False}),
                    note="Nodes sorted by their mean utilisation, lowest first; on large clusters each row "
                         "averages several nodes (its label names the first). Click a row to open that node."),
         ui.section("Flagged jobs", html.Div(flagged(ds, ctx), id=ids.OV_FLAGGED)),
@@ -141,7 +145,8 @@ def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
         return refresh_tables(ds, ctx, version)
 
     @app.callback(Output(ids.OV_HEATMAP, "figure"), Output(ids.OV_HEATMAP_VERSION, "data"),
-                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"), State(ids.OV_HEATMAP_VERSION, "data"))
+                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"), State(ids.OV_HEATMAP_VERSION, "data"),
+                  prevent_initial_call=True)
     def heatmap(_n, theme, version):
         return heatmap_update(ds, dash_ctx.triggered_id, theme, version)
 

@@ -131,24 +131,30 @@ def _fmt(v: float) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
+def _ts(t: float | None) -> str:
+    if t is None:
+        return ""
+    return f" {int(t)}" if t == int(t) else f" {t:.3f}"
+
+
 def openmetrics(samples: Iterable[Sample], types: dict[str, str] | None = None) -> str:
     """Samples (with timestamps) -> OpenMetrics text grouped by metric, ending in `# EOF`.
 
     promtool's OpenMetrics reader wants each family contiguous and counters named `_total` with a
     `# TYPE <name without _total> counter` line; gauges get `# TYPE <name> gauge`."""
-    by_name: dict[str, list[Sample]] = {}
+    series: dict[str, dict[tuple, list[Sample]]] = {}
     for s in samples:
-        by_name.setdefault(s.name, []).append(s)
+        series.setdefault(s.name, {}).setdefault(tuple(s.labels.items()), []).append(s)
     out = []
     types = types or {}
-    for name, items in by_name.items():
+    for name, by_labels in series.items():
         kind = types.get(name) or ("counter" if name.endswith("_total") else "gauge")
         family = name[:-6] if kind == "counter" and name.endswith("_total") else name
         out.append(f"# TYPE {family} {kind}\n")
-        items.sort(key=lambda s: (sorted(s.labels.items()), s.timestamp or 0))
-        for s in items:
-            ts = "" if s.timestamp is None else f" {s.timestamp:.3f}".rstrip("0").rstrip(".")
-            out.append(f"{name}{format_labels(s.labels) if s.labels else ''} {_fmt(s.value)}{ts}\n")
+        for items, group in by_labels.items():
+            head = name + (format_labels(dict(items)) if items else "") + " "
+            group.sort(key=lambda s: s.timestamp or 0)
+            out.extend(f"{head}{_fmt(s.value)}{_ts(s.timestamp)}\n" for s in group)
     out.append("# EOF\n")
     return "".join(out)
 

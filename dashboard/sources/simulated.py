@@ -107,3 +107,101 @@ def window_from_history(sim) -> Window:
                   node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read},
                   gpu_jobs={(cl.names[i], int(k)): str(int(jobs[i, k])) for i, k in zip(*np.nonzero(jobs >= 0))},
                   leaf_of={n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)})
+
+
+# ------------------------------------------------------------------------------------ bundles
+
+# gangwatch name -> (exporter name, scale, extra label filter) for `schema="exporters"`: what the
+# same cluster looks like to a site running node_exporter + dcgm-exporter + a Lustre exporter.
+EXPORTER_NAMES = {
+    "gangwatch_gpu_utilization_ratio": ("DCGM_FI_DEV_GPU_UTIL", 100.0, None),
+    "gangwatch_gpu_prof_sm_active_ratio": ("DCGM_FI_PROF_SM_ACTIVE", 1.0, None),
+    "gangwatch_gpu_power_watts": ("DCGM_FI_DEV_POWER_USAGE", 1.0, None),
+    "gangwatch_gpu_memory_used_bytes": ("DCGM_FI_DEV_FB_USED", 1.0 / (1 << 20), None),
+    "gangwatch_gpu_clock_hz": ("DCGM_FI_DEV_SM_CLOCK", 1e-6, ("clock", "sm")),
+    "gangwatch_infiniband_port_transmit_data_bytes_total": ("node_infiniband_port_data_transmitted_bytes_total", 1.0, None),
+    "gangwatch_infiniband_port_receive_data_bytes_total": ("node_infiniband_port_data_received_bytes_total", 1.0, None),
+    "gangwatch_infiniband_port_transmit_wait_ticks_total": ("node_infiniband_port_transmit_wait_total", 1.0, None),
+    "gangwatch_infiniband_port_link_downed_total": ("node_infiniband_link_downed_total", 1.0, None),
+    "gangwatch_pressure_waiting_seconds_total": ("node_pressure_io_waiting_seconds_total", 1.0, ("resource", "io")),
+}
+
+
+class BundleWriter:
+    """Renders every virtual node at each `capture()` with the simulator's agent renderer (the real
+    metric names) and accumulates OpenMetrics text for a bundle, in gangwatch's names (as Prometheus
+    would have scraped them: `instance` = node:9810) or, with `schema="exporters"`, in
+    node_exporter + dcgm-exporter (+ Lustre exporter) names with FQDN host labels."""
+
+    def __init__(self, sim, schema: str = "gangwatch", domain: str = "cluster.local"):
+        from dashboard.analysis.sim.render import NodeRenderer
+
+        from .build import WANTED
+
+        self.sim, self.schema, self.domain = sim, schema, domain
+        self.renderer = NodeRenderer(sim)
+        self.wanted = WANTED | {"gangwatch_lustre_client_target_io_bytes_total"}
+        self.samples: list = []
+        self.start: float | None = None
+        self.end: float | None = None
+
+    def capture(self) -> None:
+        from .exposition import Sample, iter_samples
+
+        sim, t = self.sim, float(self.sim.t)
+        self.start = t if self.start is None else self.start
+        self.end = t
+        for i, name in enumerate(sim.cluster.names):
+            fams = [f for f in self.renderer.families(i) if f.name in self.wanted]
+            text = "\n".join(line for f in fams for line in f.lines)
+            gpu_job = {}
+            for s in iter_samples(text):
+                if self.schema == "gangwatch":
+                    self.samples.append(Sample(s.name, {**s.labels, "instance": f"{name}:9810"}, s.value, t))
+                    continue
+                if s.name == "gangwatch_job_gpu_info":
+                    gpu_job[s.labels.get("gpu")] = s.labels.get("jobid")
+                    continue
+                if s.name == "gangwatch_lustre_client_target_io_bytes_total":
+                    op = s.labels.get("operation")
+                    if op in ("read", "write") and s.labels.get("type") == "osc":
+                        self.samples.append(Sample(f"lustre_{op}_bytes_total", {"component": "client", "target": s.labels["target"],
+                                                   "instance": f"{name}.{self.domain}:9169"}, s.value, t))
+                    continue
+                spec = EXPORTER_NAMES.get(s.name)
+                if spec is None:
+                    continue
+                new, scale, need = spec
+                if need is not None and s.labels.get(need[0]) != need[1]:
+                    continue
+                if new.startswith("DCGM_"):
+                    labels = {"gpu": s.labels["gpu"], "device": f"nvidia{s.labels['gpu']}", "Hostname": f"{name}.{self.domain}",
+                              "instance": f"10.0.{i // 250}.{i % 250}:9400"}
+                else:
+                    labels = {k: v for k, v in s.labels.items() if k in ("device", "port")}
+                    labels["instance"] = f"{name}.{self.domain}:9100"
+                self.samples.append(Sample(new, labels, s.value * scale, t))
+            if self.schema != "gangwatch" and gpu_job:
+                # dcgm-exporter's hpc_job label, from the prolog's GPU -> job mapping
+                for k in range(len(self.samples) - 1, -1, -1):
+                    s = self.samples[k]
+                    if s.timestamp != t or not s.name.startswith("DCGM_"):
+                        break
+                    job = gpu_job.get(s.labels.get("gpu"))
+                    if job and s.labels.get("Hostname", "").split(".")[0] == name:
+                        s.labels["hpc_job"] = job
+
+    def text(self) -> str:
+        from .bundle import openmetrics
+
+        return openmetrics(self.samples)
+
+    def write(self, path: str) -> None:
+        from dashboard.analysis.sim.slurm_view import build_snapshot
+
+        from .bundle import squeue_json, write_bundle
+
+        snap = build_snapshot(self.sim)
+        jobs = [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")]
+        write_bundle(path, self.text(), squeue_json(jobs, self.end or self.sim.t), self.start, self.end, "sim",
+                     topology_conf=self.sim.cluster.topology_conf())

@@ -32,15 +32,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(pred, timeout: float, what: str, interval: float = 0.2):
-    """Poll `pred` until it returns something truthy; raise TimeoutError naming `what`."""
+def wait_for(pred, timeout: float, what: str, interval: float = 0.2, context=None):
+    """Poll `pred` until it returns something truthy; raise TimeoutError naming `what` (and, when
+    given, what `context()` says about the state of things then)."""
     deadline = time.monotonic() + timeout
     while True:
         got = pred()
         if got:
             return got
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}"
+                               + (f"\n{context()}" if context else ""))
         time.sleep(interval)
 
 
@@ -94,12 +96,13 @@ class Webhook:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def alerts(self, **labels) -> list[dict]:
-        """Every delivered alert (with the notification's status) whose labels include `labels`."""
+    def alerts(self, status: str | None = None, **labels) -> list[dict]:
+        """Every delivered alert (`status` firing or resolved, when given) whose labels include
+        `labels`, with the receiver it was delivered to."""
         with self.lock:
             payloads = list(self.payloads)
         return [dict(a, receiver=p["receiver"]) for p in payloads for a in p["alerts"]
-                if all(a["labels"].get(k) == v for k, v in labels.items())]
+                if (status is None or a["status"] == status) and all(a["labels"].get(k) == v for k, v in labels.items())]
 
     def stop(self):
         self.server.shutdown()
@@ -173,9 +176,12 @@ class Prometheus:
 
     def __init__(self, workdir: Path, scrape_configs: list[dict], rule_files: list[Path] = (),
                  alertmanager_port: int | None = None, interval: str = "1s", extra_flags: list[str] = (),
-                 external_labels: dict | None = None):
+                 external_labels: dict | None = None, self_scrape: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        if self_scrape:  # its own telemetry, e.g. prometheus_rule_group_last_duration_seconds
+            scrape_configs = [*scrape_configs, {"job_name": "prometheus",
+                                                "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]}]
         conf = {"global": {"scrape_interval": interval, "evaluation_interval": interval,
                            "scrape_timeout": interval if interval.endswith("s") and int(interval[:-1]) < 10 else "10s",
                            **({"external_labels": external_labels} if external_labels else {})},
@@ -220,10 +226,12 @@ class Prometheus:
             return jobs <= got
         wait_for(all_up, timeout, f"first successful scrape of {sorted(jobs)}")
 
-    def alerts(self, **labels) -> list[dict]:
+    def alerts(self, state: str | None = None, **labels) -> list[dict]:
+        """Prometheus' active alerts (`state` pending or firing, when given) whose labels include `labels`."""
         body = http_get(self.url + "/api/v1/alerts")
         found = json.loads(body)["data"]["alerts"] if body else []
-        return [a for a in found if all(a["labels"].get(k) == v for k, v in labels.items())]
+        return [a for a in found if (state is None or a["state"] == state)
+                and all(a["labels"].get(k) == v for k, v in labels.items())]
 
     def stop(self):
         self.process.stop()

@@ -14,6 +14,7 @@ import csv
 import io
 import math
 import tarfile
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterator
@@ -76,14 +77,17 @@ def read_trace(path: str) -> list[JobSpec]:
     path, _, only = path.partition("#")
     rows: list[tuple[float, float, int]] = []
     if path.endswith((".tar.gz", ".tgz")):
-        with tarfile.open(path) as tf:
-            for m in tf.getmembers():
-                name = m.name.rsplit("/", 1)[-1]
-                if not name.endswith(".csv") or (only and name.removesuffix(".csv") != only):
-                    continue
-                fh = tf.extractfile(m)
-                if fh is not None:
-                    rows += parse_rows(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+        try:
+            with tarfile.open(path) as tf:
+                for m in tf.getmembers():
+                    name = m.name.rsplit("/", 1)[-1]
+                    if not name.endswith(".csv") or (only and name.removesuffix(".csv") != only):
+                        continue
+                    fh = tf.extractfile(m)
+                    if fh is not None:
+                        rows += parse_rows(io.TextIOWrapper(fh, encoding="utf-8", errors="replace"))
+        except (tarfile.TarError, EOFError, zlib.error) as exc:
+            raise ValueError(f"cannot read trace archive {path}: {exc}") from exc
     else:
         with open(path, encoding="utf-8", errors="replace", newline="") as fh:
             rows = parse_rows(fh)

@@ -1,0 +1,355 @@
+"""Diagnosis verdicts on hand-made metric windows: one scenario per verdict, the honesty rules
+(culprits only beyond chance, consistent findings, outages are not stalls, unknown is not healthy),
+incidents, placement, findings as metrics/JSON, and bad input (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collectors.slurm.model import Job, NodeAllocation
+from dashboard.analysis.diagnose import diagnose, incidents, nanquantile_rows, outliers, robust_z
+from dashboard.analysis.thresholds import DEFAULT
+from dashboard.analysis.topology import parse_topology_conf
+from dashboard.analysis.window import Window
+from dashboard.findings_api import findings_json, findings_metrics
+
+T, G, STEP = 80, 4, 15.0  # 20 minutes of 15 s samples, 4 GPUs per node
+END = 1_767_225_600.0
+TIMES = END - STEP * np.arange(T)[::-1]
+
+
+class Cluster:
+    """A healthy cluster of `n` nodes (training: util ~0.92, SM ~0.7, all-reduce on IB, data reads,
+    a checkpoint dip with writes and an evaluation phase), and knobs to break it."""
+
+    def __init__(self, n: int = 8, seed: int = 0, targets: int = 8):
+        rng = np.random.default_rng(seed)
+        self.n = n
+        self.nodes = tuple(f"gpu{i:03d}" for i in range(n))
+        self.util = np.clip(rng.normal(0.92, 0.015, (n, G, T)), 0, 1)
+        self.sm = self.util * 0.72
+        ckpt = slice(30, 34)  # a 60 s checkpoint: GPUs pause, the nodes write
+        evalp = slice(50, 54)  # an evaluation phase: forward passes only
+        self.util[:, :, ckpt] = 0.07
+        self.sm[:, :, ckpt] = 0.03
+        self.util[:, :, evalp] *= 0.6
+        self.sm[:, :, evalp] *= 0.6
+        self.clock = np.full((n, G, T), 1.98e9)
+        self.power = 90 + 500 * self.sm
+        self.ib_tx = np.full((n, G, T), 2e10) * rng.uniform(0.95, 1.05, (n, G, T))
+        self.ib_tx[:, :, ckpt] = 0
+        self.ib_tx[:, :, evalp] = 0
+        self.ib_wait = np.full((n, G, T), 1e5) * rng.uniform(0.8, 1.2, (n, G, T))
+        self.ib_down = np.zeros((n, G, T))
+        self.fs_read = np.full((n, T), 4e8)
+        self.fs_write = np.zeros((n, T))
+        self.fs_write[:, ckpt] = 2e9
+        self.psi = np.full((n, T), 0.02)
+        self.targets = tuple(f"scratch-OST{k:04x}" for k in range(targets))
+        self.lat = np.full((n, targets, T), 0.003) * rng.uniform(0.9, 1.1, (n, targets, T))
+        self.read = np.full((n, targets, T), 4e8 / targets)
+        self.leaf_of = {nd: f"leaf{i // 4}" for i, nd in enumerate(self.nodes)}
+        self.nvlink: dict = {}
+        self.numa: dict = {}
+
+    def window(self, **over) -> Window:
+        f = np.float32
+        return Window(times=TIMES.copy(), step=STEP, nodes=self.nodes, gpus=tuple(tuple(range(G)) for _ in self.nodes),
+                      rails=tuple(tuple(f"mlx5_{k}/1" for k in range(G)) for _ in self.nodes), targets=self.targets,
+                      gpu={"util": self.util.astype(f), "sm": self.sm.astype(f), "clock": self.clock.astype(f),
+                           "power": self.power.astype(f)},
+                      rail={"ib_tx": self.ib_tx.astype(f), "ib_wait": self.ib_wait.astype(f), "ib_down": self.ib_down.astype(f)},
+                      node={"fs_read": self.fs_read.astype(f), "fs_write": self.fs_write.astype(f), "psi_io": self.psi.astype(f)},
+                      target={"latency": self.lat.astype(f), "read": self.read.astype(f)}, leaf_of=dict(self.leaf_of),
+                      nvlink_peers=self.nvlink, gpu_numa=self.numa, **over)
+
+    def rows(self, names):
+        return [self.nodes.index(x) for x in names]
+
+
+def job(jid: int, nodes, gpus=tuple(range(G)), start=END - 7200, state="RUNNING") -> Job:
+    nodes = tuple(nodes)
+    return Job(job_id=jid, name=f"train{jid}", user="alice", state=state, start_time=start, nodes=nodes,
+               node_count=len(nodes), gpus=len(gpus) * len(nodes),
+               allocations=tuple(NodeAllocation(n, gpus=len(gpus), gpu_indices=tuple(gpus)) for n in nodes))
+
+
+def verdict(d, jid):
+    return next(v for v in d.verdicts if v.jobid == str(jid))
+
+
+GANG_A = ("gpu000", "gpu001", "gpu002", "gpu003")
+GANG_B = ("gpu004", "gpu005", "gpu006", "gpu007")
+
+
+def test_healthy_gangs_with_checkpoint_and_eval_are_progressing():
+    c = Cluster()
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+    assert [v.state for v in d.verdicts] == ["progressing", "progressing"]
+    assert d.incidents == ()
+    v = verdict(d, 1)
+    assert v.gpu_hours_lost == 0 and v.since is None and 0 < v.confidence <= 1
+
+
+def test_checkpoint_in_progress_is_not_a_stall():
+    c = Cluster()
+    c.util[:, :, -5:] = 0.06  # a checkpoint that started 75 s ago and still writes
+    c.sm[:, :, -5:] = 0.02
+    c.ib_tx[:, :, -5:] = 0
+    c.fs_write[:, -5:] = 3e9
+    d = diagnose(c.window(), [job(1, GANG_A)])
+    assert verdict(d, 1).state == "progressing"
+
+
+def test_stalled_io_names_the_slow_target_with_significance():
+    c = Cluster()
+    r = c.rows(GANG_A)
+    for i in r:
+        c.util[i, :, -10:] = 0.08
+        c.sm[i, :, -10:] = 0.04
+        c.psi[i, -10:] = 0.85
+        c.fs_read[i, -10:] = 2e7
+    c.lat[:, 5, -10:] = 0.3  # OST0005 answers 100x slower, for everyone
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+    v = verdict(d, 1)
+    assert v.state == "stalled_io"
+    assert v.culprit == "scratch-OST0005" and v.culprit_kind == "target"
+    assert v.since == TIMES[-10]
+    ev = next(e for e in v.evidence if e.signal == "fs_target_read_latency")
+    assert ev.p is not None and ev.p * 8 < DEFAULT.alpha and ev.z > 3
+    assert v.gpu_hours_lost == pytest.approx(16 * 9 * STEP / 3600)
+    assert verdict(d, 2).state == "progressing"
+
+
+def test_io_stall_without_a_standout_target_names_no_target():
+    c = Cluster()
+    for i in c.rows(GANG_A):
+        c.util[i, :, -10:] = 0.08
+        c.sm[i, :, -10:] = 0.04
+        c.psi[i, -10:] = 0.85
+    c.lat[:, :, -10:] *= 1.5  # every target a little slower: nobody stands out
+    v = verdict(diagnose(c.window(), [job(1, GANG_A)]), 1)
+    assert v.state == "stalled_io"
+    assert v.culprit_kind != "target"
+
+
+def test_idle_gpus_while_reading_full_speed_is_io_not_idle():
+    c = Cluster()
+    for i in c.rows(GANG_A):
+        c.util[i, :, -12:] = 0.0
+        c.sm[i, :, -12:] = 0.0
+        c.ib_tx[i, :, -12:] = 0
+        c.fs_read[i, -12:] = 4.2e8  # the loaders keep reading at full speed
+    v = verdict(diagnose(c.window(), [job(1, GANG_A)]), 1)
+    assert v.state == "stalled_io"
+
+
+def test_network_stall_names_the_congested_leaf():
+    c = Cluster(n=12)
+    gang = ("gpu002", "gpu003", "gpu004", "gpu005")  # two nodes on leaf0, two on leaf1
+    for i in c.rows(gang):
+        c.util[i, :, -8:] = 0.96
+        c.sm[i, :, -8:] = 0.14
+        c.ib_tx[i, :, -8:] = 3e9
+    c.ib_wait[c.rows(("gpu004", "gpu005", "gpu006", "gpu007")), :, -8:] = 3e7  # leaf1 is hot
+    d = diagnose(c.window(), [job(1, gang)])
+    v = verdict(d, 1)
+    assert v.state == "stalled_network"
+    assert (v.culprit, v.culprit_kind) == ("leaf1", "leaf_switch")
+    waits = [e for e in v.evidence if e.signal == "ib_wait" and e.node]
+    assert waits and all(e.node in ("gpu004", "gpu005") and e.p < DEFAULT.alpha for e in waits)
+
+
+def test_flapping_link_is_the_culprit_port():
+    c = Cluster()
+    i = c.nodes.index("gpu002")
+    for k in c.rows(GANG_A):
+        c.util[k, :, -8:] = 0.96
+        c.sm[k, :, -8:] = 0.15
+        c.ib_tx[k, :, -8:] = 2e9
+    c.ib_tx[i, 2, -8::2] = 0
+    c.ib_down[i, 2, -8::2] = 1
+    v = verdict(diagnose(c.window(), [job(1, GANG_A)]), 1)
+    assert v.state == "stalled_network"
+    assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_2/1", "port")
+
+
+def test_hung_collective():
+    c = Cluster()
+    for i in c.rows(GANG_B):
+        c.util[i, :, -10:] = 1.0
+        c.sm[i, :, -10:] = 0.01
+        c.ib_tx[i, :, -10:] = 0
+        c.ib_wait[i, :, -10:] = 2e3
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+    assert verdict(d, 2).state == "hung"
+    assert verdict(d, 1).state == "progressing"
+
+
+def test_straggler_gpu_is_named_with_its_p_value():
+    c = Cluster()
+    i = c.nodes.index("gpu001")
+    c.clock[i, 3, -20:] = 1.1e9  # HW slowdown
+    for k in c.rows(GANG_A):
+        c.sm[k, :, -20:] *= 0.55  # the others wait at the barrier
+    c.sm[i, 3, -20:] = 0.95
+    v = verdict(diagnose(c.window(), [job(1, GANG_A)]), 1)
+    assert v.state == "straggler"
+    assert (v.culprit, v.culprit_kind) == ("gpu001:gpu3", "gpu")
+    e = v.evidence[0]
+    assert e.signal == "gpu_sm_clock" and e.p < DEFAULT.alpha / 32 and e.value == pytest.approx(1.1e9, rel=1e-3)
+    assert v.gpu_hours_lost > 0
+
+
+def test_slow_node_in_a_two_node_gang():
+    c = Cluster()
+    gang = ("gpu000", "gpu001")
+    c.clock[0, :, -20:] = 1.2e9  # the whole node is thermally throttled
+    v = verdict(diagnose(c.window(), [job(1, gang)]), 1)
+    assert v.state == "straggler" and (v.culprit, v.culprit_kind) == ("gpu000", "node")
+
+
+def test_uniform_noise_never_names_a_culprit():
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        c = Cluster(seed=trial)
+        c.clock *= rng.normal(1.0, 0.01, c.clock.shape)  # boost clocks vary by ~1 %
+        d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+        assert {v.state for v in d.verdicts} == {"progressing"}, trial
+
+
+def test_partially_idle_allocation():
+    c = Cluster()
+    c.util[4, 1:, -30:] = 0.0
+    c.sm[4, 1:, -30:] = 0.0
+    v = verdict(diagnose(c.window(), [job(1, ("gpu004",))]), 1)
+    assert v.state == "idle_gpus" and v.culprit == "gpu004:gpu1,2,3"
+    assert v.gpu_hours_lost == pytest.approx(3 * 30 * STEP / 3600)
+
+
+def test_young_job_is_not_judged_and_suspended_is_reported_as_such():
+    c = Cluster()
+    c.util[:4, :, -10:] = 0
+    d = diagnose(c.window(), [job(1, GANG_A, start=END - 120), job(2, GANG_B, state="SUSPENDED")])
+    assert verdict(d, 1).state == "insufficient_data" and "first" in verdict(d, 1).reason
+    assert verdict(d, 2).state == "suspended"
+    assert all(v.state not in ("stalled_io", "hung", "idle_gpus") for v in d.verdicts)
+
+
+def test_unknown_nodes_and_silent_gpus_are_insufficient_not_healthy():
+    c = Cluster()
+    c.util[4:6, :, -6:] = np.nan  # two nodes of gang B stopped reporting
+    c.util[6:8, :, -6:] = np.nan
+    d = diagnose(c.window(), [job(1, ("nodeX1", "nodeX2")), job(2, GANG_B), job(3, GANG_A)])
+    assert verdict(d, 1).state == "insufficient_data" and "know none" in verdict(d, 1).reason
+    assert verdict(d, 2).state == "insufficient_data" and "reported" in verdict(d, 2).reason
+    assert verdict(d, 3).state == "progressing"
+
+
+def test_whole_cluster_silent_is_an_outage():
+    c = Cluster()
+    c.util[:, :, -4:] = np.nan
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+    assert {v.state for v in d.verdicts} == {"insufficient_data"}
+    assert "outage" in d.cluster_reason
+
+
+def test_everyone_dropping_at_once_is_an_outage_not_stalls():
+    c = Cluster(n=16)
+    c.util[:, :, -8:] = 0.0  # collectors report zeros everywhere from the same scrape on
+    c.sm[:, :, -8:] = 0.0
+    c.ib_tx[:, :, -8:] = 0.0
+    c.fs_read[:, -8:] = 0.0
+    jobs = [job(k, (c.nodes[k],)) for k in range(16)]
+    d = diagnose(c.window(), jobs)
+    assert {v.state for v in d.verdicts} == {"insufficient_data"}
+    assert "outage" in d.cluster_reason
+
+
+def test_incidents_group_by_culprit_and_rank_by_cost():
+    c = Cluster(n=12)
+    for i in range(12):
+        c.util[i, :, -10:] = 0.08
+        c.sm[i, :, -10:] = 0.04
+        c.psi[i, -10:] = 0.85
+    c.lat[:, 2, -10:] = 0.3
+    jobs = [job(1, c.nodes[0:4]), job(2, c.nodes[4:6]), job(3, c.nodes[6:7])]
+    d = diagnose(c.window(), jobs)
+    assert len(d.incidents) == 1
+    inc = d.incidents[0]
+    assert inc.culprit == "scratch-OST0002" and set(inc.jobs) == {"1", "2", "3"}
+    assert inc.gpu_hours_lost == pytest.approx(sum(v.gpu_hours_lost for v in d.verdicts))
+
+
+def test_placement_findings():
+    c = Cluster(n=12)
+    c.leaf_of = {nd: f"leaf{i // 4}" for i, nd in enumerate(c.nodes)}
+    c.nvlink = {"gpu000": frozenset({(0, 1), (2, 3)})}
+    c.numa = {"gpu000": {0: 0, 1: 0, 2: 1, 3: 1}}
+    gang = ("gpu000", "gpu001", "gpu004", "gpu008")  # 4 nodes over 3 leaves where 1 would do
+    d = diagnose(c.window(), [job(1, gang)])
+    kinds = {p.kind for p in verdict(d, 1).placement}
+    assert kinds == {"gpus_not_nvlink_peers", "gpus_span_numa", "spread_over_leaves"}
+    assert all(p.expected_cost for p in verdict(d, 1).placement)
+
+
+def test_findings_as_metrics_and_json():
+    c = Cluster()
+    for i in c.rows(GANG_B):
+        c.util[i, :, -10:] = 1.0
+        c.sm[i, :, -10:] = 0.01
+        c.ib_tx[i, :, -10:] = 0
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B), job(3, ("nodeX",))])
+    text = findings_metrics(d).decode()
+    assert 'gangwatch_job_stalled{jobid="2",cause="hung"} 1' in text
+    assert 'gangwatch_job_stalled{jobid="1",cause="none"} 0' in text
+    assert 'gangwatch_job_stalled{jobid="3"' not in text  # unknown is not reported as healthy
+    assert 'gangwatch_job_gpu_hours_lost_total{jobid="2"}' in text
+    assert "gangwatch_incident_gpu_hours_lost{" in text
+    doc = json.loads(findings_json(d))
+    v = next(x for x in doc["verdicts"] if x["jobid"] == "2")
+    assert set(v) >= {"jobid", "nodes", "gpus", "state", "confidence", "since", "culprit", "evidence", "gpu_hours_lost"}
+    assert all(set(e) >= {"signal", "node", "value", "baseline", "threshold"} for e in v["evidence"])
+
+
+def test_statistics_helpers():
+    z, med, scale = robust_z(np.array([1.0, 1.0, 1.0, 1.0, 0.5]), 0.02)
+    assert med == 1.0 and z[-1] == pytest.approx(-25.0)
+    assert outliers(np.array([1.0, 1.0, 1.01, 0.99, 0.5]), DEFAULT, high=False)[0][0] == 4
+    assert outliers(np.array([1.0, 0.5]), DEFAULT, high=False) == []  # too few peers for a test
+    a = np.array([[1.0, 2.0, np.nan, 4.0], [np.nan] * 4])
+    q = nanquantile_rows(a, 0.9)
+    assert q[0] == pytest.approx(np.nanquantile(a[0], 0.9)) and math.isnan(q[1])
+
+
+def test_topology_conf():
+    leaf_of, notes = parse_topology_conf("SwitchName=s0 Nodes=gpu[000-003]\nSwitchName=s1 Nodes=gpu[004-007]\n"
+                                         "SwitchName=spine Switches=s[0-1]\nNodes=bogus\n")
+    assert leaf_of["gpu002"] == "s0" and leaf_of["gpu007"] == "s1" and len(leaf_of) == 8
+    assert notes and "line 4" in notes[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_bad_values_never_crash_and_other_jobs_are_still_judged(data):
+    c = Cluster()
+    w = c.window()
+    bad = data.draw(st.lists(st.tuples(st.sampled_from(["util", "sm", "clock"]), st.integers(0, 3), st.integers(0, G - 1),
+                                       st.integers(0, T - 1), st.sampled_from([np.nan, np.inf, -np.inf, -5.0, 1e30])),
+                             max_size=30))
+    for sig, i, g, t, val in bad:
+        w.gpu[sig][i, g, t] = val
+    for i in data.draw(st.lists(st.integers(0, 3), max_size=2)):
+        w.node["psi_io"][i] = np.nan
+        w.rail["ib_tx"][i] = np.nan
+    d = diagnose(w, [job(1, GANG_A), job(2, GANG_B), job(3, ("ghost",)),
+                     Job(job_id=4, state="RUNNING", nodes=("gpu000",), allocations=())])
+    assert len(d.verdicts) == 4
+    assert verdict(d, 2).state == "progressing"  # untouched gang still judged
+    json.dumps(d.to_json(), allow_nan=False)

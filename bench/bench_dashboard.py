@@ -13,7 +13,7 @@ background=True))` (what `gangwatch demo` mounts) on a free loopback port, then
 
 The 64-node run is the peer: it shows how the cost grows with the cluster (ratio printed).
 
-    /tmp/gwvenv/bin/python bench/bench_dashboard.py [--sizes 64,4096] [--ticks 12] [--refresh 3]
+    /tmp/gwvenv/bin/python bench/bench_dashboard.py [--sizes 64,4096] [--ticks 8] [--refresh 5]
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ def measure(nodes: int, ticks: int, refresh: float, browser) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="64,4096")
-    p.add_argument("--ticks", type=int, default=12)
-    p.add_argument("--refresh", type=float, default=3.0, help="refresh interval in seconds (default %(default)s)")
+    p.add_argument("--ticks", type=int, default=8)
+    p.add_argument("--refresh", type=float, default=5.0, help="refresh interval in seconds (default %(default)s)")
     args = p.parse_args(argv)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     from playwright.sync_api import sync_playwright

@@ -261,8 +261,9 @@ class _Handler(socketserver.StreamRequestHandler):
     """A lean HTTP/1.1 server loop: GET and HEAD, keep-alive, one write per response.
 
     Why not BaseHTTPRequestHandler: its header parsing goes through the email package and its
-    response through several writes; measured, that was about a third of a scrape's CPU (~0.3 ms of
-    ~1 ms), more than our gzip and encoding together.
+    response through several writes. Measured on a cached scrape (bench/bench_agent.py's client
+    against the agent): 0.37 ms of server CPU per request with it, 0.03 ms with this loop; a
+    whole uncached scrape costs about 1.2 ms.
     """
 
     timeout = IDLE_TIMEOUT

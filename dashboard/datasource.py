@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 # Verdict states from ARCHITECTURE.md; those that flag a job (everything except progressing).
 STATES = ("progressing", "stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "insufficient_data")
 FLAGGED = frozenset({"stalled_io", "stalled_network", "straggler", "hung", "idle_gpus"})
+# Node-level value of a per-rail or per-target signal: the sum over rails / targets (traffic adds up).
+SUMMED = frozenset({"ib_tx", "ib_wait", "io_read"})
 # A source whose data is older than this many refresh periods is shown as stale.
 STALE_AFTER_SECONDS = 120.0
 
@@ -212,6 +214,11 @@ class Datasource(Protocol):
 
 # ----------------------------------------------------------------------------- pure helpers
 
+def _nansum(a: np.ndarray, axis: int) -> np.ndarray:
+    """Sum over channels; NaN only where every channel is unknown."""
+    return np.where(np.isnan(a).all(axis=axis), np.nan, np.nansum(a, axis=axis))
+
+
 def nanmean(a: np.ndarray, axis: int) -> np.ndarray:
     """np.nanmean without the warning for all-NaN slices (unknown stays NaN: that is the point)."""
     with warnings.catch_warnings():
@@ -224,6 +231,8 @@ def downsample_cols(times: np.ndarray, z: np.ndarray, max_cols: int) -> tuple[np
     t = len(times)
     if t <= max_cols or max_cols < 1:
         return times, z
+    if t <= max_cols * 1.25:  # a few samples over (an hour at 15 s is 241): drop the oldest, keep resolution
+        return times[-max_cols:], z[:, -max_cols:]
     k = math.ceil(t / max_cols)
     cut = t - (t // k) * k  # drop the oldest columns that do not fill a bin
     times, z = times[cut:], z[:, cut:]
@@ -435,9 +444,10 @@ class MemoryDatasource(BaseDatasource):
 
     def _node_matrix(self, signal: str, nodes: list[str]) -> np.ndarray:
         rows = []
+        combine = _nansum if signal in SUMMED else nanmean
         for n in nodes:
             a = self._series.get(n, {}).get(signal)
-            rows.append(nanmean(a, axis=0) if a is not None and a.size else np.full(len(self._times), np.nan))
+            rows.append(combine(a, axis=0) if a is not None and a.size else np.full(len(self._times), np.nan))
         return np.vstack(rows) if rows else np.zeros((0, len(self._times)))
 
     def heatmap(self, signal="gpu_util", window=3600.0, max_rows=400, max_cols=240):
@@ -556,7 +566,7 @@ class SimDatasource(BaseDatasource):
             times = h.times[order]
             keep = order[times >= t0]
             arr = h.series[name]
-            data = arr[keep] if nodes is None else arr[keep][:, nodes]
+            data = arr[keep] if nodes is None else arr[np.ix_(keep, nodes)]  # copy only the nodes asked for
             return h.times[keep].copy(), data
 
     def _node_level(self, signal: str, t0: float, nodes=None, gpu_mask=None) -> tuple[np.ndarray, np.ndarray]:
@@ -569,7 +579,7 @@ class SimDatasource(BaseDatasource):
         sig = SIGNALS[signal]
         data = data.astype(np.float32)
         if data.ndim == 3:
-            if signal in ("ib_tx", "ib_wait", "io_read"):
+            if signal in SUMMED:
                 z = data.sum(axis=2)
             elif gpu_mask is not None:
                 z = nanmean(np.where(gpu_mask, data, np.nan), axis=2)
@@ -803,15 +813,134 @@ def convert_findings(doc, now: float) -> Findings:
     return Findings(gen, "diagnosis", tuple(verdicts), incs)
 
 
+# ------------------------------------------------------------------ metric windows (serve)
+
+class WindowSeries:
+    """Series for the pages from a diagnosis `Window` (dashboard/analysis/window.py), which every
+    metric source builds (Prometheus, embedded scraper, bundle). Mixed into LiveDatasource."""
+
+    _GPU = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power"}
+
+    def window(self):  # -> Window | None
+        return None
+
+    def _node_rows(self, win, signal: str, rows: list[int], gpu_cols: list[list[int]] | None = None) -> np.ndarray | None:
+        """(len(rows) x T) node-level values of a signal in display units, None when absent."""
+        sig = SIGNALS[signal]
+        if signal in self._GPU:
+            a = win.gpu.get(self._GPU[signal])
+            if a is None:
+                return None
+            if gpu_cols is None:
+                z = nanmean(a[rows], axis=1)
+            else:
+                z = np.vstack([nanmean(a[r][cols], axis=0) if cols else np.full(a.shape[2], np.nan)
+                               for r, cols in zip(rows, gpu_cols)]) if rows else np.zeros((0, a.shape[2]))
+        elif signal in ("ib_tx", "ib_wait"):
+            a = win.rail.get(signal)
+            if a is None:
+                return None
+            z = _nansum(a[rows], axis=1)
+        else:
+            a = win.node.get({"io_read": "fs_read", "io_pressure": "psi_io"}.get(signal, ""))
+            if a is None:
+                return None
+            z = a[rows]
+        return z.astype(np.float64) * sig.scale
+
+    def heatmap(self, signal="gpu_util", window=3600.0, max_rows=400, max_cols=240):
+        win = self.window()
+        if win is None or not win.nodes:
+            return None
+        z = self._node_rows(win, signal, list(range(len(win.nodes))))
+        if z is None:
+            return None
+        keep = win.times >= win.end - window
+        times, z = downsample_cols(win.times[keep], z[:, keep], max_cols)
+        labels, members, zz = aggregate_rows(list(win.nodes), z, max_rows)
+        return Heatmap(signal, labels, members, times, zz, len(win.nodes))
+
+    def job_series(self, jobid, signal, window=3600.0, max_cols=240):
+        win, snap = self.window(), self.snapshot()
+        job = snap.job(int(jobid)) if snap is not None and str(jobid).isdigit() else None
+        if win is None or job is None or not job.nodes:
+            return None
+        index = win.node_index()
+        names = [n for n in job.nodes if n in index]
+        if not names:
+            return None
+        rows = [index[n] for n in names]
+        allocs = {a.node: a.gpu_indices for a in job.allocations}
+        cols = [[c for c in (win.gpu_column(r, g) for g in allocs.get(n, ())) if c >= 0] or None for n, r in zip(names, rows)]
+        z = self._node_rows(win, signal, rows, cols if all(c is not None for c in cols) else None)
+        if z is None:
+            return None
+        keep = win.times >= max(win.end - window, (job.start_time or 0) - 300)
+        times, z = downsample_cols(win.times[keep], z[:, keep], max_cols)
+        return Heatmap(signal, tuple(names), tuple((n,) for n in names), times, z, len(names))
+
+    def node_series(self, node, signals, window=3600.0):
+        win = self.window()
+        if win is None or node not in win.node_index():
+            return None
+        i = win.node_index()[node]
+        keep = win.times >= win.end - window
+        values, chans = {}, {}
+        for s in signals:
+            sig = SIGNALS[s]
+            if s in self._GPU and self._GPU[s] in win.gpu:
+                cols = [k for k, g in enumerate(win.gpus[i]) if g >= 0] if win.gpus else []
+                values[s] = win.gpu[self._GPU[s]][i][cols][:, keep].astype(np.float64) * sig.scale
+                chans[s] = tuple(f"GPU {win.gpus[i][k]}" for k in cols)
+            elif s in ("ib_tx", "ib_wait") and s in win.rail:
+                cols = [k for k, r in enumerate(win.rails[i]) if r] if win.rails else []
+                values[s] = win.rail[s][i][cols][:, keep].astype(np.float64)
+                chans[s] = tuple(win.rails[i][k] for k in cols)
+            elif s in ("io_read", "io_pressure"):
+                z = self._node_rows(win, s, [i])
+                if z is not None:
+                    values[s], chans[s] = z[:, keep], (node,)
+        return NodeSeries(node, win.times[keep], values, chans) if values else None
+
+    def ost_series(self, window=3600.0):
+        win = self.window()
+        a = win.target.get("read") if win is not None else None
+        if a is None or not win.targets:
+            return None
+        keep = win.times >= win.end - window
+        times, z = downsample_cols(win.times[keep], _nansum(a, axis=0)[:, keep].astype(np.float64), 240)
+        return Heatmap("io_read", tuple(win.targets), tuple((t,) for t in win.targets), times, z, len(win.targets))
+
+    def leaf_series(self, window=3600.0):
+        win = self.window()
+        a = win.rail.get("ib_wait") if win is not None else None
+        if a is None or not win.leaf_of:
+            return None
+        per_node = _nansum(a, axis=1)
+        leaves = sorted(set(win.leaf_of.values()))
+        z = np.vstack([_nansum(per_node[[k for k, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf]], axis=0)
+                       for lf in leaves]).astype(np.float64)
+        keep = win.times >= win.end - window
+        times, z = downsample_cols(win.times[keep], z[:, keep], 240)
+        return Heatmap("ib_wait", tuple(leaves), tuple((lf,) for lf in leaves), times, z, len(leaves))
+
+    def leaf_of(self, node: str) -> str:
+        win = self.window()
+        return win.leaf_of.get(node, "") if win is not None else ""
+
+
 # -------------------------------------------------------------------------- live (serve) source
 
-class LiveDatasource(BaseDatasource):
-    """`gangwatch serve`: a scheduler snapshot from a poller or URL or file, plus (when given) a
-    findings URL. `snapshot_fn` returns the latest Snapshot or raises; its failures are kept for
-    status() and the last good snapshot stays on screen, marked stale."""
+class LiveDatasource(WindowSeries, BaseDatasource):
+    """`gangwatch serve`: a scheduler snapshot from a poller or URL or file, and optionally a metric
+    source (dashboard/sources: Prometheus, embedded scraper) whose window feeds the pages and the
+    diagnosis. `snapshot_fn` returns the latest Snapshot or raises; its failures are kept for
+    status() and the last good snapshot stays on screen, marked stale. The metric window and the
+    diagnosis are refreshed by one background thread (`start()`), never inside a request."""
 
     def __init__(self, snapshot_fn: Callable[[], Snapshot | None], source_name: str,
-                 min_interval: float = 10.0, clock: Callable[[], float] = time.time):
+                 min_interval: float = 10.0, clock: Callable[[], float] = time.time, metrics=None,
+                 metrics_interval: float = 15.0):
         super().__init__()
         self._fn = snapshot_fn
         self.source_name = source_name
@@ -821,6 +950,13 @@ class LiveDatasource(BaseDatasource):
         self._last_try = -math.inf
         self._error = ""
         self._lock = threading.Lock()
+        self.metrics = metrics
+        self._metrics_interval = metrics_interval
+        self._win = None
+        self._win_error = ""
+        self._win_failed = False
+        self._findings: Findings | None = None
+        self._stop = threading.Event()
 
     def now(self) -> float:
         return self._clock()
@@ -838,12 +974,74 @@ class LiveDatasource(BaseDatasource):
                     log.warning("scheduler source %s failed: %s", self.source_name, self._error)
             return self._snap
 
+    def version(self) -> str:
+        snap = self._snap
+        win = self._win
+        return f"{snap.taken_at if snap else 0}:{win.end if win is not None else 0}"
+
+    # ---- metrics and diagnosis
+
+    def window(self):
+        return self._win
+
+    def refresh_metrics(self) -> None:
+        """One metric window and one diagnosis (what the background thread does each interval)."""
+        if self.metrics is None:
+            return
+        try:
+            scrape = getattr(self.metrics, "scrape", None)
+            if scrape is not None:  # the embedded source scrapes its targets itself
+                scrape()
+            win = self.metrics.window()
+            self._win, self._win_error, self._win_failed = win, "; ".join(win.notes)[:300], False
+        except Exception as exc:
+            self._win_error, self._win_failed = f"{type(exc).__name__}: {exc}", True
+            log.warning("metric source failed: %s", self._win_error)
+            return
+        snap = self.snapshot()
+        if snap is None:
+            return
+        try:
+            from dashboard.analysis.diagnose import diagnose
+
+            jobs = [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")]
+            self._findings = convert_diagnosis(diagnose(self._win, jobs), self.now())
+        except ImportError:
+            pass
+        except Exception:
+            log.exception("diagnosis failed")
+
+    def start(self) -> "LiveDatasource":
+        def loop():
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                self.refresh_metrics()
+                self._stop.wait(max(1.0, self._metrics_interval - (time.monotonic() - t0)))
+
+        if self.metrics is not None:
+            threading.Thread(target=loop, name="gangwatch-serve-metrics", daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def findings(self) -> Findings:
+        return self._findings or Findings(self.now(), "none")
+
     def status(self) -> Status:
         snap = self.snapshot()
         now = self.now()
         ok = snap is not None and not self._error and not snap.stale
-        src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, self._error),
-               SourceStatus("metrics", False, None, "no metric source configured: pages show scheduler data only")]
+        src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, self._error)]
+        if self.metrics is None:
+            src.append(SourceStatus("metrics", False, None, "no metric source configured (--prometheus or "
+                                    "--targets): pages show scheduler data only"))
+        else:
+            win = self._win
+            age = max(0.0, now - win.end) if win is not None and win.n_steps else None
+            src.append(SourceStatus(f"metrics ({getattr(self.metrics, 'name', 'source')})",
+                                    win is not None and not self._win_failed,
+                                    age, self._win_error))
         if self._plan_error:
             src.append(SourceStatus("backfill planner", False, None, self._plan_error))
         return Status(False, now, tuple(src), self.version())

@@ -233,7 +233,7 @@ scrape_configs:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gangwatch demo", description="A SIMULATED GPU cluster served over HTTP: "
+    p = argparse.ArgumentParser(prog="gangwatch demo", description="A SIMULATED GPU cluster and the dashboard over it: "
                                 "agent metrics for every virtual node, the scheduler snapshot, injected faults.")
     p.add_argument("--web.listen-address", dest="listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
     p.add_argument("--web.config.file", dest="web_config", default=None, help="exporter-toolkit web config (TLS, basic auth)")

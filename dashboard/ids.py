@@ -53,6 +53,7 @@ NODE_GRAPHS = "node-graphs"
 # ---- queue
 QUEUE_PLAN = "queue-plan"
 QUEUE_FREED = "queue-freed"
+QUEUE_TIMELINE = "queue-timeline"
 QUEUE_WHY = "queue-why"
 QUEUE_RESERVATIONS = "queue-reservations"
 QUEUE_DEPS = "queue-deps"

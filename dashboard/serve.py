@@ -4,8 +4,12 @@ Sources (one scheduler source is required):
   --slurm-exporter URL   a `gangwatch slurm-exporter`'s /api/v1/snapshot (polled)
   --slurm-cli            the local Slurm commands (squeue, sinfo, scontrol, sprio, sshare, sdiag)
   --snapshot FILE        a snapshot JSON file (the slurm-exporter's /api/v1/snapshot), re-read when polled
-  --prometheus URL / --targets FILE: metric sources for the diagnosis and the heatmaps (dashboard/sources,
-                         issue 6); where this build has none, pages show scheduler data only and say so.
+  --prometheus URL       a Prometheus-compatible HTTP API (dashboard/sources/prometheus.py: aggregated
+                         range queries, a fixed number per cycle whatever the node count)
+  --targets FILE         agent endpoints (one host:port or URL per line) scraped by serve itself
+                         (dashboard/sources/embedded.py)
+  Without a metric source the pages show scheduler data only, and say so.
+  With one, a background thread fetches the last hour and runs the diagnosis every --poll-interval.
 
 Serves on 127.0.0.1:8050 by default (job names and accounts are visible: do not expose it without
 --web.config.file, which takes the exporters' TLS and bcrypt basic-auth config). --path-prefix /gw/
@@ -47,19 +51,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def read_targets(path: str) -> list[str]:
+    """One agent endpoint per line (host:port or a URL); blank lines and # comments are skipped."""
+    with open(path) as fh:
+        targets = [line.split("#", 1)[0].strip() for line in fh]
+    targets = [t for t in targets if t]
+    if not targets:
+        raise ValueError(f"{path} names no targets")
+    return targets
+
+
+def make_metrics(args: argparse.Namespace):
+    if args.prometheus:
+        from dashboard.sources.prometheus import PrometheusSource
+
+        return PrometheusSource(args.prometheus)
+    if args.targets:
+        from dashboard.sources.embedded import EmbeddedSource
+
+        return EmbeddedSource(read_targets(args.targets))
+    return None
+
+
 def make_datasource(args: argparse.Namespace):
     from dashboard.datasource import LiveDatasource, snapshot_from_file, snapshot_from_url
 
+    metrics = make_metrics(args)
     if args.snapshot:
-        return LiveDatasource(snapshot_from_file(args.snapshot), f"snapshot file {args.snapshot}", args.poll_interval)
-    if args.slurm_exporter:
-        return LiveDatasource(snapshot_from_url(args.slurm_exporter), f"slurm-exporter {args.slurm_exporter}",
-                              args.poll_interval)
-    from collectors.slurm.sources import CliSource, Poller
+        fn, name, every = snapshot_from_file(args.snapshot), f"snapshot file {args.snapshot}", args.poll_interval
+    elif args.slurm_exporter:
+        fn, name, every = snapshot_from_url(args.slurm_exporter), f"slurm-exporter {args.slurm_exporter}", args.poll_interval
+    else:
+        from collectors.slurm.sources import CliSource, Poller
 
-    poller = Poller(CliSource(), interval=args.poll_interval)
-    poller.start()
-    return LiveDatasource(poller.current, "slurm CLI", 1.0)
+        poller = Poller(CliSource(), interval=args.poll_interval)
+        poller.start()
+        fn, name, every = poller.current, "slurm CLI", 1.0
+    return LiveDatasource(fn, name, every, metrics=metrics, metrics_interval=args.poll_interval)
 
 
 def run_server(app, listen: str, web_config: WebConfig | None = None, banner: str = "gangwatch serve") -> int:
@@ -93,14 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     except WebConfigError as exc:
         print(f"gangwatch serve: {exc}", file=sys.stderr)
         return 2
-    if args.prometheus or args.targets:
-        log.warning("metric sources (--prometheus/--targets) come with the diagnosis (dashboard/sources); "
-                    "this build shows scheduler data only")
     from dashboard.app import build_app
 
-    ds = make_datasource(args)
+    try:
+        ds = make_datasource(args)
+    except (OSError, ValueError) as exc:
+        print(f"gangwatch serve: {exc}", file=sys.stderr)
+        return 2
     app = build_app(ds, prefix=args.path_prefix, refresh_seconds=args.refresh, web_config=web)
-    return run_server(app, args.listen, web)
+    ds.start()
+    try:
+        return run_server(app, args.listen, web)
+    finally:
+        ds.close()
 
 
 if __name__ == "__main__":

@@ -203,9 +203,13 @@ NETWORK = D("gangwatch-network", "gangwatch / network", "InfiniBand ports, links
                                   "{{node}} {{device}}/{{port}}"), unit="Bps"),
         ts("Receive per port", Q(f"node_device_port:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{NODE}}}",
                                  "{{node}} {{device}}/{{port}}"), unit="Bps"),
+        # The busier direction over the link's rate: `(a >= b) or b` is the element-wise maximum.
         ts("Link utilisation (busier direction)",
-           Q(f"node_device_port:gangwatch_infiniband_port_utilization:ratio_rate5m{{{NODE}}}", "{{node}} {{device}}/{{port}}"),
-           unit="percentunit", max=1),
+           Q(f"(node_device_port:gangwatch_infiniband_port_transmit_data_bytes:rate5m{{{NODE}}}"
+             f" >= node_device_port:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{NODE}}}"
+             f" or node_device_port:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{NODE}}})"
+             f" / on (node, device, port) max by (node, device, port) (gangwatch_infiniband_port_rate_bytes_per_second{{{NODE}}})",
+             "{{node}} {{device}}/{{port}}"), unit="percentunit", max=1),
         ts("Traffic per leaf switch", Q("switch:gangwatch_infiniband_port_transmit_data_bytes:rate5m", "{{switch}} tx"),
            Q("switch:gangwatch_infiniband_port_receive_data_bytes:rate5m", "{{switch}} rx"), unit="Bps",
            description="Needs the node to switch map (gangwatch_slurm_node_switch_info)."),

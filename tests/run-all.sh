@@ -12,6 +12,7 @@ APT_PACKAGES=(
   prometheus prometheus-node-exporter prometheus-alertmanager
   slurm-wlm slurmdbd slurmrestd slurm-wlm-mysql-plugin slurm-wlm-jwt-plugin munge mariadb-server
   chromium
+  npm
 )
 
 missing=()
@@ -34,6 +35,8 @@ fi
 echo "== installing gangwatch and its test dependencies"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 "$VENV/bin/python" -c "import dashboard.cli, collectors" || exit 1
+# Grafana's dashboard JSON Schema for tests/test_grafana.py, built once from @grafana/schema (npm).
+grafana/schema.sh >/dev/null || echo "Grafana dashboard schema not built: tests/test_grafana.py skips its schema check"
 
 export PATH="$VENV/bin:$PATH"
 echo "== running the test suite"

@@ -62,9 +62,11 @@ def test_refresh_skips_when_data_unchanged(fake):
 def test_heatmap_full_then_patch(fake):
     ds, _, _ = fake
     fig, version = overview.heatmap_update(ds, ids.THEME, "dark", None)
-    assert isinstance(fig, go.Figure) and fig.layout.template.layout.paper_bgcolor is not None
-    assert list(fig.data[0].y)[0] == "gpu008"  # unknown (NaN) first: it needs looking at
-    assert fig.data[0].z[0][0] is None  # unknown stays unknown, never 0
+    go.Figure(fig)  # a valid figure
+    assert fig["layout"]["template"]["layout"]["paper_bgcolor"] == "rgb(17,17,17)"  # plotly_dark
+    assert fig["data"][0]["y"][0] == "gpu008"  # unknown (NaN) first: it needs looking at
+    assert fig["data"][0]["z"][0][0] is None  # unknown stays unknown, never 0
+    assert fig["data"][0]["z"][-1][0] == 80 and len(fig["data"][0]["x"]) == 240  # 241 samples -> 240 columns
     assert overview.heatmap_update(ds, ids.REFRESH, "dark", version) == (no_update, no_update)
     patch, v2 = overview.heatmap_update(ds, ids.REFRESH, "dark", "stale")
     assert isinstance(patch, Patch) and v2 == version
@@ -109,13 +111,15 @@ def test_nodes_filter(fake):
 def test_job_heatmaps_shade_the_stall(fake):
     ds, _, _ = fake
     graphs = job.heatmaps(ds, "4001", "light")
-    assert len(graphs) == 3
-    fig = graphs[0].figure
+    assert len(graphs) == 4
+    fig = go.Figure(graphs[0].figure)
     assert fig.layout.shapes[0].x0 == int((NOW - 900) * 1000)
     assert list(fig.data[0].y) == ["gpu001", "gpu002"]
     assert fig.data[0].z[0][-1] == 8  # 0.08 -> 8 %
+    ib = go.Figure(graphs[2].figure)
+    assert ib.data[0].z[1][0] == 8.0 and ib.data[0].colorbar.title.text == "GB/s"  # 8 rails x 1e9 B/s
     healthy = job.heatmaps(ds, "4002", "light")
-    assert not healthy[0].figure.layout.shapes
+    assert not go.Figure(healthy[0].figure).layout.shapes
 
 
 def test_node_graphs(fake):
@@ -132,6 +136,9 @@ def test_queue_figures_and_tables(fake):
     fr, dg = queue.freed(ds, "light"), queue.deps(ds, "light")
     assert isinstance(fr, go.Figure) and fr.data[0].y[0] == 22  # free GPUs now on usable nodes
     assert list(dg.data[1].text) == ["4002", "4004"]  # 4004 waits for 4002
+    tl = queue.timeline(ds, "light")
+    assert list(tl.data[0].y) == ["4001 (16 GPUs)", "4002 (16 GPUs)", "4003 (2 GPUs)"]
+    assert tl.data[0].x[0] == 4 * 3600 * 1000  # 4001 runs to its 4 h limit
     plan = ds.backfill()
     assert plan is not None and {p.name for p in plan.partitions} == {"gpu"}
     assert queue.why_table(ds, ctx) is not None
@@ -210,6 +217,14 @@ def test_serve_command_line(tmp_path, capsys):
     args = serve.build_parser().parse_args(["--snapshot", str(snap)])
     ds = serve.make_datasource(args)
     assert len(ds.snapshot().jobs) == 5 and ds.status().sources[0].ok
+    targets = tmp_path / "targets.txt"
+    targets.write_text("# agents\nnode0001:9810\n\nhttp://node0002:9810/metrics  # second\n")
+    assert serve.read_targets(str(targets)) == ["node0001:9810", "http://node0002:9810/metrics"]
+    with_metrics = serve.make_datasource(serve.build_parser().parse_args(["--snapshot", str(snap), "--targets", str(targets)]))
+    assert with_metrics.metrics.targets == ["node0001:9810", "http://node0002:9810/metrics"]
+    with_metrics.metrics.close()
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    assert serve.main(["--snapshot", str(snap), "--targets", str(tmp_path / "empty.txt")]) == 2
     missing = serve.make_datasource(serve.build_parser().parse_args(["--snapshot", str(tmp_path / "nope.json")]))
     st_ = missing.status()
     assert missing.snapshot() is None and not st_.sources[0].ok and st_.stale and "FileNotFoundError" in st_.sources[0].detail
@@ -314,3 +329,50 @@ def test_sim_datasource_background_mode():
         assert ds.version() == str(sim.steps) and ds.findings() is not first
     finally:
         ds.close()
+
+
+def test_live_datasource_with_a_metric_source():
+    """serve's datasource over a metric source's window (here the simulator's, through the same
+    Window every source builds): series for every page, and the diagnosis run in refresh_metrics()."""
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+    from dashboard.datasource import LiveDatasource
+    from dashboard.sources.simulated import window_from_history
+
+    sim = Simulation(SimConfig(nodes=8, seed=2, start=NOW - 1200, history_seconds=1200,
+                               faults="nccl_hang@2m+30m"))
+
+    class Metrics:
+        name = "test"
+
+        def window(self):
+            return window_from_history(sim)
+
+    ds = LiveDatasource(lambda: build_snapshot(sim), "test snapshot", clock=lambda: sim.t, metrics=Metrics())
+    assert ds.heatmap() is None and ds.findings().source == "none"  # nothing until the first refresh
+    ds.refresh_metrics()
+    st_ = ds.status()
+    assert [s.ok for s in st_.sources] == [True, True] and st_.sources[1].name == "metrics (test)"
+    f = ds.findings()
+    assert f.source == "diagnosis" and {v.jobid for v in f.verdicts} == {str(j) for j in sim.running}
+    hm = ds.heatmap("gpu_util")
+    assert hm.total_nodes == 8 and hm.z.shape[0] == 8 and np.nanmax(hm.z) <= 100
+    job = next(j for j in ds.snapshot().jobs if j.state == "RUNNING" and j.gang_size > 1)
+    js = ds.job_series(str(job.job_id), "gpu_util")
+    assert js.rows == job.nodes
+    ns = ds.node_series("node0001", ("gpu_util", "ib_tx", "io_read", "gpu_temp"))
+    assert ns.values["gpu_util"].shape[0] == 8 and "gpu_temp" not in ns.values  # the window has no temperature
+    assert ds.ost_series().rows == tuple(sim.cluster.osts) and ds.leaf_series().rows == tuple(sim.cluster.leaves)
+    assert ds.leaf_of("node0001") == "leaf00"
+
+    class Down:
+        name = "down"
+
+        def window(self):
+            raise ConnectionError("refused")
+
+    bad = LiveDatasource(lambda: build_snapshot(sim), "test snapshot", clock=lambda: sim.t, metrics=Down())
+    bad.refresh_metrics()
+    st_ = bad.status()
+    assert not st_.sources[1].ok and "refused" in st_.sources[1].detail and st_.stale
+    assert bad.heatmap() is None

@@ -140,8 +140,10 @@ def test_figures_stay_inside_the_bundled_plotly(app_ctx):
     from dashboard.pages import job, node, queue
 
     figs = [g.figure for g in job.heatmaps(ds, "4001", None)] + [g.figure for g in node.graphs(ds, "gpu001", None)]
-    figs += [queue.freed(ds, None), queue.deps(ds, None)]
+    figs += [queue.freed(ds, None), queue.deps(ds, None), queue.timeline(ds, None)]
     for path in ("",):
         figs += [c.figure for c in walk(render_page(ds, ctx, path)) if isinstance(c, dcc.Graph) and c.figure]
-    types = {t.type for f in figs for t in f.data}
+    import plotly.graph_objects as go
+
+    types = {t.type for f in figs for t in go.Figure(f).data}
     assert types and types <= {"heatmap", "scatter", "bar"}, types

@@ -353,3 +353,25 @@ def test_bad_values_never_crash_and_other_jobs_are_still_judged(data):
     assert len(d.verdicts) == 4
     assert verdict(d, 2).state == "progressing"  # untouched gang still judged
     json.dumps(d.to_json(), allow_nan=False)
+
+
+def test_shared_node_uses_the_jobs_own_pressure():
+    from dataclasses import replace
+
+    c = Cluster()
+    i = 0  # two single-GPU jobs share gpu000; the node's PSI is high for the whole window
+    c.util[i, 0, :] = 0.1
+    c.sm[i, 0, :] = 0.06  # job 1: stalled on I/O since before the window (no healthy baseline)
+    c.util[i, 1, :] = 0.12
+    c.sm[i, 1, :] = 0.05  # job 2: an interactive session, low activity, not waiting on I/O
+    c.psi[i, :] = 0.9
+    c.fs_write[i, :] = 0
+    jobs = [job(1, ("gpu000",), gpus=(0,)), job(2, ("gpu000",), gpus=(1,))]
+    blind = diagnose(c.window(), jobs)
+    # without the jobs' own pressure the node's PSI cannot be attributed: neither is called stalled
+    assert {v.state for v in blind.verdicts} <= {"progressing", "insufficient_data"}
+    w = c.window()
+    w = replace(w, job={"psi_io": {"1": np.full(T, 0.9), "2": np.full(T, 0.01)}})
+    d = diagnose(w, jobs)
+    assert verdict(d, 1).state == "stalled_io"
+    assert verdict(d, 2).state == "progressing"

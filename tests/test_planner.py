@@ -299,31 +299,41 @@ def test_golden_plan(update_golden):
 
 @st.composite
 def snapshots(draw):
-    n = draw(st.integers(0, 6))
+    """Small clusters, mostly eligible jobs (so that top jobs and backfilling happen often), with a
+    sprinkling of every odd case: down nodes, a maintenance reservation, jobs in it, held, dependent,
+    begin-time, exclusive, over-sized, nonexistent partitions, odd CPU requests."""
+    n = draw(st.integers(1, 6))
     nodes, run = [], []
     for i in range(1, n + 1):
-        used = draw(st.integers(0, 8))
+        parts = draw(st.lists(st.integers(1, 4), max_size=2))  # up to two running jobs, in GPUs
+        used = min(8, sum(parts))
         nodes.append(replace(gpu_node(i, free_gpus=8 - used, free_cpus=64 - 8 * used),
-                             usable=draw(st.booleans()) or i == 1))
-        if used:
-            run.append(running(f"r{i}", [i], draw(st.integers(-100, 20_000)), gpus=used, cpus=8 * used))
+                             usable=draw(st.integers(0, 5)) > 0 or i == 1))
+        left = 8
+        for k, g in enumerate(parts):
+            g = min(g, left)
+            left -= g
+            if g:
+                run.append(running(f"r{i}.{k}", [i], draw(st.integers(-100, 20_000)), gpus=g, cpus=8 * g))
     resv = []
-    if n and draw(st.booleans()):
+    if n and draw(st.integers(0, 2)) == 0:
         start = NOW + draw(st.integers(-5000, 20_000))
         resv.append(Reservation("m", (f"gpu{draw(st.integers(1, n)):03d}",), start,
                                 start + draw(st.integers(1, 20_000)), frozenset({"MAINT"})))
     pending = []
-    for k in range(draw(st.integers(0, 8))):
+
+    def rare(normal, *odd):  # the normal value five times in six
+        return normal if draw(st.integers(0, 5)) else draw(st.sampled_from(odd))
+
+    for k in range(draw(st.integers(0, 10))):
         pending.append(PendingJob(
-            f"p{k}", draw(st.sampled_from([("gpu",), ("gpu",), ("nope",), ("nope", "gpu")])),
-            draw(st.integers(-10, 30_000)),
-            reservation=draw(st.sampled_from([None, None, None, "m", "x"])),
-            begin_time=draw(st.sampled_from([None, None, NOW - 5, NOW + 500])),
-            tasks=draw(st.integers(-1, 5)), cpus_per_node=draw(st.sampled_from([None, 0, -3, 8, 70])),
-            min_nodes=draw(st.integers(0, 4)), gpus_per_node=draw(st.integers(0, 9)),
-            gpus_per_job=draw(st.sampled_from([0, 0, 4, 12])), exclusive=draw(st.booleans()),
-            held=draw(st.booleans()) and draw(st.booleans()),
-            dependency=draw(st.sampled_from(["none", "none", "pending", "never"]))))
+            f"p{k}", rare(("gpu",), ("nope",), ("nope", "gpu")),
+            draw(st.integers(1, 30_000)) if draw(st.integers(0, 9)) else draw(st.integers(-10, 0)),
+            reservation=rare(None, "m", "x"), begin_time=rare(None, NOW - 5, NOW + 500),
+            tasks=draw(st.integers(-1, 5)), cpus_per_node=rare(None, 0, -3, 8, 70),
+            min_nodes=rare(draw(st.integers(1, n)), 0, 7), gpus_per_node=rare(1, 0, 2, 4, 8, 9),
+            gpus_per_job=rare(0, 4, 12), exclusive=rare(False, True), held=rare(False, True),
+            dependency=rare("none", "pending", "never")))
     return snap(nodes, run, pending, resv)
 
 
@@ -422,3 +432,77 @@ def test_unlimited_and_nan_time_limits():
     assert r.why("long").codes == ("priority", "no_start_in_plan")
     json.dumps(r.to_json())
     assert format_duration(inf) == "UNLIMITED"
+
+
+def _request_of(j):
+    n = max(1, j.min_nodes)
+    g = max(0, j.gpus_per_node)
+    if j.gpus_per_job > 0:
+        n = max(n, -(-j.gpus_per_job // 8))
+        g = -(-j.gpus_per_job // n)
+    c = max(1, j.cpus_per_node or -(-max(1, j.tasks) // n) * max(1, j.cpus_per_task))
+    return n, c, g
+
+
+@given(snapshots())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_property_shadow_time_is_the_earliest(inp):
+    """Brute force: at no candidate time before the shadow time do enough nodes have room for the top
+    job's whole time limit, and at the shadow time its reserved nodes do."""
+    result = plan(inp)
+    if not any(x.name == "gpu" for x in result.partitions) or result.partition("gpu").top_job is None:
+        return
+    p = result.partition("gpu")
+    top = p.top_job
+    pending = {j.job_id: j for j in inp.pending}
+    tj = pending[top.job_id]
+    n_need, c_need, g_need = _request_of(tj)
+    limit = tj.time_limit_s
+    ahead = [s for s in p.startable if s.by == "priority"]  # committed before the top job was placed
+    resv = {r.name: r for r in inp.reservations}
+    own = resv.get(tj.reservation) if tj.reservation else None
+    t0 = max(NOW, own.start) if own else NOW
+
+    def free_at(node, t):
+        c, g = node.cpus_free, node.gpus_free
+        for r in inp.running:
+            for a in r.allocations:
+                if a.node == node.name and max(r.expected_end, NOW) <= t:
+                    c, g = c + a.cpus, g + a.gpus
+        for s in ahead:
+            if node.name in s.nodes:
+                sj = pending[s.job_id]
+                sn, sc, sg = _request_of(sj)
+                take_c, take_g = (node.cpus_free, node.gpus_free) if sj.exclusive else (sc, sg)
+                if s.end > t:
+                    c, g = c - take_c, g - take_g
+        return c, g
+
+    def fits(node, t):
+        if not node.usable or (own is not None and node.name not in own.nodes):
+            return False
+        for r in inp.reservations:
+            if r is not own and node.name in r.nodes and r.start < t + limit and r.end > t:
+                return False
+        c, g = free_at(node, t)
+        if tj.exclusive:
+            return c >= node.cpus_total and g >= node.gpus_total
+        return c >= c_need and g >= g_need
+
+    times = {t0} | {max(r.expected_end, NOW) for r in inp.running} | {s.end for s in ahead} \
+        | {r.end for r in inp.reservations}
+    gpu_nodes = [n for n in inp.nodes if "gpu" in n.partitions]
+    for t in sorted(x for x in times if t0 <= x < top.shadow_time):
+        assert sum(fits(n, t) for n in gpu_nodes) < n_need, (t, top)
+    by_name = {n.name: n for n in gpu_nodes}
+    assert len(top.nodes) == n_need and all(fits(by_name[x], top.shadow_time) for x in top.nodes)
+
+
+def test_inconsistent_node_counts_are_clamped():
+    odd = PlannerNode("gpu001", ("gpu",), 64, 100, 1000, 5000, 8, 12)  # more free than total
+    neg = PlannerNode("gpu002", ("gpu",), 64, -4, 1000, -1, 8, -2)
+    r = plan(snap([odd, neg], pending=[job("a", gpus=8), job("b", gpus=8)]))
+    assert startable_ids(r) == ["a"] and r.partition("gpu").startable[0].nodes == ("gpu001",)
+    # after job a (by priority) gpu001 keeps 63 CPUs until top job b's reservation; gpu002 has nothing
+    assert [(w.node_list, w.gpus_per_node, w.cpus, w.until) for w in r.partition("gpu").windows] == [
+        ("gpu001", 0, 63, NOW + H)]

@@ -344,3 +344,20 @@ def test_easy_matches_the_reference_on_kth(traces):
     jobs = read_swf(traces / "KTH-SP2-1996-2.1-cln.swf.gz", limit=3000).jobs
     ours = {s.job_id: s.start for s in simulate(jobs, 100, "easy").starts}
     assert ours == reference_easy(jobs, 100)
+
+
+def test_limit_zero_still_reads_the_header(traces):
+    trace = read_swf(traces / "NASA-iPSC-1993-3.1-cln.swf.gz", limit=0)
+    assert trace.jobs == () and trace.header.max_procs == 128
+
+
+def test_truncated_gzip_keeps_what_was_read(tmp_path, traces):
+    data = (traces / "KTH-SP2-1996-2.1-cln.swf.gz").read_bytes()
+    cut = tmp_path / "cut.swf.gz"
+    cut.write_bytes(data[: len(data) // 3])
+    trace = read_swf(cut)
+    assert 1000 < len(trace.jobs) < 27_992
+    assert trace.problems and trace.problems[-1].reason.startswith("EOFError")
+    bom = tmp_path / "bom.swf"
+    bom.write_text("\ufeff; MaxProcs: 4\n1 0 -1 10 1 -1 -1 1 10 -1 1 1 1 -1 -1 -1 -1 -1\n", encoding="utf-8")
+    assert read_swf(bom).header.max_procs == 4 and len(read_swf(bom).jobs) == 1

@@ -10,6 +10,9 @@ Sources (world-readable; no privileges):
   virtual and down interfaces, which means unknown, so the series is left out. operstate and
   carrier_changes are read on every scrape; speed and mtu again only when one of those two moved,
   or after LINK_REFRESH_SECONDS (5 min): an MTU changed without a link flap shows within 5 minutes.
+  operstate and carrier_changes stay open and are re-read with pread(2) (readers.AttributeFiles);
+  the descriptors are bound to the `/sys/class/net` entry's inode, so a renamed, removed or
+  re-created interface is opened afresh.
 - `<procfs>/net/snmp`: the `Tcp:` counters, retransmitted segments above all (a lossy or congested
   Ethernet path shows here first).
 Metrics (label `device`): `gangwatch_network_{receive,transmit}_<counter>_total`,
@@ -28,7 +31,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..exposition import counter, format_labels, gauge
-from ..readers import list_dir, parse_number, read_first_line, read_text
+import os
+
+from ..readers import AttributeFiles, parse_number, read_first_line, read_text
 from ..registry import Collector, register
 from .devices import DeviceFilter, add_device_filter_arguments
 
@@ -146,9 +151,30 @@ def link_speed_bytes(text: str | None) -> int | None:
     return value * MEGABIT_BYTES
 
 
-def _counter_families(direction: str, columns: tuple[str, ...]):
-    return [counter(f"gangwatch_network_{direction}_{col}_total", COUNTER_HELP[direction, col])
-            for col in columns]
+# (name, help) of the 16 counter families and of the TCP ones, formatted once, not per scrape.
+_COLUMNS = tuple((f"gangwatch_network_{direction}_{col}_total", COUNTER_HELP[direction, col])
+                 for direction, cols in (("receive", RECEIVE), ("transmit", TRANSMIT)) for col in cols)
+_TCP_SERIES = tuple((key, kind, f"gangwatch_network_tcp_{suffix}", f"{help[:-1]} (from /proc/net/snmp Tcp {key}).")
+                    for key, (suffix, kind, help) in TCP_FIELDS.items())
+
+
+def tcp_lines(snmp: str) -> str:
+    """The two `Tcp:` lines (names, values) of /proc/net/snmp, or the whole text when they are not
+    found together: parse_snmp then needs to look at far fewer lines."""
+    start = snmp.find("\nTcp:") + 1
+    if start and snmp.startswith("Tcp:", start):
+        end = snmp.find("\n", snmp.find("\n", start) + 1)
+        return snmp[start:] if end < 0 else snmp[start:end]
+    return snmp
+
+
+def _list_class_net(path: str) -> list[tuple[str, int]]:
+    """(name, directory-entry inode) per interface in /sys/class/net, sorted; [] when unreadable."""
+    try:
+        with os.scandir(path) as it:
+            return sorted((e.name, e.inode()) for e in it)
+    except OSError:
+        return []
 
 
 @register
@@ -161,6 +187,8 @@ class NetdevCollector(Collector):
         super().__init__(ctx)
         self.keep = DeviceFilter.from_options(ctx, "netdev")
         self._links: dict[str, _Link] = {}
+        self._files = AttributeFiles()
+        self._info_labels: dict[tuple[str, str], str] = {}
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -178,8 +206,7 @@ class NetdevCollector(Collector):
             records = parse_net_dev(text)
             if not records and text.strip():
                 raise ValueError(f"no parsable interface lines in {paths.proc('net', 'dev')}")
-            columns = _counter_families("receive", RECEIVE) + _counter_families("transmit", TRANSMIT)
-            adds = [f.add_rendered for f in columns]
+            columns = [counter(name, help) for name, help in _COLUMNS]
             fams += columns
             for rec in records:
                 lbl = self.keep(rec.device)
@@ -187,27 +214,28 @@ class NetdevCollector(Collector):
                     continue
                 devices.append((rec.device, lbl))
                 known.add(rec.device)
-                for add, value in zip(adds, rec.counters):
-                    add(lbl, value)
+                for fam, value in zip(columns, rec.counters):
+                    fam.lines.append(f"{fam.name}{lbl} {value}")  # ints: add_rendered's output, inlined
         class_net = paths.sys("class", "net")
-        listed = list_dir(class_net)
+        listed = _list_class_net(class_net)
         if listed:
             sources += 1
-        for name in listed:
+        inodes = dict(listed)
+        for name, _ in listed:
             if name not in known:
                 lbl = self.keep(name)
                 if lbl is not None:
                     devices.append((name, lbl))
-        fams += self._link_families(class_net, devices)
+        fams += self._link_families(class_net, devices, inodes)
         snmp = read_text(paths.proc("net", "snmp"))
         if snmp is not None:
             sources += 1
-            fams += self._tcp_families(parse_snmp(snmp, _TCP).get("Tcp", {}))
+            fams += self._tcp_families(parse_snmp(tcp_lines(snmp), _TCP).get("Tcp", {}))
         if not sources:
             raise OSError(f"none of {paths.proc('net', 'dev')}, {class_net}, {paths.proc('net', 'snmp')} is readable")
         return fams
 
-    def _link_families(self, class_net: str, devices: list[tuple[str, str]]):
+    def _link_families(self, class_net: str, devices: list[tuple[str, str]], inodes: dict[str, int]):
         speed = gauge("gangwatch_network_speed_bytes",
                       "Link speed in bytes per second as the driver reports it (sysfs speed in Mb/s x 125000); "
                       "absent when unknown.")
@@ -218,10 +246,16 @@ class NetdevCollector(Collector):
         info = gauge("gangwatch_network_info", "Interface facts as labels (operational state from sysfs); value 1.")
         now = self.ctx.clock()
         links: dict[str, _Link] = {}
+        files = self._files
         for name, lbl in devices:
             base = f"{class_net}/{name}/"
-            state = read_first_line(base + "operstate")
-            flips = parse_number(read_first_line(base + "carrier_changes"))
+            ino = inodes.get(name)
+            if ino is None:  # in /proc/net/dev but not (or no longer) in sysfs: nothing to keep open
+                state = read_first_line(base + "operstate")
+                flips = parse_number(read_first_line(base + "carrier_changes"))
+            else:
+                state = files.read_first_line(base[:-1], ino, "operstate")
+                flips = parse_number(files.read_first_line(base[:-1], ino, "carrier_changes"))
             old = self._links.get(name)
             if old is not None and old.state == state and old.carrier_changes == flips \
                     and 0 <= now - old.read_at < LINK_REFRESH_SECONDS:
@@ -232,7 +266,12 @@ class NetdevCollector(Collector):
             links[name] = link
             if state is not None:
                 up.add_rendered(lbl, 1 if state == "up" else 0)
-                info.add_rendered(format_labels((("device", name), ("operstate", state))), 1)
+                info_lbl = self._info_labels.get((name, state))
+                if info_lbl is None:
+                    if len(self._info_labels) > 4096:
+                        self._info_labels.clear()
+                    info_lbl = self._info_labels[name, state] = format_labels((("device", name), ("operstate", state)))
+                info.add_rendered(info_lbl, 1)
             if flips is not None:
                 changes.add_rendered(lbl, flips)
             if link.speed is not None:
@@ -240,14 +279,17 @@ class NetdevCollector(Collector):
             if link.mtu is not None:
                 mtu.add_rendered(lbl, link.mtu)
         self._links = links  # interfaces gone since the last scrape are forgotten
+        files.retain({f"{class_net}/{name}" for name in inodes})
         return [speed, mtu, changes, up, info]
 
     @staticmethod
     def _tcp_families(tcp: dict[str, int]):
         fams = []
-        for key, (suffix, kind, help) in TCP_FIELDS.items():
+        for key, kind, name, help in _TCP_SERIES:
             value = tcp.get(key)
             if value is not None:
-                fams.append(kind(f"gangwatch_network_tcp_{suffix}", f"{help[:-1]} (from /proc/net/snmp Tcp {key}).")
-                            .add_rendered("", value))
+                fams.append(kind(name, help).add_rendered("", value))
         return fams
+
+    def close(self) -> None:
+        self._files.close()

@@ -416,6 +416,13 @@ class _Signals:
     def nodesig(self):
         return _LazyNodes(self)
 
+    def cluster_wait_median(self) -> float:
+        """port_xmit_wait rate of the cluster's typical node (median over nodes of their median)."""
+        if "cwm" not in self.cache:
+            w = self.node_signal("ib_wait")
+            self.cache["cwm"] = _q(nanquantile_rows(w, 0.5), 0.5) if w is not None and w.size else float("nan")
+        return self.cache["cwm"]
+
     def screen(self, maps: list[_JobMap]) -> None:
         """Vectorised pre-screen over all jobs: which could be anything but progressing. A superset
         of what the detailed per-job judgement can flag (its conditions only narrow these), so the
@@ -455,7 +462,8 @@ class _Signals:
             if allc is not None:
                 c = allc[flat]
                 lo, hi = np.fmin.reduceat(c, starts), np.fmax.reduceat(c, starts)
-                ref = np.nanmedian(allc) if np.isfinite(allc).any() else np.nan
+                ref = _median(allc)
+                ref = np.nan if ref is None else ref
                 with np.errstate(invalid="ignore"):
                     cand[rows] |= (lo <= (1 - th.clock_drop) * hi) | (lo <= (1 - th.clock_drop) * ref)
             smg = self.gpu2d.get("sm")
@@ -563,6 +571,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         return a if a is not None else nanT
 
     fs_w, fs_r, psi, iow, ib_tx, ib_wait, ib_down = map(val, (fs_w, fs_r, psi, iow, ib_tx, ib_wait, ib_down))
+    own_psi = win.job.get("psi_io", {}).get(jm.jobid)
+    if own_psi is not None and own_psi.shape == (T,) and np.isfinite(own_psi).any():
+        # the job's own cgroup pressure: on a shared node it is this job's, not a neighbour's
+        psi = np.where(sig.alive[k], own_psi.astype(np.float64), np.nan)
+        shared_io = False
+    else:
+        shared_io = jm.shared
     ib_base = _q(ib_tx, 0.9)
     wait_base = _q(ib_wait, 0.5)
     read_base = _q(fs_r, 0.9)
@@ -574,8 +589,9 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         writing = fs_w >= th.checkpoint_write_bytes
         io = (psi >= th.psi_io_stalled) | (iow >= th.iowait_stalled)
         degraded = (act < th.degraded_fraction * act_base) | idle_all | hang
-        if not jm.shared:
-            # a job stalled since before the window has its stall as baseline: absolute rule
+        if not shared_io:
+            # a job stalled since before the window has its stall as baseline: absolute rule (not
+            # on a shared node without the job's own pressure: the PSI may be a neighbour's)
             degraded |= (act < th.low_activity) & io
         if np.isfinite(read_base) and read_base > 1e6 and not jm.shared:
             io |= (fs_r >= 0.5 * read_base) & (util < th.busy_util) & degraded
@@ -599,7 +615,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # the GPUs that do work keep their pace: some GPUs were left idle, the job is not stalled
         busy_rows = [i for i in range(len(jm.gpu_flat)) if jm.gpu_names[i] not in partial.idle_names]
         with np.errstate(all="ignore"):
-            rest = np.nanmean((sig.gpu2d["sm"] if has_sm else sig.gpu2d["util"])[[jm.gpu_flat[i] for i in busy_rows]][:, -recent:])
+            rest = _mean((sig.gpu2d["sm"] if has_sm else sig.gpu2d["util"])[[jm.gpu_flat[i] for i in busy_rows]][:, -recent:])
+        rest = np.nan if rest is None else rest
         if np.isfinite(rest) and rest >= th.degraded_fraction * act_base:
             return partial.verdict
     alive = sig.alive[k]
@@ -634,7 +651,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 return partial.verdict
             seg = slice(T - run, T)
             return Verdict(**base, state="insufficient_data", confidence=0.0, since=float(win.times[T - run]),
-                           evidence=(Evidence("activity", "", _f(np.nanmean(act[seg])), act_base,
+                           evidence=(Evidence("activity", "", _mean((act[seg])), act_base,
                                               th.degraded_fraction * act_base),),
                            reason=f"activity fell below {th.degraded_fraction:.0%} of the job's baseline "
                                   f"{run * step:.0f} s ago, but no I/O, network or hang signal explains it "
@@ -643,27 +660,27 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         crun = min(run, max(crun, last if share >= 0.5 else 0, 1))
         seg = slice(T - crun, T)
         since = float(win.times[T - crun])
-        ev.append(Evidence("activity", "", _f(np.nanmean(act[seg])), act_base, th.degraded_fraction * act_base,
+        ev.append(Evidence("activity", "", _mean((act[seg])), act_base, th.degraded_fraction * act_base,
                            note="SM activity" if has_sm else "GPU utilisation"))
         culprit, kind, cev = "", "", []
         if cause == "stalled_io":
-            ev += [Evidence("psi_io", "", _f(np.nanmean(psi[seg])), _f(np.nanmedian(psi[:T - crun])) if T > crun else None,
+            ev += [Evidence("psi_io", "", _mean((psi[seg])), _median((psi[:T - crun])) if T > crun else None,
                             th.psi_io_stalled)] if np.isfinite(psi[seg]).any() else []
             culprit, kind, cev = _io_culprit(win, sig, jm, seg, th)
         elif cause == "stalled_network":
-            ev.append(Evidence("ib_wait", "", _f(np.nanmean(ib_wait[seg])), _f(wait_base),
+            ev.append(Evidence("ib_wait", "", _mean((ib_wait[seg])), _f(wait_base),
                                _f(th.wait_ratio * wait_base) if np.isfinite(wait_base) else None))
-            ev.append(Evidence("ib_tx", "", _f(np.nanmean(ib_tx[seg])), _f(ib_base), _f(th.ib_collapse_fraction * ib_base)))
+            ev.append(Evidence("ib_tx", "", _mean((ib_tx[seg])), _f(ib_base), _f(th.ib_collapse_fraction * ib_base)))
             culprit, kind, cev = _net_culprit(win, sig, jm, seg, th)
         elif cause == "hung":
-            ev.append(Evidence("util", "", _f(np.nanmean(util[seg])), util_base, th.busy_util))
-            ev.append(Evidence("sm", "", _f(np.nanmean(sm[seg])), sm_base, th.hang_sm))
+            ev.append(Evidence("util", "", _mean((util[seg])), util_base, th.busy_util))
+            ev.append(Evidence("sm", "", _mean((sm[seg])), sm_base, th.hang_sm))
             if multi_node:
-                ev.append(Evidence("ib_tx", "", _f(np.nanmean(ib_tx[seg])), _f(ib_base),
+                ev.append(Evidence("ib_tx", "", _mean((ib_tx[seg])), _f(ib_base),
                                    _f(th.ib_flat_fraction * ib_base)))
             culprit, kind = f"job {jm.jobid}", "job"
         elif cause == "idle_gpus":
-            ev.append(Evidence("util", "", _f(np.nanmean(util[seg])), util_base, th.idle_util))
+            ev.append(Evidence("util", "", _mean((util[seg])), util_base, th.idle_util))
             culprit, kind = f"job {jm.jobid}", "job"
         conf = min(1.0, share * min(1.0, crun * step / (2 * need)) + 0.25 * bool(culprit and cev))
         return Verdict(**base, state=cause, confidence=round(conf, 3), since=since, culprit=culprit, culprit_kind=kind,
@@ -674,10 +691,23 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     if v is not None:
         return v
     conf = 0.9 if has_sm else 0.75
-    r = f"activity at {np.nanmean(act[-recent:]) / act_base:.0%} of baseline" if act_base > 0 else "activity normal"
+    ar = _mean(act[-recent:])
+    r = f"activity at {ar / act_base:.0%} of baseline" if ar is not None and act_base > 0 else "activity normal"
     return Verdict(**base, state="progressing", confidence=conf, since=None, reason="; ".join([r] + notes),
-                   evidence=(Evidence("activity", "", _f(np.nanmean(act[-recent:])), act_base,
+                   evidence=(Evidence("activity", "", _mean((act[-recent:])), act_base,
                                       th.degraded_fraction * act_base),))
+
+
+def _mean(x) -> float | None:
+    x = np.asarray(x, np.float64)
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else None
+
+
+def _median(x) -> float | None:
+    x = np.asarray(x, np.float64)
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) if x.size else None
 
 
 def _f(x) -> float | None:
@@ -688,18 +718,6 @@ def _f(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _cluster_wait_median(self) -> float:
-    w = self.nodesig.get("ib_wait")
-    if w is None:
-        return float("nan")
-    if not hasattr(self, "_cwm"):
-        with np.errstate(all="ignore"):
-            per_node = np.nanmedian(np.where(np.isfinite(w), w, np.nan), axis=1) if np.isfinite(w).any() else np.array([])
-        self._cwm = _q(per_node, 0.5)
-    return self._cwm
-
-
-_Signals.cluster_wait_median = _cluster_wait_median
 
 
 def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
@@ -897,7 +915,7 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
     if clock is not None and ev and ev[0].signal == "gpu_sm_clock":
         c = clock[jm.gpu_flat].astype(np.float64)
         with np.errstate(all="ignore"):
-            med_t = np.nanmedian(np.where(np.isfinite(c), c, np.nan), axis=0)
+            med_t = nanquantile_rows(c.T, 0.5)
             low = c[culprits[0]] < (1 - th.clock_drop) * med_t
         run = int(_trailing_run(low[None, :])[0])
         since = float(win.times[T - max(run, 1)])
@@ -930,7 +948,7 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         return None
     names = [jm.gpu_names[i] for i in bad]
     since = float(win.times[T - int(runs[bad].max())])
-    ev = tuple(Evidence("gpu_util", n, _f(np.nanmean(util_g[i, T - int(runs[i]):])), None, th.idle_util,
+    ev = tuple(Evidence("gpu_util", n, _mean((util_g[i, T - int(runs[i]):])), None, th.idle_util,
                         note=f"GPU {g} idle for {int(runs[i]) * step:.0f} s")
                for i, (n, g) in zip(bad[:16], names[:16]))
     lost = float(sum(int(runs[i]) * step for i in bad)) / 3600.0

@@ -267,12 +267,13 @@ class _Cluster:
                 nodes.append(node)
         self.nodes = nodes
         self.usable = [n.usable for n in nodes]
-        self.cf = [_nonneg(n.cpus_free) for n in nodes]
-        self.mf = [_nonneg(n.mem_free_mb) for n in nodes]
-        self.gf = [_nonneg(n.gpus_free) for n in nodes]
         self.ct = [_nonneg(n.cpus_total) for n in nodes]
         self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
         self.gt = [_nonneg(n.gpus_total) for n in nodes]
+        # free never above total: a snapshot taken mid-update must not invent resources
+        self.cf = [min(_nonneg(n.cpus_free), t) for n, t in zip(nodes, self.ct)]
+        self.mf = [min(_nonneg(n.mem_free_mb), t) for n, t in zip(nodes, self.mt)]
+        self.gf = [min(_nonneg(n.gpus_free), t) for n, t in zip(nodes, self.gt)]
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
         for job in inp.running:
             end = max(job.expected_end, now)
@@ -522,7 +523,8 @@ class _Cluster:
             return got
         pos = self.part_usable[p]
         n = len(pos)
-        width = 1 + max((len(self.releases[i]) for i in pos), default=0)
+        # two spare columns, so that committing a job to the busiest node rarely forces a rebuild
+        width = 3 + max((len(self.releases[i]) for i in pos), default=0)
         times = np.full((n, width), INF)
         deltas = np.zeros((3, n, width), dtype=np.int64)
         times[:, 0] = self.now

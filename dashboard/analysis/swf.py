@@ -9,7 +9,8 @@ file: it opens plain or gzip input (detected by the gzip magic bytes, not the na
 `parse_swf`. No privileges needed.
 
 Failure modes: a malformed job line (wrong field count, a field that is not a finite number) is
-reported as an `SwfProblem` with its 1-based line number and skipped; it never stops the parse.
+reported as an `SwfProblem` with its 1-based line number and skipped; it never stops the parse. A
+truncated or corrupt gzip file keeps the records read before the damage and adds a problem.
 An unparsable header value is kept as text and leaves `max_procs`/`max_nodes` unset.
 """
 
@@ -18,7 +19,8 @@ from __future__ import annotations
 import gzip
 import io
 import math
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -105,8 +107,6 @@ def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
     jobs: list[SwfJob] = []
     problems: list[SwfProblem] = []
     for number, raw in enumerate(lines, start=1):
-        if limit is not None and len(jobs) >= limit:
-            break
         text = raw.strip()
         if not text:
             continue
@@ -115,6 +115,8 @@ def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
             if sep and key.strip() and key.strip() not in header:
                 header[key.strip()] = value.strip()
             continue
+        if limit is not None and len(jobs) >= limit:
+            break  # the header comes first, so it is read in full even with limit 0
         parts = text.split()
         if len(parts) != FIELDS:
             problems.append(SwfProblem(number, f"expected {FIELDS} fields, got {len(parts)}", text[:200]))
@@ -139,14 +141,37 @@ def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
     )
 
 
-def _lines(path: Path) -> Iterator[str]:
+def _lines(path: Path, errors: list[str]) -> Iterator[str]:
     with open(path, "rb") as fh:
         magic = fh.read(2)
     raw = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
-    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as text:
-        yield from text
+    with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace") as text:
+        try:
+            yield from text
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # truncated or corrupt gzip
+            errors.append(f"{type(exc).__name__}: {exc}")
 
 
 def read_swf(path: str | Path, limit: int | None = None) -> SwfTrace:
-    """Read a plain or gzip-compressed SWF file (the I/O edge; the parsing is `parse_swf`)."""
-    return parse_swf(_lines(Path(path)), limit=limit)
+    """Read a plain or gzip-compressed SWF file (the I/O edge; the parsing is `parse_swf`).
+
+    A truncated or corrupt gzip stream keeps what was read before the damage and reports it as a
+    problem on the line after the last one read."""
+    errors: list[str] = []
+    counted = _Counted(_lines(Path(path), errors))
+    trace = parse_swf(counted, limit=limit)
+    if errors:
+        trace = replace(trace, problems=trace.problems + (SwfProblem(counted.n + 1, errors[0], ""),))
+    return trace
+
+
+class _Counted:
+    __slots__ = ("it", "n")
+
+    def __init__(self, it: Iterator[str]) -> None:
+        self.it, self.n = it, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.it:
+            self.n += 1
+            yield line

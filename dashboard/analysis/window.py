@@ -11,7 +11,9 @@ metric source knows, already turned into rates and aligned to a common step:
   targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
   `nic_rx`, `nic_tx` (Ethernet/IPoIB bytes/s);
 * per node x filesystem target x step (`target[signal]`, (N, F, T)): `read` (bytes/s) and
-  `latency` (seconds per read RPC).
+  `latency` (seconds per read RPC);
+* per job x step (`job[signal][jobid]`, (T,), mean over the job's nodes): `psi_io` from the job's
+  own cgroup (gangwatch agent), which separates a job's I/O stall from a neighbour's.
 
 Unknown is NaN, never 0: a node without InfiniBand has no rails, a series missing at a step is NaN
 there, and a signal no node has is absent from its dict. Facts that do not vary (GPU -> job from
@@ -43,6 +45,7 @@ class Window:
     rail: dict[str, np.ndarray] = field(default_factory=dict)
     node: dict[str, np.ndarray] = field(default_factory=dict)
     target: dict[str, np.ndarray] = field(default_factory=dict)
+    job: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # signal -> job id -> (T,), over its nodes
     gpu_jobs: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu index) -> job id, from labels
     leaf_of: dict[str, str] = field(default_factory=dict)  # node -> leaf switch
     nvlink_peers: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # node -> GPU pairs with NVLink
@@ -79,9 +82,3 @@ def grid(start: float, end: float, step: float) -> np.ndarray:
         return np.zeros(0)
     n = int(np.floor((end - start) / step + 1e-9)) + 1
     return start + step * np.arange(n, dtype=np.float64)
-
-
-def empty(times: np.ndarray, step: float, nodes: tuple[str, ...], g: int = 0, r: int = 0,
-          signals: tuple[str, ...] = GPU_SIGNALS) -> dict[str, np.ndarray]:
-    """NaN-filled (N, g, T) arrays for `signals`: the starting point of every builder."""
-    return {s: np.full((len(nodes), g, times.shape[0]), np.nan, np.float32) for s in signals}

@@ -12,6 +12,7 @@ from dashboard.datasource import Datasource
 
 TITLE = "Job"
 HEATMAPS = (("gpu_util", "GPU utilisation (mean over the job's GPUs on each node)"),
+            ("gpu_sm", "SM activity (a hang or a network wait keeps utilisation up but SMs idle)"),
             ("ib_tx", "InfiniBand transmit per node"), ("io_read", "Lustre reads per node"))
 
 

@@ -172,11 +172,10 @@ def heatmap_update(ds: Datasource, trigger, theme, version):
         hm = ds.heatmap("gpu_util", HEATMAP_WINDOW)
         if hm is None:
             return no_update, no_update
-        fig = figures.heatmap(hm, theme)
+        d = figures.heatmap_data(hm)
         patch = Patch()
-        patch["data"][0]["z"] = fig.data[0].z
-        patch["data"][0]["x"] = fig.data[0].x
-        patch["data"][0]["y"] = fig.data[0].y
+        for key in ("z", "x", "y"):
+            patch["data"][0][key] = d[key]
         return patch, now_version
     return figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme), now_version
 

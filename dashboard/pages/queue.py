@@ -14,6 +14,7 @@ from dashboard.datasource import Datasource
 
 TITLE = "Queue"
 WHY_ROWS = 100
+TIMELINE_JOBS = 30  # bars in the running-jobs timeline: the largest, whatever the cluster size
 
 
 def plan_block(ds: Datasource, ctx: ui.Ctx):
@@ -40,15 +41,8 @@ def plan_block(ds: Datasource, ctx: ui.Ctx):
     return html.Div(out)
 
 
-def freed(ds: Datasource, theme):
-    snap = ds.snapshot()
-    if snap is None:
-        return figures.empty("no scheduler data", theme)
-    now = ds.now()
-    ends = [((j.start_time or now) + j.time_limit_seconds, j.gpus or 0) for j in snap.jobs
-            if j.state == "RUNNING" and j.time_limit_seconds is not None]
-    free_now = sum(max(0, (n.gpus_total or 0) - (n.gpus_allocated or 0)) for n in snap.nodes
-                   if not (n.drain or n.down))
+def top_job(ds: Datasource, snap):
+    """(reserved start, GPUs, job id) of the largest top job: the gang the backfill windows exist for."""
     plan = ds.backfill()
     top = None
     if plan is not None:
@@ -60,8 +54,32 @@ def freed(ds: Datasource, theme):
                 tops.append((p.top_job.shadow_time, (job.gpus or 0) if job else 0, p.top_job.job_id))
         if tops:
             top = max(tops, key=lambda t: (t[1], -t[0]))
+    return top
+
+
+def freed(ds: Datasource, theme):
+    snap = ds.snapshot()
+    if snap is None:
+        return figures.empty("no scheduler data", theme)
+    now = ds.now()
+    ends = [((j.start_time or now) + j.time_limit_seconds, j.gpus or 0) for j in snap.jobs
+            if j.state == "RUNNING" and j.time_limit_seconds is not None]
+    free_now = sum(max(0, (n.gpus_total or 0) - (n.gpus_allocated or 0)) for n in snap.nodes
+                   if not (n.drain or n.down))
     resv = [(r.name, r.start_time, r.end_time) for r in snap.reservations if r.start_time and r.end_time]
-    return figures.freed_gpus(now, ends, free_now, top, resv, theme)
+    return figures.freed_gpus(now, ends, free_now, top_job(ds, snap), resv, theme)
+
+
+def timeline(ds: Datasource, theme, limit: int = TIMELINE_JOBS):
+    snap = ds.snapshot()
+    if snap is None:
+        return figures.empty("no scheduler data", theme)
+    now = ds.now()
+    running = sorted((j for j in snap.jobs if j.state == "RUNNING" and j.start_time is not None
+                      and j.time_limit_seconds is not None), key=lambda j: (-(j.gpus or 0), j.job_id))[:limit]
+    rows = [(f"{j.job_id} ({j.gpus} GPUs)", j.start_time, j.start_time + j.time_limit_seconds, j.gpus or 0)
+            for j in running]
+    return figures.job_timeline(now, rows, top_job(ds, snap), theme)
 
 
 def why_table(ds: Datasource, ctx: ui.Ctx):
@@ -114,7 +132,8 @@ def layout(ds: Datasource, ctx: ui.Ctx):
         ui.section("Backfill plan", html.Div(plan_block(ds, ctx), id=ids.QUEUE_PLAN),
                    note="Estimates are gangwatch's (EASY backfill over the running jobs' time limits) unless "
                         "labelled Slurm's."),
-        ui.section("Timeline", dcc.Graph(id=ids.QUEUE_FREED, config={"displaylogo": False})),
+        ui.section("Timeline", dcc.Graph(id=ids.QUEUE_TIMELINE, config={"displaylogo": False}),
+                   dcc.Graph(id=ids.QUEUE_FREED, config={"displaylogo": False})),
         ui.section("Why pending jobs wait", html.Div(why_table(ds, ctx), id=ids.QUEUE_WHY)),
         ui.section("Reservations", html.Div(reservations(ds), id=ids.QUEUE_RESERVATIONS)),
         ui.section("Dependencies", dcc.Graph(id=ids.QUEUE_DEPS, config={"displaylogo": False})),
@@ -123,10 +142,10 @@ def layout(ds: Datasource, ctx: ui.Ctx):
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
-    @app.callback(Output(ids.QUEUE_FREED, "figure"), Output(ids.QUEUE_DEPS, "figure"),
-                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
+    @app.callback(Output(ids.QUEUE_TIMELINE, "figure"), Output(ids.QUEUE_FREED, "figure"),
+                  Output(ids.QUEUE_DEPS, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
     def figs(_n, theme):
-        return freed(ds, theme), deps(ds, theme)
+        return timeline(ds, theme), freed(ds, theme), deps(ds, theme)
 
     @app.callback(Output(ids.QUEUE_PLAN, "children"), Output(ids.QUEUE_WHY, "children"),
                   Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)

@@ -44,19 +44,30 @@ def align(ts: np.ndarray, vs: np.ndarray, times: np.ndarray, lookback: float) ->
     return out
 
 
-def counter_rate(ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(times, per-second rates) between consecutive samples; a reset counts from zero."""
+def _increments(ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(times, increases, intervals) between consecutive samples of a counter; a decrease is a reset
+    (the increase is the new value), a repeated timestamp is one sample (overlapping captures)."""
     if ts.size < 2:
-        return np.zeros(0), np.zeros(0)
+        return np.zeros(0), np.zeros(0), np.zeros(0)
     order = np.argsort(ts, kind="stable")
     ts, vs = ts[order], vs[order]
-    dt = np.diff(ts)
+    keep = np.append(np.diff(ts) != 0, True)
+    ts, vs = ts[keep], vs[keep]
+    if ts.size < 2:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
     dv = np.diff(vs)
     with np.errstate(invalid="ignore"):
         inc = np.where(dv < 0, vs[1:], dv)
+    return ts[1:], inc, np.diff(ts)
+
+
+def counter_rate(ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(times, per-second rates) between consecutive samples; a reset counts from zero."""
+    t2, inc, dt = _increments(ts, vs)
+    with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(dt > 0, inc / np.where(dt > 0, dt, 1.0), np.nan)
     rate[~np.isfinite(rate)] = np.nan
-    return ts[1:], rate
+    return t2, rate
 
 
 class SignalStore:
@@ -97,6 +108,8 @@ class SignalStore:
         per_level: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
         nodes: set[str] = set()
         for (signal, level, node, key) in self.series:
+            if level == "job":
+                continue
             nodes.add(node)
             per_level[level][node][signal].add(key)
         nodes_t = tuple(sorted(nodes))
@@ -119,9 +132,13 @@ class SignalStore:
         gcol = {n: {k: c for c, k in enumerate(ks)} for n, ks in gpu_keys.items()}
         rcol = {n: {k: c for c, k in enumerate(ks)} for n, ks in rail_keys.items()}
         arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
+        per_job: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
         shapes = {"gpu": (len(nodes_t), G, T), "rail": (len(nodes_t), R, T), "node": (len(nodes_t), T),
                   "target": (len(nodes_t), F, T)}
         for (signal, level, node, key), items in self.series.items():
+            if level == "job":
+                per_job[signal][key].extend(align(ts, vs, times, lookback) for ts, vs, _ in items)
+                continue
             arr = arrays[level].get(signal)
             if arr is None:
                 arr = arrays[level][signal] = np.full(shapes[level], np.nan, np.float64)
@@ -159,6 +176,14 @@ class SignalStore:
         tg.pop("lat_sum", None)
         tg.pop("lat_count", None)
         f32 = {lvl: {s: a.astype(np.float32) for s, a in d.items()} for lvl, d in arrays.items()}
+        jobs_out = {}
+        for signal, by_job in per_job.items():
+            jobs_out[signal] = {}
+            for jid, rows in by_job.items():
+                st = np.vstack(rows)
+                cnt = np.isfinite(st).sum(axis=0)
+                jobs_out[signal][jid] = np.where(cnt > 0, np.where(np.isfinite(st), st, 0).sum(axis=0) / np.maximum(cnt, 1),
+                                                 np.nan)
         notes = list(self.notes)
         if not f32["gpu"]:
             notes.append("no GPU metrics found (gangwatch_gpu_*, DCGM_FI_*)")
@@ -168,7 +193,7 @@ class SignalStore:
                       gpus=tuple(tuple(int(k) for k in gpu_keys[n]) + (-1,) * (G - len(gpu_keys[n])) for n in nodes_t),
                       rails=tuple(tuple(rail_keys[n]) + ("",) * (R - len(rail_keys[n])) for n in nodes_t),
                       targets=tuple(targets), gpu=f32["gpu"], rail=f32["rail"], node=f32["node"], target=f32["target"],
-                      gpu_jobs=dict(self.gpu_jobs), leaf_of=leaves,
+                      job=jobs_out, gpu_jobs=dict(self.gpu_jobs), leaf_of=leaves,
                       nvlink_peers={n: frozenset(p) for n, p in self.nvlink_peers.items()},
                       gpu_numa={n: dict(d) for n, d in self.gpu_numa.items()}, notes=tuple(notes))
 
@@ -248,10 +273,11 @@ class RawStore:
 
 
 def _transform(m: Mapping, ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if m.events:  # events per sample interval (the link went down twice since the last scrape)
+        t2, inc, _ = _increments(ts, vs)
+        inc[~np.isfinite(inc)] = np.nan
+        return t2, inc * m.scale
     if m.counter:
         t2, r = counter_rate(ts, vs)
-        if m.events:  # events per sample interval (link went down twice since the last scrape)
-            order = np.sort(ts)
-            return t2, np.round(r * np.diff(order)) * m.scale
         return t2, r * m.scale
     return ts, vs * m.scale

@@ -82,6 +82,9 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("nic_rx", "node", "node_network_receive_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
     Mapping("nic_tx", "node", "gangwatch_network_transmit_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
     Mapping("nic_tx", "node", "node_network_transmit_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
+    # ---- per job (key: jobid): the job cgroup's own I/O pressure, which tells a job's stall from
+    # its neighbours' on a shared node
+    Mapping("psi_io", "job", "gangwatch_job_pressure_waiting_seconds_total", counter=True, filters=(("resource", "io"),)),
     # ---- filesystem targets, per node (key: target)
     Mapping("read", "target", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
             filters=(("operation", "read"), ("type", "osc")), combine="sum"),
@@ -101,7 +104,7 @@ BY_METRIC: dict[str, tuple[Mapping, ...]] = {}
 for _m in MAPPINGS:
     BY_METRIC[_m.metric] = BY_METRIC.get(_m.metric, ()) + (_m,)
 
-KEY_OF_LEVEL = {"gpu": ("gpu",), "rail": ("device", "port"), "target": ("target",), "node": ()}
+KEY_OF_LEVEL = {"gpu": ("gpu",), "rail": ("device", "port"), "target": ("target",), "node": (), "job": ("jobid",)}
 
 
 def matches(m: Mapping, labels: dict[str, str]) -> bool:
@@ -125,6 +128,8 @@ def sub_key(m: Mapping, labels: dict[str, str]) -> str | None:
         return f"{dev}/{labels.get('port', '1')}" if dev else None
     if m.level == "target":
         return labels.get("target") or labels.get("ost") or None
+    if m.level == "job":
+        return labels.get("jobid") or None
     return ""
 
 

@@ -155,6 +155,7 @@ class BundleWriter:
             fams = [f for f in self.renderer.families(i) if f.name in self.wanted]
             text = "\n".join(line for f in fams for line in f.lines)
             gpu_job = {}
+            first = len(self.samples)
             for s in iter_samples(text):
                 if self.schema == "gangwatch":
                     self.samples.append(Sample(s.name, {**s.labels, "instance": f"{name}:9810"}, s.value, t))
@@ -183,12 +184,9 @@ class BundleWriter:
                 self.samples.append(Sample(new, labels, s.value * scale, t))
             if self.schema != "gangwatch" and gpu_job:
                 # dcgm-exporter's hpc_job label, from the prolog's GPU -> job mapping
-                for k in range(len(self.samples) - 1, -1, -1):
-                    s = self.samples[k]
-                    if s.timestamp != t or not s.name.startswith("DCGM_"):
-                        break
-                    job = gpu_job.get(s.labels.get("gpu"))
-                    if job and s.labels.get("Hostname", "").split(".")[0] == name:
+                for s in self.samples[first:]:
+                    job = gpu_job.get(s.labels.get("gpu")) if s.name.startswith("DCGM_") else None
+                    if job:
                         s.labels["hpc_job"] = job
 
     def text(self) -> str:

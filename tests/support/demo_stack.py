@@ -29,12 +29,12 @@ class DemoStack:
     def __init__(self, workdir: Path, nodes: int = 16, faults: str = "ost_slow@61m+4m", speed: float = 1.0,
                  with_serve: bool = True, with_alertmanager: bool = True, interval: str = "1s",
                  for_seconds: int | None = 2, history: float = 3600.0, extra_rules: list[Path] = (),
-                 self_scrape: bool = False):
+                 self_scrape: bool = False, scrape_timeout: str | None = None):
         self.workdir = workdir
         self.nodes, self.faults, self.speed, self.history = nodes, faults, speed, history
         self.with_serve, self.with_alertmanager = with_serve, with_alertmanager
         self.interval, self.for_seconds = interval, for_seconds
-        self.extra_rules, self.self_scrape = list(extra_rules), self_scrape
+        self.extra_rules, self.self_scrape, self.scrape_timeout = list(extra_rules), self_scrape, scrape_timeout
         self.started: list = []
 
     def __enter__(self) -> "DemoStack":
@@ -57,6 +57,7 @@ class DemoStack:
         demo, self.demo = self._python("demo", ["demo", f"--nodes={self.nodes}", f"--faults={self.faults}",
                                                 f"--speed={self.speed}", f"--history={self.history}"])
         wait_for(lambda: demo.check_alive() or http_get(f"http://{self.demo}/healthz"), 120, "gangwatch demo")
+        self.demo_process = demo
         self.node_names = [f"node{i:04d}" for i in range(1, self.nodes + 1)]
         self.hook = Webhook()
         am_port = None
@@ -80,7 +81,8 @@ class DemoStack:
         rules = fast_rules(self.workdir / "rules", self.for_seconds) if self.for_seconds is not None else \
             [RULES / "recording.yml", RULES / "alerts.yml"]
         self.prom = Prometheus(self.workdir, scrape, [*rules, *self.extra_rules], alertmanager_port=am_port,
-                               interval=self.interval, external_labels={"cluster": "demo"}, self_scrape=self.self_scrape)
+                               interval=self.interval, external_labels={"cluster": "demo"}, self_scrape=self.self_scrape,
+                               scrape_timeout=self.scrape_timeout)
         self.started.append(self.prom)
         if self.with_serve:
             proc = Process([sys.executable, "-m", "dashboard.cli", "serve", f"--slurm-exporter=http://{self.demo}",

@@ -176,14 +176,14 @@ class Prometheus:
 
     def __init__(self, workdir: Path, scrape_configs: list[dict], rule_files: list[Path] = (),
                  alertmanager_port: int | None = None, interval: str = "1s", extra_flags: list[str] = (),
-                 external_labels: dict | None = None, self_scrape: bool = False):
+                 external_labels: dict | None = None, self_scrape: bool = False, scrape_timeout: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         if self_scrape:  # its own telemetry, e.g. prometheus_rule_group_last_duration_seconds
             scrape_configs = [*scrape_configs, {"job_name": "prometheus",
                                                 "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]}]
         conf = {"global": {"scrape_interval": interval, "evaluation_interval": interval,
-                           "scrape_timeout": interval if interval.endswith("s") and int(interval[:-1]) < 10 else "10s",
+                           "scrape_timeout": scrape_timeout or (interval if int(interval[:-1]) < 10 else "10s"),
                            **({"external_labels": external_labels} if external_labels else {})},
                 "rule_files": [str(p) for p in rule_files],  # absolute: relative ones are relative to the config's dir
                 "scrape_configs": scrape_configs}

@@ -1,0 +1,119 @@
+"""`gangwatch capture`: write a bundle (metrics.om + squeue.json [+ sinfo.json, bundle.json]) from a
+live Prometheus and Slurm, for post-mortems and for replaying a diagnosis elsewhere.
+
+    gangwatch capture --prometheus URL --out DIR [--span 3600] [--step 15] [--snapshot URL|FILE]
+
+Metrics: every series of every metric the diagnosis maps (dashboard/sources/schema.py, any
+schema), fetched raw (no aggregation) with range queries of one `__name__` regex per signal level
+and written as OpenMetrics with timestamps in seconds, which `promtool tsdb create-blocks-from
+openmetrics` loads. Jobs: `squeue --json` run locally (its output kept verbatim), or from
+--snapshot (a slurm-exporter `/api/v1/snapshot` URL or file, or a `squeue --json` file).
+`sinfo --json` is added when the local command works. Failure modes: a failed query or command is
+reported on stderr and in bundle.json's "notes"; the bundle is still written with what was read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import httpx
+
+from dashboard.sources.build import WANTED
+from dashboard.sources.exposition import Sample
+from dashboard.sources.schema import MAPPINGS
+
+
+def _queries(per_query: int = 12) -> list[str]:
+    """Raw selectors for every mapped metric, each name in exactly one query."""
+    names = sorted({m.metric for m in MAPPINGS})
+    return [f'{{__name__=~"{"|".join(names[i:i + per_query])}"}}' for i in range(0, len(names), per_query)]
+
+
+def fetch_samples(url: str, start: float, end: float, step: float, timeout: float, notes: list[str],
+                  client: httpx.Client | None = None) -> list[Sample]:
+    client = client or httpx.Client(timeout=httpx.Timeout(timeout))
+    out: list[Sample] = []
+    queries = _queries() + ['{__name__=~"' + "|".join(sorted(n for n in WANTED if n.endswith("_info"))) + '"}']
+    for q in queries:
+        try:
+            r = client.get(url.rstrip("/") + "/api/v1/query_range",
+                           params={"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+            r.raise_for_status()
+            doc = r.json()
+            if doc.get("status") != "success":
+                raise RuntimeError(doc.get("error", "query failed"))
+        except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+            notes.append(f"query {q[:60]}...: {type(exc).__name__}: {exc}")
+            continue
+        for series in (doc.get("data") or {}).get("result") or []:
+            labels = dict(series.get("metric") or {})
+            name = labels.pop("__name__", "")
+            if not name:
+                continue
+            for t, v in series.get("values") or []:
+                try:
+                    out.append(Sample(name, labels, float(v), float(t)))
+                except (TypeError, ValueError):
+                    continue
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gangwatch capture", description=__doc__.split("\n")[0])
+    ap.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    ap.add_argument("--prometheus", metavar="URL", required=True)
+    ap.add_argument("--out", metavar="DIR", required=True, help="bundle directory to write (created)")
+    ap.add_argument("--span", type=float, default=3600.0)
+    ap.add_argument("--step", type=float, default=15.0)
+    ap.add_argument("--at", type=float, help="end of the window, unix s (default now)")
+    ap.add_argument("--snapshot", metavar="URL|FILE", help="jobs: slurm-exporter snapshot URL/file or squeue --json file")
+    ap.add_argument("--cluster", default="")
+    ap.add_argument("--timeout", type=float, default=30.0)
+    args = ap.parse_args(argv)
+    from collectors.runner import CommandRunner
+    from dashboard.diagnose_cli import jobs_from
+    from dashboard.sources.bundle import openmetrics, squeue_json, write_bundle
+
+    end = args.at if args.at is not None else time.time()
+    end = math.floor(end / args.step) * args.step
+    start = end - args.step * math.floor(args.span / args.step)
+    notes: list[str] = []
+    samples = fetch_samples(args.prometheus, start, end, args.step, args.timeout, notes)
+    runner = CommandRunner()
+    if args.snapshot:
+        jobs, jn = jobs_from(args.snapshot, args.timeout)
+        notes += jn
+        squeue = squeue_json(jobs, end)
+    else:
+        res = runner.run(["squeue", "--json"], timeout=args.timeout)
+        if res.ok:
+            squeue = json.loads(res.stdout)
+        else:
+            notes.append(f"squeue --json failed: {res.error or res.stderr.strip()[:200] or 'timed out'}")
+            squeue = squeue_json([], end)
+    sinfo = None
+    res = runner.run(["sinfo", "--json"], timeout=args.timeout)
+    if res.ok:
+        try:
+            sinfo = json.loads(res.stdout)
+        except ValueError:
+            notes.append("sinfo --json: not JSON")
+    write_bundle(args.out, openmetrics(samples), squeue, start, end, args.cluster, sinfo)
+    if notes:
+        with open(f"{args.out}/bundle.json", encoding="utf-8") as f:
+            meta = json.load(f)
+        meta["notes"] = notes
+        with open(f"{args.out}/bundle.json", "w", encoding="utf-8") as f:
+            json.dump(meta, f)
+        for n in notes:
+            print(f"gangwatch capture: {n}", file=sys.stderr)
+    print(f"wrote {args.out}: {len(samples)} samples, {len(squeue.get('jobs', []))} jobs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""End to end through a real Prometheus: a simulated scenario written as a bundle, loaded with
+`promtool tsdb create-blocks-from openmetrics`, served by `prometheus`, read back through the
+Prometheus source (aggregated queries), gives the same verdicts and culprits as the bundle itself;
+`gangwatch capture` from that Prometheus writes a bundle that does too. Skipped when promtool or
+prometheus is not installed (tests/run-all.sh installs the Debian package)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import which
+
+pytestmark = pytest.mark.skipif(not (which("promtool") and which("prometheus")), reason="needs promtool and prometheus")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.simulated import BundleWriter
+
+    root = tmp_path_factory.mktemp("prom")
+    sim = Simulation(SimConfig(nodes=10, seed=3, prefill=False, nodes_per_leaf=4,
+                               faults="ost_slow@12m+20m,gpu_throttle@5m+40m,idle_gpus@8m+30m,nccl_hang@10m+30m"))
+    w = BundleWriter(sim)
+    w.capture()
+    for _ in range(72):
+        sim.step()
+        w.capture()
+    bundle = root / "bundle"
+    w.write(str(bundle))
+    data = root / "data"
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(bundle / "metrics.om"), str(data)],
+                   check=True, capture_output=True, timeout=120)
+    (root / "prom.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
+    port = _free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={root / 'prom.yml'}", f"--storage.tsdb.path={data}",
+                             "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        yield url, bundle, root
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _verdicts(d):
+    return {v.jobid: (v.state, v.culprit) for v in d.verdicts}
+
+
+def test_prometheus_source_matches_bundle(served):
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.prometheus import PrometheusSource
+
+    url, bundle, _ = served
+    b = load_bundle(str(bundle))
+    want = _verdicts(diagnose(b.window, b.jobs))
+    assert {s for s, _ in want.values()} - {"progressing", "insufficient_data"}
+    src = PrometheusSource(url)
+    win = src.window(b.end, b.end - b.start, 15.0)
+    assert src.queries_last_cycle <= 20 and not win.notes
+    assert _verdicts(diagnose(win, b.jobs)) == want
+
+
+def test_capture_from_prometheus_matches_bundle(served):
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.capture_cli import main as capture
+    from dashboard.sources.bundle import load_bundle
+
+    url, bundle, root = served
+    b = load_bundle(str(bundle))
+    out = root / "captured"
+    assert capture(["--prometheus", url, "--out", str(out), "--at", str(b.end), "--span", str(b.end - b.start),
+                    "--snapshot", str(bundle / "squeue.json")]) == 0
+    c = load_bundle(str(out))
+    assert _verdicts(diagnose(c.window, c.jobs)) == _verdicts(diagnose(b.window, b.jobs))

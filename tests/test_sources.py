@@ -1,0 +1,289 @@
+"""Metric sources: the exposition reader on every real export in ../shared/fixtures/exporters-real,
+schema mapping (dcgm-exporter, node_exporter, gangwatch), counter rates and alignment, bundles
+written from the simulator in two schemas giving the same verdicts, the Prometheus source's query
+budget and failure modes (fake HTTP), the embedded scraper, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dashboard.analysis.diagnose import diagnose
+from dashboard.sources.build import RawStore, SignalStore, align, counter_rate
+from dashboard.sources.exposition import iter_samples
+from dashboard.sources.prometheus import PrometheusSource, add_matrix, plan_queries
+from dashboard.sources.schema import NodeMatcher, short_host
+
+T0 = 1_767_225_600.0
+
+
+def real(fixtures_dir: Path) -> Path:
+    return fixtures_dir / "exporters-real"
+
+
+def single_scrape_window(text: str, matcher=None):
+    store = RawStore(matcher)
+    store.add_all(iter_samples(text), default_ts=T0)
+    return store.signals().window(T0, T0, 15.0), store
+
+
+def test_every_real_export_parses(fixtures_dir):
+    files = sorted(p for p in real(fixtures_dir).rglob("*") if p.is_file() and p.name != "README.md")
+    assert len(files) >= 20
+    for p in files:
+        text = p.read_text(errors="replace")
+        stats: dict = {}
+        samples = list(iter_samples(text, stats=stats))
+        if p.suffix == ".json":
+            doc = json.loads(text)
+            store = SignalStore()
+            add_matrix(store, "util", "gpu", doc["data"], NodeMatcher())
+            assert store.series, p.name
+            continue
+        if p.parent.name in ("dcgm", "node_exporter", "nvidia_gpu_exporter"):
+            assert samples and stats["samples"] > 0, p.name
+            single_scrape_window(text)  # maps without error
+        else:  # Lustre job_stats, GPFS mmhealth: not expositions; nothing may map to a signal
+            win, store = single_scrape_window(text)
+            assert not store.points, p.name
+
+
+def test_dcgm_names_units_and_host_labels(fixtures_dir):
+    d = real(fixtures_dir) / "dcgm"
+    win, _ = single_scrape_window((d / "k8s-ai-conformance_ericsson-ccd_T4_dcgm-metrics-noHELP.txt").read_text())
+    assert win.nodes == ("cp-bm14r7",)
+    assert win.gpu["util"][0, 0, 0] == pytest.approx(0.91)  # percent -> ratio, no HELP/TYPE needed
+    win, _ = single_scrape_window((d / "nvidia-aicr_eks-8xH100-80GB-HBM3_dcgm-metrics-sampled.txt").read_text())
+    assert win.nodes == ("ip-10-0-171-111",)  # EC2 private DNS name, domain stripped
+    win, _ = single_scrape_window((d / "k8s-ai-conformance_vks_GRID-A100-40C-vGPU_dcgm-metrics.txt").read_text())
+    assert "util" in win.gpu and "power" not in win.gpu  # vGPU exports no power: absent, not 0
+    win, _ = single_scrape_window((d / "k8s-ai-conformance_kops-aws_L4_dcgm-metrics.txt").read_text(),
+                                  NodeMatcher(aliases={"i-030791dc5a37cd257": "gpu-l4-01"}))
+    assert win.nodes == ("gpu-l4-01",)  # a cloud instance id mapped to the Slurm name
+    assert 0 <= win.gpu["power"][0, 0, 0] < 100 and win.gpu["mem"][0, 0, 0] % (1 << 20) == 0
+
+
+def test_mig_instances_average_into_their_gpu(fixtures_dir):
+    text = (real(fixtures_dir) / "dcgm" / "issue_dcgm-exporter-317_A30-MIG-1g.6gb_PROF_SM_ACTIVE_excerpt.txt").read_text()
+    vals = [s.value for s in iter_samples(text) if s.name == "DCGM_FI_PROF_SM_ACTIVE" and s.labels["gpu"] == "0"]
+    win, _ = single_scrape_window(text)
+    assert win.gpus[0][0] == 0  # one column per GPU index, however many MIG instances it has
+    assert win.gpu["sm"][0, 0, 0] == pytest.approx(np.mean(vals))
+
+
+def test_prometheus_json_with_label_collisions(fixtures_dir):
+    doc = json.loads((real(fixtures_dir) / "dcgm" / "nvidia-aicr_eks-8xH100_prometheus-query-DCGM_FI_DEV_GPU_UTIL.json").read_text())
+    store = SignalStore()
+    add_matrix(store, "util", "gpu", doc["data"], NodeMatcher())
+    nodes = {k[2] for k in store.series}
+    assert nodes == {"ip-10-0-171-111", "ip-10-0-169-87"} or len(nodes) == 2  # Hostname wins over instance/pod
+    assert all(k[3].isdigit() for k in store.series)
+
+
+def test_node_exporter_indented_infiniband(fixtures_dir):
+    text = (real(fixtures_dir) / "node_exporter" / "issue_spiderpool-3615_node_exporter_infiniband_mlx5_excerpt_indented.txt").read_text()
+    got = {(s.name, s.labels["device"]): s.value for s in iter_samples(text) if s.name.startswith("node_infiniband_")}
+    assert got[("node_infiniband_unicast_packets_received_total", "mlx5_1")] == 2.106905e06  # indented, exponent form
+    assert {d for _, d in got} == {"mlx5_0", "mlx5_1"}
+
+
+def test_counter_rate_resets_and_alignment():
+    ts = np.array([0.0, 15, 30, 45, 60])
+    vs = np.array([100.0, 250, 400, 30, 180])  # restart between 30 and 45
+    t2, r = counter_rate(ts, vs)
+    assert list(r) == [10.0, 10.0, 2.0, 10.0]
+    t3, r3 = counter_rate(np.array([0.0, 0.0, 15]), np.array([2.0, 2, 3]))  # a sample captured twice
+    assert list(t3) == [15.0] and r3[0] == pytest.approx(1 / 15)
+    grid = np.array([15.0, 30, 45, 60, 75, 90, 105])
+    got = align(np.array([14.0, 31, 44]), np.array([1.0, 2, 3]), grid, 30.0)
+    assert list(got[:4]) == [1.0, 1.0, 3.0, 3.0] and np.isnan(got[-1])  # stale after the lookback
+    got = align(np.array([10.0, 20]), np.array([np.inf, 5.0]), np.array([10.0, 20.0]), 30)
+    assert np.isnan(got[0]) and got[1] == 5.0
+
+
+def test_host_names():
+    assert short_host("node0001.cluster.local:9810") == "node0001"
+    assert short_host("10.0.172.246:9400") == "10.0.172.246"
+    assert short_host("[fe80::1]:9100") == "fe80::1"
+    m = NodeMatcher()
+    assert m({"exported_instance": "gpu7.x", "instance": "prom:9090"}) == "gpu7"
+    assert m({"Hostname": "gpu3.x", "instance": "10.0.0.1:9400"}) == "gpu3"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_exposition_reader_never_raises(text):
+    for s in iter_samples(text):
+        assert isinstance(s.value, float)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True), st.floats(allow_nan=True, allow_infinity=True)),
+                max_size=20))
+def test_rates_never_raise(points):
+    ts = np.array([p[0] for p in points], dtype=float)
+    vs = np.array([p[1] for p in points], dtype=float)
+    ts = np.where(np.isfinite(ts), ts, 0)
+    t2, r = counter_rate(ts, vs)
+    assert t2.shape == r.shape
+
+
+# ------------------------------------------------------------------------------------ simulator bundles
+
+@pytest.fixture(scope="module")
+def sim_bundles(tmp_path_factory):
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.simulated import BundleWriter, SimRecorder
+
+    sim = Simulation(SimConfig(nodes=12, seed=3, prefill=False, nodes_per_leaf=4,
+                               faults="ost_slow@12m+20m,gpu_throttle@5m+40m,idle_gpus@8m+30m,nccl_hang@10m+30m"))
+    rec = SimRecorder(sim, capacity=81)
+    writers = {"gangwatch": BundleWriter(sim), "exporters": BundleWriter(sim, "exporters")}
+    for w in writers.values():
+        w.capture()
+    for _ in range(80):
+        rec.step()
+        for w in writers.values():
+            w.capture()
+    paths = {}
+    for name, w in writers.items():
+        p = tmp_path_factory.mktemp(name)
+        w.write(str(p))
+        paths[name] = p
+    direct = diagnose(rec.window(), [j for j in rec.jobs() if j.state == "RUNNING"])
+    return direct, paths
+
+
+def test_bundles_in_both_schemas_give_the_same_verdicts(sim_bundles):
+    from dashboard.sources.bundle import load_bundle
+
+    direct, paths = sim_bundles
+    want = {v.jobid: v.state for v in direct.verdicts}
+    assert set(want.values()) - {"progressing", "insufficient_data"}, "the scenario must contain faults"
+    for name, p in paths.items():
+        b = load_bundle(str(p))
+        got = {v.jobid: v.state for v in diagnose(b.window, b.jobs).verdicts}
+        assert got == want, name
+        assert b.window.leaf_of  # topology.conf travelled with the bundle
+        if name == "exporters":
+            assert b.window.gpu_jobs  # from dcgm-exporter's hpc_job label
+
+
+def test_cli_on_a_bundle(sim_bundles, capsys):
+    from dashboard.diagnose_cli import main
+
+    _, paths = sim_bundles
+    assert main(["--bundle", str(paths["exporters"]), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdicts"] and all("state" in v for v in doc["verdicts"])
+    assert main(["--bundle", str(paths["gangwatch"])]) == 0
+    out = capsys.readouterr().out
+    assert "JOBID" in out and "STATE" in out
+    assert main([]) == 2
+
+
+def test_bundle_with_broken_files_still_answers(tmp_path):
+    from dashboard.sources.bundle import load_bundle
+
+    (tmp_path / "metrics.om").write_text("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\" 50\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",Hostname=\"a\"} 50 1767225600\n# EOF\n")
+    (tmp_path / "squeue.json").write_text("{not json")
+    (tmp_path / "bundle.json").write_text("[1]")
+    b = load_bundle(str(tmp_path))
+    assert b.jobs == () and any("squeue.json" in n for n in b.notes) and any("not parsable" in n for n in b.notes)
+    assert b.window.nodes == ("a",)
+
+
+# ------------------------------------------------------------------------------------ Prometheus (fake HTTP)
+
+def _fake_prometheus(nodes: int, calls: list, fail: str | None = None):
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if fail == "down":
+            raise httpx.ConnectError("connection refused", request=request)
+        if fail == "slow":
+            raise httpx.ReadTimeout("timed out", request=request)
+        q = request.url.params.get("query", "")
+        if request.url.path.endswith("/query"):
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+        start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
+        ts = np.arange(start, end + 1e-6, step)
+        result = []
+        if "gangwatch_gpu_utilization_ratio" in q:
+            for i in range(nodes):
+                for g in range(2):
+                    result.append({"metric": {"instance": f"n{i:04d}:9810", "gpu": str(g)},
+                                   "values": [[float(t), "0.9"] for t in ts]})
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize("nodes", [2, 200])
+def test_prometheus_query_budget_does_not_grow_with_nodes(nodes):
+    calls: list = []
+    src = PrometheusSource("http://prom:9090", client=_fake_prometheus(nodes, calls))
+    win = src.window(T0, 600, 15)
+    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1 <= 20
+    assert len(win.nodes) == nodes and win.gpu["util"].shape == (nodes, 2, 41)
+
+
+@pytest.mark.parametrize("fail", ["down", "slow"])
+def test_prometheus_down_or_slow_gives_insufficient_data(fail):
+    from collectors.slurm.model import Job
+
+    src = PrometheusSource("http://prom:9090", client=_fake_prometheus(4, [], fail))
+    win = src.window(T0, 600, 15)
+    assert any("failed" in n for n in win.notes)
+    d = diagnose(win, [Job(job_id=1, state="RUNNING", nodes=("n0000",), start_time=T0 - 3600)])
+    assert d.verdicts[0].state == "insufficient_data" and d.verdicts[0].reason
+
+
+# ------------------------------------------------------------------------------------ embedded scraper
+
+def test_embedded_source_scrapes_and_marks_failed_targets_stale():
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.analysis.sim.render import NodeRenderer
+    from dashboard.sources.embedded import EmbeddedSource
+
+    sim = Simulation(SimConfig(nodes=4, seed=1, prefill=False, faults="none"))
+    r = NodeRenderer(sim)
+    broken = {"node0004"}
+
+    def handler(request):
+        name = request.url.host
+        if name in broken:
+            return httpx.Response(503, text="down")
+        return httpx.Response(200, text=r.render(sim.cluster.index(name)))
+
+    targets = [f"{n}:9810" for n in sim.cluster.names]
+    src = EmbeddedSource(targets, client=httpx.Client(transport=httpx.MockTransport(handler)), retention=120)
+    try:
+        for k in range(6):
+            sim.step()
+            src.scrape(now=T0 + 15 * k)
+        win = src.window(end=T0 + 75, span=75, step=15)
+        assert set(win.nodes) == {"node0001", "node0002", "node0003"}
+        assert np.isfinite(win.gpu["util"]).all() and "ib_tx" in win.rail
+        assert any("failed" in n for n in win.notes)
+        src.scrape(now=T0 + 400)  # retention drops the old samples
+        assert all(min(ts) >= T0 + 280 for ts, _ in src.store.points.values())
+    finally:
+        src.close()
+
+
+def test_job_cgroup_pressure_becomes_a_job_series():
+    text = "\n".join(
+        f'gangwatch_job_pressure_waiting_seconds_total{{jobid="7",resource="io",instance="{n}:9810"}} {v} {t}'
+        for t, vals in ((T0, (0, 0)), (T0 + 15, (12, 6)), (T0 + 30, (24, 12))) for n, v in zip(("a", "b"), vals))
+    store = RawStore()
+    store.add_all(iter_samples(text))
+    win = store.signals().window(T0, T0 + 30, 15.0)
+    got = win.job["psi_io"]["7"]
+    assert np.isnan(got[0]) and got[1] == pytest.approx(0.6) and got[2] == pytest.approx(0.6)
+    assert win.nodes == ()  # a job series alone does not invent nodes

@@ -21,11 +21,13 @@ everything else fine), measured on the same evaluations.
 
     python bench/bench_diagnosis_accuracy.py              # 4 scenarios, about a minute
     python bench/bench_diagnosis_accuracy.py --quick      # 1 small scenario
+    python bench/bench_diagnosis_accuracy.py --no-sm      # as a site without DCGM profiling metrics
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -39,6 +41,7 @@ from dashboard.analysis.diagnose import STATES, diagnose  # noqa: E402
 from dashboard.analysis.sim import SimConfig, Simulation  # noqa: E402
 from dashboard.sources.simulated import SimRecorder  # noqa: E402
 
+NO_SM = False
 CAUSES = ("stalled_io", "stalled_network", "straggler", "hung", "idle_gpus")
 SKIP_CAUSES = {"node_failure", "scrape_timeout", "scrape_slow"}
 # One fault of each kind inside the judged period (the first hour fills the window).
@@ -88,7 +91,7 @@ def jobstats_rule(win, jobs) -> dict[str, str]:
 
 
 def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float, grace: float, tail: float,
-                 conf: Counter, peer: Counter, latencies: dict, timing: list) -> None:
+                 conf: Counter, peer: Counter, latencies: dict, timing: list, classes: Counter) -> None:
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, prefill=False, faults=faults))
     rec = SimRecorder(sim, capacity=241)
     rec.step(240)  # one hour of history before the first judgement
@@ -101,12 +104,16 @@ def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float,
         rec.step(steps)
         done += steps
         win, jobs = rec.window(), [j for j in rec.jobs() if j.state == "RUNNING"]
+        if NO_SM:  # a site without DCGM profiling: utilisation, power and clocks only
+            win = dataclasses.replace(win, gpu={k: v for k, v in win.gpu.items() if k != "sm"})
         t0 = time.perf_counter()
         d = diagnose(win, jobs)
         timing.append(time.perf_counter() - t0)
         label, dont = truth_at(sim.ground_truth(), sim.t, grace, tail)
         pj = jobstats_rule(win, jobs)
         onset_of = truth_at.onset
+        per_node = Counter(n for j in jobs for n in set(j.nodes))
+        shared = {str(j.job_id): any(per_node[n] > 1 for n in j.nodes) for j in jobs}
         start_of = {str(j.job_id): j.start_time or 0.0 for j in jobs}
         for v in d.verdicts:
             if v.jobid in dont:
@@ -116,6 +123,9 @@ def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float,
             if truth != "healthy" and v.state != truth and start_of.get(v.jobid, 0) >= onset_of.get(v.jobid, 1e18) - sim.dt:
                 truth += "*"  # the job started inside the fault: it never ran healthy in the window
             conf[(truth, v.state)] += 1
+            if truth.rstrip("*") in CAUSES:
+                cls = "shared-node jobs" if shared.get(v.jobid) else "jobs holding whole nodes"
+                classes[(cls, truth.rstrip("*"), v.state == truth.rstrip("*"))] += 1
             pv = pj.get(v.jobid, "insufficient_data")
             peer[(pv if pv in causes else sorted(causes)[0], pv)] += 1
         for f in sim.ground_truth():
@@ -165,18 +175,30 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=float, default=60.0, help="seconds of simulated time between judgements")
     ap.add_argument("--grace", type=float, default=120.0)
     ap.add_argument("--tail", type=float, default=60.0)
+    ap.add_argument("--no-sm", action="store_true", help="drop SM activity (a site without DCGM profiling metrics)")
     args = ap.parse_args(argv)
+    global NO_SM
+    NO_SM = args.no_sm
     if args.quick:
         scenarios = [(32, 1, MIX, 1.0)]
     else:
         scenarios = [(64, 1, MIX, 1.0), (64, 2, MIX + ",random:4", 1.0), (128, 3, "random:8", 1.0),
                      (256, 4, MIX + ",random:4", 1.0)]
-    conf, peer, lat, timing = Counter(), Counter(), {}, []
+    conf, peer, lat, timing, classes = Counter(), Counter(), {}, [], Counter()
     t0 = time.time()
     for nodes, seed, faults, hours in scenarios:
         print(f"scenario: {nodes} nodes, seed {seed}, faults {faults!r}, {hours} h judged", flush=True)
-        run_scenario(nodes, seed, faults, hours, args.every, args.grace, args.tail, conf, peer, lat, timing)
+        run_scenario(nodes, seed, faults, hours, args.every, args.grace, args.tail, conf, peer, lat, timing, classes)
     ours = report(conf, "gangwatch diagnosis")
+    print("  recall by job class (node-level I/O pressure cannot be attributed to one of several jobs on a node "
+          "unless the job's own cgroup pressure is exported):")
+    for cls in ("jobs holding whole nodes", "shared-node jobs"):
+        parts = []
+        for c in CAUSES:
+            hit, miss = classes.get((cls, c, True), 0), classes.get((cls, c, False), 0)
+            if hit + miss:
+                parts.append(f"{c} {hit / (hit + miss):.3f} ({hit + miss})")
+        print(f"    {cls:<26} " + ", ".join(parts))
     report(peer, "peer: jobstats rule (mean GPU utilisation < 10 % = idle)")
     if lat:
         arr = np.array(sorted(lat.values()))

@@ -22,7 +22,7 @@ import re
 import threading
 
 import dash
-from dash import ClientsideFunction, Input, Output, State, dcc, html  # noqa: F401
+from dash import Input, Output, State, dcc, html
 from flask import Response, request
 
 from dashboard import ids, ui

@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.request
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import numpy as np
@@ -1033,10 +1033,7 @@ class LiveDatasource(WindowSeries, BaseDatasource):
         now = self.now()
         ok = snap is not None and not self._error and not snap.stale
         src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, self._error)]
-        if self.metrics is None:
-            src.append(SourceStatus("metrics", False, None, "no metric source configured (--prometheus or "
-                                    "--targets): pages show scheduler data only"))
-        else:
+        if self.metrics is not None:  # none configured is a choice, not an outage: no banner for it
             win = self._win
             age = max(0.0, now - win.end) if win is not None and win.n_steps else None
             src.append(SourceStatus(f"metrics ({getattr(self.metrics, 'name', 'source')})",

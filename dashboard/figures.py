@@ -76,7 +76,10 @@ def heatmap(hm: Heatmap | None, theme: str | None = None, title: str = "", shade
     if hm is None or not len(hm.rows):
         return empty("no data for this view", theme, height or 200)
     d = heatmap_data(hm)
-    zmax = 100 if d["unit"] == "%" else None
+    # colour from 0 (plotly needs both ends fixed, or it autoscales around the data: a flat 100 MB/s
+    # would span 99.5-100.5 and look like a signal)
+    peak = max((v for row in d["z"] for v in row if v is not None), default=None)
+    zmax = 100 if d["unit"] == "%" else (peak if peak else 1)
     fig = go.Figure(go.Heatmap(
         z=[[0]], zmin=0, zmax=zmax, colorscale=colorscale, colorbar=dict(title=dict(text=d["unit"]), thickness=12),
         hoverongaps=False, hovertemplate="%{y}<br>%{x|%H:%M:%S}<br>%{z} " + d["unit"] + "<extra></extra>"))

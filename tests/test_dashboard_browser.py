@@ -20,6 +20,7 @@ CHROMIUM = os.environ.get("GW_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts", "dashboard")
 
 pytestmark = [pytest.mark.browser,
+              pytest.mark.filterwarnings(r"ignore:\s*The dash_table.DataTable will be removed:DeprecationWarning"),
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Chromium not installed at {CHROMIUM} "
                                  "(apt-get install chromium; tests/run-all.sh does)")]
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip package playwright not installed")
@@ -136,7 +137,8 @@ def test_every_page_and_click_path(page, sim_site):
     page.goto(base + "/")
     page.locator("#app-theme-toggle").click()
     expect(page.locator("html")).to_have_attribute("data-theme", "dark", timeout=T)
-    expect(page.locator("#overview-heatmap .main-svg").first).to_be_visible(timeout=T)
+    # the figures are redrawn in plotly_dark (its font colour), not just the page around them
+    expect(page.locator("#overview-heatmap .xtick text").first).to_have_css("fill", "rgb(242, 245, 250)", timeout=T)
     shot(page, "overview-dark")
     assert not page.dialogs
     assert not page.errors, page.errors

@@ -14,6 +14,9 @@ from dashboard.datasource import MemoryDatasource
 from tests.support import dashboard_fake
 from tests.support.dashboard_fake import XSS
 
+# dash_table.DataTable still ships with Dash 4 (dash-ag-grid is an extra download); its notice is noise here
+pytestmark = pytest.mark.filterwarnings(r"ignore:\s*The dash_table.DataTable will be removed:DeprecationWarning")
+
 PATHS = ["", "jobs", "jobs/4001", "jobs/4004", "jobs/4003", "jobs/999", "nodes", "nodes/gpu001", "nodes/gpu008",
          "nodes/nope", "queue", "storage", "network"]
 ALL_IDS = {v for k, v in vars(ids).items() if k.isupper()}

@@ -375,3 +375,28 @@ def test_shared_node_uses_the_jobs_own_pressure():
     d = diagnose(w, jobs)
     assert verdict(d, 1).state == "stalled_io"
     assert verdict(d, 2).state == "progressing"
+
+
+def test_without_profiling_metrics_power_tells_hang_and_network_wait():
+    from dataclasses import replace
+
+    c = Cluster()
+    for i in c.rows(GANG_A):  # hung: kernels resident, power near idle, network flat
+        c.util[i, :, -10:] = 1.0
+        c.sm[i, :, -10:] = 0.01
+        c.ib_tx[i, :, -10:] = 0
+    for i in c.rows(GANG_B):  # waiting on a congested fabric
+        c.util[i, :, -10:] = 0.96
+        c.sm[i, :, -10:] = 0.15
+        c.ib_tx[i, :, -10:] = 3e9
+        c.ib_wait[i, :, -10:] = 3e7
+    c.power = 90 + 500 * c.sm
+    w = c.window()
+    w = replace(w, gpu={k: v for k, v in w.gpu.items() if k != "sm"})  # no DCGM profiling
+    d = diagnose(w, [job(1, GANG_A), job(2, GANG_B)])
+    assert verdict(d, 1).state == "hung"
+    assert any(e.signal == "power" for e in verdict(d, 1).evidence)
+    assert verdict(d, 2).state == "stalled_network"
+    healthy = diagnose(replace(Cluster().window(), gpu={k: v for k, v in Cluster().window().gpu.items() if k != "sm"}),
+                       [job(1, GANG_A), job(2, GANG_B)])
+    assert {v.state for v in healthy.verdicts} == {"progressing"}

@@ -97,3 +97,18 @@ def test_capture_from_prometheus_matches_bundle(served):
                     "--snapshot", str(bundle / "squeue.json")]) == 0
     c = load_bundle(str(out))
     assert _verdicts(diagnose(c.window, c.jobs)) == _verdicts(diagnose(b.window, b.jobs))
+
+
+def test_diagnose_cli_against_prometheus(served, capsys):
+    import json
+
+    from dashboard.diagnose_cli import main
+    from dashboard.sources.bundle import load_bundle
+
+    url, bundle, _ = served
+    b = load_bundle(str(bundle))
+    assert main(["--prometheus", url, "--snapshot", str(bundle / "squeue.json"), "--at", str(b.end),
+                 "--span", str(b.end - b.start), "--topology", str(bundle / "topology.conf"), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(n.startswith("Prometheus: ") and int(n.split()[1]) <= 20 for n in doc["notes"])
+    assert {v["state"] for v in doc["verdicts"]} - {"progressing", "insufficient_data"}

@@ -111,7 +111,7 @@ def test_every_nvml_function_the_collectors_call_exists_in_pynvml():
 # ----------------------------------------------------------------------------- a healthy node
 
 def test_h100_node_values_and_golden(node, update_golden):
-    c = make(node)
+    c = make(node, collector_gpu_pcie_throughput=True)
     fams = c.collect()
     got = samples(fams)
     # identity and load replayed from the real dcgm-exporter capture

@@ -287,3 +287,27 @@ def test_job_cgroup_pressure_becomes_a_job_series():
     got = win.job["psi_io"]["7"]
     assert np.isnan(got[0]) and got[1] == pytest.approx(0.6) and got[2] == pytest.approx(0.6)
     assert win.nodes == ()  # a job series alone does not invent nodes
+
+
+def test_clock_skew_between_nodes_is_absorbed():
+    lines = []
+    for k in range(6):
+        lines.append(f'gangwatch_gpu_utilization_ratio{{gpu="0",instance="a:9810"}} 0.9 {T0 + 15 * k}')
+        lines.append(f'gangwatch_gpu_utilization_ratio{{gpu="0",instance="b:9810"}} 0.8 {T0 + 15 * k - 7}')  # 7 s behind
+    store = RawStore()
+    store.add_all(iter_samples("\n".join(lines)))
+    win = store.signals().window(T0, T0 + 75, 15.0)
+    assert np.isfinite(win.gpu["util"]).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(max_size=300), st.text(max_size=200), st.text(max_size=60))
+def test_bundle_reader_never_raises(tmp_path_factory, metrics, squeue, meta):
+    from dashboard.sources.bundle import load_bundle
+
+    d = tmp_path_factory.mktemp("fuzz")
+    (d / "metrics.om").write_text(metrics)
+    (d / "squeue.json").write_text(squeue)
+    (d / "bundle.json").write_text(meta)
+    b = load_bundle(str(d))
+    diagnose(b.window, b.jobs)

@@ -9,6 +9,12 @@ statvfs runs in one long-lived prober child process (collectors/statprobe.py) un
 `gangwatch_filesystem_stat_timeout 1` with no capacity series, is not probed again until its
 stuck statvfs returns, and never hangs the scrape or piles up threads.
 
+The mount table is not re-read while it is unchanged: on a real procfs, the collector keeps the
+table's file open and polls it (the kernel flags POLLPRI on a mountinfo descriptor whenever a
+mount is added, removed or changed in that namespace, see proc(5)), so a scrape with the same
+mounts costs one poll(2) instead of regenerating the whole table; mount points under a fixture or
+copied tree are read on every scrape.
+
 Metrics (labels `device`, `mountpoint`, `fstype`): `gangwatch_filesystem_{size,free,avail}_bytes`,
 `gangwatch_filesystem_files`, `gangwatch_filesystem_files_free`, `gangwatch_filesystem_readonly`,
 `gangwatch_filesystem_stat_timeout`, `gangwatch_filesystem_device_error`; and
@@ -24,11 +30,13 @@ and replaced on the next scrape; a stat function that cannot be loaded fails the
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import select
 from dataclasses import dataclass
 
 from ..exposition import counter, format_labels, gauge
-from ..readers import read_text
+from ..readers import on_kernel_fs, read_text
 from ..registry import Collector, NoData, register
 from ..statprobe import DEFAULT_STAT_FUNCTION, REPLY_MARGIN, TIMED_OUT, StatError, StatProber, StatValues
 
@@ -171,6 +179,7 @@ class FilesystemCollector(Collector):
         # Not a command-line flag: tests name a stat function that hangs for chosen paths.
         self.prober = StatProber(opt("collector_filesystem_stat_function", DEFAULT_STAT_FUNCTION))
         self._table: tuple[str, list[_Target]] = ("", [])
+        self._watch: tuple[int, select.poll] | None = None  # the mount table's descriptor, polled
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -191,13 +200,48 @@ class FilesystemCollector(Collector):
             help="Seconds statvfs may take per scrape before a mount is reported as "
                  "gangwatch_filesystem_stat_timeout 1; capped at --scrape.timeout minus 0.3 s.")
 
+    def _unchanged(self) -> bool:
+        """Whether the watched mount table is known unchanged since it was last read."""
+        if self._watch is None:
+            return False
+        try:
+            if not self._watch[1].poll(0):
+                return True
+        except OSError:
+            pass
+        self._unwatch()  # changed (or unpollable): read it again, with a fresh watch
+        return False
+
+    def _watch_table(self, path: str) -> None:
+        # Opened before the table is read, so that a change made after the read shows in the poll.
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        if not on_kernel_fs(fd, "proc"):
+            os.close(fd)
+            return
+        poller = select.poll()
+        poller.register(fd, select.POLLPRI)
+        self._watch = (fd, poller)
+
+    def _unwatch(self) -> None:
+        if self._watch is not None:
+            fd, self._watch = self._watch[0], None
+            os.close(fd)
+
     def _targets(self) -> list[_Target]:
+        if self._unchanged():
+            return self._table[1]
         paths = self.ctx.paths
         for name, parse in (("1/mountinfo", parse_mountinfo), ("self/mountinfo", parse_mountinfo),
                             ("mounts", parse_mounts)):
-            text = read_text(paths.proc(name))
+            path = paths.proc(name)
+            self._watch_table(path)
+            text = read_text(path)
             if text:
                 break
+            self._unwatch()
         else:
             raise NoData(f"no mount table under {paths.procfs}")
         if text == self._table[0]:
@@ -246,4 +290,5 @@ class FilesystemCollector(Collector):
         return [size, free, avail, files, files_free, readonly, timeout, error, restarts]
 
     def close(self) -> None:
+        self._unwatch()
         self.prober.close()

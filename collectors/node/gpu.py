@@ -422,6 +422,14 @@ class GpuCollector(Collector):
         self.errors: dict[tuple[str, str], int] = {}
         self.xids: dict[tuple[int, int], int] = {}
         self.topo: Topology | None = None
+        self.pcie_throughput = bool(ctx.option("collector_gpu_pcie_throughput", False))
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument("--collector.gpu.pcie-throughput", dest="collector_gpu_pcie_throughput",
+                            action="store_true", default=False,
+                            help="Also sample PCIe TX/RX throughput through NVML; each sample blocks "
+                                 "20 ms per direction per GPU.")
 
     # -- discovery (once per NVML session)
     def _discover(self, nvml: Any, call: Guard, count: int) -> Topology:
@@ -635,9 +643,12 @@ class GpuCollector(Collector):
             out.add("remap", g.lbl(("cause", "uncorrectable")), rows[1])
             out.add("remap_pending", L, rows[2])
             out.add("remap_failure", L, rows[3])
-        for direction, counter in (("tx", PCIE_TX), ("rx", PCIE_RX)):
-            out.add("pcie_bps", g.lbl(("direction", direction)),
-                    call("nvmlDeviceGetPcieThroughput", h, counter, post=lambda v: scaled(v, 1024)))
+        if self.pcie_throughput:
+            # NVML samples a byte counter for 20 ms per call: 2 calls x 8 GPUs would hold a scrape
+            # ~320 ms, so it is opt-in; on Hopper `gpuprof` gives PCIe bandwidth through GPM for free.
+            for direction, counter in (("tx", PCIE_TX), ("rx", PCIE_RX)):
+                out.add("pcie_bps", g.lbl(("direction", direction)),
+                        call("nvmlDeviceGetPcieThroughput", h, counter, post=lambda v: scaled(v, 1024)))
         out.add("pcie_replay", L, call("nvmlDeviceGetPcieReplayCounter", h, post=num))
         self._fields(call, g, out)
         for link in g.links:

@@ -19,6 +19,10 @@ Metrics (per job; a node holds few jobs, so the series stay few):
 Job ids are data: only `job_<digits>` directory names and mapping lines shaped like Slurm ids
 (`123`, `123_4`, `123+0`) are accepted, they are never used to build a path, and mapping files are
 opened without following symlinks, so a planted link cannot leak another file into labels.
+No Slurm hierarchy under the cgroup root is remembered for NO_SLURM_RECHECK_SECONDS (60 s): a node
+without Slurm jobs does not list the cgroup folders on every scrape (~0.1 ms), and the first job
+cgroup (Slurm creates its `slurm`/`slurmstepd.scope` folder with the first job or at slurmd's start)
+shows within a minute; once a hierarchy is found it is listed on every scrape.
 Failure modes: no Slurm cgroup hierarchy, no mapping folder and no NVML -> NoData (quiet). A
 missing, truncated or garbled file drops only the values it held; a job that ends mid-scrape drops
 only itself; NVML errors drop only that GPU (or the NVML source).
@@ -31,6 +35,7 @@ import logging
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -55,6 +60,7 @@ _GPU_FILE = re.compile(r"^\d{1,4}$")
 V1_CONTROLLERS = ("cpuacct", "cpu,cpuacct", "memory", "cpuset", "pids")
 MAX_MAPPING_BYTES = 64 << 10
 MAX_JOBS_PER_GPU = 64
+NO_SLURM_RECHECK_SECONDS = 60.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,11 +317,18 @@ class JobsCollector(Collector):
         self.use_nvml = ctx.option("collector_jobs_nvml", True)
         self.nvml = NvmlSession(ctx.nvml, ctx.clock)  # its own session: NVML counts nvmlInit/Shutdown pairs
         self.rejected_lines = 0  # mapping lines that were not job ids, since start (tests read it)
+        self._no_slurm_until = 0.0  # monotonic time before which the cgroup root is known to hold no Slurm
 
     # -- collection -----------------------------------------------------------------------------
 
     def collect(self) -> Iterable[Family]:
-        found, jobs = discover_jobs(self.cgroup_root)
+        now = time.monotonic()
+        if now < self._no_slurm_until:
+            found, jobs = False, {}
+        else:
+            found, jobs = discover_jobs(self.cgroup_root)
+            if not found:
+                self._no_slurm_until = now + NO_SLURM_RECHECK_SECONDS
         mapping = self._read_mapping() if self.mapping_dir else None
         nvml_pairs = self._nvml_pairs()
         if not found and mapping is None and nvml_pairs is None:

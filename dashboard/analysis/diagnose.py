@@ -441,10 +441,17 @@ class _Signals:
         act = np.where(np.isfinite(sm), sm, u)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            base = nanquantile_rows(act, 0.9)
+            base = nanquantile_rows(act, th.baseline_quantile)
             self.act_recent = np.nanmean(act[:, -recent:], axis=1)
             broad = ((act < th.degraded_fraction * base[:, None]) | (u < th.idle_util) | (act < th.low_activity)
                      | ((u >= th.busy_util) & (sm < th.waiting_sm_ratio * u)) | ((u >= th.busy_util) & (sm < th.hang_sm)))
+            no_sm = ~np.isfinite(sm[:, -recent:]).any(axis=1)
+            if no_sm.any() and "power" in self.gpu2d:
+                rows = np.flatnonzero(no_sm)
+                pw = _group_mean(self.gpu2d["power"], [maps[r].gpu_flat for r in rows])
+                pw = np.where(self.alive[rows], pw, np.nan)
+                pbase = nanquantile_rows(pw, th.baseline_quantile)
+                broad[rows] |= (u[rows] >= th.busy_util) & (pw < th.waiting_power_fraction * pbase[:, None])
         self.act_base = base
         need = max(2, int(math.ceil(th.stall_min_seconds / step)))
         cand = _trailing_run(broad & np.isfinite(act)) >= need
@@ -558,9 +565,12 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     sm = sig.get("sm", k)
     has_sm = sm is not None and np.isfinite(sm[-recent:]).any()
     act = np.where(np.isfinite(sm), sm, util) if has_sm else util
-    act_base = _q(act, 0.9)
-    util_base = _q(util, 0.9)
-    sm_base = _q(sm, 0.9) if has_sm else float("nan")
+    act_base = _q(act, th.baseline_quantile)
+    util_base = _q(util, th.baseline_quantile)
+    sm_base = _q(sm, th.baseline_quantile) if has_sm else float("nan")
+    power = None if has_sm else sig.get("power", k)
+    has_power = power is not None and bool(np.isfinite(power[-recent:]).any())
+    power_base = _q(power, th.baseline_quantile) if has_power else float("nan")
     fs_w, fs_r = sig.get("fs_write", k), sig.get("fs_read", k)
     psi, iow = sig.get("psi_io", k), sig.get("iowait", k)
     ib_tx, ib_wait, ib_down = sig.get("ib_tx", k), sig.get("ib_wait", k), sig.get("ib_down", k)
@@ -578,12 +588,18 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         shared_io = False
     else:
         shared_io = jm.shared
-    ib_base = _q(ib_tx, 0.9)
+    ib_base = _q(ib_tx, th.baseline_quantile)
     wait_base = _q(ib_wait, 0.5)
-    read_base = _q(fs_r, 0.9)
+    read_base = _q(fs_r, th.baseline_quantile)
     with np.errstate(invalid="ignore"):
         idle_all = util < th.idle_util
-        hang = (util >= th.busy_util) & ((sm < th.hang_sm) if has_sm else np.zeros(T, bool))
+        if has_sm:
+            lazy = sm < th.hang_sm
+        elif has_power:  # no profiling metrics: board power tells resident-but-idle kernels apart
+            lazy = power < th.hang_power_fraction * power_base
+        else:
+            lazy = np.zeros(T, bool)
+        hang = (util >= th.busy_util) & lazy
         if multi_node and np.isfinite(ib_base) and ib_base > 0:
             hang &= ~(ib_tx >= th.ib_flat_fraction * ib_base)
         writing = fs_w >= th.checkpoint_write_bytes
@@ -595,8 +611,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             degraded |= (act < th.low_activity) & io
         if np.isfinite(read_base) and read_base > 1e6 and not jm.shared:
             io |= (fs_r >= 0.5 * read_base) & (util < th.busy_util) & degraded
-        waiting = (util >= th.busy_util) & ((sm < th.waiting_sm_fraction * sm_base) | (sm < th.waiting_sm_ratio * util)
-                                            if has_sm else (act < th.degraded_fraction * act_base))
+        if has_sm:
+            slack = (sm < th.waiting_sm_fraction * sm_base) | (sm < th.waiting_sm_ratio * util)
+        elif has_power:
+            slack = power < th.waiting_power_fraction * power_base
+        else:
+            slack = act < th.degraded_fraction * act_base
+        waiting = (util >= th.busy_util) & slack
         netsig = np.zeros(T, bool)
         if multi_node:
             if np.isfinite(wait_base):
@@ -608,6 +629,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             if np.isfinite(ib_base) and ib_base > 0:
                 netsig |= ib_tx < th.ib_collapse_fraction * ib_base
             netsig |= ib_down > 0
+            # congestion or a link going down is the network's doing, not a hung collective
+            # (which leaves the fabric quiet: no xmit_wait, no link events)
+            congested = np.zeros(T, bool)
+            if np.isfinite(wait_base):
+                congested |= ib_wait >= th.wait_ratio * max(ref, 1.0)
+            congested |= ib_down > 0
+            hang &= ~congested
         net = waiting & netsig & multi_node & ~hang
         degraded |= net
     partial = _partial_idle(win, sig, jm, th, base, util_g)
@@ -674,7 +702,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             culprit, kind, cev = _net_culprit(win, sig, jm, seg, th)
         elif cause == "hung":
             ev.append(Evidence("util", "", _mean((util[seg])), util_base, th.busy_util))
-            ev.append(Evidence("sm", "", _mean((sm[seg])), sm_base, th.hang_sm))
+            if has_sm:
+                ev.append(Evidence("sm", "", _mean((sm[seg])), sm_base, th.hang_sm))
+            elif has_power:
+                ev.append(Evidence("power", "", _mean(power[seg]), _f(power_base), _f(th.hang_power_fraction * power_base)))
             if multi_node:
                 ev.append(Evidence("ib_tx", "", _mean((ib_tx[seg])), _f(ib_base),
                                    _f(th.ib_flat_fraction * ib_base)))

@@ -31,9 +31,11 @@ class Thresholds:
     stale_seconds: float = 45.0
 
     # ---- activity (the job's own baseline)
-    # Baseline = this quantile of the job's activity over the window: the normal training level,
-    # robust to the dips (checkpoints, evaluation) that occupy well under a quarter of the time.
-    baseline_quantile: float = 0.75
+    # Baseline = this quantile of the job's own activity (and traffic) over the window: its normal
+    # training level. A high quantile keeps the baseline at the healthy level while a stall fills
+    # most of the window (it needs only 1 - q of the job's samples healthy: 3 % = 2 minutes of an
+    # hour), and one noisy sample cannot set it alone at 240 samples.
+    baseline_quantile: float = 0.97
     # A step is degraded when activity falls below this fraction of the baseline. Evaluation phases
     # run at about 0.6 of training utilisation (simulator; forward-only passes on real models run
     # at 50-70 %), so the cut sits below them.
@@ -51,6 +53,11 @@ class Thresholds:
     # ... or SM activity below this share of utilisation whatever the baseline (healthy training
     # keeps SM active at 40-90 % of utilisation; NCCL spinning on the network at ~15 %).
     waiting_sm_ratio: float = 0.25
+    # Without SM activity (no DCGM profiling), board power separates work from spinning: power
+    # tracks SM activity, a GPU spinning in a collective draws little above idle (H100: ~100-200 W
+    # of 700 W) while training draws 60-100 % of TDP. Fractions of the job's own baseline power:
+    hang_power_fraction: float = 0.45
+    waiting_power_fraction: float = 0.60
 
     # Activity (SM active, else utilisation) below which GPUs do no useful training work whatever
     # the job's own baseline; used with I/O pressure for jobs stalled since before the window

@@ -28,7 +28,7 @@ def all_rows(ds: Datasource, ctx: ui.Ctx, search: str = "", state: str = "active
     by_job = ds.findings().by_job()
     now = ds.now()
     q = (search or "").strip().lower()
-    rows, keys = [], []
+    rows = []
     for j in snap.jobs:
         if state == "active" and j.state not in ("RUNNING", "PENDING"):
             continue

@@ -119,13 +119,13 @@ def layout(ds: Datasource, ctx: ui.Ctx):
     src = f"Findings: {f.source}." + (" The diagnosis is not available here; these are the simulator's injected faults."
                                       if f.source == "simulator ground truth" else "")
     version = ds.status().version
-    # the heatmap comes with the page (one round trip less on first load); its callback then only
-    # patches it on refresh ticks and redraws it on a theme change
+    # the heatmap comes with the page (drawn in the browser's theme, passed to the router); its
+    # callback then only patches it on refresh ticks and redraws it on a theme change
     heat = figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), ctx.theme)
     return html.Div([
         html.H1("Overview"),
         dcc.Store(id=ids.OV_VERSION, data=version),
-        dcc.Store(id=ids.OV_HEATMAP_VERSION, data=version),
+        dcc.Store(id=ids.OV_HEATMAP_VERSION, data={"v": version, "theme": ctx.theme or "light"}),
         html.Div(cards(ds), id=ids.OV_CARDS),
         ui.section("Incidents, by GPU-hours lost", html.Div(incidents(ds, ctx), id=ids.OV_INCIDENTS),
                    html.P(src, id=ids.OV_FINDINGS_SOURCE, className="gw-muted")),
@@ -145,10 +145,9 @@ def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
         return refresh_tables(ds, ctx, version)
 
     @app.callback(Output(ids.OV_HEATMAP, "figure"), Output(ids.OV_HEATMAP_VERSION, "data"),
-                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"), State(ids.OV_HEATMAP_VERSION, "data"),
-                  prevent_initial_call=True)
-    def heatmap(_n, theme, version):
-        return heatmap_update(ds, dash_ctx.triggered_id, theme, version)
+                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"), State(ids.OV_HEATMAP_VERSION, "data"))
+    def heatmap(_n, theme, drawn):
+        return heatmap_update(ds, dash_ctx.triggered_id, theme, drawn)
 
     @app.callback(Output(ids.NAV_URL, "pathname"), Input(ids.OV_HEATMAP, "clickData"), prevent_initial_call=True)
     def open_node(click):
@@ -162,13 +161,17 @@ def refresh_tables(ds: Datasource, ctx: ui.Ctx, version):
     return cards(ds), incidents(ds, ctx), flagged(ds, ctx), now_version
 
 
-def heatmap_update(ds: Datasource, trigger, theme, version):
-    """Full figure on first draw or theme change; on a refresh tick nothing when the data has not
-    changed, else a Patch of the trace's data (layout untouched). Returns (figure, version)."""
+def heatmap_update(ds: Datasource, trigger, theme, drawn):
+    """Returns (figure or Patch or no_update, drawn). `drawn` ({"v": data version, "theme"}) says
+    what the figure on screen shows. A refresh tick with new data patches only the trace's data
+    (layout untouched); a theme change, or a figure drawn in another theme than the browser's (the
+    toggle was clicked while the page loaded), gets a full figure; otherwise nothing is sent."""
+    theme = theme or "light"
     now_version = ds.status().version
-    if trigger == ids.REFRESH and version is not None:
-        if now_version == version:
-            return no_update, no_update
+    state = {"v": now_version, "theme": theme}
+    if drawn == state:
+        return no_update, no_update
+    if trigger == ids.REFRESH and isinstance(drawn, dict) and drawn.get("theme") == theme:
         hm = ds.heatmap("gpu_util", HEATMAP_WINDOW)
         if hm is None:
             return no_update, no_update
@@ -176,8 +179,8 @@ def heatmap_update(ds: Datasource, trigger, theme, version):
         patch = Patch()
         for key in ("z", "x", "y"):
             patch["data"][0][key] = d[key]
-        return patch, now_version
-    return figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme), now_version
+        return patch, state
+    return figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme), state
 
 
 def node_from_click(click, ctx: ui.Ctx):

@@ -55,8 +55,8 @@ def _increments(ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     ts, vs = ts[keep], vs[keep]
     if ts.size < 2:
         return np.zeros(0), np.zeros(0), np.zeros(0)
-    dv = np.diff(vs)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(all="ignore"):
+        dv = np.diff(vs)
         inc = np.where(dv < 0, vs[1:], dv)
     return ts[1:], inc, np.diff(ts)
 
@@ -64,7 +64,7 @@ def _increments(ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray,
 def counter_rate(ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(times, per-second rates) between consecutive samples; a reset counts from zero."""
     t2, inc, dt = _increments(ts, vs)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(all="ignore"):
         rate = np.where(dt > 0, inc / np.where(dt > 0, dt, 1.0), np.nan)
     rate[~np.isfinite(rate)] = np.nan
     return t2, rate

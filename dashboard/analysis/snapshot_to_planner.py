@@ -1,0 +1,261 @@
+"""Adapter: a Slurm `Snapshot` (collectors/slurm/model.py) -> the planner's `PlannerInput`.
+
+Sources: one Snapshot, from `gangwatch slurm-exporter`'s `/api/v1/snapshot`, a live poll
+(`CliSource`/`RestSource`) or the Slurm parsers over captured files; optionally Slurm's own expected
+starts (`squeue --start`). Pure: no I/O, no privileges. The model already hides Slurm's version
+differences (times in unix seconds, memory in bytes, durations in seconds); this module converts
+memory to MiB, the planner's unit.
+
+What it builds:
+- Nodes: usable unless Slurm would not start a new job there: DOWN, DRAIN (draining or drained),
+  FUTURE, UNKNOWN, NOT_RESPONDING, REBOOT_*, POWER_DOWN/POWERING_DOWN (a POWERED_DOWN node is usable:
+  power saving resumes it for the job), FAIL, INVALID, or RESERVED with no
+  reservation in the snapshot to say for whom (a known reservation is modelled as a reservation, so
+  the jobs it admits may still use the node). The reason is Slurm's words ("drained: Xid 79").
+  Free CPUs/memory/GPUs = total - allocated from the node record; where a node does not report its
+  allocated count, the sum of the running jobs' allocations on it. Memory free is Slurm's view
+  (RealMemory - allocated), not the OS's free memory.
+- Running jobs (RUNNING, SUSPENDED, COMPLETING): per-node allocations (missing per-node figures are
+  the job's totals spread evenly over its nodes), expected end = start + time limit (an UNLIMITED or
+  unknown limit: never, i.e. infinity; a COMPLETING job frees its nodes now).
+- Reservations that have not ended; partitions with their MaxTime and whether they accept jobs.
+- Pending jobs in Slurm's scheduling order (partition PriorityTier, then priority, then submit time,
+  then job id). Requests: nodes = the requested node count (at least 1); CPUs per node = ceil(the job's
+  minimum CPU count / nodes) (`--exclusive` asks for whole nodes); memory per node from the requested
+  TRES when the source reports it (scontrol text), else no memory constraint (the JSON forms do not
+  carry a pending job's memory request); GPUs per node from tres_per_node, per job from tres_per_job,
+  else the job's GPU count spread over the job (tres_per_task); the GPU type from a typed request
+  ("gres:gpu:h100:4"); time limit (unset: the partition's DefaultTime, then MaxTime, then unlimited);
+  features ("a&b" all required; a constraint with "|" or "[" is not modelled and left out); dependency
+  state from the parsed terms and Slurm's reason; begin time = eligible time when it is in the future;
+  held = Slurm's JobHeld* reasons or priority 0 with a held state; Slurm's expected start from
+  `slurm_starts` (squeue --start) or else the job record's start time.
+- A pending array record that still holds several tasks ("4_[4-5]") is one entry, named by its
+  display id: the planner plans the next task.
+
+Failure modes: none raised for any Snapshot; records with missing fields fall back as described
+(a node with no CPU count has none, so it is never used).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping
+
+from collectors.slurm.model import Job, Node, Snapshot
+from collectors.slurm.parse_common import parse_tres, tres_request_gpus
+from collectors.slurm.parse_common import memory_bytes as _memory_bytes
+from dashboard.analysis.planner_model import (
+    Allocation,
+    PartitionInfo,
+    PendingJob,
+    PlannerInput,
+    PlannerNode,
+    Reservation,
+    RunningJob,
+)
+
+MIB = 1 << 20
+# Node flags (and base states) under which slurmctld starts no new job on the node.
+# POWERED_DOWN is absent on purpose: Slurm's power saving resumes such a node for the job it starts.
+UNUSABLE_FLAGS = ("DRAIN", "FAIL", "NOT_RESPONDING", "POWER_DOWN", "POWERING_DOWN", "REBOOT_REQUESTED",
+                  "REBOOT_ISSUED", "INVALID", "INVALID_REG")
+UNUSABLE_STATES = ("DOWN", "FUTURE", "UNKNOWN", "ERROR")
+HOLDING_STATES = ("RUNNING", "SUSPENDED", "COMPLETING")
+HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "launch failed requeued held")
+
+
+def _mib(value: int | None) -> int:
+    return max(0, int(value // MIB)) if value else 0
+
+
+def node_unusable_reason(node: Node, reserved_known: bool) -> str:
+    """Why slurmctld would not start a new job on `node` ("" when it would)."""
+    flags = set(node.state_flags)
+    why = ""
+    if node.drain:
+        why = node.state_label  # drained / draining
+    elif node.state in UNUSABLE_STATES:
+        why = node.state.lower()
+    else:
+        bad = [f for f in UNUSABLE_FLAGS if f in flags]
+        if bad:
+            why = bad[0].lower().replace("_", " ")
+        elif "RESERVED" in flags and not reserved_known:
+            why = "reserved"
+    if why and node.reason:
+        why = f"{why}: {node.reason}"
+    return why
+
+
+def _gpu_type(spec: str) -> str | None:
+    """The type of a typed GPU request: "gres:gpu:h100:4", "gres/gpu:h100=4" -> "h100"."""
+    for item in (spec or "").split(","):
+        parts = re.split(r"[:/=]", item.strip())
+        if "gpu" in parts:
+            tail = parts[parts.index("gpu") + 1:]
+            if len(tail) >= 2 and not tail[0].isdecimal():
+                return tail[0]
+    return None
+
+
+def _features(expr: str) -> tuple[str, ...]:
+    expr = (expr or "").strip()
+    if not expr or any(c in expr for c in "|[]*"):
+        return ()  # alternatives and counts are not modelled: optimistic, no constraint
+    return tuple(f.strip() for f in expr.replace(",", "&").split("&") if f.strip())
+
+
+def _dependency_state(job: Job) -> str:
+    if job.reason == "DependencyNeverSatisfied" or any(d.state in ("failed", "never") for d in job.dependencies):
+        return "never"
+    if job.reason == "Dependency" or any(d.state == "unfulfilled" for d in job.dependencies):
+        return "pending"
+    if job.dependencies:
+        return "satisfied"
+    return "none"
+
+
+def _priority_factors(job: Job) -> dict[str, float]:
+    f = job.priority_factors
+    if f is None:
+        return {}
+    out = {}
+    for name in ("site", "age", "assoc", "fairshare", "jobsize", "partition", "qos", "nice"):
+        v = getattr(f, name)
+        if v is not None and math.isfinite(v):
+            out[name] = float(v)
+    return out
+
+
+def _allocations(job: Job) -> tuple[Allocation, ...]:
+    nodes = job.nodes or tuple(a.node for a in job.allocations)
+    if not nodes:
+        return ()
+    n = len(nodes)
+    tres = parse_tres(job.tres_alloc)
+    mem_total = _memory_bytes(tres["mem"]) if "mem" in tres else None
+    by_node = {a.node: a for a in job.allocations}
+    out = []
+    for name in nodes:
+        a = by_node.get(name)
+        cpus = a.cpus if a is not None and a.cpus is not None else -(-(job.cpus or 0) // n)
+        mem = a.memory_bytes if a is not None and a.memory_bytes is not None else (
+            mem_total // n if mem_total else 0)
+        gpus = a.gpus if a is not None and a.gpus is not None else -(-(job.gpus or 0) // n)
+        out.append(Allocation(name, int(cpus), _mib(mem), int(gpus)))
+    return tuple(out)
+
+
+def _time_limit(job: Job, part) -> float:
+    if job.time_limit_infinite:
+        return math.inf
+    if job.time_limit_seconds is not None and job.time_limit_seconds > 0:
+        return float(job.time_limit_seconds)
+    if job.time_limit_seconds is not None:
+        return float(job.time_limit_seconds)  # 0 or negative: the planner reports it
+    if part is not None:
+        for v in (part.default_time_seconds, part.max_time_seconds):
+            if v:
+                return float(v)
+    return math.inf
+
+
+def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, float] | None) -> PendingJob:
+    names = tuple(p.strip() for p in job.partition.split(",") if p.strip())
+    nodes = max(1, job.node_count or 1)
+    per_node = tres_request_gpus(job.tres_per_node)
+    per_job = tres_request_gpus(job.tres_per_job)
+    gpus_per_node = per_node or 0
+    gpus_per_job = per_job or 0
+    if not gpus_per_node and not gpus_per_job and job.gpus:
+        gpus_per_job = job.gpus  # --gpus-per-task and other forms: the job's total
+    tres = parse_tres(job.tres_alloc)  # scontrol text: a pending job's TRES is its request
+    mem = _memory_bytes(tres["mem"]) if "mem" in tres else None
+    mem_per_node = _mib(mem) // nodes if mem else 0
+    begin = job.eligible_time if job.eligible_time is not None and job.eligible_time > now else None
+    held = job.reason in HELD_REASONS or (job.priority == 0 and "Held" in job.reason)
+    did = job.display_id
+    slurm_start = None
+    if slurm_starts is not None:
+        slurm_start = slurm_starts.get(did, slurm_starts.get(str(job.job_id)))
+    elif job.start_time:
+        slurm_start = job.start_time
+    return PendingJob(
+        job_id=did, partitions=names, time_limit_s=_time_limit(job, parts.get(names[0]) if names else None),
+        min_nodes=nodes, tasks=1, cpus_per_task=1,
+        cpus_per_node=max(1, -(-(job.cpus or 1) // nodes)),
+        mem_per_node_mb=mem_per_node, gpus_per_node=gpus_per_node, gpus_per_job=gpus_per_job,
+        gpu_type=_gpu_type(job.tres_per_node) or _gpu_type(job.tres_per_job),
+        exclusive=bool(job.exclusive), features=_features(job.features),
+        dependency=_dependency_state(job), dependency_text=job.dependency,
+        begin_time=begin, held=held, user=job.user, account=job.account, reservation=job.reservation or None,
+        slurm_reason=job.reason, priority=float(job.priority) if job.priority is not None else None,
+        priority_factors=_priority_factors(job), slurm_expected_start=slurm_start,
+    )
+
+
+def scheduling_order(pending: list[Job], parts: Mapping) -> list[Job]:
+    """Slurm's order: partition PriorityTier, then priority, then submit time, then job id."""
+    def key(j: Job):
+        first = j.partition.split(",", 1)[0]
+        tier = getattr(parts.get(first), "priority_tier", None) or 0
+        return (-tier, -(j.priority or 0), j.submit_time or 0.0, j.job_id, j.array_task_id or 0)
+    return sorted(pending, key=key)
+
+
+def snapshot_to_planner(snap: Snapshot, now: float | None = None,
+                        slurm_starts: Mapping[str, float] | None = None) -> PlannerInput:
+    """The planner's input for one snapshot at `now` (default: when the snapshot was taken).
+
+    `slurm_starts` maps job ids (display ids, "123" or "123_4") to Slurm's expected start
+    (`squeue --start`); without it the pending job records' start times are used."""
+    now = float(snap.taken_at if now is None else now)
+    parts = {p.name: p for p in snap.partitions}
+    reserved_known = bool(snap.reservations)
+    member: dict[str, list[str]] = {}
+    for p in snap.partitions:
+        for n in p.nodes:
+            member.setdefault(n, []).append(p.name)
+    holding = [j for j in snap.jobs if j.state in HOLDING_STATES or "COMPLETING" in j.state_flags]
+    running, used = [], {}
+    for j in holding:
+        allocs = _allocations(j)
+        for a in allocs:
+            u = used.setdefault(a.node, [0, 0, 0])
+            u[0] += a.cpus
+            u[1] += a.mem_mb
+            u[2] += a.gpus
+        if j.state == "COMPLETING" or j.start_time is None:
+            start, limit = now, 0.0
+        else:
+            start, limit = j.start_time, _time_limit(j, None)
+        running.append(RunningJob(j.display_id, float(start), limit, allocs, j.partition))
+    nodes = []
+    for n in snap.nodes:
+        u = used.get(n.name, (0, 0, 0))
+        ct, mt, gt = n.cpus_total or 0, _mib(n.memory_total_bytes), n.gpus_total or 0
+        ca = n.cpus_allocated if n.cpus_allocated is not None else u[0]
+        ma = _mib(n.memory_allocated_bytes) if n.memory_allocated_bytes is not None else u[1]
+        ga = n.gpus_allocated if n.gpus_allocated is not None else u[2]
+        why = node_unusable_reason(n, reserved_known)
+        nodes.append(PlannerNode(
+            name=n.name, partitions=tuple(dict.fromkeys((*n.partitions, *member.get(n.name, ())))),
+            cpus_total=ct, cpus_free=max(0, ct - ca), mem_total_mb=mt, mem_free_mb=max(0, mt - ma),
+            gpus_total=gt, gpus_free=max(0, gt - ga), usable=not why, reason=why,
+            gpu_type=",".join(n.gpu_types) or None,
+            features=frozenset(n.active_features or n.features)))
+    resvs = tuple(
+        Reservation(r.name, r.nodes, float(r.start_time or now),
+                    float(r.end_time) if r.end_time is not None else math.inf,
+                    frozenset(r.flags), frozenset(r.users), frozenset(r.accounts))
+        for r in snap.reservations if r.end_time is None or r.end_time > now)
+    pend = scheduling_order([j for j in snap.jobs if j.state == "PENDING"], parts)
+    partitions = tuple(
+        PartitionInfo(p.name, float(p.max_time_seconds) if p.max_time_seconds else None,
+                      p.state in ("UP", ""))
+        for p in snap.partitions)
+    return PlannerInput(now=now, nodes=tuple(nodes), running=tuple(running), reservations=resvs,
+                        pending=tuple(_pending(j, now, parts, slurm_starts) for j in pend),
+                        partitions=partitions)

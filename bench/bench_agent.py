@@ -150,13 +150,14 @@ class Server:
     cpu_s: float = 0.0
     scrapes: int = 0
     rounds: list = None  # CPU ms per scrape in each measured round (schedstat, live threads)
+    cwd: Path = REPO
     log: object = None
 
     def start(self) -> None:
         # A file, not a pipe: node_exporter logs every failing collector on every scrape, and an
         # unread pipe would fill up and block it mid-benchmark.
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=self.log, cwd=REPO)
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=self.log, cwd=self.cwd)
         deadline = time.monotonic() + 30
         client = Client(self.port)
         while time.monotonic() < deadline:
@@ -315,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-ttl", type=float, default=1.0, help="Our --scrape.cache-ttl in the concurrency part.")
     ap.add_argument("--fixtures", action="store_true", help="Run both on node_exporter's fixture trees.")
     ap.add_argument("--skip-concurrency", action="store_true", help="Only the CPU-per-scrape part.")
+    ap.add_argument("--baseline", metavar="DIR", type=Path,
+                    help="Also measure the agent of another checkout (e.g. `git archive HEAD | tar -x -C DIR`) "
+                         "in the same alternating rounds: a before/after comparison under the same load.")
     ap.add_argument("--match-netdev", action="store_true",
                     help="Also measure node_exporter with netclass and netstat, which read what our netdev "
                          "collector reads beyond /proc/net/dev.")
@@ -337,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.match_netdev:
             port = free_port()
             servers.insert(1, Server("node_exporter+", node_exporter_argv(port, paths, MATCH_NETDEV), port))
+        if args.baseline:
+            port = free_port()
+            servers.append(Server("baseline", agent_argv(port, paths, registered, 0.0), port,
+                                  cwd=args.baseline.resolve()))
         for s in servers:
             s.start()
         enabled = [c for c in COLLECTORS if c in registered]
@@ -376,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.match_netdev:
             print(f"  ratio gangwatch/node_exporter+: {ms['gangwatch'] / ms['node_exporter+']:.2f}x  (node_exporter+ adds "
                   f"{', '.join(MATCH_NETDEV)}: the sysfs link state and /proc/net/snmp TCP counters our netdev also reads)")
+        if args.baseline:
+            base = next(s for s in servers if s.name == "baseline")
+            base_rounds = [a / b for a, b in zip(base.rounds, ne.rounds) if b]
+            print(f"  baseline ({args.baseline}) /node_exporter: {ms['baseline'] / ms['node_exporter']:.2f}x overall, "
+                  f"{statistics.median(base_rounds):.2f}x median of rounds; gangwatch/baseline: "
+                  f"{ms['gangwatch'] / ms['baseline']:.2f}x")
 
         if not args.skip_concurrency:
             for s in servers:

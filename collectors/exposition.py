@@ -98,19 +98,22 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-# "# HELP ..\n# TYPE .." per (name, kind, help): families are rebuilt on every scrape, their
-# headers almost never change. Bounded so that a collector with dynamic help text cannot grow it.
-_HEADERS: dict[tuple[str, str, str], str] = {}
+# "# HELP ..\n# TYPE .." per family name, with the kind and help it was rendered from: families are
+# rebuilt on every scrape, their headers almost never change. Keyed by name alone, checked against
+# kind and help (usually the very same string objects, so the check is an identity test): cheaper
+# per family than building and hashing a (name, kind, help) key. Bounded so that a collector with
+# dynamic names cannot grow it.
+_HEADERS: dict[str, tuple[str, str, str]] = {}
 
 
 def _header(fam: Family) -> str:
-    key = (fam.name, fam.kind, fam.help)
-    text = _HEADERS.get(key)
-    if text is None:
+    cached = _HEADERS.get(fam.name)
+    if cached is None or cached[1] != fam.help or cached[0] != fam.kind:
         if len(_HEADERS) > 4096:
             _HEADERS.clear()
-        text = _HEADERS[key] = f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}"
-    return text
+        cached = _HEADERS[fam.name] = (fam.kind, fam.help, f"# HELP {fam.name} {_escape_help(fam.help)}\n"
+                                                            f"# TYPE {fam.name} {fam.kind}")
+    return cached[2]
 
 
 def encode(families: Iterable[Family]) -> str:
@@ -127,9 +130,13 @@ def encode(families: Iterable[Family]) -> str:
             copy.lines = seen.lines + fam.lines
             merged[fam.name] = copy
     out: list[str] = []
+    headers = _HEADERS
     for name in sorted(merged):
         fam = merged[name]
-        out.append(_header(fam))
+        cached = headers.get(name)
+        # the common case inlined: a call per family was a good part of encode's cost
+        out.append(cached[2] if cached is not None and cached[1] == fam.help and cached[0] == fam.kind
+                   else _header(fam))
         out.extend(fam.lines)
     out.append("")
     return "\n".join(out)

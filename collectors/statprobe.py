@@ -3,10 +3,13 @@
 Why a child process: a thread blocked in statvfs on a dead NFS/Lustre/GPFS server sits in the kernel
 (often in D state) and cannot be cancelled; a scrape that waits on it hangs, and a fresh thread per
 scrape piles up. Here the agent sends each scrape's mount points to one child (newline-delimited
-JSON on stdin/stdout); the child stats them on its own worker threads and answers at the deadline with
-whatever returned. A path that did not answer stays outstanding in the child and is *not* sent again
-(node_exporter's stuckMounts); when its statvfs finally returns the child reports it as a late result
-and the path is probed normally again. So the child holds at most one stuck thread per hung mount.
+JSON on stdin/stdout); the child stats them and answers as soon as all returned, or at the deadline
+with whatever returned. In the common case the thread that read the request stats the paths itself
+(no thread hand-off; a one-shot interval timer wakes a watchdog thread only when a batch is slow,
+see child_main), so a scrape costs the child one wake-up. A path that did not answer stays
+outstanding in the child and is *not* sent again (node_exporter's stuckMounts); when its statvfs
+finally returns the child reports it as a late result and the path is probed normally again. So
+the child holds at most one stuck thread per hung mount.
 
 If the child itself stops answering (no reply to a batch by the deadline plus a margin, after it said
 hello) it is killed with SIGKILL and not waited for (a process with a thread in D state may linger

@@ -14,6 +14,7 @@ unreachable Slurm/exporter (one line on stderr, no traceback).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -21,6 +22,8 @@ import re
 import shutil
 import sys
 import time
+import types
+import typing
 from datetime import datetime, timezone
 
 from collectors.slurm.model import Snapshot
@@ -68,11 +71,55 @@ def parse_snapshot(text: str | bytes, origin: str) -> Snapshot:
                          "with taken_at, jobs and nodes)")
     try:
         snap = Snapshot.from_dict(doc)
-        float(snap.taken_at)
-        snapshot_to_planner(snap)  # shape errors inside records surface here, not in the middle of output
+        problem = type_problem(snap, "snapshot")
+        if problem is None:
+            snapshot_to_planner(snap)  # e.g. a non-finite taken_at
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise InputError(f"{origin}: malformed snapshot ({type(exc).__name__}: {exc})") from None
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem:
+        raise InputError(f"{origin}: malformed snapshot ({problem})")
     return snap
+
+
+def _type_ok(value, tp) -> str | None:
+    """None when `value` matches the annotation `tp`, else a description of the mismatch."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        return _type_ok(value, next(a for a in typing.get_args(tp) if a is not type(None)))
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return f"a list expected, got {type(value).__name__}"
+        inner = (typing.get_args(tp) or (typing.Any,))[0]
+        for v in value:
+            bad = _type_ok(v, inner)
+            if bad:
+                return bad
+        return None
+    if dataclasses.is_dataclass(tp):
+        return type_problem(value, tp.__name__) if isinstance(value, tp) else f"an object expected for {tp.__name__}"
+    if tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp in (str, bool):
+        ok = isinstance(value, tp)
+    else:
+        ok = True
+    return None if ok else f"{tp.__name__} expected, got {type(value).__name__} {value!r:.40}"
+
+
+def type_problem(obj, where: str) -> str | None:
+    """The first field of a snapshot (recursively) whose JSON value has the wrong type, or None:
+    a hand-edited or foreign file must fail here, in one line, not deep inside the planner."""
+    hints = typing.get_type_hints(type(obj), vars(sys.modules[type(obj).__module__]))
+    for f in dataclasses.fields(obj):
+        bad = _type_ok(getattr(obj, f.name), hints[f.name])
+        if bad:
+            nested = "." in bad.split(":", 1)[0]  # already names the record and field it is in
+            return bad if nested else f"{where}.{f.name}: {bad}"
+    return None
 
 
 def read_snapshot_file(path: str) -> Snapshot:

@@ -279,58 +279,14 @@ def fmt_age(seconds: float | None) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-# ------------------------------------------------------------------------- backfill adapter
+# -------------------------------------------------------------------------------- backfill
 
 def planner_input(snap: Snapshot):
-    """The Slurm model -> the planner's input. Kept here, the dashboard's only link to the planner."""
-    from dashboard.analysis.planner_model import (Allocation, PartitionInfo, PendingJob, PlannerInput,
-                                                  PlannerNode, Reservation, RunningJob)
+    """The Slurm model -> the planner's input (the planner's own adapter, with Slurm's scheduling
+    order, usable-node rules and request normalisation)."""
+    from dashboard.analysis.snapshot_to_planner import snapshot_to_planner
 
-    mib = 1024 * 1024
-    nodes = []
-    for n in snap.nodes:
-        usable = not (n.drain or n.down or n.state in ("FUTURE", "UNKNOWN", "POWERED_DOWN")
-                      or "NOT_RESPONDING" in n.state_flags)
-        nodes.append(PlannerNode(
-            n.name, n.partitions, n.cpus_total or 0, max(0, (n.cpus_total or 0) - (n.cpus_allocated or 0)),
-            (n.memory_total_bytes or 0) // mib, max(0, ((n.memory_total_bytes or 0) - (n.memory_allocated_bytes or 0)) // mib),
-            n.gpus_total or 0, max(0, (n.gpus_total or 0) - (n.gpus_allocated or 0)), usable,
-            "" if usable else (f"{n.state_label}: {n.reason}" if n.reason else n.state_label),
-            n.gpu_types[0] if n.gpu_types else None, frozenset(n.active_features or n.features)))
-    running, pending = [], []
-    for j in snap.jobs:
-        limit = float(j.time_limit_seconds) if j.time_limit_seconds is not None else 365 * 86400.0
-        if j.state == "RUNNING" and j.start_time is not None:
-            allocs = tuple(Allocation(a.node, a.cpus or 0, (a.memory_bytes or 0) // mib, a.gpus or 0)
-                           for a in j.allocations)
-            running.append(RunningJob(str(j.job_id), j.start_time, limit, allocs, j.partition))
-        elif j.state == "PENDING":
-            nn = j.node_count or 1
-            gpn = int(j.tres_per_node.rpartition(":")[2]) if j.tres_per_node.rpartition(":")[2].isdigit() else 0
-            if not gpn and j.gpus:
-                gpn = math.ceil(j.gpus / nn)
-            dep = "none"
-            if j.dependencies:
-                states = {d.state for d in j.dependencies}
-                dep = "never" if "failed" in states or j.reason == "DependencyNeverSatisfied" else (
-                    "pending" if states & {"unfulfilled", ""} else "satisfied")
-            pf = j.priority_factors
-            factors = {k: getattr(pf, k) for k in ("age", "fairshare", "jobsize", "partition", "qos", "assoc", "site",
-                                                    "nice") if pf is not None and getattr(pf, k) is not None}
-            pending.append(PendingJob(
-                str(j.job_id), tuple(p for p in j.partition.split(",") if p), limit, min_nodes=nn,
-                cpus_per_node=math.ceil((j.cpus or nn) / nn), gpus_per_node=gpn, exclusive=bool(j.exclusive),
-                dependency=dep, dependency_text=j.dependency, held=j.reason in ("JobHeldUser", "JobHeldAdmin"),
-                user=j.user, account=j.account, reservation=j.reservation or None, slurm_reason=j.reason,
-                priority=float(j.priority) if j.priority is not None else None, priority_factors=factors,
-                begin_time=j.eligible_time if j.reason == "BeginTime" else None))
-    pending.sort(key=lambda p: -(p.priority or 0.0))
-    resv = tuple(Reservation(r.name, r.nodes, r.start_time or 0.0, r.end_time or 0.0, frozenset(r.flags),
-                             frozenset(r.users), frozenset(r.accounts))
-                 for r in snap.reservations if r.start_time is not None and r.end_time is not None)
-    parts = tuple(PartitionInfo(p.name, float(p.max_time_seconds) if p.max_time_seconds else None,
-                                p.state in ("", "UP")) for p in snap.partitions)
-    return PlannerInput(snap.taken_at, tuple(nodes), tuple(running), resv, tuple(pending), parts)
+    return snapshot_to_planner(snap)
 
 
 class _Memo:

@@ -1,6 +1,6 @@
 """Pure figure builders: datasource records in, plotly figures out. No Dash, no data access.
 
-Only trace types in plotly.js's cartesian bundle (dashboard/assets) are used: heatmap, scatter, bar.
+Only cartesian trace types are used (heatmap, scatter, bar): they stay fast at thousands of rows.
 Sizes are bounded here: heatmaps arrive already aggregated (≤ ~400 rows x 240 columns, see
 dashboard/datasource.py) and are sent as rounded numbers, so a refresh stays small; unknown values
 are None (a gap), never 0.

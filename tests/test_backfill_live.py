@@ -32,6 +32,7 @@ gangwatch's shadow time for G must be within one bf_interval of `squeue --start`
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import time
@@ -89,8 +90,12 @@ def _wait(pred, timeout: float, what: str):
 
 @pytest.fixture(scope="module")
 def scenario():
-    c = slurm_cluster.SlurmCluster(state_dir=f"/tmp/gw-slurm-bf{os.getpid()}", dbd=False,
-                                   port_base=slurm_cluster.pick_port_base(19600))
+    # Ports apart from the exporter tests' cluster even when CI pins GW_SLURM_PORT_BASE for that one
+    # (it uses base+6 .. base+30).
+    pinned = os.environ.get("GW_SLURM_PORT_BASE")
+    first = int(pinned) + 100 if pinned else 19600
+    base = next(b for b in range(first, first + 4000, 200) if slurm_cluster._ports_free(b, range(6, 31)))
+    c = slurm_cluster.SlurmCluster(state_dir=f"/tmp/gw-slurm-bf{os.getpid()}", dbd=False, port_base=base)
     try:
         c.start()
         conf = c.dir / "etc" / "slurm.conf"
@@ -191,3 +196,25 @@ def test_cli_against_live_slurm(scenario, capsys):
     g = str(scenario["jobs"]["G"])
     assert f"top job {g}:" in out and "[slurm:" in out
     assert "partition gpu: 8 of 8 nodes usable" in out
+
+
+def test_what_if_beside_sbatch_test_only(scenario, capsys):
+    """S4 (1 GPU, 60 min) waits because it would delay G; our what-if says which shorter --time would
+    let it start now, and `sbatch --test-only` (never submits) gives Slurm's will-run answer beside it,
+    labelled. The two are not asserted equal: Slurm 22.05's will-run estimate is not its backfill plan
+    (here it answers about half an hour later for a job that fits a free node now and ends before G)."""
+    c, jobs = scenario["cluster"], scenario["jobs"]
+    before = c.run("squeue", "-h", "-o", "%i").split()
+    rc = backfill_main(["--slurm-cli", "--slurm-what-if", "--format", "json"], runner=CommandRunner(env=c.env))
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert c.run("squeue", "-h", "-o", "%i").split() == before  # nothing was submitted
+    why = next(w for p in doc["partitions"] for w in p["why"] if w["job_id"] == str(jobs["S4"]))
+    wi = why["what_if"]
+    assert wi is not None and wi["source"] == "gangwatch", why
+    assert doc["generated_at"] + wi["time_limit_s"] <= scenario["slurm_after"]  # ends before G's reserved start
+    slurm = wi["slurm"]
+    print(f"what-if for S4 at {doc['generated_at']:.0f}: gangwatch {wi['message']!r}; "
+          f"sbatch --test-only: {slurm}")
+    assert slurm["source"] == "slurm" and slurm["time"] is not None and slurm["partition"] == "gpu", slurm
+    assert slurm["nodes"]

@@ -5,9 +5,9 @@ Part A (always, needs Debian's prometheus and prometheus-alertmanager):
 - `node001`: the real agent on node_exporter's fixture trees (every host collector);
 - `node002`: the real agent whose filesystem collector probes `/scratch/slow_lustre` with the
   test stat function (tests/support/fsfakes.py), so the test can hang and release the mount;
-- a findings stub under the scrape job `gangwatch-serve` that serves `gangwatch_job_stalled` as
-  ARCHITECTURE.md fixes it, switched on and off by the test (it stands in for `gangwatch serve`
-  only to drive Alertmanager's inhibition; part B uses the real serve).
+- a findings stub under the scrape job `gangwatch-serve`: serve's own findings encoder
+  (dashboard/findings_api.py) over one verdict the test switches between stalled_io and
+  progressing (it stands in for serve's diagnosis only; part B runs the real serve).
 The test hangs the mount: FilesystemHung fires and reaches the webhook; the stub reports job 4242
 stalled on I/O with the mount as culprit: Prometheus fires GangJobStalled, Alertmanager holds it
 back (inhibited by the filesystem incident); the mount recovers: FilesystemHung resolves and the
@@ -17,8 +17,9 @@ Prometheus, and every query whose input metrics are present must return data.
 Part B (needs `gangwatch demo` and `gangwatch serve` with findings on /metrics): the simulated
 cluster with an injected OST slowdown, scraped by Prometheus as agents + slurm-exporter, and the
 real serve's findings; GangJobStalled{cause="stalled_io"} fires for a job the fault's ground truth
-names and resolves after the fault ends; every Grafana query returns data. Skipped, with the
-reason, while those pieces are missing.
+names and resolves after the fault ends; every Grafana query returns data. It runs for about ten
+minutes of real time (Prometheus starts empty, so serve's baseline starts with the test), so it runs
+only with GW_E2E_DEMO=1; it also skips, with the reason, while the demo or serve cannot do their part.
 
 Alert `for:` durations are cut to 2 s (tests/support/promstack.fast_rules); promtool's unit tests
 in rules/tests/ check the real ones.
@@ -32,6 +33,7 @@ import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -63,19 +65,26 @@ def load_build():
 
 
 class FindingsStub:
-    """Serves `gangwatch_job_stalled` for one job while `stalled` is set."""
+    """Serves serve's findings metrics, encoded by serve's own dashboard/findings_api.py, for one
+    job: stalled on I/O with the mount as culprit while `stalled` is set, else progressing."""
 
     def __init__(self):
+        from dashboard.analysis.diagnose import Diagnosis, Verdict
+        from dashboard.findings_api import findings_metrics
+
         self.stalled = threading.Event()
         outer = self
 
+        def body() -> bytes:
+            stalled = outer.stalled.is_set()
+            verdict = Verdict(jobid=JOBID, nodes=("node002",), gpus=8, state="stalled_io" if stalled else "progressing",
+                              confidence=0.9, since=time.time() - 60 if stalled else None,
+                              culprit=MOUNT if stalled else "", culprit_kind="target" if stalled else "")
+            return findings_metrics(Diagnosis(at=time.time(), verdicts=(verdict,), incidents=()))
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
-                body = "# HELP gangwatch_job_stalled Whether a running job is judged stalled (1), by cause.\n" \
-                       "# TYPE gangwatch_job_stalled gauge\n"
-                if outer.stalled.is_set():
-                    body += f'gangwatch_job_stalled{{jobid="{JOBID}",cause="stalled_io",culprit="{MOUNT}"}} 1\n'
-                data = body.encode()
+                data = body()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(data)))
@@ -237,9 +246,14 @@ def _demo_missing() -> str | None:
             importlib.import_module(mod)
         except Exception as exc:  # a module mid-construction by its author
             return f"{mod} does not import: {exc!r}"
+    if not os.environ.get("GW_E2E_DEMO"):
+        # Prometheus starts empty, so serve has the baseline only from the test's start: the fault
+        # is injected minutes in and the test runs for about ten minutes of real time.
+        return "takes ~10 minutes of real time: set GW_E2E_DEMO=1 to run it"
     return None
 
 
+@pytest.mark.timeout(1500)
 @pytest.mark.skipif(_demo_missing() is not None, reason=str(_demo_missing()))
 def test_demo_io_stall_alert_fires_for_the_right_job_and_resolves(tmp_path):
     """Simulated cluster + the real serve on this Prometheus: an OST slowdown injected 3 minutes

@@ -603,7 +603,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         if multi_node and np.isfinite(ib_base) and ib_base > 0:
             hang &= ~(ib_tx >= th.ib_flat_fraction * ib_base)
         writing = fs_w >= th.checkpoint_write_bytes
+        # I/O pressure while the job writes at checkpoint speed is the checkpoint's own (writers
+        # block in dirty-page throttling): it says nothing about the input, so it is no evidence of
+        # an I/O stall there. On a shared node the writes may be a neighbour's while the pressure
+        # is the job's own: then it stands.
         io = (psi >= th.psi_io_stalled) | (iow >= th.iowait_stalled)
+        if not (jm.shared and not shared_io):
+            io &= ~writing
         degraded = (act < th.degraded_fraction * act_base) | idle_all | hang
         if not shared_io:
             # a job stalled since before the window has its stall as baseline: absolute rule (not
@@ -721,6 +727,9 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     v = _straggler(win, sig, jm, th, base)
     if v is not None:
         return v
+    if partial is not None:
+        # GPUs idle for long while the working ones pause (a checkpoint): still idle GPUs
+        return partial.verdict
     conf = 0.9 if has_sm else 0.75
     ar = _mean(act[-recent:])
     r = f"activity at {ar / act_base:.0%} of baseline" if ar is not None and act_base > 0 else "activity normal"

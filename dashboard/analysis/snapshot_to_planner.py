@@ -16,8 +16,9 @@ What it builds:
   allocated count, the sum of the running jobs' allocations on it. Memory free is Slurm's view
   (RealMemory - allocated), not the OS's free memory.
 - Running jobs (RUNNING, SUSPENDED, COMPLETING): per-node allocations (missing per-node figures are
-  the job's totals spread evenly over its nodes), expected end = start + time limit (an UNLIMITED or
-  unknown limit: never, i.e. infinity; a COMPLETING job frees its nodes now).
+  the job's totals spread evenly over its nodes), expected end = start + time limit (an unset limit:
+  the partition's DefaultTime, then MaxTime; UNLIMITED or unknown: never; a COMPLETING job frees its
+  nodes now; an unknown start counts as now, so the end is the latest it can be).
 - Reservations that have not ended; partitions with their MaxTime and whether they accept jobs.
 - Pending jobs in Slurm's scheduling order (partition PriorityTier, then priority, then submit time,
   then job id). Requests: nodes = the requested node count (at least 1); CPUs per node = ceil(the job's
@@ -33,14 +34,16 @@ What it builds:
 - A pending array record that still holds several tasks ("4_[4-5]") is one entry, named by its
   display id: the planner plans the next task.
 
-Failure modes: none raised for any Snapshot; records with missing fields fall back as described
-(a node with no CPU count has none, so it is never used).
+Failure modes: nothing raised for any Snapshot taken at a finite time (a non-finite planning time is
+a ValueError); records with missing fields fall back as described (a node with no CPU count has
+none, so it is never used); NaN or infinite times in a record are treated as unknown.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Mapping
 
 from collectors.slurm.model import Job, Node, Snapshot
@@ -66,6 +69,11 @@ HOLDING_STATES = ("RUNNING", "SUSPENDED", "COMPLETING")
 HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "launch failed requeued held")
 
 
+def _time(value: float | None) -> float | None:
+    """A usable unix time, or None (NaN and infinities from a hand-edited snapshot are not times)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _mib(value: int | None) -> int:
     return max(0, int(value // MIB)) if value else 0
 
@@ -89,6 +97,7 @@ def node_unusable_reason(node: Node, reserved_known: bool) -> str:
     return why
 
 
+@lru_cache(maxsize=4096)
 def _gpu_type(spec: str) -> str | None:
     """The type of a typed GPU request: "gres:gpu:h100:4", "gres/gpu:h100=4" -> "h100"."""
     for item in (spec or "").split(","):
@@ -100,11 +109,19 @@ def _gpu_type(spec: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)
 def _features(expr: str) -> tuple[str, ...]:
     expr = (expr or "").strip()
     if not expr or any(c in expr for c in "|[]*"):
         return ()  # alternatives and counts are not modelled: optimistic, no constraint
     return tuple(f.strip() for f in expr.replace(",", "&").split("&") if f.strip())
+
+
+@lru_cache(maxsize=4096)
+def _tres_memory(tres: str) -> int | None:
+    """Bytes of `mem=` in a TRES string ("cpu=8,mem=64G,node=1"), None when absent."""
+    value = parse_tres(tres).get("mem")
+    return _memory_bytes(value) if value is not None else None
 
 
 def _dependency_state(job: Job) -> str:
@@ -134,8 +151,7 @@ def _allocations(job: Job) -> tuple[Allocation, ...]:
     if not nodes:
         return ()
     n = len(nodes)
-    tres = parse_tres(job.tres_alloc)
-    mem_total = _memory_bytes(tres["mem"]) if "mem" in tres else None
+    mem_total = _tres_memory(job.tres_alloc)
     by_node = {a.node: a for a in job.allocations}
     out = []
     for name in nodes:
@@ -171,17 +187,17 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
     gpus_per_job = per_job or 0
     if not gpus_per_node and not gpus_per_job and job.gpus:
         gpus_per_job = job.gpus  # --gpus-per-task and other forms: the job's total
-    tres = parse_tres(job.tres_alloc)  # scontrol text: a pending job's TRES is its request
-    mem = _memory_bytes(tres["mem"]) if "mem" in tres else None
+    mem = _tres_memory(job.tres_alloc)  # scontrol text: a pending job's TRES is its request
     mem_per_node = _mib(mem) // nodes if mem else 0
-    begin = job.eligible_time if job.eligible_time is not None and job.eligible_time > now else None
+    eligible = _time(job.eligible_time)
+    begin = eligible if eligible is not None and eligible > now else None
     held = job.reason in HELD_REASONS or (job.priority == 0 and "Held" in job.reason)
     did = job.display_id
     slurm_start = None
     if slurm_starts is not None:
-        slurm_start = slurm_starts.get(did, slurm_starts.get(str(job.job_id)))
+        slurm_start = _time(slurm_starts.get(did, slurm_starts.get(str(job.job_id))))
     elif job.start_time:
-        slurm_start = job.start_time
+        slurm_start = _time(job.start_time)
     return PendingJob(
         job_id=did, partitions=names, time_limit_s=_time_limit(job, parts.get(names[0]) if names else None),
         min_nodes=nodes, tasks=1, cpus_per_task=1,
@@ -201,7 +217,7 @@ def scheduling_order(pending: list[Job], parts: Mapping) -> list[Job]:
     def key(j: Job):
         first = j.partition.split(",", 1)[0]
         tier = getattr(parts.get(first), "priority_tier", None) or 0
-        return (-tier, -(j.priority or 0), j.submit_time or 0.0, j.job_id, j.array_task_id or 0)
+        return (-tier, -(j.priority or 0), _time(j.submit_time) or 0.0, j.job_id, j.array_task_id or 0)
     return sorted(pending, key=key)
 
 
@@ -211,7 +227,9 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
 
     `slurm_starts` maps job ids (display ids, "123" or "123_4") to Slurm's expected start
     (`squeue --start`); without it the pending job records' start times are used."""
-    now = float(snap.taken_at if now is None else now)
+    now = _time(float(snap.taken_at if now is None else now))
+    if now is None:
+        raise ValueError("the planning time is not a finite unix time")
     parts = {p.name: p for p in snap.partitions}
     reserved_known = bool(snap.reservations)
     member: dict[str, list[str]] = {}
@@ -227,10 +245,13 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
             u[0] += a.cpus
             u[1] += a.mem_mb
             u[2] += a.gpus
-        if j.state == "COMPLETING" or j.start_time is None:
+        limit = _time_limit(j, parts.get(j.partition))
+        if j.state == "COMPLETING" or "COMPLETING" in j.state_flags:
             start, limit = now, 0.0
+        elif _time(j.start_time) is None:
+            start = now  # start unknown: at the latest it ends a whole time limit from now
         else:
-            start, limit = j.start_time, _time_limit(j, None)
+            start = j.start_time
         running.append(RunningJob(j.display_id, float(start), limit, allocs, j.partition))
     nodes = []
     for n in snap.nodes:
@@ -247,10 +268,9 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
             gpu_type=",".join(n.gpu_types) or None,
             features=frozenset(n.active_features or n.features)))
     resvs = tuple(
-        Reservation(r.name, r.nodes, float(r.start_time or now),
-                    float(r.end_time) if r.end_time is not None else math.inf,
-                    frozenset(r.flags), frozenset(r.users), frozenset(r.accounts))
-        for r in snap.reservations if r.end_time is None or r.end_time > now)
+        Reservation(r.name, r.nodes, _time(r.start_time) or now,
+                    _time(r.end_time) or math.inf, frozenset(r.flags), frozenset(r.users), frozenset(r.accounts))
+        for r in snap.reservations if _time(r.end_time) is None or r.end_time > now)
     pend = scheduling_order([j for j in snap.jobs if j.state == "PENDING"], parts)
     partitions = tuple(
         PartitionInfo(p.name, float(p.max_time_seconds) if p.max_time_seconds else None,

@@ -2,8 +2,9 @@
 
 `SimRecorder` steps a `Simulation` and keeps, per step, exactly what the agent would export for
 every virtual node (the same quantities `sim/render.py` writes as `gangwatch_*` series: GPU gauges,
-InfiniBand and Lustre counters, PSI), in a bounded ring; `window()` turns the counters into rates
-the way the other sources do and returns a `Window`. A lost GPU (XID 79) is NaN, as the agent
+InfiniBand and Lustre counters, PSI, and the jobs collector's per-job cgroup io pressure), in a
+bounded ring; `window()` turns the counters into rates the way the other sources do and returns a
+`Window` (`job_psi=False`: as a site without the jobs collector, node-level signals only). A lost GPU (XID 79) is NaN, as the agent
 leaves its series out. Used by the accuracy benchmark, tests and `serve`'s demo mode; the bundle
 path (sim -> OpenMetrics text -> bundle source) exercises the real parsers instead.
 """
@@ -18,10 +19,31 @@ GAUGES = ("util", "sm", "power", "clock", "mem_used")
 COUNTERS = ("ib_tx", "ib_wait", "ib_downed", "ost_read", "ost_write", "ost_read_ops", "ost_read_lat", "psi_io_some")
 
 
+def job_means(ids: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+    """{job id: (T,) mean of `values` (N, G, T) over the GPUs the job held at each step}, for the
+    jobs holding GPUs at the last step; NaN where none of its GPUs has a value. With every GPU of a
+    job carrying the job's figure on its node, this is the mean over the job's nodes, as the other
+    sources average a job's per-node series."""
+    last = ids[..., -1]
+    want = np.unique(last[last >= 0])
+    if not want.size:
+        return {}
+    T = ids.shape[-1]
+    pos = np.minimum(np.searchsorted(want, ids), want.size - 1)
+    hit = (ids >= 0) & (want[pos] == ids) & np.isfinite(values)
+    key = pos[hit] * T + np.broadcast_to(np.arange(T), ids.shape)[hit]
+    total = np.bincount(key, weights=values[hit], minlength=want.size * T).reshape(want.size, T)
+    count = np.bincount(key, minlength=want.size * T).reshape(want.size, T)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return {str(int(j)): out[r] for r, j in enumerate(want.tolist())}
+
+
 class SimRecorder:
-    def __init__(self, sim, capacity: int = 241):
+    def __init__(self, sim, capacity: int = 241, job_psi: bool = True):
         self.sim = sim
         self.capacity = int(capacity)
+        self.job_psi = job_psi
         self.times: list[float] = []
         self.rows: list[dict[str, np.ndarray]] = []
         self.record()
@@ -32,6 +54,10 @@ class SimRecorder:
         row = {k: np.where(lost, np.nan, getattr(s, k)).astype(np.float32) for k in GAUGES}
         row.update({k: np.array(getattr(s, k), np.float64, copy=True) for k in COUNTERS})
         row["gpu_job"] = s._job_ids_now().copy()
+        # the job cgroup's io "some" seconds held by each GPU's share (the agent exports the sum per job and node)
+        row["job_psi_io"] = s.job_psi[("io", "some")].copy()
+        gpn = s.j_gpus // np.maximum(s.j_nodes, 1)
+        row["job_gpn"] = np.where(s.gpu_job >= 0, gpn[np.maximum(s.gpu_job, 0)], 0).astype(np.int16)
         self.times.append(float(s.t))
         self.rows.append(row)
         if len(self.rows) > self.capacity:
@@ -74,9 +100,18 @@ class SimRecorder:
         target = {"read": read.astype(np.float32), "latency": latency.astype(np.float32)}
         last = self.rows[-1]["gpu_job"]
         gpu_jobs = {(cl.names[i], k): str(int(last[i, k])) for i, k in zip(*np.nonzero(last >= 0))}
+        job = {}
+        if self.job_psi:
+            ids = stack("gpu_job")
+            held = np.zeros(ids.shape, bool)
+            held[..., 1:] = (ids[..., 1:] == ids[..., :-1]) & (ids[..., 1:] >= 0)  # one cgroup across the step
+            with np.errstate(invalid="ignore"):
+                # a GPU's share of its job's counter, scaled by the job's GPUs on the node: the job's rate there
+                frac = rate("job_psi_io") * stack("job_gpn")
+            job = {"psi_io": job_means(np.where(held, ids, -1), np.where(held & (frac >= 0), frac, np.nan))}
         return Window(times=times, step=float(s.dt), nodes=tuple(cl.names), gpus=tuple(tuple(range(s.g)) for _ in range(s.n)),
                       rails=tuple(tuple(f"mlx5_{k}/1" for k in range(s.g)) for _ in range(s.n)),
-                      targets=tuple(cl.osts), gpu=gpu, rail=rail, node=node, target=target, gpu_jobs=gpu_jobs,
+                      targets=tuple(cl.osts), gpu=gpu, rail=rail, node=node, target=target, job=job, gpu_jobs=gpu_jobs,
                       leaf_of={n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)})
 
     def jobs(self):
@@ -86,7 +121,7 @@ class SimRecorder:
 
 def window_from_history(sim) -> Window:
     """A window from what the simulator itself records (`sim.history`): GPU gauges, InfiniBand
-    rates, per-OST read rates and I/O pressure. It lacks write traffic, read latency and link
+    rates, per-OST read rates, node and per-job (cgroup) I/O pressure. It lacks write traffic, read latency and link
     events, so checkpoints wait `stall_min_seconds_blind` and I/O culprits fall back to nodes."""
     h = sim.history
     cl = sim.cluster
@@ -99,12 +134,14 @@ def window_from_history(sim) -> Window:
     gpu = {k: np.where(lost, np.nan, arr(src)) for k, src in
            (("util", "util"), ("sm", "sm"), ("power", "power"), ("clock", "clock"), ("mem", "mem_used"))}
     read = arr("ost_read_rate")
-    jobs = h.window("gpu_job")[1][-1] if len(times) else np.full((sim.n, sim.g), -1)
+    ids = np.moveaxis(h.window("gpu_job")[1], 0, -1)
+    jobs = ids[..., -1] if len(times) else np.full((sim.n, sim.g), -1)
+    job = {"psi_io": job_means(ids, arr("job_io_pressure"))} if len(times) else {}
     return Window(times=np.asarray(times, np.float64), step=float(sim.dt), nodes=tuple(cl.names),
                   gpus=tuple(tuple(range(sim.g)) for _ in range(sim.n)),
                   rails=tuple(tuple(f"mlx5_{k}/1" for k in range(sim.g)) for _ in range(sim.n)), targets=tuple(cl.osts),
                   gpu=gpu, rail={"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")},
-                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read},
+                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read}, job=job,
                   gpu_jobs={(cl.names[i], int(k)): str(int(jobs[i, k])) for i, k in zip(*np.nonzero(jobs >= 0))},
                   leaf_of={n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)})
 

@@ -42,11 +42,15 @@ def golden_metrics() -> set[str]:
     return names
 
 
+# Exporter source whose metric names count as declared: the collectors, and serve's findings.
+DECLARING_SOURCES = ("collectors/**/*.py", "dashboard/findings_api.py")
+
+
 def declared_metrics() -> set[str]:
-    """Full metric names written as string literals in the exporters' source (collectors/): the
-    metrics a collector declares even where no golden output holds them (NVML-only GPU series)."""
+    """Full metric names written as string literals in the exporters' source: the metrics a
+    collector (or serve's findings) declares where no golden output holds them (NVML-only GPU series)."""
     names: set[str] = set()
-    for path in (REPO / "collectors").rglob("*.py"):
+    for path in (p for pattern in DECLARING_SOURCES for p in REPO.glob(pattern)):
         names.update(re.findall(r"[\"'](gangwatch_[a-z0-9_]+)[\"']", path.read_text()))
     return names
 

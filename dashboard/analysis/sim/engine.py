@@ -167,6 +167,13 @@ class Simulation:
         self.throttle = np.zeros((n, g), np.int8)  # index into THROTTLE_REASONS, -1 none
         self.energy = self.rng_init.uniform(1e8, 5e8, (n, g))  # J since the driver loaded
         self.job_cpu = np.zeros((n, g))
+        # The jobs collector's per-job cgroup counters, kept per node x GPU: each of a job's GPUs on
+        # a node holds 1/(its GPUs there) of the job's cgroup figures on that node, so a job's series
+        # on a node is the sum over its GPUs there and a step costs a few array operations whatever
+        # the job count. Zeroed when a job takes the GPU (a new cgroup starts from 0).
+        self.job_io = {key: np.zeros((n, g)) for key in ("rbytes", "wbytes")}  # io.stat of the local NVMe
+        self.job_psi = {(res, kind): np.zeros((n, g)) for res in ("cpu", "io", "memory") for kind in ("some", "full")}
+        self.job_io_pressure = np.zeros((n, g), f32)  # the job's own io PSI some on the node, this step
         self.xids: dict[tuple[int, int], dict[int, int]] = {}
         # ---- rails (one HCA per GPU)
         self.ib_tx = self.rng_init.uniform(1e13, 1e14, (n, g))
@@ -208,6 +215,7 @@ class Simulation:
         h.add("ib_wait_rate", (n, g), f32)  # xmit_wait ticks/s
         h.add("ost_read_rate", (n, o), f32)  # bytes/s per node and OST
         h.add("io_pressure", (n,), f32)  # fraction of the step with some task stalled on I/O
+        h.add("job_io_pressure", (n, g), f32)  # the same for the job holding the GPU, from its own cgroup
         self._io_pressure = np.zeros(n, f32)
         self._place_initial()
         self._physics(0.0)
@@ -405,6 +413,8 @@ class Simulation:
                 raise AssertionError(f"scheduler placed job {job.job_id} on {self.cluster.names[i]} without room")
             self.gpu_job[i, take] = s
             self.job_cpu[i, take] = 0.0
+            for arr in (*self.job_io.values(), *self.job_psi.values()):
+                arr[i, take] = 0.0
             self.cpus_alloc[i] += job.cpus_per_node
             job.gpu_idx.append(tuple(int(x) for x in take))
         self.running[job.job_id] = job
@@ -738,6 +748,13 @@ class Simulation:
         sm = util * smr
         speed = np.where(train, 1.0, 0.0)
         io, net, hang, slow = self.f_io[s], self.f_net[s], self.f_hang[s], self.f_slow[s]
+        # Overlapping faults: the slowest stage of the step sets the pace and is what the GPUs show
+        # (faults.CAUSE_PRECEDENCE): a hang (speed 0) hides an I/O stall (0.05), which hides a
+        # network stall (0.15), which hides a throttled GPU (0.55). The throttled clock itself stays
+        # visible: it is the GPU's state, whatever the job waits for.
+        io = io & ~hang
+        net = net & ~hang & ~io
+        slow = slow & ~hang & ~io & ~net
         throttled = self.throttle_by_fault >= 0
         # an I/O stall starves the GPUs; a network stall leaves NCCL kernels resident but idle
         util = np.where(io, 0.1 + noise, util)
@@ -752,6 +769,7 @@ class Simulation:
         util = np.where(hang, 1.0, util)
         sm = np.where(hang, 0.01, sm)
         speed = np.where(hang, 0.0, speed)
+        job_speed = np.where(busy, speed, 0.0)  # the job's pace, also on GPUs it leaves idle
         off = ~busy | self.idle_forced
         util = np.clip(np.where(off, 0.0, util), 0.0, 1.0)
         sm = np.clip(np.where(off, 0.0, sm), 0.0, 1.0)
@@ -772,7 +790,8 @@ class Simulation:
         self.nvlink[:] = np.where(busy & multi, self.j_grad[s] * 2.0 * speed, 0.0)
         read = self.j_read[s] * speed * np.where(busy, 1.0, 0.0)
         self.pcie_rx[:] = read
-        self.job_cpu += np.where(busy, 16.0 * self.j_cpu[s] * dt, 0.0)
+        # data-loader workers block while the input does not come
+        self.job_cpu += np.where(busy, 16.0 * self.j_cpu[s] * dt * np.where(io, 0.3, 1.0), 0.0)
         # ---- InfiniBand: ring all-reduce over the rails, only for gangs over several nodes
         n_nodes = self.j_nodes[s].astype(np.float64)
         gang = busy & (n_nodes > 1)
@@ -792,7 +811,10 @@ class Simulation:
             self.ib_symerr += went_down * self.rng_noise.integers(5, 50, self.rail_down.shape)
         self.ib_up[:] = ~self.rail_down
         # ---- Lustre: reads spread over the job's stripe; checkpoints write there
-        write = np.where(busy & ckpt & ~hang & ~self.idle_forced, self.j_ckw[s], 0.0)
+        # checkpoints come every so many iterations: a job stalled on its input or its all-reduce
+        # (or hung) does not reach one while the stall lasts
+        ckpt = ckpt & ~hang & ~io & ~net
+        write = np.where(busy & ckpt & ~self.idle_forced, self.j_ckw[s], 0.0)
         node_idx = np.broadcast_to(np.arange(self.n)[:, None, None], (self.n, self.g, 4))
         osts = self.j_stripe[s]  # (n, g, 4)
         flat = (node_idx * self.o + osts).ravel()
@@ -809,12 +831,37 @@ class Simulation:
         self.ost_read_lat += rops * lat
         self.ost_inflight[:] = np.where(self.slow_ost[None, :] & (rrate > 0), 8.0, np.minimum(8.0, rrate / 200e6))
         self.mdt_ops += busy.sum(axis=1) * 2.0 * dt
-        stalled = np.bincount(np.where(busy & io)[0], minlength=self.n) > 0
-        reading = (read.sum(axis=1) > 0)
-        frac_some = np.where(stalled, 0.9, np.where(reading, 0.03, 0.002))
-        self._io_pressure = frac_some.astype(np.float32)
-        self.psi_io_some += frac_some * dt
-        self.psi_io_full += np.where(stalled, 0.6, 0.001) * dt
+        self._cgroups(dt, busy, s, io, hang, ckpt, job_speed, read, write, noise)
+
+    def _cgroups(self, dt: float, busy, s, io, hang, ckpt, job_speed, read, write, noise) -> None:
+        """The jobs' cgroup counters (what the agent's jobs collector reads) and the node's PSI.
+
+        A job's io PSI "some" is the share of time one of its tasks waited on I/O: ~0.9 while it
+        is stalled on I/O (its loaders wait on every read), 0.2-0.5 while it writes a checkpoint
+        (writers block in dirty-page throttling), 1-4 % while it reads normally (prefetching hides
+        most reads), ~0 otherwise. A node's PSI counts any task of any job, so it is
+        1 - prod(1 - job's) over the jobs on the node, over a floor for system daemons."""
+        per_gpu = np.where(busy, 1.0 / np.maximum(self.j_gpus[s] // np.maximum(self.j_nodes[s], 1), 1), 0.0)
+        share = per_gpu * dt
+        # job-level states (not the GPU's: a job's GPUs left idle share its cgroup)
+        job_read = self.j_read[s] * job_speed
+        some = np.where(io, 0.9 + 2.0 * noise, np.where(ckpt & ~hang, 0.2 + 0.3 * self.j_off[s] / 3600.0,
+                        np.where(job_read > 0, 0.01 + 0.03 * np.minimum(job_read / 2e8, 1.0), 0.001)))
+        some = np.where(busy, np.clip(some, 0.0, 0.99), 0.0)
+        self.job_io_pressure[:] = some
+        full = some * np.where(io, 0.65, 0.3)
+        cpu = 0.02 + 0.08 * self.j_cpu[s] * np.where(io, 0.3, 1.0)
+        for key, frac in ((("io", "some"), some), (("io", "full"), full), (("cpu", "some"), cpu),
+                          (("cpu", "full"), 0.2 * cpu), (("memory", "some"), 0.001), (("memory", "full"), 0.0005)):
+            self.job_psi[key] += frac * share
+        self.job_io["rbytes"] += 0.1 * read * dt  # the share of the input served by the local NVMe cache
+        self.job_io["wbytes"] += (0.05 * write + 2e5 * per_gpu) * dt  # staging and logs
+        with np.errstate(divide="ignore"):
+            some_n = 1.0 - 0.998 * np.exp((np.log1p(-some) * per_gpu).sum(axis=1))
+            full_n = 1.0 - 0.999 * np.exp((np.log1p(-full) * per_gpu).sum(axis=1))
+        self._io_pressure = some_n.astype(np.float32)
+        self.psi_io_some += some_n * dt
+        self.psi_io_full += full_n * dt
         self.psi_cpu_some += (0.02 + 0.1 * busy.mean(axis=1)) * dt
 
     def _record(self) -> None:
@@ -822,7 +869,7 @@ class Simulation:
             "util": self.util, "sm": self.sm, "tensor": self.tensor, "power": self.power, "temp": self.temp,
             "clock": self.clock, "mem_used": self.mem_used, "gpu_job": self._job_ids_now(),
             "ib_tx_rate": self.ib_rate, "ib_wait_rate": self.ib_wait_rate, "ost_read_rate": self.ost_rate,
-            "io_pressure": self._io_pressure})
+            "io_pressure": self._io_pressure, "job_io_pressure": self.job_io_pressure})
 
     def _job_ids_now(self) -> np.ndarray:
         """node x GPU -> Slurm job id (-1 free); history keeps ids, not slots, since slots are reused."""

@@ -12,6 +12,15 @@ Ground truth (`GroundTruth`, `Simulation.ground_truth()`): which kind, which cau
 state the diagnosis should reach: stalled_io, stalled_network, straggler, hung, idle_gpus;
 node_failure for XID 79; scrape_timeout / scrape_slow for the endpoint faults), the culprit, the
 window, the nodes, and for each affected job the interval in which it was affected.
+
+Overlapping faults on one job compose as a pipeline does: a training step waits for its input
+(I/O), computes (clocks) and all-reduces (network), so the slowest stage sets the pace and is what
+the GPUs show. A hung collective never finishes (speed 0) and hides everything else; an I/O stall
+(reads at 5 %) hides a network stall (15 %), which hides a throttled GPU (55 %); GPUs a job leaves
+idle stay idle whatever else happens, and its working GPUs show the other fault. `CAUSE_PRECEDENCE`
+is that order and `dominant()` applies it: the simulator's physics uses it, and so does the accuracy
+bench to say which cause a job hit by two faults at once shows. Ground truth still lists every
+fault that touched the job (both are real; one is masked while the other lasts).
 """
 
 from __future__ import annotations
@@ -33,6 +42,17 @@ KINDS = {
     "scrape_slow": ("scrape_slow", 3600, "a node's metrics endpoint answers slowly (3 s)"),
 }
 JOB_KINDS = frozenset({"nccl_hang", "idle_gpus"})
+# Which cause a job shows when several faults hit it at once (first wins; see the module docstring).
+CAUSE_PRECEDENCE = ("hung", "stalled_io", "stalled_network", "idle_gpus", "straggler")
+
+
+def dominant(causes) -> str | None:
+    """The cause a job hit by all of `causes` at once shows (None for an empty set)."""
+    causes = set(causes)
+    for c in CAUSE_PRECEDENCE:
+        if c in causes:
+            return c
+    return min(causes) if causes else None
 RANDOM_KINDS = ("ost_slow", "ib_congestion", "link_flap", "gpu_throttle", "slow_node", "nccl_hang", "xid79", "idle_gpus")
 TARGET_KEYS = frozenset({"ost", "leaf", "node", "gpu", "job", "delay"})
 

@@ -235,6 +235,8 @@ class NodeRenderer:
         return [some, full]
 
     def _jobs(self, i: int) -> list[Family]:
+        """The jobs collector on a cgroup v2 node: per job its GPUs, CPU, memory, io.stat of the
+        local NVMe and PSI; a job's figures on the node are the sums over its GPUs there (engine)."""
         s = self.sim
         f = JobFamilies()
         slots = s.gpu_job[i].tolist()
@@ -242,17 +244,32 @@ class NodeRenderer:
         for k, slot in enumerate(slots):
             if slot >= 0:
                 by_job.setdefault(int(s._job_id_of_slot[slot]), []).append(k)
+        if not by_job:
+            return []
         mem = s.mem_used[i].tolist()
         cpu = s.job_cpu[i].tolist()
+        io = {key: a[i].tolist() for key, a in s.job_io.items()}
+        psi = {key: a[i].tolist() for key, a in s.job_psi.items()}
         for jid, gpus in sorted(by_job.items()):
             job = s.running.get(jid)
             if job is None:
                 continue
             uid = 20000 + int(job.user[4:])
             f.info.add(1, jobid=jid, cgroup_version="v2", uid=uid)
-            f.cpu.add(round(sum(cpu[k] for k in gpus), 2), jobid=jid)
+            used = sum(cpu[k] for k in gpus)
+            f.cpu.add(round(used, 2), jobid=jid)
+            f.cpu_mode.add(round(0.92 * used, 2), jobid=jid, mode="user")
+            f.cpu_mode.add(round(0.08 * used, 2), jobid=jid, mode="system")
             f.cpus.add(job.cpus_per_node, jobid=jid)
+            f.tasks.add(8 + 6 * len(gpus), jobid=jid)  # a rank per GPU, data-loader workers, helpers
             f.mem["usage"].add(int(len(gpus) * 48 * 2**30 * s.j_mem[job.slot]), jobid=jid)
+            f.mem["peak"].add(int(len(gpus) * 52 * 2**30 * s.j_mem[job.slot]), jobid=jid)
+            for key, per_op in (("rbytes", "rios"), ("wbytes", "wios")):
+                value = int(sum(io[key][k] for k in gpus))
+                f.io[key].add(value, jobid=jid, device="nvme0n1")
+                f.io[per_op].add(value // 131072, jobid=jid, device="nvme0n1")  # 128 KiB requests
+            for (res, kind), arr in psi.items():
+                f.psi[kind].add(round(sum(arr[k] for k in gpus), 3), jobid=jid, resource=res)
             for k in gpus:
                 f.gpu.add(1, jobid=jid, gpu=k, source="mapping")
                 if not s.gpu_lost[i, k]:

@@ -22,6 +22,7 @@ percentiles (goal: p99 <= 50 ms with 10 scrapers), the server's CPU, and how man
 with 10 scrapers as with 1. node_exporter, which collects on every request, is shown for contrast.
 
 Usage: python bench/bench_agent.py [--scrapes 300] [--rounds 5] [--fixtures] [--skip-concurrency] [--seconds 3]
+       [--baseline DIR]  (another checkout's agent in the same rounds: before/after under the same load)
 """
 
 from __future__ import annotations

@@ -263,11 +263,12 @@ def main(argv=None) -> int:
         hit = arr[np.isfinite(arr)]
         within = float(np.mean(arr <= 120.0))
         edges = (0, 30, 60, 90, 120, 180, 300, 600)
-        hist = np.histogram(hit, bins=list(edges) + [np.inf])[0]
+        hist = np.bincount(np.searchsorted(edges, hit, side="left"), minlength=len(edges) + 1)  # (a, b] bins
         print(f"\ndetection delay (s), {what}: {arr.size} (fault, job) pairs, {hit.size} detected; "
               + (f"median {np.median(hit):.0f}, p90 {np.quantile(hit, 0.9):.0f}, max {hit.max():.0f}; " if hit.size else "")
               + f"within 2 min: {within:.1%}")
-        print("  histogram: " + ", ".join(f"[{a}, {b}): {n}" for a, b, n in zip(edges, list(edges[1:]) + ["inf"], hist))
+        print(f"  histogram: <= 0: {hist[0]}, " + ", ".join(f"({a}, {b}]: {n}" for a, b, n in
+                                                           zip(edges, list(edges[1:]) + ["inf"], hist[1:]))
               + f", never: {arr.size - hit.size}")
         late = Counter(c for d, b, c in lat.values() if b == born and d > 120.0)
         if late:

@@ -101,9 +101,17 @@ def fake_nvml(shared: Path):
 
 
 def default_options() -> dict:
+    """The agent's defaults, with every opt-in collector switch turned on so opt-in series are documented too."""
+    import argparse
+
     from .agent import build_parser
 
-    return vars(build_parser().parse_args([]))
+    parser = build_parser()
+    options = vars(parser.parse_args([]))
+    for action in parser._actions:
+        if isinstance(action, argparse._StoreTrueAction) and action.dest.startswith("collector_"):
+            options[action.dest] = True
+    return options
 
 
 def run_one(cls: type[Collector], ctx: Context) -> list[Family]:

@@ -420,6 +420,11 @@ def child_main(argv: list[str] | None = None) -> None:
     import importlib
     import signal
 
+    # First of all, before any thread exists (the stat function's module could start one): every
+    # thread inherits the block, so the timer's SIGALRM (whose default action ends the process)
+    # only ever reaches the watchdog's sigwait.
+    alarm = {signal.SIGALRM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
     argv = sys.argv[1:] if argv is None else argv
     spec = argv[0] if argv else DEFAULT_STAT_FUNCTION
     out_lock = threading.Lock()
@@ -430,8 +435,6 @@ def child_main(argv: list[str] | None = None) -> None:
         _emit(out_lock, {"fatal": f"cannot load stat function {spec!r}: {type(exc).__name__}: {exc}"})
         os._exit(2)
 
-    alarm = {signal.SIGALRM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, alarm)  # before any thread starts: all inherit it
     lock = threading.Lock()
     outstanding: set = set()  # queued or being stat'ed: never stat'ed twice at once
     idle: list = []

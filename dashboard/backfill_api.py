@@ -3,7 +3,8 @@
 Sources: a `Snapshot` (collectors/slurm/model.py) and optionally Slurm's own expected starts
 (`squeue --start`). Pure: no I/O; `serve` calls `backfill_json` with the slurm-exporter's latest
 snapshot. Output: `BackfillPlan.to_json()` (the ARCHITECTURE "Backfill plan" shape, documented in the
-README) plus `snapshot` facts (when it was taken, its age, stale, source, cluster), so a reader can
+README), per partition `unusable_nodes` ([{node, reason}]: down, drained, ... in Slurm's words), plus
+`snapshot` facts (when it was taken, its age, stale, source, cluster), so a reader can
 tell how old the picture is. Every estimate is labelled: `"source": "gangwatch"` for ours,
 `"source": "slurm"` for Slurm's.
 
@@ -33,8 +34,15 @@ def backfill_json(snapshot: Snapshot, now: float | None = None,
                   slurm_starts: Mapping[str, float] | None = None) -> dict:
     """The backfill plan of `snapshot` at `now` (default: when it was taken), as a JSON-ready dict."""
     now = snapshot.taken_at if now is None else now
-    doc = plan(snapshot_to_planner(snapshot, now, slurm_starts)).to_json()
+    inp = snapshot_to_planner(snapshot, now, slurm_starts)
+    doc = plan(inp).to_json()
+    unusable: dict[str, list[dict]] = {}
+    for n in inp.nodes:
+        if not n.usable:
+            for p in n.partitions:
+                unusable.setdefault(p, []).append({"node": n.name, "reason": n.reason})
     for part in doc["partitions"]:
+        part["unusable_nodes"] = unusable.get(part["partition"], [])
         for why in part["why"]:
             if why["state"] == "startable" and is_limit_reason(why["slurm_reason"]):
                 why["reasons"].append({

@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import re
 import shutil
 import sys
@@ -29,7 +28,7 @@ from datetime import datetime, timezone
 from collectors.slurm.model import Snapshot
 from collectors.slurm.parse_common import text_time
 from dashboard.analysis.planner_model import format_duration
-from dashboard.analysis.snapshot_to_planner import snapshot_to_planner
+from dashboard.analysis.snapshot_to_planner import snapshot_to_planner, usable_time
 from dashboard.backfill_api import backfill_json
 
 PROG = "gangwatch backfill"
@@ -244,6 +243,8 @@ def render_table(doc: dict) -> str:
         out.append("")
         exists = "" if part["exists"] else " (NO SUCH PARTITION)"
         out.append(f"partition {part['partition']}{exists}: {part['nodes_usable']} of {part['nodes_total']} nodes usable")
+        if part.get("unusable_nodes"):
+            out.append("  not usable: " + ", ".join(f"{u['node']} ({u['reason']})" for u in part["unusable_nodes"]))
         top = part["top_job"]
         if top:
             slurm = next((w["slurm_expected_start"]["time"] for w in part["why"] if w["job_id"] == top["job_id"]), None)
@@ -286,8 +287,8 @@ def render_table(doc: dict) -> str:
 def main(argv: list[str] | None = None, runner=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if args.now is not None and not math.isfinite(args.now):
-        print(f"{PROG}: --now must be a finite unix time", file=sys.stderr)
+    if args.now is not None and usable_time(args.now) is None:
+        print(f"{PROG}: --now must be a unix time between 1970 and 2100", file=sys.stderr)
         return 2
     live = not (args.snapshot or args.slurm_exporter)
     if live and not args.slurm_cli and shutil.which("squeue") is None:

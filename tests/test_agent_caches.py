@@ -207,3 +207,37 @@ def test_meminfo_after_any_file_equals_a_fresh_parse(tmp_path, first, second):
         except ValueError:
             got = None
         assert got == expected
+
+
+# ---------------------------------------------------------------- the prober child's fast path
+
+def test_prober_reads_on_while_a_slow_stat_holds_the_reader(tmp_path):
+    """The child's reader stats inline; when it is still on a batch at the deadline another thread
+    takes over reading, so the next request is answered at once and the child is not restarted."""
+    import time
+
+    from collectors.statprobe import TIMED_OUT, StatError, StatProber, StatValues
+
+    slow = tmp_path / "slow_mount"
+    Path(str(slow) + ".block").write_text("")
+    prober = StatProber("tests.support.fsfakes:statvfs")
+    try:
+        assert isinstance(prober.probe([str(tmp_path)], 0.3)[str(tmp_path)], StatValues)
+        pid = prober.pid
+        first = prober.probe([str(slow), str(tmp_path)], 0.2)  # the reader reaches slow_mount first
+        assert first[str(slow)] is TIMED_OUT and isinstance(first[str(tmp_path)], StatValues)
+        assert str(slow) in prober.pending
+        t0 = time.monotonic()
+        again = prober.probe([str(tmp_path), str(slow)], 0.3)
+        assert time.monotonic() - t0 < 0.25, "the next request waited for the slow stat"
+        assert isinstance(again[str(tmp_path)], StatValues) and again[str(slow)] is TIMED_OUT
+        Path(str(slow) + ".block").unlink()
+        deadline = time.monotonic() + 5
+        while prober.pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+            prober.probe([str(tmp_path)], 0.2)
+        assert not prober.pending  # the late result came back
+        assert isinstance(prober.probe([str(slow)], 0.3)[str(slow)], StatError)  # probed again: ENOENT
+        assert prober.pid == pid and prober.restarts == 0
+    finally:
+        prober.close()

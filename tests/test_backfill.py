@@ -432,7 +432,7 @@ def test_sbatch_test_only_argv(snap2205):
 
 _names = st.sampled_from(["gpu001", "gpu002", "n1", ""])
 _parts = st.sampled_from(["gpu", "debug", "gpu,debug", "", "nosuch"])
-_maybe_int = st.none() | st.integers(-5, 10**6)
+_maybe_int = st.none() | st.integers(-5, 10**6) | st.integers(10**9, 10**13)
 _jobs = st.builds(
     Job, job_id=st.integers(0, 50), state=st.sampled_from(["PENDING", "RUNNING", "COMPLETING", "SUSPENDED", "X"]),
     partition=_parts, reason=st.sampled_from(["Priority", "JobHeldUser", "Dependency", "QOSMaxGRESPerUser", ""]),
@@ -497,3 +497,35 @@ def test_snapshot_reader_only_reports_input_errors(doc):
     except InputError:
         return
     json.dumps(backfill_json(snap), allow_nan=False)  # what it accepts, the planner can plan
+
+
+class _SbatchRunner:
+    """The 22.05 capture for every Slurm command, and a canned `sbatch --test-only` answer."""
+
+    def __init__(self, folder: Path, stderr: str, rc: int = 0):
+        self.files = FileRunner(folder)
+        self.files.override("squeue -h -t PD --start -o %i|%S", text_result(""))
+        self.stderr, self.rc, self.sbatch_calls = stderr, rc, []
+
+    def run(self, argv, timeout: float = 5.0, input=None):
+        from collectors.runner import CommandResult
+        if argv[0] == "sbatch":
+            self.sbatch_calls.append(list(argv))
+            return CommandResult(tuple(argv), self.rc, "", self.stderr, 0.01)
+        return self.files.run(argv, timeout, input)
+
+
+def test_cli_slurm_what_if_with_fake_sbatch(fixtures_dir, capsys):
+    ok = _SbatchRunner(fixtures_dir / "slurm-22.05",
+                       "sbatch: Job 99 to start at 2026-11-29T19:20:00 using 8 processors on nodes gpu007 in partition gpu\n")
+    rc, out, err = _run(capsys, ["--slurm-cli", "--slurm-what-if", "--now", str(NOW_2205), "--format", "json"], runner=ok)
+    assert rc == 0, err
+    wi = _whys(json.loads(out))["25"]["what_if"]
+    assert wi["source"] == "gangwatch" and wi["slurm"] == {"time": NOW_2205, "nodes": "gpu007", "partition": "gpu",
+                                                           "source": "slurm"}
+    assert ok.sbatch_calls and all("--test-only" in c for c in ok.sbatch_calls)
+    assert f"--time={wi['time_limit_s'] // 60}" in ok.sbatch_calls[0]
+    bad = _SbatchRunner(fixtures_dir / "slurm-22.05",
+                        "sbatch: error: Batch job submission failed: Requested node configuration is not available\n", 1)
+    rc, out, err = _run(capsys, ["--slurm-cli", "--slurm-what-if", "--now", str(NOW_2205)], runner=bad)
+    assert rc == 0 and "[slurm --test-only: sbatch: error: Batch job submission failed" in out

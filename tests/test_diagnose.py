@@ -107,6 +107,38 @@ def test_checkpoint_in_progress_is_not_a_stall():
     assert verdict(d, 1).state == "progressing"
 
 
+def test_a_checkpoints_own_io_pressure_is_not_an_io_stall():
+    c = Cluster()
+    c.psi[:, 30:34] = 0.6  # writers block in dirty-page throttling while the checkpoint lasts
+    c.util[:, :, -5:] = 0.06  # and one in progress now, with its pressure
+    c.sm[:, :, -5:] = 0.02
+    c.ib_tx[:, :, -5:] = 0
+    c.fs_write[:, -5:] = 3e9
+    c.psi[:, -5:] = 0.6
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+    assert [v.state for v in d.verdicts] == ["progressing", "progressing"]
+    # a gang waiting on the network that writes a checkpoint meanwhile is still waiting on the network
+    for i in c.rows(GANG_A):
+        c.util[i, :, -10:] = 0.96
+        c.sm[i, :, -10:] = 0.15
+        c.ib_tx[i, :, -10:] = 3e9
+        c.ib_wait[i, :, -10:] = 3e7
+    assert verdict(diagnose(c.window(), [job(1, GANG_A)]), 1).state == "stalled_network"
+
+
+def test_idle_gpus_stay_idle_while_the_working_one_checkpoints():
+    c = Cluster()
+    c.util[4, 1:, :] = 0.0  # left idle since before the window
+    c.sm[4, 1:, :] = 0.0
+    c.util[4, 0, -8:] = 0.06  # the working GPU pauses for a 2-minute checkpoint that writes
+    c.sm[4, 0, -8:] = 0.02
+    c.fs_write[4, -8:] = 3e9
+    c.fs_read[4, -8:] = 0  # and reads nothing meanwhile
+    c.read[4, :, -8:] = 0
+    v = verdict(diagnose(c.window(), [job(1, ("gpu004",))]), 1)
+    assert v.state == "idle_gpus" and v.culprit == "gpu004:gpu1,2,3"
+
+
 def test_stalled_io_names_the_slow_target_with_significance():
     c = Cluster()
     r = c.rows(GANG_A)

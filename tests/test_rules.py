@@ -38,11 +38,15 @@ def run(*cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=RULES, capture_output=True, text=True, timeout=60)
 
 
-def test_lint_fatal_flag_exists():
-    """Debian's promtool 2.42 has --lint-fatal (rc 3 on lint errors); without it duplicates pass rc 0."""
-    if not which("promtool"):
-        pytest.skip("promtool not installed")
-    assert "--lint-fatal" in run("promtool", "check", "rules", "--help").stdout + run("promtool", "check", "rules", "--help").stderr
+@needs_promtool
+def test_lint_fatal_catches_duplicates(tmp_path):
+    """Debian's promtool 2.42 has --lint-fatal: a duplicate rule then fails (rc 3), where plain
+    `check rules` reports it and still exits 0."""
+    dup = tmp_path / "dup.yml"
+    rule = {"record": "job:up:sum", "expr": "sum by (job) (up)"}
+    dup.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [rule, rule]}]}))
+    assert run("promtool", "check", "rules", str(dup)).returncode == 0
+    assert run("promtool", "check", "rules", "--lint-fatal", str(dup)).returncode == 3
 
 
 @needs_promtool

@@ -355,3 +355,107 @@ def test_trace_row_parser_never_raises(header, body):
 
     for submit, duration, gpus in parse_rows(io.StringIO(header + body)):
         assert gpus >= 1 and duration > 0 and math.isfinite(submit) and math.isfinite(duration)
+
+
+# --------------------------------------------------------------------------------------- jobs collector, overlaps
+
+def _job_series(text: str) -> dict:
+    """{(name, jobid, extra labels): value} of the jobs collector's per-job series."""
+    out = {}
+    for name, labels, value in iter_samples(text):
+        if name.startswith("gangwatch_job_"):
+            rest = tuple(sorted((k, v) for k, v in labels.items() if k != "jobid"))
+            out[(name, labels.get("jobid"), rest)] = value
+    return out
+
+
+def test_jobs_collector_series_for_every_running_job_with_the_agents_names():
+    from collectors.node.jobs import _Families
+
+    s = Simulation(SimConfig(nodes=8, seed=2, start=T0, history_seconds=300, faults="ost_slow@1m+1h"))
+    r = NodeRenderer(s)
+    fams = {f.name: f for f in _Families().all()}
+    before = {i: _job_series(r.render(i)) for i in range(s.n)}
+    for _ in range(8):
+        s.step()
+    truth = _truth(s, "ost_slow")
+    for i in range(s.n):
+        text = r.render(i)
+        got = _job_series(text)
+        for name, _, _ in got:
+            assert name in fams, name  # the names the agent's jobs collector emits, nothing else
+        for fam in fams.values():  # help texts and types as the agent's
+            if f"# HELP {fam.name} " in text:
+                assert f"# HELP {fam.name} {fam.help}" in text and f"# TYPE {fam.name} {fam.kind}" in text
+        on_node = {int(x) for x in s._job_ids_now()[i] if x >= 0}
+        assert {j for (_, j, _) in got} == {str(j) for j in on_node}
+        for jid in map(str, on_node):
+            held = sorted(int(k) for k in np.flatnonzero(s._job_ids_now()[i] == int(jid)))
+            assert {int(dict(rest)["gpu"]) for (n, j, rest) in got if n == "gangwatch_job_gpu_info" and j == jid} == set(held)
+            for name, rest in (("gangwatch_job_cpu_seconds_total", ()), ("gangwatch_job_memory_usage_bytes", ()),
+                               ("gangwatch_job_io_read_bytes_total", (("device", "nvme0n1"),)),
+                               ("gangwatch_job_io_write_bytes_total", (("device", "nvme0n1"),)),
+                               *((f"gangwatch_job_pressure_{k}_seconds_total", (("resource", res),))
+                                 for k in ("waiting", "stalled") for res in ("cpu", "io", "memory"))):
+                assert (name, jid, rest) in got, (name, jid)
+            # counters only grow for the same job; io pressure grows at the job's stall fraction
+            waited = got[("gangwatch_job_pressure_waiting_seconds_total", jid, (("resource", "io"),))]
+            old = before[i].get(("gangwatch_job_pressure_waiting_seconds_total", jid, (("resource", "io"),)))
+            for key, value in got.items():
+                if key[1] == jid and key[0].endswith("_total") and key in before[i]:
+                    assert value >= before[i][key], key
+            if old is None or s.job(jid).start > T0 + 300:
+                continue
+            frac = (waited - old) / (8 * s.dt)
+            if jid in truth["jobs"] and truth["jobs"][jid]["from"] <= T0 + 300:
+                assert 0.8 <= frac <= 1.0, (jid, frac)  # stalled on its input all along
+            elif not any(jid in f["jobs"] for f in s.ground_truth()):
+                assert frac < 0.55, (jid, frac)  # reading (and at most a checkpoint's writes)
+
+
+def test_overlapping_faults_show_the_dominant_one_and_truth_lists_both():
+    from dashboard.analysis.sim.faults import CAUSE_PRECEDENCE, dominant
+
+    assert dominant({"straggler", "stalled_io"}) == "stalled_io"
+    assert dominant({"stalled_network", "hung"}) == "hung" and dominant(set()) is None
+    assert CAUSE_PRECEDENCE[0] == "hung"
+    probe = Simulation(SimConfig(nodes=16, seed=5, start=T0, history_seconds=60, faults="none"))
+    job = max(probe.running.values(), key=lambda j: (j.gpus, -j.job_id))
+    node = probe.cluster.names[job.nodes[0]]
+    ost = int(probe.j_stripe[job.slot][0])
+    # the same seed replays the same jobs: throttle the job's node, then slow one of its OSTs
+    s = Simulation(SimConfig(nodes=16, seed=5, start=T0, history_seconds=60,
+                             faults=f"slow_node@0s+30m:node={node},ost_slow@3m+10m:ost={ost}"))
+    s.run_until(T0 + 150)
+    i = s.cluster.index(node)
+    gpus = list(job.gpu_idx[0])
+    assert np.allclose(s.clock[i, gpus], C.SM_CLOCK_MAX_HZ * 0.55, rtol=1e-3)
+    if job.gpus > 1:
+        assert s.sm[i, gpus].max() >= 0.9  # a straggler: its GPUs on the slow node work flat out
+    s.run_until(T0 + 360)
+    # stalled on its input now: every GPU starves, the throttled clock stays, nothing writes
+    assert s.sm[i, gpus].max() < 0.1 and np.allclose(s.clock[i, gpus], C.SM_CLOCK_MAX_HZ * 0.55, rtol=1e-3)
+    causes = {f["cause"] for f in s.ground_truth() if str(job.job_id) in f["jobs"]}
+    assert causes == {"straggler", "stalled_io"} and dominant(causes) == "stalled_io"
+
+
+def test_shared_node_io_stall_is_found_through_the_jobs_own_pressure():
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.simulated import SimRecorder, window_from_history
+
+    s = Simulation(SimConfig(nodes=16, seed=3, start=T0, prefill=False, faults="ost_slow@10m+30m"))
+    rec = SimRecorder(s, capacity=81)
+    rec.step(60)
+    hit = set(_truth(s, "ost_slow")["jobs"])
+    jobs = [j for j in rec.jobs() if j.state == "RUNNING"]
+    per_node = {}
+    for j in jobs:
+        for n in j.nodes:
+            per_node[n] = per_node.get(n, 0) + 1
+    shared = {str(j.job_id) for j in jobs if any(per_node[n] > 1 for n in j.nodes) and j.start_time < s.t - 600}
+    assert shared & hit, "the scenario must stall jobs that share a node"
+    for win in (rec.window(), window_from_history(s)):
+        assert set(win.job["psi_io"]) == {str(j.job_id) for j in jobs}
+        got = {v.jobid: v.state for v in diagnose(win, jobs).verdicts}
+        assert all(got[j] == "stalled_io" for j in shared & hit), got
+        assert all(got[j] in ("progressing", "insufficient_data") for j in shared - hit), got

@@ -180,6 +180,7 @@ class FilesystemCollector(Collector):
         self.prober = StatProber(opt("collector_filesystem_stat_function", DEFAULT_STAT_FUNCTION))
         self._table: tuple[str, list[_Target]] = ("", [])
         self._watch: tuple[int, select.poll] | None = None  # the mount table's descriptor, polled
+        self._unwatchable: set[str] = set()  # mount tables seen not to be on a real procfs
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -214,12 +215,15 @@ class FilesystemCollector(Collector):
 
     def _watch_table(self, path: str) -> None:
         # Opened before the table is read, so that a change made after the read shows in the poll.
+        if path in self._unwatchable:
+            return
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return
         if not on_kernel_fs(fd, "proc"):
             os.close(fd)
+            self._unwatchable.add(path)
             return
         poller = select.poll()
         poller.register(fd, select.POLLPRI)

@@ -108,7 +108,8 @@ SPECS: dict[str, tuple[str, str, str]] = {
     "xid": ("gangwatch_gpu_xid_errors_total", COUNTER,
             "XID critical error events seen by the agent since it started, by XID number."),
     "pcie_bps": ("gangwatch_gpu_pcie_throughput_bytes_per_second", GAUGE,
-                 "PCIe throughput sampled by the driver over the last 20 ms, by direction (tx, rx), in bytes per second."),
+                 "PCIe throughput sampled by the driver over 20 ms, by direction (tx, rx), in bytes per second; "
+                 "only with --collector.gpu.pcie-throughput."),
     "pcie_replay": ("gangwatch_gpu_pcie_replays_total", COUNTER,
                     "PCIe replays (link-level retransmissions) since the driver loaded."),
     "nvlink_up": ("gangwatch_gpu_nvlink_up", GAUGE, "Whether the NVLink link is active (1) or not (0)."),

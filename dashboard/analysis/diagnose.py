@@ -12,7 +12,8 @@ How a job is judged (thresholds in thresholds.py):
    job's GPUs. Baseline = a high quantile of the job's own activity in the window (its training
    level). A step is degraded when activity falls below a fraction of it, or the job's GPUs sit
    idle, or kernels are resident with SMs at ~0 (a hung collective).
-3. A degraded step that writes at checkpoint speed is a checkpoint, not a stall. The stall is the
+3. A degraded step that writes at checkpoint speed is a checkpoint, not a stall (and its I/O
+   pressure is the checkpoint's own, no evidence of an I/O stall). The stall is the
    trailing run of unexplained degraded steps (one-step gaps bridged, as a flapping link makes);
    it must last `stall_min_seconds` (longer when no filesystem signal exists to recognise a
    checkpoint). Its cause is the one most of its steps show: I/O (PSI/iowait high, or GPUs idle

@@ -34,9 +34,9 @@ What it builds:
 - A pending array record that still holds several tasks ("4_[4-5]") is one entry, named by its
   display id: the planner plans the next task.
 
-Failure modes: nothing raised for any Snapshot taken at a finite time (a non-finite planning time is
+Failure modes: nothing raised for any Snapshot taken at a usable time (any other planning time is
 a ValueError); records with missing fields fall back as described (a node with no CPU count has
-none, so it is never used); NaN or infinite times in a record are treated as unknown.
+none, so it is never used); NaN, infinite or out-of-range times in a record are treated as unknown.
 """
 
 from __future__ import annotations
@@ -69,9 +69,19 @@ HOLDING_STATES = ("RUNNING", "SUSPENDED", "COMPLETING")
 HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "launch failed requeued held")
 
 
-def _time(value: float | None) -> float | None:
-    """A usable unix time, or None (NaN and infinities from a hand-edited snapshot are not times)."""
-    return value if value is not None and math.isfinite(value) else None
+# Times past 2100 are not real scheduler times (Slurm's "unknown" sentinels, hand edits); with time
+# limits capped at a century, every time the planner derives stays printable (datetime ends in 9999).
+LATEST_TIME = 4102444800.0  # 2100-01-01
+LONGEST_LIMIT_S = 100 * 365 * 86400
+
+
+def usable_time(value: float | None) -> float | None:
+    """A unix time we can plan and print with, or None (NaN, infinities and times past 2100 in a
+    hand-edited snapshot are not times)."""
+    return value if value is not None and 0 <= value <= LATEST_TIME else None
+
+
+_time = usable_time
 
 
 def _mib(value: int | None) -> int:
@@ -165,7 +175,7 @@ def _allocations(job: Job) -> tuple[Allocation, ...]:
 
 
 def _time_limit(job: Job, part) -> float:
-    if job.time_limit_infinite:
+    if job.time_limit_infinite or (job.time_limit_seconds or 0) > LONGEST_LIMIT_S:
         return math.inf
     if job.time_limit_seconds is not None and job.time_limit_seconds > 0:
         return float(job.time_limit_seconds)
@@ -173,7 +183,7 @@ def _time_limit(job: Job, part) -> float:
         return float(job.time_limit_seconds)  # 0 or negative: the planner reports it
     if part is not None:
         for v in (part.default_time_seconds, part.max_time_seconds):
-            if v:
+            if v and 0 < v <= LONGEST_LIMIT_S:
                 return float(v)
     return math.inf
 
@@ -229,7 +239,7 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
     (`squeue --start`); without it the pending job records' start times are used."""
     now = _time(float(snap.taken_at if now is None else now))
     if now is None:
-        raise ValueError("the planning time is not a finite unix time")
+        raise ValueError("the planning time is not a unix time between 1970 and 2100")
     parts = {p.name: p for p in snap.partitions}
     reserved_known = bool(snap.reservations)
     member: dict[str, list[str]] = {}
@@ -273,7 +283,8 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
         for r in snap.reservations if _time(r.end_time) is None or r.end_time > now)
     pend = scheduling_order([j for j in snap.jobs if j.state == "PENDING"], parts)
     partitions = tuple(
-        PartitionInfo(p.name, float(p.max_time_seconds) if p.max_time_seconds else None,
+        PartitionInfo(p.name, float(p.max_time_seconds) if p.max_time_seconds and
+                      0 < p.max_time_seconds <= LONGEST_LIMIT_S else None,
                       p.state in ("UP", ""))
         for p in snap.partitions)
     return PlannerInput(now=now, nodes=tuple(nodes), running=tuple(running), reservations=resvs,

@@ -11,7 +11,13 @@ checkpoints (I/O bound, writes to Lustre) and evaluation; SM and tensor activity
 fraction of it; data loading reads on the job's OST stripe; ring all-reduce on InfiniBand for gangs
 over more than one node, 2(n-1)/n of the gradient volume per step and more for larger models (so it
 grows with gang size); power, temperature and SM clock follow SM activity. A quarter of one-GPU
-jobs are interactive or inference work with low, noisy utilisation.
+jobs are interactive or inference work with low, noisy utilisation. Each job also has the cgroup
+figures the agent's jobs collector reads (CPU seconds, memory, io.stat of the local NVMe, and cpu,
+io and memory pressure): its io pressure runs at ~0.9 while it is stalled on I/O, 0.2-0.5 while it
+writes a checkpoint and a few per cent otherwise; a node's pressure combines its jobs'.
+
+Faults that overlap on one job compose as a pipeline: the slowest stage shows (faults.py,
+`CAUSE_PRECEDENCE`); a job stalled on its input or its all-reduce reaches no checkpoint meanwhile.
 
 Every random draw comes from generators spawned from the seed, and nothing reads the wall clock:
 the same config and seed give the same history, snapshots and ground truth.

@@ -25,7 +25,7 @@ from collectors.slurm.snapshot import RawOutput, build_snapshot
 from dashboard.analysis.planner import plan
 from dashboard.analysis.snapshot_to_planner import node_unusable_reason, snapshot_to_planner
 from dashboard.backfill_api import backfill_json
-from dashboard.backfill_cli import main, parse_squeue_start, parse_test_only, sbatch_test_only_argv
+from dashboard.backfill_cli import main, parse_squeue_start, parse_test_only, render_table, sbatch_test_only_argv
 from tests.slurm.fakes import FileRunner, failing_result, text_result
 
 HERE = Path(__file__).parent
@@ -475,7 +475,8 @@ def test_adapter_and_plan_never_raise(snap):
         assert n.cpus_free >= 0 and n.mem_free_mb >= 0 and n.gpus_free >= 0
     doc = plan(inp).to_json()
     json.dumps(doc, allow_nan=False)
-    assert not any(isinstance(v, float) and math.isnan(v) for v in (doc["generated_at"],))
+    assert not math.isnan(doc["generated_at"])
+    assert render_table(backfill_json(snap)).startswith("backfill plan")
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats() | st.text(max_size=6),

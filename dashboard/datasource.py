@@ -198,6 +198,127 @@ class Status:
                                      "stale": s.stale, "detail": s.detail} for s in self.sources}}
 
 
+@dataclass(frozen=True)
+class Port:
+    """One InfiniBand port (an HCA's port, "mlx5_0/1") as the node's agent reports it; None = unknown."""
+
+    node: str
+    device: str
+    switch: str = ""  # leaf switch, "" when the source does not say
+    up: bool | None = None
+    rate_bytes: float | None = None  # the link's trained data rate, bytes/s
+    tx_bps: float | None = None  # transmit, bytes/s now
+    wait_per_s: float | None = None  # port_xmit_wait ticks/s now (congestion)
+    symbol_errors: float | None = None  # counter since boot
+    link_downed: float | None = None  # counter since boot
+    errors_recent: float | None = None  # symbol errors + link downs in the last interval
+
+
+@dataclass(frozen=True)
+class SwitchStat:
+    """A leaf switch, from its nodes' ports (the switch's own counters are not scraped)."""
+
+    switch: str
+    nodes: int
+    ports: int
+    ports_down: int | None
+    tx_bps: float | None
+    wait_per_s: float | None
+    errors_recent: float | None
+
+
+@dataclass(frozen=True)
+class Network:
+    switches: tuple[SwitchStat, ...]
+    ports: tuple[Port, ...]  # the ports worth a look: most congested, down, with new errors (bounded)
+    total_ports: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A filesystem target (OST, MDT, NSD) summed over the clients that report it; None = unknown."""
+
+    fs: str
+    name: str
+    kind: str  # "OST", "MDT", "NSD"
+    read_bps: float | None = None
+    write_bps: float | None = None
+    ops_per_s: float | None = None
+    latency_s: float | None = None  # mean read RPC latency over the last interval
+    rpcs_in_flight: float | None = None
+    clients_connected: int | None = None
+    clients: int | None = None
+
+    @property
+    def state(self) -> str:
+        if self.clients_connected is None or not self.clients:
+            return "unknown"
+        if self.clients_connected == self.clients:
+            return "connected"
+        return f"disconnected on {self.clients - self.clients_connected} of {self.clients} clients"
+
+
+@dataclass(frozen=True)
+class GpuNow:
+    index: int
+    util: float | None = None  # ratio 0-1
+    power_w: float | None = None
+    temp_c: float | None = None
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A filesystem the node's client mounts, as its client counters show it."""
+
+    fs: str
+    kind: str  # "lustre", "gpfs"
+    targets: int
+    connected: int | None
+    read_bps: float | None
+    write_bps: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuTopology:
+    """What the agent's gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_topology_info say; None = unknown."""
+
+    nvlink_peers: frozenset[tuple[int, int]] | None = None
+    numa: dict[int, int] | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.nvlink_peers is not None or self.numa is not None
+
+    def describe(self, gpus) -> str:
+        """The topology among `gpus` of one node, in words ("unknown" when the source has none)."""
+        gpus = sorted(set(gpus))
+        parts = []
+        if self.nvlink_peers is not None and len(gpus) > 1:
+            pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+            linked = sum(1 for p in pairs if p in self.nvlink_peers)
+            parts.append("all NVLink peers" if linked == len(pairs) else f"{linked} of {len(pairs)} pairs NVLink peers, "
+                         "the rest over PCIe")
+        if self.numa is not None:
+            nodes = sorted({self.numa[g] for g in gpus if g in self.numa})
+            if nodes:
+                parts.append("NUMA " + ",".join(map(str, nodes)))
+        if not parts:
+            return "single GPU" if len(gpus) == 1 and self.known else "unknown"
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    node: str
+    gpus: tuple[GpuNow, ...] | None = None
+    ports: tuple[Port, ...] | None = None
+    filesystems: tuple[Mount, ...] | None = None
+    disks: tuple[tuple[str, float | None, float | None], ...] | None = None  # (device, read B/s, write B/s)
+    topology: GpuTopology = GpuTopology()
+    note: str = ""
+
+
 class Datasource(Protocol):
     def now(self) -> float: ...
     def status(self) -> Status: ...
@@ -210,6 +331,10 @@ class Datasource(Protocol):
     def node_series(self, node: str, signals: tuple[str, ...], window: float = 3600.0) -> NodeSeries | None: ...
     def ost_series(self, window: float = 3600.0) -> Heatmap | None: ...
     def leaf_series(self, window: float = 3600.0) -> Heatmap | None: ...
+    def node_inventory(self, node: str) -> NodeInventory | None: ...
+    def gpu_topology(self, node: str) -> GpuTopology: ...
+    def network(self) -> Network | None: ...
+    def storage_targets(self) -> tuple[Target, ...] | None: ...
 
 
 # ----------------------------------------------------------------------------- pure helpers
@@ -277,6 +402,52 @@ def fmt_age(seconds: float | None) -> str:
     if s < 7200:
         return f"{s // 60} min"
     return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+# ------------------------------------------------------------- inventory builders (shared)
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def build_network(leaf_idx: np.ndarray, leaves: list[str], valid: np.ndarray, tx: np.ndarray, wait: np.ndarray,
+                  port_of: Callable[[int, int], Port], up: np.ndarray | None = None,
+                  recent: np.ndarray | None = None, limit: int = 40) -> Network:
+    """Per-switch sums and the ports worth a look from node x port arrays (NaN = unknown).
+    `leaf_idx[i]` is node i's switch in `leaves` (-1: not known); `port_of(i, k)` builds port k of node i."""
+    names = list(leaves) + ["unknown switch"]
+    idx = np.where(leaf_idx < 0, len(leaves), leaf_idx)
+    per_port = np.repeat(idx, valid.shape[1]).reshape(valid.shape)[valid]
+    m = len(names)
+
+    def summed(a):
+        if a is None:
+            return [None] * m
+        v = a[valid].astype(np.float64)
+        known = np.bincount(per_port, weights=np.isfinite(v), minlength=m)
+        tot = np.bincount(per_port, weights=np.nan_to_num(v), minlength=m)
+        return [float(t) if k else None for t, k in zip(tot, known)]
+
+    nodes = np.bincount(idx, minlength=m)
+    ports = np.bincount(per_port, minlength=m)
+    down = None if up is None else np.bincount(per_port, weights=~up[valid], minlength=m)
+    txs, waits, errs = summed(tx), summed(wait), summed(recent)
+    switches = tuple(SwitchStat(names[k], int(nodes[k]), int(ports[k]), None if down is None else int(down[k]),
+                                txs[k], waits[k], errs[k]) for k in range(m) if nodes[k])
+    # the worst ports: most congested first, then any down or with new errors
+    score = np.where(valid, np.nan_to_num(wait.astype(np.float64), nan=-1.0), -np.inf).ravel()
+    pick = list(np.argsort(-score, kind="stable")[:limit])
+    for flag in ((None if up is None else valid & ~up), (None if recent is None else valid & (np.nan_to_num(recent) > 0))):
+        if flag is not None:
+            pick += list(np.flatnonzero(flag.ravel())[:limit])
+    seen, out = set(), []
+    r = valid.shape[1]
+    for f in pick:
+        if f not in seen and score[f] > -np.inf:
+            seen.add(f)
+            out.append(port_of(int(f) // r, int(f) % r))
+    return Network(switches, tuple(out), int(valid.sum()))
 
 
 # -------------------------------------------------------------------------------- backfill
@@ -356,6 +527,18 @@ class BaseDatasource:
         return None
 
     def leaf_series(self, window=3600.0):
+        return None
+
+    def node_inventory(self, node):
+        return None
+
+    def gpu_topology(self, node):
+        return GpuTopology()
+
+    def network(self):
+        return None
+
+    def storage_targets(self):
         return None
 
 
@@ -458,6 +641,7 @@ class SimDatasource(BaseDatasource):
         # a browser refresh never waits for a diagnosis of thousands of nodes.
         self._background = background
         self._warm_step = -1
+        self._samples: list[dict] = []  # counter samples of the last two steps seen (rates)
         self._stop = threading.Event()
         if background:
             self.warm()
@@ -473,6 +657,7 @@ class SimDatasource(BaseDatasource):
         self._memo.get("heatmap:%s:%s:%s:%s" % self.HEATMAP, step, lambda: self._heatmap(*self.HEATMAP))
         snap = self.snapshot()
         self._memo.get("plan", snap.taken_at, lambda: self._plan(snap))
+        self._counters()
         self._warm_step = step
 
     def _warm_loop(self, poll: float = 0.2) -> None:
@@ -620,6 +805,113 @@ class SimDatasource(BaseDatasource):
             return cl.leaves[int(cl.leaf_of[cl.index(node)])]
         except KeyError:
             return ""
+
+    # ---- inventory: the simulated agent's current counters (what its /metrics would show)
+
+    SIM_NOTE = ("The simulator exports no diskstats, filesystem, netdev or GPU topology series "
+                "(gangwatch_gpu_nvlink_peer_info, gangwatch_gpu_topology_info): those are unknown here.")
+
+    def _counters(self) -> tuple[dict, dict | None]:
+        """(this step's sample of the cumulative counters, an earlier step's sample or None): rates
+        come from their difference, as a Prometheus rate() over the agent's counters would."""
+        step = self.sim.steps
+        samples = self._samples
+        if samples and samples[-1]["step"] == step:
+            return samples[-1], samples[0] if len(samples) > 1 else None
+        s = self.sim
+        with self.lock:
+            cur = {"step": s.steps, "t": float(s.t), "ost_write": s.ost_write.sum(axis=0),
+                   "ost_ops": s.ost_read_ops.sum(axis=0) + s.ost_write_ops.sum(axis=0),
+                   "ost_read_ops": s.ost_read_ops.sum(axis=0), "ost_lat": s.ost_read_lat.sum(axis=0),
+                   "mdt_ops": float(s.mdt_ops.sum()), "node_write": s.ost_write.sum(axis=1),
+                   "errors": s.ib_symerr + s.ib_downed}
+        prev = samples[-1] if samples and samples[-1]["t"] < cur["t"] else None
+        self._samples = [prev, cur] if prev is not None else [cur]
+        return cur, prev
+
+    def _rate(self, key: str) -> np.ndarray | float | None:
+        cur, prev = self._counters()
+        if prev is None:
+            return None
+        return (cur[key] - prev[key]) / (cur["t"] - prev["t"])
+
+    def _port(self, i: int, k: int, arrays: dict, node_i: int | None = None) -> Port:
+        """Port k of row i of `arrays` (node_i: the node's index when the arrays hold only its row)."""
+        cl = self.sim.cluster
+        recent = arrays["recent"]
+        n = i if node_i is None else node_i
+        return Port(cl.names[n], f"mlx5_{k}/1", cl.leaves[int(cl.leaf_of[n])], bool(arrays["up"][i, k]),
+                    float(arrays["link"]), float(arrays["tx"][i, k]), float(arrays["wait"][i, k]),
+                    float(arrays["symerr"][i, k]), float(arrays["downed"][i, k]),
+                    None if recent is None else float(recent[i, k]))
+
+    def _port_arrays(self, rows=slice(None)) -> dict:
+        from dashboard.analysis.sim import cluster as C
+
+        s = self.sim
+        with self.lock:
+            arrays = {"tx": s.ib_rate[rows].copy(), "wait": s.ib_wait_rate[rows].copy(), "up": s.ib_up[rows].copy(),
+                      "symerr": s.ib_symerr[rows].copy(), "downed": s.ib_downed[rows].copy()}
+        cur, prev = self._counters()
+        arrays["recent"] = None if prev is None else (cur["errors"] - prev["errors"])[rows]
+        arrays["link"] = C.IB_RATE_BYTES
+        return arrays
+
+    def network(self):
+        return self._memo.get("network", self.sim.steps, self._network)
+
+    def _network(self) -> Network:
+        cl = self.sim.cluster
+        a = self._port_arrays()
+        net = build_network(cl.leaf_of, list(cl.leaves), np.ones(a["tx"].shape, bool), a["tx"], a["wait"],
+                            lambda i, k: self._port(i, k, a), up=a["up"], recent=a["recent"])
+        return Network(net.switches, net.ports, net.total_ports, "Per-switch figures are sums over the switch's "
+                       "nodes' HCA ports (simulated); spine switches are not scraped.")
+
+    def storage_targets(self):
+        return self._memo.get("targets", self.sim.steps, self._targets)
+
+    def _targets(self) -> tuple[Target, ...]:
+        from dashboard.analysis.sim import cluster as C
+
+        s, cl = self.sim, self.sim.cluster
+        cur, prev = self._counters()
+        with self.lock:
+            read = s.ost_rate.sum(axis=0).astype(np.float64)
+            inflight = s.ost_inflight.sum(axis=0).astype(np.float64)
+        write, ops, rops, lat = (self._rate(k) for k in ("ost_write", "ost_ops", "ost_read_ops", "ost_lat"))
+        mdt = self._rate("mdt_ops")
+        n = cl.n  # every simulated client keeps its imports connected (the agent's import_connected is 1)
+        out = []
+        for o, name in enumerate(cl.osts):
+            latency = None if lat is None or not rops[o] else float(lat[o] / rops[o])
+            out.append(Target(C.FS_NAME, name, "OST", float(read[o]), None if write is None else float(write[o]),
+                              None if ops is None else float(ops[o]), latency, float(inflight[o]), n, n))
+        for name in cl.mdts:
+            out.append(Target(C.FS_NAME, name, "MDT", None, None, None if mdt is None else mdt / len(cl.mdts),
+                              None, None, n, n))
+        return tuple(out)
+
+    def node_inventory(self, node):
+        from dashboard.analysis.sim import cluster as C
+
+        s, cl = self.sim, self.sim.cluster
+        try:
+            i = cl.index(node)
+        except KeyError:
+            return None
+        with self.lock:
+            lost = s.gpu_lost[i].copy()
+            util, power, temp = s.util[i].copy(), s.power[i].copy(), s.temp[i].copy()
+            read = float(s.ost_rate[i].sum())
+        gpus = tuple(GpuNow(k) if lost[k] else GpuNow(k, float(util[k]), float(power[k]), float(temp[k]))
+                     for k in range(cl.g))
+        a = self._port_arrays(slice(i, i + 1))
+        ports = tuple(self._port(0, k, a, i) for k in range(cl.g))
+        write = self._rate("node_write")
+        nt = len(cl.osts) + len(cl.mdts)
+        fs = (Mount(C.FS_NAME, "lustre", nt, nt, read, None if write is None else float(write[i])),)
+        return NodeInventory(node, gpus, ports, fs, None, GpuTopology(), self.SIM_NOTE)
 
     # ---- findings
 
@@ -883,6 +1175,86 @@ class WindowSeries:
     def leaf_of(self, node: str) -> str:
         win = self.window()
         return win.leaf_of.get(node, "") if win is not None else ""
+
+    @staticmethod
+    def _last(a: np.ndarray) -> np.ndarray:
+        """The latest column of (... x T), as float64 (NaN where unknown)."""
+        return a[..., -1].astype(np.float64) if a.shape[-1] else np.full(a.shape[:-1], np.nan)
+
+    def gpu_topology(self, node):
+        win = self.window()
+        if win is None:
+            return GpuTopology()
+        peers, numa = win.nvlink_peers.get(node), win.gpu_numa.get(node)
+        return GpuTopology(peers if peers else None, dict(numa) if numa else None)
+
+    def network(self):
+        win = self.window()
+        if win is None or not win.rails or "ib_tx" not in win.rail:
+            return None
+        leaves = sorted(set(win.leaf_of.values()))
+        pos = {lf: k for k, lf in enumerate(leaves)}
+        leaf_idx = np.array([pos.get(win.leaf_of.get(n, ""), -1) for n in win.nodes])
+        valid = np.array([[bool(r) for r in rails] for rails in win.rails])
+        tx = self._last(win.rail["ib_tx"])
+        wait = self._last(win.rail["ib_wait"]) if "ib_wait" in win.rail else np.full(tx.shape, np.nan)
+
+        def port(i, k):
+            node = win.nodes[i]
+            return Port(node, win.rails[i][k], win.leaf_of.get(node, ""), None, None, _num(tx[i, k]), _num(wait[i, k]))
+
+        net = build_network(leaf_idx, leaves, valid, tx, wait, port)
+        return Network(net.switches, net.ports, net.total_ports, "Port state and error counters are not in the metric "
+                       "window: unknown. Per-switch figures are sums over the switch's nodes' ports.")
+
+    def storage_targets(self):
+        win = self.window()
+        if win is None or not win.targets or not win.target:
+            return None
+        got = {k: self._last(a) for k, a in win.target.items()}  # nodes x targets
+
+        def col(key, j, mean=False):
+            a = got.get(key)
+            if a is None or not np.isfinite(a[:, j]).any():
+                return None
+            return float(np.nanmean(a[:, j]) if mean else np.nansum(a[:, j]))
+
+        out = []
+        for j, name in enumerate(win.targets):
+            fs, _, tail = name.rpartition("-")
+            kind = "MDT" if tail.startswith("MDT") else ("OST" if tail.startswith("OST") else "NSD")
+            out.append(Target(fs or name, name, kind, col("read", j), col("write", j), None, col("latency", j, True)))
+        return tuple(out)
+
+    def node_inventory(self, node):
+        win = self.window()
+        if win is None or node not in win.node_index():
+            return None
+        i = win.node_index()[node]
+        gpus = None
+        if win.gpus and "util" in win.gpu:
+            util = self._last(win.gpu["util"][i])
+            power = self._last(win.gpu["power"][i]) if "power" in win.gpu else np.full(util.shape, np.nan)
+            gpus = tuple(GpuNow(g, _num(util[k]), _num(power[k])) for k, g in enumerate(win.gpus[i]) if g >= 0)
+        ports = None
+        if win.rails and "ib_tx" in win.rail:
+            tx = self._last(win.rail["ib_tx"][i])
+            wait = self._last(win.rail["ib_wait"][i]) if "ib_wait" in win.rail else np.full(tx.shape, np.nan)
+            ports = tuple(Port(node, r, win.leaf_of.get(node, ""), None, None, _num(tx[k]), _num(wait[k]))
+                          for k, r in enumerate(win.rails[i]) if r)
+        fs = None
+        if win.targets and "read" in win.target:
+            read = self._last(win.target["read"][i])
+            write = self._last(win.target["write"][i]) if "write" in win.target else np.full(read.shape, np.nan)
+            by_fs: dict[str, list[int]] = {}
+            for j, t in enumerate(win.targets):
+                by_fs.setdefault(t.rpartition("-")[0] or t, []).append(j)
+            fs = tuple(Mount(name, "lustre", len(js), None,
+                             _num(np.nansum(read[js])) if np.isfinite(read[js]).any() else None,
+                             _num(np.nansum(write[js])) if np.isfinite(write[js]).any() else None)
+                       for name, js in sorted(by_fs.items()))
+        return NodeInventory(node, gpus, ports, fs, None, self.gpu_topology(node),
+                             "Disks and local filesystems are not in the metric window: unknown.")
 
 
 # -------------------------------------------------------------------------- live (serve) source

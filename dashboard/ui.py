@@ -56,6 +56,30 @@ def fmt_num(v: float | None, digits: int = 1) -> str:
     return f"{v:,.{digits}f}"
 
 
+UNKNOWN = "unknown"
+
+
+def fmt_known(v: float | None, digits: int = 1, unit: str = "") -> str:
+    """A measured value, or "unknown" where the source has none (never 0)."""
+    if v is None:
+        return UNKNOWN
+    return f"{v:,.{digits}f}" + (f" {unit}" if unit else "")
+
+
+def fmt_si(v: float | None, unit: str) -> str:
+    """Rates in a readable SI unit ("3.2 GB/s", "140 k/s"), or "unknown"."""
+    if v is None:
+        return UNKNOWN
+    for div, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:,.1f} {prefix}{unit}"
+    return f"{v:,.0f} {unit}"
+
+
+def fmt_state(up: bool | None) -> str:
+    return UNKNOWN if up is None else ("active" if up else "down")
+
+
 def card(label: str, value: str, note: str = "", cid: str | None = None) -> html.Div:
     kw = {"id": cid} if cid else {}
     return html.Div([html.Div(label, className="gw-card-label"), html.Div(value, className="gw-card-value"),

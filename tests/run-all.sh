@@ -12,8 +12,9 @@ APT_PACKAGES=(
   prometheus prometheus-node-exporter prometheus-alertmanager
   slurm-wlm slurmdbd slurmrestd slurm-wlm-mysql-plugin slurm-wlm-jwt-plugin munge mariadb-server
   chromium
-  npm
 )
+# npm builds Grafana's dashboard schema; take Debian's only where no npm is on the PATH already.
+command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

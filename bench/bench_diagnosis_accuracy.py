@@ -208,7 +208,7 @@ def report(conf: Counter, title: str) -> dict:
               f"of which jobs that started inside the fault: {born}, recall {born_rec}")
     healthy = sum(v for (r, p), v in conf.items() if r == "healthy")
     fp = sum(v for (r, p), v in conf.items() if r == "healthy" and p in CAUSES)
-    print(f"  false positives on healthy jobs: {fp} of {healthy} = {fp / max(healthy, 1):.4f}")
+    print(f"  false positives on healthy jobs: {fp} of {healthy} = {fp / max(healthy, 1):.3%}")
     out["fp_rate"] = fp / max(healthy, 1)
     return out
 

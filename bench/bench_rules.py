@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Rule evaluation cost: a real Prometheus scraping a simulated cluster, rules/*.yml loaded.
 
-`gangwatch demo --nodes N` serves every virtual node's agent metrics (multi-target,
-`/metrics?target=node0042`) and the slurm-exporter's; Debian's Prometheus 2.42 scrapes all of them
-every `--interval` seconds and evaluates rules/recording.yml and rules/alerts.yml (real `for:`) at
-the same interval, as in production (tests/support/demo_stack.py builds the stack). After warm-up
+`gangwatch demo --nodes N --no-dashboard` serves every virtual node's agent metrics (multi-target,
+`/metrics?target=node0042`), the slurm-exporter's (`/slurm/metrics`) and serve's findings
+(`/metrics`); Debian's Prometheus 2.42 scrapes them with the demo's /sim/prometheus.yml every
+`--interval` seconds and evaluates rules/recording.yml and rules/alerts.yml (real `for:`) at the same
+interval, as in production (tests/support/demo_stack.py builds the stack). Serve's findings are
+scraped only with `--serve` (a diagnosis of all N nodes per scrape would compete with the rules). After warm-up
 the script takes whole evaluation cycles and reads each group's evaluation time from
 /api/v1/rules (the value Prometheus also exports as prometheus_rule_group_last_duration_seconds):
 - while scraping: as in production, ingestion competing for the CPUs;
@@ -16,7 +18,7 @@ Prometheus in the same cycles, is a group of the plain per-node aggregations nod
 dcgm-exporter users typically record; the ratio is what gangwatch's joins and alerts cost beyond
 that. Goal: <= 1 s per cycle at 4,096 nodes (8 GPUs each). Prints the head series count.
 
-Usage: python bench/bench_rules.py [--nodes 4096] [--interval 15] [--cycles 4]
+Usage: python bench/bench_rules.py [--nodes 4096] [--interval 15] [--cycles 4] [--serve]
 Needs: Debian's prometheus; memory roughly 3 KiB per head series (~860 per simulated node with the
 recording rules' output: ~3.5 M series, ~10 GiB at 4,096 nodes).
 """
@@ -88,12 +90,14 @@ def main() -> int:
     ap.add_argument("--interval", type=int, default=15, help="scrape and evaluation interval, seconds")
     ap.add_argument("--cycles", type=int, default=4, help="evaluation cycles measured after warm-up")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--serve", action="store_true", help="also scrape the demo's /metrics (serve's findings)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="gw-bench-rules-"))
     (work / "peer.yml").write_text(yaml.safe_dump(PEER_RULES))
     t0 = time.monotonic()
-    stack = DemoStack(work, nodes=args.nodes, faults="default", with_serve=False, with_alertmanager=False,
+    stack = DemoStack(work, nodes=args.nodes, faults="default", with_serve=args.serve, with_alertmanager=False,
+                      dashboard=False,
                       interval=f"{args.interval}s", for_seconds=None, extra_rules=[work / "peer.yml"], self_scrape=True,
                       scrape_timeout=f"{args.interval}s")
     try:

@@ -20,10 +20,12 @@ import json
 import os
 import re
 import threading
+from typing import Callable
+from urllib.parse import urlsplit
 
 import dash
-from dash import Input, Output, State, dcc, html
-from flask import Response, request
+from dash import Input, Output, State, dcc, html, no_update
+from flask import Response, has_request_context, request
 
 from dashboard import ids, ui
 from dashboard.datasource import Datasource, fmt_age
@@ -44,6 +46,9 @@ ROUTES = [
 NAV = [("Overview", "/", overview), ("Jobs", "/jobs", jobs), ("Nodes", "/nodes", nodes), ("Queue", "/queue", queue),
        ("Storage", "/storage", storage), ("Network", "/network", network)]
 PAGES = [overview, jobs, job, nodes, node, queue, storage, network]
+# what dcc loads on demand once a graph mounts, as it names them (window._dashPlotlyJSURL, its graph chunk)
+PLOTLY_JS = "plotly/package_data/plotly.min.js"
+GRAPH_CHUNK = "dash/dcc/async-graph.js"
 COMPRESSIBLE = ("text/", "application/json", "application/javascript")
 
 
@@ -74,9 +79,23 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
     ds = datasource
     app = dash.Dash(__name__, requests_pathname_prefix=prefix, routes_pathname_prefix=prefix, assets_folder=ASSETS,
                     suppress_callback_exceptions=True, update_title=None, title=title, serve_locally=True)
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}" + early_scripts(prefix), 1)
     ctx = ui.Ctx(app.get_relative_path)
 
+    def first_page():
+        """The page the browser is opening, rendered into the layout itself, so the first view needs
+        no callback round trip. `/_dash-layout` is requested by the page: its Referer names the
+        page's path. None (the router's callback renders it) when there is no such request."""
+        if not has_request_context() or not request.referrer:
+            return None, None
+        path = urlsplit(request.referrer).path
+        if not (path + "/").startswith(prefix):
+            return None, None
+        path = path[len(prefix):].strip("/")
+        return path, render_page(ds, ctx, path)
+
     def shell():
+        path, page = first_page()
         st = ds.status()
         links = [dcc.Link(label, href=app.get_relative_path(href), className="gw-nav-link")
                  for label, href, module in NAV if available(module, ds)]
@@ -94,14 +113,16 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
                          html.Button("◐ theme", id=ids.THEME_TOGGLE, className="gw-theme-toggle", n_clicks=0,
                                      title="Switch between light and dark")], className="gw-header"),
             html.Div(_banner(st), id=ids.BANNER),
-            html.Main(id=ids.PAGE, className="gw-main"),
+            dcc.Store(id=ids.RENDERED, data=path),
+            html.Main(page, id=ids.PAGE, className="gw-main"),
         ], className="gw-shell")
 
     app.layout = shell
 
-    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), State(ids.THEME, "data"))
-    def route(pathname, theme):
-        return render_page(ds, ctx.with_theme(theme), app.strip_relative_path(pathname or prefix) or "")
+    @app.callback(Output(ids.PAGE, "children"), Output(ids.RENDERED, "data"), Input(ids.URL, "pathname"),
+                  State(ids.THEME, "data"), State(ids.RENDERED, "data"))
+    def route(pathname, theme, rendered):
+        return route_page(ds, ctx.with_theme(theme), app.strip_relative_path(pathname or prefix) or "", rendered)
 
     @app.callback(Output(ids.AGE, "children"), Output(ids.BANNER, "children"), Input(ids.REFRESH, "n_intervals"),
                   prevent_initial_call=True)
@@ -123,6 +144,28 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
     _add_endpoints(app, ds, prefix, extra_routes or {})
     _add_http_hooks(app, web_config)
     return app
+
+
+def early_scripts(prefix: str) -> str:
+    """Head tags that take plotly.js's download off the first load's critical path.
+
+    dcc fetches plotly.js (4.8 MB) and its graph chunk only once a graph mounts, after the layout
+    arrived: a serial download. Preloading them fetches them beside the other bundles, without
+    running them (evaluating plotly.js is ~1 s of main thread here, the largest single cost of a
+    first load: the Overview's first view is an image of the heatmap for that reason, and the
+    figure follows); dcc's script tags then find them in the preload cache. (Dash's
+    eager_loading would also run MathJax, the date picker...: 3 MB more to parse.)"""
+    suites = f"{prefix}_dash-component-suites/"
+    return "".join(f'<link rel="preload" as="script" href="{suites}{path}">' for path in (PLOTLY_JS, GRAPH_CHUNK))
+
+
+def route_page(ds: Datasource, ctx: ui.Ctx, path: str, rendered: str | None):
+    """The router: (page, path now shown). Nothing to send when the layout already holds this
+    path's page (the first view, rendered on the server; its figures follow the theme through
+    their own callbacks)."""
+    if rendered is not None and path.strip("/") == rendered:
+        return no_update, no_update
+    return render_page(ds, ctx, path), path.strip("/")
 
 
 def render_page(ds: Datasource, ctx: ui.Ctx, path: str):
@@ -185,8 +228,9 @@ def findings_families(ds: Datasource) -> list:
 
 def _metrics_text(ds: Datasource) -> str:
     from collectors.exposition import encode
+    from dashboard.findings_api import backfill_families
 
-    return encode(findings_families(ds) + serve_families(ds))
+    return encode(findings_families(ds) + backfill_families(ds.backfill()) + serve_families(ds))
 
 
 def _add_endpoints(app: dash.Dash, ds: Datasource, prefix: str, extra: dict) -> None:
@@ -230,19 +274,56 @@ def _adapt(handler):
     return view
 
 
+class _StaticGzip:
+    """Compressed bodies of the static bundles, made once per process and shared by every app in
+    it (tests and the benchmark build several): the URL names the content (fingerprinted, or
+    plotly.js of the installed package). A request that finds a compression under way waits for
+    it rather than compressing the same 4.8 MB again."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._bodies: dict[str, bytes] = {}
+        self._busy: dict[str, threading.Lock] = {}
+
+    def get(self, key: str, data: Callable[[], bytes]) -> bytes:
+        with self._lock:
+            body = self._bodies.get(key)
+            if body is not None:
+                return body
+            busy = self._busy.setdefault(key, threading.Lock())
+        with busy:
+            with self._lock:
+                body = self._bodies.get(key)
+            if body is None:
+                body = gzip.compress(data(), 9)
+                with self._lock:
+                    self._bodies[key] = body
+        return body
+
+
+STATIC_GZIP = _StaticGzip()
+
+
+def _read(path: str) -> Callable[[], bytes]:
+    def read() -> bytes:
+        with open(path, "rb") as fh:
+            return fh.read()
+    return read
+
+
 def _add_http_hooks(app: dash.Dash, web_config) -> None:
     server = app.server
-    cache: dict[str, bytes] = {}
-    lock = threading.Lock()
     prefix = app.config.routes_pathname_prefix
 
-    def precompress():  # the plotly bundle takes ~0.1-0.7 s to gzip: not on a user's first load
+    def precompress():  # plotly.js takes ~0.3-1 s to compress: at start, not on a user's first load
+        import plotly
+
+        bundle = os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js")
+        if os.path.exists(bundle):
+            STATIC_GZIP.get(f"{prefix}_dash-component-suites/{PLOTLY_JS}", _read(bundle))
         for name in sorted(os.listdir(ASSETS)):
             if name.endswith((".js", ".css")):
-                with open(os.path.join(ASSETS, name), "rb") as fh:
-                    body = gzip.compress(fh.read(), 6)
-                with lock:
-                    cache.setdefault(f"{prefix}assets/{name}", body)
+                STATIC_GZIP.get(f"{prefix}assets/{name}", _read(os.path.join(ASSETS, name)))
 
     threading.Thread(target=precompress, name="gangwatch-gzip-assets", daemon=True).start()
 
@@ -272,12 +353,7 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
         if len(data) < 1024:
             return resp
         if static:
-            with lock:  # fingerprinted URLs: the path alone names the content within one process
-                body = cache.get(request.path)
-            if body is None:
-                body = gzip.compress(data, 6)
-                with lock:
-                    cache[request.path] = body
+            body = STATIC_GZIP.get(request.path, lambda: data)
         else:
             body = gzip.compress(data, 5)
         resp.set_data(body)

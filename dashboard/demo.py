@@ -8,20 +8,24 @@ background thread advances it by one 15 s step every 15/`--speed` real seconds. 
 |---|---|
 | `/` and the pages below it | the dashboard (dashboard/app.py) over the simulator; every page says SIMULATED |
 | `/api/v1/findings`, `/api/v1/backfill` | the dashboard's findings and backfill plan, as for `serve` |
-| `/findings/metrics` | the findings as metrics (what `serve` has on `/metrics`) |
-| `/metrics` | the cluster-level series `gangwatch slurm-exporter` would serve, plus `gangwatch_sim_*` |
+| `/metrics` | what `serve` has on `/metrics`: the findings as metrics, the backfill plan's `gangwatch_backfill_*` and (with the dashboard) `gangwatch_serve_*` |
 | `/metrics?target=node0042` | that virtual node's agent `/metrics` (multi-target, as the blackbox exporter) |
+| `/slurm/metrics` | what `gangwatch slurm-exporter` would serve for the cluster, plus `gangwatch_slurm_node_switch_info` (the simulated fabric) and `gangwatch_sim_*` |
 | `/api/v1/snapshot` | the simulated scheduler as the slurm-exporter's snapshot JSON |
 | `/api/v1/sim/faults` | ground truth of every injected fault (kind, cause, culprit, window, nodes, jobs) |
 | `/sim/` | a plain page about the simulation, linking these endpoints |
-| `/sim/prometheus.yml` | a Prometheus scrape config for every virtual node and the cluster endpoint |
+| `/sim/prometheus.yml` | a Prometheus scrape config with rules/alerts.yml's job names: gangwatch-agent (every virtual node), gangwatch-slurm, gangwatch-serve |
 | `/sim/topology.conf` | the InfiniBand tree in Slurm's topology.conf syntax |
 | `/healthz` | 200 and the age of each source |
 
-Why `/metrics` is the simulated exporter's, not the findings (as on `serve`): the demo stands in for
-a site's agents and slurm-exporter, so a Prometheus (and a separate `serve`) can scrape it as it would
-scrape them; the findings stay available at `/findings/metrics`. `--no-dashboard` serves only the
-simulator's endpoints (lighter, no Dash), with the `/sim/` page at `/` as well.
+The demo is `serve` on a simulated cluster, so `/metrics` is serve's (ARCHITECTURE.md); the agents
+it stands in for answer on the same path with `?target=` and the slurm-exporter on `/slurm/metrics`,
+so one Prometheus scrapes all three as a site scrapes its agents, exporter and serve. The findings
+come from the diagnosis over the simulation's own history, in simulated time: `--speed` does not
+distort them (rates an external Prometheus computes are `--speed` times too high, though).
+`--no-dashboard` serves the simulator's endpoints and `/metrics` without Dash (lighter), computing
+the findings and the backfill plan at most once per simulated step when scraped, with the `/sim/`
+page at `/` as well.
 
 Privileges: none. Failure modes: an unknown `target` answers 404; a node under a `scrape_hang` or
 `scrape_slow` fault answers after its delay (that is the point); `--trace` that cannot be read, or
@@ -40,13 +44,15 @@ import sys
 import threading
 import time
 
-from collectors.exposition import encode
+from collectors.exposition import Family, encode
 from collectors.web import (Request, Response, WebConfig, WebConfigError, accepts_gzip, make_server,
                             serve_forever)
 from dashboard.analysis.sim import SimConfig, Simulation
 from dashboard.analysis.sim.faults import KINDS
 from dashboard.analysis.sim.render import NodeRenderer
 from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
+from dashboard.findings_api import backfill_families, simulation_diagnosis, switch_families
+from dashboard.findings_api import findings_families as diagnosis_families
 
 DEFAULT_LISTEN = "127.0.0.1:8050"
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -69,6 +75,10 @@ class Demo:
         self._sleep = sleep
         self._stop = threading.Event()
         self.public_address = DEFAULT_LISTEN
+        # serve's /metrics text; build_dashboard() replaces it with the dashboard's own
+        self.serve_metrics = self._sim_serve_metrics
+        self._serve_lock = threading.Lock()  # one diagnosis at a time, outside the simulation's lock
+        self._serve_body = (-1, b"")
 
     # ---- the clock
 
@@ -120,7 +130,8 @@ class Demo:
 
     def sim_routes(self) -> dict:
         """The simulator's own endpoints (mounted beside the dashboard, or alone)."""
-        return {"/sim/": self.landing, "/metrics": self.metrics, "/api/v1/snapshot": self.api_snapshot,
+        return {"/sim/": self.landing, "/metrics": self.metrics, "/slurm/metrics": self.slurm_metrics,
+                "/api/v1/snapshot": self.api_snapshot,
                 "/api/v1/sim/faults": self.api_faults, "/sim/prometheus.yml": self.prometheus_yml,
                 "/sim/topology.conf": self.topology}
 
@@ -142,10 +153,34 @@ class Demo:
                 body = self.renderer.render(i)
             data = body.encode()
         else:
-            data = self._cached("metrics", lambda: encode(exporter_families(self.sim, self.snapshot())).encode())
-        if accepts_gzip(req.headers.get("accept-encoding", "")):
-            return 200, TEXT, gzip.compress(data, 1), {"Content-Encoding": "gzip"}
-        return 200, TEXT, data, {}
+            data = self.serve_metrics()
+        return _text(req, data)
+
+    def slurm_metrics(self, req: Request) -> Response:
+        return _text(req, self._cached("slurm", lambda: encode(self.slurm_families()).encode()))
+
+    def slurm_families(self) -> list[Family]:
+        cl = self.sim.cluster
+        leaf_of = {n: cl.leaves[int(cl.leaf_of[i])] for i, n in enumerate(cl.names)}
+        return exporter_families(self.sim, self.snapshot()) + switch_families(leaf_of)
+
+    def _sim_serve_metrics(self) -> bytes:
+        """Without the dashboard: the diagnosis over the simulation's own window and the backfill
+        plan of its snapshot, computed at most once per simulated step."""
+        from dashboard.analysis.planner import plan
+        from dashboard.analysis.snapshot_to_planner import snapshot_to_planner
+
+        with self._serve_lock:
+            with self.lock:
+                step, snap = self.sim.steps, self.snapshot()
+            if self._serve_body[0] != step:
+                fams = diagnosis_families(simulation_diagnosis(self.sim, snap, self.lock))
+                try:
+                    fams += backfill_families(plan(snapshot_to_planner(snap, snap.taken_at)))
+                except Exception:  # the planner must not take the findings down
+                    log.exception("backfill planner failed")
+                self._serve_body = (step, encode(fams).encode())
+            return self._serve_body[1]
 
     def api_snapshot(self, req: Request) -> Response:
         return 200, JSON, self._cached("snapshot", lambda: self.snapshot().to_json(now=self.sim.t).encode()), {}
@@ -177,14 +212,14 @@ class Demo:
         e = html.escape
         workload = sim.cfg.trace or "model fitted to the Microsoft ITP 2021 trace"
         links = [("/", "the dashboard")] if self.dashboard else []
-        links += [("/metrics", "cluster metrics (simulated slurm-exporter)"),
+        links += [("/metrics", "findings as metrics (what serve exports)"),
+                 ("/slurm/metrics", "cluster metrics (simulated slurm-exporter)"),
                  (f"/metrics?target={first}", f"agent metrics of {first} (any node: ?target=NAME)"),
                  ("/api/v1/snapshot", "scheduler snapshot (JSON)"), ("/api/v1/sim/faults", "injected faults, ground truth (JSON)"),
                  ("/sim/prometheus.yml", "Prometheus scrape config for every virtual node"),
                  ("/sim/topology.conf", "InfiniBand topology (Slurm topology.conf)"), ("/healthz", "health")]
         if self.dashboard:
-            links += [("/api/v1/findings", "findings (JSON)"), ("/findings/metrics", "findings as metrics"),
-                      ("/api/v1/backfill", "backfill plan (JSON)")]
+            links += [("/api/v1/findings", "findings (JSON)"), ("/api/v1/backfill", "backfill plan (JSON)")]
         items = "".join(f'<li><a href="{e(h, quote=True)}">{e(text)}</a></li>' for h, text in links)
         page = (
             "<!doctype html><html><head><meta charset='utf-8'><title>gangwatch demo: SIMULATED cluster</title></head>"
@@ -204,32 +239,43 @@ def build_dashboard(demo: Demo, web_config: WebConfig | None = None, refresh_sec
     from dashboard.datasource import SimDatasource
 
     ds = SimDatasource(demo.sim, lock=demo.lock, snapshot_fn=demo.snapshot, background=True)
-
-    def findings_metrics(req: Request) -> Response:
-        return 200, TEXT, encode(findings_families(ds) + serve_families(ds)).encode(), {}
-
-    extra = {**demo.sim_routes(), "/findings/metrics": findings_metrics}
-    app = build_app(ds, refresh_seconds=refresh_seconds, web_config=web_config, extra_routes=extra,
+    # serve's /metrics over the dashboard's datasource (precomputed after each step in the background)
+    demo.serve_metrics = lambda: encode(findings_families(ds) + backfill_families(ds.backfill())
+                                        + serve_families(ds)).encode()
+    app = build_app(ds, refresh_seconds=refresh_seconds, web_config=web_config, extra_routes=demo.sim_routes(),
                     title="gangwatch demo (SIMULATED)")
     demo.dashboard = True
     return app, ds
 
 
 def prometheus_config(names: list[str], address: str) -> str:
-    """A scrape config for the demo: the cluster endpoint and every node through ?target=."""
+    """A scrape config for the demo under the job names rules/alerts.yml expects: every node through
+    ?target= (with `node` = the node name, as rules/prometheus.example.yml sets it for real agents),
+    the simulated slurm-exporter, and the demo's own /metrics as serve's."""
     targets = ", ".join(f"'{n}'" for n in names)
     return f"""# Scrape config for `gangwatch demo` at {address} (a SIMULATED cluster).
 scrape_configs:
-  - job_name: gangwatch-demo-slurm
-    static_configs: [{{targets: ['{address}']}}]
-  - job_name: gangwatch-demo-agent
+  - job_name: gangwatch-agent
     metrics_path: /metrics
     static_configs: [{{targets: [{targets}]}}]
     relabel_configs:
       - {{source_labels: [__address__], target_label: __param_target}}
       - {{source_labels: [__param_target], target_label: instance}}
+      - {{source_labels: [__param_target], target_label: node}}
       - {{target_label: __address__, replacement: '{address}'}}
+  - job_name: gangwatch-slurm
+    metrics_path: /slurm/metrics
+    static_configs: [{{targets: ['{address}']}}]
+  - job_name: gangwatch-serve
+    metrics_path: /metrics
+    static_configs: [{{targets: ['{address}']}}]
 """
+
+
+def _text(req: Request, data: bytes) -> Response:
+    if accepts_gzip(req.headers.get("accept-encoding", "")):
+        return 200, TEXT, gzip.compress(data, 1), {"Content-Encoding": "gzip"}
+    return 200, TEXT, data, {}
 
 
 def build_parser() -> argparse.ArgumentParser:

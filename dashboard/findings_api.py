@@ -3,7 +3,12 @@
 `serve` (built elsewhere) mounts these: `findings_json(diag)` -> bytes for `/api/v1/findings`,
 `findings_metrics(diag)` -> bytes in the Prometheus text format for `/metrics`, so Alertmanager
 can route findings. `findings_for_simulation(sim)` runs the diagnosis over the simulator's history
-(used by dashboard/datasource.py in demo mode).
+(used by dashboard/datasource.py in demo mode); `simulation_diagnosis(sim, snap)` is the same as a
+`Diagnosis` (what `gangwatch demo --no-dashboard` exports on `/metrics`).
+`backfill_families(plan)` turns serve's backfill plan into the per-partition series the BackfillHole
+alert reads; `switch_families(leaf_of)` is the node -> leaf switch map the switch:* recording rules
+join on (today from the demo's simulated fabric; for a real cluster it would come from Slurm's
+topology.conf, read by dashboard/analysis/topology.py, but no exporter serves it yet).
 
 Metrics (one series per judged job; jobs not judged are left out, never reported as 0):
 
@@ -18,11 +23,19 @@ Metrics (one series per judged job; jobs not judged are left out, never reported
 | `gangwatch_incident_jobs` | culprit, culprit_kind, cause | jobs in the incident |
 | `gangwatch_diagnosis_jobs` | state | jobs per verdict state |
 | `gangwatch_diagnosis_timestamp_seconds` | | end of the window judged |
+| `gangwatch_backfill_startable_jobs` | partition | pending jobs the backfill plan can start now (by priority or backfill) |
+| `gangwatch_backfill_idle_gpus` | partition | GPUs free now in the plan's windows (before the startable jobs take them) |
+| `gangwatch_slurm_node_switch_info` | node, switch | the leaf switch a node hangs off; value 1 |
+
+A partition the plan does not know (no snapshot, or the planner failed) has no backfill series.
 """
 
 from __future__ import annotations
 
 import json
+
+from contextlib import nullcontext
+from typing import Mapping
 
 from collectors.exposition import COUNTER, GAUGE, Family, encode
 
@@ -80,10 +93,44 @@ def findings_metrics(diag: Diagnosis) -> bytes:
     return text.encode() if isinstance(text, str) else text
 
 
-def findings_for_simulation(sim) -> dict:
-    """The diagnosis over a running `Simulation`'s in-memory history (demo mode), as findings JSON."""
+def backfill_families(plan) -> list[Family]:
+    """Per partition of a `dashboard.analysis.planner.BackfillPlan` (None: no plan, no series): the
+    jobs it can start now and the GPUs free now in its windows (windows of one partition are
+    disjoint groups of nodes, so their GPUs add up)."""
+    startable = Family("gangwatch_backfill_startable_jobs", GAUGE,
+                       "Pending jobs the backfill plan can start now without delaying the top job, per partition.")
+    idle = Family("gangwatch_backfill_idle_gpus", GAUGE,
+                  "GPUs free now in the partition's backfill windows, before the startable jobs take them.")
+    for p in getattr(plan, "partitions", ()) or ():
+        if not p.exists:
+            continue
+        startable.add(len(p.startable), partition=p.name)
+        idle.add(sum(w.nodes * w.gpus_per_node for w in p.windows), partition=p.name)
+    return [startable, idle]
+
+
+def switch_families(leaf_of: Mapping[str, str]) -> list[Family]:
+    """`{node: leaf switch}` (topology.conf's tree, or the simulator's fabric) as info series."""
+    info = Family("gangwatch_slurm_node_switch_info", GAUGE,
+                  "The InfiniBand leaf switch a node is cabled to (Slurm topology/tree); value 1.")
+    for node, switch in sorted(leaf_of.items()):
+        if node and switch:
+            info.add(1, node=node, switch=switch)
+    return [info]
+
+
+def simulation_diagnosis(sim, snap=None, lock=None) -> Diagnosis:
+    """The diagnosis over a running `Simulation`'s in-memory history (demo mode). Only the window's
+    copy is taken under `lock` (the simulation's); the diagnosis itself runs outside it."""
     from dashboard.analysis.sim.slurm_view import build_snapshot
     from dashboard.sources.simulated import window_from_history
 
-    snap = build_snapshot(sim)
-    return diagnose(window_from_history(sim), [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")]).to_json()
+    with lock if lock is not None else nullcontext():
+        snap = build_snapshot(sim) if snap is None else snap
+        win = window_from_history(sim)
+    return diagnose(win, [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")])
+
+
+def findings_for_simulation(sim) -> dict:
+    """The diagnosis over a running `Simulation`'s in-memory history (demo mode), as findings JSON."""
+    return simulation_diagnosis(sim).to_json()

@@ -12,11 +12,13 @@ BANNER = "app-banner"
 AGE = "app-data-age"
 SIM_BADGE = "app-sim-badge"
 NAV = "app-nav"
+RENDERED = "app-rendered"  # the path whose page the layout holds (rendered on the server)
 
 # ---- overview
 OV_CARDS = "overview-cards"
 OV_INCIDENTS = "overview-incidents"
 OV_HEATMAP = "overview-heatmap"
+OV_HEATMAP_BOX = "overview-heatmap-box"  # holds the image preview, then the interactive figure
 OV_FLAGGED = "overview-flagged"
 OV_VERSION = "overview-version"
 OV_HEATMAP_VERSION = "overview-heatmap-version"
@@ -49,6 +51,11 @@ NODE_NAME = "node-name"
 NODE_SUMMARY = "node-summary"
 NODE_JOBS = "node-jobs"
 NODE_GRAPHS = "node-graphs"
+NODE_INVENTORY = "node-inventory"
+NODE_GPUS = "node-gpus"
+NODE_PORTS = "node-ports"
+NODE_FILESYSTEMS = "node-filesystems"
+NODE_DISKS = "node-disks"
 
 # ---- queue
 QUEUE_PLAN = "queue-plan"
@@ -64,3 +71,7 @@ STORAGE_HEATMAP = "storage-heatmap"
 STORAGE_TOP = "storage-top"
 NETWORK_HEATMAP = "network-heatmap"
 NETWORK_GANGS = "network-gangs"
+NETWORK_TABLES = "network-tables"
+NETWORK_SWITCHES = "network-switches"
+NETWORK_PORTS = "network-ports"
+STORAGE_TARGETS = "storage-targets"

@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+import yaml
 
 from collectors.exposition import iter_samples
 from collectors.slurm.model import Snapshot
@@ -54,12 +55,17 @@ def test_endpoints(served):
     demo, base = served(nodes=8, trace=None)
     status, ctype, page = get(base + "/")
     assert status == 200 and "text/html" in ctype and "SIMULATED" in page
-    assert 'href="/metrics?target=node0001"' in page
-    status, _, text = get(base + "/metrics")
-    names = {n for n, _, _ in iter_samples(text)}
+    assert 'href="/metrics?target=node0001"' in page and 'href="/slurm/metrics"' in page
+    status, _, text = get(base + "/slurm/metrics")
+    samples = list(iter_samples(text))
+    names = {n for n, _, _ in samples}
     assert {"gangwatch_slurm_node_gpus", "gangwatch_slurm_job_node_gpus", "gangwatch_sim_info", "gangwatch_slurm_up"} <= names
-    node_gpus = [(lbl["node"], v) for n, lbl, v in iter_samples(text) if n == "gangwatch_slurm_node_gpus"]
+    node_gpus = [(lbl["node"], v) for n, lbl, v in samples if n == "gangwatch_slurm_node_gpus"]
     assert sorted(node_gpus) == [(f"node{i:04d}", 8.0) for i in range(1, 9)]
+    # the simulated fabric, as in /sim/topology.conf: 8 nodes under one leaf
+    switch = sorted((lbl["node"], lbl["switch"], v) for n, lbl, v in samples if n == "gangwatch_slurm_node_switch_info")
+    assert switch == [(f"node{i:04d}", "leaf00", 1.0) for i in range(1, 9)]
+    assert get(base + "/findings/metrics")[0] == 404
     status, ctype, text = get(base + "/metrics?target=node0005")
     assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
     gpus = {lbl["gpu"] for n, lbl, _ in iter_samples(text) if n == "gangwatch_gpu_utilization_ratio"}
@@ -77,6 +83,43 @@ def test_endpoints(served):
     assert demo.sim.t == before + 30 and Snapshot.from_json(get(base + "/api/v1/snapshot")[2]).taken_at == before + 30
 
 
+def test_metrics_without_dashboard_are_serves_findings(served):
+    """--no-dashboard: /metrics is what serve exports, from the demo's own diagnosis and backfill
+    plan, computed once per simulated step; every running job is judged or counted."""
+    demo, base = served(nodes=8, faults="default")
+    status, ctype, text = get(base + "/metrics")
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    samples = list(iter_samples(text))
+    names = {n for n, _, _ in samples}
+    assert {"gangwatch_job_stalled", "gangwatch_job_verdict_info", "gangwatch_diagnosis_jobs",
+            "gangwatch_backfill_startable_jobs", "gangwatch_backfill_idle_gpus"} <= names
+    assert not any(n.startswith(("gangwatch_slurm_", "gangwatch_gpu_")) for n in names)
+    judged = sum(v for n, _, v in samples if n == "gangwatch_diagnosis_jobs")
+    assert judged == len(demo.sim.running)
+    parts = {lbl["partition"] for n, lbl, _ in samples if n == "gangwatch_backfill_idle_gpus"}
+    assert parts == {p.name for p in demo.snapshot().partitions}
+    assert get(base + "/metrics")[2] == text  # cached within a step
+    demo.advance()
+    assert get(base + "/metrics")[2] != text
+
+
+def test_backfill_and_switch_families():
+    from collectors.exposition import encode
+    from dashboard.analysis.planner import BackfillPlan, PartitionPlan, Startable, Window
+    from dashboard.findings_api import backfill_families, switch_families
+
+    part = PartitionPlan("gpu", True, 4, 3, None, (Window(2, 8, 64, None, "n[1-2]"), Window(1, 4, 32, T0, "n3")),
+                         (Startable("7", ("n1",), T0 + 60, "backfill"),), ())
+    gone = PartitionPlan("old", False, 0, 0, None, (), (), ())
+    text = encode(backfill_families(BackfillPlan(T0, (part, gone))) + switch_families({"n1": "leaf0", "n2": ""}))
+    got = {(n, tuple(sorted(lbl.items()))): v for n, lbl, v in iter_samples(text)}
+    assert got == {("gangwatch_backfill_startable_jobs", (("partition", "gpu"),)): 1.0,
+                   ("gangwatch_backfill_idle_gpus", (("partition", "gpu"),)): 20.0,
+                   ("gangwatch_slurm_node_switch_info", (("node", "n1"), ("switch", "leaf0"))): 1.0}
+    # no plan: no series (unknown is not zero)
+    assert not list(iter_samples(encode(backfill_families(None))))
+
+
 def test_dashboard_is_mounted_with_the_simulator_endpoints_beside_it():
     sim = Simulation(SimConfig(nodes=8, seed=1, start=T0, history_seconds=900, faults="default"))
     demo = Demo(sim, speed=0)
@@ -86,13 +129,17 @@ def test_dashboard_is_mounted_with_the_simulator_endpoints_beside_it():
         page = client.get("/")
         assert page.status_code == 200 and "SIMULATED" in page.get_data(as_text=True)
         assert "SIMULATED" in client.get("/_dash-layout").get_data(as_text=True)  # the badge on every page
-        # /metrics stays the simulated exporter's (a Prometheus scrapes the demo as a site's exporters)
+        # /metrics is serve's (findings, backfill, serve's own health); the exporter is on /slurm/metrics
         names = {n for n, _, _ in iter_samples(client.get("/metrics").get_data(as_text=True))}
-        assert "gangwatch_slurm_node_gpus" in names
+        assert {"gangwatch_job_stalled", "gangwatch_backfill_idle_gpus", "gangwatch_serve_info"} <= names
+        assert not any(n.startswith("gangwatch_slurm_") for n in names)
+        slurm = {n for n, _, _ in iter_samples(client.get("/slurm/metrics").get_data(as_text=True))}
+        assert {"gangwatch_slurm_node_gpus", "gangwatch_slurm_node_switch_info"} <= slurm
         node = client.get("/metrics?target=node0002").get_data(as_text=True)
         assert 'gangwatch_gpu_utilization_ratio{gpu="7"}' in node
         assert client.get("/metrics?target=nope").status_code == 404
-        assert client.get("/findings/metrics").status_code == 200
+        # gone: the path falls through to the dashboard's pages (Dash answers any path with its shell)
+        assert "gangwatch_job_stalled" not in client.get("/findings/metrics").get_data(as_text=True)
         assert client.get("/api/v1/findings").status_code == 200
         assert Snapshot.from_json(client.get("/api/v1/snapshot").get_data()).source == "simulator"
         assert json.loads(client.get("/healthz").get_data())["simulated"] is True
@@ -100,6 +147,8 @@ def test_dashboard_is_mounted_with_the_simulator_endpoints_beside_it():
         assert "SIMULATED" in sim_page and 'href="/"' in sim_page
         yml = client.get("/sim/prometheus.yml", headers={"Host": "demo.example:8050"}).get_data(as_text=True)
         assert "replacement: 'demo.example:8050'" in yml
+        assert [c["job_name"] for c in yaml.safe_load(yml)["scrape_configs"]] == \
+            ["gangwatch-agent", "gangwatch-slurm", "gangwatch-serve"]
     finally:
         ds.close()
 
@@ -167,7 +216,7 @@ def test_real_prometheus_scrapes_every_virtual_node(served, tmp_path):
         up: dict[str, float] = {}
         deadline = time.monotonic() + 40  # the first scrape comes ~5 s after start
         while time.monotonic() < deadline:
-            res = _query(port, 'up{job="gangwatch-demo-agent"}')
+            res = _query(port, 'up{job="gangwatch-agent"}')
             up = {r["metric"]["instance"]: float(r["value"][1]) for r in res}
             if len(up) == 17 and sum(up.values()) == 16:
                 break
@@ -177,7 +226,9 @@ def test_real_prometheus_scrapes_every_virtual_node(served, tmp_path):
         # the scraped series carry the agent's names, one per GPU of every node
         res = _query(port, 'count by (instance) (gangwatch_gpu_utilization_ratio)')
         assert {r["metric"]["instance"]: r["value"][1] for r in res} == {f"node{i:04d}": "8" for i in range(1, 17)}
-        assert _query(port, 'gangwatch_slurm_up{job="gangwatch-demo-slurm"}')[0]["value"][1] == "1"
+        assert _query(port, 'gangwatch_slurm_up{job="gangwatch-slurm"}')[0]["value"][1] == "1"
+        # the agent series carry `node` = the node name, as the rules join them with Slurm's
+        assert {r["metric"]["node"] for r in _query(port, 'gangwatch_gpu_info{gpu="0"}')} >= {"node0001", "node0016"}
     finally:
         proc.terminate()
         try:

@@ -59,20 +59,27 @@ def evidence(v, ctx: ui.Ctx):
 def placement(ds: Datasource, j, ctx: ui.Ctx):
     leaf_of = getattr(ds, "leaf_of", None)
     allocs = {a.node: a for a in j.allocations}
-    rows, leaves = [], set()
+    rows, leaves, known = [], set(), 0
     for n in j.nodes:
         a = allocs.get(n)
         leaf = leaf_of(n) if leaf_of else ""
         leaves.add(leaf)
-        rows.append([ui.node_link(ctx, n), leaf or "—", ", ".join(map(str, a.gpu_indices)) if a and a.gpu_indices else "—",
-                     str(a.cpus) if a and a.cpus else "—"])
+        gpus = a.gpu_indices if a else ()
+        topo = ds.gpu_topology(n)
+        known += topo.known
+        rows.append([ui.node_link(ctx, n), leaf or ui.UNKNOWN, ", ".join(map(str, gpus)) if gpus else ui.UNKNOWN,
+                     topo.describe(gpus) if gpus else ui.UNKNOWN, str(a.cpus) if a and a.cpus else ui.UNKNOWN])
     note = f"{len(j.nodes)} nodes on {len(leaves - {''})} leaf switch(es)." if leaf_of else ""
+    if known < len(j.nodes):
+        note += (" GPU topology unknown" + (f" on {len(j.nodes) - known} of {len(j.nodes)} nodes" if known else "")
+                 + ": the metric source has no gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_topology_info series.")
     v = ds.findings().verdict(str(j.job_id))
     found = ui.table(["finding", "node", "detail", "expected cost"], [[k.replace("_", " "), n, d, c]
                                                                       for k, n, d, c in (v.placement if v else ())],
                      empty="No placement findings.")
     return html.Div([html.P(note, className="gw-muted"),
-                     ui.table(["node", "leaf switch", "GPUs", "CPUs"], rows, empty="No nodes allocated."),
+                     ui.table(["node", "leaf switch", "GPUs", "GPU topology (NVLink, NUMA)", "CPUs"], rows,
+                              empty="No nodes allocated."),
                      html.H4("Placement findings"), found])
 
 

@@ -1,6 +1,8 @@
-"""Network (`/network`): InfiniBand congestion per leaf switch over the last hour (transmit wait,
-summed over the switch's nodes), and the gangs spanning the congested switches. Linked only where
-a metric source provides per-port series."""
+"""Network (`/network`): per leaf switch now (ports, ports down, transmit throughput, transmit wait
+= congestion, new errors), the ports worth a look (most congested, down, with new errors), the
+congestion per leaf switch over the last hour (transmit wait summed over the switch's nodes), and
+the gangs spanning the congested switches. "unknown" where the source has no series. Linked only
+where a metric source provides per-port series."""
 
 from __future__ import annotations
 
@@ -47,8 +49,35 @@ def gangs(ds: Datasource, ctx: ui.Ctx):
                               empty="No gang spans the congested switches.")])
 
 
+def switches(ds: Datasource, ctx: ui.Ctx):
+    net = ds.network()
+    if net is None:
+        return html.P("Switches and ports unknown: no per-port series.", className="gw-muted")
+    waits = sorted(sw.wait_per_s for sw in net.switches if sw.wait_per_s is not None)
+    med = (waits[len(waits) // 2] or 1.0) if waits else None
+    sw_rows = []
+    for sw in sorted(net.switches, key=lambda sw: -(sw.wait_per_s or 0.0)):
+        hot = med is not None and sw.wait_per_s is not None and sw.wait_per_s > CONGESTED_RATIO * med
+        sw_rows.append([sw.switch, str(sw.nodes), str(sw.ports), ui.fmt_known(sw.ports_down, 0),
+                        ui.fmt_si(sw.tx_bps, "B/s"),
+                        html.Span(ui.fmt_si(sw.wait_per_s, "ticks/s") + (" (congested)" if hot else ""),
+                                  className="gw-sev-error" if hot else ""), ui.fmt_known(sw.errors_recent, 0)])
+    port_rows = [[ui.node_link(ctx, p.node), p.device, p.switch or ui.UNKNOWN, ui.fmt_state(p.up),
+                  ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, "ticks/s"), ui.fmt_known(p.symbol_errors, 0),
+                  ui.fmt_known(p.link_downed, 0), ui.fmt_known(p.errors_recent, 0)] for p in net.ports]
+    return html.Div([
+        ui.section("Leaf switches now", ui.table(["switch", "nodes", "ports", "ports down", "transmit", "transmit wait",
+                                                  "new errors (last interval)"], sw_rows, cid=ids.NETWORK_SWITCHES),
+                   note=net.note),
+        ui.section(f"Ports worth a look (of {net.total_ports:,}): most congested, down, or with new errors",
+                   ui.table(["node", "port", "leaf switch", "state", "transmit", "transmit wait", "symbol errors",
+                             "link downed", "new errors"], port_rows, empty="No port data.", cid=ids.NETWORK_PORTS)),
+    ])
+
+
 def layout(ds: Datasource, ctx: ui.Ctx):
     return html.Div([html.H1("Network"),
+                     html.Div(switches(ds, ctx), id=ids.NETWORK_TABLES),
                      ui.section("InfiniBand transmit wait per leaf switch (last hour)",
                                 dcc.Graph(id=ids.NETWORK_HEATMAP, config={"displaylogo": False}),
                                 note="Transmit wait counts the ticks a port had data but no credits: congestion."),
@@ -59,3 +88,8 @@ def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
     @app.callback(Output(ids.NETWORK_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
     def fig(_n, theme):
         return figures.heatmap(ds.leaf_series(), theme, colorscale="Inferno")
+
+    @app.callback(Output(ids.NETWORK_TABLES, "children"), Output(ids.NETWORK_GANGS, "children"),
+                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
+    def tables(_n):
+        return switches(ds, ctx), gangs(ds, ctx)

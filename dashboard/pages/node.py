@@ -1,5 +1,8 @@
-"""Node (`/nodes/<name>`): state and reason, GPUs, leaf switch, the jobs on it, and its GPUs',
-InfiniBand rails' and Lustre client's series over the last hour."""
+"""Node (`/nodes/<name>`): state and reason, GPUs (now, with the job on each and their NVLink/NUMA
+topology where the agent reports it), InfiniBand ports (state, rate, traffic, congestion, errors),
+filesystems and disks where the metric source has them ("unknown" otherwise, never 0), leaf
+switch, the jobs on it, and its GPUs', InfiniBand rails' and Lustre client's series over the last
+hour."""
 
 from __future__ import annotations
 
@@ -35,13 +38,55 @@ def layout(ds: Datasource, ctx: ui.Ctx, name: str = ""):
             rows.append([ui.job_link(ctx, j.job_id), j.name, j.user, str(j.gang_size),
                          ", ".join(map(str, a.gpu_indices)) if a and a.gpu_indices else "—",
                          ui.state_badge(v.state) if v else "not judged"])
+    gpu_job = {(a.node, g): j.job_id for j in snap.jobs if j.state == "RUNNING" for a in j.allocations
+               if a.node == name for g in a.gpu_indices}
     return html.Div([
         html.H1(f"Node {n.name}"), dcc.Store(id=ids.NODE_NAME, data=n.name),
         html.Dl([x for k, v in facts for x in (html.Dt(k), html.Dd(v))], className="gw-facts", id=ids.NODE_SUMMARY),
         ui.section("Jobs on this node", html.Div(ui.table(["job", "name", "user", "nodes", "GPUs here", "verdict"], rows,
                                                           empty="No running job."), id=ids.NODE_JOBS)),
+        html.Div(inventory(ds, ctx, name, gpu_job), id=ids.NODE_INVENTORY),
         ui.section("Last hour", dcc.Loading(html.Div(id=ids.NODE_GRAPHS, className="gw-grid2"))),
     ])
+
+
+def inventory(ds: Datasource, ctx: ui.Ctx, name: str, gpu_job: dict):
+    """GPUs, InfiniBand ports, filesystems and disks now, as the metric source reports them."""
+    inv = ds.node_inventory(name)
+    if inv is None:
+        return ui.section("Hardware", html.P("No metric source reports this node: GPUs, ports, filesystems and "
+                                             "disks are unknown.", className="gw-muted"))
+    topo = inv.topology
+    gpu_rows = [[str(g.index), ui.job_link(ctx, gpu_job[name, g.index]) if (name, g.index) in gpu_job else "idle",
+                 ui.fmt_known(None if g.util is None else g.util * 100, 0, "%"), ui.fmt_known(g.power_w, 0, "W"),
+                 ui.fmt_known(g.temp_c, 0, "°C"),
+                 ", ".join(str(b if a == g.index else a) for a, b in sorted(topo.nvlink_peers) if g.index in (a, b))
+                 if topo.nvlink_peers is not None else ui.UNKNOWN,
+                 str(topo.numa[g.index]) if topo.numa is not None and g.index in topo.numa else ui.UNKNOWN]
+                for g in inv.gpus or ()]
+    port_rows = [[p.device, p.switch or ui.UNKNOWN, ui.fmt_state(p.up), ui.fmt_si(p.rate_bytes, "B/s"),
+                  ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, "ticks/s"), ui.fmt_known(p.symbol_errors, 0),
+                  ui.fmt_known(p.link_downed, 0), ui.fmt_known(p.errors_recent, 0)] for p in inv.ports or ()]
+    fs_rows = [[m.fs, m.kind, str(m.targets), ui.fmt_known(m.connected, 0), ui.fmt_si(m.read_bps, "B/s"),
+                ui.fmt_si(m.write_bps, "B/s")] for m in inv.filesystems or ()]
+    disk_rows = [[d, ui.fmt_si(r, "B/s"), ui.fmt_si(w, "B/s")] for d, r, w in inv.disks or ()]
+    topo_note = ("" if topo.known else "GPU topology unknown: the metric source has no gangwatch_gpu_nvlink_peer_info "
+                 "or gangwatch_gpu_topology_info series for this node.")
+    return html.Div([x for x in [
+        ui.section("GPUs now", ui.table(["GPU", "job", "utilisation", "power", "temperature", "NVLink peers", "NUMA node"],
+                                        gpu_rows, empty="GPUs unknown: no GPU series for this node.", cid=ids.NODE_GPUS),
+                   note=topo_note),
+        ui.section("InfiniBand ports", ui.table(["port", "leaf switch", "state", "link rate", "transmit", "transmit wait",
+                                                 "symbol errors", "link downed", "new errors (last interval)"],
+                                                port_rows, empty="Ports unknown: no InfiniBand series for this node.",
+                                                cid=ids.NODE_PORTS)),
+        ui.section("Filesystems", ui.table(["filesystem", "type", "targets", "targets connected", "read", "write"], fs_rows,
+                                           empty="Filesystems unknown: no filesystem client series for this node.",
+                                           cid=ids.NODE_FILESYSTEMS)),
+        ui.section("Disks", ui.table(["device", "read", "write"], disk_rows,
+                                     empty="Disks unknown: no disk series for this node.", cid=ids.NODE_DISKS)),
+        html.P(inv.note, className="gw-muted") if inv.note else None,
+    ] if x is not None])
 
 
 def graphs(ds: Datasource, name: str, theme):

@@ -119,25 +119,50 @@ def layout(ds: Datasource, ctx: ui.Ctx):
     src = f"Findings: {f.source}." + (" The diagnosis is not available here; these are the simulator's injected faults."
                                       if f.source == "simulator ground truth" else "")
     version = ds.status().version
-    # the heatmap comes with the page (drawn in the browser's theme, passed to the router); its
-    # callback then only patches it on refresh ticks and redraws it on a theme change
-    heat = figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), ctx.theme)
     return html.Div([
         html.H1("Overview"),
         dcc.Store(id=ids.OV_VERSION, data=version),
-        dcc.Store(id=ids.OV_HEATMAP_VERSION, data={"v": version, "theme": ctx.theme or "light"}),
+        dcc.Store(id=ids.OV_HEATMAP_VERSION, data=None),
         html.Div(cards(ds), id=ids.OV_CARDS),
         ui.section("Incidents, by GPU-hours lost", html.Div(incidents(ds, ctx), id=ids.OV_INCIDENTS),
                    html.P(src, id=ids.OV_FINDINGS_SOURCE, className="gw-muted")),
         ui.section("GPU utilisation, node x time (last hour)",
-                   dcc.Graph(id=ids.OV_HEATMAP, figure=heat, config={"displaylogo": False}),
+                   html.Div(heatmap_preview(ds), id=ids.OV_HEATMAP_BOX),
                    note="Nodes sorted by their mean utilisation, lowest first; on large clusters each row "
                         "averages several nodes (its label names the first). Click a row to open that node."),
         ui.section("Flagged jobs", html.Div(flagged(ds, ctx), id=ids.OV_FLAGGED)),
     ])
 
 
+def heatmap_preview(ds: Datasource):
+    """The first view of the heatmap: the same data as an image, shown with the page (no plotly.js
+    needed); `mount_heatmap` replaces it with the interactive figure once the page is up."""
+    hm = ds.heatmap("gpu_util", HEATMAP_WINDOW)
+    png = figures.heatmap_png(hm)
+    if png is None:
+        return html.P("No GPU utilisation series.", className="gw-muted")
+    uri, unit = png
+    return html.Div([html.Img(src=uri, className="gw-heatmap-preview", alt="GPU utilisation, node x time",
+                              style={"height": f"{min(900, max(160, 60 + len(hm.rows) * (14 if len(hm.rows) < 40 else 2)))}px"}),
+                     html.P(f"{ui.fmt_hm(float(hm.times[0]))} to {ui.fmt_hm(float(hm.times[-1]))} UTC, 0 to "
+                            f"{'100 ' if unit == '%' else 'peak '}{unit}, {hm.total_nodes:,} nodes; loading the "
+                            "interactive view...", className="gw-muted")], className="gw-heatmap-preview-box")
+
+
+def mount_heatmap(ds: Datasource, theme):
+    """The interactive heatmap (replacing the preview), drawn in the browser's theme, and what it shows."""
+    theme = theme or "light"
+    fig = figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme)
+    return (dcc.Graph(id=ids.OV_HEATMAP, figure=fig, config={"displaylogo": False}),
+            {"v": ds.status().version, "theme": theme})
+
+
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
+    @app.callback(Output(ids.OV_HEATMAP_BOX, "children"), Output(ids.OV_HEATMAP_VERSION, "data", allow_duplicate=True),
+                  Input(ids.OV_HEATMAP_BOX, "id"), State(ids.THEME, "data"), prevent_initial_call="initial_duplicate")
+    def mount(_box, theme):
+        return mount_heatmap(ds, theme)
+
     @app.callback(Output(ids.OV_CARDS, "children"), Output(ids.OV_INCIDENTS, "children"),
                   Output(ids.OV_FLAGGED, "children"), Output(ids.OV_VERSION, "data"),
                   Input(ids.REFRESH, "n_intervals"), State(ids.OV_VERSION, "data"), prevent_initial_call=True)

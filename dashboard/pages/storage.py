@@ -1,5 +1,7 @@
-"""Storage (`/storage`): per Lustre target, read throughput over the last hour, and the running
-jobs reading the most. Linked only where a metric source provides per-target series."""
+"""Storage (`/storage`): per filesystem and target (OST, MDT, NSD) now: throughput, operations,
+read latency, RPCs in flight and state (clients connected), "unknown" where the source has no
+series; read throughput per target over the last hour; the running jobs reading the most.
+Linked only where a metric source provides per-target series."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dashboard import figures, ids, ui
 from dashboard.datasource import Datasource
 
 TITLE = "Storage"
+SLOW_RATIO = 10.0  # a target this many times slower than the median one stalls the jobs striped on it
 
 
 def available(ds: Datasource) -> bool:
@@ -38,8 +41,29 @@ def top_jobs(ds: Datasource, ctx: ui.Ctx, limit: int = 20):
     return ui.table(["job", "name", "user", "nodes", "read MB/s"], rows)
 
 
+def targets(ds: Datasource):
+    ts = ds.storage_targets()
+    if not ts:
+        return ui.table([], [], empty="Targets unknown: no per-target series.")
+    reads = sorted(t.latency_s for t in ts if t.latency_s is not None)
+    med = reads[len(reads) // 2] if reads else None
+    rows = []
+    for t in sorted(ts, key=lambda t: (t.fs, t.kind != "MDT", t.name)):
+        slow = med is not None and t.latency_s is not None and t.latency_s > SLOW_RATIO * med
+        rows.append([t.fs, t.name, t.kind, html.Span(t.state, className="gw-sev-error" if t.state.startswith("dis") else ""),
+                     ui.fmt_si(t.read_bps, "B/s"), ui.fmt_si(t.write_bps, "B/s"), ui.fmt_si(t.ops_per_s, "op/s"),
+                     html.Span(ui.fmt_known(None if t.latency_s is None else t.latency_s * 1000, 1, "ms")
+                               + (" (slow)" if slow else ""), className="gw-sev-error" if slow else ""),
+                     ui.fmt_known(t.rpcs_in_flight, 0)])
+    return ui.table(["filesystem", "target", "kind", "state", "read", "write", "operations", "read latency",
+                     "RPCs in flight"], rows)
+
+
 def layout(ds: Datasource, ctx: ui.Ctx):
     return html.Div([html.H1("Storage"),
+                     ui.section("Targets now", html.Div(targets(ds), id=ids.STORAGE_TARGETS),
+                                note=f"Summed over the clients that report each target; a read latency over {SLOW_RATIO:g}x "
+                                     "the median target's is marked slow."),
                      ui.section("Read throughput per object storage target (last hour)",
                                 dcc.Graph(id=ids.STORAGE_HEATMAP, config={"displaylogo": False}),
                                 note="A target much slower than its peers stalls every job striped on it."),
@@ -50,3 +74,8 @@ def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
     @app.callback(Output(ids.STORAGE_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
     def fig(_n, theme):
         return figures.heatmap(ds.ost_series(), theme, colorscale="Cividis")
+
+    @app.callback(Output(ids.STORAGE_TARGETS, "children"), Output(ids.STORAGE_TOP, "children"),
+                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
+    def tables(_n):
+        return targets(ds), top_jobs(ds, ctx)

@@ -1192,6 +1192,9 @@ class WindowSeries:
         win = self.window()
         if win is None or not win.rails or "ib_tx" not in win.rail:
             return None
+        return self._memo.get("network", (id(win), win.end), lambda: self._network(win))
+
+    def _network(self, win) -> Network:
         leaves = sorted(set(win.leaf_of.values()))
         pos = {lf: k for k, lf in enumerate(leaves)}
         leaf_idx = np.array([pos.get(win.leaf_of.get(n, ""), -1) for n in win.nodes])
@@ -1211,6 +1214,9 @@ class WindowSeries:
         win = self.window()
         if win is None or not win.targets or not win.target:
             return None
+        return self._memo.get("targets", (id(win), win.end), lambda: self._targets(win))
+
+    def _targets(self, win) -> tuple[Target, ...]:
         got = {k: self._last(a) for k, a in win.target.items()}  # nodes x targets
 
         def col(key, j, mean=False):

@@ -17,7 +17,8 @@ RENDERED = "app-rendered"  # the path whose page the layout holds (rendered on t
 # ---- overview
 OV_CARDS = "overview-cards"
 OV_INCIDENTS = "overview-incidents"
-OV_HEATMAP = "overview-heatmap"
+OV_HEATMAP = "overview-heatmap"  # the interactive figure's box, once mounted
+OV_HEATMAP_GRAPH = "overview-heatmap-graph"  # pattern-matching type of the figure itself
 OV_HEATMAP_BOX = "overview-heatmap-box"  # holds the image preview, then the interactive figure
 OV_FLAGGED = "overview-flagged"
 OV_VERSION = "overview-version"

@@ -93,6 +93,9 @@ def test_every_page_and_click_path(page, sim_site):
     page.goto(base + "/")
     expect(page.locator("#app-sim-badge")).to_contain_text("SIMULATED", timeout=T)
     expect(page.locator("#overview-cards")).to_contain_text("GPUs allocated", timeout=T)
+    # the first view comes with the page (server-rendered, the heatmap as an image), then the figure
+    expect(page.locator("#overview-heatmap-box img.gw-heatmap-preview, #overview-heatmap .main-svg").first).to_be_attached(
+        timeout=T)
     expect(page.locator("#overview-heatmap .main-svg").first).to_be_visible(timeout=T)
     expect(page.locator("#overview-incidents")).to_contain_text(f.incidents[0].culprit, timeout=T)
     shot(page, "overview")
@@ -104,6 +107,9 @@ def test_every_page_and_click_path(page, sim_site):
     expect(page.locator("h1")).to_contain_text(f"Job {jobid}", timeout=T)
     expect(page.locator("#job-verdict")).to_contain_text(f.incidents[0].cause.replace("_", " "), timeout=T)
     expect(page.locator("#job-heatmaps .main-svg").first).to_be_visible(timeout=T)
+    # placement: the GPUs on each node; the simulator exports no NVLink/NUMA series, and the page says so
+    expect(page.locator("#job-placement")).to_contain_text("GPU topology unknown", timeout=T)
+    expect(page.locator("#job-placement")).to_contain_text("leaf")
     shot(page, "job")
     node = f.verdict(jobid).nodes[0]
     page.locator("#job-placement").get_by_role("link", name=node, exact=True).click()
@@ -111,6 +117,13 @@ def test_every_page_and_click_path(page, sim_site):
     expect(page.locator("#node-summary")).to_contain_text("GPUs allocated", timeout=T)
     expect(page.locator("#node-graphs .main-svg").first).to_be_visible(timeout=T)
     expect(page.locator("#node-jobs")).to_contain_text(jobid)
+    # hardware now: GPUs with the job holding them, the HCA ports, the Lustre client; no disk series
+    expect(page.locator("#node-gpus")).to_contain_text(jobid)
+    expect(page.locator("#node-gpus")).to_contain_text("unknown")  # NVLink peers, NUMA node
+    expect(page.locator("#node-ports")).to_contain_text("mlx5_0/1")
+    expect(page.locator("#node-ports")).to_contain_text("active")
+    expect(page.locator("#node-filesystems")).to_contain_text("lustre")
+    expect(page.locator("#node-disks")).to_contain_text("Disks unknown")
     shot(page, "node")
 
     for path, check in (("/jobs", "#jobs-table"), ("/nodes", "#nodes-table"), ("/queue", "#queue-plan"),
@@ -122,6 +135,13 @@ def test_every_page_and_click_path(page, sim_site):
             expect(page.locator(f"{check} td").first).to_be_visible(timeout=T)
         if path in ("/storage", "/network"):
             expect(page.locator(f"{check} .main-svg").first).to_be_visible(timeout=T)
+        if path == "/storage":  # every OST and MDT, with its state
+            expect(page.locator("#storage-targets")).to_contain_text("lustre-OST0000", timeout=T)
+            expect(page.locator("#storage-targets")).to_contain_text("MDT")
+            expect(page.locator("#storage-targets")).to_contain_text("connected")
+        if path == "/network":  # per switch, and the ports worth a look
+            expect(page.locator("#network-switches")).to_contain_text("leaf00", timeout=T)
+            expect(page.locator("#network-ports")).to_contain_text("mlx5_")
         shot(page, path.strip("/"))
     page.goto(base + "/queue")
     expect(page.locator("#queue-freed .main-svg").first).to_be_visible(timeout=T)

@@ -320,6 +320,78 @@ def test_sim_datasource():
     assert ds.heatmap("gpu_util") is not before and ds.status().version == str(sim.steps)
 
 
+def _text(component) -> str:
+    from plotly.utils import PlotlyJSONEncoder
+
+    return json.dumps(component, cls=PlotlyJSONEncoder)
+
+
+def test_sim_inventory_network_storage():
+    """Node hardware, switches and ports, filesystem targets: the simulated agent's counters, rates
+    from two steps' samples (unknown before the second), and "unknown" where it exports nothing."""
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.pages import network, storage
+
+    sim = Simulation(SimConfig(nodes=128, seed=2, start=NOW - 600, history_seconds=600,
+                               faults="ost_slow@1m+30m,ib_congestion@1m+30m"))
+    ds = SimDatasource(sim)
+    first = {t.name: t for t in ds.storage_targets()}
+    ost = first[sim.cluster.osts[0]]
+    assert ost.kind == "OST" and ost.read_bps is not None and ost.write_bps is None and ost.latency_s is None
+    assert ost.state == "connected" and {t.kind for t in first.values()} == {"OST", "MDT"}
+    sim.step()
+    targets = ds.storage_targets()
+    lat = {t.name: t.latency_s for t in targets if t.kind == "OST" and t.latency_s is not None}
+    assert lat and max(lat.values()) > 10 * min(lat.values())  # the slowed OST stands out
+    assert all(t.ops_per_s is not None for t in targets)
+    ctx = Ctx(lambda p: p)
+    assert "(slow)" in _text(storage.targets(ds))
+
+    net = ds.network()
+    assert net.total_ports == 128 * 8 and [s.switch for s in net.switches] == list(sim.cluster.leaves)
+    assert all(s.ports_down == 0 and s.errors_recent is not None for s in net.switches)
+    hot = max(net.switches, key=lambda s: s.wait_per_s)
+    assert net.ports[0].switch == hot.switch  # the most congested port sits on the congested leaf
+    assert "(congested)" in _text(network.switches(ds, ctx))
+
+    inv = ds.node_inventory("node0001")
+    assert [g.index for g in inv.gpus] == list(range(8)) and inv.ports[0].device == "mlx5_0/1"
+    assert inv.filesystems[0].fs == "lustre" and inv.filesystems[0].write_bps is not None
+    assert inv.disks is None and not inv.topology.known and ds.node_inventory("nope") is None
+    assert ds.gpu_topology("node0001").describe([0, 1]) == "unknown"
+    text = _text(node.inventory(ds, ctx, "node0001", {}))
+    assert "Disks unknown" in text and "GPU topology unknown" in text
+
+
+def test_gpu_topology_describe():
+    from dashboard.datasource import GpuTopology
+
+    topo = GpuTopology(frozenset({(0, 1), (2, 3)}), {0: 0, 1: 0, 2: 1, 3: 1})
+    assert topo.describe([0, 1]) == "all NVLink peers; NUMA 0"
+    assert topo.describe([1, 2]) == "0 of 1 pairs NVLink peers, the rest over PCIe; NUMA 0,1"
+    assert GpuTopology().describe([0, 1]) == "unknown" and GpuTopology(None, {0: 1}).describe([0]) == "NUMA 1"
+
+
+def test_heatmap_png_and_first_view(fake):
+    ds, app, ctx = fake
+    uri, unit = figures.heatmap_png(ds.heatmap("gpu_util"))
+    png = base64.b64decode(uri.split(",", 1)[1])
+    assert uri.startswith("data:image/png;base64,") and png[:8] == b"\x89PNG\r\n\x1a\n" and unit == "%"
+    assert figures.heatmap_png(None) is None
+    graph, drawn = overview.mount_heatmap(ds, "dark")
+    assert graph.id == ids.OV_HEATMAP and drawn == {"v": ds.status().version, "theme": "dark"}
+    # the router leaves the server-rendered first page alone, and renders on navigation
+    from dashboard.app import route_page
+
+    assert route_page(ds, ctx, "jobs/4001", "jobs/4001") == (no_update, no_update)
+    page, path = route_page(ds, ctx, "jobs/4001", "")
+    assert path == "jobs/4001" and page is not no_update
+    c = app.server.test_client()
+    assert c.get("/gw/").status_code == 200 and "rel=\"preload\"" in c.get("/gw/").get_data(as_text=True)
+    doc = c.get("/gw/_dash-layout", headers={"Referer": "http://x/gw/jobs/4001"}).json
+    assert "4001" in json.dumps(doc) and ids.RENDERED in json.dumps(doc)
+
+
 def test_sim_datasource_background_mode():
     from dashboard.analysis.sim import SimConfig, Simulation
 
@@ -374,6 +446,16 @@ def test_live_datasource_with_a_metric_source():
     assert ns.values["gpu_util"].shape[0] == 8 and "gpu_temp" not in ns.values  # the window has no temperature
     assert ds.ost_series().rows == tuple(sim.cluster.osts) and ds.leaf_series().rows == tuple(sim.cluster.leaves)
     assert ds.leaf_of("node0001") == "leaf00"
+    # inventory from the same window: what it holds, and unknown (None) for what it does not
+    net = ds.network()
+    assert [s.switch for s in net.switches] == list(sim.cluster.leaves) and net.total_ports == 8 * 8
+    assert net.switches[0].ports_down is None and net.ports[0].up is None and net.ports[0].tx_bps is not None
+    targets = ds.storage_targets()
+    assert [t.name for t in targets] == list(sim.cluster.osts) and all(t.read_bps is not None for t in targets)
+    assert {t.kind for t in targets} == {"OST"} and targets[0].state == "unknown"
+    inv = ds.node_inventory("node0001")
+    assert len(inv.gpus) == 8 and inv.gpus[0].temp_c is None and len(inv.ports) == 8 and inv.disks is None
+    assert inv.filesystems[0].targets == len(sim.cluster.osts) and not inv.topology.known
 
     class Down:
         name = "down"

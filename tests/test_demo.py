@@ -120,6 +120,17 @@ def test_backfill_and_switch_families():
     assert not list(iter_samples(encode(backfill_families(None))))
 
 
+def test_serve_metrics_include_the_backfill_plan():
+    """`serve`'s own /metrics (dashboard/app.py) carries the plan's series too, as the demo's does."""
+    from dashboard.app import build_app
+    from dashboard.datasource import SimDatasource
+
+    ds = SimDatasource(Simulation(SimConfig(nodes=8, seed=1, start=T0, history_seconds=600, faults="none")))
+    text = build_app(ds).server.test_client().get("/metrics").get_data(as_text=True)
+    idle = {lbl["partition"]: v for n, lbl, v in iter_samples(text) if n == "gangwatch_backfill_idle_gpus"}
+    assert set(idle) == {"gpu", "debug"} and all(v >= 0 for v in idle.values())
+
+
 def test_dashboard_is_mounted_with_the_simulator_endpoints_beside_it():
     sim = Simulation(SimConfig(nodes=8, seed=1, start=T0, history_seconds=900, faults="default"))
     demo = Demo(sim, speed=0)

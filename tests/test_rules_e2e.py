@@ -7,7 +7,7 @@ Part A (always, needs Debian's prometheus and prometheus-alertmanager):
   test stat function (tests/support/fsfakes.py), so the test can hang and release the mount;
 - a findings stub under the scrape job `gangwatch-serve`: serve's own findings encoder
   (dashboard/findings_api.py) over one verdict the test switches between stalled_io and
-  progressing (it stands in for serve's diagnosis only; part B runs the real serve).
+  progressing (it stands in for serve's diagnosis only; part B runs the real one, in the demo).
 The test hangs the mount: FilesystemHung fires and reaches the webhook; the stub reports job 4242
 stalled on I/O with the mount as culprit: Prometheus fires GangJobStalled, Alertmanager holds it
 back (inhibited by the filesystem incident); the mount recovers: FilesystemHung resolves and the
@@ -315,8 +315,9 @@ def test_demo_io_stall_alert_fires_for_the_right_job_and_resolves(tmp_path):
 
         fired = wait(lambda: stall_alerts("firing"), 90, "GangJobStalled{cause=stalled_io} at the webhook")
         t_fired = time.monotonic() - t0
-        truth = s.ground_truth("ost_slow")
+        truth, now = s.ground_truth("ost_slow"), s.sim_now()
         assert truth and truth["cause"] == "stalled_io", truth
+        assert truth["start"] < now < truth["end"], "the alert came outside the fault's window"
         jobs = set(truth["jobs"])
         assert {a["labels"]["jobid"] for a in fired} <= jobs, (fired, truth)
         alert = fired[0]

@@ -53,8 +53,8 @@ def switches(ds: Datasource, ctx: ui.Ctx):
     net = ds.network()
     if net is None:
         return html.P("Switches and ports unknown: no per-port series.", className="gw-muted")
-    waits = sorted(sw.wait_per_s for sw in net.switches if sw.wait_per_s is not None)
-    med = (waits[len(waits) // 2] or 1.0) if waits else None
+    waits = [sw.wait_per_s for sw in net.switches if sw.wait_per_s is not None]
+    med = (float(np.median(waits)) or 1.0) if waits else None
     sw_rows = []
     for sw in sorted(net.switches, key=lambda sw: -(sw.wait_per_s or 0.0)):
         hot = med is not None and sw.wait_per_s is not None and sw.wait_per_s > CONGESTED_RATIO * med

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from dash import Input, Output, Patch, State, ctx as dash_ctx, dcc, html, no_update
+from dash import ALL, Input, Output, Patch, State, ctx as dash_ctx, dcc, html, no_update
 
 from dashboard import figures, ids, ui
 from dashboard.datasource import Datasource, Findings
@@ -153,8 +153,8 @@ def mount_heatmap(ds: Datasource, theme):
     """The interactive heatmap (replacing the preview), drawn in the browser's theme, and what it shows."""
     theme = theme or "light"
     fig = figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme)
-    return (dcc.Graph(id=ids.OV_HEATMAP, figure=fig, config={"displaylogo": False}),
-            {"v": ds.status().version, "theme": theme})
+    graph = dcc.Graph(id={"type": ids.OV_HEATMAP_GRAPH, "index": 0}, figure=fig, config={"displaylogo": False})
+    return html.Div(graph, id=ids.OV_HEATMAP), {"v": ds.status().version, "theme": theme}
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
@@ -169,14 +169,22 @@ def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
     def refresh(_n, version):
         return refresh_tables(ds, ctx, version)
 
-    @app.callback(Output(ids.OV_HEATMAP, "figure"), Output(ids.OV_HEATMAP_VERSION, "data"),
-                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"), State(ids.OV_HEATMAP_VERSION, "data"))
-    def heatmap(_n, theme, drawn):
-        return heatmap_update(ds, dash_ctx.triggered_id, theme, drawn)
+    # The figure exists only once mounted (a refresh or a theme change can come first): a
+    # pattern-matching output is an empty list until then, where a plain id would be an error.
+    graphs = {"type": ids.OV_HEATMAP_GRAPH, "index": ALL}
 
-    @app.callback(Output(ids.NAV_URL, "pathname"), Input(ids.OV_HEATMAP, "clickData"), prevent_initial_call=True)
-    def open_node(click):
-        return node_from_click(click, ctx)
+    @app.callback(Output(graphs, "figure"), Output(ids.OV_HEATMAP_VERSION, "data"),
+                  Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"), State(ids.OV_HEATMAP_VERSION, "data"),
+                  State(graphs, "id"))
+    def heatmap(_n, theme, drawn, present):
+        if not present:
+            return [], no_update
+        fig, drawn = heatmap_update(ds, dash_ctx.triggered_id, theme, drawn)
+        return [fig] * len(present), drawn
+
+    @app.callback(Output(ids.NAV_URL, "pathname"), Input(graphs, "clickData"), prevent_initial_call=True)
+    def open_node(clicks):
+        return node_from_click(next((c for c in clicks or () if c), None), ctx)
 
 
 def refresh_tables(ds: Datasource, ctx: ui.Ctx, version):

@@ -45,8 +45,8 @@ def targets(ds: Datasource):
     ts = ds.storage_targets()
     if not ts:
         return ui.table([], [], empty="Targets unknown: no per-target series.")
-    reads = sorted(t.latency_s for t in ts if t.latency_s is not None)
-    med = reads[len(reads) // 2] if reads else None
+    lats = [t.latency_s for t in ts if t.latency_s is not None]
+    med = float(np.median(lats)) if lats else None
     rows = []
     for t in sorted(ts, key=lambda t: (t.fs, t.kind != "MDT", t.name)):
         slow = med is not None and t.latency_s is not None and t.latency_s > SLOW_RATIO * med

@@ -20,7 +20,10 @@ job is diagnosed over the last hour and its verdict compared with the ground tru
   either verdict is accepted (not counted): detection is allowed 2 minutes (issue 6);
 * node_failure (XID 79) and scrape faults are not job verdicts and are skipped.
 
-Prints a confusion matrix, precision and recall per cause (goal >= 0.95), recall per job class
+Prints a confusion matrix, precision and recall per cause (goal >= 0.95), the culprit-correct rate
+per cause (of the verdicts that name the right cause, how many name the ground truth's culprit: the
+slowed OST, the congested leaf switch, the flapping port, the throttled GPU or slow node, the hung
+job; how many name another, and how many name none), recall per job class
 (jobs holding whole nodes, jobs sharing a node), the false-positive rate on healthy jobs (goal
 <= 1 %), and the detection delay after onset (goal <= 120 s: median, p90, max and a histogram, for
 faults that hit running jobs, and after the grace period for jobs that started inside a fault),
@@ -39,6 +42,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -89,6 +93,26 @@ def truth_at(truth: list[dict], t: float, grace: float, tail: float) -> tuple[di
     return dict(label), dont
 
 
+def culprit_tokens(name: str) -> frozenset[str]:
+    """A culprit as comparable tokens, so that the simulator's `node0003 mlx5_2 port 1` and `node0003
+    GPU 5` match the diagnosis' `node0003:mlx5_2/1` and `node0003:gpu5`."""
+    s = re.sub(r"\bport\s+", "", re.sub(r"\bgpu\s+(\d+)", r"gpu\1", (name or "").lower()))
+    return frozenset(re.findall(r"[a-z0-9_]+", s))
+
+
+def culprit_verdict(v, truths: set[str]) -> str:
+    """'right' when the verdict's culprit names one of the ground truth's culprits (every token of
+    it), or when the truth names the job (idle GPUs, a hung collective) and the verdict names that
+    job or GPUs of it; 'other' when it names something else, 'none' when it names nothing."""
+    named = v.culprit
+    if not named:
+        return "none"
+    if f"job {v.jobid}" in truths and v.culprit_kind in ("job", "gpu", "gpus"):
+        return "right"
+    got = culprit_tokens(named)
+    return "right" if any(culprit_tokens(t) and culprit_tokens(t) <= got for t in truths) else "other"
+
+
 def jobstats_rule(win, jobs) -> dict[str, str]:
     """The peer: jobstats flags a job whose GPUs average under 10 % utilisation; nothing else."""
     out = {}
@@ -105,7 +129,8 @@ def jobstats_rule(win, jobs) -> dict[str, str]:
 
 
 def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float, grace: float, tail: float,
-                 conf: Counter, peer: Counter, latencies: dict, timing: list, classes: Counter) -> None:
+                 conf: Counter, peer: Counter, latencies: dict, timing: list, classes: Counter,
+                 culprits: Counter) -> None:
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, prefill=False, faults=faults))
     rec = SimRecorder(sim, capacity=241, job_psi=JOB_PSI)
     rec.step(240)  # one hour of history before the first judgement
@@ -127,6 +152,11 @@ def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float,
         label, dont = truth_at(sim.ground_truth(), sim.t, grace, tail)
         pj = jobstats_rule(win, jobs)
         onset_of = truth_at.onset
+        truth_culprits: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for f in sim.ground_truth():
+            for jid, span in f["jobs"].items():
+                if span["from"] <= sim.t <= span["to"] and f.get("culprit"):
+                    truth_culprits[(jid, f["cause"])].add(f["culprit"])
         per_node = Counter(n for j in jobs for n in set(j.nodes))
         shared = {str(j.job_id): any(per_node[n] > 1 for n in j.nodes) for j in jobs}
         start_of = {str(j.job_id): j.start_time or 0.0 for j in jobs}
@@ -146,6 +176,8 @@ def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float,
             if born:
                 truth += "*"  # the job started inside the fault: it never ran healthy in the window
             conf[(truth, v.state)] += 1
+            if v.state == truth.rstrip("*") and v.state in CAUSES:
+                culprits[(v.state, culprit_verdict(v, truth_culprits.get((v.jobid, v.state), set())))] += 1
             if truth.rstrip("*") in CAUSES:
                 cls = "shared-node jobs" if shared.get(v.jobid) else "jobs holding whole nodes"
                 classes[(cls, truth.rstrip("*"), v.state == truth.rstrip("*"))] += 1
@@ -233,12 +265,19 @@ def main(argv=None) -> int:
     else:
         scenarios = [(64, 1, MIX, 1.0), (64, 2, MIX + ",random:4", 1.0), (128, 3, "random:8", 1.0),
                      (256, 4, MIX + ",random:4", 1.0)]
-    conf, peer, lat, timing, classes = Counter(), Counter(), {}, [], Counter()
+    conf, peer, lat, timing, classes, culprits = Counter(), Counter(), {}, [], Counter(), Counter()
     t0 = time.time()
     for nodes, seed, faults, hours in scenarios:
         print(f"scenario: {nodes} nodes, seed {seed}, faults {faults!r}, {hours} h judged", flush=True)
-        run_scenario(nodes, seed, faults, hours, args.every, args.grace, args.tail, conf, peer, lat, timing, classes)
+        run_scenario(nodes, seed, faults, hours, args.every, args.grace, args.tail, conf, peer, lat, timing, classes,
+                     culprits)
     ours = report(conf, "gangwatch diagnosis")
+    print("  culprit named, of the verdicts with the right cause (the ground truth's culprit / another / none):")
+    for c in CAUSES:
+        right, other, none = (culprits.get((c, k), 0) for k in ("right", "other", "none"))
+        if right + other + none:
+            print(f"    {c:<16} culprit correct {right / (right + other + none):6.3f}  "
+                  f"({right} right, {other} another, {none} none, of {right + other + none})")
     two, masked = sum(v for (a, _, _), v in classes.items() if a == "two causes") // 2, classes.get(("two causes", "masked", True), 0)
     print(f"  evaluations of jobs hit by two faults at once: {two}; verdict = the dominant cause: "
           f"{classes.get(('two causes', '', True), 0)}, = the masked one: {masked}")

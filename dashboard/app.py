@@ -10,7 +10,12 @@ here every page's callbacks close over the datasource they were built with, so s
 Access: read-only (GET/HEAD, plus POST only to Dash's own callback endpoint, which reads); basic
 auth (bcrypt) from the exporter-toolkit web config is checked before every request; TLS is the
 server's job (dashboard/serve.py passes the config's ssl context). Responses are gzip-compressed
-when the browser accepts it (static bundles compressed once and cached).
+when the browser accepts it (static bundles compressed once per process and cached; plotly.js at
+start, in the background).
+
+First load: the page the browser opens is rendered into the layout (`first_page`), so no callback
+round trip comes before content; plotly.js is preloaded but runs only when a figure mounts (see
+`early_scripts`; the Overview shows its heatmap as an image until then).
 """
 
 from __future__ import annotations

@@ -7,7 +7,11 @@ Sources composed here (and nowhere else in the dashboard):
   embedded metric source where one is configured);
 - findings: verdicts per running job and incidents, from the diagnosis when it is importable, else
   (simulator only) the simulator's fault ground truth, labelled as such;
-- the backfill plan: dashboard.analysis.planner over the current snapshot.
+- the backfill plan: dashboard.analysis.planner over the current snapshot;
+- inventory now: per node its GPUs, InfiniBand ports, filesystems, disks and GPU topology
+  (`node_inventory`, `gpu_topology`), per switch and port (`network`), per filesystem target
+  (`storage_targets`), from the simulator's counters or the metric window; None where the source
+  has no such series (pages show "unknown", never 0), and counter rates only from two samples.
 
 Everything returned is plain frozen data (no Dash objects); pages hand it to dashboard/figures.py.
 Privileges: none. Failure modes: a source that fails or is missing yields None / empty results and

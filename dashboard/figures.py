@@ -99,16 +99,19 @@ def heatmap(hm: Heatmap | None, theme: str | None = None, title: str = "", shade
     return out
 
 
-def _png(rgba: np.ndarray) -> bytes:
-    """An (h x w x 4) uint8 array as a PNG file (8-bit RGBA, no filter)."""
-    h, w, _ = rgba.shape
-    raw = np.concatenate([np.zeros((h, 1), np.uint8), rgba.reshape(h, w * 4)], axis=1).tobytes()
+def _png(index: np.ndarray, palette: np.ndarray, transparent: int) -> bytes:
+    """An (h x w) uint8 array of palette indices as an 8-bit indexed PNG (no filter), palette entry
+    `transparent` fully transparent: one byte a pixel, a quarter of RGBA."""
+    h, w = index.shape
+    raw = np.concatenate([np.zeros((h, 1), np.uint8), index.astype(np.uint8)], axis=1).tobytes()
+    alpha = bytes(0 if k == transparent else 255 for k in range(len(palette)))
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 3, 0, 0, 0))
+            + chunk(b"PLTE", palette.astype(np.uint8).tobytes()) + chunk(b"tRNS", alpha)
+            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 def heatmap_png(hm: Heatmap | None, colorscale: str = "Viridis") -> tuple[str, str] | None:
@@ -117,19 +120,19 @@ def heatmap_png(hm: Heatmap | None, colorscale: str = "Viridis") -> tuple[str, s
     plotly.js (whose evaluation is the largest cost of a first load), then the figure replaces it."""
     if hm is None or not len(hm.rows) or not hm.z.size:
         return None
-    from plotly.colors import hex_to_rgb, sample_colorscale
-    from plotly.colors import sequential
+    from plotly.colors import hex_to_rgb, sample_colorscale, sequential
 
     d = heatmap_data(hm)
     z = np.array([[np.nan if v is None else v for v in row] for row in d["z"]], float)
     finite = z[np.isfinite(z)]
     zmax = 100.0 if d["unit"] == "%" else (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
     stops = [c if c.startswith("rgb") else "rgb" + str(hex_to_rgb(c)) for c in getattr(sequential, colorscale)]
-    lut = np.array([[float(x) for x in c[c.index("(") + 1:-1].split(",")]
-                    for c in sample_colorscale(stops, list(np.linspace(0, 1, 256)))], np.uint8)
-    idx = np.clip(np.nan_to_num(z / zmax * 255, nan=0), 0, 255).astype(np.int64)
-    rgba = np.concatenate([lut[idx], np.where(np.isfinite(z), 255, 0).astype(np.uint8)[..., None]], axis=2)
-    return "data:image/png;base64," + base64.b64encode(_png(rgba)).decode("ascii"), d["unit"]
+    levels = 255  # palette entries 0-254 are the scale, 255 is unknown
+    palette = np.array([[float(x) for x in c[c.index("(") + 1:-1].split(",")]
+                        for c in sample_colorscale(stops, list(np.linspace(0, 1, levels)))] + [[0, 0, 0]])
+    idx = np.clip(np.nan_to_num(z / zmax * (levels - 1), nan=0), 0, levels - 1).round().astype(np.uint8)
+    idx[~np.isfinite(z)] = levels
+    return "data:image/png;base64," + base64.b64encode(_png(idx, palette, levels)).decode("ascii"), d["unit"]
 
 
 def node_lines(ns: NodeSeries | None, signal: str, theme: str | None = None, height: int = 240) -> go.Figure:

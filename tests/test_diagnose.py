@@ -155,11 +155,14 @@ def test_stalled_io_names_the_slow_target_with_significance():
     assert v.since == TIMES[-10]
     ev = next(e for e in v.evidence if e.signal == "fs_target_read_latency")
     assert ev.p is not None and ev.p * 8 < DEFAULT.alpha and ev.z > 3
+    # and how the job's own nodes see that target
+    mine = [e for e in v.evidence if e.signal == "fs_target_read_latency" and e.node]
+    assert len(mine) == 1 and mine[0].node in GANG_A and mine[0].value == pytest.approx(0.3)
     assert v.gpu_hours_lost == pytest.approx(16 * 9 * STEP / 3600)
     assert verdict(d, 2).state == "progressing"
 
 
-def test_io_stall_without_a_standout_target_names_no_target():
+def test_io_stall_without_a_standout_target_names_the_filesystem_or_nothing():
     c = Cluster()
     for i in c.rows(GANG_A):
         c.util[i, :, -10:] = 0.08
@@ -168,7 +171,16 @@ def test_io_stall_without_a_standout_target_names_no_target():
     c.lat[:, :, -10:] *= 1.5  # every target a little slower: nobody stands out
     v = verdict(diagnose(c.window(), [job(1, GANG_A)]), 1)
     assert v.state == "stalled_io"
-    assert v.culprit_kind != "target"
+    # no target and no node stands out: the filesystem its nodes read from (all of them `scratch-*`)
+    assert (v.culprit, v.culprit_kind) == ("scratch", "filesystem")
+    # without per-target data the filesystem cannot be told: no culprit is invented
+    import dataclasses
+    v = verdict(diagnose(dataclasses.replace(c.window(), targets=(), target={}), [job(1, GANG_A)]), 1)
+    assert v.state == "stalled_io" and (v.culprit, v.culprit_kind) == ("", "")
+    # nor when the job's nodes read from two filesystems
+    c.targets = c.targets[:4] + tuple(f"home-OST{k:04x}" for k in range(4))
+    v = verdict(diagnose(c.window(), [job(1, GANG_A)]), 1)
+    assert v.state == "stalled_io" and (v.culprit, v.culprit_kind) == ("", "")
 
 
 def test_idle_gpus_while_reading_full_speed_is_io_not_idle():

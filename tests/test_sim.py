@@ -37,7 +37,8 @@ def test_same_seed_same_cluster_other_seed_other_cluster():
     cfg = SimConfig(nodes=16, seed=3, start=T0, history_seconds=900, faults="default")
     a, b = Simulation(cfg), Simulation(cfg)
     for name in a.history.series:
-        assert np.array_equal(a.history.window(name)[1], b.history.window(name)[1]), name
+        # equal_nan: read latency is NaN where a client read nothing from an OST
+        assert np.array_equal(a.history.window(name)[1], b.history.window(name)[1], equal_nan=True), name
     assert a.ground_truth() == b.ground_truth()
     assert build_snapshot(a).to_json() == build_snapshot(b).to_json()
     assert NodeRenderer(a).render(5) == NodeRenderer(b).render(5)
@@ -178,6 +179,13 @@ def test_fault_signal_is_in_the_affected_jobs_series(sim, kind):
         held_before = _job_gpu_mask(sim, int(jid), a - 600, a - 15)[1].any(axis=2)
         if held_before.any():
             assert during[mask.any(axis=2)][:, ost].mean() < 0.25 * before[held_before][:, ost].mean()
+        # ... and waits 1/SLOW_OST_FACTOR times longer per read RPC, while its other OSTs answer as usual
+        _, lat = sim.history.window("ost_read_latency", a, b)
+        on = mask.any(axis=2)
+        slow = lat[on][:, ost].astype(np.float64)
+        assert np.nanmedian(slow) > 10 * 0.003
+        others = np.delete(lat[on].astype(np.float64), ost, axis=1)
+        assert np.isnan(others).all() or np.nanmedian(others) < 0.01
     elif kind in ("ib_congestion", "link_flap"):
         assert util > 0.85 and sm < 0.3  # NCCL kernels resident, waiting
         ib = _mean_where(sim, "ib_tx_rate", times, mask, a, b)
@@ -268,6 +276,8 @@ def _agent_names() -> set[str]:
     names |= {PREFIX + m for m in re.findall(r'fams\.get\("([a-z_]+)"', source)}
     names |= {PREFIX + m for m in re.findall(r'PREFIX \+ "([a-z_]+)"', source)}
     names |= {"gangwatch_" + m for m in re.findall(r'f"\{[a-z_.]*prefix\}_([a-z_]+)"', source)}
+    # lustre_client's import gauges: f"gangwatch_lustre_client_import_{metric}" over (imp.field, "metric", help)
+    names |= {"gangwatch_lustre_client_import_" + m for m in re.findall(r'\(imp\.[a-z_]+, "([a-z_]+)"', source)}
     return names
 
 
@@ -456,6 +466,13 @@ def test_shared_node_io_stall_is_found_through_the_jobs_own_pressure():
     assert shared & hit, "the scenario must stall jobs that share a node"
     for win in (rec.window(), window_from_history(s)):
         assert set(win.job["psi_io"]) == {str(j.job_id) for j in jobs}
-        got = {v.jobid: v.state for v in diagnose(win, jobs).verdicts}
+        d = diagnose(win, jobs)
+        got = {v.jobid: v.state for v in d.verdicts}
         assert all(got[j] == "stalled_io" for j in shared & hit), got
         assert all(got[j] in ("progressing", "insufficient_data") for j in shared - hit), got
+        # the culprit is the slowed OST (its read latency stands out from the other targets), and the
+        # jobs it stalls are one incident
+        stalled = [v for v in d.verdicts if v.state == "stalled_io"]
+        assert {(v.culprit, v.culprit_kind) for v in stalled} == {(_truth(s, "ost_slow")["culprit"], "target")}
+        assert [(i.culprit, set(i.jobs)) for i in d.incidents if i.cause == "stalled_io"] == \
+            [(_truth(s, "ost_slow")["culprit"], {v.jobid for v in stalled})]

@@ -37,6 +37,7 @@ with the reason; nothing raises for one bad job: `diagnose` judges the rest.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -94,7 +95,7 @@ class Verdict:
     confidence: float
     since: float | None
     culprit: str = ""
-    culprit_kind: str = ""  # target, leaf_switch, port, node, gpu, gpus, job
+    culprit_kind: str = ""  # target, filesystem, leaf_switch, port, node, gpu, gpus, job
     evidence: tuple[Evidence, ...] = ()
     gpu_hours_lost: float = 0.0
     reason: str = ""
@@ -762,30 +763,56 @@ def _f(x) -> float | None:
 
 
 def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
-    """A filesystem target whose read latency stands out from the other targets, else a node whose
-    I/O pressure stands out from the gang's other nodes."""
+    """A filesystem target whose read latency stands out from the other targets (cluster-wide, and
+    one the job's nodes read from), else a node whose I/O pressure stands out from the gang's other
+    nodes, else the filesystem the job's nodes read from when they read from only one; else nothing."""
     ev: list[Evidence] = []
     lat = win.target.get("latency")
+    rows = jm.node_rows
     if lat is not None and lat.shape[1] >= th.min_peers:
-        rows = jm.node_rows
-        key = ("per_target_latency", seg.start, seg.stop)
-        per_target = sig.cache.get(key)
-        if per_target is None:
-            per_target = sig.cache[key] = _nanmean(_nanmean(lat[:, :, seg].astype(np.float64), 2), 0)
+        n_recent = max(1, int(round(th.culprit_recent_seconds / win.step))) if win.step > 0 else 1
+        recent = slice(max(seg.start, seg.stop - n_recent), seg.stop)
+        per_target = _per_target_latency(lat, sig, recent)
         hits = outliers(per_target, th, high=True, min_ratio=th.latency_ratio)
+        rd = win.target.get("read")
+        readers = np.sum(np.nansum(rd[rows], axis=2) > 0, axis=0) if rd is not None and rows else None
+        if hits and readers is not None:
+            hits = [h for h in hits if readers[h[0]] > 0]  # only a target the job's nodes read from
         if hits:
-            used = None
-            rd = win.target.get("read")
-            if rd is not None and rows:
-                used = np.nansum(rd[rows], axis=(0, 2)) > 0
-            hits.sort(key=lambda h: -h[3])
-            for i, x, med, z, p in hits:
-                if used is not None and not used[i]:
-                    continue
-                name = win.targets[i]
-                ev.append(Evidence("fs_target_read_latency", "", x, med, th.latency_ratio * med, z, p,
-                                   note=f"target {name} vs {int(np.isfinite(per_target).sum())} targets"))
-                return name, "target", ev
+            # Several slow targets that the job's nodes read from (two OSTs slow at once, a node
+            # shared with a job striped on the other): one that has recovered in the last 30 s no
+            # longer explains a stall that goes on; of the others, the one that slowed when the job
+            # stalled explains it best; one that slowed only after the stall began, or was slow
+            # already while the job progressed, less; then the one most of the job's nodes read from.
+            pre = slice(max(0, seg.start - n_recent), seg.start)
+            first = slice(seg.start, min(seg.stop, seg.start + n_recent))
+            nan = np.full(len(per_target), np.nan)
+            before = _per_target_latency(lat, sig, pre) if pre.stop > pre.start else nan
+            at_onset = _per_target_latency(lat, sig, first) if len(hits) > 1 else nan
+            now = _per_target_latency(lat, sig, slice(max(seg.start, seg.stop - 2), seg.stop)) if len(hits) > 1 else nan
+            slow = th.latency_ratio * hits[0][2]
+
+            def rank(h):
+                over = bool(np.isfinite(now[h[0]]) and now[h[0]] < slow)
+                late = bool(np.isfinite(at_onset[h[0]]) and at_onset[h[0]] < slow)
+                already = bool(np.isfinite(before[h[0]]) and before[h[0]] >= slow)
+                return (over, late, already, -(int(readers[h[0]]) if readers is not None else 0), -h[3])
+            i, x, med, z, p = min(hits, key=rank)
+            name = win.targets[i]
+            ev.append(Evidence("fs_target_read_latency", "", x, med, th.latency_ratio * med, z, p,
+                               note=f"target {name} vs {int(np.isfinite(per_target).sum())} targets, "
+                                    f"last {(recent.stop - recent.start) * win.step:.0f} s, all clients"))
+            if rows:  # how the job's own nodes see it: the worst of them on that target
+                mine = _nanmean(lat[rows, i, recent].astype(np.float64), 1)
+                if np.isfinite(mine).any():
+                    k = int(np.nanargmax(mine))
+                    ev.append(Evidence("fs_target_read_latency", win.nodes[rows[k]], float(mine[k]), med,
+                                       th.latency_ratio * med, note=f"this job's node reading from {name}"))
+            if len(hits) > 1:
+                ev.append(Evidence("fs_target_read_latency", "", None, med, th.latency_ratio * med,
+                                   note="also slow: " + ", ".join(f"{win.targets[h[0]]} (z {h[3]:.0f})"
+                                                                  for h in hits if h[0] != i)))
+            return name, "target", ev
     psi = sig.nodesig.get("psi_io")
     if psi is not None and len(jm.node_rows) >= th.min_peers:
         vals = _nanmean(psi[jm.node_rows][:, seg], 1)
@@ -795,7 +822,38 @@ def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresho
             node = win.nodes[jm.node_rows[i]]
             ev.append(Evidence("psi_io", node, x, med, th.psi_io_stalled, z, p, note="node vs the gang's other nodes"))
             return node, "node", ev
+    fs = _job_filesystem(win, rows)
+    if fs:
+        ev.append(Evidence("fs_filesystem", "", None, None, None,
+                           note=f"no target stands out; the job's nodes read only from filesystem {fs}"))
+        return fs, "filesystem", ev
     return "", "", ev
+
+
+def _per_target_latency(lat: np.ndarray, sig: _Signals, seg: slice) -> np.ndarray:
+    """Mean read latency per target over all clients and the steps of `seg` (cached per cycle)."""
+    key = ("per_target_latency", seg.start, seg.stop)
+    got = sig.cache.get(key)
+    if got is None:
+        got = sig.cache[key] = _nanmean(_nanmean(lat[:, :, seg].astype(np.float64), 2), 0)
+    return got
+
+
+def _job_filesystem(win: Window, rows: list[int]) -> str:
+    """The one filesystem the job's nodes read from in the window (targets are named `<fs>-OSTxxxx`,
+    `<fs>-MDTxxxx` or `<fs>:<nsd>`), or "" when they read from none, several, or it cannot be told."""
+    rd = win.target.get("read")
+    if rd is None or not rows or not win.targets:
+        return ""
+    used = np.flatnonzero(np.nansum(rd[rows], axis=(0, 2)) > 0)
+    names = {_fs_of(win.targets[i]) for i in used if i < len(win.targets)}
+    return names.pop() if len(names) == 1 and "" not in names else ""
+
+
+def _fs_of(target: str) -> str:
+    """`lustre-OST0006` -> `lustre`; "" for a name that does not say its filesystem."""
+    m = re.match(r"^(.+)-(?:OST|MDT)[0-9a-fA-F]{4}$", target or "")
+    return m.group(1) if m else ""
 
 
 def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
@@ -1015,7 +1073,7 @@ def _cluster_check(verdicts: list[Verdict], th: Thresholds, outage: str) -> tupl
     if len(judged) < th.outage_min_jobs or len(stalled) < th.outage_fraction * len(judged):
         return verdicts, ""
     sinces = np.array([v.since for v in stalled])
-    culprits = {v.culprit for v in stalled if v.culprit_kind in ("target", "leaf_switch", "port", "node")}
+    culprits = {v.culprit for v in stalled if v.culprit_kind in ("target", "filesystem", "leaf_switch", "port", "node")}
     if np.ptp(sinces) > th.outage_spread_seconds or (culprits and len(culprits) <= 2):
         return verdicts, ""
     reason = (f"{len(stalled)} of {len(judged)} jobs went quiet within {np.ptp(sinces):.0f} s of each other with no "

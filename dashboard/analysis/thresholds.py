@@ -75,8 +75,12 @@ class Thresholds:
     # (checkpoints of 30-120 s are usual, see stall_min_seconds_blind; 5 min is generous).
     checkpoint_max_seconds: float = 300.0
     # A target's read latency this many times its peers' median is a slow target (Lustre OST
-    # latency is a few ms healthy; a degraded OST shows 10-100x: LU-tickets, simulator 80x).
+    # latency is a few ms healthy; a degraded OST shows 10-100x: LU-tickets, simulator 20x).
     latency_ratio: float = 5.0
+    # A stall's culprit target is tested over its last this many seconds, as its cause is (see
+    # stall_min_seconds): over a long stall other targets may have been slow for a while, and
+    # averaging them in would hide the one slow now among several slowed ones.
+    culprit_recent_seconds: float = 120.0
 
     # ---- network
     # port_xmit_wait ticks/s above this multiple of the job's own baseline (or of the cluster's

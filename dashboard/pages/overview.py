@@ -2,9 +2,10 @@
 
 Headline figures, incidents ranked by GPU-hours lost, the node x time heatmap of GPU utilisation
 (aggregated on the server: nodes sorted by their mean, lowest first, at most 400 rows x 240
-columns whatever the node count), and the flagged jobs. Refreshes on the shell's interval: when
-the data version has not changed nothing is sent; when it has, the heatmap is patched (data only,
-layout untouched).
+columns whatever the node count), and the flagged jobs. The heatmap comes with the page as a PNG
+of the same data (no plotly.js needed for the first view), and a callback then mounts the
+interactive figure in its place. Refreshes on the shell's interval: when the data version has not
+changed nothing is sent; when it has, the heatmap is patched (data only, layout untouched).
 """
 
 from __future__ import annotations

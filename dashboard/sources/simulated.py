@@ -121,8 +121,8 @@ class SimRecorder:
 
 def window_from_history(sim) -> Window:
     """A window from what the simulator itself records (`sim.history`): GPU gauges, InfiniBand
-    rates, per-OST read rates, node and per-job (cgroup) I/O pressure. It lacks write traffic, read latency and link
-    events, so checkpoints wait `stall_min_seconds_blind` and I/O culprits fall back to nodes."""
+    rates, per-OST read rates and read latency, node and per-job (cgroup) I/O pressure. It lacks write
+    traffic and link events, so checkpoints wait `stall_min_seconds_blind`."""
     h = sim.history
     cl = sim.cluster
     times, util = h.window("util")
@@ -141,7 +141,7 @@ def window_from_history(sim) -> Window:
                   gpus=tuple(tuple(range(sim.g)) for _ in range(sim.n)),
                   rails=tuple(tuple(f"mlx5_{k}/1" for k in range(sim.g)) for _ in range(sim.n)), targets=tuple(cl.osts),
                   gpu=gpu, rail={"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")},
-                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read}, job=job,
+                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read, "latency": arr("ost_read_latency")}, job=job,
                   gpu_jobs={(cl.names[i], int(k)): str(int(jobs[i, k])) for i, k in zip(*np.nonzero(jobs >= 0))},
                   leaf_of={n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)})
 

@@ -47,6 +47,8 @@ R_IDLE, R_HW, R_THERMAL = 0, 3, 5
 MAX_PENDING = 10_000  # Slurm's MaxJobCount default: beyond it, submissions are refused
 THROTTLED_CLOCK = 0.55  # fraction of the max SM clock a throttled GPU keeps
 SLOW_OST_FACTOR = 0.05  # throughput left to the jobs striped on a slowed OST
+OST_READ_LATENCY = 0.003  # s per 1 MiB read RPC from a healthy OST (NVMe-backed OSS, one network hop)
+OST_LATENCY_SIGMA = 0.25  # log-normal jitter of that latency from step to step and client to client
 USERS = [f"user{i:02d}" for i in range(1, 41)]
 ACCOUNTS = ("vision", "nlp", "speech", "rl", "research")
 NAMES = {1: ("notebook", "resnet50-ft", "bert-eval", "sweep-lr"), 2: ("ddp-small", "vit-b16"),
@@ -121,6 +123,8 @@ class Simulation:
                                                             nodes_per_leaf=cfg.nodes_per_leaf, osts=cfg.osts))
         seeds = np.random.SeedSequence(cfg.seed).spawn(5)
         self.rng_work, self.rng_job, self.rng_noise, self.rng_fault, self.rng_init = (np.random.default_rng(s) for s in seeds)
+        # read-latency jitter has a stream of its own, so adding it left every other draw as it was
+        self.rng_lat = np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(6)[5])
         self.dt = float(cfg.step_seconds)
         self.t0 = float(cfg.start)
         self.t = self.t0
@@ -199,6 +203,8 @@ class Simulation:
         self.ost_read_lat = self.ost_read_ops * 0.003
         self.ost_rate = np.zeros((n, o), f32)
         self.ost_inflight = np.zeros((n, o), f32)
+        self.ost_lat_now = np.full((n, o), np.nan, f32)  # seconds per read RPC this step (NaN: no reads)
+        self.ost_wait_avg = np.full((n, o), OST_READ_LATENCY, f32)  # the import's running avg_waittime
         self.mdt_ops = self.rng_init.uniform(1e5, 1e6, n)
         self.psi_io_some = self.rng_init.uniform(1e3, 1e4, n)
         self.psi_io_full = self.psi_io_some * 0.5
@@ -220,6 +226,7 @@ class Simulation:
         h.add("ib_tx_rate", (n, g), f32)  # bytes/s per rail (rx mirrors it: ring all-reduce)
         h.add("ib_wait_rate", (n, g), f32)  # xmit_wait ticks/s
         h.add("ost_read_rate", (n, o), f32)  # bytes/s per node and OST
+        h.add("ost_read_latency", (n, o), np.float16)  # s per read RPC (float16: 3 digits do, and it is the biggest series)
         h.add("io_pressure", (n,), f32)  # fraction of the step with some task stalled on I/O
         h.add("job_io_pressure", (n, g), f32)  # the same for the job holding the GPU, from its own cgroup
         self._io_pressure = np.zeros(n, f32)
@@ -833,9 +840,16 @@ class Simulation:
         rops = rrate * dt / MIB
         self.ost_read_ops += rops
         self.ost_write_ops += wrate * dt / MIB
-        lat = np.where(self.slow_ost[None, :], 0.25, 0.003)
+        # per-RPC read latency: a few ms with log-normal jitter and a little queueing under load; a
+        # slowed OST serves 1/SLOW_OST_FACTOR times slower, so every client reading from it waits that
+        # much longer per RPC and keeps its RPC slots full (max_rpcs_in_flight = 8) while the bytes drop
+        jitter = self.rng_lat.lognormal(0.0, OST_LATENCY_SIGMA, (self.n, self.o))
+        lat = OST_READ_LATENCY * jitter * (1.0 + rrate / 2e9) * np.where(self.slow_ost[None, :], 1.0 / SLOW_OST_FACTOR, 1.0)
         self.ost_read_lat += rops * lat
-        self.ost_inflight[:] = np.where(self.slow_ost[None, :] & (rrate > 0), 8.0, np.minimum(8.0, rrate / 200e6))
+        reading = rrate > 0
+        self.ost_lat_now[:] = np.where(reading, lat, np.nan)
+        self.ost_wait_avg[:] = np.where(reading, 0.7 * self.ost_wait_avg + 0.3 * lat, self.ost_wait_avg)
+        self.ost_inflight[:] = np.where(self.slow_ost[None, :] & reading, 8.0, np.minimum(8.0, rrate / 200e6))
         self.mdt_ops += busy.sum(axis=1) * 2.0 * dt
         self._cgroups(dt, busy, s, io, hang, ckpt, job_speed, read, write, noise)
 
@@ -875,6 +889,7 @@ class Simulation:
             "util": self.util, "sm": self.sm, "tensor": self.tensor, "power": self.power, "temp": self.temp,
             "clock": self.clock, "mem_used": self.mem_used, "gpu_job": self._job_ids_now(),
             "ib_tx_rate": self.ib_rate, "ib_wait_rate": self.ib_wait_rate, "ost_read_rate": self.ost_rate,
+            "ost_read_latency": self.ost_lat_now,
             "io_pressure": self._io_pressure, "job_io_pressure": self.job_io_pressure})
 
     def _job_ids_now(self) -> np.ndarray:

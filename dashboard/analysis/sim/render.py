@@ -208,7 +208,9 @@ class NodeRenderer:
                           "RPCs the client has in flight to the target now (rpc_stats).")
         rb, wb = np.floor(s.ost_read[i]).astype(np.int64).tolist(), np.floor(s.ost_write[i]).astype(np.int64).tolist()
         ro, wo = np.floor(s.ost_read_ops[i]).astype(np.int64).tolist(), np.floor(s.ost_write_ops[i]).astype(np.int64).tolist()
-        rl, fl = _r(s.ost_read_lat[i], 6), _r(s.ost_inflight[i], 0)
+        wait = Family("gangwatch_lustre_client_import_rpc_wait_average_seconds", GAUGE,
+                      "Average seconds an RPC to the target waited for its reply (import avg_waittime).")
+        rl, fl, wa = _r(s.ost_read_lat[i], 6), _r(s.ost_inflight[i], 0), _r(s.ost_wait_avg[i], 6)
         t = self.tgt
         for o, name in enumerate(cl.osts):
             io.add_rendered(t[name, "osc", "read"], rb[o])
@@ -218,10 +220,11 @@ class NodeRenderer:
             ops.add_rendered(t[name, "osc", "ost_read"], ro[o])
             lat.add_rendered(t[name, "osc", "ost_read"], rl[o])
             inflight.add_rendered(t[name, "osc", "read"], int(fl[o]))
+            wait.add_rendered(self.imp[o], wa[o])
         mdt_ops = int(s.mdt_ops[i])
         for m, name in enumerate(cl.mdts):
             ops.add_rendered(t[name, "mdc", "mds_getattr"], mdt_ops // len(cl.mdts))
-        return [ops, io, lat, inflight]
+        return [ops, io, lat, inflight, wait]
 
     def _pressure(self, i: int) -> list[Family]:
         s = self.sim

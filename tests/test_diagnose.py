@@ -4,6 +4,7 @@ incidents, placement, findings as metrics/JSON, and bad input (hypothesis)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -162,6 +163,31 @@ def test_stalled_io_names_the_slow_target_with_significance():
     assert verdict(d, 2).state == "progressing"
 
 
+def test_two_slow_targets_the_one_that_slowed_when_the_job_stalled_is_named():
+    c = Cluster(targets=16)
+    a, b = c.rows(GANG_A), c.rows(GANG_B)
+    for i in a:  # gang A stalls 10 steps ago, when OST0009 slowed
+        c.util[i, :, -10:] = 0.08
+        c.sm[i, :, -10:] = 0.04
+        c.psi[i, -10:] = 0.85
+    c.lat[:, 3, -40:] = 0.06  # OST0003 has been slow for 10 minutes: gang B's problem, not A's
+    c.lat[:, 9, -10:] = 0.05
+    for i in b:
+        c.util[i, :, -40:] = 0.08
+        c.sm[i, :, -40:] = 0.04
+        c.psi[i, -40:] = 0.85
+    c.read[:, :, :] = 0.0
+    for i in a:  # A's nodes read from both (a neighbour's stripe on OST0003)
+        c.read[i, [3, 9], :] = 1e7
+    for i in b:
+        c.read[i, [3, 4], :] = 1e7
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+    va, vb = verdict(d, 1), verdict(d, 2)
+    assert (va.state, va.culprit, vb.state, vb.culprit) == ("stalled_io", "scratch-OST0009", "stalled_io", "scratch-OST0003")
+    assert any("also slow: scratch-OST0003" in e.note for e in va.evidence)
+    assert sorted((i.culprit, i.jobs) for i in d.incidents) == [("scratch-OST0003", ("2",)), ("scratch-OST0009", ("1",))]
+
+
 def test_io_stall_without_a_standout_target_names_the_filesystem_or_nothing():
     c = Cluster()
     for i in c.rows(GANG_A):
@@ -174,7 +200,6 @@ def test_io_stall_without_a_standout_target_names_the_filesystem_or_nothing():
     # no target and no node stands out: the filesystem its nodes read from (all of them `scratch-*`)
     assert (v.culprit, v.culprit_kind) == ("scratch", "filesystem")
     # without per-target data the filesystem cannot be told: no culprit is invented
-    import dataclasses
     v = verdict(diagnose(dataclasses.replace(c.window(), targets=(), target={}), [job(1, GANG_A)]), 1)
     assert v.state == "stalled_io" and (v.culprit, v.culprit_kind) == ("", "")
     # nor when the job's nodes read from two filesystems

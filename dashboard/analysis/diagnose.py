@@ -840,8 +840,8 @@ def _per_target_latency(lat: np.ndarray, sig: _Signals, seg: slice) -> np.ndarra
 
 
 def _job_filesystem(win: Window, rows: list[int]) -> str:
-    """The one filesystem the job's nodes read from in the window (targets are named `<fs>-OSTxxxx`,
-    `<fs>-MDTxxxx` or `<fs>:<nsd>`), or "" when they read from none, several, or it cannot be told."""
+    """The one filesystem the job's nodes read from in the window (Lustre targets are named
+    `<fs>-OSTxxxx`, `<fs>-MDTxxxx`), or "" when they read from none, several, or it cannot be told."""
     rd = win.target.get("read")
     if rd is None or not rows or not win.targets:
         return ""

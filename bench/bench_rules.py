@@ -96,7 +96,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="gw-bench-rules-"))
     (work / "peer.yml").write_text(yaml.safe_dump(PEER_RULES))
     t0 = time.monotonic()
-    stack = DemoStack(work, nodes=args.nodes, faults="default", with_serve=args.serve, with_alertmanager=False,
+    stack = DemoStack(work, nodes=args.nodes, faults="default", up_timeout=600, with_serve=args.serve, with_alertmanager=False,
                       dashboard=False,
                       interval=f"{args.interval}s", for_seconds=None, extra_rules=[work / "peer.yml"], self_scrape=True,
                       scrape_timeout=f"{args.interval}s")

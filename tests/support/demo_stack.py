@@ -30,7 +30,8 @@ class DemoStack:
     def __init__(self, workdir: Path, nodes: int = 16, faults: str = "ost_slow@61m+4m", speed: float = 1.0,
                  with_serve: bool = True, with_alertmanager: bool = True, interval: str = "1s",
                  for_seconds: int | None = 2, history: float = 3600.0, extra_rules: list[Path] = (),
-                 self_scrape: bool = False, scrape_timeout: str | None = None, dashboard: bool = True):
+                 self_scrape: bool = False, scrape_timeout: str | None = None, dashboard: bool = True,
+                 up_timeout: float = 120):
         """`with_serve`: scrape the demo's /metrics as `gangwatch-serve`; `dashboard`: run the demo
         with its dashboard (findings precomputed after each step) rather than `--no-dashboard`
         (findings computed when /metrics is scraped)."""
@@ -39,6 +40,7 @@ class DemoStack:
         self.with_serve, self.with_alertmanager, self.dashboard = with_serve, with_alertmanager, dashboard
         self.interval, self.for_seconds = interval, for_seconds
         self.extra_rules, self.self_scrape, self.scrape_timeout = list(extra_rules), self_scrape, scrape_timeout
+        self.up_timeout = up_timeout
         self.started: list = []
 
     def __enter__(self) -> "DemoStack":
@@ -76,7 +78,7 @@ class DemoStack:
                                interval=self.interval, external_labels={"cluster": "demo"}, self_scrape=self.self_scrape,
                                scrape_timeout=self.scrape_timeout)
         self.started.append(self.prom)
-        self.prom.wait_targets_up({c["job_name"] for c in scrape}, timeout=120)
+        self.prom.wait_targets_up({c["job_name"] for c in scrape}, timeout=self.up_timeout)
 
     def alerts_state(self) -> str:
         """What Prometheus, Alertmanager and the webhook hold now (for a timeout's message)."""

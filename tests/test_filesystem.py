@@ -390,3 +390,21 @@ def test_a_slow_starting_prober_is_not_killed(tmp_path, make):
     s = samples(encode(c.collect()))
     assert s[("gangwatch_filesystem_stat_timeout", "/home")] == 0
     assert c.prober.pid == pid and c.prober.restarts == 0
+
+
+def test_local_in_memory_filesystems_skip_the_prober(tmp_path, make):
+    """ext4/xfs/tmpfs are stat'ed in-process (their statfs reads counters in memory); network
+    filesystems still go through the prober child, and an injected stat function sees everything."""
+    procfs, rootfs = host_tree(tmp_path, {"/local": "ext4", "/scratch": "tmpfs", "/home": "nfs4"})
+    c = make(procfs, rootfs)
+    asked: list[list[str]] = []
+    real_probe = c.prober.probe
+    c.prober.probe = lambda paths, timeout: asked.append(list(paths)) or real_probe(paths, timeout)
+    got = samples(encode(c.collect()))
+    assert asked == [[str(rootfs / "home")]]
+    want = os.statvfs(rootfs / "local")
+    assert got[("gangwatch_filesystem_size_bytes", "/local")] == want.f_blocks * want.f_frsize
+    assert got[("gangwatch_filesystem_device_error", "/scratch")] == 0
+    assert got[("gangwatch_filesystem_stat_timeout", "/home")] == 0
+    injected = make(procfs, rootfs, collector_filesystem_stat_function=FAKES)
+    assert not any(t.in_process for t in injected._targets())

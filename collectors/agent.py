@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from .registry import Context, Paths, load_builtin_collectors
 from .runner import CommandRunner
 from .scrape import Scraper, build_info
-from .web import WebConfig, WebConfigError, landing_handler, make_server, metrics_handler, serve_forever
+from .web import landing_handler, metrics_handler, run_exporter
 
 DEFAULT_LISTEN = ":9810"
 
@@ -60,21 +59,13 @@ def build_scraper(args: argparse.Namespace, runner: CommandRunner | None = None,
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        web = WebConfig.load(args.web_config_file)
-    except WebConfigError as exc:
-        print(f"gangwatch agent: {exc}", file=sys.stderr)
-        return 2
-    scraper = build_scraper(args)
-    routes = {
-        args.web_telemetry_path: metrics_handler(scraper),
-        "/": landing_handler("gangwatch agent", {args.web_telemetry_path: "Metrics"}),
-    }
-    try:
-        server = make_server(args.web_listen_address, routes, web)
-    except (OSError, ValueError) as exc:
-        print(f"gangwatch agent: cannot listen on {args.web_listen_address}: {exc}", file=sys.stderr)
-        return 2
-    serve_forever(server)
-    scraper.close()
-    return 0
+
+    def build():
+        scraper = build_scraper(args)
+        routes = {
+            args.web_telemetry_path: metrics_handler(scraper),
+            "/": landing_handler("gangwatch agent", {args.web_telemetry_path: "Metrics"}),
+        }
+        return routes, lambda: None, scraper.close
+
+    return run_exporter("gangwatch agent", args.web_listen_address, args.web_config_file, build)

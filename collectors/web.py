@@ -428,3 +428,33 @@ def serve_in_thread(server: socketserver.ThreadingTCPServer) -> threading.Thread
     t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     t.start()
     return t
+
+
+def run_exporter(prog: str, listen: str, web_config_file: str | None,
+                 build: Callable[[], tuple[dict[str, Handler], Callable[[], None], Callable[[], None]]]) -> int:
+    """The life of an exporter command: web config, the app from `build()` -> (routes, start, stop),
+    the listening socket, serving until interrupted. Setup errors are one line on stderr, exit 2."""
+    import sys
+
+    try:
+        web = WebConfig.load(web_config_file)
+    except WebConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        routes, start, stop = build()
+    except OSError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        server = make_server(listen, routes, web)
+    except (OSError, ValueError) as exc:
+        print(f"{prog}: cannot listen on {listen}: {exc}", file=sys.stderr)
+        stop()
+        return 2
+    start()
+    try:
+        serve_forever(server)
+    finally:
+        stop()
+    return 0

@@ -298,7 +298,7 @@ def test_library_not_found_is_quiet_nodata(node):
 def test_real_pynvml_without_driver_is_nodata():
     # This machine has no NVIDIA driver: the lazily imported real pynvml must end in NoData.
     if Path("/dev/nvidiactl").exists():
-        pytest.skip("an NVIDIA driver is present")
+        pytest.skip("not applicable here: this host has an NVIDIA driver")
     for cls in (GpuCollector, GpuProfilingCollector):
         c = cls(Context(paths=Paths(sysfs="/nonexistent"), options={"dcgm_modules": None}))
         with pytest.raises(NoData):

@@ -31,7 +31,6 @@ and replaced on the next scrape; a stat function that cannot be loaded fails the
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import select
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from ..exposition import counter, format_labels, gauge
 from ..readers import on_kernel_fs, read_text
 from ..registry import Collector, NoData, register
+from .devices import regex_argument
 from ..statprobe import DEFAULT_STAT_FUNCTION, REPLY_MARGIN, TIMED_OUT, StatError, StatProber, StatValues
 
 # node_exporter's defaults, plus pseudo filesystems it lets through that have no capacity worth a
@@ -149,14 +149,6 @@ def _regex(text: str | None) -> re.Pattern | None:
     return re.compile(text) if text else None
 
 
-def _regex_arg(text: str) -> str:
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"bad regular expression {text!r}: {exc}") from None
-    return text
-
-
 class _Target:
     """A selected mount with its label string and statvfs path, built once per mount-table change."""
 
@@ -207,15 +199,15 @@ class FilesystemCollector(Collector):
     def add_arguments(cls, parser) -> None:
         add = parser.add_argument
         add("--collector.filesystem.fs-types-include", dest="collector_filesystem_fs_types_include",
-            default="", type=_regex_arg, metavar="REGEX",
+            default="", type=regex_argument, metavar="REGEX",
             help="Only filesystem types matching this regex (e.g. '^(lustre|gpfs|nfs4?)$'); empty: all.")
         add("--collector.filesystem.fs-types-exclude", dest="collector_filesystem_fs_types_exclude",
-            default=DEFAULT_FS_TYPES_EXCLUDE, type=_regex_arg, metavar="REGEX",
+            default=DEFAULT_FS_TYPES_EXCLUDE, type=regex_argument, metavar="REGEX",
             help="Filesystem types to leave out (pseudo filesystems, autofs, overlay).")
         add("--collector.filesystem.mount-points-include", dest="collector_filesystem_mount_points_include",
-            default="", type=_regex_arg, metavar="REGEX", help="Only mount points matching this regex; empty: all.")
+            default="", type=regex_argument, metavar="REGEX", help="Only mount points matching this regex; empty: all.")
         add("--collector.filesystem.mount-points-exclude", dest="collector_filesystem_mount_points_exclude",
-            default=DEFAULT_MOUNT_POINTS_EXCLUDE, type=_regex_arg, metavar="REGEX",
+            default=DEFAULT_MOUNT_POINTS_EXCLUDE, type=regex_argument, metavar="REGEX",
             help="Mount points to leave out.")
         add("--collector.filesystem.stat-timeout", dest="collector_filesystem_stat_timeout",
             default=DEFAULT_STAT_TIMEOUT, type=float, metavar="SECONDS",

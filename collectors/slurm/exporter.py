@@ -19,14 +19,13 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 
 from ..exposition import Family, encode
 from ..registry import Collector, Context, NoData
 from ..runner import CommandRunner
 from ..scrape import Scraper, build_info
-from ..web import Request, WebConfig, WebConfigError, landing_handler, make_server, metrics_handler, serve_forever
+from ..web import Request, landing_handler, metrics_handler, run_exporter
 from .metrics import poller_families, snapshot_families
 from .sources import CliSource, Poller, RestSource
 
@@ -162,26 +161,17 @@ def build_app(args: argparse.Namespace, source=None, runner: CommandRunner | Non
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        web = WebConfig.load(args.web_config_file)
-    except WebConfigError as exc:
-        print(f"gangwatch slurm-exporter: {exc}", file=sys.stderr)
-        return 2
-    try:
+
+    def build():
         poller, scraper, routes = build_app(args)
-    except OSError as exc:
-        print(f"gangwatch slurm-exporter: {exc}", file=sys.stderr)
-        return 2
-    try:
-        server = make_server(args.web_listen_address, routes, web)
-    except (OSError, ValueError) as exc:
-        print(f"gangwatch slurm-exporter: cannot listen on {args.web_listen_address}: {exc}", file=sys.stderr)
-        return 2
-    poller.start()
-    serve_forever(server)
-    poller.stop()
-    scraper.close()
-    return 0
+
+        def stop() -> None:
+            poller.stop()
+            scraper.close()
+
+        return routes, poller.start, stop
+
+    return run_exporter("gangwatch slurm-exporter", args.web_listen_address, args.web_config_file, build)
 
 
 def render_once(poller: Poller, now: float, top_pending: int = 100) -> str:

@@ -611,3 +611,12 @@ def test_gpu_lost_before_it_has_a_handle_is_flagged_and_rediscovered_later(node)
     got = samples(c.collect())
     assert value(got, "gangwatch_gpu_lost", gpu=0) == 0
     assert value(got, "gangwatch_gpu_power_watts", gpu=0) == pytest.approx(113.611)
+
+
+def test_pcie_throughput_is_opt_in(node):
+    """Each NVML PCIe throughput reading blocks 20 ms: by default the scrape must not pay for it."""
+    names = {n for n, _ in samples(make(node).collect())}
+    assert "gangwatch_gpu_pcie_throughput_bytes_per_second" not in names
+    assert "gangwatch_gpu_pcie_replays_total" in names
+    names = {n for n, _ in samples(make(node, collector_gpu_pcie_throughput=True).collect())}
+    assert "gangwatch_gpu_pcie_throughput_bytes_per_second" in names

@@ -91,6 +91,7 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=4, help="evaluation cycles measured after warm-up")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--serve", action="store_true", help="also scrape the demo's /metrics (serve's findings)")
+    ap.add_argument("--top", type=int, default=6, help="how many of the slowest rules to print")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="gw-bench-rules-"))
@@ -118,7 +119,7 @@ def main() -> int:
                 t = time.time()
                 os.kill(stack.demo_process.proc.pid, signal.SIGSTOP)
                 try:
-                    c = one_cycle(stack.prom, t + 0.2, args.interval)
+                    c = one_cycle(stack.prom, t + 0.2, args.interval + 5)
                 finally:
                     os.kill(stack.demo_process.proc.pid, signal.SIGCONT)
                 if c:
@@ -126,7 +127,7 @@ def main() -> int:
                 time.sleep(2 * args.interval)  # scrapes recover before the next pause
             series = int(float(stack.prom.query("prometheus_tsdb_head_series")[0]["value"][1]))
             groups = rule_groups(stack.prom)
-            slowest = sorted(((r["evaluationTime"], r.get("name")) for g in groups for r in g["rules"]), reverse=True)[:6]
+            slowest = sorted(((r["evaluationTime"], r.get("name")) for g in groups for r in g["rules"]), reverse=True)[:args.top]
             rule_count = sum(len(g["rules"]) for g in groups if g["name"] != "peer-baseline")
     finally:
         if not args.keep:

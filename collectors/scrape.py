@@ -245,7 +245,11 @@ class Scraper:
         collections = counter(f"{self.prefix}_scrape_collections_total",
                               "Collections this process has run; scrapes served from the cache or joining "
                               "one in flight do not count.").add_rendered("", self.collections)
-        fams += [success, duration, collections]
+        # one per-node series for alerts, instead of selecting the per-collector success of every node
+        failed = gauge(f"{self.prefix}_scrape_collectors_failed", "Collectors that failed or timed out in this "
+                       "scrape (collector_success 0); 0 when all succeeded.").add_rendered(
+            "", sum(not out.success for out in outcomes.values()))
+        fams += [success, duration, failed, collections]
         return Scrape(encode(fams), None, time.monotonic(), outcomes)
 
     def scrape(self) -> Scrape:

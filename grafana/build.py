@@ -6,10 +6,13 @@ differs from what this script generates (tests/test_grafana.py does the same). D
 Grafana 11 JSON (schemaVersion 39; importable into Grafana 10.x and later) with three variables:
 `datasource` (any Prometheus-compatible data source), `job` (Slurm job ids) and `node`.
 
-Queries read the recording rules of rules/recording.yml where one exists, so the dashboards stay
-cheap on a large cluster, and raw gangwatch series otherwise. Every query must parse and name only
-metrics that exist (tests/test_grafana.py); the few that come from `gangwatch serve`'s findings are
-listed in rules/expected_metrics.yml.
+Cluster-wide panels read the recording rules of rules/recording.yml (cluster:, jobid:, switch:,
+fs_target: ...), which read only the agent's per-node rollups. Per-node and per-device detail is not
+recorded (at 4,096 nodes that alone would blow the rule budget): those panels read the agent's
+rollups (gangwatch_gpu_node_*, gangwatch_infiniband_node_*) or its raw per-device series on demand,
+always behind a `node=~"$node"` or `jobid=~"$job"` matcher so a panel selects only what the
+variables pick. Every query must parse and name only metrics that exist (tests/test_grafana.py);
+the few that come from `gangwatch serve`'s findings are listed in rules/expected_metrics.yml.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ SCHEMA_VERSION = 39
 DS = {"type": "prometheus", "uid": "${datasource}"}
 NODE = 'node=~"$node"'
 JOB = 'jobid=~"$job"'
+# The selected jobs' GPUs, joined on demand to a per-GPU series of the selected nodes: the job's
+# GPU map on the "many" side, so a GPU shared by two jobs shows under both.
+JOB_GPUS = f"gangwatch_job_gpu_info{{{JOB},{NODE}}} * on (node, gpu) group_left "
 
 
 @dataclass(frozen=True)
@@ -79,10 +85,11 @@ def table(title, *queries, **kw) -> P:
 CLUSTER = D("gangwatch-cluster", "gangwatch / cluster",
             "GPU use, stalled jobs and what they cost, cluster-wide.", (
     Row("Now", (
-        stat("GPUs", Q("cluster:gangwatch_gpu_info:count")),
-        stat("GPUs allocated", Q("cluster:gangwatch_job_gpu_info:count")),
-        stat("Allocated GPUs idle", Q("cluster:gangwatch_gpu_allocated_idle:count"),
-             description="Allocated GPUs that ran no kernel (under 5 % utilisation) at the last evaluation."),
+        stat("GPUs", Q("cluster:gangwatch_gpu_node_gpus:sum"), description="GPUs that answered NVML."),
+        stat("GPUs allocated", Q("cluster:gangwatch_job_gpus:sum")),
+        stat("Allocated GPUs idle", Q("cluster:gangwatch_job_gpus_idle:sum"),
+             description="Allocated GPUs of a job on a node where that job's GPUs averaged under 5 % "
+                         "utilisation (ran no kernel) at the last evaluation."),
         stat("Mean GPU utilisation", Q("cluster:gangwatch_gpu_utilization_ratio:avg"), unit="percentunit", max=1),
         stat("Stalled jobs", Q("count(gangwatch_job_stalled == 1) or vector(0)"),
              description="Jobs gangwatch serve judges stalled (any cause)."),
@@ -91,10 +98,10 @@ CLUSTER = D("gangwatch-cluster", "gangwatch / cluster",
     )),
     Row("GPUs", (
         ts("Mean GPU utilisation", Q("cluster:gangwatch_gpu_utilization_ratio:avg", "cluster"), unit="percentunit", max=1),
-        ts("GPU utilisation by node", Q(f"node:gangwatch_gpu_utilization_ratio:avg{{{NODE}}}", "{{node}}"),
+        ts("GPU utilisation by node", Q(f"gangwatch_gpu_node_utilization_ratio{{{NODE}}}", "{{node}}"),
            unit="percentunit", max=1),
         ts("GPUs by Slurm state", Q("sum by (state) (gangwatch_slurm_partition_gpus)", "{{state}}")),
-        ts("Allocated GPUs idle", Q("cluster:gangwatch_gpu_allocated_idle:count", "idle")),
+        ts("Allocated GPUs idle", Q("cluster:gangwatch_job_gpus_idle:sum", "idle")),
     )),
     Row("Stalls and incidents", (
         ts("Stalled jobs by cause", Q(f'sum by (cause) (gangwatch_job_stalled{{{JOB},cause!="none"}}) or vector(0)', "{{cause}}"),
@@ -109,28 +116,34 @@ CLUSTER = D("gangwatch-cluster", "gangwatch / cluster",
 JOB_D = D("gangwatch-job", "gangwatch / job",
           "One Slurm job: its GPUs, nodes, network and storage traffic, and gangwatch's verdict.", (
     Row("Job", (
-        stat("GPUs", Q(f"jobid:gangwatch_job_gpu_info:count{{{JOB}}}")),
-        stat("Nodes", Q(f"jobid:gangwatch_job_node_info:count{{{JOB}}}")),
+        stat("GPUs", Q(f"jobid:gangwatch_job_gpus:sum{{{JOB}}}")),
+        stat("Nodes", Q(f"jobid:gangwatch_job_nodes:count{{{JOB}}}")),
         stat("Mean GPU utilisation", Q(f"jobid:gangwatch_gpu_utilization_ratio:avg{{{JOB}}}"), unit="percentunit", max=1),
-        stat("Slowest GPU", Q(f"jobid:gangwatch_gpu_utilization_ratio:min{{{JOB}}}"), unit="percentunit", max=1),
+        stat("Slowest node", Q(f"jobid:gangwatch_gpu_utilization_ratio:min{{{JOB}}}"), unit="percentunit", max=1,
+             description="Mean GPU utilisation of the job's slowest node."),
         stat("Stalled", Q(f"gangwatch_job_stalled{{{JOB}}}", "{{cause}}")),
         stat("GPU-hours lost", Q(f"gangwatch_job_gpu_hours_lost_total{{{JOB}}}")),
         table("Slurm", Q(f"gangwatch_slurm_job_info{{{JOB}}}")),
     )),
     Row("GPUs", (
-        ts("GPU utilisation by node", Q(f"node_jobid:gangwatch_gpu_utilization_ratio:avg{{{JOB},{NODE}}}", "{{node}}"),
+        ts("GPU utilisation by node", Q(f"gangwatch_job_gpu_utilization_ratio{{{JOB},{NODE}}}", "{{jobid}} {{node}}"),
            unit="percentunit", max=1),
-        ts("GPU utilisation by GPU", Q(f"node_gpu_jobid:gangwatch_gpu_utilization_ratio:max{{{JOB},{NODE}}}", "{{node}}/{{gpu}}"),
-           unit="percentunit", max=1),
-        ts("Tensor cores active", Q(f"jobid:gangwatch_gpu_prof_tensor_active_ratio:avg{{{JOB}}}", "{{jobid}}"),
-           unit="percentunit", max=1, description="Needs DCGM or NVML GPM (Hopper and newer)."),
-        ts("Mean and slowest GPU", Q(f"jobid:gangwatch_gpu_utilization_ratio:avg{{{JOB}}}", "mean {{jobid}}"),
+        ts("GPU utilisation by GPU",
+           Q(JOB_GPUS + f"gangwatch_gpu_utilization_ratio{{{NODE}}}", "{{jobid}} {{node}}/{{gpu}}"),
+           unit="percentunit", max=1, description="Per-GPU series of the selected nodes: pick the job's nodes "
+                                                  "in Node to keep this cheap on a large cluster."),
+        ts("Tensor cores active",
+           Q(f"avg by (jobid) ({JOB_GPUS}max by (node, gpu) "
+             f"(gangwatch_gpu_prof_tensor_active_ratio{{{NODE},pipe=\"any\"}}))", "{{jobid}}"),
+           unit="percentunit", max=1, description="Mean over the job's GPUs on the selected nodes. "
+                                                  "Needs DCGM or NVML GPM (Hopper and newer)."),
+        ts("Mean and slowest node", Q(f"jobid:gangwatch_gpu_utilization_ratio:avg{{{JOB}}}", "mean {{jobid}}"),
            Q(f"jobid:gangwatch_gpu_utilization_ratio:min{{{JOB}}}", "slowest {{jobid}}"), unit="percentunit", max=1),
     )),
     Row("Network and storage", (
         ts("InfiniBand traffic of the job's nodes",
-           Q(f"jobid:gangwatch_infiniband_port_transmit_data_bytes:rate5m{{{JOB}}}", "transmit {{jobid}}"),
-           Q(f"jobid:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{JOB}}}", "receive {{jobid}}"), unit="Bps"),
+           Q(f"jobid:gangwatch_infiniband_node_transmit_data_bytes:rate5m{{{JOB}}}", "transmit {{jobid}}"),
+           Q(f"jobid:gangwatch_infiniband_node_receive_data_bytes:rate5m{{{JOB}}}", "receive {{jobid}}"), unit="Bps"),
         ts("Lustre client I/O of the job's nodes",
            Q(f"jobid:gangwatch_lustre_client_read_bytes:rate5m{{{JOB}}}", "read {{jobid}}"),
            Q(f"jobid:gangwatch_lustre_client_write_bytes:rate5m{{{JOB}}}", "write {{jobid}}"), unit="Bps"),
@@ -155,18 +168,26 @@ NODE_D = D("gangwatch-node", "gangwatch / node", "One or more nodes: GPUs, healt
         ts("Remapped rows", Q(f"gangwatch_gpu_remapped_rows{{{NODE}}}", "{{node}}/{{gpu}} {{cause}}")),
         ts("Clock throttle reasons active", Q(f"sum by (node, reason) (gangwatch_gpu_clock_throttle_reason{{{NODE}}})",
                                                "{{node}} {{reason}}")),
+        ts("GPUs answering NVML and lost", Q(f"gangwatch_gpu_node_gpus{{{NODE}}}", "answering {{node}}"),
+           Q(f"gangwatch_gpu_node_lost{{{NODE}}}", "lost {{node}}"), width=24),
     )),
     Row("Host", (
-        ts("CPU busy", Q(f"node:gangwatch_cpu_busy:ratio_rate5m{{{NODE}}}", "{{node}}"), unit="percentunit", max=1),
-        ts("Memory used", Q(f"node:gangwatch_memory_used:ratio{{{NODE}}}", "{{node}}"), unit="percentunit", max=1),
-        ts("Pressure stalled (some tasks)", Q(f"node_resource:gangwatch_pressure_stalled_seconds:rate5m{{{NODE}}}",
-                                              "{{node}} {{resource}}"), unit="percentunit"),
-        ts("Disk busy", Q(f"node_device:gangwatch_disk_io_time_seconds:rate5m{{{NODE}}}", "{{node}} {{device}}"),
+        ts("CPU busy", Q(f'1 - sum by (node) (rate(gangwatch_cpu_seconds_total{{{NODE},mode=~"idle|iowait"}}[5m]))'
+                         f' / count by (node) (gangwatch_cpu_seconds_total{{{NODE},mode="idle"}})', "{{node}}"),
            unit="percentunit", max=1),
+        ts("Memory used", Q(f"max by (node) (1 - (gangwatch_memory_mem_free_bytes{{{NODE}}} + gangwatch_memory_cached_bytes{{{NODE}}}"
+                            f" + gangwatch_memory_buffers_bytes{{{NODE}}}) / gangwatch_memory_mem_total_bytes{{{NODE}}})", "{{node}}"),
+           unit="percentunit", max=1),
+        ts("Pressure stalled (some tasks)", Q(f"sum by (node, resource) (rate(gangwatch_pressure_stalled_seconds_total{{{NODE}}}[5m]))",
+                                              "{{node}} {{resource}}"), unit="percentunit"),
+        ts("Disk busy", Q(f"sum by (node, device) (rate(gangwatch_disk_io_time_seconds_total{{{NODE}}}[5m]))", "{{node}} {{device}}"),
+           unit="percentunit", max=1, description="Fraction of time the device was busy (iostat %util / 100)."),
     )),
     Row("Jobs and collectors", (
-        table("Jobs on the node", Q(f"node_jobid:gangwatch_job_node_info:max{{{NODE},{JOB}}}"), width=12),
-        ts("Collectors failing", Q(f"sum by (node) (1 - gangwatch_scrape_collector_success{{{NODE}}})", "{{node}}"), width=12),
+        table("Jobs on the node", Q(f"sum by (node, jobid) (rate(gangwatch_job_cpu_seconds_total{{{NODE},{JOB}}}[5m]))", "CPUs busy"),
+              Q(f"max by (node, jobid) (gangwatch_job_gpus{{{NODE},{JOB}}})", "GPUs"),
+              Q(f"max by (node, jobid) (gangwatch_job_gpu_utilization_ratio{{{NODE},{JOB}}})", "GPU utilisation"), width=12),
+        ts("Collectors failing", Q(f"gangwatch_scrape_collectors_failed{{{NODE}}}", "{{node}}"), width=12),
     )),
 ), tags=("gangwatch",))
 
@@ -174,10 +195,16 @@ STORAGE = D("gangwatch-storage", "gangwatch / storage", "Lustre targets, GPFS, h
     Row("Lustre", (
         ts("OST traffic (servers)", Q("fs_target_operation:gangwatch_lustre_ost_io_bytes:rate5m", "{{target}} {{operation}}"),
            unit="Bps"),
-        ts("Traffic per target (clients)", Q("fs_target_operation:gangwatch_lustre_client_target_io_bytes:rate5m",
-                                             "{{target}} {{operation}}"), unit="Bps"),
-        ts("RPC wait per target", Q("fs_target:gangwatch_lustre_client_import_rpc_wait_average_seconds:avg", "{{target}}"),
-           unit="s"),
+        ts("Traffic per target (selected clients)",
+           Q(f"sum by (target, operation) (rate(gangwatch_lustre_client_target_io_bytes_total{{{NODE}}}[5m]))",
+             "{{target}} {{operation}}"), unit="Bps", description="As the selected nodes' OSC/MDC see it."),
+        ts("Client I/O per node", Q(f"node_operation:gangwatch_lustre_client_io_bytes:rate5m{{{NODE}}}",
+                                    "{{node}} {{operation}}"), unit="Bps"),
+        ts("Worst client RPC wait", Q("fs_type:gangwatch_lustre_client_import_rpc_wait_max_seconds:max", "{{fs}} {{type}}"),
+           unit="s", description="The largest average RPC wait any client sees on an import of the filesystem."),
+        ts("RPC wait per target (selected clients)",
+           Q(f"max by (target) (gangwatch_lustre_client_import_rpc_wait_average_seconds{{{NODE}}})", "{{target}}"),
+           unit="s", description="The worst of the selected nodes' average RPC wait, per target."),
         ts("Clients disconnected per target", Q("fs_target:gangwatch_lustre_client_import_disconnected:count", "{{target}}")),
         ts("MDT operations", Q("fs_target:gangwatch_lustre_mdt_operations:rate5m", "{{target}}"), unit="ops"),
         ts("Top jobs by Lustre I/O (job_stats)",
@@ -186,7 +213,7 @@ STORAGE = D("gangwatch-storage", "gangwatch / storage", "Lustre targets, GPFS, h
     Row("GPFS", (
         ts("GPFS traffic", Q("cluster_fs:gangwatch_gpfs_read_bytes:rate5m", "read {{fs}}"),
            Q("cluster_fs:gangwatch_gpfs_write_bytes:rate5m", "write {{fs}}"), unit="Bps"),
-        ts("Longest waiter", Q(f"node:gangwatch_gpfs_waiter_longest_seconds:max{{{NODE}}}", "{{node}}"), unit="s"),
+        ts("Longest waiter", Q(f"max by (node) (gangwatch_gpfs_waiter_longest_seconds{{{NODE}}})", "{{node}}"), unit="s"),
         ts("Waiters by reason", Q("sum by (reason) (gangwatch_gpfs_waiters_by_reason)", "{{reason}}")),
     )),
     Row("Mounts and jobs", (
@@ -198,40 +225,40 @@ STORAGE = D("gangwatch-storage", "gangwatch / storage", "Lustre targets, GPFS, h
     )),
 ), tags=("gangwatch",))
 
+TX, RX = "gangwatch_infiniband_port_transmit_data_bytes_total", "gangwatch_infiniband_port_receive_data_bytes_total"
 NETWORK = D("gangwatch-network", "gangwatch / network", "InfiniBand ports, links, congestion and switches.", (
     Row("Traffic", (
-        ts("Transmit per port", Q(f"node_device_port:gangwatch_infiniband_port_transmit_data_bytes:rate5m{{{NODE}}}",
-                                  "{{node}} {{device}}/{{port}}"), unit="Bps"),
-        ts("Receive per port", Q(f"node_device_port:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{NODE}}}",
-                                 "{{node}} {{device}}/{{port}}"), unit="Bps"),
+        ts("Transmit per port", Q(f"rate({TX}{{{NODE}}}[5m])", "{{node}} {{device}}/{{port}}"), unit="Bps"),
+        ts("Receive per port", Q(f"rate({RX}{{{NODE}}}[5m])", "{{node}} {{device}}/{{port}}"), unit="Bps"),
         # The busier direction over the link's rate: `(a >= b) or b` is the element-wise maximum.
         ts("Link utilisation (busier direction)",
-           Q(f"(node_device_port:gangwatch_infiniband_port_transmit_data_bytes:rate5m{{{NODE}}}"
-             f" >= node_device_port:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{NODE}}}"
-             f" or node_device_port:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{NODE}}})"
+           Q(f"(rate({TX}{{{NODE}}}[5m]) >= rate({RX}{{{NODE}}}[5m]) or rate({RX}{{{NODE}}}[5m]))"
              f" / on (node, device, port) max by (node, device, port) (gangwatch_infiniband_port_rate_bytes_per_second{{{NODE}}})",
              "{{node}} {{device}}/{{port}}"), unit="percentunit", max=1),
-        ts("Traffic per leaf switch", Q("switch:gangwatch_infiniband_port_transmit_data_bytes:rate5m", "{{switch}} tx"),
-           Q("switch:gangwatch_infiniband_port_receive_data_bytes:rate5m", "{{switch}} rx"), unit="Bps",
+        ts("Traffic per leaf switch", Q("switch:gangwatch_infiniband_node_transmit_data_bytes:rate5m", "{{switch}} tx"),
+           Q("switch:gangwatch_infiniband_node_receive_data_bytes:rate5m", "{{switch}} rx"), unit="Bps",
            description="Needs the node to switch map (gangwatch_slurm_node_switch_info)."),
     )),
     Row("Congestion and errors", (
-        ts("Wait ticks per second", Q(f"node_device_port:gangwatch_infiniband_port_transmit_wait_ticks:rate5m{{{NODE}}}",
-                                      "{{node}} {{device}}/{{port}}")),
-        ts("Wait per leaf switch", Q("switch:gangwatch_infiniband_port_transmit_wait_ticks:rate5m", "{{switch}}")),
+        ts("Wait ticks per second", Q(f"node:gangwatch_infiniband_node_transmit_wait_ticks:rate5m{{{NODE}}}", "{{node}}"),
+           description="Summed over the node's ports; InfinibandCongestion fires above 1e6 for 10 minutes."),
+        ts("Wait per leaf switch", Q("switch:gangwatch_infiniband_node_transmit_wait_ticks:rate5m", "{{switch}}")),
         ts("Symbol errors (1h)", Q(f"increase(gangwatch_infiniband_port_symbol_errors_total{{{NODE}}}[1h])",
                                    "{{node}} {{device}}/{{port}}")),
         ts("Link downs (1h)", Q(f"increase(gangwatch_infiniband_port_link_downed_total{{{NODE}}}[1h])",
                                 "{{node}} {{device}}/{{port}}")),
     )),
     Row("Ports", (
-        ts("Ports not active", Q(f"sum by (node) (gangwatch_infiniband_port_state_id{{{NODE}}} < bool 4)", "{{node}}"),
-           width=12),
+        ts("Ports down", Q(f"gangwatch_infiniband_node_ports_down{{{NODE}}}", "{{node}}"), width=12,
+           description="InfiniBand ports not Active that were Active since the agent started "
+                       "(uncabled and disabled ports are left out)."),
         ts("Ports below their expected rate", Q(f"sum by (node) (gangwatch_infiniband_port_degraded{{{NODE}}})", "{{node}}"),
            width=12),
+        ts("Traffic per node", Q(f"node:gangwatch_infiniband_node_transmit_data_bytes:rate5m{{{NODE}}}", "transmit {{node}}"),
+           Q(f"node:gangwatch_infiniband_node_receive_data_bytes:rate5m{{{NODE}}}", "receive {{node}}"), unit="Bps"),
         ts("Selected jobs' InfiniBand traffic",
-           Q(f"jobid:gangwatch_infiniband_port_transmit_data_bytes:rate5m{{{JOB}}}", "transmit {{jobid}}"),
-           Q(f"jobid:gangwatch_infiniband_port_receive_data_bytes:rate5m{{{JOB}}}", "receive {{jobid}}"), unit="Bps"),
+           Q(f"jobid:gangwatch_infiniband_node_transmit_data_bytes:rate5m{{{JOB}}}", "transmit {{jobid}}"),
+           Q(f"jobid:gangwatch_infiniband_node_receive_data_bytes:rate5m{{{JOB}}}", "receive {{jobid}}"), unit="Bps"),
     )),
 ), tags=("gangwatch",))
 
@@ -275,7 +302,7 @@ def variables() -> list[dict]:
     return [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
          "options": [], "hide": 0, "refresh": 1, "regex": "", "skipUrlSync": False},
-        query_var("job", "Job", "label_values(node_jobid:gangwatch_job_node_info:max, jobid)", True),
+        query_var("job", "Job", "label_values(jobid:gangwatch_job_nodes:count, jobid)", True),
         query_var("node", "Node", 'label_values(gangwatch_scrape_collector_success{job="gangwatch-agent"}, node)', True),
     ]
 

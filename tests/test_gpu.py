@@ -282,6 +282,108 @@ def test_xid_events_unsupported_are_skipped(node):
     assert value(got, "gangwatch_gpu_power_watts", gpu=0) == pytest.approx(113.611)
 
 
+# ----------------------------------------------------------------------------- per-node rollups
+
+def per_gpu(got: dict, metric: str, /, **labels) -> dict[str, float]:
+    """{gpu index: value} of one per-GPU family, restricted to the series carrying `labels`."""
+    want = {(k, str(v)) for k, v in labels.items()}
+    return {dict(l)["gpu"]: v for (n, l), v in got.items() if n == metric and want <= set(l)}
+
+
+NODE_ROLLUPS = {  # rollup -> (per-GPU family and labels, how it combines them)
+    "gangwatch_gpu_node_utilization_ratio": (("gangwatch_gpu_utilization_ratio", {}), lambda vs: sum(vs) / len(vs)),
+    "gangwatch_gpu_node_memory_used_bytes": (("gangwatch_gpu_memory_used_bytes", {}), sum),
+    "gangwatch_gpu_node_power_watts": (("gangwatch_gpu_power_watts", {}), sum),
+    "gangwatch_gpu_node_max_temperature_celsius": (("gangwatch_gpu_temperature_celsius", {"sensor": "gpu"}), max),
+    "gangwatch_gpu_node_row_remap_pending": (("gangwatch_gpu_row_remap_pending", {}), lambda vs: sum(1 for v in vs if v)),
+    "gangwatch_gpu_node_row_remap_failure": (("gangwatch_gpu_row_remap_failure", {}), lambda vs: sum(1 for v in vs if v)),
+    "gangwatch_gpu_node_ecc_uncorrected_errors_total": (
+        ("gangwatch_gpu_ecc_errors_total", {"error": "uncorrected", "counter": "volatile"}), sum),
+}
+
+
+def assert_rollups_agree(got: dict) -> None:
+    """Every rollup present equals its per-GPU family combined; absent exactly when that family is."""
+    for rollup, ((metric, labels), combine) in NODE_ROLLUPS.items():
+        values = list(per_gpu(got, metric, **labels).values())
+        if values:
+            assert value(got, rollup) == pytest.approx(combine(values)), rollup
+        else:
+            assert value(got, rollup) is None, rollup
+    assert value(got, "gangwatch_gpu_node_lost") == sum(per_gpu(got, "gangwatch_gpu_lost").values())
+    assert value(got, "gangwatch_gpu_node_gpus") == sum(1 for v in per_gpu(got, "gangwatch_gpu_lost").values() if v == 0)
+
+
+def test_node_rollups_equal_the_per_gpu_values(node):
+    for g, util, used, power_mw, temp in [(1, 97, 70 << 30, 698_123, 71), (4, 35, 12 << 30, 402_500, 64),
+                                          (6, 100, 80 << 30, 701_007, 83)]:
+        node.gpus[g].util_gpu, node.gpus[g].mem_used, node.gpus[g].power_mw, node.gpus[g].temp = util, used, power_mw, temp
+    node.gpus[2].remap = (3, 1, 1, 0)  # pending: needs a reset
+    node.gpus[7].remap = (0, 9, 0, 1)  # failed: needs service
+    node.gpus[7].ecc = {(0, 0): 4, (0, 1): 6, (1, 0): 5, (1, 1): 11}  # only (uncorrected, volatile) counts
+    node.gpus[3].ecc = {(0, 0): 0, (0, 1): 0, (1, 0): 2, (1, 1): 2}
+    c = make(node)
+    got = samples(c.collect())
+    assert_rollups_agree(got)
+    # and the figures themselves, worked out by hand from the capture plus the values above
+    assert value(got, "gangwatch_gpu_node_gpus") == 8 and value(got, "gangwatch_gpu_node_lost") == 0
+    assert value(got, "gangwatch_gpu_node_utilization_ratio") == pytest.approx((0.97 + 0.35 + 1.0) / 8)
+    assert value(got, "gangwatch_gpu_node_memory_used_bytes") == 76_235_669_504 + (162 << 30)
+    assert value(got, "gangwatch_gpu_node_power_watts") == pytest.approx(
+        113.611 + 698.123 + 65.709 + 67.316 + 402.5 + 65.742 + 701.007 + 66.997)
+    assert value(got, "gangwatch_gpu_node_max_temperature_celsius") == 83
+    assert value(got, "gangwatch_gpu_node_row_remap_pending") == 1
+    assert value(got, "gangwatch_gpu_node_row_remap_failure") == 1
+    assert value(got, "gangwatch_gpu_node_ecc_uncorrected_errors_total") == 7
+    # computed from the readings already taken: one utilisation call per GPU per scrape, no more
+    before = node.calls["nvmlDeviceGetUtilizationRates"]
+    c.collect()
+    assert node.calls["nvmlDeviceGetUtilizationRates"] - before == 8
+
+
+def test_node_rollups_without_readings_are_left_out(node):
+    node.fail("nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    node.fail("nvmlDeviceGetRemappedRows", pynvml.NVML_ERROR_NOT_SUPPORTED)  # e.g. pre-Ampere
+    node.fail("nvmlDeviceGetTemperature", pynvml.NVML_ERROR_UNKNOWN)
+    node.fail("nvmlDeviceGetTotalEccErrors", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    node.fail("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_UNKNOWN, gpu=0)  # one GPU only: the sum of the others
+    got = samples(make(node).collect())
+    assert_rollups_agree(got)
+    for rollup in ("utilization_ratio", "row_remap_pending", "row_remap_failure", "max_temperature_celsius",
+                   "ecc_uncorrected_errors_total"):
+        assert value(got, f"gangwatch_gpu_node_{rollup}") is None, rollup
+    assert value(got, "gangwatch_gpu_node_power_watts") == pytest.approx(
+        68.347 + 65.709 + 67.316 + 68.717 + 65.742 + 67.328 + 66.997)
+    assert value(got, "gangwatch_gpu_node_gpus") == 8 and value(got, "gangwatch_gpu_node_lost") == 0
+
+
+def test_node_rollups_count_lost_gpus_and_skip_their_readings(fixtures_dir):
+    gpus, driver = h100_node(fixtures_dir)
+    gpus[1].util_gpu, gpus[5].util_gpu = 80, 40
+    fake = FakeNvml(gpus, driver)
+    fake.lose(3)  # lost before discovery: no handle at all
+    c = make(fake)
+    c.collect()
+    fake.lose(0)  # lost after discovery: its memory and power were the largest
+    got = samples(c.collect())
+    assert_rollups_agree(got)
+    assert value(got, "gangwatch_gpu_node_lost") == 2
+    assert value(got, "gangwatch_gpu_node_gpus") == 6
+    assert value(got, "gangwatch_gpu_node_utilization_ratio") == pytest.approx(1.2 / 6)
+    assert value(got, "gangwatch_gpu_node_memory_used_bytes") == 0
+    assert value(got, "gangwatch_gpu_node_power_watts") == pytest.approx(
+        68.347 + 65.709 + 68.717 + 65.742 + 67.328 + 66.997)
+
+
+def test_node_rollups_skip_mig_gpus_without_utilisation(node):
+    node.gpus[5].mig = [FakeMig(1, 0, "7g.80gb", 80 << 30, 1 << 30, "MIG-5b4c0b4e-9b1c-5d0f-8a51-0c8f5e2f1a01")]
+    node.gpus[2].util_gpu = 70
+    got = samples(make(node).collect())
+    assert_rollups_agree(got)
+    assert value(got, "gangwatch_gpu_node_utilization_ratio") == pytest.approx(0.7 / 7)  # over 7 GPUs, not 8
+    assert value(got, "gangwatch_gpu_node_gpus") == 8
+
+
 # ----------------------------------------------------------------------------- init, driver, bus
 
 def test_library_not_found_is_quiet_nodata(node):
@@ -313,6 +415,7 @@ def test_driver_not_loaded_with_gpus_on_the_bus_flags_them_missing(node, tmp_pat
     assert value(got, "gangwatch_gpu_pci_devices") == 8
     assert value(got, "gangwatch_gpu_nvml_devices") == 0
     assert value(got, "gangwatch_gpu_missing") == 8
+    assert not any(n.startswith("gangwatch_gpu_node_") for n, _ in got)  # NVML does not work: no rollups
     with pytest.raises(NoData):
         make(node, sysfs=str(tmp_path / "empty")).collect()
 

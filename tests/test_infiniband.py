@@ -243,6 +243,93 @@ def test_counters_are_fresh_and_devices_that_go_away_are_dropped(tmp_path):
     assert not c._files.fds
 
 
+ROLLUPS = {
+    "node_transmit_data_bytes_total": "port_transmit_data_bytes_total",
+    "node_receive_data_bytes_total": "port_receive_data_bytes_total",
+    "node_transmit_wait_ticks_total": "port_transmit_wait_ticks_total",
+    "node_link_downed_total": "port_link_downed_total",
+    "node_symbol_errors_total": "port_symbol_errors_total",
+}
+
+
+@pytest.mark.parametrize("tree", ["node_exporter", "procfs"])
+def test_node_rollups_are_the_sums_of_the_ports(tree, node_exporter_sys, procfs_tree):
+    text = collect(node_exporter_sys if tree == "node_exporter" else procfs_tree / "sys")
+    for rollup, per_port in ROLLUPS.items():
+        ports = series(text, "gangwatch_infiniband_" + per_port)
+        node = series(text, "gangwatch_infiniband_" + rollup)
+        if ports:
+            assert node == {(): sum(ports.values())}, rollup
+        else:  # node_exporter's mlx4 has no symbol_error file: unknown, not 0
+            assert node == {}, rollup
+    if tree == "node_exporter":
+        # mlx4_0 port 1 (4631917 words) + port 2 (0); i40iw0 reads "N/A (no PMA)" and is not in the sum
+        assert series(text, "gangwatch_infiniband_node_receive_data_bytes_total")[()] == 4631917 * 4
+    else:
+        # hfi1_0 + mlx4_0 ports 1 and 2 + mlx5_0: all four ports
+        assert len(series(text, "gangwatch_infiniband_port_transmit_data_bytes_total")) == 4
+        assert series(text, "gangwatch_infiniband_node_transmit_data_bytes_total")[()] > 273558326543 * 4
+
+
+def test_node_rollups_left_out_when_no_port_reports(tmp_path):
+    make_port(tmp_path, "irdma0", "1", counters={"port_xmit_data": "N/A (no PMA)\n", "symbol_error": "3\n"})
+    make_port(tmp_path, "irdma1", "1", counters={"symbol_error": "4\n"})
+    s = samples(collect(tmp_path))
+    assert s[("gangwatch_infiniband_node_symbol_errors_total", ())] == 7
+    for rollup in ROLLUPS:
+        if rollup != "node_symbol_errors_total":
+            assert ("gangwatch_infiniband_" + rollup, ()) not in s, rollup
+
+
+def test_ports_down_counts_only_ports_seen_active(node_exporter_sys, tmp_path):
+    import shutil
+
+    shutil.copytree(node_exporter_sys / "class" / "infiniband", tmp_path / "class" / "infiniband", symlinks=True)
+    ports = tmp_path / "class" / "infiniband" / "mlx4_0" / "ports"
+
+    def set_state(port: Path, state: str, phys: str) -> None:
+        (port / "state").write_text(state + "\n")
+        (port / "phys_state").write_text(phys + "\n")
+
+    def down(c: InfinibandCollector) -> dict[tuple, float]:
+        return series(encode(c.collect()), "gangwatch_infiniband_node_ports_down")
+
+    c = InfinibandCollector(Context(paths=Paths(sysfs=str(tmp_path))))
+    try:
+        assert down(c) == {(): 0}  # the real tree: every port Active
+        set_state(ports / "2", "1: DOWN", "2: Polling")  # cable pulled, link lost
+        assert down(c) == {(): 1}
+        set_state(ports / "1", "1: DOWN", "3: Disabled")  # shut on purpose by the operator
+        assert down(c) == {(): 1}
+        # a port that was never Active (uncabled), and an Ethernet (RoCE) port that goes down: not counted
+        make_port(tmp_path, "mlx5_0", "1", state="1: DOWN", phys="2: Polling")
+        roce = make_port(tmp_path, "mlx5_1", "1", link_layer="Ethernet")
+        assert down(c) == {(): 1}
+        set_state(roce, "1: DOWN", "2: Polling")
+        assert down(c) == {(): 1}
+        # an agent restarted now has seen none of them Active
+        fresh = InfinibandCollector(Context(paths=Paths(sysfs=str(tmp_path))))
+        try:
+            assert down(fresh) == {(): 0}
+        finally:
+            fresh.close()
+        set_state(ports / "2", "4: ACTIVE", "5: LinkUp")  # link back
+        assert down(c) == {(): 0}
+        set_state(ports / "2", "2: INIT", "5: LinkUp")  # trained but not Active (no subnet manager)
+        assert down(c) == {(): 1}
+    finally:
+        c.close()
+    # the per-port state still tells which port it is
+    assert series(encode(InfinibandCollector(Context(paths=Paths(sysfs=str(tmp_path)))).collect()),
+                  "gangwatch_infiniband_port_state_id")[(("device", "mlx4_0"), ("port", "2"))] == 2
+
+
+def test_ports_down_left_out_without_a_readable_infiniband_state(tmp_path):
+    make_port(tmp_path, "mlx5_0", "1", link_layer="Ethernet")
+    make_port(tmp_path, "mlx5_1", "1", state=None)
+    assert series(collect(tmp_path), "gangwatch_infiniband_node_ports_down") == {}
+
+
 def test_no_infiniband_is_quiet(tmp_path):
     with pytest.raises(NoData):
         collect(tmp_path)

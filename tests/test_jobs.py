@@ -138,6 +138,13 @@ def test_host_golden(fake_nvml, update_golden):
                    ("1234", "2"): "nvml", ("1235", "2"): "nvml", ("1234", "5"): "nvml", ("1235", "5"): "nvml"}
     assert value(got, "gangwatch_job_gpu_memory_used_bytes", jobid="1235", gpu="2") == 10 << 30
     assert value(got, "gangwatch_job_gpu_memory_used_bytes", jobid="1234", gpu="0") == fake_nvml.gpus[0].mem_used
+    # per-job rollups: one gangwatch_job_gpus per job = its gangwatch_job_gpu_info pairs
+    assert {jobid: value(got, "gangwatch_job_gpus", jobid=jobid) for jobid in ("1234", "1235", "1236")} == \
+        {jobid: sum(1 for j, _ in gpu if j == jobid) for jobid in ("1234", "1235", "1236")} == \
+        {"1234": 4, "1235": 2, "1236": 1}
+    # job 1236's only GPU (3) answers GpuIsLost: its utilisation is unknown, not 0
+    assert value(got, "gangwatch_job_gpu_utilization_ratio", jobid="1234") == 0
+    assert ("gangwatch_job_gpu_utilization_ratio", (("jobid", "1236"),)) not in got
     # hostile lines (a quote, a path, a passwd line), the temp file, the folder, "notagpu": all refused
     assert col.rejected_lines == 3
     # io.stat devices named through sysfs uevent, then /proc/diskstats, else left as MAJ:MIN
@@ -172,6 +179,46 @@ def test_nvml_failures_are_not_fatal(fixtures_dir):
     broken.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     got = samples(encode(host_collector(broken).collect()))
     assert {dict(ls)["source"] for n, ls in got if n == "gangwatch_job_gpu_info"} == {"mapping"}
+    # without NVML the GPUs a job holds are still known, their utilisation is not
+    assert value(got, "gangwatch_job_gpus", jobid="1234") == 2 and value(got, "gangwatch_job_gpus", jobid="1236") == 1
+    assert not any(n == "gangwatch_job_gpu_utilization_ratio" for n, _ in got)
+
+
+def job_gpu_util(col) -> dict[str, float]:
+    got = samples(encode(col.collect()))
+    return {dict(ls)["jobid"]: v for (n, ls), v in got.items() if n == "gangwatch_job_gpu_utilization_ratio"}
+
+
+def test_job_gpu_utilization_is_the_mean_over_its_gpus(fake_nvml):
+    # job 1234 holds GPUs 0, 1 (mapping), 2, 5 (NVML); job 1235 shares 2 and 5; job 1236 holds lost GPU 3
+    for gpu, util in {0: 90, 1: 70, 2: 40, 5: 10}.items():
+        fake_nvml.gpus[gpu].util_gpu = util
+    col = host_collector(fake_nvml)
+    assert job_gpu_util(col) == pytest.approx({"1234": (0.9 + 0.7 + 0.4 + 0.1) / 4, "1235": (0.4 + 0.1) / 2})
+    # a shared GPU is read once per scrape, and the lost one is not asked at all
+    assert fake_nvml.calls["nvmlDeviceGetUtilizationRates"] == 4
+    # agrees with the gpu collector's per-GPU series for the same GPUs
+    from collectors.node.gpu import GpuCollector
+
+    per_gpu = {dict(ls)["gpu"]: v for (n, ls), v in samples(encode(GpuCollector(
+        Context(paths=Paths(sysfs="/nonexistent"), nvml=fake_nvml)).collect())).items()
+        if n == "gangwatch_gpu_utilization_ratio"}
+    assert job_gpu_util(col)["1235"] == pytest.approx((per_gpu["2"] + per_gpu["5"]) / 2)
+
+
+def test_nvml_error_on_one_gpu_drops_only_that_gpu_from_the_mean(fake_nvml):
+    for gpu, util in {0: 90, 1: 70, 2: 40, 5: 10}.items():
+        fake_nvml.gpus[gpu].util_gpu = util
+    fake_nvml.fail("nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_UNKNOWN, gpu=1)
+    col = host_collector(fake_nvml)
+    assert job_gpu_util(col) == pytest.approx({"1234": (0.9 + 0.4 + 0.1) / 3, "1235": (0.4 + 0.1) / 2})
+    # MIG on the shared GPU 2 (no utilisation there) and an error on GPU 5: job 1235 has no reading left
+    fake_nvml.gpus[2].mig = []
+    fake_nvml.fail("nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=5)
+    got = samples(encode(col.collect()))
+    assert value(got, "gangwatch_job_gpu_utilization_ratio", jobid="1234") == pytest.approx(0.9)
+    assert ("gangwatch_job_gpu_utilization_ratio", (("jobid", "1235"),)) not in got
+    assert value(got, "gangwatch_job_gpus", jobid="1235") == 2  # it still holds them
 
 
 def test_nothing_here_is_no_data(tmp_path):
@@ -192,7 +239,8 @@ def test_mapping_symlinks_are_not_followed(tmp_path):
     (mapping / "0").symlink_to(secret)
     (mapping / "1").write_text("77\n")
     got = samples(encode(collector(tmp_path / "none", tmp_path, mapping=mapping).collect()))
-    assert set(got) == {("gangwatch_job_gpu_info", (("gpu", "1"), ("jobid", "77"), ("source", "mapping")))}
+    assert set(got) == {("gangwatch_job_gpu_info", (("gpu", "1"), ("jobid", "77"), ("source", "mapping"))),
+                        ("gangwatch_job_gpus", (("jobid", "77"),))}
 
 
 def test_agent_flags():

@@ -308,6 +308,58 @@ def test_import_metrics(hpe):
     assert value(got, "gangwatch_lustre_client_target_rpcs_in_flight", operation="write", **lbl) == 6
 
 
+def test_rpc_wait_max_is_the_slowest_import_per_fs_and_type(hpe, tmp_path):
+    def check(got: dict) -> dict:
+        per_target = {}
+        for (name, labels), v in got.items():
+            if name == "gangwatch_lustre_client_import_rpc_wait_average_seconds":
+                lbl = dict(labels)
+                key = (("fs", lbl["fs"]), ("type", lbl["type"]))
+                per_target[key] = max(per_target.get(key, v), v)
+        rollup = {labels: v for (name, labels), v in got.items()
+                  if name == "gangwatch_lustre_client_import_rpc_wait_max_seconds"}
+        assert rollup == per_target
+        return rollup
+
+    # the real tree: 7 OSC imports (331 to 6054 usec) and one MDC
+    assert check(samples(encode(LustreClientCollector(tree_ctx(hpe)).collect()))) == {
+        (("fs", "lustrefs"), ("type", "osc")): pytest.approx(0.006054),
+        (("fs", "lustrefs"), ("type", "mdc")): pytest.approx(0.000408)}
+    # a copy where OST0003 stalls while reconnecting, another filesystem appears and one of its
+    # imports says nothing about waits
+    lustre = tmp_path / "proc" / "fs" / "lustre"
+    for kind in ("osc", "mdc"):
+        shutil.copytree(hpe / "proc/fs/lustre" / kind, lustre / kind)
+    ost3 = lustre / "osc/lustrefs-OST0003-osc-ffff88105db50000/import"
+    ost3.write_text(ost3.read_text().replace("state: FULL", "state: CONNECTING")
+                    .replace("avg_waittime: 340 usec", "avg_waittime: 2500000 usec"))
+    for target, wait in (("OST0000", "       avg_waittime: 1200 usec\n"), ("OST0001", "")):
+        imp = lustre / f"osc/scratch-{target}-osc-ffff88105db50000/import"
+        imp.parent.mkdir()
+        imp.write_text(f"import:\n    name: scratch-{target}-osc-ffff88105db50000\n    target: scratch-{target}_UUID\n"
+                       f"    state: FULL\n    rpcs:\n       inflight: 0\n{wait}")
+    got = samples(encode(LustreClientCollector(tree_ctx(tmp_path)).collect()))
+    assert check(got) == {
+        (("fs", "lustrefs"), ("type", "osc")): pytest.approx(2.5),
+        (("fs", "lustrefs"), ("type", "mdc")): pytest.approx(0.000408),
+        (("fs", "scratch"), ("type", "osc")): pytest.approx(0.0012)}
+    # the import_info state label stays: what an alert's {state!="FULL"} selects
+    not_full = {dict(l)["target"]: dict(l)["state"] for n, l in got
+                if n == "gangwatch_lustre_client_import_info" and dict(l)["state"] != "FULL"}
+    assert not_full == {"lustrefs-OST0003": "CONNECTING"}
+
+
+def test_rpc_wait_max_left_out_without_waits(tmp_path):
+    imp = tmp_path / "proc/fs/lustre/mdc/scratch-MDT0000-mdc-ffff88105db50000/import"
+    imp.parent.mkdir(parents=True)
+    imp.write_text("import:\n    name: scratch-MDT0000-mdc-ffff88105db50000\n    target: scratch-MDT0000_UUID\n"
+                   "    state: DISCONN\n")
+    got = samples(encode(LustreClientCollector(tree_ctx(tmp_path)).collect()))
+    assert value(got, "gangwatch_lustre_client_import_connected", fs="scratch", target="scratch-MDT0000",
+                 type="mdc") == 0
+    assert not any(n == "gangwatch_lustre_client_import_rpc_wait_max_seconds" for n, _ in got)
+
+
 def test_per_target_histograms_flag(hpe):
     got = samples(encode(LustreClientCollector(
         tree_ctx(hpe, collector_lustre_client_per_target_histograms=True)).collect()))

@@ -58,12 +58,27 @@ def test_failures_are_isolated_and_reported():
     ok = lambda c: got[("gangwatch_scrape_collector_success", (("collector", c),))]
     assert ok("good") == 1 and ok("absent") == 1
     assert ok("broken") == 0 and ok("hangs") == 0
+    assert got[("gangwatch_scrape_collectors_failed", ())] == 2  # NoData is not a failure
     assert got[("gangwatch_test_value", (("x", 'a"b\\c\nd'),))] == 1.5
     # the hung collector is not called again while it is still stuck
     second = s.scrape()
     assert hang.calls == 1
     assert "still running" in second.outcomes["hangs"].error
     hang.release.set()
+    s.close()
+
+
+def test_collectors_failed_counts_the_raising_collector():
+    ctx = Context()
+    s = Scraper([Good(ctx), Absent(ctx)], timeout=1.0, cache_ttl=0)
+    got = samples(s.scrape().text)
+    assert got[("gangwatch_scrape_collectors_failed", ())] == 0  # a real zero: all succeeded
+    s.close()
+    s = Scraper([Good(ctx), Broken(ctx), Absent(ctx)], timeout=1.0, cache_ttl=0)
+    got = samples(s.scrape().text)
+    failing = {dict(l)["collector"] for (n, l), v in got.items() if n == "gangwatch_scrape_collector_success" and v == 0}
+    assert failing == {"broken"}
+    assert got[("gangwatch_scrape_collectors_failed", ())] == len(failing) == 1
     s.close()
 
 

@@ -10,6 +10,13 @@ row-remap counts, XID events by XID (NVML event set, polled without blocking), P
 replays, NVLink state and traffic, compute processes, performance state, fan speed; MIG instances;
 `gangwatch_gpu_info` and topology info series (NVLink peers, common PCIe ancestor, CPU/NUMA
 affinity); PCI-bus versus NVML device counts (`gangwatch_gpu_missing`).
+Per-node rollups without a `gpu` label (`gangwatch_gpu_node_*`: GPUs answering, GPUs lost, mean
+utilisation, summed memory used and power, hottest die, GPUs with a pending/failed row remap, summed
+volatile uncorrected ECC errors), so that rules select one series per node instead of one per GPU.
+They are computed from the very readings of the per-GPU series in the same scrape (no extra NVML
+call), over the GPUs that gave that reading; a rollup no GPU gave a reading for is left out, except
+`gangwatch_gpu_node_gpus` and `gangwatch_gpu_node_lost`, present whenever NVML works. The ECC rollup
+is a sum of counters: a GPU that stops answering makes it drop, which Prometheus takes for a reset.
 
 Failure modes:
 - no NVML library, or no driver and no NVIDIA GPU on the PCI bus -> NoData (quiet);
@@ -136,6 +143,41 @@ SPECS: dict[str, tuple[str, str, str]] = {
                 "NVIDIA GPUs on the PCI bus that the driver does not see (fallen off the bus or failed to initialise)."),
     "errors": ("gangwatch_gpu_nvml_errors_total", COUNTER,
                "NVML calls that failed with an error other than NotSupported, by call and error, since the agent started."),
+    # Per-node rollups of the per-GPU readings of the same scrape (see ROLLUPS).
+    "node_gpus": ("gangwatch_gpu_node_gpus", GAUGE, "GPUs of this node that answered NVML in this scrape (lost GPUs not counted)."),
+    "node_lost": ("gangwatch_gpu_node_lost", GAUGE, "GPUs of this node that NVML reported as lost in this scrape."),
+    "node_util": ("gangwatch_gpu_node_utilization_ratio", GAUGE,
+                  "Mean of gangwatch_gpu_utilization_ratio (0-1) over this node's GPUs that reported utilisation in this scrape."),
+    "node_mem_used": ("gangwatch_gpu_node_memory_used_bytes", GAUGE,
+                      "Device memory in use, summed over this node's GPUs that reported it in this scrape, in bytes."),
+    "node_power": ("gangwatch_gpu_node_power_watts", GAUGE,
+                   "Power drawn by the GPU boards, summed over this node's GPUs that reported it in this scrape, in watts."),
+    "node_max_temp": ("gangwatch_gpu_node_max_temperature_celsius", GAUGE,
+                      "Die temperature (sensor=\"gpu\") of this node's hottest GPU in this scrape, in degrees Celsius."),
+    "node_remap_pending": ("gangwatch_gpu_node_row_remap_pending", GAUGE,
+                           "GPUs of this node with a row remapping pending a GPU reset, among those reporting row remapping."),
+    "node_remap_failure": ("gangwatch_gpu_node_row_remap_failure", GAUGE,
+                           "GPUs of this node with a failed row remapping (needing service), among those reporting row remapping."),
+    "node_ecc_uncorrected": ("gangwatch_gpu_node_ecc_uncorrected_errors_total", COUNTER,
+                             "Uncorrected ECC memory errors since the driver loaded (counter=\"volatile\"), summed over this "
+                             "node's GPUs that reported them in this scrape; a GPU that stops answering makes the sum "
+                             "drop, which Prometheus treats as a counter reset."),
+}
+
+
+def _count_nonzero(values: list[float]) -> int:
+    return sum(1 for v in values if v)
+
+
+# How each rollup combines the readings its GPUs recorded under its key (Out.add's `rollup`).
+ROLLUPS: dict[str, Callable[[list[float]], float]] = {
+    "node_util": lambda vs: math.fsum(vs) / len(vs),
+    "node_mem_used": math.fsum,
+    "node_power": math.fsum,
+    "node_max_temp": max,
+    "node_remap_pending": _count_nonzero,
+    "node_remap_failure": _count_nonzero,
+    "node_ecc_uncorrected": math.fsum,
 }
 
 
@@ -400,15 +442,18 @@ class Topology:
 class Out:
     """Samples of one GPU, committed to the families only if the GPU was not lost midway."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "node")
 
     def __init__(self):
         self.rows: list[tuple[str, str, float]] = []
+        self.node: dict[str, float] = {}  # ROLLUPS key -> this GPU's reading, for the node rollups
 
-    def add(self, key: str, labels: str, value: Any) -> None:
+    def add(self, key: str, labels: str, value: Any, rollup: str | None = None) -> None:
         v = num(value)
         if v is not None:
             self.rows.append((key, labels, v))
+            if rollup is not None:
+                self.node[rollup] = v
 
 
 @register
@@ -550,6 +595,8 @@ class GpuCollector(Collector):
         fams = new_families(SPECS)
         self._static(fams)
         self._poll_xids(nvml, call)
+        answered = lost_gpus = 0
+        readings: dict[str, list[float]] = {}
         for g in self.topo.gpus:
             out = Out()
             mig_mode = ""
@@ -562,11 +609,21 @@ class GpuCollector(Collector):
             fams["info"].add(1, gpu=g.index, uuid=g.uuid, name=g.name, pci_bus_id=g.pci_bus_id,
                              mig_mode=mig_mode, driver_version=self.topo.driver_version)
             if not lost:
+                answered += 1
                 for key, labels, value in out.rows:
                     fams[key].add_rendered(labels, value)
+                for key, value in out.node.items():
+                    readings.setdefault(key, []).append(value)
+            lost_gpus += lost
         for index, lost in sorted(self.topo.unreachable.items()):
             if lost:
                 fams["lost"].add(1, gpu=index)
+                lost_gpus += 1
+        fams["node_gpus"].add(answered)
+        fams["node_lost"].add(lost_gpus)
+        for key, combine in ROLLUPS.items():
+            if key in readings:  # no GPU gave the reading: unknown, not zero
+                fams[key].add(combine(readings[key]))
         for (gpu, xid), n in sorted(self.xids.items()):
             fams["xid"].add(n, gpu=gpu, xid=xid)
         self._counts(fams, pci, int(count))
@@ -616,16 +673,17 @@ class GpuCollector(Collector):
         mig_mode = {None: "", 0: "disabled", 1: "enabled"}.get(mig, "")
         util = call("nvmlDeviceGetUtilizationRates", h, post=lambda u: (divided(u.gpu, 100), divided(u.memory, 100)))
         if util:
-            out.add("util", L, util[0])
+            out.add("util", L, util[0], "node_util")
             out.add("mem_util", L, util[1])
         mem = call("nvmlDeviceGetMemoryInfo", h, post=lambda m: (num(m.used), num(m.total), num(m.free)))
         if mem:
-            out.add("mem_used", L, mem[0])
+            out.add("mem_used", L, mem[0], "node_mem_used")
             out.add("mem_total", L, mem[1])
             out.add("mem_free", L, mem[2])
-        out.add("power", L, call("nvmlDeviceGetPowerUsage", h, post=lambda v: divided(v, 1000)))
+        out.add("power", L, call("nvmlDeviceGetPowerUsage", h, post=lambda v: divided(v, 1000)), "node_power")
         out.add("energy", L, call("nvmlDeviceGetTotalEnergyConsumption", h, post=lambda v: divided(v, 1000)))
-        out.add("temp", g.lbl(("sensor", "gpu")), call("nvmlDeviceGetTemperature", h, TEMPERATURE_GPU, post=num))
+        out.add("temp", g.lbl(("sensor", "gpu")), call("nvmlDeviceGetTemperature", h, TEMPERATURE_GPU, post=num),
+                "node_max_temp")
         for name, ctype in CLOCK_TYPES.items():
             out.add("clock", g.lbl(("clock", name)), call("nvmlDeviceGetClockInfo", h, ctype, post=lambda v: scaled(v, 1e6)))
         reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(call.nvml, "nvmlDeviceGetCurrentClocksEventReasons")
@@ -637,13 +695,14 @@ class GpuCollector(Collector):
         for etype, ev in ECC_TYPES.items():
             for counter, cv in ECC_COUNTERS.items():
                 out.add("ecc", g.lbl(("error", etype), ("counter", counter)),
-                        call("nvmlDeviceGetTotalEccErrors", h, ev, cv, post=num))
+                        call("nvmlDeviceGetTotalEccErrors", h, ev, cv, post=num),
+                        "node_ecc_uncorrected" if (etype, counter) == ("uncorrected", "volatile") else None)
         rows = call("nvmlDeviceGetRemappedRows", h, post=lambda r: tuple(num(x) for x in r[:4]))
         if rows and len(rows) == 4:
             out.add("remap", g.lbl(("cause", "correctable")), rows[0])
             out.add("remap", g.lbl(("cause", "uncorrectable")), rows[1])
-            out.add("remap_pending", L, rows[2])
-            out.add("remap_failure", L, rows[3])
+            out.add("remap_pending", L, rows[2], "node_remap_pending")
+            out.add("remap_failure", L, rows[3], "node_remap_failure")
         if self.pcie_throughput:
             # NVML samples a byte counter for 20 ms per call: 2 calls x 8 GPUs would hold a scrape
             # ~320 ms, so it is opt-in; on Hopper `gpuprof` gives PCIe bandwidth through GPM for free.

@@ -17,6 +17,19 @@ switch relay and constraint errors, local link integrity, excessive buffer overr
 `gangwatch_infiniband_pma_saturated{counter}` (only for saturated counters, value 1),
 `gangwatch_infiniband_port_degraded` and `..._port_expected_rate_bytes_per_second{basis}`.
 
+Node rollups (no labels; from the same readings as the per-port series, so they always agree; rules
+and alerts read these instead of the 8-per-node port series):
+`gangwatch_infiniband_node_{transmit_data_bytes,receive_data_bytes,transmit_wait_ticks,link_downed,
+symbol_errors}_total`: sums over the ports (any link layer) that gave the counter in this scrape, left
+out when none did. A port that vanishes (driver unload, hot unplug) makes a sum drop: Prometheus
+takes it for a counter reset. A saturated 32-bit port counter stays stuck inside the sum too.
+`gangwatch_infiniband_node_ports_down`: ports with link layer InfiniBand whose state is not Active
+(state_id < 4), whose physical state is not Disabled (3: shut on purpose), and that this collector saw
+Active since the agent started. That memory of (device, port) lives in the collector instance and is
+lost on restart: a port already down when the agent starts is not counted until it has been up once
+(its port_state_id still shows it); an uncabled port that never came up is never counted. Left out
+when no InfiniBand port's state could be read.
+
 Degraded links: sysfs gives only the rate a port trained at, not what both ends could do. The
 reference ("expected") rate is, in this order: the operator's `--collector.infiniband.expected-rate`
 (a rate for all devices, or `GLOB=RATE` rules per device name); otherwise the best rate among the
@@ -56,21 +69,22 @@ class CounterSpec(NamedTuple):
     help: str
     scale: int = 1
     width: int = 0  # IBA PortCounters width in bits; 0: 64-bit or unknown, never flagged saturated
+    node: str = ""  # the per-node rollup this counter is summed into, if any
 
 
 _W = "Data counters count 4-byte words; this is words x 4."
 COUNTERS: dict[str, CounterSpec] = {
-    "port_xmit_data": CounterSpec("port_transmit_data_bytes_total", f"Bytes transmitted on all VLs (port_xmit_data). {_W}", 4, 32),
-    "port_rcv_data": CounterSpec("port_receive_data_bytes_total", f"Bytes received on all VLs (port_rcv_data). {_W}", 4, 32),
+    "port_xmit_data": CounterSpec("port_transmit_data_bytes_total", f"Bytes transmitted on all VLs (port_xmit_data). {_W}", 4, 32, "node_transmit_data_bytes_total"),
+    "port_rcv_data": CounterSpec("port_receive_data_bytes_total", f"Bytes received on all VLs (port_rcv_data). {_W}", 4, 32, "node_receive_data_bytes_total"),
     "port_xmit_packets": CounterSpec("port_transmit_packets_total", "Packets transmitted on all VLs, including errors (port_xmit_packets).", 1, 32),
     "port_rcv_packets": CounterSpec("port_receive_packets_total", "Packets received on all VLs, including errors (port_rcv_packets).", 1, 32),
     "unicast_xmit_packets": CounterSpec("port_unicast_transmit_packets_total", "Unicast packets transmitted (unicast_xmit_packets)."),
     "unicast_rcv_packets": CounterSpec("port_unicast_receive_packets_total", "Unicast packets received (unicast_rcv_packets)."),
     "multicast_xmit_packets": CounterSpec("port_multicast_transmit_packets_total", "Multicast packets transmitted (multicast_xmit_packets)."),
     "multicast_rcv_packets": CounterSpec("port_multicast_receive_packets_total", "Multicast packets received (multicast_rcv_packets)."),
-    "port_xmit_wait": CounterSpec("port_transmit_wait_ticks_total", "Ticks during which the port had data to send but sent none, a congestion signal (port_xmit_wait); the tick length is hardware-specific.", 1, 32),
-    "symbol_error": CounterSpec("port_symbol_errors_total", "Minor link errors detected on one or more physical lanes (symbol_error).", 1, 16),
-    "link_downed": CounterSpec("port_link_downed_total", "Times the link failed to recover from an error and went down (link_downed).", 1, 8),
+    "port_xmit_wait": CounterSpec("port_transmit_wait_ticks_total", "Ticks during which the port had data to send but sent none, a congestion signal (port_xmit_wait); the tick length is hardware-specific.", 1, 32, "node_transmit_wait_ticks_total"),
+    "symbol_error": CounterSpec("port_symbol_errors_total", "Minor link errors detected on one or more physical lanes (symbol_error).", 1, 16, "node_symbol_errors_total"),
+    "link_downed": CounterSpec("port_link_downed_total", "Times the link failed to recover from an error and went down (link_downed).", 1, 8, "node_link_downed_total"),
     "link_error_recovery": CounterSpec("port_link_error_recoveries_total", "Times the link recovered from an error state (link_error_recovery).", 1, 8),
     "port_rcv_errors": CounterSpec("port_receive_errors_total", "Received packets containing an error (port_rcv_errors).", 1, 16),
     "port_xmit_discards": CounterSpec("port_transmit_discards_total", "Outbound packets discarded because the port was down or congested (port_xmit_discards).", 1, 16),
@@ -95,6 +109,19 @@ COUNTERS_EXT: dict[str, CounterSpec] = {
     "port_multicast_xmit_packets": CounterSpec("port_ext_multicast_transmit_packets_total", "Multicast packets transmitted, from counters_ext."),
     "port_multicast_rcv_packets": CounterSpec("port_ext_multicast_receive_packets_total", "Multicast packets received, from counters_ext."),
 }
+
+_SUM = ("summed over the node's ports that report it in this scrape; a port that vanishes makes the sum "
+        "drop, which Prometheus reads as a counter reset. Absent when no port reports it.")
+NODE_HELP: dict[str, str] = {
+    "node_transmit_data_bytes_total": f"Bytes transmitted (port_xmit_data x 4), {_SUM}",
+    "node_receive_data_bytes_total": f"Bytes received (port_rcv_data x 4), {_SUM}",
+    "node_transmit_wait_ticks_total": f"Ticks a port had data to send but sent none (port_xmit_wait), {_SUM}",
+    "node_link_downed_total": f"Times a link failed to recover from an error and went down (link_downed), {_SUM}",
+    "node_symbol_errors_total": f"Minor link errors on the physical lanes (symbol_error), {_SUM}",
+}
+PORTS_DOWN_HELP = ("InfiniBand ports of this node that are not Active (state_id < 4), not Disabled on purpose "
+                   "(physical_state_id 3), and were seen Active since the agent started; a port never seen "
+                   "Active (uncabled) does not count. Absent when no InfiniBand port's state could be read.")
 
 # hw_counters entries that are settings, not counters (mlx5's lifespan is the refresh period in ms).
 HW_NOT_COUNTERS = frozenset({"lifespan"})
@@ -327,6 +354,10 @@ class PortPlan:
     hw: list[tuple[str, str]]  # (path, label string with counter=file name)
 
     @property
+    def link_layer(self) -> str:
+        return self.group[1]
+
+    @property
     def state_path(self) -> str:
         return f"{self.dir}/state"
 
@@ -352,6 +383,10 @@ class PortReading:
     state: State | None
     phys: State | None
     rate: Rate | None
+
+    @property
+    def active(self) -> bool:
+        return self.state is not None and self.state.id is not None and self.state.id >= 4
 
     @property
     def link_up(self) -> bool:
@@ -430,6 +465,9 @@ class InfinibandCollector(Collector):
         self._layout: Layout | None = None
         self._scanned = 0.0
         self._files = OpenFiles()
+        # (device, port) of the InfiniBand ports seen Active since start: only those count as down
+        # when they leave Active. Bounded by the ports the node ever had; kept across layout rescans.
+        self._seen_active: set[tuple[str, str]] = set()
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -461,21 +499,28 @@ class InfinibandCollector(Collector):
         info = gauge(PREFIX + "info", "Facts about an RDMA device (board, firmware, HCA model, node GUID); value 1.")
         for lbl in layout.devices:
             info.add_rendered(lbl, 1)
-        readings = [self._collect_port(fams, plan) for plan in layout.ports]
+        totals: dict[str, int] = {}
+        readings = [self._collect_port(fams, plan, totals) for plan in layout.ports]
+        for metric, total in totals.items():
+            fams.get(metric, NODE_HELP[metric]).add_rendered("", total)
         self._degraded(fams, readings)
+        self._ports_down(fams, readings)
         return [info, *fams.by_metric.values()]
 
     def close(self) -> None:
         self._files.close()
 
-    def _collect_port(self, fams: _Families, plan: PortPlan) -> PortReading:
+    def _collect_port(self, fams: _Families, plan: PortPlan, totals: dict[str, int]) -> PortReading:
         lbl = plan.labels
         read = self._files.read
         for path, spec, counter_lbl in plan.counters:
             value = parse_counter(read(path))
             if value is None:
                 continue
-            fams.get(spec.metric, spec.help).add_rendered(lbl, value * spec.scale)
+            scaled = value * spec.scale
+            fams.get(spec.metric, spec.help).add_rendered(lbl, scaled)
+            if spec.node:
+                totals[spec.node] = totals.get(spec.node, 0) + scaled
             if spec.width and saturated(value, spec.width):
                 fams.get("pma_saturated", SATURATED_HELP, gauge).add_rendered(counter_lbl, 1)
         if plan.hw:
@@ -523,3 +568,18 @@ class InfinibandCollector(Collector):
             fams.get("port_degraded", "1 when the port's link is up at a rate below its expected rate (fewer "
                      "lanes or a lower speed than the ends support), else 0; absent when nothing says what to "
                      "expect.", gauge).add_rendered(r.plan.labels, 1 if r.rate.gbit_per_second < reference else 0)
+
+    def _ports_down(self, fams: _Families, readings: list[PortReading]) -> None:
+        known = down = 0
+        seen = self._seen_active
+        for r in readings:
+            if r.plan.link_layer != "InfiniBand" or r.state is None or r.state.id is None:
+                continue
+            known += 1
+            key = (r.plan.device, r.plan.port)
+            if r.active:
+                seen.add(key)
+            elif key in seen and not (r.phys is not None and r.phys.id == 3):
+                down += 1
+        if known:
+            fams.get("node_ports_down", PORTS_DOWN_HELP, gauge).add_rendered("", down)

@@ -11,6 +11,12 @@ Sources (reading needs no privileges beyond what the files allow; the agent usua
   "mapping" (what Slurm allocated beats what we happened to see running).
 Metrics (per job; a node holds few jobs, so the series stay few):
 - `gangwatch_job_gpu_info{jobid,gpu,source}`, `gangwatch_job_gpu_memory_used_bytes{jobid,gpu}` (NVML).
+- Per-job rollups, so that rules select one series per job and node rather than one per GPU:
+  `gangwatch_job_gpus{jobid}` (its gangwatch_job_gpu_info pairs) and
+  `gangwatch_job_gpu_utilization_ratio{jobid}`: the mean NVML utilisation of those GPUs, one
+  nvmlDeviceGetUtilizationRates per GPU some job holds (a GPU shared by two jobs is read once and
+  counts for both), over the GPUs that answered; left out without NVML (or with
+  `--no-collector.jobs.nvml`) and when none of the job's GPUs answered (MIG, an NVML error).
 - `gangwatch_job_info{jobid,uid,cgroup_version}`, `gangwatch_job_cpu_seconds_total{jobid}`,
   `gangwatch_job_cpu_mode_seconds_total{jobid,mode}`, `gangwatch_job_cpus{jobid}`, `gangwatch_job_tasks{jobid}`,
   `gangwatch_job_memory_{usage,peak,limit,anon,file}_bytes{jobid}`, `gangwatch_job_memory_oom_kills_total{jobid}`,
@@ -25,24 +31,26 @@ cgroup (Slurm creates its `slurm`/`slurmstepd.scope` folder with the first job o
 shows within a minute; once a hierarchy is found it is listed on every scrape.
 Failure modes: no Slurm cgroup hierarchy, no mapping folder and no NVML -> NoData (quiet). A
 missing, truncated or garbled file drops only the values it held; a job that ends mid-scrape drops
-only itself; NVML errors drop only that GPU (or the NVML source).
+only itself; NVML errors drop only that GPU (its processes, its utilisation; a GPU NVML reports lost is
+not asked for its utilisation) or, at init, the NVML source.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..exposition import Family, counter, format_labels, gauge
 from ..readers import list_dir, parse_number, read_first_line, read_text
 from ..registry import Collector, NoData, register
-from .gpu import NvmlSession
+from .gpu import ERR_GPU_IS_LOST, NvmlSession, divided, error_code
 from .pressure import RESOURCES, parse_psi
 
 log = logging.getLogger(__name__)
@@ -286,10 +294,23 @@ class _Families:
                                                    "processes); value 1.")
         self.gpu_mem = gauge("gangwatch_job_gpu_memory_used_bytes",
                              "GPU memory used by the job's processes on the GPU, in bytes (NVML).")
+        self.gpus = gauge("gangwatch_job_gpus", "GPUs the job holds on this node (its gangwatch_job_gpu_info pairs).")
+        self.gpu_util = gauge("gangwatch_job_gpu_utilization_ratio",
+                              "Mean NVML utilisation (fraction 0-1 of the last sample period with a kernel running) "
+                              "of the job's GPUs on this node that reported it; a shared GPU counts for each job.")
 
     def all(self) -> list[Family]:
         return [self.info, self.cpu, self.cpu_mode, self.cpus, self.tasks, *self.mem.values(), self.oom,
-                *self.io.values(), *self.psi.values(), self.gpu, self.gpu_mem]
+                *self.io.values(), *self.psi.values(), self.gpu, self.gpu_mem, self.gpus, self.gpu_util]
+
+
+@dataclass
+class _NvmlView:
+    """What one scrape learnt from NVML: the module, handles of the GPUs that answered, GPU->job pairs."""
+
+    nvml: Any
+    handles: dict[str, Any]  # GPU index (as in labels) -> handle
+    pairs: dict[tuple[str, str], int | None]  # (jobid, gpu) -> GPU memory used by the job's processes
 
 
 @register
@@ -308,7 +329,8 @@ class JobsCollector(Collector):
                                  "index, one job id a line; dcgm-exporter's --hpc-job-mapping-dir contract).")
         parser.add_argument("--collector.jobs.nvml", dest="collector_jobs_nvml",
                             action=argparse.BooleanOptionalAction, default=True,
-                            help="Map GPUs to jobs through NVML's running processes.")
+                            help="Use NVML: map GPUs to jobs through its running processes, and read the "
+                                 "utilisation of the jobs' GPUs.")
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -330,7 +352,8 @@ class JobsCollector(Collector):
             if not found:
                 self._no_slurm_until = now + NO_SLURM_RECHECK_SECONDS
         mapping = self._read_mapping() if self.mapping_dir else None
-        nvml_pairs = self._nvml_pairs()
+        view = self._nvml_view()
+        nvml_pairs = view.pairs if view is not None else None
         if not found and mapping is None and nvml_pairs is None:
             raise NoData("no Slurm cgroups, GPU mapping folder or NVML on this host")
         fams = _Families()
@@ -346,11 +369,19 @@ class JobsCollector(Collector):
         for gpu, ids in (mapping or {}).items():
             for jobid in ids:
                 pairs[(jobid, gpu)] = "mapping"
+        job_gpus: dict[str, list[str]] = {}
         for (jobid, gpu), source in sorted(pairs.items(), key=lambda kv: (_gpu_sort_key(kv[0][1]), kv[0][0])):
             fams.gpu.add(1, jobid=jobid, gpu=gpu, source=source)
+            job_gpus.setdefault(jobid, []).append(gpu)
         for (jobid, gpu), used in sorted((nvml_pairs or {}).items()):
             if used is not None:
                 fams.gpu_mem.add(used, jobid=jobid, gpu=gpu)
+        util = _utilization(view, {gpu for _, gpu in pairs}) if view is not None else {}
+        for jobid in sorted(job_gpus, key=_job_sort_key):
+            fams.gpus.add(len(job_gpus[jobid]), jobid=jobid)
+            readings = [util[gpu] for gpu in job_gpus[jobid] if gpu in util]
+            if readings:  # none of its GPUs answered: unknown, not idle
+                fams.gpu_util.add(math.fsum(readings) / len(readings), jobid=jobid)
         return fams.all()
 
     def _job_metrics(self, job: JobCgroup, f: _Families, devnames: "_DeviceNames") -> None:
@@ -449,8 +480,8 @@ class JobsCollector(Collector):
             known.extend(j for j in jobs if j not in known)
         return {gpu: ids for gpu, ids in out.items() if ids}
 
-    def _nvml_pairs(self) -> dict[tuple[str, str], int | None] | None:
-        """{(jobid, gpu index): GPU memory used by the job's processes, or None}; None without NVML."""
+    def _nvml_view(self) -> _NvmlView | None:
+        """GPU handles and {(jobid, gpu index): GPU memory used by the job's processes, or None}; None without NVML."""
         if not self.use_nvml:
             return None
         try:
@@ -459,13 +490,18 @@ class JobsCollector(Collector):
         except Exception as exc:  # no driver, no library: this source is simply absent
             log.debug("NVML unavailable: %s", exc)
             return None
-        pairs: dict[tuple[str, str], int | None] = {}
+        view = _NvmlView(nvml, {}, {})
+        pairs = view.pairs
         cache: dict[int, JobRef | None] = {}
         for index in range(count):
             try:
-                procs = nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(index))
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                view.handles[str(index)] = handle
+                procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
             except Exception as exc:  # one GPU fallen off the bus must not hide the others
                 log.debug("GPU %d processes: %s", index, exc)
+                if error_code(exc) == ERR_GPU_IS_LOST:
+                    view.handles.pop(str(index), None)  # asking it for utilisation would only fail again
                 continue
             for proc in procs or ():
                 pid = getattr(proc, "pid", None)
@@ -483,7 +519,7 @@ class JobsCollector(Collector):
                     pairs[key] = used
                 elif used is not None:
                     pairs[key] += used
-        return pairs
+        return view
 
     def close(self) -> None:
         self.nvml.shutdown()
@@ -506,6 +542,23 @@ class _DeviceNames:
                 name = self._diskstats.get(dev, dev)
             self._cache[dev] = name
         return self._cache[dev]
+
+
+def _utilization(view: _NvmlView, gpus: Iterable[str]) -> dict[str, float]:
+    """{gpu index: NVML utilisation 0-1} for the given GPUs that answered; one call per GPU."""
+    out: dict[str, float] = {}
+    for gpu in gpus:
+        handle = view.handles.get(gpu)
+        if handle is None:  # lost, or a mapping file naming an index NVML does not have
+            continue
+        try:
+            ratio = divided(getattr(view.nvml.nvmlDeviceGetUtilizationRates(handle), "gpu", None), 100)
+        except Exception as exc:  # NotSupported under MIG, or a GPU failing now: drop only this GPU
+            log.debug("GPU %s utilisation: %s", gpu, exc)
+            continue
+        if ratio is not None:
+            out[gpu] = ratio
+    return out
 
 
 def _read_regular_file(path: str) -> str | None:

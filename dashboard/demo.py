@@ -10,7 +10,7 @@ background thread advances it by one 15 s step every 15/`--speed` real seconds. 
 | `/api/v1/findings`, `/api/v1/backfill` | the dashboard's findings and backfill plan, as for `serve` |
 | `/metrics` | what `serve` has on `/metrics`: the findings as metrics, the backfill plan's `gangwatch_backfill_*` and (with the dashboard) `gangwatch_serve_*` |
 | `/metrics?target=node0042` | that virtual node's agent `/metrics` (multi-target, as the blackbox exporter) |
-| `/slurm/metrics` | what `gangwatch slurm-exporter` would serve for the cluster, plus `gangwatch_slurm_node_switch_info` (the simulated fabric) and `gangwatch_sim_*` |
+| `/slurm/metrics` | what `gangwatch slurm-exporter` would serve for the cluster, `gangwatch_slurm_node_switch_info` included (from the simulated fabric, as the exporter reads `scontrol show topology`), plus `gangwatch_sim_*` |
 | `/api/v1/snapshot` | the simulated scheduler as the slurm-exporter's snapshot JSON |
 | `/api/v1/sim/faults` | ground truth of every injected fault (kind, cause, culprit, window, nodes, jobs) |
 | `/sim/` | a plain page about the simulation, linking these endpoints |

@@ -31,6 +31,27 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def pytest_marks() -> list:
+    """A test module's `pytestmark`: `slurm`, plus a skip saying why where no cluster can start here."""
+    import pytest
+
+    reason = unavailable_reason()
+    return [pytest.mark.slurm] + ([pytest.mark.skip(reason=reason)] if reason else [])
+
+
+def started(cluster: "SlurmCluster", populate: bool = False):
+    """The body of a module fixture: start (and populate) `cluster`, yield it, stop it."""
+    try:
+        cluster.start()
+        if populate:
+            cluster.populate()
+    except Exception:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
 def have_dbd() -> bool:
     return all(shutil.which(b) or Path("/usr/sbin", b).exists() for b in ("slurmdbd", "mariadbd", "mariadb-install-db"))
 
@@ -66,13 +87,16 @@ def pick_port_base(start: int | None = None) -> int:
 
 class SlurmCluster:
     def __init__(self, state_dir: str | None = None, port_base: int | None = None, dbd: bool | None = None,
-                 sim_nodes: int = 0, max_jobs: int = 10000, jwt: bool | None = None):
+                 sim_nodes: int = 0, max_jobs: int = 10000, jwt: bool | None = None, topology: str | None = None,
+                 slurmd: bool = True):
         self.dir = Path(state_dir or os.environ.get("GW_SLURM_DIR") or f"/tmp/gw-slurm-t{os.getpid()}")
         self.port_base = port_base or pick_port_base()
         self.dbd = have_dbd() if dbd is None else dbd
         self.sim_nodes = sim_nodes
         self.max_jobs = max_jobs
         self.jwt = have_jwt() if jwt is None else jwt
+        self.topology = topology  # a topology.conf to run topology/tree with
+        self.slurmd = slurmd  # False: slurmctld alone (nodes stay UNKNOWN), a cluster in seconds
         self._procs: list[subprocess.Popen] = []
         self.jobs: dict[str, int] = {}
         self.started = False
@@ -86,7 +110,8 @@ class SlurmCluster:
                    GW_SLURM_DBD="1" if self.dbd else "0", GW_SLURM_SIM_NODES=str(self.sim_nodes),
                    GW_SLURM_MAXJOBS=str(self.max_jobs), SLURM_CONF=str(self.dir / "etc" / "slurm.conf"),
                    GW_SLURM_JWT="1" if self.jwt else "0",
-                   GW_SLURM_DELUSERS="1")
+                   GW_SLURM_DELUSERS="1", GW_SLURM_TOPOLOGY=self.topology or "",
+                   GW_SLURM_SLURMD="1" if self.slurmd else "0")
         return env
 
     def _script(self, name: str, timeout: float, *args: str) -> str:

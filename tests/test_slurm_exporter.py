@@ -83,7 +83,7 @@ def test_poll_2205_commands(runner):
     poller = Poller(CliSource(runner=runner), clock=Clock())
     assert poller.poll_once()
     assert runner.calls == ["squeue --version", "squeue --json", "sinfo --json", "scontrol -o show partition",
-                            "scontrol -o show reservation", "sdiag", "sprio", "sshare -l -a -P"]
+                            "scontrol -o show reservation", "sdiag", "sprio", "sshare -l -a -P", "scontrol show topology"]
     snap = poller.current()
     assert (len(snap.jobs), len(snap.nodes), len(snap.partitions), len(snap.reservations)) == (27, 8, 3, 2)
     assert snap.data_parser == "v0.0.38" and snap.slurm_version == "22.05.8" and snap.errors == ()

@@ -22,24 +22,12 @@ from collectors.slurm.sources import CliSource, Poller, RestSource
 from collectors.web import make_server, serve_in_thread
 from tests import slurm_cluster
 
-pytestmark = pytest.mark.slurm
-
-_reason = slurm_cluster.unavailable_reason()
-if _reason:
-    pytestmark = [pytest.mark.slurm, pytest.mark.skip(reason=_reason)]
+pytestmark = slurm_cluster.pytest_marks()
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = slurm_cluster.SlurmCluster()
-    try:
-        c.start()
-        c.populate()
-    except Exception:
-        c.stop()
-        raise
-    yield c
-    c.stop()
+    yield from slurm_cluster.started(slurm_cluster.SlurmCluster(), populate=True)
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +197,9 @@ def test_exporter_http_and_promtool(cluster, runner):
     assert sum(v for n, l, v in s if n == "gangwatch_slurm_partition_gpus" and l["partition"] == "gpu") == 64
     assert get("gangwatch_slurm_up") == [1]
     assert len(snap_doc["jobs"]) == len(squeue_states)
+    # no TopologyPlugin here: `scontrol show topology` says so, which is no failure and no map
+    assert get("gangwatch_slurm_command_success", command="scontrol_topology") == [1]
+    assert not get("gangwatch_slurm_node_switch_info") and snap_doc["switches"] == []
 
 
 def test_slurmrestd_unix_socket_agrees_with_cli(cluster, snap):

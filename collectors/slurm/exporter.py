@@ -2,7 +2,8 @@
 scheduler statistics as Prometheus metrics (`/metrics`) and as one JSON snapshot
 (`/api/v1/snapshot`, the model in collectors/slurm/model.py).
 
-Sources: the Slurm commands on this host (default), or slurmrestd (`--slurm.rest-url`), polled
+Sources: the Slurm commands on this host (default), or slurmrestd (`--slurm.rest-url`), and the
+network topology from `scontrol show topology` or a topology.conf (`--slurm.topology-file`), polled
 every `--slurm.poll-interval` seconds by one background thread; scrapes only read the latest
 snapshot, so the commands run at most once per interval whatever the number of scrapers.
 Privileges: none beyond a user that may run squeue/sinfo/scontrol/sprio/sshare/sdiag (operators see
@@ -10,7 +11,9 @@ all users' jobs; `PrivateData` in slurm.conf may hide some). Metrics: see metric
 Failure modes: slurmctld down or slow (commands time out), a command exiting non-zero, unparsable
 or unexpected output -> the last good snapshot is served marked stale with its age,
 `gangwatch_slurm_up 0`, `gangwatch_slurm_command_success{command} 0`; before the first good poll
-`/api/v1/snapshot` answers 503 and /metrics carries only the health series.
+`/api/v1/snapshot` answers 503 and /metrics carries only the health series. Without a topology
+plugin there is no `gangwatch_slurm_node_switch_info` and no error; a failing topology read costs
+only the switch map (collectors/slurm/topology.py).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..runner import CommandRunner
 from ..scrape import Scraper, build_info
 from ..web import Request, landing_handler, metrics_handler, run_exporter
 from .metrics import poller_families, snapshot_families
-from .sources import CliSource, Poller, RestSource
+from .sources import CliSource, Poller, RestSource, TopologyFile
 
 DEFAULT_LISTEN = ":9811"
 log = logging.getLogger(__name__)
@@ -92,6 +95,11 @@ def build_parser(prog: str = "gangwatch slurm-exporter") -> argparse.ArgumentPar
                    default=False, help="With slurmrestd, still run sprio and sshare locally (slurmrestd has neither).")
     p.add_argument("--slurm.no-fairshare", dest="slurm_no_fairshare", action="store_true",
                    help="Do not run sshare (clusters without slurmdbd).")
+    p.add_argument("--slurm.topology-file", dest="slurm_topology_file", default="",
+                   help="Read the node -> switch tree from this topology.conf at every poll instead of running "
+                        "`scontrol show topology` (for slurmrestd, or a controller without topology/tree).")
+    p.add_argument("--slurm.no-topology", dest="slurm_no_topology", action="store_true",
+                   help="Do not read the network topology at all (no gangwatch_slurm_node_switch_info).")
     p.add_argument("--slurm.top-pending", dest="slurm_top_pending", type=int, default=100,
                    help="Per-job series for at most this many pending jobs (highest priority first); running jobs always.")
     p.add_argument("--scrape.timeout", dest="scrape_timeout", type=float, default=5.0,
@@ -101,10 +109,17 @@ def build_parser(prog: str = "gangwatch slurm-exporter") -> argparse.ArgumentPar
 
 
 def make_source(args: argparse.Namespace, runner: CommandRunner | None = None):
-    skip = ("fairshare",) if args.slurm_no_fairshare else ()
+    no_topology, topology_file = args.slurm_no_topology, args.slurm_topology_file
+    skip = tuple(kind for kind, off in (("fairshare", args.slurm_no_fairshare),
+                                        ("topology", no_topology or topology_file)) if off)
     cli = CliSource(runner=runner, timeout=args.slurm_command_timeout, bin_dir=args.slurm_bin_dir, skip=skip)
-    if not args.slurm_rest_url:
-        return cli
+    source = cli if not args.slurm_rest_url else _rest_source(args, cli)
+    if topology_file and not no_topology:
+        source = TopologyFile(source, topology_file)
+    return source
+
+
+def _rest_source(args: argparse.Namespace, cli: CliSource) -> RestSource:
     token = ""
     if args.slurm_rest_token_file:
         with open(args.slurm_rest_token_file) as fh:

@@ -89,6 +89,8 @@ def expand(text: str | None) -> list[str]:
     out: list[str] = []
     for part in _split_top(text.strip()):
         out.extend(_expand_one(part))
+        if len(out) > MAX_HOSTS:  # many parts each under the limit must not add up past it
+            raise HostlistError("hostlist too large")
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Iterable
 from ..exposition import COUNTER, GAUGE, Family
 from .hostlist import compress
 from .model import Job, Node, Snapshot
+from .topology import leaf_switches
 
 P = "gangwatch_slurm_"
 LABEL_MAX = 256
@@ -61,6 +62,7 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "node_cpus_allocated": (GAUGE, "node", "CPUs allocated to jobs on the node."),
     "node_memory_bytes": (GAUGE, "node", "Memory configured on the node (RealMemory) in bytes."),
     "node_memory_allocated_bytes": (GAUGE, "node", "Memory allocated to jobs on the node in bytes."),
+    "node_switch_info": (GAUGE, "node,switch", "The leaf switch a node is cabled to: the lowest-level switch of Slurm's topology/tree (scontrol show topology or topology.conf) that lists the node; value 1."),
     "reservation_start_time_seconds": (GAUGE, "reservation", "Unix time the reservation starts."),
     "reservation_end_time_seconds": (GAUGE, "reservation", "Unix time the reservation ends."),
     "reservation_nodes": (GAUGE, "reservation", "Nodes in the reservation."),
@@ -233,6 +235,9 @@ def snapshot_families(snap: Snapshot, now: float, top_pending: int = 100) -> lis
                            ("node_memory_allocated_bytes", n.memory_allocated_bytes)):
             if value is not None:
                 f[fam].add(value, lbl)
+    # the join target of the per-switch InfiniBand rules (rules/recording.yml); absent without topology/tree
+    for node, switch in sorted(leaf_switches(snap.switches).items()):
+        f["node_switch_info"].add(1, node=_cut(node), switch=_cut(switch))
 
     # ---- reservations
     for r in snap.reservations:

@@ -253,6 +253,19 @@ class SchedulerStats:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """One switch of Slurm's network topology (topology/tree), as `scontrol show topology` or
+    topology.conf gives it. In scontrol's form `nodes` are all nodes below the switch; in
+    topology.conf only a leaf's own (collectors/slurm/topology.py finds each node's leaf)."""
+
+    name: str
+    level: int | None = None  # 0 = leaf; None where the source does not say (topology.conf)
+    link_speed: int | None = None  # Slurm's relative LinkSpeed (a weight, no unit)
+    nodes: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ()  # child switches
+
+
+@dataclass(frozen=True)
 class SourceError:
     """One thing that went wrong while building a snapshot (a command, a field, a version)."""
 
@@ -274,6 +287,7 @@ class Snapshot:
     reservations: tuple[Reservation, ...] = ()
     fairshare: tuple[FairshareRow, ...] = ()
     scheduler: SchedulerStats | None = None
+    switches: tuple[Switch, ...] = ()  # empty: no topology/tree (or it could not be read)
     errors: tuple[SourceError, ...] = ()
     stale: bool = False  # True when the latest poll failed and this is the last good snapshot
     last_attempt: float | None = None  # unix s of the latest poll, good or not

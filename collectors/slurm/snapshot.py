@@ -1,29 +1,29 @@
 """Building a Snapshot from the raw outputs of one poll: pure, no I/O (the benchmark times this).
 
 A poll produces one `RawOutput` per logical source (jobs, nodes, partitions, reservations,
-priority, fairshare, scheduler), each the text of a command or an HTTP response, or the reason it
-is missing. `build_snapshot` parses what is there, records what is not, and decides whether the
-poll as a whole failed: without jobs or without nodes the picture would be wrong, so such a poll
-raises `PollFailed` and the caller keeps the last good snapshot instead.
+priority, fairshare, scheduler, topology), each the text of a command, a file or an HTTP response,
+or the reason it is missing. `build_snapshot` parses what is there, records what is not, and
+decides whether the poll as a whole failed: without jobs or without nodes the picture would be
+wrong, so such a poll raises `PollFailed` and the caller keeps the last good snapshot instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import parse_json, parse_text
+from . import parse_json, parse_text, topology
 from .model import Job, Snapshot, SourceError
 
 # logical sources whose absence makes a snapshot worthless
 CRITICAL = ("jobs", "nodes")
-KINDS = ("jobs", "nodes", "partitions", "reservations", "priority", "fairshare", "scheduler")
+KINDS = ("jobs", "nodes", "partitions", "reservations", "priority", "fairshare", "scheduler", "topology")
 
 
 @dataclass(frozen=True)
 class RawOutput:
     kind: str  # one of KINDS
     source: str  # what produced it: "squeue --json", "GET /slurm/v0.0.40/jobs"
-    fmt: str  # "json", "text" (scontrol/sinfo/sdiag text), "sprio", "sshare"
+    fmt: str  # "json", "text" (scontrol/sinfo/sdiag), "sprio", "sshare", "topology" (scontrol or topology.conf)
     text: str | None  # None when the command failed
     error: str = ""
     duration: float = 0.0
@@ -41,6 +41,10 @@ def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict
         errors.append(SourceError(raw.source, raw.error or "no output"))
         return None
     try:
+        if raw.kind == "topology":
+            topo = topology.parse_topology(raw.text, raw.source)
+            errors.extend(SourceError(raw.source, note, "warning") for note in topo.notes)
+            return topo.switches
         if raw.fmt == "json":
             doc = parse_json.loads(raw.text)
             if raw.kind == "jobs":
@@ -109,5 +113,6 @@ def build_snapshot(raws: list[RawOutput], taken_at: float, source: str) -> Snaps
         jobs=tuple(jobs), nodes=tuple(parsed["nodes"]),
         partitions=tuple(parsed.get("partitions") or ()), reservations=tuple(parsed.get("reservations") or ()),
         fairshare=tuple(parsed.get("fairshare") or ()), scheduler=parsed.get("scheduler"),
+        switches=tuple(parsed.get("topology") or ()),
         errors=tuple(errors), last_attempt=taken_at,
     )

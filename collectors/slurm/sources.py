@@ -5,11 +5,13 @@
   (`squeue --version`) picks JSON where that version has it: `squeue --json` everywhere
   (21.08+); `sinfo --json` for nodes on 22.05 and `scontrol show nodes|partitions|reservations
   --json` and `sdiag --json` from 23.02; the text forms `scontrol -o show partition|reservation`
-  and `sdiag` on 22.05; `sprio` and `sshare -P` text on every version. Each command runs with a
-  timeout through `CommandRunner` (no shell).
+  and `sdiag` on 22.05; `sprio`, `sshare -P` and `scontrol show topology` text on every version.
+  Each command runs with a timeout through `CommandRunner` (no shell). "No topology information
+  available" (no topology plugin) is an answer, not a failure: no switches, no error.
 * `RestSource`: slurmrestd over a unix socket (`unix:/path`) or HTTP(S) with a JWT
   (`X-SLURM-USER-TOKEN`). The OpenAPI version is found by asking `/slurm/<v>/ping` newest first
-  (or fixed by flag). slurmrestd has no sprio/sshare; those may still come from the CLI.
+  (or fixed by flag). slurmrestd has no sprio/sshare/topology; those may still come from the CLI.
+* `TopologyFile`: wraps either source and reads the switches from a topology.conf file instead.
 * `Poller`: one background thread polls the source every `interval` seconds, so any number of
   scrapers cost one poll per interval. A failed poll (timeout, non-zero exit, garbage, missing
   jobs or nodes) keeps the last good snapshot, served marked `stale` with its age and errors.
@@ -28,6 +30,7 @@ from ..runner import CommandRunner
 from .model import Snapshot, SourceError
 from .parse_text import SPRIO_FORMAT
 from .snapshot import PollFailed, RawOutput, build_snapshot
+from .topology import NO_TOPOLOGY
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,8 @@ def cli_plan(version: tuple[int, int] | None) -> list[tuple[str, str, list[str],
                  ("reservations", "scontrol_reservations", ["scontrol", "-o", "show", "reservation"], "text"),
                  ("scheduler", "sdiag", ["sdiag"], "text")]
     plan += [("priority", "sprio", ["sprio", "-h", "-o", SPRIO_FORMAT], "sprio"),
-             ("fairshare", "sshare", ["sshare", "-l", "-a", "-P"], "sshare")]
+             ("fairshare", "sshare", ["sshare", "-l", "-a", "-P"], "sshare"),
+             ("topology", "scontrol_topology", ["scontrol", "show", "topology"], "topology")]
     return plan
 
 
@@ -123,6 +127,9 @@ class CliSource:
                 continue
             res = self.runner.run(self._argv(argv), timeout=self.timeout)
             shown = " ".join(argv)
+            if kind == "topology" and not res.timed_out and NO_TOPOLOGY in res.stderr + res.stdout:
+                # no topology plugin: a valid answer (no switches), whatever the exit status says
+                res = replace(res, returncode=0, stdout="")
             if res.ok:
                 raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration))
                 statuses.append(CommandStatus(label, True, res.duration))
@@ -131,6 +138,36 @@ class CliSource:
                 raws.append(RawOutput(kind, shown, fmt, None, why, res.duration))
                 statuses.append(CommandStatus(label, False, res.duration, why))
         return raws, statuses
+
+
+class TopologyFile:
+    """Another source, plus the switches of a topology.conf file read at every poll (instead of
+    `scontrol show topology`: for slurmrestd, or a controller without topology/tree)."""
+
+    MAX_BYTES = 16 << 20
+
+    def __init__(self, inner: Source, path: str):
+        self.inner = inner
+        self.path = path
+        self.name = inner.name
+
+    def poll(self) -> tuple[list[RawOutput], list[CommandStatus]]:
+        raws, statuses = self.inner.poll()
+        start = time.monotonic()
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as fh:
+                text, err = fh.read(self.MAX_BYTES + 1), ""
+            if len(text) > self.MAX_BYTES:
+                text, err = None, f"larger than {self.MAX_BYTES} bytes"
+        except OSError as exc:
+            text, err = None, f"{type(exc).__name__}: {exc}"
+        dur = time.monotonic() - start
+        raws.append(RawOutput("topology", self.path, "topology", text, err, dur))
+        statuses.append(CommandStatus("topology_file", text is not None, dur, err))
+        return raws, statuses
+
+    def close(self) -> None:
+        getattr(self.inner, "close", lambda: None)()
 
 
 class RestSource:

@@ -53,6 +53,9 @@ class FileRunner:
         if key == "squeue --version":
             return CommandResult(argv, 0, self.version + "\n", "", 0.001)
         name = self.files.get(key)
+        if name is None and key == "scontrol show topology":
+            # what 22.05 without a topology plugin answers (tests/data/slurm-topology)
+            return CommandResult(argv, 0, "", "scontrol: error: No topology information available\n", 0.001)
         if name is None:
             return CommandResult(argv, 1, "", f"{argv[0]}: unknown command in fake\n", 0.001)
         return CommandResult(argv, 0, (self.folder / name).read_text(), "", 0.001)

@@ -14,6 +14,9 @@
 #   GW_SLURM_JWT=0|1             1 = enable auth/jwt as AuthAltTypes (for slurmrestd over TCP)
 #   GW_SLURM_SIM_NODES=0         extra nodes sim[0001-N] (no slurmd; DOWN) in partition gpu
 #   GW_SLURM_MAXJOBS=10000       MaxJobCount
+#   GW_SLURM_TOPOLOGY=FILE       copy FILE to $DIR/etc/topology.conf and set TopologyPlugin=topology/tree
+#   GW_SLURM_SLURMD=1            0 = start no slurmd (slurmctld alone: nodes stay UNKNOWN; enough
+#                                for `scontrol show topology` and the exporter's poll)
 #
 # Afterwards:  source $GW_SLURM_DIR/env.sh   (exports SLURM_CONF) and use squeue/sbatch/...
 set -euo pipefail
@@ -26,6 +29,8 @@ GPU_FILES=${GW_SLURM_GPU_FILES:-symlink}
 JWT=${GW_SLURM_JWT:-0}
 SIM=${GW_SLURM_SIM_NODES:-0}
 MAXJOBS=${GW_SLURM_MAXJOBS:-10000}
+TOPOLOGY=${GW_SLURM_TOPOLOGY:-}
+SLURMD=${GW_SLURM_SLURMD:-1}
 P_MYSQL=$((PB + 6)); P_CTLD=$((PB + 17)); P_DBD=$((PB + 19)); P_SLURMD=$((PB + 18))
 P_H100="$((PB + 21))-$((PB + 26))"; P_A100="$((PB + 27))-$((PB + 28))"
 NODES=(gpu001 gpu002 gpu003 gpu004 gpu005 gpu006 gpu007 gpu008)
@@ -126,6 +131,10 @@ for i in 0 1 2 3 4 5 6 7; do
   esac
 done
 sed "s#@DIR@#$DIR#g" "$HERE/gres.conf.in" > "$DIR"/etc/gres.conf
+if [ -n "$TOPOLOGY" ]; then  # slurmctld reads topology.conf from beside slurm.conf
+  cp "$TOPOLOGY" "$DIR"/etc/topology.conf
+  echo "TopologyPlugin=topology/tree" >> "$DIR"/etc/slurm.conf
+fi
 cat > "$DIR"/env.sh <<EOF
 export SLURM_CONF=$DIR/etc/slurm.conf
 export GW_SLURM_DIR=$DIR
@@ -184,11 +193,13 @@ slurmctld || { tail -n 20 "$DIR"/log/slurmctld.log >&2; die "slurmctld failed to
 wait_for 10 "slurmctld pid file" test -s "$DIR"/run/slurmctld.pid
 GUARD_PID=$(cat "$DIR"/run/slurmctld.pid) GUARD_LOG=$DIR/log/slurmctld.log wait_for 30 "slurmctld" scontrol ping
 ts "slurmctld up (pid $(cat "$DIR"/run/slurmctld.pid))"
-for n in "${NODES[@]}"; do
-  mkdir -p "$DIR"/spool/slurmd-$n
-  slurmd -N $n          # one slurmd per simulated node; needs MULTIPLE_SLURMD (Debian: yes)
-done
-all_idle() { [ "$(sinfo -h -N -p gpu -t idle -o %N | sort -u | wc -l)" = ${#NODES[@]} ]; }
-wait_for 60 "all nodes idle" all_idle
-ts "all ${#NODES[@]} nodes idle"
+if [ "$SLURMD" = 1 ]; then
+  for n in "${NODES[@]}"; do
+    mkdir -p "$DIR"/spool/slurmd-$n
+    slurmd -N $n          # one slurmd per simulated node; needs MULTIPLE_SLURMD (Debian: yes)
+  done
+  all_idle() { [ "$(sinfo -h -N -p gpu -t idle -o %N | sort -u | wc -l)" = ${#NODES[@]} ]; }
+  wait_for 60 "all nodes idle" all_idle
+  ts "all ${#NODES[@]} nodes idle"
+fi
 sinfo

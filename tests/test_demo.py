@@ -70,6 +70,11 @@ def test_endpoints(served):
     assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
     gpus = {lbl["gpu"] for n, lbl, _ in iter_samples(text) if n == "gangwatch_gpu_utilization_ratio"}
     assert gpus == {str(k) for k in range(8)}
+    # the agent's rollups come along (tests/test_sim.py checks them against the devices), not the opt-in PCIe series
+    rollups = {n: v for n, lbl, v in iter_samples(text) if not lbl}
+    assert rollups["gangwatch_gpu_node_gpus"] == 8 and rollups["gangwatch_infiniband_node_ports_down"] == 0
+    assert rollups["gangwatch_scrape_collectors_failed"] == 0
+    assert "gangwatch_gpu_pcie_throughput_bytes_per_second" not in text
     assert get(base + "/metrics?target=node9999")[0] == 404
     status, _, body = get(base + "/api/v1/snapshot")
     snap = Snapshot.from_json(body)
@@ -236,6 +241,9 @@ def test_real_prometheus_scrapes_every_virtual_node(served, tmp_path):
         assert up.get("node0017") == 0
         # the scraped series carry the agent's names, one per GPU of every node
         res = _query(port, 'count by (instance) (gangwatch_gpu_utilization_ratio)')
+        assert {r["metric"]["instance"]: r["value"][1] for r in res} == {f"node{i:04d}": "8" for i in range(1, 17)}
+        # ... and the node rollups the rules read, one series per node
+        res = _query(port, 'gangwatch_gpu_node_gpus{job="gangwatch-agent"}')
         assert {r["metric"]["instance"]: r["value"][1] for r in res} == {f"node{i:04d}": "8" for i in range(1, 17)}
         assert _query(port, 'gangwatch_slurm_up{job="gangwatch-slurm"}')[0]["value"][1] == "1"
         # the agent series carry `node` = the node name, as the rules join them with Slurm's

@@ -268,7 +268,9 @@ def _agent_names() -> set[str]:
 
     names = {v[0] for v in SPECS.values()} | {v[0] for v in PROF.values()}
     names |= {PREFIX + c.metric for c in COUNTERS.values()}
+    names |= {PREFIX + c.node for c in COUNTERS.values() if getattr(c, "node", "")}  # the node rollups they feed
     acc = Accumulator()
+    StatsFamilies(acc, "gangwatch_lustre_client", "")  # llite
     StatsFamilies(acc, "gangwatch_lustre_client_target", "")
     names |= set(acc.families)
     source = "\n".join(p.read_text() for p in (REPO / "collectors").rglob("*.py"))
@@ -290,6 +292,149 @@ def test_node_metrics_use_the_agents_names_and_are_valid(sim):
     assert {"gangwatch_gpu_utilization_ratio", "gangwatch_gpu_prof_sm_active_ratio",
             "gangwatch_infiniband_port_transmit_data_bytes_total", "gangwatch_lustre_client_target_io_bytes_total",
             "gangwatch_job_gpu_info"} <= names
+
+
+def _series(text: str) -> dict[str, list[tuple[dict, float]]]:
+    out: dict[str, list[tuple[dict, float]]] = {}
+    for name, labels, value in iter_samples(text):
+        out.setdefault(name, []).append((labels, value))
+    return out
+
+
+def _one(series, name):
+    got = series.get(name, [])
+    assert len(got) <= 1, (name, got)
+    return got[0][1] if got else None
+
+
+def _check_rollups(text: str) -> dict:
+    """Every rollup of the exposition against the per-device series it summarises (the agent's
+    semantics: over the devices that gave the reading, left out when none did); returns the series."""
+    S = _series(text)
+
+    def per(name, **want):
+        return [(lbl, v) for lbl, v in S.get(name, []) if all(lbl.get(k) == x for k, x in want.items())]
+
+    def close(a, b):
+        return a == pytest.approx(b, rel=1e-9, abs=1e-9)
+
+    # GPUs
+    lost = per("gangwatch_gpu_lost")
+    assert _one(S, "gangwatch_gpu_node_gpus") == sum(v == 0 for _, v in lost)
+    assert _one(S, "gangwatch_gpu_node_lost") == sum(v == 1 for _, v in lost)
+    util = {lbl["gpu"]: v for lbl, v in per("gangwatch_gpu_utilization_ratio")}
+    assert set(util) == {lbl["gpu"] for lbl, v in lost if v == 0}
+    rollups = {"gangwatch_gpu_node_utilization_ratio": (util.values(), lambda vs: math.fsum(vs) / len(vs)),
+               "gangwatch_gpu_node_memory_used_bytes": ([v for _, v in per("gangwatch_gpu_memory_used_bytes")], math.fsum),
+               "gangwatch_gpu_node_power_watts": ([v for _, v in per("gangwatch_gpu_power_watts")], math.fsum),
+               "gangwatch_gpu_node_max_temperature_celsius":
+                   ([v for _, v in per("gangwatch_gpu_temperature_celsius", sensor="gpu")], max),
+               "gangwatch_gpu_node_row_remap_pending":
+                   ([v for _, v in per("gangwatch_gpu_row_remap_pending")], lambda vs: sum(v != 0 for v in vs)),
+               "gangwatch_gpu_node_row_remap_failure":
+                   ([v for _, v in per("gangwatch_gpu_row_remap_failure")], lambda vs: sum(v != 0 for v in vs)),
+               "gangwatch_gpu_node_ecc_uncorrected_errors_total":
+                   ([v for _, v in per("gangwatch_gpu_ecc_errors_total", error="uncorrected", counter="volatile")], math.fsum)}
+    for name, (values, combine) in rollups.items():
+        values = list(values)
+        got = _one(S, name)
+        if not values:
+            assert got is None, name  # unknown is not zero
+        elif name == "gangwatch_gpu_node_power_watts":
+            assert got == pytest.approx(combine(values), abs=0.006), name  # rendered with 2 decimals, as each GPU
+        else:
+            assert close(got, combine(values)), name
+    # jobs: GPUs held (the gpu_info pairs) and their mean utilisation
+    held: dict[str, list[str]] = {}
+    for lbl, _ in per("gangwatch_job_gpu_info"):
+        held.setdefault(lbl["jobid"], []).append(lbl["gpu"])
+    assert {lbl["jobid"]: v for lbl, v in per("gangwatch_job_gpus")} == {j: len(g) for j, g in held.items()}
+    job_util = {lbl["jobid"]: v for lbl, v in per("gangwatch_job_gpu_utilization_ratio")}
+    assert set(job_util) == {j for j, gpus in held.items() if any(g in util for g in gpus)}
+    for jid, value in job_util.items():
+        answered = [util[g] for g in held[jid] if g in util]
+        assert close(value, math.fsum(answered) / len(answered)), jid
+    # InfiniBand: sums over the ports, and the ports that left Active (all were Active at start)
+    ib = "gangwatch_infiniband_"
+    for node, port in (("transmit_data_bytes", "transmit_data_bytes"), ("receive_data_bytes", "receive_data_bytes"),
+                       ("transmit_wait_ticks", "transmit_wait_ticks"), ("link_downed", "link_downed"),
+                       ("symbol_errors", "symbol_errors")):
+        assert _one(S, f"{ib}node_{node}_total") == sum(v for _, v in per(f"{ib}port_{port}_total")), node
+    state = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_state_id")}
+    phys = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_physical_state_id")}
+    assert _one(S, f"{ib}node_ports_down") == sum(v < 4 and phys[key] != 3 for key, v in state.items())
+    # Lustre: llite is what went through the OSCs; the slowest import per type; every import FULL
+    for op in ("read", "write"):
+        osc = [v for lbl, v in per("gangwatch_lustre_client_target_io_bytes_total", type="osc", operation=op)]
+        assert [v for _, v in per("gangwatch_lustre_client_io_bytes_total", fs=C.FS_NAME, operation=op)] == [sum(osc)]
+    for kind in ("osc", "mdc"):
+        waits = [v for _, v in per("gangwatch_lustre_client_import_rpc_wait_average_seconds", type=kind)]
+        assert [v for _, v in per("gangwatch_lustre_client_import_rpc_wait_max_seconds", fs=C.FS_NAME, type=kind)] == \
+            ([max(waits)] if waits else [])
+    imports = {(lbl["target"], lbl["type"]) for lbl, _ in per("gangwatch_lustre_client_import_connected")}
+    info = per("gangwatch_lustre_client_import_info")
+    assert {(lbl["target"], lbl["type"]) for lbl, _ in info} == imports and len(info) == len(imports)
+    assert all(lbl["state"] == "FULL" and lbl["connection"].endswith("@o2ib") and v == 1 for lbl, v in info)
+    # the scrape
+    assert _one(S, "gangwatch_scrape_collectors_failed") == sum(v == 0 for _, v in per("gangwatch_scrape_collector_success"))
+    return S
+
+
+def test_rollups_agree_with_the_per_device_series(sim):
+    """On every node of a cluster with faults under way (a GPU lost to XID 79 among them)."""
+    from collectors.exposition import encode
+
+    r = NodeRenderer(sim)
+    lost_seen = 0
+    for i in range(sim.n):
+        text = r.render(i)
+        S = _check_rollups(text)
+        lost_seen += _one(S, "gangwatch_gpu_node_lost")
+        assert "gangwatch_gpu_pcie_throughput_bytes_per_second" not in S  # opt-in in the agent
+        # render() writes the families itself: the same samples as the agent's encoder, each family once
+        assert sorted(map(repr, iter_samples(text))) == sorted(map(repr, iter_samples(encode(r.families(i)))))
+        helps = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
+        assert len(helps) == len(set(helps))
+    assert lost_seen == 1  # the XID 79 GPU, so the lost path was checked too
+    assert sim.running  # and jobs were there to check
+
+
+def test_link_flap_shows_in_the_ports_down_rollup_while_the_rail_is_down():
+    s = Simulation(SimConfig(nodes=8, seed=3, start=T0, history_seconds=60, faults="link_flap@90s+3m:node=node0002;gpu=3"))
+    r = NodeRenderer(s)
+    seen = []
+    for _ in range(10):
+        s.step()
+        S = _check_rollups(r.render(1))
+        state = {lbl["device"]: v for lbl, v in S["gangwatch_infiniband_port_state_id"]}
+        down = _one(S, "gangwatch_infiniband_node_ports_down")
+        assert down == (state["mlx5_3"] != 4) and all(v == 4 for d, v in state.items() if d != "mlx5_3")
+        seen.append((s.t, down, _one(S, "gangwatch_infiniband_node_link_downed_total")))
+        assert _one(_series(r.render(2)), "gangwatch_infiniband_node_ports_down") == 0  # another node
+    g = _truth(s, "link_flap")
+    during = [d for t, d, _ in seen if g["start"] <= t < g["end"]]
+    assert 1 in during and 0 in during, seen  # down one step, up the next
+    assert all(d == 0 for t, d, _ in seen if not g["start"] <= t <= g["end"])
+    assert seen[-1][2] - seen[0][2] == sum(during)  # every time it went down counts once
+
+
+def test_slow_ost_raises_the_rpc_wait_rollup_of_its_clients():
+    s = Simulation(SimConfig(nodes=32, seed=7, start=T0, history_seconds=900, faults="ost_slow@5m+20m"))
+    g = _truth(s, "ost_slow")
+    r = NodeRenderer(s)
+    hit, other = [], []
+    for i, name in enumerate(s.cluster.names):
+        S = _check_rollups(r.render(i))
+        (lbl, worst), = [(lbl, v) for lbl, v in S["gangwatch_lustre_client_import_rpc_wait_max_seconds"] if lbl["type"] == "osc"]
+        slowest = max(S["gangwatch_lustre_client_import_rpc_wait_average_seconds"], key=lambda lv: lv[1])[0]["target"]
+        if name in g["nodes"]:
+            hit.append(worst)
+            assert slowest == g["culprit"], name  # the rollup is the slowed OST's import
+        else:
+            other.append(worst)
+    assert hit and other
+    # 1/SLOW_OST_FACTOR x the healthy few ms on every client of the slowed OST, the others unchanged
+    assert min(hit) > 10 * 0.003 and np.median(other) < 0.01
 
 
 def test_promtool_accepts_the_node_and_cluster_expositions(sim, tmp_path):

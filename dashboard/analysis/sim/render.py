@@ -1,18 +1,36 @@
 """One virtual node's `/metrics`, exactly as `gangwatch agent` names and labels its series.
 
 Names, types and help texts are taken from the agent's own collectors where they are data (the GPU
-and GPU-profiling SPECS, the InfiniBand counter table, the Lustre stats families, the jobs
-collector's families), so a rename there reaches the simulator. Collectors rendered: gpu,
-gpu_profiling (as if DCGM were running), infiniband (one HCA `mlx5_<k>` per GPU, port 1),
-lustre_client (filesystem `lustre`, every OST and MDT, type osc/mdc), pressure, jobs, and the
+and GPU-profiling SPECS, the InfiniBand counter table and node help texts, the Lustre stats
+families, the jobs collector's families), so a rename there reaches the simulator. Collectors
+rendered: gpu, gpu_profiling (as if DCGM were running), infiniband (one HCA `mlx5_<k>` per GPU, port
+1), lustre_client (filesystem `lustre`, every OST and MDT, type osc/mdc), pressure, jobs, and the
 scrape's own success/duration series. Not simulated: cpu, memory, diskstats, netdev, filesystem,
 GPFS (a reader of those gets no series, which the agent also allows: a collector with no data).
+Not rendered either: `gangwatch_gpu_pcie_throughput_bytes_per_second` (opt-in in the agent).
 
-The label strings are rendered once per node; a scrape formats only the values (about 0.5 ms for
-a node with 8 GPUs, 8 rails and 16 OSTs).
+The agent's per-node and per-job rollups (`gangwatch_gpu_node_*`, `gangwatch_job_gpus`,
+`gangwatch_job_gpu_utilization_ratio`, `gangwatch_infiniband_node_*`, the llite
+`gangwatch_lustre_client_io_bytes_total`, `gangwatch_lustre_client_import_rpc_wait_max_seconds`,
+`gangwatch_scrape_collectors_failed`) are computed here from the very values rendered in the
+per-device series of the same exposition, as the agent computes them from the readings of one
+scrape, so the two always agree. Faults show in them as in the devices: a link_flap rail counts in
+`gangwatch_infiniband_node_ports_down` while it is down, an ost_slow OST raises the rpc wait of the
+clients reading from it. Every import stays FULL (no fault makes a target unreachable).
+
+Cost (a Prometheus scraping every virtual node renders them all each interval): each family's
+`name{labels} ` prefixes are rendered once per renderer, node-independent families once per
+renderer and the few node facts once per node; the step's values are rounded and converted for all
+nodes at once (`_Step`, on the first render after a step); a scrape then only joins prefixes and
+values, one map() per family: about 0.3 ms for a node with 8 GPUs, 8 rails and 34 imports (~1,050
+lines; bench/bench_sim.py). The simulation must not change between steps without `step()` (the
+demo renders under its lock).
 """
 
 from __future__ import annotations
+
+import functools
+import math
 
 import numpy as np
 
@@ -21,7 +39,8 @@ from collectors.exposition import COUNTER, GAUGE, Family, encode, format_labels
 from collectors.lustre_common import Accumulator, StatsFamilies
 from collectors.node.gpu import SPECS as GPU_SPECS
 from collectors.node.gpu_profiling import SPECS as PROF_SPECS
-from collectors.node.infiniband import COUNTERS as IB_COUNTERS, PREFIX as IB
+from collectors.node.infiniband import COUNTERS as IB_COUNTERS, NODE_HELP as IB_NODE_HELP, PORTS_DOWN_HELP
+from collectors.node.infiniband import PREFIX as IB
 from collectors.node.jobs import _Families as JobFamilies
 
 from . import cluster as C
@@ -31,253 +50,456 @@ COLLECTORS = ("gpu", "gpu_profiling", "infiniband", "jobs", "lustre_client", "pr
 ECC = (("corrected", "volatile"), ("corrected", "aggregate"), ("uncorrected", "volatile"), ("uncorrected", "aggregate"))
 IB_DATA = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_xmit_wait",
            "symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards")
-_lustre = Accumulator()
-_target_stats = StatsFamilies(_lustre, "gangwatch_lustre_client_target", "the client's OSC/MDC for the target")
-LUSTRE_HELP = {name: fam.help for name, fam in _lustre.families.items()}
+# the simulated port counters, in the order of _Step.ib's rows (the other IB_DATA counters stay 0)
+IB_ROWS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_xmit_wait",
+           "symbol_error", "link_downed")
+# The simulator does not model metadata service time: a healthy MDS answers in well under a millisecond.
+MDC_WAIT_SECONDS = 0.0004
+LUSTRE_NID_BASE = 200  # OSS/MDS NIDs 10.1.0.<base + k>@o2ib, one server per target
+_lustre = Accumulator()  # the stats families, named as the lustre_client collector names them
+StatsFamilies(_lustre, "gangwatch_lustre_client", "the client's llite layer")
+StatsFamilies(_lustre, "gangwatch_lustre_client_target", "the client's OSC/MDC for the target")
+
+# Families whose type and help are code, not data, in the agent: the agent's words, repeated.
+_OWN: dict[str, tuple[str, str]] = {
+    IB + "info": (GAUGE, "Facts about an RDMA device (board, firmware, HCA model, node GUID); value 1."),
+    IB + "port_rate_bytes_per_second": (GAUGE, "Data rate the port's link trained at, in bytes per second (sysfs "
+                                               "rate in Gb/s divided by 8)."),
+    IB + "port_info": (GAUGE, "Facts about a port (link layer, active width and speed, LID); value 1."),
+    IB + "port_state_id": (GAUGE, "Logical state of the port (0: no change, 1: down, 2: init, 3: armed, 4: active, "
+                                  "5: active defer)."),
+    IB + "port_physical_state_id": (GAUGE, "Physical state of the port (1: sleep, 2: polling, 3: disabled, 4: port "
+                                           "configuration training, 5: link up, 6: link error recovery, 7: phy test)."),
+    "gangwatch_lustre_client_import_info": (GAUGE, "The client's import of the target: connection state (FULL, "
+                                                   "DISCONN, CONNECTING, REPLAY, EVICTED, ...) and the server NID it "
+                                                   "talks to; value 1."),
+    "gangwatch_lustre_client_import_connected": (GAUGE, "Whether the client's import of the target is in state FULL "
+                                                        "(1) or not (0)."),
+    "gangwatch_lustre_client_import_rpc_wait_average_seconds": (GAUGE, "Average seconds an RPC to the target waited "
+                                                                       "for its reply (import avg_waittime)."),
+    "gangwatch_lustre_client_import_rpc_wait_max_seconds": (GAUGE, "Largest average seconds an RPC waited for its "
+                                                                   "reply among this node's imports of the filesystem "
+                                                                   "and type (max over targets of gangwatch_lustre_"
+                                                                   "client_import_rpc_wait_average_seconds)."),
+    "gangwatch_lustre_client_target_rpcs_in_flight": (GAUGE, "RPCs the client has in flight to the target now "
+                                                             "(rpc_stats)."),
+    "gangwatch_pressure_waiting_seconds_total": (COUNTER, "Total seconds in which at least one task was stalled on "
+                                                          "the resource (PSI some)."),
+    "gangwatch_pressure_stalled_seconds_total": (COUNTER, "Total seconds in which all non-idle tasks were stalled on "
+                                                          "the resource (PSI full)."),
+    "gangwatch_scrape_collector_success": (GAUGE, "Whether the collector succeeded in this scrape (1) or failed or "
+                                                  "timed out (0)."),
+    "gangwatch_scrape_collector_duration_seconds": (GAUGE, "Seconds the collector took in this scrape."),
+    "gangwatch_scrape_collectors_failed": (GAUGE, "Collectors that failed or timed out in this scrape "
+                                                  "(collector_success 0); 0 when all succeeded."),
+    "gangwatch_sim_node_info": (GAUGE, "This node is SIMULATED by `gangwatch demo`; its leaf switch; value 1."),
+    "gangwatch_build_info": (GAUGE, "A metric with value 1 labelled with gangwatch's version and component."),
+}
 
 
-def _fam(spec: tuple[str, str, str]) -> Family:
-    name, kind, help_ = spec
-    return Family(name, kind, help_)
+def _agent_specs() -> dict[str, tuple[str, str]]:
+    """name -> (type, help) of the families the agent's collectors hold as data."""
+    out = {name: (kind, help_) for name, kind, help_ in (*GPU_SPECS.values(), *PROF_SPECS.values())}
+    out.update((IB + c.metric, (COUNTER, c.help)) for c in IB_COUNTERS.values())
+    out.update((IB + metric, (COUNTER, help_)) for metric, help_ in IB_NODE_HELP.items())
+    out[IB + "node_ports_down"] = (GAUGE, PORTS_DOWN_HELP)
+    out.update((f.name, (f.kind, f.help)) for f in _lustre.families.values())
+    out.update((f.name, (f.kind, f.help)) for f in JobFamilies().all())
+    return out
 
 
-def _r(a: np.ndarray, digits: int = 4) -> list:
-    return np.round(a.astype(np.float64), digits).tolist()
+SPEC = {**_OWN, **_agent_specs()}  # name -> (type, help) of every family rendered
+_GPU = {key: spec[0] for key, spec in GPU_SPECS.items()}
+_PROF = {key: spec[0] for key, spec in PROF_SPECS.items()}
+_JF = JobFamilies()  # the jobs collector's family names
+
+
+Series = tuple[str, list[str]]  # a family's name and its sample lines, before it becomes a Family
+
+
+def _fam(name: str, lines: list[str]) -> Family:
+    kind, help_ = SPEC[name]
+    fam = Family(name, kind, help_)
+    fam.lines = lines
+    return fam
+
+
+def _lines(prefixes: list[str], values: list) -> list[str]:
+    """`name{labels} value` lines: the prefixes end in a space; values are Python ints or floats."""
+    return list(map(str.__add__, prefixes, map(str, values)))
+
+
+def _text(families: list[Series]) -> str:
+    """Text format of families known to have distinct names (encode() without its merging and sorting)."""
+    out = []
+    for name, lines in families:
+        if lines:
+            out.append(_header(name))
+            out.extend(lines)
+    return "\n".join(out)
+
+
+def _pre(name: str, labels: list[str]) -> list[str]:
+    return [f"{name}{lbl} " for lbl in labels]
+
+
+def _r(a: np.ndarray, digits: int) -> np.ndarray:
+    return np.round(a.astype(np.float64), digits)
+
+
+def _ints(a: np.ndarray) -> np.ndarray:
+    return np.floor(a).astype(np.int64)
+
+
+@functools.cache
+def _header(name: str) -> str:
+    """`# HELP` and `# TYPE` lines of a family, as the agent's encoder writes them."""
+    kind, help_ = SPEC[name]
+    return encode([Family(name, kind, help_).add(0)]).rsplit("\n", 2)[0]
+
+
+class _Step:
+    """The state of one simulated step as the exposition shows it (rounded, integer counters),
+    converted for all nodes at once: per node, a scrape then costs one tolist() per table rather
+    than a numpy call per series."""
+
+    def __init__(self, s):
+        sm, tensor = s.sm, s.tensor
+        self.key = (s.steps, s.t)
+        # GPU tables (node, row, gpu); rows in the order of NodeRenderer.gpu_rows
+        self.g4 = _r(np.stack([s.util, sm * 0.5, sm, sm * 0.4, sm * 0.55, tensor, tensor * 0.9], axis=1), 4)
+        self.g1 = _r(np.stack([s.temp, s.temp + 6.0], axis=1), 1)
+        self.g2, self.g3 = _r(s.power, 2), _r(s.energy, 3)
+        mem = s.mem_used.astype(np.int64)
+        # rows: memory used, free, SM clock, NVLink, PCIe rx, tx; lost, throttle reason, job slot
+        self.gi = np.stack([mem, C.GPU_MEMORY_BYTES - mem, s.clock.astype(np.int64), np.rint(s.nvlink).astype(np.int64),
+                            np.rint(s.pcie_rx).astype(np.int64), np.rint(s.pcie_rx * 0.05).astype(np.int64),
+                            s.gpu_lost.astype(np.int64), s.throttle.astype(np.int64), s.gpu_job], axis=1)
+        # rails (node, row, rail): IB_ROWS, then whether the port is up
+        self.ib = np.stack([_ints(s.ib_tx), _ints(s.ib_rx), _ints(s.ib_tx / 4096), _ints(s.ib_rx / 4096), _ints(s.ib_wait),
+                            _ints(s.ib_symerr), _ints(s.ib_downed), s.ib_up.astype(np.int64)], axis=1)
+        # Lustre (node, row, OST)
+        self.ost_i = np.stack([_ints(s.ost_read), _ints(s.ost_write), _ints(s.ost_read_ops), _ints(s.ost_write_ops),
+                               _ints(s.ost_inflight)], axis=1)
+        self.ost_f = np.stack([_r(s.ost_read_lat, 6), _r(s.ost_wait_avg, 6)], axis=1)
+        self.node = np.stack([_r(s.psi_io_some, 3), _r(s.psi_io_full, 3), _r(s.psi_cpu_some, 3),
+                              np.floor(s.mdt_ops)], axis=1)
 
 
 class NodeRenderer:
-    """Renders any node of one simulation; holds per-node label strings, built on first use."""
+    """Renders any node of one simulation; holds the label strings, built once (node facts on first use)."""
 
     def __init__(self, sim):
         self.sim = sim
-        self.g = sim.g
+        self.g = g = sim.g
         cl = sim.cluster
-        self.gpu_l = [format_labels({"gpu": k}) for k in range(self.g)]
-        self.gpu_x = {key: [format_labels({"gpu": k, **dict(key)}) for k in range(self.g)]
-                      for key in ([(("sensor", "gpu"),), (("sensor", "memory"),)]
-                                  + [(("clock", c),) for c in ("graphics", "sm", "memory")]
-                                  + [(("reason", r),) for r in THROTTLE_REASONS]
-                                  + [(("error", e), ("counter", c)) for e, c in ECC]
-                                  + [(("direction", d),) for d in ("tx", "rx")]
-                                  + [(("pipe", p),) for p in ("any", "hmma")])}
-        self.rail_l = [format_labels({"device": f"mlx5_{k}", "port": "1"}) for k in range(self.g)]
-        self.rail_info = [format_labels({"device": f"mlx5_{k}", "port": "1", "link_layer": "InfiniBand", "width": "4X",
-                                         "speed": "NDR", "lid": str(100 + k)}) for k in range(self.g)]
-        targets = [(t, "osc") for t in cl.osts] + [(t, "mdc") for t in cl.mdts]
-        self.tgt = {(t, kind, op): format_labels({"fs": C.FS_NAME, "target": t, "type": kind, "operation": op})
-                    for t, kind in targets for op in ("read", "write", "read_bytes", "write_bytes", "ost_read", "mds_getattr")}
-        self.imp = [format_labels({"fs": C.FS_NAME, "target": t, "type": kind}) for t, kind in targets]
-        self._static: dict[int, list[Family]] = {}
+        G, P = _GPU, _PROF
 
-    def _static_families(self, i: int) -> list[Family]:
-        """Series that never change for a node: GPU, HCA and import facts."""
-        got = self._static.get(i)
+        def gpu_pre(name: str, **extra) -> list[str]:
+            return _pre(name, [format_labels({"gpu": k, **extra}) for k in range(g)])
+
+        # a prefix per GPU for each row of _Step's GPU tables (g4, g1, g2, g3, gi[:6]), and the family
+        self.gpu_rows = [
+            [(G["util"], gpu_pre(G["util"])), (G["mem_util"], gpu_pre(G["mem_util"])), (P["sm"], gpu_pre(P["sm"])),
+             (P["occ"], gpu_pre(P["occ"])), (P["dram"], gpu_pre(P["dram"])),
+             (P["tensor"], gpu_pre(P["tensor"], pipe="any")), (P["tensor"], gpu_pre(P["tensor"], pipe="hmma"))],
+            [(G["temp"], gpu_pre(G["temp"], sensor="gpu")), (G["temp"], gpu_pre(G["temp"], sensor="memory"))],
+            [(G["power"], gpu_pre(G["power"]))],
+            [(G["energy"], gpu_pre(G["energy"]))],
+            [(G["mem_used"], gpu_pre(G["mem_used"])), (G["mem_free"], gpu_pre(G["mem_free"])),
+             (G["clock"], gpu_pre(G["clock"], clock="sm")), (P["nvlink"], gpu_pre(P["nvlink"], direction="tx")),
+             (P["pcie"], gpu_pre(P["pcie"], direction="rx")), (P["pcie"], gpu_pre(P["pcie"], direction="tx"))]]
+        # the same values again under other labels: (family, prefixes, table, row)
+        self.gpu_again = [(P["gr"], gpu_pre(P["gr"]), 0, 0), (G["clock"], gpu_pre(G["clock"], clock="graphics"), 4, 2),
+                          (P["nvlink"], gpu_pre(P["nvlink"], direction="rx"), 4, 3)]
+        self.lost_pre = gpu_pre(G["lost"])
+        # Per GPU, the block of series whose value takes one of a few states: throttle reasons (one-hot
+        # over THROTTLE_REASONS, or none), compute processes (0/1), and the constant ones.
+        reasons = [gpu_pre(G["throttle"], reason=r) for r in THROTTLE_REASONS]
+        self.throttle = [[[reasons[r][k] + ("1" if r == state else "0") for r in range(len(THROTTLE_REASONS))]
+                          for state in range(-1, len(THROTTLE_REASONS))] for k in range(g)]
+        self.procs = [[p + v for v in ("0", "1")] for p in gpu_pre(G["procs"])]
+
+        def const(value: object, name: str, **extra) -> list[str]:
+            return [p + str(value) for p in gpu_pre(name, **extra)]
+
+        const_rows = {G["clock"]: [const(int(C.MEM_CLOCK_HZ), G["clock"], clock="memory")],
+                      G["ecc"]: [const(0, G["ecc"], error=e, counter=c) for e, c in ECC],
+                      **{G[key]: [const(0, G[key])] for key in ("pcie_replay", "pstate", "remap_pending", "remap_failure")}}
+        self.const_gpu = {name: [[row[k] for row in rows] for k in range(g)] for name, rows in const_rows.items()}
+        # InfiniBand: a rail per GPU
+        self.rail_l = rail_l = [format_labels({"device": f"mlx5_{k}", "port": "1"}) for k in range(g)]
+        # (family, prefixes, the node rollup it is summed into or "") per row of _Step.ib
+        self.ib_rows = [(IB + c.metric, _pre(IB + c.metric, rail_l), c.node and IB + c.node)
+                        for c in (IB_COUNTERS[key] for key in IB_ROWS)]
+        zero = [IB + IB_COUNTERS[key].metric for key in IB_DATA if key not in IB_ROWS and key != "link_error_recovery"]
+        self.ib_zero = [(name, [p + "0" for p in _pre(name, rail_l)]) for name in zero]
+        self.ib_downed_again = _pre(IB + IB_COUNTERS["link_error_recovery"].metric, rail_l)
+        self.ib_state = [[f"{IB}port_state_id{lbl} {v}" for v in (1, 4)] for lbl in rail_l]
+        self.ib_phys = [[f"{IB}port_physical_state_id{lbl} {v}" for v in (2, 5)] for lbl in rail_l]
+        # Lustre: OSTs (osc) then MDTs (mdc)
+        self.n_mdts = len(cl.mdts)
+        targets = [(t, "osc") for t in cl.osts] + [(t, "mdc") for t in cl.mdts]
+        imp = [format_labels({"fs": C.FS_NAME, "target": t, "type": kind}) for t, kind in targets]
+
+        def tgt_pre(name: str, op: str, kind: str = "osc") -> list[str]:
+            return _pre(name, [format_labels({"fs": C.FS_NAME, "target": t, "type": k, "operation": op})
+                               for t, k in targets if k == kind])
+
+        tops, tio = "gangwatch_lustre_client_target_operations_total", "gangwatch_lustre_client_target_io_bytes_total"
+        wait = "gangwatch_lustre_client_import_rpc_wait_average_seconds"
+        # prefixes of _Step's Lustre tables' rows: ost_i (read, write, read ops, write ops, in flight), ost_f
+        self.ost_i = [tgt_pre(tio, "read"), tgt_pre(tio, "write"), tgt_pre(tops, "read_bytes"), tgt_pre(tops, "write_bytes"),
+                      tgt_pre("gangwatch_lustre_client_target_rpcs_in_flight", "read")]
+        self.ost_read_ops_again = tgt_pre(tops, "ost_read")
+        self.ost_f = [tgt_pre("gangwatch_lustre_client_target_operation_latency_seconds_total", "ost_read"),
+                      _pre(wait, imp[:len(cl.osts)])]
+        self.mds_getattr = tgt_pre(tops, "mds_getattr", "mdc")
+        self.mdc_wait = [p + str(MDC_WAIT_SECONDS) for p in _pre(wait, imp[len(cl.osts):])]
+        self.llite_pre = _pre("gangwatch_lustre_client_io_bytes_total",
+                              [format_labels({"fs": C.FS_NAME, "operation": op}) for op in ("read", "write")])
+        self.wait_max_pre = _pre("gangwatch_lustre_client_import_rpc_wait_max_seconds",
+                                 [format_labels({"fs": C.FS_NAME, "type": t}) for t in ("osc", "mdc")])
+        self._jobs_pre: dict[int, dict] = {}
+        self._node_facts: dict[int, tuple[list[Family], str]] = {}
+        self._shared = self._shared_families(imp, targets)
+        self._shared_text = _text([(f.name, f.lines) for f in self._shared])
+        self._step: _Step | None = None
+
+    def values(self) -> _Step:
+        """This step's tables, converted on the first render of the step (rendering is read-only: the
+        demo holds its lock, and the simulation changes only in step())."""
+        s = self.sim
+        if self._step is None or self._step.key != (s.steps, s.t):
+            self._step = _Step(s)
+        return self._step
+
+    # ------------------------------------------------------------------------------ facts
+
+    def _shared_families(self, imp: list[str], targets: list[tuple[str, str]]) -> list[Family]:
+        """Series that are the same on every node and never change: device counts, link facts, import
+        facts, the scrape's own series."""
+        g, G, P = self.g, _GPU, _PROF
+
+        def fam(name: str) -> Family:
+            return Family(name, *SPEC[name])
+
+        total, rate, port = fam(G["mem_total"]), fam(IB + "port_rate_bytes_per_second"), fam(IB + "port_info")
+        for k in range(g):
+            total.add(C.GPU_MEMORY_BYTES, gpu=k)
+            rate.add(C.IB_RATE_BYTES, device=f"mlx5_{k}", port="1")
+            port.add(1, device=f"mlx5_{k}", port="1", link_layer="InfiniBand", width="4X", speed="NDR", lid=str(100 + k))
+        conn, info = fam("gangwatch_lustre_client_import_connected"), fam("gangwatch_lustre_client_import_info")
+        for k, (target, kind) in enumerate(targets):
+            conn.add(1, fs=C.FS_NAME, target=target, type=kind)
+            info.add(1, fs=C.FS_NAME, target=target, type=kind, state="FULL", connection=f"10.1.0.{LUSTRE_NID_BASE + k}@o2ib")
+        success, duration = fam("gangwatch_scrape_collector_success"), fam("gangwatch_scrape_collector_duration_seconds")
+        for c in COLLECTORS:
+            success.add(1, collector=c)
+            duration.add(0.001, collector=c)
+        return [total, fam(G["nvml_devices"]).add(g), fam(G["pci_devices"]).add(g), fam(G["missing"]).add(0),
+                fam(P["source"]).add(1, source="dcgm"), rate, port, conn, info,
+                fam("gangwatch_build_info").add(1, version=__version__, component="agent"),
+                success, duration, fam("gangwatch_scrape_collectors_failed").add(0)]
+
+    def _facts(self, i: int) -> tuple[list[Family], str]:
+        """Series of one node that never change (its GPUs' and HCAs' identities, its leaf switch), and their text."""
+        got = self._node_facts.get(i)
         if got is not None:
             return got
         sim, g = self.sim, self.g
-        name = sim.cluster.names[i]
-        info = _fam(GPU_SPECS["info"])
+        info = Family(*GPU_SPECS["info"])
         for k in range(g):
             uuid = f"GPU-{(i * 7919 + k * 104729) & 0xffffffff:08x}-sim0-{i:04x}-{k:04x}-{sim.cfg.seed & 0xffff:012x}"
             info.add(1, gpu=k, uuid=uuid, name=C.GPU_MODEL, pci_bus_id=f"00000000:{0x18 + 16 * k:02X}:00.0",
                      mig_mode="disabled", driver_version=C.DRIVER_VERSION)
-        total = _fam(GPU_SPECS["mem_total"])
-        for lbl in self.gpu_l:
-            total.add_rendered(lbl, C.GPU_MEMORY_BYTES)
-        counts = [_fam(GPU_SPECS["nvml_devices"]).add(g), _fam(GPU_SPECS["pci_devices"]).add(g),
-                  _fam(GPU_SPECS["missing"]).add(0)]
-        src = _fam(PROF_SPECS["source"]).add(1, source="dcgm")
-        hca = Family(IB + "info", GAUGE, "Facts about an RDMA device (board, firmware, HCA model, node GUID); value 1.")
-        rate = Family(IB + "port_rate_bytes_per_second", GAUGE, "Data rate the port's link trained at, in bytes per "
-                      "second (sysfs rate in Gb/s divided by 8).")
-        pinfo = Family(IB + "port_info", GAUGE, "Facts about a port (link layer, active width and speed, LID); value 1.")
+        hca = Family(IB + "info", *SPEC[IB + "info"])
         for k in range(g):
             hca.add(1, device=f"mlx5_{k}", board_id="MT_0000000838", firmware_version="28.39.1002", hca_type="MT4129",
                     node_guid=f"b83f:d203:00{i >> 8 & 0xff:02x}:{i & 0xff:02x}{k:02x}")
-            rate.add_rendered(self.rail_l[k], C.IB_RATE_BYTES)
-            pinfo.add_rendered(self.rail_info[k], 1)
-        conn = Family("gangwatch_lustre_client_import_connected", GAUGE,
-                      "Whether the client's import of the target is in state FULL (1) or not (0).")
-        for lbl in self.imp:
-            conn.add_rendered(lbl, 1)
-        sim_info = Family("gangwatch_sim_node_info", GAUGE, "This node is SIMULATED by `gangwatch demo`; its leaf "
-                          "switch; value 1.").add(1, node=name, leaf=sim.cluster.leaves[sim.cluster.leaf_of[i]])
-        build = Family("gangwatch_build_info", GAUGE, "A metric with value 1 labelled with gangwatch's version and "
-                       "component.").add(1, version=__version__, component="agent")
-        got = self._static[i] = [info, total, *counts, src, hca, rate, pinfo, conn, sim_info, build]
+        node = Family("gangwatch_sim_node_info", *SPEC["gangwatch_sim_node_info"]).add(
+            1, node=sim.cluster.names[i], leaf=sim.cluster.leaves[sim.cluster.leaf_of[i]])
+        fams = [info, hca, node]
+        got = self._node_facts[i] = (fams, _text([(f.name, f.lines) for f in fams]))
         return got
 
+    # ------------------------------------------------------------------------------ per scrape
+
     def families(self, i: int) -> list[Family]:
-        sim, g = self.sim, self.g
-        fams = list(self._static_families(i))
-        lost = sim.gpu_lost[i].tolist()
+        """Every family of the node's exposition (shared and fact families are reused: do not modify)."""
+        return [*self._shared, *self._facts(i)[0], *(_fam(name, lines) for name, lines in self._changing(i))]
+
+    def render(self, i: int) -> str:
+        return "\n".join([self._shared_text, self._facts(i)[1], _text(self._changing(i))]) + "\n"
+
+    def _changing(self, i: int) -> list[Series]:
+        v = self.values()
+        return [*self._gpu(v, i), *self._infiniband(v, i), *self._lustre(v, i), *self._pressure(v, i), *self._jobs(v, i)]
+
+    def _gpu(self, v: _Step, i: int) -> list[Series]:
+        """The gpu and gpu_profiling collectors; a lost GPU shows only in gangwatch_gpu_lost (and its XIDs)."""
+        g, G = self.g, _GPU
+        tables = [v.g4[i].tolist(), v.g1[i].tolist(), [v.g2[i].tolist()], [v.g3[i].tolist()], v.gi[i].tolist()]
+        lost, thr, job = tables[4][6:9]
         ok = [k for k in range(g) if not lost[k]]
-        F = {key: _fam(spec) for key, spec in GPU_SPECS.items()
-             if key in ("lost", "util", "mem_util", "mem_used", "mem_free", "power", "energy", "temp", "clock",
-                        "throttle", "ecc", "pcie_bps", "pcie_replay", "procs", "pstate", "xid")}
-        P = {key: _fam(spec) for key, spec in PROF_SPECS.items() if key in ("gr", "sm", "occ", "tensor", "dram", "nvlink", "pcie")}
-        util, sm, tensor = _r(sim.util[i]), _r(sim.sm[i]), _r(sim.tensor[i])
-        power, temp, clock = _r(sim.power[i], 2), _r(sim.temp[i], 1), sim.clock[i].tolist()
-        mem, energy = sim.mem_used[i].tolist(), _r(sim.energy[i], 3)
-        nvl, pcie = _r(sim.nvlink[i], 0), _r(sim.pcie_rx[i], 0)
-        thr = sim.throttle[i].tolist()
-        busy = (sim.gpu_job[i] >= 0).tolist()
-        x = self.gpu_x
-        for k in range(g):
-            F["lost"].add_rendered(self.gpu_l[k], 1 if lost[k] else 0)
-        for k in ok:
-            L = self.gpu_l[k]
-            F["util"].add_rendered(L, util[k])
-            F["mem_util"].add_rendered(L, round(sm[k] * 0.5, 4))
-            F["mem_used"].add_rendered(L, int(mem[k]))
-            F["mem_free"].add_rendered(L, C.GPU_MEMORY_BYTES - int(mem[k]))
-            F["power"].add_rendered(L, power[k])
-            F["energy"].add_rendered(L, energy[k])
-            F["temp"].add_rendered(x[(("sensor", "gpu"),)][k], temp[k])
-            F["temp"].add_rendered(x[(("sensor", "memory"),)][k], round(temp[k] + 6.0, 1))
-            F["clock"].add_rendered(x[(("clock", "sm"),)][k], int(clock[k]))
-            F["clock"].add_rendered(x[(("clock", "graphics"),)][k], int(clock[k]))
-            F["clock"].add_rendered(x[(("clock", "memory"),)][k], int(C.MEM_CLOCK_HZ))
-            for r, reason in enumerate(THROTTLE_REASONS):
-                F["throttle"].add_rendered(x[(("reason", reason),)][k], 1 if thr[k] == r else 0)
-            for e, c in ECC:
-                F["ecc"].add_rendered(x[(("error", e), ("counter", c))][k], 0)
-            F["pcie_bps"].add_rendered(x[(("direction", "rx"),)][k], pcie[k])
-            F["pcie_bps"].add_rendered(x[(("direction", "tx"),)][k], round(pcie[k] * 0.05))
-            F["pcie_replay"].add_rendered(L, 0)
-            F["procs"].add_rendered(L, 1 if busy[k] else 0)
-            F["pstate"].add_rendered(L, 0)
-            P["gr"].add_rendered(L, util[k])
-            P["sm"].add_rendered(L, sm[k])
-            P["occ"].add_rendered(L, round(sm[k] * 0.4, 4))
-            P["tensor"].add_rendered(x[(("pipe", "any"),)][k], tensor[k])
-            P["tensor"].add_rendered(x[(("pipe", "hmma"),)][k], round(tensor[k] * 0.9, 4))
-            P["dram"].add_rendered(L, round(sm[k] * 0.55, 4))
-            P["nvlink"].add_rendered(x[(("direction", "tx"),)][k], nvl[k])
-            P["nvlink"].add_rendered(x[(("direction", "rx"),)][k], nvl[k])
-            P["pcie"].add_rendered(x[(("direction", "rx"),)][k], pcie[k])
-            P["pcie"].add_rendered(x[(("direction", "tx"),)][k], round(pcie[k] * 0.05))
-        for k in range(g):
-            for xid, count in sorted(sim.xids.get((i, k), {}).items()):
-                F["xid"].add(count, gpu=k, xid=xid)
-        fams += F.values()
-        fams += P.values()
-        fams += self._infiniband(i)
-        fams += self._lustre(i)
-        fams += self._pressure(i)
-        fams += self._jobs(i)
-        success = Family("gangwatch_scrape_collector_success", GAUGE, "Whether the collector succeeded in this scrape (1) or failed or timed out (0).")
-        duration = Family("gangwatch_scrape_collector_duration_seconds", GAUGE, "Seconds the collector took in this scrape.")
-        for c in COLLECTORS:
-            success.add(1, collector=c)
-            duration.add(0.001, collector=c)
-        return fams + [success, duration]
+        lines: dict[str, list[str]] = {}
 
-    def _infiniband(self, i: int) -> list[Family]:
-        s = self.sim
-        values = {"port_xmit_data": s.ib_tx[i], "port_rcv_data": s.ib_rx[i], "port_xmit_packets": s.ib_tx[i] / 4096,
-                  "port_rcv_packets": s.ib_rx[i] / 4096, "port_xmit_wait": s.ib_wait[i], "symbol_error": s.ib_symerr[i],
-                  "link_downed": s.ib_downed[i], "link_error_recovery": s.ib_downed[i]}
+        def put(name: str, prefixes: list[str], values: list) -> None:
+            if len(ok) < g:
+                prefixes, values = [prefixes[k] for k in ok], [values[k] for k in ok]
+            got = _lines(prefixes, values)
+            if name in lines:
+                lines[name] += got
+            else:
+                lines[name] = got
+
+        for rows, table in zip(self.gpu_rows, tables):
+            for (name, prefixes), values in zip(rows, table):
+                put(name, prefixes, values)
+        for name, prefixes, t, row in self.gpu_again:
+            put(name, prefixes, tables[t][row])
+        for name, per_gpu in self.const_gpu.items():
+            lines.setdefault(name, []).extend(line for k in ok for line in per_gpu[k])
+        lines[G["lost"]] = _lines(self.lost_pre, lost)
+        lines[G["throttle"]] = [line for k in ok for line in self.throttle[k][thr[k] + 1]]
+        lines[G["procs"]] = [self.procs[k][job[k] >= 0] for k in ok]
+        xids = self.sim.xids
+        if xids:
+            xid = [f'{G["xid"]}{format_labels({"gpu": k, "xid": x})} {n}'
+                   for k in range(g) for x, n in sorted(xids.get((i, k), {}).items())]
+            if xid:
+                lines[G["xid"]] = xid
+        # the node rollups, from the values just rendered, over the GPUs that gave them; the simulated
+        # GPUs report row remapping and ECC (all zero), so those rollups are real zeros
+        roll = [("node_gpus", len(ok)), ("node_lost", g - len(ok))]
+        if ok:
+            util, temp, power, mem = tables[0][0], tables[1][0], tables[2][0], tables[4][0]
+            roll += [("node_util", math.fsum(util[k] for k in ok) / len(ok)), ("node_mem_used", sum(mem[k] for k in ok)),
+                     ("node_power", round(math.fsum(power[k] for k in ok), 2)), ("node_max_temp", max(temp[k] for k in ok)),
+                     ("node_remap_pending", 0), ("node_remap_failure", 0), ("node_ecc_uncorrected", 0)]
+        return [(name, ls) for name, ls in lines.items()] + [(G[key], [f"{G[key]} {value}"]) for key, value in roll]
+
+    def _infiniband(self, v: _Step, i: int) -> list[Series]:
+        g = self.g
+        table = v.ib[i].tolist()
         out = []
-        for key in IB_DATA:
-            spec = IB_COUNTERS[key]
-            fam = Family(IB + spec.metric, COUNTER, spec.help)
-            vals = np.floor(values[key]).astype(np.int64).tolist() if key in values else [0] * self.g
-            for k in range(self.g):
-                fam.add_rendered(self.rail_l[k], vals[k])
-            out.append(fam)
-        up = s.ib_up[i].tolist()
-        state = Family(IB + "port_state_id", GAUGE, "Logical state of the port (0: no change, 1: down, 2: init, 3: armed, "
-                       "4: active, 5: active defer).")
-        phys = Family(IB + "port_physical_state_id", GAUGE, "Physical state of the port (1: sleep, 2: polling, 3: disabled, "
-                      "4: port configuration training, 5: link up, 6: link error recovery, 7: phy test).")
-        for k in range(self.g):
-            state.add_rendered(self.rail_l[k], 4 if up[k] else 1)
-            phys.add_rendered(self.rail_l[k], 5 if up[k] else 2)
-        return out + [state, phys]
+        for (name, prefixes, node), values in zip(self.ib_rows, table):
+            out.append((name, _lines(prefixes, values)))
+            if node:
+                out.append((node, [f"{node} {sum(values)}"]))
+        recoveries = IB + IB_COUNTERS["link_error_recovery"].metric  # as often as the link went down
+        out.append((recoveries, _lines(self.ib_downed_again, table[IB_ROWS.index("link_downed")])))
+        out += [(name, lines) for name, lines in self.ib_zero]
+        up = table[-1]
+        out.append((IB + "port_state_id", [self.ib_state[k][up[k]] for k in range(g)]))
+        out.append((IB + "port_physical_state_id", [self.ib_phys[k][up[k]] for k in range(g)]))
+        # every simulated rail was Active when the (virtual) agent started, and none is disabled
+        out.append((IB + "node_ports_down", [f"{IB}node_ports_down {g - sum(up)}"]))
+        return out
 
-    def _lustre(self, i: int) -> list[Family]:
-        s, cl = self.sim, self.sim.cluster
-        ops = Family("gangwatch_lustre_client_target_operations_total", COUNTER,
-                     LUSTRE_HELP["gangwatch_lustre_client_target_operations_total"])
-        io = Family("gangwatch_lustre_client_target_io_bytes_total", COUNTER,
-                    LUSTRE_HELP["gangwatch_lustre_client_target_io_bytes_total"])
-        lat = Family("gangwatch_lustre_client_target_operation_latency_seconds_total", COUNTER,
-                     LUSTRE_HELP["gangwatch_lustre_client_target_operation_latency_seconds_total"])
-        inflight = Family("gangwatch_lustre_client_target_rpcs_in_flight", GAUGE,
-                          "RPCs the client has in flight to the target now (rpc_stats).")
-        rb, wb = np.floor(s.ost_read[i]).astype(np.int64).tolist(), np.floor(s.ost_write[i]).astype(np.int64).tolist()
-        ro, wo = np.floor(s.ost_read_ops[i]).astype(np.int64).tolist(), np.floor(s.ost_write_ops[i]).astype(np.int64).tolist()
-        wait = Family("gangwatch_lustre_client_import_rpc_wait_average_seconds", GAUGE,
-                      "Average seconds an RPC to the target waited for its reply (import avg_waittime).")
-        rl, fl, wa = _r(s.ost_read_lat[i], 6), _r(s.ost_inflight[i], 0), _r(s.ost_wait_avg[i], 6)
-        t = self.tgt
-        for o, name in enumerate(cl.osts):
-            io.add_rendered(t[name, "osc", "read"], rb[o])
-            io.add_rendered(t[name, "osc", "write"], wb[o])
-            ops.add_rendered(t[name, "osc", "read_bytes"], ro[o])
-            ops.add_rendered(t[name, "osc", "write_bytes"], wo[o])
-            ops.add_rendered(t[name, "osc", "ost_read"], ro[o])
-            lat.add_rendered(t[name, "osc", "ost_read"], rl[o])
-            inflight.add_rendered(t[name, "osc", "read"], int(fl[o]))
-            wait.add_rendered(self.imp[o], wa[o])
-        mdt_ops = int(s.mdt_ops[i])
-        for m, name in enumerate(cl.mdts):
-            ops.add_rendered(t[name, "mdc", "mds_getattr"], mdt_ops // len(cl.mdts))
-        return [ops, io, lat, inflight, wait]
+    def _lustre(self, v: _Step, i: int) -> list[Series]:
+        (rb, wb, ro, wo, inflight), (lat, wait) = v.ost_i[i].tolist(), v.ost_f[i].tolist()
+        p = self.ost_i
+        mdt_ops = [int(v.node[i, 3]) // max(1, self.n_mdts)] * self.n_mdts
+        ops = _lines(p[2], ro) + _lines(p[3], wo) + _lines(self.ost_read_ops_again, ro) + _lines(self.mds_getattr, mdt_ops)
+        wait_max = [self.wait_max_pre[0] + str(max(wait))] if wait else []
+        if self.n_mdts:
+            wait_max.append(self.wait_max_pre[1] + str(MDC_WAIT_SECONDS))
+        # llite counts what the node's processes read and wrote through the mount: all of it went
+        # to the OSTs (no client cache is simulated), so it is the sum over the OSCs
+        return [("gangwatch_lustre_client_target_operations_total", ops),
+                ("gangwatch_lustre_client_target_io_bytes_total", _lines(p[0], rb) + _lines(p[1], wb)),
+                ("gangwatch_lustre_client_target_operation_latency_seconds_total", _lines(self.ost_f[0], lat)),
+                ("gangwatch_lustre_client_target_rpcs_in_flight", _lines(p[4], inflight)),
+                ("gangwatch_lustre_client_import_rpc_wait_average_seconds", _lines(self.ost_f[1], wait) + self.mdc_wait),
+                ("gangwatch_lustre_client_import_rpc_wait_max_seconds", wait_max),
+                ("gangwatch_lustre_client_io_bytes_total", _lines(self.llite_pre, [sum(rb), sum(wb)]))]
 
-    def _pressure(self, i: int) -> list[Family]:
-        s = self.sim
-        some = Family("gangwatch_pressure_waiting_seconds_total", COUNTER,
-                      "Total seconds in which at least one task was stalled on the resource (PSI some).")
-        full = Family("gangwatch_pressure_stalled_seconds_total", COUNTER,
-                      "Total seconds in which all non-idle tasks were stalled on the resource (PSI full).")
-        some.add(round(float(s.psi_io_some[i]), 3), resource="io")
-        full.add(round(float(s.psi_io_full[i]), 3), resource="io")
-        some.add(round(float(s.psi_cpu_some[i]), 3), resource="cpu")
-        return [some, full]
+    def _pressure(self, v: _Step, i: int) -> list[Series]:
+        io_some, io_full, cpu_some, _ = v.node[i].tolist()
+        some, full = "gangwatch_pressure_waiting_seconds_total", "gangwatch_pressure_stalled_seconds_total"
+        return [(some, [f'{some}{{resource="io"}} {io_some}', f'{some}{{resource="cpu"}} {cpu_some}']),
+                (full, [f'{full}{{resource="io"}} {io_full}'])]
 
-    def _jobs(self, i: int) -> list[Family]:
+    def _job_pre(self, jid: int, job) -> dict:
+        """The label prefixes of one job's series, rendered once per job."""
+        got = self._jobs_pre.get(jid)
+        if got is not None:
+            return got
+        if len(self._jobs_pre) > 2 * len(self.sim.running) + 256:  # forget ended jobs
+            self._jobs_pre = {j: p for j, p in self._jobs_pre.items() if j in self.sim.running}
+        f = _JF
+        L = format_labels({"jobid": jid})[:-1]  # '{jobid="N"', closed after each family's own labels
+
+        def one(fam: Family, extra: str = "") -> str:
+            return f"{fam.name}{L}{extra}}} "
+
+        got = {"info": f"{f.info.name}{L},cgroup_version=\"v2\",uid=\"{20000 + int(job.user[4:])}\"}} 1",
+               "cpu": one(f.cpu), "user": one(f.cpu_mode, ',mode="user"'), "system": one(f.cpu_mode, ',mode="system"'),
+               "cpus": one(f.cpus), "tasks": one(f.tasks), "usage": one(f.mem["usage"]), "peak": one(f.mem["peak"]),
+               "gpus": one(f.gpus), "gpu_util": one(f.gpu_util),
+               "gpu": [f"{f.gpu.name}{L},gpu=\"{k}\",source=\"mapping\"}} 1" for k in range(self.g)],
+               "gpu_mem": [one(f.gpu_mem, f',gpu="{k}"') for k in range(self.g)]}
+        for key in ("rbytes", "wbytes", "rios", "wios"):
+            got[key] = one(f.io[key], ',device="nvme0n1"')
+        for res, kind in self.sim.job_psi:
+            got[res, kind] = one(f.psi[kind], f',resource="{res}"')
+        self._jobs_pre[jid] = got
+        return got
+
+    def _jobs(self, v: _Step, i: int) -> list[Series]:
         """The jobs collector on a cgroup v2 node: per job its GPUs, CPU, memory, io.stat of the
-        local NVMe and PSI; a job's figures on the node are the sums over its GPUs there (engine)."""
+        local NVMe and PSI; a job's figures on the node are the sums over its GPUs there (engine);
+        its GPU utilisation the mean over its GPUs there that answered NVML."""
         s = self.sim
-        f = JobFamilies()
-        slots = s.gpu_job[i].tolist()
+        gi = v.gi[i].tolist()
+        mem, lost, slots = gi[0], gi[6], gi[8]
         by_job: dict[int, list[int]] = {}
         for k, slot in enumerate(slots):
             if slot >= 0:
                 by_job.setdefault(int(s._job_id_of_slot[slot]), []).append(k)
         if not by_job:
             return []
-        mem = s.mem_used[i].tolist()
+        util = v.g4[i, 0].tolist()
         cpu = s.job_cpu[i].tolist()
         io = {key: a[i].tolist() for key, a in s.job_io.items()}
         psi = {key: a[i].tolist() for key, a in s.job_psi.items()}
+        out: dict[str, list[str]] = {}
+
+        def put(name: str, line: str) -> None:
+            got = out.get(name)
+            if got is None:
+                out[name] = [line]
+            else:
+                got.append(line)
+
+        f = _JF
         for jid, gpus in sorted(by_job.items()):
             job = s.running.get(jid)
             if job is None:
                 continue
-            uid = 20000 + int(job.user[4:])
-            f.info.add(1, jobid=jid, cgroup_version="v2", uid=uid)
+            p = self._job_pre(jid, job)
+            put(f.info.name, p["info"])
             used = sum(cpu[k] for k in gpus)
-            f.cpu.add(round(used, 2), jobid=jid)
-            f.cpu_mode.add(round(0.92 * used, 2), jobid=jid, mode="user")
-            f.cpu_mode.add(round(0.08 * used, 2), jobid=jid, mode="system")
-            f.cpus.add(job.cpus_per_node, jobid=jid)
-            f.tasks.add(8 + 6 * len(gpus), jobid=jid)  # a rank per GPU, data-loader workers, helpers
-            f.mem["usage"].add(int(len(gpus) * 48 * 2**30 * s.j_mem[job.slot]), jobid=jid)
-            f.mem["peak"].add(int(len(gpus) * 52 * 2**30 * s.j_mem[job.slot]), jobid=jid)
+            put(f.cpu.name, p["cpu"] + str(round(used, 2)))
+            put(f.cpu_mode.name, p["user"] + str(round(0.92 * used, 2)))
+            put(f.cpu_mode.name, p["system"] + str(round(0.08 * used, 2)))
+            put(f.cpus.name, p["cpus"] + str(job.cpus_per_node))
+            put(f.tasks.name, p["tasks"] + str(8 + 6 * len(gpus)))  # a rank per GPU, data-loader workers, helpers
+            put(f.mem["usage"].name, p["usage"] + str(int(len(gpus) * 48 * 2**30 * s.j_mem[job.slot])))
+            put(f.mem["peak"].name, p["peak"] + str(int(len(gpus) * 52 * 2**30 * s.j_mem[job.slot])))
             for key, per_op in (("rbytes", "rios"), ("wbytes", "wios")):
                 value = int(sum(io[key][k] for k in gpus))
-                f.io[key].add(value, jobid=jid, device="nvme0n1")
-                f.io[per_op].add(value // 131072, jobid=jid, device="nvme0n1")  # 128 KiB requests
+                put(f.io[key].name, p[key] + str(value))
+                put(f.io[per_op].name, p[per_op] + str(value // 131072))  # 128 KiB requests
             for (res, kind), arr in psi.items():
-                f.psi[kind].add(round(sum(arr[k] for k in gpus), 3), jobid=jid, resource=res)
+                put(f.psi[kind].name, p[res, kind] + str(round(sum(arr[k] for k in gpus), 3)))
+            answered = [k for k in gpus if not lost[k]]
             for k in gpus:
-                f.gpu.add(1, jobid=jid, gpu=k, source="mapping")
-                if not s.gpu_lost[i, k]:
-                    f.gpu_mem.add(int(mem[k]), jobid=jid, gpu=k)
-        return [fam for fam in f.all() if len(fam)]
-
-    def render(self, i: int) -> str:
-        return encode(self.families(i))
+                put(f.gpu.name, p["gpu"][k])
+            for k in answered:
+                put(f.gpu_mem.name, p["gpu_mem"][k] + str(mem[k]))
+            put(f.gpus.name, p["gpus"] + str(len(gpus)))
+            if answered:
+                put(f.gpu_util.name, p["gpu_util"] + str(math.fsum(util[k] for k in answered) / len(answered)))
+        return [(name, lines) for name, lines in out.items()]

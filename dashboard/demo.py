@@ -51,7 +51,7 @@ from dashboard.analysis.sim import SimConfig, Simulation
 from dashboard.analysis.sim.faults import KINDS
 from dashboard.analysis.sim.render import NodeRenderer
 from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
-from dashboard.findings_api import backfill_families, simulation_diagnosis, switch_families
+from dashboard.findings_api import backfill_families, simulation_diagnosis
 from dashboard.findings_api import findings_families as diagnosis_families
 
 DEFAULT_LISTEN = "127.0.0.1:8050"
@@ -160,9 +160,7 @@ class Demo:
         return _text(req, self._cached("slurm", lambda: encode(self.slurm_families()).encode()))
 
     def slurm_families(self) -> list[Family]:
-        cl = self.sim.cluster
-        leaf_of = {n: cl.leaves[int(cl.leaf_of[i])] for i, n in enumerate(cl.names)}
-        return exporter_families(self.sim, self.snapshot()) + switch_families(leaf_of)
+        return exporter_families(self.sim, self.snapshot())
 
     def _sim_serve_metrics(self) -> bytes:
         """Without the dashboard: the diagnosis over the simulation's own window and the backfill

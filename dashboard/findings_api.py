@@ -6,9 +6,7 @@ can route findings. `findings_for_simulation(sim)` runs the diagnosis over the s
 (used by dashboard/datasource.py in demo mode); `simulation_diagnosis(sim, snap)` is the same as a
 `Diagnosis` (what `gangwatch demo --no-dashboard` exports on `/metrics`).
 `backfill_families(plan)` turns serve's backfill plan into the per-partition series the BackfillHole
-alert reads; `switch_families(leaf_of)` is the node -> leaf switch map the switch:* recording rules
-join on (today from the demo's simulated fabric; for a real cluster it would come from Slurm's
-topology.conf, read by dashboard/analysis/topology.py, but no exporter serves it yet).
+alert reads.
 
 Metrics (one series per judged job; jobs not judged are left out, never reported as 0):
 
@@ -25,7 +23,6 @@ Metrics (one series per judged job; jobs not judged are left out, never reported
 | `gangwatch_diagnosis_timestamp_seconds` | | end of the window judged |
 | `gangwatch_backfill_startable_jobs` | partition | pending jobs the backfill plan can start now (by priority or backfill) |
 | `gangwatch_backfill_idle_gpus` | partition | GPUs free now in the plan's windows (before the startable jobs take them) |
-| `gangwatch_slurm_node_switch_info` | node, switch | the leaf switch a node hangs off; value 1 |
 
 A partition the plan does not know (no snapshot, or the planner failed) has no backfill series.
 """
@@ -35,7 +32,6 @@ from __future__ import annotations
 import json
 
 from contextlib import nullcontext
-from typing import Mapping
 
 from collectors.exposition import COUNTER, GAUGE, Family, encode
 
@@ -107,16 +103,6 @@ def backfill_families(plan) -> list[Family]:
         startable.add(len(p.startable), partition=p.name)
         idle.add(sum(w.nodes * w.gpus_per_node for w in p.windows), partition=p.name)
     return [startable, idle]
-
-
-def switch_families(leaf_of: Mapping[str, str]) -> list[Family]:
-    """`{node: leaf switch}` (topology.conf's tree, or the simulator's fabric) as info series."""
-    info = Family("gangwatch_slurm_node_switch_info", GAUGE,
-                  "The InfiniBand leaf switch a node is cabled to (Slurm topology/tree); value 1.")
-    for node, switch in sorted(leaf_of.items()):
-        if node and switch:
-            info.add(1, node=node, switch=switch)
-    return [info]
 
 
 def simulation_diagnosis(sim, snap=None, lock=None) -> Diagnosis:

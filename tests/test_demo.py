@@ -108,19 +108,18 @@ def test_metrics_without_dashboard_are_serves_findings(served):
     assert get(base + "/metrics")[2] != text
 
 
-def test_backfill_and_switch_families():
+def test_backfill_families():
     from collectors.exposition import encode
     from dashboard.analysis.planner import BackfillPlan, PartitionPlan, Startable, Window
-    from dashboard.findings_api import backfill_families, switch_families
+    from dashboard.findings_api import backfill_families
 
     part = PartitionPlan("gpu", True, 4, 3, None, (Window(2, 8, 64, None, "n[1-2]"), Window(1, 4, 32, T0, "n3")),
                          (Startable("7", ("n1",), T0 + 60, "backfill"),), ())
     gone = PartitionPlan("old", False, 0, 0, None, (), (), ())
-    text = encode(backfill_families(BackfillPlan(T0, (part, gone))) + switch_families({"n1": "leaf0", "n2": ""}))
+    text = encode(backfill_families(BackfillPlan(T0, (part, gone))))
     got = {(n, tuple(sorted(lbl.items()))): v for n, lbl, v in iter_samples(text)}
     assert got == {("gangwatch_backfill_startable_jobs", (("partition", "gpu"),)): 1.0,
-                   ("gangwatch_backfill_idle_gpus", (("partition", "gpu"),)): 20.0,
-                   ("gangwatch_slurm_node_switch_info", (("node", "n1"), ("switch", "leaf0"))): 1.0}
+                   ("gangwatch_backfill_idle_gpus", (("partition", "gpu"),)): 20.0}
     # no plan: no series (unknown is not zero)
     assert not list(iter_samples(encode(backfill_families(None))))
 

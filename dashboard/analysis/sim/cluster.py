@@ -7,6 +7,7 @@ Slurm's topology.conf syntax (topology/tree plugin) by `topology_conf()`.
 
 from __future__ import annotations
 
+from functools import cached_property
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +74,13 @@ class Cluster:
             lines.append(f"SwitchName={leaf} Nodes={compress(members)} LinkSpeed=400")
         lines.append(f"SwitchName=spine Switches={compress(self.leaves)}")
         return "\n".join(lines) + "\n"
+
+    @cached_property
+    def switches(self) -> tuple:
+        """The fabric as Slurm's topology/tree reports it, parsed from topology_conf() by the
+        exporter's own parser, so `/slurm/metrics` exports the node -> switch map the real way."""
+        from collectors.slurm.topology import parse_topology
+        return parse_topology(self.topology_conf(), "simulator").switches
 
 
 def build_cluster(cfg: ClusterConfig) -> Cluster:

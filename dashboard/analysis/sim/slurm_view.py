@@ -72,7 +72,7 @@ def build_snapshot(sim) -> Snapshot:
     return Snapshot(taken_at=sim.t, source="simulator", cluster=cl.cfg.name, slurm_version="simulated",
                     jobs=tuple(_job(sim, j) for j in jobs),
                     nodes=tuple(_node(sim, i, cl.node_partitions(i)) for i in range(cl.n)),
-                    partitions=parts, scheduler=sched, last_attempt=sim.t)
+                    partitions=parts, scheduler=sched, switches=cl.switches, last_attempt=sim.t)
 
 
 def exporter_families(sim, snap: Snapshot, top_pending: int = 100) -> list[Family]:

@@ -6,7 +6,8 @@ Beyond what promtool checks: every alert has a severity, scope, culprit, summary
 a runbook_url pointing at a runbook page that exists and has the four sections; every alert has a
 unit test that fires and one that expects silence; every metric a rule reads exists (golden output,
 recording rule, collector source, or rules/expected_metrics.yml, which is reported); recording
-rules follow `level:metric:operations`.
+rules follow `level:metric:operations`; no rule selects a per-GPU, per-port or per-Lustre-import
+family except the sparse selections listed (the cost design in rules/recording.yml's header).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, which
-from tests.support.promql_names import (alerting_rules, known_metrics, metric_names, recording_rules,
-                                        rule_groups)
+import promql_parser as pp
+
+from tests.support.promql_names import (GOLDEN_GLOBS, alerting_rules, known_metrics, metric_names,
+                                        recording_rules, rule_groups)
 
 RULES = REPO / "rules"
 RULE_FILES = ["recording.yml", "alerts.yml"]
@@ -186,3 +189,66 @@ def test_rules_read_only_metrics_that_exist():
         used_declared |= names & declared
     print(f"\nmetrics only in collector source (no golden output): {sorted(used_declared)}")
     print(f"metrics announced in rules/expected_metrics.yml, not exported yet: {sorted(used_expected)}")
+
+
+# Agent families with one series per GPU, per IB port or per Lustre import on every node: at 4,096
+# nodes 32 k to 135 k series, each costing every evaluation that selects them (rules/recording.yml's
+# header). Rules read the agent's per-node rollups instead; alert descriptions may still query these
+# for one node with a template `query`, which runs only while the alert is active.
+_SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}")
+# Per-device families a rule may select anyway, with the matcher that keeps the selection sparse
+# (None: the family is sparse by nature).
+SPARSE_SELECTIONS = {
+    "gangwatch_gpu_xid_errors_total": None,  # a series exists only once its GPU had that XID
+    "gangwatch_lustre_client_import_info": ("state", pp.MatchOp.NotEqual, "FULL"),  # only imports that are down
+}
+
+
+def per_device_families() -> set[str]:
+    """Families of the golden outputs with a `gpu` or `port` label, and Lustre client families with a
+    `target` label (the servers' per-target families are a few hundred series, not per node)."""
+    found: set[str] = set()
+    for path in (p for pattern in GOLDEN_GLOBS for p in REPO.glob(pattern)):
+        for line in path.read_text(errors="replace").splitlines():
+            m = _SERIES.match(line)
+            if not m:
+                continue
+            labels = set(re.findall(r'(\w+)="', m.group(2)))
+            if labels & {"gpu", "port"} or (m.group(1).startswith("gangwatch_lustre_client_") and "target" in labels):
+                found.add(m.group(1))
+    return found | set(SPARSE_SELECTIONS)
+
+
+def dense_selections(expr: str, dense: set[str]) -> list[str]:
+    """The selectors of `expr` that read a per-device family without the matcher that keeps it sparse."""
+    bad: list[str] = []
+
+    def visit(node):
+        if isinstance(node, pp.VectorSelector) and node.name in dense:
+            needed = SPARSE_SELECTIONS.get(node.name, ())
+            if needed is not None and not any((m.name, m.op, m.value) == needed for m in node.matchers.matchers):
+                bad.append(node.name)
+        return True
+
+    pp.walk(pp.parse(expr), visit)
+    return bad
+
+
+def test_per_device_families_are_found():
+    dense = per_device_families()
+    assert {"gangwatch_gpu_utilization_ratio", "gangwatch_infiniband_port_transmit_wait_ticks_total",
+            "gangwatch_lustre_client_import_rpc_wait_average_seconds", "gangwatch_job_gpu_info",
+            "gangwatch_slurm_job_gpu_info"} <= dense
+    assert not {"gangwatch_gpu_node_utilization_ratio", "gangwatch_infiniband_node_transmit_wait_ticks_total",
+                "gangwatch_lustre_client_import_rpc_wait_max_seconds", "gangwatch_job_gpu_utilization_ratio",
+                "gangwatch_lustre_ost_io_bytes_total"} & dense
+    assert dense_selections("avg by (node) (gangwatch_gpu_utilization_ratio)", dense) == ["gangwatch_gpu_utilization_ratio"]
+    assert dense_selections('count(gangwatch_lustre_client_import_info{state="DISCONN"})', dense)
+    assert not dense_selections('count(gangwatch_lustre_client_import_info{state!="FULL"})', dense)
+
+
+def test_rules_read_no_per_device_family():
+    dense = per_device_families()
+    exprs = [(f"record {n}", e) for n, e in recording_rules().items()] + [(f"alert {r['alert']}", r["expr"]) for r in ALERTS]
+    bad = {what: found for what, expr in exprs if (found := dense_selections(expr, dense))}
+    assert not bad, f"rules selecting per-GPU/per-port/per-import families (read the agent's rollups): {bad}"

@@ -262,7 +262,6 @@ NOT_SIMULATED = {
     **dict.fromkeys(("gangwatch_lustre_ost_io_bytes_total", "gangwatch_lustre_mdt_operations_total",
                      "gangwatch_lustre_job_io_bytes_total"),
                     "Lustre servers (OSS/MDS exporters, job_stats) are not simulated, only clients"),
-    "gangwatch_lustre_client_io_bytes_total": "the simulated Lustre client has per-target stats, not the per-mount totals",
     "gangwatch_infiniband_port_degraded": "the simulated agent does not judge port rates",
     "gangwatch_gpu_remapped_rows": "row remapping is not simulated",
     **dict.fromkeys(("gangwatch_slurm_scheduler_main_cycle_last_seconds",

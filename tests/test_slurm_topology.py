@@ -195,10 +195,19 @@ def test_generated_trees_give_their_leaves_in_both_forms(leaves, fanout):
 
 # ------------------------------------------------------------------------------ through the poller
 
-def test_exporter_exports_the_leaf_map(runner):
+GOLDEN = Path(__file__).parent / "golden" / "slurm_topology.prom"
+
+
+def test_exporter_exports_the_leaf_map(runner, update_golden):
     runner.override("scontrol show topology", text_result(capture("scontrol_show_topology.txt")))
     poller, text = poll(runner)
     assert switch_info(text) == LEAVES
+    # The family as exported, kept as a golden output: tests/test_rules.py and tests/test_grafana.py
+    # accept a metric a rule or panel reads only when a golden output has it.
+    family = "".join(line for line in text.splitlines(True) if "gangwatch_slurm_node_switch_info" in line)
+    if update_golden or not GOLDEN.exists():
+        GOLDEN.write_text(family)
+    assert family == GOLDEN.read_text()
     assert 'gangwatch_slurm_command_success{command="scontrol_topology"} 1' in text
     assert "gangwatch_slurm_snapshot_errors" not in text
     promtool_check(text)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collectors.slurm.hostlist import compress
+from collectors.slurm.topology import parse_topology
 
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 GPU_MEMORY_BYTES = 80 * 1024**3
@@ -79,7 +80,6 @@ class Cluster:
     def switches(self) -> tuple:
         """The fabric as Slurm's topology/tree reports it, parsed from topology_conf() by the
         exporter's own parser, so `/slurm/metrics` exports the node -> switch map the real way."""
-        from collectors.slurm.topology import parse_topology
         return parse_topology(self.topology_conf(), "simulator").switches
 
 

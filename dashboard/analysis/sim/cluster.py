@@ -7,8 +7,8 @@ Slurm's topology.conf syntax (topology/tree plugin) by `topology_conf()`.
 
 from __future__ import annotations
 
-from functools import cached_property
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 

@@ -208,7 +208,9 @@ def test_io_stall_without_a_standout_target_names_the_filesystem_or_nothing():
     assert v.state == "stalled_io" and (v.culprit, v.culprit_kind) == ("", "")
 
 
-def test_idle_gpus_while_reading_full_speed_is_io_not_idle():
+def test_idle_gpus_while_reading_full_speed_are_idle_not_io():
+    # Issue 13 corrects issue 6's rule "idle GPUs while the nodes read at full speed is I/O": reads
+    # at the usual pace with no reader waiting say nothing about the GPUs' starvation.
     c = Cluster()
     for i in c.rows(GANG_A):
         c.util[i, :, -12:] = 0.0
@@ -216,7 +218,66 @@ def test_idle_gpus_while_reading_full_speed_is_io_not_idle():
         c.ib_tx[i, :, -12:] = 0
         c.fs_read[i, -12:] = 4.2e8  # the loaders keep reading at full speed
     v = verdict(diagnose(c.window(), [job(1, GANG_A)]), 1)
-    assert v.state == "stalled_io"
+    assert v.state == "idle_gpus"
+    # GPUs with nothing on them (framebuffer at the driver's idle level) are idle even when the
+    # readers wait
+    mem = np.full((c.n, G, T), 60e9)
+    mem[c.rows(GANG_A), :, -12:] = 3e8
+    c.psi[c.rows(GANG_A), -12:] = 0.7
+    w = c.window()
+    w.gpu["mem"] = mem.astype(np.float32)
+    assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "idle_gpus"
+    # the same GPUs still holding the job's memory while its readers wait: an I/O stall
+    mem[c.rows(GANG_A), :, -12:] = 60e9
+    w.gpu["mem"] = mem.astype(np.float32)
+    assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "stalled_io"
+
+
+def test_deadlock_with_idle_gpus_holding_memory_is_hung():
+    c = Cluster()
+    mem = np.full((c.n, G, T), 60e9)
+    for i in c.rows(GANG_A):
+        c.util[i, :, -12:] = 0.0
+        c.sm[i, :, -12:] = 0.0
+        c.ib_tx[i, :, -12:] = 0
+        c.ib_wait[i, :, -12:] = 0
+        c.fs_read[i, -12:] = 0
+    w = c.window()
+    w.gpu["mem"] = mem.astype(np.float32)
+    v = verdict(diagnose(w, [job(1, GANG_A)]), 1)
+    assert (v.state, v.culprit_kind) == ("hung", "job")
+    # the processes gone (memory back at the idle level): GPUs left idle
+    mem[c.rows(GANG_A), :, -12:] = 4e8
+    w.gpu["mem"] = mem.astype(np.float32)
+    assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "idle_gpus"
+
+
+def test_host_side_network_wait_with_quiet_gpus_is_a_network_stall():
+    # MPI/Gloo over the host, host-staged copies: the GPUs go quiet (utilisation too, not only SM
+    # activity) while the job's ports back up orders of magnitude above the cluster's typical node
+    c = Cluster()
+    for i in c.rows(GANG_A):
+        c.util[i, :, -12:] = 0.05
+        c.sm[i, :, -12:] = 0.02
+        c.ib_tx[i, :, -12:] = 2e9
+        c.ib_wait[i, :, -12:] = 5e7
+    d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
+    v = verdict(d, 1)
+    assert v.state == "stalled_network", v.reason
+    assert verdict(d, 2).state == "progressing"
+
+
+def test_unexplained_drop_names_the_signals_present_and_missing():
+    c = Cluster()
+    for i in c.rows(GANG_A):
+        c.util[i, :, -12:] = 0.3  # activity fell, kernels run, nothing else moves
+        c.sm[i, :, -12:] = 0.2
+    w = c.window()
+    v = verdict(diagnose(w, [job(1, GANG_A)]), 1)
+    assert v.state == "insufficient_data"
+    assert "present:" in v.reason and "I/O pressure" in v.reason and "InfiniBand transmit wait" in v.reason
+    assert "GPU memory" in v.reason.split("missing:")[1]
+    assert "no I/O, network or hang signal" not in v.reason
 
 
 def test_network_stall_names_the_congested_leaf():

@@ -593,6 +593,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     ib_base = _q(ib_tx, th.baseline_quantile)
     wait_base = _q(ib_wait, 0.5)
     read_base = _q(fs_r, th.baseline_quantile)
+    held, empty = _holding(sig, jm, k, th)
+    mem_known = bool((held | empty).any())
     with np.errstate(invalid="ignore"):
         idle_all = util < th.idle_util
         if has_sm:
@@ -601,51 +603,68 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             lazy = power < th.hang_power_fraction * power_base
         else:
             lazy = np.zeros(T, bool)
-        hang = (util >= th.busy_util) & lazy
-        if multi_node and np.isfinite(ib_base) and ib_base > 0:
-            hang &= ~(ib_tx >= th.ib_flat_fraction * ib_base)
         writing = fs_w >= th.checkpoint_write_bytes
-        # I/O pressure while the job writes at checkpoint speed is the checkpoint's own (writers
-        # block in dirty-page throttling): it says nothing about the input, so it is no evidence of
-        # an I/O stall there. On a shared node the writes may be a neighbour's while the pressure
-        # is the job's own: then it stands.
-        io = (psi >= th.psi_io_stalled) | (iow >= th.iowait_stalled)
+        # Readers wait: I/O pressure or iowait. While the job writes at checkpoint speed the pressure
+        # is the checkpoint's own (writers block in dirty-page throttling): no evidence of an input
+        # stall there. On a shared node the writes may be a neighbour's while the pressure is the
+        # job's own: then it stands.
+        io_wait = (psi >= th.psi_io_stalled) | (iow >= th.iowait_stalled)
         if not (jm.shared and not shared_io):
-            io &= ~writing
-        degraded = (act < th.degraded_fraction * act_base) | idle_all | hang
+            io_wait &= ~writing
+        # a filesystem target the job reads from answering far slower than its peers (Lustre client
+        # waits are not all iowait, so PSI alone misses a slow OST)
+        slow_target = _slow_target_steps(win, sig, jm, th)
+        degraded = (act < th.degraded_fraction * act_base) | idle_all
         if not shared_io:
             # a job stalled since before the window has its stall as baseline: absolute rule (not
             # on a shared node without the job's own pressure: the PSI may be a neighbour's)
-            degraded |= (act < th.low_activity) & io
-        if np.isfinite(read_base) and read_base > 1e6 and not jm.shared:
-            io |= (fs_r >= 0.5 * read_base) & (util < th.busy_util) & degraded
+            degraded |= (act < th.low_activity) & io_wait
         if has_sm:
             slack = (sm < th.waiting_sm_fraction * sm_base) | (sm < th.waiting_sm_ratio * util)
         elif has_power:
             slack = power < th.waiting_power_fraction * power_base
         else:
             slack = act < th.degraded_fraction * act_base
-        waiting = (util >= th.busy_util) & slack
-        netsig = np.zeros(T, bool)
+        spinning = util >= th.busy_util
+        congested = np.zeros(T, bool)
+        link_event = np.zeros(T, bool)
+        collapsed = np.zeros(T, bool)
+        flat = np.zeros(T, bool)
         if multi_node:
             if np.isfinite(wait_base):
                 # the cluster's typical node is the reference: a gang congested for the whole
                 # window has its congestion as its own median
                 cluster_wait = sig.cluster_wait_median()
                 ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
-                netsig |= ib_wait >= th.wait_ratio * max(ref, 1.0)
+                congested = ib_wait >= th.wait_ratio * max(ref, 1.0)
+            link_event = ib_down > 0
             if np.isfinite(ib_base) and ib_base > 0:
-                netsig |= ib_tx < th.ib_collapse_fraction * ib_base
-            netsig |= ib_down > 0
-            # congestion or a link going down is the network's doing, not a hung collective
-            # (which leaves the fabric quiet: no xmit_wait, no link events)
-            congested = np.zeros(T, bool)
-            if np.isfinite(wait_base):
-                congested |= ib_wait >= th.wait_ratio * max(ref, 1.0)
-            congested |= ib_down > 0
-            hang &= ~congested
-        net = waiting & netsig & multi_node & ~hang
-        degraded |= net
+                collapsed = ib_tx < th.ib_collapse_fraction * ib_base
+                flat = ~(ib_tx >= th.ib_flat_fraction * ib_base)
+            else:
+                flat = np.ones(T, bool)
+        else:
+            flat = np.ones(T, bool)
+        fabric = congested | link_event  # the job's own ports back up or its links drop
+        # Hung: kernels resident with SMs idle and nothing on the wire (an NCCL collective that
+        # never completes), or every GPU idle while the job's processes still hold their memory,
+        # nothing moves on the fabric and no reader waits (a whole-job deadlock on the host).
+        # Congestion or a link event is the network's doing, not a hang.
+        reading = (fs_r >= 0.5 * read_base) if np.isfinite(read_base) and read_base > 1e6 else np.zeros(T, bool)
+        hang = ((spinning & lazy) | (idle_all & held & ~io_wait & ~slow_target & ~reading)) & flat & ~fabric
+        # Network: GPUs spin in a collective that waits on the fabric (NCCL busy-polls, so
+        # utilisation stays high while SM activity falls), or the GPUs go quiet because the wait
+        # happens on the host (MPI/Gloo over the host, host-staged copies, blocking waits) while the
+        # job's own ports show the fabric backing up or links dropping.
+        net = multi_node & ~hang & ((spinning & slack & (fabric | collapsed)) | (degraded & fabric & ~io_wait))
+        degraded |= net | hang
+        # I/O: readers wait, or a target the job reads from is slow, while GPUs the job holds starve
+        # (GPUs with nothing on them are idle whatever the node reads)
+        io = (io_wait | slow_target) & ~empty
+        # idle: GPUs with no work and no memory of the job's; with memory unknown, idle GPUs that
+        # nothing else explains
+        unused = idle_all & empty
+        idle = idle_all & ~held & ~net
     partial = _partial_idle(win, sig, jm, th, base, util_g)
     if partial is not None:
         # the GPUs that do work keep their pace: some GPUs were left idle, the job is not stalled
@@ -675,23 +694,31 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # left idle, then the filesystem slows); it began where that cause's own run began
         last = min(run, recent)
         tail = slice(T - last, T)
-        flags = {"stalled_io": io, "hung": hang, "stalled_network": net, "idle_gpus": idle_all}
+        flags = {"stalled_io": io, "hung": hang, "stalled_network": net, "idle_gpus": idle | unused}
         votes = {c: int(f[tail].sum()) for c, f in flags.items()}
         cause = max(votes, key=lambda c: (votes[c], -list(votes).index(c)))
-        # I/O first: GPUs that starve because data does not come are an I/O stall, not idle ones
-        if votes["stalled_io"] >= 0.5 * last:
+        if int(unused[tail].sum()) >= 0.5 * last:
+            # nothing of the job's on its GPUs: idle whatever the node reads or the fabric does
+            cause = "idle_gpus"
+        elif votes["stalled_io"] >= 0.5 * last:
+            # I/O first: GPUs the job holds that starve because data does not come
             cause = "stalled_io"
         share = votes[cause] / last
         if share < 0.5:
             if partial is not None:
                 return partial.verdict
             seg = slice(T - run, T)
+            why = _unexplained(th, tail, dict(
+                psi=psi, iowait=iow, slow_target=slow_target, target_known=_has_target_latency(win, jm),
+                ib_wait=ib_wait, cluster_wait=sig.cluster_wait_median() if multi_node else float("nan"),
+                ib_tx=ib_tx, ib_base=ib_base, ib_down=ib_down, multi_node=multi_node, has_sm=has_sm,
+                has_power=has_power, util=util, held=held, empty=empty, mem_known=mem_known, flags=flags))
             return Verdict(**base, state="insufficient_data", confidence=0.0, since=float(win.times[T - run]),
                            evidence=(Evidence("activity", "", _mean((act[seg])), act_base,
                                               th.degraded_fraction * act_base),),
                            reason=f"activity fell below {th.degraded_fraction:.0%} of the job's baseline "
-                                  f"{run * step:.0f} s ago, but no I/O, network or hang signal explains it "
-                                  "(signals missing or ambiguous)" + ("; " + "; ".join(notes) if notes else ""))
+                                  f"{run * step:.0f} s ago and no single cause holds for most of the last "
+                                  f"{last * step:.0f} s: {why}" + ("; " + "; ".join(notes) if notes else ""))
         crun = int(_trailing_run((flags[cause] & stall_step)[None, :])[0])
         crun = min(run, max(crun, last if share >= 0.5 else 0, 1))
         seg = slice(T - crun, T)
@@ -760,6 +787,104 @@ def _f(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
+
+
+def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds) -> tuple[np.ndarray, np.ndarray]:
+    """(held, empty) per step: most of the job's GPUs hold memory beyond what the driver and a bare
+    context take (its processes are on them), or most sit at that idle level. Both False where
+    no GPU memory is known."""
+    T = sig.T
+    mem = sig.gpu2d.get("mem")
+    if mem is None or not jm.gpu_flat:
+        return np.zeros(T, bool), np.zeros(T, bool)
+    m = mem[jm.gpu_flat].astype(np.float64)
+    fin = np.isfinite(m)
+    n = fin.sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        full = (m >= th.held_mem_bytes).sum(axis=0)
+    known = (n > 0) & sig.alive[k]
+    return known & (full >= 0.5 * n), known & (full < 0.5 * n)
+
+
+def _has_target_latency(win: Window, jm: _JobMap) -> bool:
+    lat = win.target.get("latency")
+    return lat is not None and bool(jm.node_rows) and bool(np.isfinite(lat[jm.node_rows]).any())
+
+
+def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds) -> np.ndarray:
+    """Per step: a filesystem target the job's nodes read from answers `latency_ratio` times slower
+    than the median target (mean over every client of the cluster, so one client's bad moment
+    does not count)."""
+    T = win.n_steps
+    lat = win.target.get("latency")
+    rd = win.target.get("read")
+    if lat is None or rd is None or lat.shape[1] < th.min_peers or not jm.node_rows:
+        return np.zeros(T, bool)
+    ratio = sig.cache.get("target_ratio")
+    if ratio is None:
+        per_target = _nanmean(lat.astype(np.float64), 0)  # (F, T)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(per_target, axis=0)
+            ratio = sig.cache["target_ratio"] = np.where(med > 0, per_target / med, np.nan)
+    readers = np.nansum(rd[jm.node_rows], axis=(0, 2)) > 0
+    if not readers.any():
+        return np.zeros(T, bool)
+    with np.errstate(invalid="ignore"):
+        return (ratio[readers] >= th.latency_ratio).any(axis=0)
+
+
+def _unexplained(th: Thresholds, tail: slice, d: dict) -> str:
+    """Which signals were present over the stall's latest stretch, what they showed against their
+    thresholds, and which were missing: an insufficient_data verdict never calls a present
+    signal absent."""
+    present, missing = [], []
+
+    def m(a):
+        return _mean(np.asarray(a)[tail])
+
+    def share(mask):
+        return float(np.mean(np.asarray(mask)[tail])) if np.asarray(mask).size else 0.0
+
+    for key, label, thr in (("psi", "I/O pressure", th.psi_io_stalled), ("iowait", "CPU iowait", th.iowait_stalled)):
+        v = m(d[key])
+        if v is None:
+            missing.append(label)
+        else:
+            present.append(f"{label} {v:.0%} of the time (a stall from {thr:.0%})")
+    if d["target_known"]:
+        present.append(f"a slow filesystem target in {share(d['slow_target']):.0%} of the steps")
+    else:
+        missing.append("filesystem target latency")
+    if d["multi_node"]:
+        w, cw = m(d["ib_wait"]), d["cluster_wait"]
+        if w is None:
+            missing.append("InfiniBand transmit wait")
+        elif np.isfinite(cw) and cw > 0:
+            present.append(f"InfiniBand transmit wait {w / cw:.1f}x the cluster's typical node (congestion from "
+                           f"{th.wait_ratio:g}x)")
+        else:
+            present.append(f"InfiniBand transmit wait {w:.3g} ticks/s (no cluster reference)")
+        tx = m(d["ib_tx"])
+        if tx is None:
+            missing.append("InfiniBand traffic")
+        elif np.isfinite(d["ib_base"]) and d["ib_base"] > 0:
+            present.append(f"InfiniBand traffic at {tx / d['ib_base']:.0%} of the job's baseline")
+        down = m(d["ib_down"])
+        if down is None:
+            missing.append("link-down counters")
+        else:
+            present.append(f"link-down events in {share(d['ib_down'] > 0):.0%} of the steps")
+    if not d["has_sm"]:
+        missing.append("SM activity (DCGM profiling)" + ("" if d["has_power"] else " and board power"))
+    if d["mem_known"]:
+        present.append(f"GPU memory held in {share(d['held']):.0%} and at the idle level in {share(d['empty']):.0%} "
+                       "of the steps")
+    else:
+        missing.append("GPU memory")
+    votes = ", ".join(f"{c} {share(f):.0%}" for c, f in d["flags"].items())
+    return (f"present: {'; '.join(present) or 'none'}; missing: {', '.join(missing) or 'none'}; share of steps "
+            f"each cause explains: {votes} (a verdict needs 50 %)")
 
 
 def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):

@@ -64,6 +64,11 @@ class Thresholds:
     # (healthy training keeps SMs 40-90 % active: DCGM profiling guides, MLPerf traces).
     low_activity: float = 0.15
 
+    # GPU memory (framebuffer used) at or above this means the job's processes hold the GPU: the
+    # driver's own reservation and a bare CUDA context take a few hundred MiB (NVML/DCGM FB_USED on
+    # an idle GPU), a training or inference process holds GBs (weights, optimizer state, caches).
+    held_mem_bytes: float = 1.5 * 2**30
+
     # ---- I/O
     # PSI io "some" above this fraction of wall time: tasks are waiting on I/O most of the time.
     # Healthy training nodes sit at 0-5 % (kernel docs: PSI; simulator 0.3 %; measured on our hosts).

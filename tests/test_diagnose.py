@@ -530,3 +530,19 @@ def test_without_profiling_metrics_power_tells_hang_and_network_wait():
     healthy = diagnose(replace(Cluster().window(), gpu={k: v for k, v in Cluster().window().gpu.items() if k != "sm"}),
                        [job(1, GANG_A), job(2, GANG_B)])
     assert {v.state for v in healthy.verdicts} == {"progressing"}
+
+
+def test_a_link_trained_slower_than_the_gangs_other_ports_is_a_straggler():
+    c = Cluster()
+    w = c.window()
+    rate = np.full((c.n, G, T), 50e9, np.float32)  # NDR 400 Gb/s
+    rate[c.rows(GANG_A)[2], 1, -30:] = 12.5e9  # one port fell back to 100 Gb/s (1x width) 7.5 min ago
+    w.rail["ib_rate"] = rate
+    d = diagnose(w, [job(1, GANG_A), job(2, GANG_B)])
+    v = verdict(d, 1)
+    assert (v.state, v.culprit, v.culprit_kind) == ("straggler", "gpu002:mlx5_1/1", "port"), v.reason
+    assert v.since == pytest.approx(TIMES[-30])
+    assert verdict(d, 2).state == "progressing"
+    # a whole gang at the lower rate is how its fabric was built: nothing to name
+    rate[:, :, :] = 12.5e9
+    assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "progressing"

@@ -484,6 +484,20 @@ class _Signals:
                     g_sm[~(g_u > th.idle_util)] = np.nan
                     lo, hi = np.fmin.reduceat(g_sm, starts), np.fmax.reduceat(g_sm, starts)
                     cand[rows] |= (hi >= 1.5 * lo) & (hi - lo >= 0.2)
+        rate = self.win.rail.get("ib_rate")
+        multi = np.array([len(m.node_rows) > 1 for m in maps])
+        if rate is not None and multi.any():
+            # a gang whose ports trained at different rates (one degraded link): judged in detail
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                r = np.nanmean(rate[:, :, -recent:].astype(np.float64), axis=2)
+                r[~(r > 0)] = np.nan
+                rmin, rmax = np.nanmin(r, axis=1), np.nanmax(r, axis=1)
+                rows = np.flatnonzero(multi)
+                flat = np.concatenate([np.asarray(maps[k].node_rows, np.int64) for k in rows])
+                starts = np.concatenate([[0], np.cumsum([len(maps[k].node_rows) for k in rows])[:-1]])
+                lo, hi = np.fmin.reduceat(rmin[flat], starts), np.fmax.reduceat(rmax[flat], starts)
+                cand[rows] |= lo <= (1 - th.clock_drop) * hi
         self.candidate = cand
 
     def get(self, name: str, k: int) -> np.ndarray | None:
@@ -1122,7 +1136,7 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
                 culprits.append(i)
             drop = 1 - hits[0][2] / hits[0][1]
     if not culprits:
-        return None
+        return _slow_link(win, sig, jm, th, base)
     names = [jm.gpu_names[i] for i in culprits]
     nodes = sorted({n for n, _ in names})
     if len(nodes) == 1:
@@ -1150,6 +1164,68 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
     return Verdict(**base, state="straggler", confidence=round(conf, 3), since=since, culprit=culprit, culprit_kind=kind,
                    evidence=tuple(ev), gpu_hours_lost=lost,
                    reason=f"the gang runs at the pace of {culprit} (about {drop or 0:.0%} slower)")
+
+
+def _used_rail_rates(win: Window, jm: _JobMap, recent: int) -> list[tuple[int, int, float]]:
+    """[(node row, rail column, link rate)] of the job's rails that carry traffic in the window (all
+    rails with a known rate when traffic is unknown): a spare port at another speed is no peer."""
+    rate = win.rail.get("ib_rate")
+    if rate is None or not jm.node_rows:
+        return []
+    tx = win.rail.get("ib_tx")
+    out = []
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        r = np.nanmean(rate[jm.node_rows][:, :, -recent:].astype(np.float64), axis=2)
+        used = (np.nanmax(tx[jm.node_rows].astype(np.float64), axis=2) > 0) if tx is not None else None
+    for a, i in enumerate(jm.node_rows):
+        for c in range(r.shape[1]):
+            if np.isfinite(r[a, c]) and r[a, c] > 0 and (used is None or not np.isfinite(used[a, c]) or used[a, c]):
+                out.append((i, c, float(r[a, c])))
+    return out
+
+
+def _slow_link(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: dict) -> Verdict | None:
+    """A port of the gang's that trained at a lower rate than the gang's other ports (a degraded
+    width or speed after a bad cable or transceiver): a ring collective runs at its pace."""
+    T, step, now = win.n_steps, win.step, win.end
+    if len(jm.node_rows) < 2:
+        return None
+    recent = max(2, int(round(th.recent_seconds / step)))
+    rails = _used_rail_rates(win, jm, recent)
+    if len({i for i, _, _ in rails}) < 2:
+        return None
+    vals = np.array([x for _, _, x in rails])
+    med = float(np.median(vals))
+    slow = [(i, c, x) for i, c, x in rails if x <= (1 - th.clock_drop) * med]
+    if not slow or len({i for i, _, _ in slow}) > max(1, len(jm.node_rows) // 4):
+        return None  # most of the gang alike is the fabric's design, not one bad link
+    rate = win.rail["ib_rate"]
+    ev, names, runs = [], [], []
+    for i, c, x in sorted(slow, key=lambda t: t[2])[:8]:
+        port = win.rails[i][c] if i < len(win.rails) and c < len(win.rails[i]) else str(c)
+        names.append(f"{win.nodes[i]}:{port}")
+        with np.errstate(invalid="ignore"):
+            runs.append(int(_trailing_run((rate[i, c] <= (1 - th.clock_drop) * med)[None, :])[0]))
+        ev.append(Evidence("ib_link_rate", win.nodes[i], x, med, (1 - th.clock_drop) * med,
+                           note=f"port {port} trained at {x * 8 / 1e9:.0f} Gb/s; the gang's other ports "
+                                f"{med * 8 / 1e9:.0f} Gb/s"))
+    since = float(win.times[T - max(max(runs), 1)])
+    if jm.job.start_time:
+        since = max(since, float(jm.job.start_time))
+    drop = 1.0 - min(x for _, _, x in slow) / med
+    culprit = names[0] if len(names) == 1 else ",".join(names)
+    # what the gang lost is its own slowdown: activity now against its baseline (a link slow since
+    # before the window shows none, and the reason says so)
+    k = next(n for n, m in enumerate(sig.maps) if m is jm)
+    ab, ar = float(sig.act_base[k]), float(sig.act_recent[k])
+    slowed = min(max(1.0 - ar / ab, 0.0), 1.0) if np.isfinite(ab) and ab > 0 and np.isfinite(ar) else 0.0
+    return Verdict(**base, state="straggler", confidence=0.9, since=since, culprit=culprit,
+                   culprit_kind="port" if len(names) == 1 else "ports", evidence=tuple(ev),
+                   gpu_hours_lost=jm.n_gpus * (now - since) / 3600.0 * slowed,
+                   reason=f"the gang's collectives run at the pace of {culprit}, whose link trained {drop:.0%} "
+                          f"slower than the gang's other ports; GPU activity {slowed:.0%} below the job's baseline"
+                          + ("" if slowed else " (slow since before the window: the loss is not measured)"))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ metric source knows, already turned into rates and aligned to a common step:
 * per node x GPU x step (`gpu[signal]`, shape (N, G, T)): `util` (0-1), `sm` (SM active 0-1, from
   DCGM profiling where available), `power` (W), `mem` (bytes used), `clock` (SM clock, Hz);
 * per node x rail x step (`rail[signal]`, (N, R, T)): `ib_tx`, `ib_rx` (bytes/s), `ib_wait`
-  (port_xmit_wait ticks/s), `ib_down` (link_downed events per step);
+  (port_xmit_wait ticks/s), `ib_down` (link_downed events per step), `ib_rate` (the rate the link
+  trained at, bytes/s);
 * per node x step (`node[signal]`, (N, T)): `fs_read`, `fs_write` (filesystem client bytes/s, all
   targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
   `nic_rx`, `nic_tx` (Ethernet/IPoIB bytes/s);
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
-RAIL_SIGNALS = ("ib_tx", "ib_rx", "ib_wait", "ib_down")
+RAIL_SIGNALS = ("ib_tx", "ib_rx", "ib_wait", "ib_down", "ib_rate")
 NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "nic_rx", "nic_tx")
 TARGET_SIGNALS = ("read", "latency")
 
@@ -63,6 +64,19 @@ class Window:
     @property
     def start(self) -> float:
         return float(self.times[0]) if self.times.size else float("nan")
+
+    def until(self, n: int) -> "Window":
+        """The window as it stood at its n-th step (the first n steps): replays a bundle's past, as
+        detection-delay measurements need. Facts that do not vary are kept."""
+        from dataclasses import replace
+
+        n = max(0, min(int(n), self.n_steps))
+
+        def cut(d):
+            return {k: v[..., :n] for k, v in d.items()}
+
+        return replace(self, times=self.times[:n], gpu=cut(self.gpu), rail=cut(self.rail), node=cut(self.node),
+                       target=cut(self.target), job={s: cut(by_job) for s, by_job in self.job.items()})
 
     def node_index(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.nodes)}

@@ -60,6 +60,9 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("ib_wait", "rail", "node_infiniband_port_transmit_wait_total", counter=True),
     Mapping("ib_down", "rail", "gangwatch_infiniband_port_link_downed_total", counter=True, events=True),
     Mapping("ib_down", "rail", "node_infiniband_link_downed_total", counter=True, events=True),
+    # the rate the link trained at (width x speed): a degraded link paces a ring collective
+    Mapping("ib_rate", "rail", "gangwatch_infiniband_port_rate_bytes_per_second"),
+    Mapping("ib_rate", "rail", "node_infiniband_rate_bytes_per_second"),
     # ---- filesystem clients, per node (all targets summed)
     Mapping("fs_read", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
             filters=(("operation", "read"), ("type", "osc")), combine="sum"),

@@ -694,6 +694,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     run = int(_trailing_run(stall_step[None, :])[0])
     fs_known = np.isfinite(fs_w).any()  # write traffic is what tells a checkpoint from a stall
     need = th.stall_min_seconds if fs_known else th.stall_min_seconds_blind
+    if run and not fs_known:
+        # a checkpoint pauses the GPUs, keeps their memory and quiets the fabric; kernels left
+        # resident, a fabric that backs up, links that drop or GPUs emptied are no checkpoint, so
+        # they need no longer wait
+        tail_run = slice(T - run, T)
+        if (spinning[tail_run] | fabric[tail_run] | empty[tail_run]).mean() >= 0.5:
+            need = th.stall_min_seconds
     with np.errstate(invalid="ignore"):
         # GPUs that keep kernels resident (a network wait, a hang) are not pausing for a checkpoint
         ckpt_like = writing & ~(util >= th.busy_util)

@@ -30,7 +30,12 @@ faults that hit running jobs, and after the grace period for jobs that started i
 then the same figures for a trivial peer: jobstats' rule (mean GPU utilisation < 10 % over the
 window = idle; everything else fine), measured on the same evaluations.
 
-    python bench/bench_diagnosis_accuracy.py              # 4 scenarios, about a minute
+The same figures on the scenario catalogue (tests/scenarios/: scenarios written from documented
+physical behaviour, not from the simulator, as bundles in gangwatch's names and in the exporter
+names sites run), each bundle judged through `load_bundle` + `diagnose` at its end and at probes
+after each fault's onset, with a reliability table of the verdicts' confidence.
+
+    python bench/bench_diagnosis_accuracy.py              # 4 simulator scenarios + the catalogue
     python bench/bench_diagnosis_accuracy.py --quick      # 1 small scenario
     python bench/bench_diagnosis_accuracy.py --no-sm      # as a site without DCGM profiling metrics
     python bench/bench_diagnosis_accuracy.py --no-job-psi # as a site without the agent's jobs collector
@@ -57,6 +62,7 @@ from dashboard.analysis.sim.faults import dominant  # noqa: E402
 from dashboard.analysis.thresholds import DEFAULT as TH  # noqa: E402
 from dashboard.sources.simulated import SimRecorder  # noqa: E402
 
+RELIABILITY: Counter = Counter()  # (confidence bin, verdict right) over the simulator's evaluations
 NO_SM = False
 JOB_PSI = True
 EXPLAIN = False
@@ -65,6 +71,22 @@ SKIP_CAUSES = {"node_failure", "scrape_timeout", "scrape_slow"}
 # One fault of each kind inside the judged period (the first hour fills the window).
 MIX = ("ost_slow@65m+12m,nccl_hang@68m+25m,gpu_throttle@72m+30m,ib_congestion@80m+10m,idle_gpus@85m+30m,"
        "link_flap@95m+8m,slow_node@100m+20m,ost_slow@110m+10m,xid79@90m+1h")
+
+
+def conf_bin(c: float) -> int:
+    from tests.support.catalogue_score import CONF_BINS
+
+    return next(i for i in range(len(CONF_BINS) - 1) if CONF_BINS[i] <= c < CONF_BINS[i + 1])
+
+
+def print_reliability(rel: Counter) -> None:
+    from tests.support.catalogue_score import CONF_BINS
+
+    print("  reliability (confidence bin: verdicts, share right):")
+    for b in range(len(CONF_BINS) - 1):
+        ok, bad = rel.get((b, True), 0), rel.get((b, False), 0)
+        if ok + bad:
+            print(f"    [{CONF_BINS[b]:.1f}, {min(CONF_BINS[b + 1], 1.0):.1f}) {ok + bad:7d}  {ok / (ok + bad):.3f}")
 
 
 def truth_at(truth: list[dict], t: float, grace: float, tail: float) -> tuple[dict[str, set], set[str]]:
@@ -176,6 +198,8 @@ def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float,
             if born:
                 truth += "*"  # the job started inside the fault: it never ran healthy in the window
             conf[(truth, v.state)] += 1
+            if v.state != "insufficient_data":
+                RELIABILITY[(conf_bin(v.confidence), v.state == truth.rstrip("*").replace("healthy", "progressing"))] += 1
             if v.state == truth.rstrip("*") and v.state in CAUSES:
                 culprits[(v.state, culprit_verdict(v, truth_culprits.get((v.jobid, v.state), set())))] += 1
             if truth.rstrip("*") in CAUSES:
@@ -245,6 +269,34 @@ def report(conf: Counter, title: str) -> dict:
     return out
 
 
+def catalogue(seeds: int, explain: bool) -> bool:
+    """Build the scenario catalogue for `seeds` seeds in both schemas and score it."""
+    import subprocess
+    import tempfile
+
+    from tests.support.catalogue_score import score_tree
+
+    with tempfile.TemporaryDirectory(prefix="gw-catalogue-") as out:
+        t0 = time.time()
+        subprocess.run([sys.executable, "-m", "tests.scenarios", out, "--seeds", str(seeds), "--schema", "both"],
+                       check=True, cwd=os.path.join(os.path.dirname(__file__), ".."), stdout=subprocess.DEVNULL)
+        built = time.time() - t0
+        t0 = time.time()
+        scores = score_tree(out)
+        print(f"\nscenario catalogue: {seeds} seeds, built in {built:.1f} s, judged in {time.time() - t0:.1f} s")
+        ok = True
+        for schema, sc in sorted(scores.items()):
+            print(sc.report(f"catalogue, {schema} names"))
+            met = sc.goals_met()
+            ok &= met
+            print(f"  goal (P, R >= 0.95 per cause, false alarms <= 1 %, culprit >= 95 %, detection <= 2 min for "
+                  f">= 95 %, confidence >= 0.9 right >= 90 %): {'MET' if met else 'NOT MET'}")
+            if explain:
+                for where, jid, truth, got, why in sc.misses[:60]:
+                    print(f"    miss {os.path.basename(where)} job {jid}: truth {truth}, verdict {got}: {why}")
+        return ok
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -255,6 +307,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-job-psi", action="store_true",
                     help="drop the jobs' own cgroup pressure (a site without the agent's jobs collector)")
     ap.add_argument("--explain", action="store_true", help="print the verdicts of (fault, job) pairs detected late")
+    ap.add_argument("--catalogue-seeds", type=int, default=6, help="seeds of the scenario catalogue (0: skip it)")
+    ap.add_argument("--no-sim", action="store_true", help="only the scenario catalogue")
     args = ap.parse_args(argv)
     global NO_SM, JOB_PSI, EXPLAIN
     EXPLAIN = args.explain
@@ -265,6 +319,11 @@ def main(argv=None) -> int:
     else:
         scenarios = [(64, 1, MIX, 1.0), (64, 2, MIX + ",random:4", 1.0), (128, 3, "random:8", 1.0),
                      (256, 4, MIX + ",random:4", 1.0)]
+    cat_ok = True
+    if args.catalogue_seeds:
+        cat_ok = catalogue(args.catalogue_seeds, args.explain)
+    if args.no_sim:
+        return 0
     conf, peer, lat, timing, classes, culprits = Counter(), Counter(), {}, [], Counter(), Counter()
     t0 = time.time()
     for nodes, seed, faults, hours in scenarios:
@@ -272,6 +331,7 @@ def main(argv=None) -> int:
         run_scenario(nodes, seed, faults, hours, args.every, args.grace, args.tail, conf, peer, lat, timing, classes,
                      culprits)
     ours = report(conf, "gangwatch diagnosis")
+    print_reliability(RELIABILITY)
     print("  culprit named, of the verdicts with the right cause (the ground truth's culprit / another / none):")
     for c in CAUSES:
         right, other, none = (culprits.get((c, k), 0) for k in ("right", "other", "none"))

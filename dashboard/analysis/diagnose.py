@@ -1034,7 +1034,7 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
                 and per_node[i] >= th.wait_ratio * 10 ** med:
             sig_nodes.append((i, float(zi)))
     if not sig_nodes:
-        return "", "", ev
+        return _congested_leaf_by_history(win, w, jm, seg, th, ev)
     leaves = defaultdict(list)
     for i, zi in sig_nodes:
         leaves[win.leaf_of.get(win.nodes[i], "")].append((i, zi))
@@ -1050,6 +1050,34 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     if len(members) == 1:
         return win.nodes[members[0][0]], "node", ev
     return "", "", ev
+
+
+def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: slice, th: Thresholds,
+                               ev: list[Evidence]):
+    """No node of the job stands out from the cluster because the congestion covers most of it (a
+    small cluster on one or two leaves): each node against its own past instead. When the job's
+    congested nodes all hang off one leaf switch and most of that leaf's nodes are congested
+    against their own past, the leaf is the common element."""
+    if not win.leaf_of or seg.start < 2:
+        return "", "", ev
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        past = np.nanmedian(w[:, :seg.start].astype(np.float64), axis=1)
+        now = _nanmean(w[:, seg], 1)
+        hot = now >= th.wait_ratio * np.maximum(past, 1.0)
+    mine = [i for i in jm.node_rows if hot[i]]
+    leaves = {win.leaf_of.get(win.nodes[i], "") for i in mine}
+    if not mine or len(leaves) != 1 or "" in leaves:
+        return "", "", ev
+    leaf = leaves.pop()
+    on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == leaf and np.isfinite(now[j])]
+    n_hot = sum(bool(hot[j]) for j in on_leaf)
+    if len(on_leaf) < 2 or n_hot < max(2, 0.5 * len(on_leaf)):
+        return "", "", ev
+    for i in sorted(mine, key=lambda i: -now[i])[:8]:
+        ev.append(Evidence("ib_wait", win.nodes[i], float(now[i]), float(past[i]), th.wait_ratio * max(float(past[i]), 1.0),
+                           note=f"node vs its own past; {n_hot} of {len(on_leaf)} nodes on {leaf} congested alike"))
+    return leaf, "leaf_switch", ev
 
 
 def _busy_clock(sig: _Signals, th: Thresholds) -> np.ndarray | None:

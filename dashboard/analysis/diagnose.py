@@ -447,6 +447,12 @@ class _Signals:
             self.act_recent = np.nanmean(act[:, -recent:], axis=1)
             broad = ((act < th.degraded_fraction * base[:, None]) | (u < th.idle_util) | (act < th.low_activity)
                      | ((u >= th.busy_util) & (sm < th.waiting_sm_ratio * u)) | ((u >= th.busy_util) & (sm < th.hang_sm)))
+            down = self.node_signal("ib_down")
+            if down is not None:
+                # a gang that lost a link lately and slowed (a flapping link)
+                jd = _group_mean(down, [m.node_rows if len(m.node_rows) > 1 else [] for m in maps])
+                flaps = _recent_events(np.nan_to_num(jd) > 0, int(round(th.link_window_seconds / step)))
+                broad |= flaps & (act < th.link_degraded_fraction * base[:, None])
             no_sm = ~np.isfinite(sm[:, -recent:]).any(axis=1)
             if no_sm.any() and "power" in self.gpu2d:
                 rows = np.flatnonzero(no_sm)
@@ -628,17 +634,6 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # a filesystem target the job reads from answering far slower than its peers (Lustre client
         # waits are not all iowait, so PSI alone misses a slow OST)
         slow_target = _slow_target_steps(win, sig, jm, th)
-        degraded = (act < th.degraded_fraction * act_base) | idle_all
-        if not shared_io:
-            # a job stalled since before the window has its stall as baseline: absolute rule (not
-            # on a shared node without the job's own pressure: the PSI may be a neighbour's)
-            degraded |= (act < th.low_activity) & io_wait
-        if has_sm:
-            slack = (sm < th.waiting_sm_fraction * sm_base) | (sm < th.waiting_sm_ratio * util)
-        elif has_power:
-            slack = power < th.waiting_power_fraction * power_base
-        else:
-            slack = act < th.degraded_fraction * act_base
         spinning = util >= th.busy_util
         congested = np.zeros(T, bool)
         link_event = np.zeros(T, bool)
@@ -651,7 +646,9 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 cluster_wait = sig.cluster_wait_median()
                 ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
                 congested = ib_wait >= th.wait_ratio * max(ref, 1.0)
-            link_event = ib_down > 0
+            # a link that went down lately is still suspect: a bad cable or transceiver flaps every
+            # few minutes and the gang crawls between the drops (retrains, retransmissions)
+            link_event = _recent_events(ib_down > 0, int(round(th.link_window_seconds / step)))
             if np.isfinite(ib_base) and ib_base > 0:
                 collapsed = ib_tx < th.ib_collapse_fraction * ib_base
                 flat = ~(ib_tx >= th.ib_flat_fraction * ib_base)
@@ -660,6 +657,19 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         else:
             flat = np.ones(T, bool)
         fabric = congested | link_event  # the job's own ports back up or its links drop
+        degraded = (act < th.degraded_fraction * act_base) | idle_all
+        if multi_node:
+            degraded |= link_event & (act < th.link_degraded_fraction * act_base)
+        if not shared_io:
+            # a job stalled since before the window has its stall as baseline: absolute rule (not
+            # on a shared node without the job's own pressure: the PSI may be a neighbour's)
+            degraded |= (act < th.low_activity) & io_wait
+        if has_sm:
+            slack = (sm < th.waiting_sm_fraction * sm_base) | (sm < th.waiting_sm_ratio * util)
+        elif has_power:
+            slack = power < th.waiting_power_fraction * power_base
+        else:
+            slack = act < th.degraded_fraction * act_base
         # Hung: kernels resident with SMs idle and nothing on the wire (an NCCL collective that
         # never completes), or every GPU idle while the job's processes still hold their memory,
         # nothing moves on the fabric and no reader waits (a whole-job deadlock on the host).
@@ -808,6 +818,15 @@ def _f(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
+
+
+def _recent_events(events: np.ndarray, width: int) -> np.ndarray:
+    """Per step (last axis): an event happened in this step or the `width - 1` before it."""
+    ev = events.astype(np.int64)
+    c = np.concatenate([np.zeros(ev.shape[:-1] + (1,), np.int64), np.cumsum(ev, axis=-1)], axis=-1)
+    w = max(int(width), 1)
+    lo = np.maximum(np.arange(1, c.shape[-1]) - w, 0)
+    return (c[..., 1:] - c[..., lo]) > 0
 
 
 def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds) -> tuple[np.ndarray, np.ndarray]:
@@ -1034,7 +1053,8 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
                 and per_node[i] >= th.wait_ratio * 10 ** med:
             sig_nodes.append((i, float(zi)))
     if not sig_nodes:
-        return _congested_leaf_by_history(win, w, jm, seg, th, ev)
+        got = _congested_leaf_by_history(win, w, jm, seg, th, ev)
+        return got if got[0] else _hot_port(win, jm.node_rows, seg, th, ev)
     leaves = defaultdict(list)
     for i, zi in sig_nodes:
         leaves[win.leaf_of.get(win.nodes[i], "")].append((i, zi))
@@ -1048,8 +1068,38 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
         if len(hot) >= max(2, 0.5 * len(on_leaf)):
             return leaf, "leaf_switch", ev
     if len(members) == 1:
+        port = _hot_port(win, [members[0][0]], seg, th, [])
+        if port[0]:
+            return port[0], "port", ev + port[2]
         return win.nodes[members[0][0]], "node", ev
     return "", "", ev
+
+
+def _hot_port(win: Window, rows: list[int], seg: slice, th: Thresholds, ev: list[Evidence]):
+    """The one port of `rows` whose transmit wait is `port_wait_ratio` times the median of the other
+    ports there that carry traffic: a collective waits on its slowest hop, so the port where the
+    credits run out backs up most while the others wait for it."""
+    wait, tx = win.rail.get("ib_wait"), win.rail.get("ib_tx")
+    if wait is None or not rows:
+        return "", "", ev
+    vals = []
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for i in rows:
+            m = np.nanmean(wait[i][:, seg].astype(np.float64), axis=1)
+            used = np.nanmax(tx[i].astype(np.float64), axis=1) > 0 if tx is not None else np.ones(m.shape, bool)
+            vals += [(i, r, float(m[r])) for r in range(m.shape[0]) if np.isfinite(m[r]) and used[r]]
+    if len(vals) < 3:
+        return "", "", ev
+    vals.sort(key=lambda t: -t[2])
+    i, r, top = vals[0]
+    rest = float(np.median([v for _, _, v in vals[1:]]))
+    if not (top >= th.port_wait_ratio * max(rest, 1.0)):
+        return "", "", ev
+    port = win.rails[i][r] if i < len(win.rails) and r < len(win.rails[i]) else str(r)
+    ev.append(Evidence("ib_wait", win.nodes[i], top, rest, th.port_wait_ratio * rest,
+                       note=f"port {port} vs the median of {len(vals) - 1} other ports of the job"))
+    return f"{win.nodes[i]}:{port}", "port", ev
 
 
 def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: slice, th: Thresholds,

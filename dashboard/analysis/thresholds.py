@@ -92,10 +92,22 @@ class Thresholds:
     # median node) marks congestion; healthy all-reduce shows a few 1e5 ticks/s (simulator) and
     # congested ports orders of magnitude more (Mellanox: xmit_wait grows with credit starvation).
     wait_ratio: float = 10.0
+    # A port whose transmit wait is this many times the median of the job's other ports is where
+    # the collective backs up (the others wait for it; healthy rails of one job are within tens of
+    # percent of each other, as NCCL spreads traffic evenly over them).
+    port_wait_ratio: float = 2.0
     # InfiniBand traffic of a gang below this fraction of its baseline is a collapse.
     ib_collapse_fraction: float = 0.30
     # A hung gang moves (almost) nothing: below this fraction of its baseline traffic.
     ib_flat_fraction: float = 0.05
+
+    # A link that went down keeps the gang suspect this long: a failing cable or transceiver flaps
+    # again within minutes (ibdiagnet/UFM report flapping ports by repeated LinkDowned within a
+    # sweep), and between drops the link retrains and retransmits.
+    link_window_seconds: float = 300.0
+    # ... and with a link event that recent, activity below this share of the job's baseline is a
+    # network stall (a gang paced by a flapping link runs at half speed or less, not at a stop).
+    link_degraded_fraction: float = 0.75
 
     # ---- stragglers (peer test)
     # Family-wise error rate of the outlier tests across a gang's members (Bonferroni corrected).

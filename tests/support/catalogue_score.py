@@ -28,28 +28,26 @@ CONF_BINS = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0001)
 class Truth:
     jobid: str
     state: str  # a cause, or "progressing"
-    culprit: str
+    culprits: tuple[str, ...]  # the culprit first, then names the catalogue also accepts
+    culprit_kind: str
     onset: float | None
     scenario: str
     signature: str
 
 
 def read_truth(path: str) -> list[Truth]:
+    """truth.json as tests/scenarios writes it: {"scenario", "jobs": [{jobid, expected, culprit,
+    culprit_kind, culprit_alternates, onset, scenario, signature}]}."""
     with open(os.path.join(path, "truth.json"), encoding="utf-8") as f:
         doc = json.load(f)
-    rows = doc.get("jobs", doc) if isinstance(doc, dict) else doc
-    if isinstance(rows, dict):
-        rows = [dict(v, jobid=k) for k, v in rows.items()]
     out = []
-    for r in rows:
-        state = r.get("state") or r.get("expected") or r.get("cause") or "progressing"
-        if state in ("healthy", "ok"):
-            state = "progressing"
+    for r in doc.get("jobs", []):
+        state = r.get("expected") or "progressing"
         onset = r.get("onset")
-        out.append(Truth(str(r.get("jobid") or r.get("job_id")), str(state), str(r.get("culprit") or ""),
+        names = tuple(str(x) for x in [r.get("culprit")] + list(r.get("culprit_alternates") or []) if x)
+        out.append(Truth(str(r["jobid"]), str(state), names, str(r.get("culprit_kind") or ""),
                          float(onset) if isinstance(onset, (int, float)) else None,
-                         str(r.get("scenario") or doc.get("scenario", "") if isinstance(doc, dict) else ""),
-                         str(r.get("signature") or r.get("scenario") or "")))
+                         str(r.get("scenario") or doc.get("scenario", "")), str(r.get("signature") or "")))
     return out
 
 
@@ -60,17 +58,16 @@ def culprit_tokens(name: str) -> frozenset[str]:
 
 
 def culprit_right(v, truth: Truth) -> str:
-    """'right' when the verdict names the truth's culprit (every token of it; the job itself for
-    hung/idle counts when the verdict names the job or GPUs of it), 'other', or 'none'."""
-    if not truth.culprit:
+    """'right' when the verdict names the truth's culprit or one it accepts (every token of it; the
+    job itself for hung/idle when the verdict names the job or GPUs of it), 'other', or 'none'."""
+    if not truth.culprits:
         return "n/a"
     if not v.culprit:
         return "none"
-    want = culprit_tokens(truth.culprit)
-    if truth.culprit.lower().startswith("job") or truth.culprit == truth.jobid:
-        if v.culprit_kind in ("job", "gpu", "gpus"):
-            return "right"
-    return "right" if want and want <= culprit_tokens(v.culprit) else "other"
+    if truth.culprit_kind == "job" and v.culprit_kind in ("job", "gpu", "gpus"):
+        return "right"
+    got = culprit_tokens(v.culprit)
+    return "right" if any(culprit_tokens(c) and culprit_tokens(c) <= got for c in truth.culprits) else "other"
 
 
 @dataclass
@@ -95,6 +92,9 @@ class Score:
             c = culprit_right(v, t)
             if c != "n/a":
                 self.culprits[(t.state, c)] += 1
+            if c in ("other", "none"):
+                self.misses.append((where, t.jobid, f"culprit {t.culprits[0]} ({t.signature})", f"named {c}",
+                                    f"{v.culprit} [{v.culprit_kind}]"))
         if not correct:
             self.misses.append((where, t.jobid, f"{t.state} ({t.signature})", got,
                                 (v.culprit + " | " + v.reason)[:300] if v is not None else "no verdict"))

@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import plotly.graph_objects as go
 import pytest
-from dash import Patch, no_update
+from dash import Patch, dcc, no_update
 from hypothesis import given, settings, strategies as st
 
 from dashboard import figures, ids
@@ -59,7 +59,10 @@ def test_refresh_skips_when_data_unchanged(fake):
     version = ds.status().version
     assert overview.refresh_tables(ds, ctx, version) == (no_update,) * 4
     cards, incidents, flagged, new = overview.refresh_tables(ds, ctx, "old")
-    assert new == version and incidents is not None and flagged is not None
+    assert new == version
+    assert _text(incidents) == _text(overview.incidents(ds, ctx))
+    # the two stalled jobs, most GPU-hours lost first; the progressing one is not flagged
+    assert _links(flagged) == ["4001", "4003"]
 
 
 def test_heatmap_full_then_patch(fake):
@@ -324,6 +327,15 @@ def _text(component) -> str:
     from plotly.utils import PlotlyJSONEncoder
 
     return json.dumps(component, cls=PlotlyJSONEncoder)
+
+
+def _links(component) -> list[str]:
+    """The texts of the dcc.Link components inside a component tree, in document order."""
+    if isinstance(component, (list, tuple)):
+        return [t for c in component for t in _links(c)]
+    if isinstance(component, dcc.Link):
+        return [str(component.children)]
+    return _links(getattr(component, "children", None) or [])
 
 
 def test_sim_inventory_network_storage():

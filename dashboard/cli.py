@@ -7,6 +7,7 @@ the analysis code.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 # subcommand -> (module, function, one-line description)
@@ -20,6 +21,28 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("dashboard.simulate_cli", "main", "replay an SWF workload trace under fcfs/easy/conservative"),
     "capture": ("dashboard.capture_cli", "main", "write a bundle from a live Prometheus and Slurm"),
 }
+
+
+# What `pip install 'gangwatch[dashboard]'` adds (pyproject.toml); the commands of `dashboard.*`
+# need it, the agent and the exporters (`collectors.*`) do not.
+DASHBOARD_EXTRA = ("dash", "plotly", "numpy")
+
+
+def missing_extra() -> str | None:
+    """The first package of the dashboard extra that cannot be imported, without importing it."""
+    for package in DASHBOARD_EXTRA:
+        try:
+            if importlib.util.find_spec(package) is None:
+                return package
+        except (ImportError, ValueError):
+            return package
+    return None
+
+
+def _needs_extra(name: str, package: str) -> int:
+    print(f"gangwatch {name}: needs the dashboard extra ({package!r} is not installed); "
+          "install it with: pip install 'gangwatch[dashboard]'", file=sys.stderr)
+    return 2
 
 
 def usage() -> str:
@@ -45,12 +68,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gangwatch: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
+    dashboard_command = module.startswith("dashboard.")
+    missing = missing_extra() if dashboard_command else None
+    if missing:
+        return _needs_extra(name, missing)
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and module.startswith(exc.name):
             print(f"gangwatch: the {name!r} command is not available in this build yet", file=sys.stderr)
             return 2
+        if dashboard_command and exc.name and exc.name.partition(".")[0] in DASHBOARD_EXTRA:
+            return _needs_extra(name, exc.name)
         raise
     return int(getattr(mod, func)(rest) or 0)
 

@@ -23,14 +23,27 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-# What `pip install 'gangwatch[dashboard]'` adds (pyproject.toml); the commands of `dashboard.*`
-# need it, the agent and the exporters (`collectors.*`) do not.
+# What `pip install 'gangwatch[dashboard]'` adds (pyproject.toml), and which of it each command
+# imports; the agent, the exporters and `simulate` (pure Python) need none of it.
 DASHBOARD_EXTRA = ("dash", "plotly", "numpy")
+NEEDS: dict[str, tuple[str, ...]] = {
+    "serve": DASHBOARD_EXTRA,
+    "demo": DASHBOARD_EXTRA,
+    "diagnose": ("numpy",),
+    "backfill": ("numpy",),
+    "capture": ("numpy",),
+}
 
 
-def missing_extra() -> str | None:
-    """The first package of the dashboard extra that cannot be imported, without importing it."""
-    for package in DASHBOARD_EXTRA:
+def needs(name: str, argv: list[str]) -> tuple[str, ...]:
+    if name == "demo" and "--no-dashboard" in argv:
+        return ("numpy",)  # the simulator alone: no Dash
+    return NEEDS.get(name, ())
+
+
+def missing_extra(packages: tuple[str, ...] = DASHBOARD_EXTRA) -> str | None:
+    """The first of `packages` that cannot be imported, found without importing it."""
+    for package in packages:
         try:
             if importlib.util.find_spec(package) is None:
                 return package
@@ -68,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gangwatch: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
-    dashboard_command = module.startswith("dashboard.")
-    missing = missing_extra() if dashboard_command else None
+    missing = missing_extra(needs(name, rest))
     if missing:
         return _needs_extra(name, missing)
     try:
@@ -78,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.name and module.startswith(exc.name):
             print(f"gangwatch: the {name!r} command is not available in this build yet", file=sys.stderr)
             return 2
-        if dashboard_command and exc.name and exc.name.partition(".")[0] in DASHBOARD_EXTRA:
+        if exc.name and exc.name.partition(".")[0] in DASHBOARD_EXTRA:
             return _needs_extra(name, exc.name)
         raise
     return int(getattr(mod, func)(rest) or 0)

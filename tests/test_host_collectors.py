@@ -434,7 +434,7 @@ def test_collectors_emit_valid_exposition_for_any_file(tmp_path, text):
         assert len(series) == len(set(series)) == len(names)  # no duplicate series
 
 
-# ---------------------------------------------------------------- the README's metric table stays true
+# ---------------------------------------------------------------- docs/agent.md's metric table stays true
 
 def _expand(token: str) -> list[str]:
     """`a_{b,c}_d` -> [a_b_d, a_c_d] (one level, repeated)."""
@@ -445,9 +445,9 @@ def _expand(token: str) -> list[str]:
     return [n for alt in inner.split(",") for n in _expand(head + alt + tail)]
 
 
-def test_readme_lists_every_host_metric(ne_ctx, procfs_tree):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### Host collectors", 1)[1].split("\n## ", 1)[0]
+def test_docs_list_every_host_metric(ne_ctx, procfs_tree):
+    page = (Path(__file__).resolve().parent.parent / "docs" / "agent.md").read_text()
+    section = page.split("## Host collectors", 1)[1].split("\n## ", 1)[0]
 
     # a trailing {...} is a label set, an inner one alternatives: `a_{b,c}_total{device}`
     tokens = [re.sub(r"\{[^{}]*(\}|$)$", "", t) for t in re.findall(r"`(gangwatch_[a-z0-9_{},]+)", section)]

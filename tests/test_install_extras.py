@@ -49,7 +49,7 @@ def test_scripts_install_the_right_extra():
     assert '-e ".[test]"' in (REPO / "tests" / "run-all.sh").read_text()
 
 
-@pytest.mark.parametrize("command", ["serve", "demo", "diagnose", "backfill", "simulate", "capture"])
+@pytest.mark.parametrize("command", ["serve", "demo", "diagnose", "backfill", "capture"])
 def test_dashboard_commands_without_the_extra_say_so(command):
     res = blocked_imports.run(NO_EXTRA, RUN_CLI, command, "--web.listen-address", "127.0.0.1:1")
     assert res.returncode == 2, res.stderr
@@ -58,7 +58,7 @@ def test_dashboard_commands_without_the_extra_say_so(command):
     assert "pip install 'gangwatch[dashboard]'" in res.stderr
 
 
-@pytest.mark.parametrize("command", ["agent", "slurm-exporter"])
+@pytest.mark.parametrize("command", ["agent", "slurm-exporter", "simulate"])
 def test_agent_and_exporter_run_without_the_extra(command):
     res = blocked_imports.run(NO_EXTRA, RUN_CLI, command, "--help")
     assert res.returncode == 0, res.stderr
@@ -68,8 +68,15 @@ def test_agent_and_exporter_run_without_the_extra(command):
 def test_with_the_extra_the_commands_start():
     """The check does not misfire where the extra is installed (this venv has it)."""
     assert cli.missing_extra() is None
-    res = blocked_imports.run(set(), RUN_CLI, "simulate", "--help")
-    assert res.returncode == 0 and res.stdout.startswith("usage: gangwatch simulate"), res.stderr
+    res = blocked_imports.run(set(), RUN_CLI, "serve", "--help")
+    assert res.returncode == 0 and res.stdout.startswith("usage: gangwatch serve"), res.stderr
+
+
+def test_demo_without_dash_runs_its_dash_free_mode():
+    res = blocked_imports.run({"dash", "plotly"}, RUN_CLI, "demo", "--no-dashboard", "--help")
+    assert res.returncode == 0 and res.stdout.startswith("usage: gangwatch demo"), res.stderr
+    res = blocked_imports.run({"dash", "plotly"}, RUN_CLI, "demo", "--help")
+    assert res.returncode == 2 and "'dash' is not installed" in res.stderr
 
 
 def test_dashboard_assets_are_package_data(project):

@@ -33,12 +33,12 @@ from typing import Callable, Protocol
 import numpy as np
 
 from collectors.slurm.model import Job, Snapshot
+from dashboard.analysis import findings as model
 
 log = logging.getLogger(__name__)
 
-# Verdict states from ARCHITECTURE.md; those that flag a job (everything except progressing).
-STATES = ("progressing", "stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "insufficient_data")
-FLAGGED = frozenset({"stalled_io", "stalled_network", "straggler", "hung", "idle_gpus"})
+# The verdict states that flag a job (dashboard/analysis/findings.py holds them all).
+FLAGGED = model.STALL_STATES
 # Node-level value of a per-rail or per-target signal: the sum over rails / targets (traffic adds up).
 SUMMED = frozenset({"ib_tx", "ib_wait", "io_read"})
 # A source whose data is older than this many refresh periods is shown as stale.
@@ -115,10 +115,14 @@ class Incident:
 
 @dataclass(frozen=True)
 class Findings:
+    """The pages' view of the findings. `diagnosis` is the record it was made from, when there is
+    one: `/api/v1/findings` and `/metrics` serve that, so nothing is lost in the pages' view."""
+
     generated_at: float
     source: str  # "diagnosis", "simulator ground truth", "none"
     verdicts: tuple[Verdict, ...] = ()
     incidents: tuple[Incident, ...] = ()
+    diagnosis: model.Diagnosis | None = None
 
     def verdict(self, jobid: str) -> Verdict | None:
         for v in self.verdicts:
@@ -129,12 +133,22 @@ class Findings:
     def by_job(self) -> dict[str, Verdict]:
         return {v.jobid: v for v in self.verdicts}
 
+    def as_diagnosis(self) -> model.Diagnosis:
+        """The findings as the one findings model (the record itself where there is one)."""
+        if self.diagnosis is not None:
+            return self.diagnosis
+        verdicts = tuple(model.Verdict(v.jobid, v.nodes, v.gpus, v.state, v.confidence, v.since, v.culprit,
+                                       v.culprit_kind,
+                                       tuple(model.Evidence(e.signal, e.node, e.value, e.baseline, e.threshold)
+                                             for e in v.evidence),
+                                       v.gpu_hours_lost, v.detail, tuple(model.Placement(*p) for p in v.placement))
+                         for v in self.verdicts)
+        incidents = tuple(model.Incident(i.culprit, "", i.cause, i.jobs, i.gpu_hours_lost, i.since)
+                          for i in self.incidents)
+        return model.Diagnosis(self.generated_at, verdicts, incidents, source=self.source)
+
     def to_json(self) -> dict:
-        return {"generated_at": self.generated_at, "source": self.source,
-                "verdicts": [v.to_json() for v in self.verdicts],
-                "incidents": [{"culprit": i.culprit, "cause": i.cause, "jobs": list(i.jobs),
-                               "gpu_hours_lost": i.gpu_hours_lost, "since": i.since, "nodes": list(i.nodes)}
-                              for i in self.incidents]}
+        return self.as_diagnosis().to_json()
 
 
 def group_incidents(verdicts: tuple[Verdict, ...] | list[Verdict]) -> tuple[Incident, ...]:
@@ -986,21 +1000,13 @@ def _wasted_share(cause: str, gpus: int) -> float:
 
 
 def _diagnosis_for_sim(ds: SimDatasource) -> Findings | None:
-    """The diagnosis (dashboard/analysis/diagnose.py) over the simulator's history, when installed.
+    """The diagnosis over the simulator's history (findings_api.simulation_diagnosis: the demo's
+    one path), or None when it fails. Only the window's copy is taken under the simulation's lock;
+    the diagnosis itself (seconds at 4,096 nodes) runs outside it."""
+    try:
+        from dashboard.findings_api import simulation_diagnosis
 
-    Only the window's copy is taken under the simulation's lock; the diagnosis itself (seconds at
-    4,096 nodes) runs outside it, so the simulated clock and the pages' other reads go on."""
-    try:
-        from dashboard.analysis.diagnose import diagnose
-        from dashboard.sources.simulated import window_from_history
-    except ImportError:
-        return None
-    try:
-        snap = ds.snapshot()
-        with ds.lock:
-            win = window_from_history(ds.sim)
-        jobs = [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")]
-        return convert_diagnosis(diagnose(win, jobs), ds.now())
+        return convert_diagnosis(simulation_diagnosis(ds.sim, ds.snapshot(), ds.lock), ds.now())
     except Exception:
         log.exception("diagnosis failed; showing the simulator's ground truth")
         return None
@@ -1020,7 +1026,7 @@ def convert_diagnosis(diag, now: float) -> Findings:
                                   tuple(sorted({n for j in i.jobs for n in nodes_of.get(j, ())})))
                          for i in diag.incidents), key=lambda i: (-i.gpu_hours_lost, i.culprit)))
     at = _finite(diag.at)
-    return Findings(at if at is not None else now, "diagnosis", verdicts, incs)
+    return Findings(at if at is not None else now, diag.source, verdicts, incs, diag)
 
 
 def _finite(x):

@@ -237,7 +237,9 @@ def _add_endpoints(app: dash.Dash, ds: Datasource, prefix: str, extra: dict) -> 
         return Response(_metrics_text(ds), mimetype="text/plain", content_type="text/plain; version=0.0.4; charset=utf-8")
 
     def findings():
-        return Response(json.dumps(ds.findings().to_json(), allow_nan=False), mimetype="application/json")
+        from dashboard.findings_api import findings_json
+
+        return Response(findings_json(ds.findings().as_diagnosis()), mimetype="application/json")
 
     def backfill():
         plan = ds.backfill()

@@ -97,11 +97,6 @@ class Verdict:
     def flagged(self) -> bool:
         return self.state in FLAGGED
 
-    def to_json(self) -> dict:
-        return {"jobid": self.jobid, "nodes": list(self.nodes), "gpus": self.gpus, "state": self.state,
-                "confidence": self.confidence, "since": self.since, "culprit": self.culprit,
-                "evidence": [vars(e) for e in self.evidence], "gpu_hours_lost": self.gpu_hours_lost}
-
 
 @dataclass(frozen=True)
 class Incident:
@@ -146,9 +141,6 @@ class Findings:
         incidents = tuple(model.Incident(i.culprit, "", i.cause, i.jobs, i.gpu_hours_lost, i.since)
                           for i in self.incidents)
         return model.Diagnosis(self.generated_at, verdicts, incidents, source=self.source)
-
-    def to_json(self) -> dict:
-        return self.as_diagnosis().to_json()
 
 
 def group_incidents(verdicts: tuple[Verdict, ...] | list[Verdict]) -> tuple[Incident, ...]:
@@ -1038,37 +1030,6 @@ def _finite(x):
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-def convert_findings(doc, now: float) -> Findings:
-    """The `/api/v1/findings` JSON shape (a list of verdicts, or {"verdicts": [...], ...}) -> Findings."""
-    if isinstance(doc, Findings):
-        return doc
-    items = doc.get("verdicts", doc.get("findings", [])) if isinstance(doc, dict) else doc
-    verdicts = []
-    for d in items or []:
-        if not isinstance(d, dict):
-            d = d.to_json() if hasattr(d, "to_json") else vars(d)
-        ev = tuple(Evidence(str(e.get("signal", "")), str(e.get("node", "")), e.get("value"), e.get("baseline"),
-                            e.get("threshold")) for e in d.get("evidence") or [] if isinstance(e, dict))
-        place = tuple((str(p.get("kind", "")), str(p.get("node", "")), str(p.get("detail", "")),
-                       str(p.get("expected_cost", ""))) for p in d.get("placement") or [] if isinstance(p, dict))
-        verdicts.append(Verdict(str(d.get("jobid", "")), str(d.get("state", "insufficient_data")),
-                                tuple(d.get("nodes") or ()), d.get("gpus"), d.get("confidence"), d.get("since"),
-                                str(d.get("culprit") or ""), ev, d.get("gpu_hours_lost"), str(d.get("reason") or ""),
-                                str(d.get("culprit_kind") or ""), place))
-    gen = (doc.get("generated_at") or doc.get("at")) if isinstance(doc, dict) else None
-    gen = gen if isinstance(gen, (int, float)) and math.isfinite(gen) else now
-    raw_inc = doc.get("incidents") if isinstance(doc, dict) else None
-    if raw_inc is None:
-        incs = group_incidents(verdicts)
-    else:  # the diagnosis' own grouping (it knows culprit kinds), worst first
-        incs = tuple(sorted((Incident(str(i.get("culprit", "")), str(i.get("cause", "")), tuple(map(str, i.get("jobs") or ())),
-                                      float(i.get("gpu_hours_lost") or 0.0), i.get("since"),
-                                      tuple(sorted({n for v in verdicts if v.jobid in set(map(str, i.get("jobs") or ()))
-                                                    for n in v.nodes})))
-                             for i in raw_inc if isinstance(i, dict)), key=lambda i: (-i.gpu_hours_lost, i.culprit)))
-    return Findings(gen, "diagnosis", tuple(verdicts), incs)
 
 
 # ------------------------------------------------------------------ metric windows (serve)

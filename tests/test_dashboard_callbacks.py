@@ -18,8 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from dashboard import figures, ids
 from dashboard.app import build_app
-from dashboard.datasource import (Findings, SimDatasource, Verdict, aggregate_rows, convert_findings, downsample_cols,
-                                  group_incidents)
+from dashboard.datasource import Findings, SimDatasource, Verdict, aggregate_rows, downsample_cols, group_incidents
 from dashboard.pages import job, jobs, node, nodes, overview, queue
 from dashboard.ui import Ctx
 from tests.support import dashboard_fake
@@ -269,15 +268,6 @@ def test_incidents_group_by_culprit():
     inc = group_incidents(vs)
     assert [(i.culprit, i.jobs, i.gpu_hours_lost, i.since) for i in inc] == [
         ("OST1", ("1", "2"), 5.0, 5), ("job 3", ("3",), 4.0, 7)]
-
-
-def test_convert_findings_architecture_shape():
-    doc = [{"jobid": "7", "nodes": ["n1"], "gpus": 8, "state": "hung", "confidence": 0.9, "since": 100.0,
-            "culprit": "n1", "evidence": [{"signal": "sm", "node": "n1", "value": 0.01, "baseline": 0.7,
-                                          "threshold": 0.05}], "gpu_hours_lost": 1.5}]
-    f = convert_findings(doc, 200.0)
-    assert f.verdict("7").evidence[0].threshold == 0.05 and f.incidents[0].culprit == "n1"
-    assert convert_findings({"verdicts": doc, "generated_at": 150.0}, 200.0).generated_at == 150.0
 
 
 def test_figures_handle_missing_data():

@@ -73,10 +73,10 @@ def test_metrics_keep_what_the_diagnosis_said(sim_ds):
 
 
 def test_ground_truth_and_empty_findings_have_the_same_shape(sim_ds, validate):
-    truth = validate(sim_ds._truth_findings().to_json())
+    truth = validate(sim_ds._truth_findings().as_diagnosis().to_json())
     assert truth["source"] == "simulator ground truth" and truth["verdicts"]
     assert all(v["culprit_kind"] == "" and v["slurm_state"] == "RUNNING" for v in truth["verdicts"])
-    empty = validate(datasource.Findings(NOW, "none").to_json())
+    empty = validate(datasource.Findings(NOW, "none").as_diagnosis().to_json())
     assert empty["verdicts"] == [] and empty["generated_at"] == NOW
 
 
@@ -87,7 +87,7 @@ def test_unknown_numbers_stay_unknown(validate):
     from dashboard.findings_api import findings_families
 
     f = datasource.Findings(NOW, "diagnosis", (datasource.Verdict("7", "hung", ("n1",), None, None, NOW - 60),))
-    doc = validate(f.to_json())
+    doc = validate(f.as_diagnosis().to_json())
     assert (doc["verdicts"][0]["confidence"], doc["verdicts"][0]["gpus"], doc["verdicts"][0]["gpu_hours_lost"]) \
         == (None, None, None)
     text = encode(findings_families(f.as_diagnosis()))

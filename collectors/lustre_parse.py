@@ -462,7 +462,7 @@ def split_client_device(name: str) -> tuple[str, str] | None:
     return fs_of_target(target), target
 
 
-# Slurm job ids in Lustre job ids (README "Job ids and Slurm"):
+# Slurm job ids in Lustre job ids (docs/agent.md, "Job ids and Slurm"):
 #  1. the whole id is a number:                 "1234"           (jobid_var=SLURM_JOB_ID)
 #  2. a number, then a separator and anything:  "1234.0", "1234:0:node", "1234.batch", "1234@x"
 #     (jobid_name="%j.%e", "%j:%u:%H", steps);  "1234_7" keeps the array task: "1234_7"

@@ -218,17 +218,9 @@ def serve_families(ds: Datasource) -> list:
 def findings_families(ds: Datasource) -> list:
     """The findings as metrics, named and shaped by the diagnosis' own exporter
     (dashboard/findings_api.py), so `serve`, `demo` and `diagnose` agree on every series."""
-    try:
-        from dashboard import findings_api
-        from dashboard.analysis import diagnose as dg
-    except ImportError:
-        return []
-    f = ds.findings()
-    verdicts = tuple(dg.Verdict(v.jobid, v.nodes, v.gpus or 0, v.state, v.confidence if v.confidence is not None else 0.0,
-                                v.since, v.culprit, v.culprit_kind, (), v.gpu_hours_lost or 0.0, v.detail)
-                     for v in f.verdicts)
-    incidents = tuple(dg.Incident(i.culprit, "", i.cause, i.jobs, i.gpu_hours_lost, i.since) for i in f.incidents)
-    return findings_api.findings_families(dg.Diagnosis(f.generated_at, verdicts, incidents))
+    from dashboard import findings_api
+
+    return findings_api.findings_families(ds.findings().as_diagnosis())
 
 
 def _metrics_text(ds: Datasource) -> str:
@@ -245,7 +237,9 @@ def _add_endpoints(app: dash.Dash, ds: Datasource, prefix: str, extra: dict) -> 
         return Response(_metrics_text(ds), mimetype="text/plain", content_type="text/plain; version=0.0.4; charset=utf-8")
 
     def findings():
-        return Response(json.dumps(ds.findings().to_json(), allow_nan=False), mimetype="application/json")
+        from dashboard.findings_api import findings_json
+
+        return Response(findings_json(ds.findings().as_diagnosis()), mimetype="application/json")
 
     def backfill():
         plan = ds.backfill()

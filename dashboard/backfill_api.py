@@ -2,8 +2,8 @@
 
 Sources: a `Snapshot` (collectors/slurm/model.py) and optionally Slurm's own expected starts
 (`squeue --start`). Pure: no I/O; `serve` calls `backfill_json` with the slurm-exporter's latest
-snapshot. Output: `BackfillPlan.to_json()` (the ARCHITECTURE "Backfill plan" shape, documented in the
-README), per partition `unusable_nodes` ([{node, reason}]: down, drained, ... in Slurm's words), plus
+snapshot. Output: `BackfillPlan.to_json()` (the ARCHITECTURE "Backfill plan" shape, documented in
+docs/backfill.md), per partition `unusable_nodes` ([{node, reason}]: down, drained, ... in Slurm's words), plus
 `snapshot` facts (when it was taken, its age, stale, source, cluster), so a reader can
 tell how old the picture is. Every estimate is labelled: `"source": "gangwatch"` for ours,
 `"source": "slurm"` for Slurm's.

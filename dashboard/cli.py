@@ -7,6 +7,7 @@ the analysis code.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 # subcommand -> (module, function, one-line description)
@@ -20,6 +21,41 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("dashboard.simulate_cli", "main", "replay an SWF workload trace under fcfs/easy/conservative"),
     "capture": ("dashboard.capture_cli", "main", "write a bundle from a live Prometheus and Slurm"),
 }
+
+
+# What `pip install 'gangwatch[dashboard]'` adds (pyproject.toml), and which of it each command
+# imports; the agent, the exporters and `simulate` (pure Python) need none of it.
+DASHBOARD_EXTRA = ("dash", "plotly", "numpy")
+NEEDS: dict[str, tuple[str, ...]] = {
+    "serve": DASHBOARD_EXTRA,
+    "demo": DASHBOARD_EXTRA,
+    "diagnose": ("numpy",),
+    "backfill": ("numpy",),
+    "capture": ("numpy",),
+}
+
+
+def needs(name: str, argv: list[str]) -> tuple[str, ...]:
+    if name == "demo" and "--no-dashboard" in argv:
+        return ("numpy",)  # the simulator alone: no Dash
+    return NEEDS.get(name, ())
+
+
+def missing_extra(packages: tuple[str, ...] = DASHBOARD_EXTRA) -> str | None:
+    """The first of `packages` that cannot be imported, found without importing it."""
+    for package in packages:
+        try:
+            if importlib.util.find_spec(package) is None:
+                return package
+        except (ImportError, ValueError):
+            return package
+    return None
+
+
+def _needs_extra(name: str, package: str) -> int:
+    print(f"gangwatch {name}: needs the dashboard extra ({package!r} is not installed); "
+          "install it with: pip install 'gangwatch[dashboard]'", file=sys.stderr)
+    return 2
 
 
 def usage() -> str:
@@ -45,12 +81,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gangwatch: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
+    missing = missing_extra(needs(name, rest))
+    if missing:
+        return _needs_extra(name, missing)
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and module.startswith(exc.name):
             print(f"gangwatch: the {name!r} command is not available in this build yet", file=sys.stderr)
             return 2
+        if exc.name and exc.name.partition(".")[0] in DASHBOARD_EXTRA:
+            return _needs_extra(name, exc.name)
         raise
     return int(getattr(mod, func)(rest) or 0)
 

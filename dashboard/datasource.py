@@ -33,12 +33,12 @@ from typing import Callable, Protocol
 import numpy as np
 
 from collectors.slurm.model import Job, Snapshot
+from dashboard.analysis import findings as model
 
 log = logging.getLogger(__name__)
 
-# Verdict states from ARCHITECTURE.md; those that flag a job (everything except progressing).
-STATES = ("progressing", "stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "insufficient_data")
-FLAGGED = frozenset({"stalled_io", "stalled_network", "straggler", "hung", "idle_gpus"})
+# The verdict states that flag a job (dashboard/analysis/findings.py holds them all).
+FLAGGED = model.STALL_STATES
 # Node-level value of a per-rail or per-target signal: the sum over rails / targets (traffic adds up).
 SUMMED = frozenset({"ib_tx", "ib_wait", "io_read"})
 # A source whose data is older than this many refresh periods is shown as stale.
@@ -97,11 +97,6 @@ class Verdict:
     def flagged(self) -> bool:
         return self.state in FLAGGED
 
-    def to_json(self) -> dict:
-        return {"jobid": self.jobid, "nodes": list(self.nodes), "gpus": self.gpus, "state": self.state,
-                "confidence": self.confidence, "since": self.since, "culprit": self.culprit,
-                "evidence": [vars(e) for e in self.evidence], "gpu_hours_lost": self.gpu_hours_lost}
-
 
 @dataclass(frozen=True)
 class Incident:
@@ -115,10 +110,14 @@ class Incident:
 
 @dataclass(frozen=True)
 class Findings:
+    """The pages' view of the findings. `diagnosis` is the record it was made from, when there is
+    one: `/api/v1/findings` and `/metrics` serve that, so nothing is lost in the pages' view."""
+
     generated_at: float
     source: str  # "diagnosis", "simulator ground truth", "none"
     verdicts: tuple[Verdict, ...] = ()
     incidents: tuple[Incident, ...] = ()
+    diagnosis: model.Diagnosis | None = None
 
     def verdict(self, jobid: str) -> Verdict | None:
         for v in self.verdicts:
@@ -129,12 +128,19 @@ class Findings:
     def by_job(self) -> dict[str, Verdict]:
         return {v.jobid: v for v in self.verdicts}
 
-    def to_json(self) -> dict:
-        return {"generated_at": self.generated_at, "source": self.source,
-                "verdicts": [v.to_json() for v in self.verdicts],
-                "incidents": [{"culprit": i.culprit, "cause": i.cause, "jobs": list(i.jobs),
-                               "gpu_hours_lost": i.gpu_hours_lost, "since": i.since, "nodes": list(i.nodes)}
-                              for i in self.incidents]}
+    def as_diagnosis(self) -> model.Diagnosis:
+        """The findings as the one findings model (the record itself where there is one)."""
+        if self.diagnosis is not None:
+            return self.diagnosis
+        verdicts = tuple(model.Verdict(v.jobid, v.nodes, v.gpus, v.state, v.confidence, v.since, v.culprit,
+                                       v.culprit_kind,
+                                       tuple(model.Evidence(e.signal, e.node, e.value, e.baseline, e.threshold)
+                                             for e in v.evidence),
+                                       v.gpu_hours_lost, v.detail, tuple(model.Placement(*p) for p in v.placement))
+                         for v in self.verdicts)
+        incidents = tuple(model.Incident(i.culprit, "", i.cause, i.jobs, i.gpu_hours_lost, i.since)
+                          for i in self.incidents)
+        return model.Diagnosis(self.generated_at, verdicts, incidents, source=self.source)
 
 
 def group_incidents(verdicts: tuple[Verdict, ...] | list[Verdict]) -> tuple[Incident, ...]:
@@ -986,21 +992,13 @@ def _wasted_share(cause: str, gpus: int) -> float:
 
 
 def _diagnosis_for_sim(ds: SimDatasource) -> Findings | None:
-    """The diagnosis (dashboard/analysis/diagnose.py) over the simulator's history, when installed.
+    """The diagnosis over the simulator's history (findings_api.simulation_diagnosis: the demo's
+    one path), or None when it fails. Only the window's copy is taken under the simulation's lock;
+    the diagnosis itself (seconds at 4,096 nodes) runs outside it."""
+    try:
+        from dashboard.findings_api import simulation_diagnosis
 
-    Only the window's copy is taken under the simulation's lock; the diagnosis itself (seconds at
-    4,096 nodes) runs outside it, so the simulated clock and the pages' other reads go on."""
-    try:
-        from dashboard.analysis.diagnose import diagnose
-        from dashboard.sources.simulated import window_from_history
-    except ImportError:
-        return None
-    try:
-        snap = ds.snapshot()
-        with ds.lock:
-            win = window_from_history(ds.sim)
-        jobs = [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")]
-        return convert_diagnosis(diagnose(win, jobs), ds.now())
+        return convert_diagnosis(simulation_diagnosis(ds.sim, ds.snapshot(), ds.lock), ds.now())
     except Exception:
         log.exception("diagnosis failed; showing the simulator's ground truth")
         return None
@@ -1020,7 +1018,7 @@ def convert_diagnosis(diag, now: float) -> Findings:
                                   tuple(sorted({n for j in i.jobs for n in nodes_of.get(j, ())})))
                          for i in diag.incidents), key=lambda i: (-i.gpu_hours_lost, i.culprit)))
     at = _finite(diag.at)
-    return Findings(at if at is not None else now, "diagnosis", verdicts, incs)
+    return Findings(at if at is not None else now, diag.source, verdicts, incs, diag)
 
 
 def _finite(x):
@@ -1032,37 +1030,6 @@ def _finite(x):
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-def convert_findings(doc, now: float) -> Findings:
-    """The `/api/v1/findings` JSON shape (a list of verdicts, or {"verdicts": [...], ...}) -> Findings."""
-    if isinstance(doc, Findings):
-        return doc
-    items = doc.get("verdicts", doc.get("findings", [])) if isinstance(doc, dict) else doc
-    verdicts = []
-    for d in items or []:
-        if not isinstance(d, dict):
-            d = d.to_json() if hasattr(d, "to_json") else vars(d)
-        ev = tuple(Evidence(str(e.get("signal", "")), str(e.get("node", "")), e.get("value"), e.get("baseline"),
-                            e.get("threshold")) for e in d.get("evidence") or [] if isinstance(e, dict))
-        place = tuple((str(p.get("kind", "")), str(p.get("node", "")), str(p.get("detail", "")),
-                       str(p.get("expected_cost", ""))) for p in d.get("placement") or [] if isinstance(p, dict))
-        verdicts.append(Verdict(str(d.get("jobid", "")), str(d.get("state", "insufficient_data")),
-                                tuple(d.get("nodes") or ()), d.get("gpus"), d.get("confidence"), d.get("since"),
-                                str(d.get("culprit") or ""), ev, d.get("gpu_hours_lost"), str(d.get("reason") or ""),
-                                str(d.get("culprit_kind") or ""), place))
-    gen = (doc.get("generated_at") or doc.get("at")) if isinstance(doc, dict) else None
-    gen = gen if isinstance(gen, (int, float)) and math.isfinite(gen) else now
-    raw_inc = doc.get("incidents") if isinstance(doc, dict) else None
-    if raw_inc is None:
-        incs = group_incidents(verdicts)
-    else:  # the diagnosis' own grouping (it knows culprit kinds), worst first
-        incs = tuple(sorted((Incident(str(i.get("culprit", "")), str(i.get("cause", "")), tuple(map(str, i.get("jobs") or ())),
-                                      float(i.get("gpu_hours_lost") or 0.0), i.get("since"),
-                                      tuple(sorted({n for v in verdicts if v.jobid in set(map(str, i.get("jobs") or ()))
-                                                    for n in v.nodes})))
-                             for i in raw_inc if isinstance(i, dict)), key=lambda i: (-i.gpu_hours_lost, i.culprit)))
-    return Findings(gen, "diagnosis", tuple(verdicts), incs)
 
 
 # ------------------------------------------------------------------ metric windows (serve)

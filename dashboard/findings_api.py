@@ -2,9 +2,9 @@
 
 `serve` (built elsewhere) mounts these: `findings_json(diag)` -> bytes for `/api/v1/findings`,
 `findings_metrics(diag)` -> bytes in the Prometheus text format for `/metrics`, so Alertmanager
-can route findings. `findings_for_simulation(sim)` runs the diagnosis over the simulator's history
-(used by dashboard/datasource.py in demo mode); `simulation_diagnosis(sim, snap)` is the same as a
-`Diagnosis` (what `gangwatch demo --no-dashboard` exports on `/metrics`).
+can route findings. `simulation_diagnosis(sim, snap, lock)` runs the diagnosis over the simulator's
+history: the one path for the demo, with or without the dashboard (dashboard/datasource.py,
+`gangwatch demo --no-dashboard`). The records and their JSON are dashboard/analysis/findings.py's.
 `backfill_families(plan)` turns serve's backfill plan into the per-partition series the BackfillHole
 alert reads.
 
@@ -35,15 +35,12 @@ from contextlib import nullcontext
 
 from collectors.exposition import COUNTER, GAUGE, Family, encode
 
-from dashboard.analysis.diagnose import STALL_STATES, STATES, Diagnosis, diagnose
-
-
-def findings_doc(diag: Diagnosis) -> dict:
-    return diag.to_json()
+from dashboard.analysis.diagnose import diagnose
+from dashboard.analysis.findings import STALL_STATES, STATES, Diagnosis
 
 
 def findings_json(diag: Diagnosis) -> bytes:
-    return json.dumps(findings_doc(diag), separators=(",", ":")).encode()
+    return json.dumps(diag.to_json(), separators=(",", ":"), allow_nan=False).encode()
 
 
 def findings_families(diag: Diagnosis) -> list[Family]:
@@ -69,11 +66,13 @@ def findings_families(diag: Diagnosis) -> list[Family]:
         is_stall = v.state in STALL_STATES
         stalled.add(1 if is_stall else 0, jobid=v.jobid, cause=v.state if is_stall else "none")
         info.add(1, jobid=v.jobid, state=v.state, culprit=v.culprit)
-        conf.add(round(v.confidence, 3), jobid=v.jobid)
+        if v.confidence is not None:  # unknown (a source that did not say) is left out, never 0
+            conf.add(round(v.confidence, 3), jobid=v.jobid)
         if is_stall:
             if v.since is not None:
                 since.add(v.since, jobid=v.jobid, cause=v.state)
-            lost.add(round(v.gpu_hours_lost, 4), jobid=v.jobid)
+            if v.gpu_hours_lost is not None:
+                lost.add(round(v.gpu_hours_lost, 4), jobid=v.jobid)
     for i in diag.incidents:
         inc_lost.add(round(i.gpu_hours_lost, 4), culprit=i.culprit, culprit_kind=i.culprit_kind, cause=i.cause)
         inc_jobs.add(len(i.jobs), culprit=i.culprit, culprit_kind=i.culprit_kind, cause=i.cause)
@@ -115,8 +114,3 @@ def simulation_diagnosis(sim, snap=None, lock=None) -> Diagnosis:
         snap = build_snapshot(sim) if snap is None else snap
         win = window_from_history(sim)
     return diagnose(win, [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")])
-
-
-def findings_for_simulation(sim) -> dict:
-    """The diagnosis over a running `Simulation`'s in-memory history (demo mode), as findings JSON."""
-    return simulation_diagnosis(sim).to_json()

@@ -3,7 +3,7 @@
 Reads an SWF file (plain or gzip), prints average wait, average bounded slowdown (10 s bound),
 utilisation, makespan and the skipped/adjusted record counts, and writes `job_id,submit,start,end`
 per simulated job to `--out`. Malformed trace lines are reported on stderr with their line numbers
-and skipped. Semantics: dashboard/analysis/replay.py's docstring and the README.
+and skipped. Semantics: dashboard/analysis/replay.py's docstring and docs/backfill.md.
 Exit status: 0 on success, 2 on bad arguments or an unreadable trace.
 """
 

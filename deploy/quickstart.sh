@@ -9,5 +9,5 @@ if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c "import ensurepip" >
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-venv
 fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dashboard]" 2>&1 | grep -v "^WARNING: Location" || true
 exec "$VENV/bin/gangwatch" demo "$@"

@@ -59,8 +59,11 @@ def update_golden(request):
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
+    # A plain clone has no ../shared: the tests built on third-party captures skip there (and the
+    # strict-skip hook keeps them skips); everything else still runs. docs say how to get them.
     if not FIXTURES.is_dir():
-        pytest.fail(f"shared fixtures not found at {FIXTURES} (set GW_SHARED)")
+        pytest.skip(f"{NOT_APPLICABLE} third-party fixtures absent (no {FIXTURES}; set GW_SHARED to the "
+                    "folder holding fixtures/, see CONTRIBUTING.md)")
     return FIXTURES
 
 

@@ -1,7 +1,7 @@
-"""The README's metric reference is generated (`python -m collectors.doc`) and must stay in sync.
+"""The metric reference (docs/metrics.md) is generated (`python -m collectors.doc`) and must stay in sync.
 
 The test regenerates the table from every registered collector over the fixture trees and compares
-it with the README's block between the markers; `pytest --update-golden` rewrites that block.
+it with the page's block between the markers; `pytest --update-golden` rewrites that block.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collectors import doc
 from collectors.exposition import gauge
 from tests.conftest import REPO
 
-README = REPO / "README.md"
+REFERENCE = REPO / "docs" / "metrics.md"
 
 
 @pytest.fixture(scope="module")
@@ -22,16 +22,16 @@ def generated(node_exporter_sys, procfs_tree, fixtures_dir) -> str:
     return doc.generate(fixtures_dir, doc.roots_from(fixtures_dir, node_exporter_sys, procfs_tree))
 
 
-def test_readme_metric_table_is_current(generated, update_golden):
-    text = README.read_text()
+def test_metric_reference_is_current(generated, update_golden):
+    text = REFERENCE.read_text()
     if update_golden:
-        README.write_text(doc.replace_block(text, generated))
+        REFERENCE.write_text(doc.replace_block(text, generated))
         return
     current = doc.current_block(text)
     if current != generated:
         diff = "".join(difflib.unified_diff(current.splitlines(True), generated.splitlines(True),
-                                            "README.md", "generated", n=0))
-        pytest.fail("README's metric table is stale: run `python -m collectors.doc --write README.md` "
+                                            "docs/metrics.md", "generated", n=0))
+        pytest.fail("docs/metrics.md is stale: run `python -m collectors.doc --write docs/metrics.md` "
                     f"(or pytest --update-golden)\n{diff[:8000]}")
 
 
@@ -39,7 +39,7 @@ def test_every_collector_has_a_section_and_names_follow_the_convention(generated
     from collectors.registry import load_builtin_collectors
 
     for name in load_builtin_collectors():
-        assert f"#### `{name}` collector" in generated
+        assert f"## `{name}` collector" in generated
     for line in generated.splitlines():
         if line.startswith("| `"):
             metric, kind = line.split(" | ")[0][3:-1], line.split(" | ")[1]

@@ -161,10 +161,10 @@ def test_golden_passes_promtool():
     assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
 
 
-def test_readme_tables_are_generated_from_the_specs():
-    readme = (REPO / "README.md").read_text()
-    assert metric_table(gpumod.SPECS) in readme, "README's gpu table is stale: paste metric_table() output"
-    assert metric_table(PROF_SPECS) in readme, "README's gpuprof table is stale: paste metric_table(PROF_SPECS)"
+def test_docs_tables_are_generated_from_the_specs():
+    page = (REPO / "docs" / "agent.md").read_text()
+    assert metric_table(gpumod.SPECS) in page, "docs/agent.md's gpu table is stale: paste metric_table() output"
+    assert metric_table(PROF_SPECS) in page, "docs/agent.md's gpuprof table is stale: paste metric_table(PROF_SPECS)"
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")

@@ -525,11 +525,11 @@ def _job_series(text: str) -> dict:
 
 
 def test_jobs_collector_series_for_every_running_job_with_the_agents_names():
-    from collectors.node.jobs import _Families
+    from collectors.node.jobs import JobFamilies
 
     s = Simulation(SimConfig(nodes=8, seed=2, start=T0, history_seconds=300, faults="ost_slow@1m+1h"))
     r = NodeRenderer(s)
-    fams = {f.name: f for f in _Families().all()}
+    fams = {f.name: f for f in JobFamilies().all()}
     before = {i: _job_series(r.render(i)) for i in range(s.n)}
     for _ in range(8):
         s.step()

@@ -147,11 +147,11 @@ def test_snapshot_json_roundtrip(runner):
     assert Snapshot.from_dict(doc) == snap
 
 
-def test_readme_table_lists_every_metric():
+def test_docs_table_lists_every_metric():
     table = metric_table_markdown()
     assert all(f"`gangwatch_slurm_{name}`" in table for name in METRICS)
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert table in readme, "README's Slurm metric table is stale: paste metrics.metric_table_markdown()"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "slurm-exporter.md").read_text()
+    assert table in page, "docs/slurm-exporter.md's metric table is stale: paste metrics.metric_table_markdown()"
 
 
 # ------------------------------------------------------------------------------ failure handling

@@ -4,7 +4,7 @@ Sources: NVML through `pynvml` (package nvidia-ml-py), taken from `Context.nvml`
 or imported lazily; `<sysfs>/bus/pci/devices/*/{vendor,class,driver}` to count the GPUs on the PCI bus.
 Privileges: none beyond read access to /dev/nvidia* (NVML works as an ordinary user).
 
-Metrics (all labelled `gpu` = NVML index; see SPECS below and the README's "GPUs" table):
+Metrics (all labelled `gpu` = NVML index; see SPECS below and the "GPUs" table of docs/agent.md):
 utilisation, memory, power, energy, temperatures, clocks, clock-event (throttle) reasons, ECC and
 row-remap counts, XID events by XID (NVML event set, polled without blocking), PCIe throughput and
 replays, NVLink state and traffic, compute processes, performance state, fan speed; MIG instances;
@@ -82,7 +82,7 @@ XID_EVENTS_PER_SCRAPE = 256  # a storm of XIDs must not turn one scrape into an 
 PCI_VENDOR_NVIDIA = "0x10de"
 PCI_CLASS_GPU = ("0x0300", "0x0302")  # VGA and 3D controllers; not NVSwitch (0x0680) or audio (0x0403)
 
-# Metric families as data: key -> (name, type, help). The README table is generated from this.
+# Metric families as data: key -> (name, type, help). docs/agent.md's table is generated from this.
 SPECS: dict[str, tuple[str, str, str]] = {
     "info": ("gangwatch_gpu_info", GAUGE,
              "A metric with value 1 per GPU labelled with its index, UUID, model name, PCI bus id, MIG mode and driver version."),
@@ -774,7 +774,7 @@ class GpuCollector(Collector):
 
 
 def metric_table(specs: dict[str, tuple[str, str, str]] = SPECS) -> str:
-    """The README's metric table, generated so that it cannot drift from the code."""
+    """docs/agent.md's metric table, generated so that it cannot drift from the code."""
     rows = ["| metric | type | meaning |", "|---|---|---|"]
     rows += [f"| `{name}` | {kind} | {help} |" for name, kind, help in specs.values()]
     return "\n".join(rows)

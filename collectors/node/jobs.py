@@ -252,7 +252,7 @@ def _user_pids(job_dir: str, limit: int = 16) -> list[str]:
 # The collector
 
 
-class _Families:
+class JobFamilies:
     """All per-job families of one scrape."""
 
     def __init__(self) -> None:
@@ -356,7 +356,7 @@ class JobsCollector(Collector):
         nvml_pairs = view.pairs if view is not None else None
         if not found and mapping is None and nvml_pairs is None:
             raise NoData("no Slurm cgroups, GPU mapping folder or NVML on this host")
-        fams = _Families()
+        fams = JobFamilies()
         devnames = _DeviceNames(self.ctx)
         for jobid in sorted(jobs, key=_job_sort_key):
             try:
@@ -384,7 +384,7 @@ class JobsCollector(Collector):
                 fams.gpu_util.add(math.fsum(readings) / len(readings), jobid=jobid)
         return fams.all()
 
-    def _job_metrics(self, job: JobCgroup, f: _Families, devnames: "_DeviceNames") -> None:
+    def _job_metrics(self, job: JobCgroup, f: JobFamilies, devnames: "_DeviceNames") -> None:
         lbl = format_labels({"jobid": job.jobid})
         uid = job.uid
         if uid is None and job.version == "v2":
@@ -451,7 +451,7 @@ class JobsCollector(Collector):
         put(f.cpus, parse_cpu_list(text) if text is not None else None)
         put(f.tasks, num("pids", "pids.current"))
 
-    def _io(self, job: JobCgroup, lbl: str, f: _Families, devnames: "_DeviceNames") -> None:
+    def _io(self, job: JobCgroup, lbl: str, f: JobFamilies, devnames: "_DeviceNames") -> None:
         text = read_text(job.path("", "io.stat"))
         if not text:
             return

@@ -13,7 +13,7 @@ Metrics (labels `fs`, `target` = `lustre-OST0001` / `lustre-MDT0000`):
   `gangwatch_lustre_job_{operations,io_bytes,operation_latency_seconds}_total{fs,target,jobid,slurm_job,operation}`
   and `gangwatch_lustre_job_start_time_seconds{fs,target,jobid,slurm_job}` (2.14+, top jobs only).
   `jobid` is Lustre's job id as data (escaped, at most 200 characters); `slurm_job` is the Slurm job
-  id parsed from it (README: "Job ids and Slurm"), empty when there is none.
+  id parsed from it (docs/agent.md: "Job ids and Slurm"), empty when there is none.
 - `gangwatch_lustre_job_stats_io_size_requests_total{fs,target,operation,size_bytes}`: the 2.14+
   per-job size histograms summed over all jobs of the target.
 - `gangwatch_lustre_job_stats_jobs{fs,target}` (jobs listed) and

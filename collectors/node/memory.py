@@ -24,8 +24,11 @@ from ..exposition import GAUGE, Family, format_labels
 from ..readers import read_required
 from ..registry import Collector, register
 
-# Kernel abbreviations the generic conversion cannot expand.
+# Kernel abbreviations the generic conversion cannot expand. `SecPageTables` (secondary page
+# tables, e.g. KVM's, Linux 6.0) must not become `sec_...`: promtool rejects `sec` as an
+# abbreviated unit.
 RENAMES = {
+    "SecPageTables": "secondary_page_tables",
     "SReclaimable": "slab_reclaimable",
     "SUnreclaim": "slab_unreclaimable",
     "KReclaimable": "kernel_reclaimable",

@@ -4,7 +4,7 @@ Cardinality is bounded on purpose: per-job series exist only for running jobs an
 highest-priority pending jobs; everything else is aggregated (jobs by state, partition and reason;
 GPUs by partition and state). Job names, users and comments are label *values* only, escaped by
 the encoder and cut to `LABEL_MAX` characters (the full text is in /api/v1/snapshot).
-`METRICS` is the single list of names, types and help texts; the README table is generated from it.
+`METRICS` is the single list of names, types and help texts; the table in docs/slurm-exporter.md is generated from it.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def poller_families(poller, now: float) -> list[Family]:
 
 
 def metric_table_markdown() -> str:
-    """The README's metric table, generated from METRICS."""
+    """docs/slurm-exporter.md's metric table, generated from METRICS."""
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
     for name, (kind, labels, help_) in METRICS.items():
         rows.append(f"| `{P}{name}` | {kind} | {labels.replace(',', ', ') or '–'} | {help_} |")

@@ -11,7 +11,7 @@ dashboard) never see Slurm's version differences. Conventions:
 * names, comments and reasons are data: they are stored verbatim and never interpreted.
 
 `Snapshot.to_json()` / `Snapshot.from_json()` round-trip exactly; that JSON is `/api/v1/snapshot`
-(schema in the README, `SCHEMA_VERSION` below bumps on incompatible changes).
+(schema in docs/slurm-exporter.md, `SCHEMA_VERSION` below bumps on incompatible changes).
 """
 
 from __future__ import annotations

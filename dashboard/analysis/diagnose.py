@@ -40,114 +40,22 @@ import math
 import re
 import warnings
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from collectors.slurm.model import Job
 
+# The findings records live in findings.py (one model for diagnosis, serve, demo, the CLI and the
+# metrics); they are re-exported here, where callers have always imported them from.
+from .findings import STALL_STATES, STATES, Diagnosis, Evidence, Incident, Placement, State, Verdict  # noqa: F401
 from .thresholds import DEFAULT, Thresholds
 from .window import Window
 
-STATES = ("progressing", "stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "insufficient_data",
-          "suspended")
-STALL_STATES = frozenset({"stalled_io", "stalled_network", "straggler", "hung", "idle_gpus"})
 # Slurm states in which a job holds its nodes but is not supposed to run (gang time-slicing and
 # preemption by suspend): reported as such, never judged as stalls.
 SUSPENDED_STATES = frozenset({"SUSPENDED", "PREEMPTED"})
-
-
-@dataclass(frozen=True)
-class Evidence:
-    signal: str
-    node: str
-    value: float | None
-    baseline: float | None
-    threshold: float | None
-    z: float | None = None
-    p: float | None = None
-    note: str = ""
-
-    def to_json(self) -> dict:
-        d = {k: _clean(v) for k, v in asdict(self).items()}
-        core = ("signal", "node", "value", "baseline", "threshold")
-        return {k: d[k] for k in core} | {k: v for k, v in d.items() if k not in core and v is not None and v != ""}
-
-
-@dataclass(frozen=True)
-class Placement:
-    kind: str  # gpus_not_nvlink_peers, gpus_span_numa, spread_over_leaves
-    node: str
-    detail: str
-    expected_cost: str
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    jobid: str
-    nodes: tuple[str, ...]
-    gpus: int
-    state: str
-    confidence: float
-    since: float | None
-    culprit: str = ""
-    culprit_kind: str = ""  # target, filesystem, leaf_switch, port, node, gpu, gpus, job
-    evidence: tuple[Evidence, ...] = ()
-    gpu_hours_lost: float = 0.0
-    reason: str = ""
-    placement: tuple[Placement, ...] = ()
-    slurm_state: str = "RUNNING"
-    name: str = ""
-    user: str = ""
-
-    def to_json(self) -> dict:
-        return {"jobid": self.jobid, "name": self.name, "user": self.user, "nodes": list(self.nodes),
-                "gpus": self.gpus, "state": self.state, "confidence": round(self.confidence, 3),
-                "since": _clean(self.since), "culprit": self.culprit, "culprit_kind": self.culprit_kind,
-                "evidence": [e.to_json() for e in self.evidence], "gpu_hours_lost": round(self.gpu_hours_lost, 3),
-                "reason": self.reason, "placement": [p.to_json() for p in self.placement],
-                "slurm_state": self.slurm_state}
-
-
-@dataclass(frozen=True)
-class Incident:
-    culprit: str
-    culprit_kind: str
-    cause: str
-    jobs: tuple[str, ...]
-    gpu_hours_lost: float
-    since: float | None
-
-    def to_json(self) -> dict:
-        return {"culprit": self.culprit, "culprit_kind": self.culprit_kind, "cause": self.cause, "jobs": list(self.jobs),
-                "gpu_hours_lost": round(self.gpu_hours_lost, 3), "since": _clean(self.since)}
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    at: float
-    verdicts: tuple[Verdict, ...]
-    incidents: tuple[Incident, ...]
-    notes: tuple[str, ...] = ()
-    cluster_reason: str = ""  # non-empty when a cluster-wide outage was detected
-
-    def to_json(self) -> dict:
-        return {"at": _clean(self.at), "verdicts": [v.to_json() for v in self.verdicts],
-                "incidents": [i.to_json() for i in self.incidents], "notes": list(self.notes),
-                "cluster_reason": self.cluster_reason}
-
-
-def _clean(x):
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        return round(x, 6) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
 
 
 # ------------------------------------------------------------------------------------ statistics

@@ -41,7 +41,7 @@ from collectors.node.gpu import SPECS as GPU_SPECS
 from collectors.node.gpu_profiling import SPECS as PROF_SPECS
 from collectors.node.infiniband import COUNTERS as IB_COUNTERS, NODE_HELP as IB_NODE_HELP, PORTS_DOWN_HELP
 from collectors.node.infiniband import PREFIX as IB
-from collectors.node.jobs import _Families as JobFamilies
+from collectors.node.jobs import JobFamilies
 
 from . import cluster as C
 from .engine import THROTTLE_REASONS

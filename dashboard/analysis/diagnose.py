@@ -775,7 +775,7 @@ def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds) 
             warnings.simplefilter("ignore", RuntimeWarning)
             med = np.nanmedian(per_target, axis=0)
             ratio = sig.cache["target_ratio"] = np.where(med > 0, per_target / med, np.nan)
-    readers = np.nansum(rd[jm.node_rows], axis=(0, 2)) > 0
+    readers = _job_targets(win, sig, jm.node_rows)
     if not readers.any():
         return np.zeros(T, bool)
     with np.errstate(invalid="ignore"):
@@ -848,7 +848,9 @@ def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresho
         per_target = _per_target_latency(lat, sig, recent)
         hits = outliers(per_target, th, high=True, min_ratio=th.latency_ratio)
         rd = win.target.get("read")
-        readers = np.sum(np.nansum(rd[rows], axis=2) > 0, axis=0) if rd is not None and rows else None
+        readers = None
+        if rd is not None and rows:
+            readers = np.sum(np.nansum(rd[rows], axis=2) > 0, axis=0) + _job_targets(win, sig, rows)
         if hits and readers is not None:
             hits = [h for h in hits if readers[h[0]] > 0]  # only a target the job's nodes read from
         if hits:
@@ -923,10 +925,35 @@ def _job_filesystem(win: Window, rows: list[int]) -> str:
     return names.pop() if len(names) == 1 and "" not in names else ""
 
 
+_TARGET = re.compile(r"^(.+)-(?:OST|MDT)[0-9a-fA-F]{4}(?:-(?:osc|mdc)-[0-9a-fA-F]+)?$")
+_LLITE = re.compile(r"^(.+)-[0-9a-fA-F]{16}$")
+
+
 def _fs_of(target: str) -> str:
-    """`lustre-OST0006` -> `lustre`; "" for a name that does not say its filesystem."""
-    m = re.match(r"^(.+)-(?:OST|MDT)[0-9a-fA-F]{4}$", target or "")
-    return m.group(1) if m else ""
+    """The filesystem a target key names: `lustre-OST0006` and `lustre-OST0006-osc-ffff8a..` (a
+    Lustre target and a client's import of it) -> `lustre`; `lustre-ffff8a1b2c3d4e5f` (a client mount,
+    as llite names it) -> `lustre`; a bare name (GPFS reports per filesystem) is the filesystem."""
+    t = target or ""
+    m = _TARGET.match(t) or _LLITE.match(t)
+    return m.group(1) if m else t
+
+
+def _job_targets(win: Window, sig: _Signals, rows: list[int]) -> np.ndarray:
+    """(F,) the targets the job's nodes read from: those read per target where the metrics say so
+    (Lustre client OSC stats); where they only say which filesystem a node reads (llite per mount,
+    GPFS per filesystem), every target of that filesystem, as striping spreads a file over them."""
+    rd = win.target.get("read")
+    F = len(win.targets)
+    if rd is None or not rows or not F:
+        return np.zeros(F, bool)
+    is_target = sig.cache.get("is_target")
+    if is_target is None:
+        is_target = sig.cache["is_target"] = np.array([bool(_TARGET.match(t)) for t in win.targets])
+    direct = np.nansum(rd[rows], axis=(0, 2)) > 0
+    if (direct & is_target).any():
+        return direct
+    fss = {_fs_of(win.targets[i]) for i in np.flatnonzero(direct)}
+    return direct | (is_target & np.array([_fs_of(t) in fss for t in win.targets]))
 
 
 def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):

@@ -258,8 +258,11 @@ class RawStore:
                 key = sub_key(m, labels)
                 if key is None:
                     continue
+                scale = _scale(m, labels)
+                if scale is None:
+                    continue
                 t2, v2 = _transform(m, ts, vs)
-                out.add(m.signal, m.level, node, key, t2, v2, m.combine)
+                out.add(m.signal, m.level, node, key, t2, v2 * (scale / m.scale) if m.scale else v2, m.combine)
         for (name, _), labels in self.info.items():
             node = self.matcher(labels)
             if name.startswith("DCGM_FI_"):
@@ -270,6 +273,17 @@ class RawStore:
         if self.unmatched:
             out.notes.append(f"{self.unmatched} series without a host label ({', '.join(self.matcher.host_labels)})")
         return out
+
+
+def _scale(m: Mapping, labels: dict[str, str]) -> float | None:
+    """The mapping's scale for this series (times a histogram bucket's bound where it says so)."""
+    if not m.scale_label:
+        return m.scale
+    try:
+        b = float(labels.get(m.scale_label, ""))
+    except ValueError:
+        return None
+    return m.scale * b if np.isfinite(b) else None
 
 
 def _transform(m: Mapping, ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

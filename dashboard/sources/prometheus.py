@@ -52,8 +52,11 @@ def _expr(m: Mapping, by: str, rate_window: float, step: float) -> str:
 def plan_queries(rate_window: float = 60.0, step: float = 15.0,
                  host_labels: tuple[str, ...] = HOST_LABELS) -> list[tuple[str, str, str]]:
     """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in."""
+    # a scale read from a label (a histogram bucket's bound) has no PromQL form: such rows are for
+    # bundles and the embedded scraper only
+    mappings = [m for m in MAPPINGS if not m.scale_label]
     groups: dict[tuple[str, str], list[Mapping]] = defaultdict(list)
-    for m in MAPPINGS:
+    for m in mappings:
         groups[(m.signal, m.level)].append(m)
     out = []
     parts = {name for pair in RATIOS.values() for name in pair[:2]}
@@ -64,8 +67,8 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
         out.append((signal, level, " or ".join(f"({_expr(m, by, rate_window, step)})" for m in ms)))
     for signal, (num, den, level) in RATIOS.items():
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
-        nums = [m for m in MAPPINGS if m.signal == num]
-        dens = {m.metric.split("_")[0]: m for m in MAPPINGS if m.signal == den}
+        nums = [m for m in mappings if m.signal == num]
+        dens = {m.metric.split("_")[0]: m for m in mappings if m.signal == den}
         exprs = []
         for n in nums:
             d = dens.get(n.metric.split("_")[0])

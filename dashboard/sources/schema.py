@@ -35,6 +35,8 @@ class Mapping:
     filters: tuple[tuple[str, str], ...] = ()
     combine: str = "mean"  # how series with the same (node, key) combine: mean or sum
     events: bool = False  # counter of events: per-step increase, not per-second rate
+    key: str = ""  # label that keys a target-level series, when not `target`
+    scale_label: str = ""  # label whose value multiplies the scale (a histogram bucket's bound)
 
 
 MIB = float(1 << 20)
@@ -96,6 +98,17 @@ MAPPINGS: tuple[Mapping, ...] = (
             filters=(("operation", "ost_read"),), combine="sum"),
     Mapping("lat_count", "target", "gangwatch_lustre_client_target_operations_total", counter=True,
             filters=(("operation", "ost_read"),), combine="sum"),
+    # Lustre exporters: a client's reads per mount (above: target = `<fs>-<instance>`) tell the
+    # filesystem; the OSS's brw_stats "I/O time (1/1000s)" histogram (`size` = the bucket's upper
+    # bound in ms, counts of reads per bucket) gives each OST's read service time, bucket midpoints
+    # at 3/4 of the bound.
+    Mapping("lat_sum", "target", "lustre_io_time_milliseconds_total", counter=True,
+            filters=(("component", "ost"), ("operation", "read")), combine="sum", scale=0.75e-3, scale_label="size"),
+    Mapping("lat_count", "target", "lustre_io_time_milliseconds_total", counter=True,
+            filters=(("component", "ost"), ("operation", "read")), combine="sum"),
+    # GPFS reports per filesystem: the filesystem is the target
+    Mapping("read", "target", "gangwatch_gpfs_read_bytes_total", counter=True, combine="sum", key="fs"),
+    Mapping("read", "target", "gpfs_perf_read_bytes_total", counter=True, combine="sum", key="fs"),
 )
 
 # Facts (instant values): GPU -> job, leaf switch, NVLink peers, NUMA affinity.
@@ -130,7 +143,7 @@ def sub_key(m: Mapping, labels: dict[str, str]) -> str | None:
         dev = labels.get("device")
         return f"{dev}/{labels.get('port', '1')}" if dev else None
     if m.level == "target":
-        return labels.get("target") or labels.get("ost") or None
+        return labels.get(m.key or "target") or labels.get("ost") or None
     if m.level == "job":
         return labels.get("jobid") or None
     return ""

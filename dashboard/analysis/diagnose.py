@@ -56,6 +56,8 @@ from .window import Window
 # Slurm states in which a job holds its nodes but is not supposed to run (gang time-slicing and
 # preemption by suspend): reported as such, never judged as stalls.
 SUSPENDED_STATES = frozenset({"SUSPENDED", "PREEMPTED"})
+# MIG profile names (nvidia-smi mig -lgip: 1g.10gb, 3g.40gb, 1g.12gb+me), as Slurm's GRES types take them
+_MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(?:\+\w+)?$")
 
 
 # ------------------------------------------------------------------------------------ statistics
@@ -140,6 +142,7 @@ class _JobMap:
     missing_nodes: list[str]
     n_gpus: int
     shared: bool = False  # another running job holds GPUs on one of its nodes: node-level signals are mixed
+    mig: tuple[str, ...] = ()  # MIG profiles the job holds instances of
 
 
 def _map_jobs(win: Window, jobs: Sequence[Job]) -> list[_JobMap]:
@@ -152,6 +155,7 @@ def _map_jobs(win: Window, jobs: Sequence[Job]) -> list[_JobMap]:
     for job in jobs:
         jid = str(job.display_id)
         rows, flat, names, missing = [], [], [], []
+        mig: set[str] = set()
         allocs = {a.node: a for a in job.allocations}
         labelled = defaultdict(list)
         for node, gpu in by_label.get(jid, ()) or by_label.get(str(job.job_id), ()):
@@ -161,6 +165,16 @@ def _map_jobs(win: Window, jobs: Sequence[Job]) -> list[_JobMap]:
             i = idx.get(node)
             a = allocs.get(node)
             want: Iterable[int] = ()
+            if a is not None and a.gpu_type and _MIG_PROFILE.match(a.gpu_type):
+                # MIG instances: Slurm numbers them apart from the physical GPUs and the window
+                # keys series by GPU, so a GPU's columns are not this job's alone; not judged
+                mig.add(a.gpu_type)
+                n_gpus += a.gpus or len(a.gpu_indices) or 0
+                if i is None:
+                    missing.append(node)
+                else:
+                    rows.append(i)
+                continue
             if a is not None and a.gpu_indices:
                 want = a.gpu_indices
             elif labelled.get(node):
@@ -182,7 +196,7 @@ def _map_jobs(win: Window, jobs: Sequence[Job]) -> list[_JobMap]:
                     names.append((node, gpu))
         if not n_gpus and job.gpus:
             n_gpus = int(job.gpus)
-        out.append(_JobMap(job, jid, rows, flat, names, missing, n_gpus))
+        out.append(_JobMap(job, jid, rows, flat, names, missing, n_gpus, mig=tuple(sorted(mig))))
     per_node: dict[str, int] = defaultdict(int)
     for jm in out:
         for node in set(jm.job.nodes):
@@ -464,8 +478,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
                        reason=f"the metrics know none of the job's nodes ({', '.join(jm.missing_nodes[:5])})")
     if not jm.gpu_flat:
-        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
-                       reason="no GPU series for the job's GPUs (GPU indices unknown or not exported)")
+        why = (f"the job runs on MIG instances ({', '.join(jm.mig)}): metrics per instance are not told apart "
+               "from the rest of their GPU, so the job is not judged" if jm.mig else
+               "no GPU series for the job's GPUs (GPU indices unknown or not exported)")
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=None, reason=why)
     if job.start_time and now - job.start_time < th.job_grace_seconds:
         return Verdict(**base, state="insufficient_data", confidence=0.0, since=None,
                        reason=f"job started {now - job.start_time:.0f} s ago; not judged in its first "

@@ -1,0 +1,222 @@
+"""Hostile clients, slow upstreams and oversized inputs (issue 20): each reproduction from the
+probe, bounded in time, on loopback only.
+
+Servers run in-process on 127.0.0.1 random ports with their deadlines shortened (monkeypatched
+class attributes), so a test that waits out a deadline takes a second, not a minute.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+
+from collectors.web import WebConfig, make_server, serve_in_thread
+from tests.support import dashboard_fake
+from tests.test_web import client_ctx, pki, write_config  # noqa: F401 (pki is a fixture)
+
+
+def tls_config(pki, tmp_path) -> WebConfig:
+    return WebConfig.load(str(write_config(tmp_path / "web.yml", f"""
+tls_server_config:
+  cert_file: {pki['cert']}
+  key_file: {pki['key']}
+""")))
+
+
+def request(port: int, ctx: ssl.SSLContext | None = None, path: str = "/healthz", timeout: float = 5.0,
+            head: bytes = b"") -> bytes:
+    """One GET on a fresh connection; the whole reply (the server closes it)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if ctx is not None:
+        sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+    with sock:
+        sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + head + b"Connection: close\r\n\r\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def idle(port: int, n: int) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(n)]
+
+
+def timed(fn, *args, **kwargs):
+    t0 = time.monotonic()
+    out = fn(*args, **kwargs)
+    return out, time.monotonic() - t0
+
+
+# ----------------------------------------------------------------- servers: serve/demo (werkzeug)
+
+@pytest.fixture()
+def dash_server(request):
+    """`serve`'s server over the fake datasource; parametrize indirectly with a WebConfig or None."""
+    from dashboard.app import build_app
+    from dashboard.serve import make_wsgi_server
+
+    cfg = getattr(request, "param", None)
+    app = build_app(dashboard_fake.datasource(), refresh_seconds=3600, web_config=cfg)
+    srv = make_wsgi_server(app.server, "127.0.0.1", 0, cfg)
+    th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    th.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    th.join(5)
+
+
+def test_serve_idle_tls_connection_does_not_freeze_the_server(pki, tmp_path):
+    from dashboard.app import build_app
+    from dashboard.serve import make_wsgi_server
+
+    cfg = tls_config(pki, tmp_path)
+    srv = make_wsgi_server(build_app(dashboard_fake.datasource(), web_config=cfg).server, "127.0.0.1", 0, cfg)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    silent = idle(srv.server_port, 3)  # connected, never a ClientHello: froze the accept loop before
+    try:
+        time.sleep(0.2)
+        reply, took = timed(request, srv.server_port, client_ctx(pki))
+        assert reply.startswith(b"HTTP/1.1 200") and took < 2
+    finally:
+        for s in silent:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_serve_idle_connections_past_the_cap(dash_server, monkeypatch):
+    monkeypatch.setattr(dash_server.guard, "max_connections", 20)
+    held = idle(dash_server.server_port, 60)
+    try:
+        reply, took = timed(request, dash_server.server_port)
+        assert reply.startswith(b"HTTP/1.1 200") and took < 1
+        assert dash_server.guard.open_connections() <= 20
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_serve_trickled_request_head_is_cut_at_its_deadline(dash_server, monkeypatch):
+    monkeypatch.setattr(dash_server.guard, "request_timeout", 1.0)
+    with socket.create_connection(("127.0.0.1", dash_server.server_port), timeout=5) as s:
+        t0 = time.monotonic()
+        try:
+            for ch in b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+                s.sendall(bytes([ch]))
+                time.sleep(0.1)
+            closed = s.recv(100) == b""
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+        assert closed and time.monotonic() - t0 < 3
+
+
+def test_serve_request_head_and_body_are_bounded(dash_server):
+    reply = request(dash_server.server_port, head=b"".join(b"X-%d: %s\r\n" % (i, b"a" * 8000) for i in range(20)))
+    assert reply.startswith(b"HTTP/1.1 431")
+    with socket.create_connection(("127.0.0.1", dash_server.server_port), timeout=5) as s:
+        s.sendall(b"POST /_dash-update-component HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100000000\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 413")
+
+
+# ----------------------------------------------------------------- servers: agent and slurm-exporter
+
+@pytest.fixture()
+def exporter(request):
+    cfg = getattr(request, "param", None) or WebConfig()
+    srv = make_server("127.0.0.1:0", {"/healthz": lambda req: (200, "text/plain", b"ok\n", {})}, cfg)
+    serve_in_thread(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_exporter_many_idle_sockets_do_not_block_scrapes(exporter):
+    port = exporter.server_address[1]
+    held = idle(port, 300)  # more than max_connections (256)
+    try:
+        for _ in range(3):
+            reply, took = timed(request, port)
+            assert reply.startswith(b"HTTP/1.1 200") and took < 1
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_exporter_idle_tls_and_trickle_are_cut(pki, tmp_path, monkeypatch):
+    from collectors import web
+
+    monkeypatch.setattr(web._Server, "request_timeout", 1.0)
+    srv = make_server("127.0.0.1:0", {"/healthz": lambda req: (200, "text/plain", b"ok\n", {})},
+                      tls_config(pki, tmp_path))
+    serve_in_thread(srv)
+    port = srv.server_address[1]
+    try:
+        silent = idle(port, 2)
+        reply, took = timed(request, port, client_ctx(pki))
+        assert reply.startswith(b"HTTP/1.1 200") and took < 1
+        time.sleep(1.5)
+        assert silent[0].recv(10) == b"" and srv.guard.open_connections() == 0  # idled out
+        for s in silent:
+            s.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_exporter_listen_backlog_takes_a_burst():
+    srv = make_server("127.0.0.1:0", {"/healthz": lambda req: (200, "text/plain", b"ok\n", {})})
+    try:
+        assert srv.request_queue_size >= 1024
+        # not serving yet: the kernel queues connections up to the backlog (somaxconn permitting)
+        burst = [socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=2) for _ in range(200)]
+        for s in burst:
+            s.close()
+    finally:
+        srv.server_close()
+
+
+# ----------------------------------------------------------------- dashboard: caches and headers
+
+def test_static_gzip_cache_is_keyed_by_the_file_and_bounded(monkeypatch):
+    from dashboard.app import STATIC_GZIP, build_app, static_key
+
+    assert static_key("/_dash-component-suites/plotly/package_data/plotly.v9_9_1m12345.min.js") == \
+        "/_dash-component-suites/plotly/package_data/plotly.min.js"
+    assert static_key("/assets/x/../style.css") == "/assets/style.css"
+    c = build_app(dashboard_fake.datasource()).server.test_client()
+    gz = {"Accept-Encoding": "gzip"}
+    c.get("/assets/style.css", headers=gz)
+    before = len(STATIC_GZIP._bodies)
+    for i in range(20):
+        assert c.get(f"/assets/x{i}/../style.css", headers=gz).headers["Content-Encoding"] == "gzip"
+        c.get(f"/_dash-component-suites/dash/dcc/dash_core_components.v{i}m{i:08x}.js", headers=gz)
+    assert len(STATIC_GZIP._bodies) <= before + 1  # one entry for the component bundle, whatever its fingerprint
+    monkeypatch.setattr(STATIC_GZIP, "max_entries", 0)
+    assert STATIC_GZIP.get("/made-up", lambda: b"x" * 5000)[:2] == b"\x1f\x8b"
+    assert "/made-up" not in STATIC_GZIP._bodies
+
+
+def test_traversal_is_a_404_and_one_log_line(caplog):
+    from dashboard.app import build_app
+
+    c = build_app(dashboard_fake.datasource()).server.test_client()
+    with caplog.at_level("INFO"):
+        r = c.get("/_dash-component-suites/dash/../../../../etc/passwd")
+    assert r.status_code == 404
+    lines = [rec for rec in caplog.records if "etc/passwd" in rec.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None and len(lines[0].getMessage()) < 300
+
+
+def test_pages_forbid_framing_and_foreign_sources():
+    from dashboard.app import build_app
+
+    r = build_app(dashboard_fake.datasource()).server.test_client().get("/")
+    assert r.headers["X-Frame-Options"] == "DENY"
+    csp = r.headers["Content-Security-Policy"]
+    assert "img-src 'self' data: blob:;" in csp and "frame-ancestors 'none'" in csp

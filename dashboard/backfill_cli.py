@@ -132,10 +132,12 @@ def read_snapshot_file(path: str) -> Snapshot:
 def fetch_exporter(url: str, timeout: float) -> Snapshot:
     import httpx
 
+    from collectors import fetch
+
     if not url.rstrip("/").endswith("/api/v1/snapshot"):
         url = url.rstrip("/") + "/api/v1/snapshot"
     try:
-        resp = httpx.get(url, timeout=timeout)
+        resp = fetch.get(url, timeout)
     except httpx.HTTPError as exc:
         raise InputError(f"cannot reach {url}: {exc}") from None
     if resp.status_code != 200:

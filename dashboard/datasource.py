@@ -25,7 +25,6 @@ import logging
 import math
 import threading
 import time
-import urllib.request
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -1387,8 +1386,11 @@ def snapshot_from_url(url: str, timeout: float = 10.0) -> Callable[[], Snapshot]
     full = url.rstrip("/") + ("" if url.rstrip("/").endswith("/api/v1/snapshot") else "/api/v1/snapshot")
 
     def fetch() -> Snapshot:
-        with urllib.request.urlopen(full, timeout=timeout) as r:
-            return Snapshot.from_json(r.read())
+        from collectors import fetch as http
+
+        r = http.get(full, timeout)
+        r.raise_for_status()
+        return Snapshot.from_json(r.content)
 
     return fetch
 

@@ -220,3 +220,71 @@ def test_pages_forbid_framing_and_foreign_sources():
     assert r.headers["X-Frame-Options"] == "DENY"
     csp = r.headers["Content-Security-Policy"]
     assert "img-src 'self' data: blob:;" in csp and "frame-ancestors 'none'" in csp
+
+
+# ----------------------------------------------------------------- clients: deadlines per operation
+
+@pytest.fixture()
+def trickle():
+    from tests.support.trickle import TrickleServer
+
+    srv = TrickleServer(interval=0.3)
+    yield srv
+    srv.close()
+
+
+def test_fetch_has_a_deadline_per_operation_and_a_body_cap(trickle):
+    import httpx
+
+    from collectors import fetch
+    from tests.support.trickle import TrickleServer
+
+    with pytest.raises(fetch.FetchError, match="within 1 s"):
+        _, took = timed(fetch.get, trickle.url, 1.0)
+    flood = TrickleServer(mode="flood")
+    try:
+        with pytest.raises(fetch.FetchError, match="more than"):
+            fetch.get(flood.url, 10.0, max_bytes=1_000_000)
+    finally:
+        flood.close()
+    deadline = fetch.Deadline(0.5)
+    with pytest.raises(httpx.HTTPError):
+        fetch.get(trickle.url, 10.0, deadline=deadline)
+    with pytest.raises(fetch.FetchError, match="no time left"):
+        fetch.get(trickle.url, 10.0, deadline=deadline)
+
+
+@pytest.mark.parametrize("argv", [
+    ["backfill", "--slurm-exporter", "{url}", "--timeout", "2"],
+    ["diagnose", "--prometheus", "{url}", "--snapshot", "{url}/snap", "--timeout", "2"],
+    ["diagnose", "--prometheus", "http://127.0.0.1:9/", "--snapshot", "{url}/snap", "--timeout", "2"],
+    ["capture", "--prometheus", "{url}", "--out", "{tmp}/b", "--timeout", "2"],
+])
+def test_every_cli_ends_within_its_timeout_against_a_trickling_server(trickle, tmp_path, argv):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "dashboard.cli"] + [a.format(url=trickle.url, tmp=tmp_path) for a in argv]
+    res, took = timed(subprocess.run, cmd, capture_output=True, text=True, timeout=30)
+    assert took < 2 + 1 + 1.5, (took, res.stderr[-500:])  # --timeout + 1 s, + the interpreter's start
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+
+
+def test_embedded_source_one_slow_target_does_not_hold_the_others(trickle, exporter):
+    from dashboard.sources.embedded import EmbeddedSource
+
+    good = f"127.0.0.1:{exporter.server_address[1]}"
+    src = EmbeddedSource([trickle.url + "/metrics", good + "/healthz"], timeout=1.0)
+    try:
+        _, took = timed(src.scrape)
+        assert took < 2.5
+        assert list(src.last_errors) == [trickle.url + "/metrics"]
+    finally:
+        src.close()
+
+
+def test_live_snapshot_from_a_trickling_exporter_is_bounded(trickle):
+    from dashboard.datasource import snapshot_from_url
+
+    with pytest.raises(Exception, match="within 1 s"):
+        timed(snapshot_from_url(trickle.url, timeout=1.0))

@@ -288,3 +288,91 @@ def test_live_snapshot_from_a_trickling_exporter_is_bounded(trickle):
 
     with pytest.raises(Exception, match="within 1 s"):
         timed(snapshot_from_url(trickle.url, timeout=1.0))
+
+
+# ----------------------------------------------------------------- serve: poller and honest health
+
+def _sim_snapshot_fn():
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+
+    sim = Simulation(SimConfig(nodes=4, seed=2, start=time.time() - 600, history_seconds=600))
+    return sim, (lambda: build_snapshot(sim))
+
+
+def test_requests_never_wait_on_a_frozen_scheduler_source():
+    from dashboard.datasource import LiveDatasource
+
+    _, fn = _sim_snapshot_fn()
+    calls = []
+
+    def frozen():
+        calls.append(1)
+        if len(calls) > 1:
+            time.sleep(5)  # a frozen slurm-exporter
+        return fn()
+
+    ds = LiveDatasource(frozen, "slurm-exporter", min_interval=0.1).start()
+    try:
+        deadline = time.monotonic() + 5
+        while ds.snapshot() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the poller is now inside the frozen fetch
+        _, took = timed(lambda: (ds.snapshot(), ds.status(), ds.status().to_json()))
+        assert ds.snapshot() is not None and took < 0.2
+    finally:
+        ds.close()
+
+
+def test_health_says_a_dead_prometheus_is_down():
+    from dashboard.app import serve_families
+    from dashboard.datasource import LiveDatasource
+    from dashboard.sources.prometheus import PrometheusSource
+
+    _, fn = _sim_snapshot_fn()
+    ds = LiveDatasource(fn, "snapshot", metrics=PrometheusSource("http://127.0.0.1:9", timeout=2.0))
+    ds.refresh_metrics()
+    doc = ds.status().to_json()
+    assert doc["ok"] is False and doc["status"] == "degraded"
+    assert any("metrics (prometheus)" in r and "queries failed" in r for r in doc["reasons"])
+    up = next(f for f in serve_families(ds) if f.name == "gangwatch_serve_source_up")
+    assert 'gangwatch_serve_source_up{source="metrics (prometheus)"} 0' in up.lines
+
+
+def test_health_says_all_targets_down_is_down(exporter):
+    from dashboard.datasource import LiveDatasource
+    from dashboard.sources.embedded import EmbeddedSource
+
+    _, fn = _sim_snapshot_fn()
+    src = EmbeddedSource(["127.0.0.1:9/metrics", f"127.0.0.1:{exporter.server_address[1]}/nope"], timeout=2.0)
+    ds = LiveDatasource(fn, "snapshot", metrics=src)
+    try:
+        ds.refresh_metrics()
+        st = ds.status()
+        metrics = next(s for s in st.sources if s.name.startswith("metrics"))
+        assert not metrics.ok and "all 2 targets failed" in metrics.detail
+    finally:
+        src.close()
+
+
+def test_findings_from_a_partly_or_wholly_dead_source_are_flagged():
+    from dashboard.datasource import LiveDatasource
+    from dashboard.sources.simulated import window_from_history
+
+    sim, fn = _sim_snapshot_fn()
+
+    class Flaky:
+        name, queries_last_cycle, failed_last_cycle = "flaky", 10, 3
+
+        def window(self):
+            return window_from_history(sim)
+
+    m = Flaky()
+    ds = LiveDatasource(fn, "snapshot", clock=lambda: sim.t, metrics=m)
+    ds.refresh_metrics()
+    f = ds.findings()
+    assert "3 of 10 queries failed" in f.degraded and f.to_json()["degraded"] == f.degraded
+    assert all(f.degraded in v.detail for v in f.verdicts if v.state == "insufficient_data")
+    m.failed_last_cycle = 10  # now the source is dead: the last findings stay, marked
+    ds.refresh_metrics()
+    assert ds.findings().verdicts == f.verdicts and "metric source down" in ds.findings().degraded

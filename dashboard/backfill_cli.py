@@ -64,6 +64,8 @@ def parse_snapshot(text: str | bytes, origin: str) -> Snapshot:
         doc = json.loads(text)
     except ValueError as exc:
         raise InputError(f"{origin}: not JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{origin}: not a snapshot (JSON nested too deeply)") from None
     if not isinstance(doc, dict) or "taken_at" not in doc or not isinstance(doc.get("jobs", []), list) \
             or not isinstance(doc.get("nodes", []), list):
         raise InputError(f"{origin}: not a gangwatch snapshot (expected the /api/v1/snapshot JSON object "

@@ -376,3 +376,106 @@ def test_findings_from_a_partly_or_wholly_dead_source_are_flagged():
     m.failed_last_cycle = 10  # now the source is dead: the last findings stay, marked
     ds.refresh_metrics()
     assert ds.findings().verdicts == f.verdicts and "metric source down" in ds.findings().degraded
+
+
+# ----------------------------------------------------------------- oversized and broken inputs
+
+SNAPSHOT_NODE = {"name": "n1", "state": "IDLE", "cpus_total": 64, "memory_total_bytes": 512 << 30, "gpus_total": 8,
+                 "partitions": ["gpu"]}
+
+
+def _snapshot_doc(**node) -> dict:
+    return {"taken_at": 1_767_225_600.0, "nodes": [{**SNAPSHOT_NODE, **node}, {**SNAPSHOT_NODE, "name": "n2"}],
+            "jobs": [{"job_id": 7, "state": "PENDING", "partition": "gpu", "node_count": 1, "cpus": 8, "gpus": 10 ** 30,
+                      "user": "u", "reason": "Resources"}],
+            "partitions": [{"name": "gpu", "nodes": ["n1", "n2"], "state": "UP"}]}
+
+
+@pytest.mark.parametrize("node", [{"gpus_total": 10 ** 9}, {"gpus_total": 10 ** 7}, {"memory_total_bytes": 10 ** 30},
+                                  {"cpus_total": 10 ** 12}])
+def test_absurd_node_figures_are_left_out_with_a_reason(tmp_path, capsys, node):
+    from dashboard.backfill_cli import main
+
+    f = tmp_path / "snap.json"
+    f.write_text(__import__("json").dumps(_snapshot_doc(**node)))
+    rc, took = timed(main, ["--snapshot", str(f)])
+    out = capsys.readouterr().out
+    assert rc == 0 and took < 10
+    assert "n1 (the snapshot gives it" in out and "not planned" in out
+
+
+def test_deeply_nested_snapshot_is_one_line(tmp_path, capsys):
+    from dashboard.backfill_cli import main
+
+    f = tmp_path / "nested.json"
+    f.write_text('{"taken_at": 1, "jobs": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert main(["--snapshot", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "nested too deeply" in err and "Traceback" not in err
+
+
+def test_simulate_bounded_on_an_unterminated_line_and_clear_on_a_bad_out(tmp_path, capsys):
+    from dashboard.analysis.swf import MAX_LINE_CHARS, read_swf
+    from dashboard.simulate_cli import main
+    from tests.test_replay import SWF_TEXT
+
+    trace, took = timed(read_swf, "/dev/zero")
+    assert took < 5 and trace.jobs == () and "reading stopped" in trace.problems[-1].reason
+    assert MAX_LINE_CHARS <= 1 << 20
+    swf = tmp_path / "t.swf"
+    swf.write_text(SWF_TEXT)
+    for out in ("/dev/full", str(tmp_path)):
+        assert main(["--swf", str(swf), "--out", out]) == 2
+        assert f"cannot write {out}" in capsys.readouterr().err
+
+
+def test_capture_fails_on_a_dead_prometheus_and_an_unwritable_out(tmp_path, capsys):
+    from dashboard.capture_cli import main
+
+    assert main(["--prometheus", "http://127.0.0.1:9", "--out", str(tmp_path / "b"), "--timeout", "3"]) == 1
+    assert "no bundle written" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "metrics.om").exists()
+    assert main(["--prometheus", "http://127.0.0.1:9", "--out", "/proc/x", "--timeout", "3"]) == 2
+    assert "cannot create /proc/x" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def small_bundle(tmp_path_factory):
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.simulated import BundleWriter
+
+    sim = Simulation(SimConfig(nodes=4, seed=3, prefill=False))
+    w = BundleWriter(sim)
+    w.capture()
+    for _ in range(12):
+        sim.step()
+        w.capture()
+    p = tmp_path_factory.mktemp("bundle")
+    w.write(str(p))
+    return p
+
+
+@pytest.mark.parametrize("squeue", [None, '{"jobs": [', "garbage", "[1, 2]"])
+def test_diagnose_broken_squeue_is_a_note_and_exit_1(small_bundle, tmp_path, capsys, squeue):
+    import shutil
+
+    from dashboard.diagnose_cli import main
+
+    assert main(["--bundle", str(small_bundle)]) == 0
+    capsys.readouterr()
+    b = tmp_path / "b"
+    shutil.copytree(small_bundle, b)
+    if squeue is None:
+        (b / "squeue.json").unlink()
+    else:
+        (b / "squeue.json").write_text(squeue)
+    assert main(["--bundle", str(b)]) == 1
+    out, err = capsys.readouterr()
+    assert "note: squeue.json" in out and "squeue.json" in err
+
+
+def test_diagnose_missing_bundle_exits_2(capsys):
+    from dashboard.diagnose_cli import main
+
+    assert main(["--bundle", "/nonexistent"]) == 2
+    assert "not a directory" in capsys.readouterr().err

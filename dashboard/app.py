@@ -28,7 +28,7 @@ import posixpath
 import re
 import threading
 from typing import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import dash
 from dash import Input, Output, State, dcc, html, no_update
@@ -71,7 +71,7 @@ def resolve(path: str):
     for pattern, module in ROUTES:
         m = pattern.match(path)
         if m:
-            return module, m.groupdict()
+            return module, {k: unquote(v) for k, v in m.groupdict().items()}  # Ctx.node/job encode them
     return None, {}
 
 

@@ -234,7 +234,24 @@ def _table(rows: list[list[str]], indent: str = "    ") -> list[str]:
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(value):
+    """`value` with every control character in its strings (ESC, BEL, newlines from Slurm reasons
+    or job names) shown as "?": a table on a terminal must not be re-coloured, rung or re-lined by
+    the data it prints. One character for one, so the columns stay aligned."""
+    if isinstance(value, str):
+        return _CONTROL.sub("?", value)
+    if isinstance(value, dict):
+        return {k: printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable(v) for v in value]
+    return value
+
+
 def render_table(doc: dict) -> str:
+    doc = printable(doc)
     now = doc["generated_at"]
     snap = doc.get("snapshot", {})
     cluster = f" of cluster {snap['cluster']}" if snap.get("cluster") else ""

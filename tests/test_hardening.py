@@ -479,3 +479,54 @@ def test_diagnose_missing_bundle_exits_2(capsys):
 
     assert main(["--bundle", "/nonexistent"]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- low: hostile names, terminals, tracebacks
+
+def test_node_and_job_links_are_one_encoded_path_segment():
+    from dashboard import ui
+    from dashboard.app import resolve
+    from dashboard.pages import node
+
+    ctx = ui.Ctx(lambda p: p)
+    hostile = "n64)![t](http://host/track.png)"
+    link = ctx.node(hostile)
+    assert link.startswith("/nodes/") and not set("()[] /#?") & set(link[len("/nodes/"):])
+    for name in (hostile, "a/b", "n#1", "n 1?x=%"):
+        module, params = resolve(ctx.node(name).lstrip("/"))
+        assert module is node and params == {"name": name}
+    assert resolve(ctx.job("12_[3-4]").lstrip("/"))[1] == {"jobid": "12_[3-4]"}
+
+
+def test_backfill_table_shows_control_characters_as_question_marks(tmp_path, capsys):
+    import json
+
+    from dashboard.backfill_cli import main
+
+    doc = _snapshot_doc()
+    doc["jobs"][0]["reason"] = "Resources\x1b[2J\x07\nFAKE LINE"
+    f = tmp_path / "snap.json"
+    f.write_text(json.dumps(doc))
+    assert main(["--snapshot", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "Resources?[2J??FAKE LINE" in out
+
+
+def test_nvml_backoff_does_not_grow_a_traceback():
+    import traceback
+
+    from collectors.node.gpu import NvmlSession
+
+    class Broken:
+        def nvmlInit(self):
+            raise RuntimeError("driver/library version mismatch")
+
+    s = NvmlSession(Broken(), clock=lambda: 100.0)
+    depths = []
+    for _ in range(5):
+        try:
+            s.acquire()
+        except Exception as exc:
+            depths.append(len(traceback.extract_tb(exc.__traceback__)))
+            assert s.last_error.__traceback__ is None and exc is not s.last_error
+    assert len(set(depths)) == 1

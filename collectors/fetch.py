@@ -21,9 +21,11 @@ import time
 
 import httpx
 
-# What one answer may hold, decompressed. A Prometheus range query of an aggregated signal over
-# 16,384 nodes for an hour is ~120 MB of JSON; an agent's /metrics a few MB.
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+# What one answer may hold, decompressed (the body is briefly held twice while it is joined).
+# An agent's /metrics is a few MB, a slurm-exporter snapshot of 10,000 jobs ~20 MB; a Prometheus
+# range query of one aggregated signal over 16,384 nodes for an hour ~100 MB (PROMETHEUS_MAX_BYTES).
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+PROMETHEUS_MAX_BYTES = 160 * 1024 * 1024
 
 
 class FetchError(httpx.HTTPError):

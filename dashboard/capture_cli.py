@@ -40,7 +40,8 @@ def _queries(per_query: int = 12) -> list[str]:
 
 
 def fetch_samples(url: str, start: float, end: float, step: float, timeout: float, notes: list[str],
-                  client: httpx.Client | None = None, deadline: Deadline | None = None) -> tuple[list[Sample], int]:
+                  client: httpx.Client | None = None, deadline: Deadline | None = None,
+                  max_bytes: int = fetch.PROMETHEUS_MAX_BYTES) -> tuple[list[Sample], int]:
     """-> (samples, how many queries succeeded); every query within what is left of `deadline`."""
     deadline = deadline or Deadline(timeout)
     out: list[Sample] = []
@@ -49,6 +50,7 @@ def fetch_samples(url: str, start: float, end: float, step: float, timeout: floa
     for q in queries:
         try:
             r = fetch.get(url.rstrip("/") + "/api/v1/query_range", timeout, client=client, deadline=deadline,
+                          max_bytes=max_bytes,
                           params={"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
             r.raise_for_status()
             doc = r.json()
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--snapshot", metavar="URL|FILE", help="jobs: slurm-exporter snapshot URL/file or squeue --json file")
     ap.add_argument("--cluster", default="")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds for the whole capture (default %(default)s)")
+    ap.add_argument("--max-query-mb", type=float, default=1024.0,
+                    help="largest answer one query may return, in MiB (raw series: default %(default)s)")
     args = ap.parse_args(argv)
     from collectors.runner import CommandRunner
     from dashboard.diagnose_cli import jobs_from
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gangwatch capture: cannot create {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     deadline = Deadline(args.timeout)
-    samples, ok = fetch_samples(args.prometheus, start, end, args.step, args.timeout, notes, deadline=deadline)
+    samples, ok = fetch_samples(args.prometheus, start, end, args.step, args.timeout, notes, deadline=deadline,
+                                max_bytes=int(args.max_query_mb * 1024 * 1024))
     if not samples:
         for n in notes[:3]:
             print(f"gangwatch capture: {n}", file=sys.stderr)

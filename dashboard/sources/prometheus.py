@@ -99,7 +99,8 @@ class PrometheusSource:
 
     def _get(self, path: str, params: dict) -> dict:
         self.queries_last_cycle += 1
-        r = fetch.get(self.url + path, self.timeout, params=params, client=self.client, deadline=self._deadline)
+        r = fetch.get(self.url + path, self.timeout, params=params, client=self.client, deadline=self._deadline,
+                      max_bytes=fetch.PROMETHEUS_MAX_BYTES)
         r.raise_for_status()
         doc = r.json()
         if doc.get("status") != "success":

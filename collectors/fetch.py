@@ -41,11 +41,28 @@ class Deadline:
         self.seconds = seconds
         self.end = clock() + seconds
 
+    @classmethod
+    def for_command(cls, seconds: float) -> "Deadline":
+        """A CLI's `--timeout`: counted from the process' start, so the interpreter's start-up and
+        imports (a second or more on a loaded machine) come out of it too; at least a quarter of
+        it is left for the requests."""
+        return cls(max(seconds - process_age(), seconds / 4))
+
     def left(self) -> float:
         return max(0.0, self.end - self._clock())
 
     def expired(self) -> bool:
         return self.left() <= 0.0
+
+
+def process_age() -> float:
+    """Seconds since this process started (0 when that cannot be read)."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # psutil missing or /proc unreadable: count from now
+        return 0.0
 
 
 def get(url: str, timeout: float, *, params: dict | None = None, headers: dict | None = None,
@@ -75,9 +92,13 @@ def get(url: str, timeout: float, *, params: dict | None = None, headers: dict |
     if not done.wait(timeout):
         cancel.set()
         raise FetchError(f"GET {url}: no complete answer within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["response"]
+    err = box.pop("error", None)
+    if err is not None:
+        try:
+            raise err
+        finally:
+            del err  # else this frame, the error and its traceback form a cycle only the GC frees
+    return box.pop("response")
 
 
 def _read(client: httpx.Client | None, url: str, params, headers, timeout: float, max_bytes: int,
@@ -91,11 +112,12 @@ def _read(client: httpx.Client | None, url: str, params, headers, timeout: float
                 raise FetchError(f"GET {url}: the answer is {int(declared)} bytes, more than the {max_bytes} allowed")
             chunks, size = [], 0
             for chunk in r.iter_bytes():
-                if cancel.is_set():
-                    raise FetchError(f"GET {url}: abandoned at its deadline")
-                size += len(chunk)
-                if size > max_bytes:
+                if cancel.is_set() or size + len(chunk) > max_bytes:
+                    chunks.clear()  # the traceback keeps this frame: not the body with it
+                    if cancel.is_set():
+                        raise FetchError(f"GET {url}: abandoned at its deadline")
                     raise FetchError(f"GET {url}: the answer is more than the {max_bytes} bytes allowed")
+                size += len(chunk)
                 chunks.append(chunk)
             # a plain Response over the decoded body (so no Content-Encoding to decode again)
             keep = [(k, v) for k, v in r.headers.multi_items() if k.lower() not in ("content-encoding", "content-length",

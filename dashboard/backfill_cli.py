@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plan as of this unix time (default: now for live sources, the snapshot's time for a file)")
     p.add_argument("--slurm-what-if", action="store_true",
                    help="check each what-if with `sbatch --test-only` (never submits; --slurm-cli only)")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds per Slurm command or HTTP request")
+    p.add_argument("--timeout", type=float, default=15.0,
+                   help="seconds per Slurm command; with --slurm-exporter, for the whole run up to the snapshot")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     return p
@@ -139,7 +140,7 @@ def fetch_exporter(url: str, timeout: float) -> Snapshot:
     if not url.rstrip("/").endswith("/api/v1/snapshot"):
         url = url.rstrip("/") + "/api/v1/snapshot"
     try:
-        resp = fetch.get(url, timeout)
+        resp = fetch.get(url, timeout, deadline=fetch.Deadline.for_command(timeout))
     except httpx.HTTPError as exc:
         raise InputError(f"cannot reach {url}: {exc}") from None
     if resp.status_code != 200:

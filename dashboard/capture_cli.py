@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"gangwatch capture: cannot create {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    deadline = Deadline(args.timeout)
+    deadline = Deadline.for_command(args.timeout)
     samples, ok = fetch_samples(args.prometheus, start, end, args.step, args.timeout, notes, deadline=deadline,
                                 max_bytes=int(args.max_query_mb * 1024 * 1024))
     if not samples:

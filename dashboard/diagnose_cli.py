@@ -132,7 +132,7 @@ def run(args, broken: list[str] | None = None) -> tuple[object, list[str]]:
 
         from collectors.fetch import Deadline
 
-        deadline = Deadline(args.timeout)  # --timeout bounds the whole run, not each query
+        deadline = Deadline.for_command(args.timeout)  # --timeout bounds the whole run, not each query
         src = PrometheusSource(args.prometheus, timeout=args.timeout, matcher=_matcher(args))
         win = src.window(args.at if args.at is not None else time.time(), args.span, args.step, deadline)
         notes.append(f"Prometheus: {src.queries_last_cycle} queries")

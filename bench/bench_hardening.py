@@ -21,7 +21,8 @@ Part 4 - trickling upstream. Every CLI with an outbound request against a server
 + 1 s.
 
 Usage: python bench/bench_hardening.py [--idle 1000] [--requests 5] [--scrapers 200] [--seconds 5]
-                                       [--skip-rss] [--skip-scrapers]
+                                       [--skip-rss] [--skip-scrapers] [--baseline DIR]
+(--baseline DIR: another checkout's servers, e.g. the code before this change, in parts 1 and 2.)
 """
 
 from __future__ import annotations
@@ -83,9 +84,10 @@ def snapshot_file(tmp: Path) -> Path:
 
 
 class Server:
-    def __init__(self, name: str, argv: list[str], port: int, path: str, tls: bool):
+    def __init__(self, name: str, argv: list[str], port: int, path: str, tls: bool, src: Path = REPO):
         self.name, self.argv, self.port, self.path, self.tls = name, argv, port, path, tls
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+        env = {**os.environ, "PYTHONPATH": str(src)}  # another checkout's code (--baseline) comes first
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=src, env=env,
                                      preexec_fn=lambda: raise_nofile(8192))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -121,33 +123,34 @@ class Server:
             self.proc.wait()
 
 
-def server_specs(tmp: Path, cfg: Path, snap: Path, tls: bool) -> list[tuple[str, list[str], str]]:
+def server_specs(tmp: Path, cfg: Path, snap: Path, tls: bool, baseline: Path | None = None
+                 ) -> list[tuple[str, list[str], str, int, Path]]:
     web = ["--web.config.file", str(cfg)] if tls else []
     empty = tmp / "no-slurm"
     empty.mkdir(exist_ok=True)
-    specs = []
     port = free_port()
-    specs.append(("node_exporter (peer)", [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}",
-                                           "--collector.disable-defaults"] + [f"--collector.{c}" for c in COLLECTORS]
-                  + ([f"--web.config.file={cfg}"] if tls else []), "/metrics", port))
-    port = free_port()
-    specs.append(("gangwatch agent", GANGWATCH + ["agent", "--web.listen-address", f"127.0.0.1:{port}"] + web,
-                  "/metrics", port))
-    port = free_port()
-    specs.append(("gangwatch slurm-exporter", GANGWATCH + ["slurm-exporter", "--web.listen-address", f"127.0.0.1:{port}",
-                                                           "--slurm.bin-dir", str(empty)] + web, "/metrics", port))
-    port = free_port()
-    specs.append(("gangwatch serve", GANGWATCH + ["serve", "--snapshot", str(snap), "--web.listen-address",
-                                                  f"127.0.0.1:{port}"] + web, "/healthz", port))
+    specs = [("node_exporter (peer)", [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}",
+                                       "--collector.disable-defaults"] + [f"--collector.{c}" for c in COLLECTORS]
+              + ([f"--web.config.file={cfg}"] if tls else []), "/metrics", port, REPO)]
+    for src, tag in ((REPO, ""), (baseline, " (baseline)")) if baseline else ((REPO, ""),):
+        ports = [free_port() for _ in range(3)]
+        specs += [
+            ("gangwatch agent" + tag, GANGWATCH + ["agent", "--web.listen-address", f"127.0.0.1:{ports[0]}"] + web,
+             "/metrics", ports[0], src),
+            ("gangwatch slurm-exporter" + tag, GANGWATCH + ["slurm-exporter", "--web.listen-address",
+                                                           f"127.0.0.1:{ports[1]}", "--slurm.bin-dir", str(empty)] + web,
+             "/metrics", ports[1], src),
+            ("gangwatch serve" + tag, GANGWATCH + ["serve", "--snapshot", str(snap), "--web.listen-address",
+                                                  f"127.0.0.1:{ports[2]}"] + web, "/healthz", ports[2], src)]
     return specs
 
 
-def idle_part(tmp: Path, cfg: Path, snap: Path, n_idle: int, n_requests: int) -> None:
+def idle_part(tmp: Path, cfg: Path, snap: Path, n_idle: int, n_requests: int, baseline: Path | None) -> None:
     print(f"\n## 1. {n_idle} idle connections open, then {n_requests} normal requests (each on a new connection)")
-    print(f"{'server':<28} {'tls':<4} {'slowest s':>10} {'median s':>9} {'answered':>9}")
+    print(f"{'server':<36} {'tls':<4} {'slowest s':>10} {'median s':>9} {'answered':>9}")
     for tls in (False, True):
-        for name, argv, path, port in server_specs(tmp, cfg, snap, tls):
-            srv = Server(name, argv, port, path, tls)
+        for name, argv, path, port, src in server_specs(tmp, cfg, snap, tls, baseline):
+            srv = Server(name, argv, port, path, tls, src)
             held = []
             try:
                 for _ in range(n_idle):
@@ -160,13 +163,13 @@ def idle_part(tmp: Path, cfg: Path, snap: Path, n_idle: int, n_requests: int) ->
                 for _ in range(n_requests):
                     t0 = time.monotonic()
                     try:
-                        ok += srv.get(timeout=10) == 200
+                        ok += srv.get(timeout=5) == 200
                     except OSError:
                         pass
                     times.append(time.monotonic() - t0)
                 first = times[0]
                 times.sort()
-                print(f"{name:<28} {'yes' if tls else 'no':<4} {times[-1]:>10.3f} {times[len(times) // 2]:>9.3f} "
+                print(f"{name:<36} {'yes' if tls else 'no':<4} {times[-1]:>10.3f} {times[len(times) // 2]:>9.3f} "
                       f"{ok:>4}/{n_requests:<4} (idle held: {len(held)}; first {first:.3f} s)", flush=True)
             finally:
                 for s in held:
@@ -196,11 +199,13 @@ def raw_scrape(port: int) -> bool:
         return False
 
 
-def scrapers_part(tmp: Path, cfg: Path, snap: Path, scrapers: int, seconds: float) -> None:
+def scrapers_part(tmp: Path, cfg: Path, snap: Path, scrapers: int, seconds: float, baseline: Path | None) -> None:
     print(f"\n## 2. {scrapers} concurrent scrapers for {seconds:g} s (a new connection per scrape)")
-    print(f"{'server':<28} {'scrapes':>8} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    for name, argv, path, port in server_specs(tmp, cfg, snap, False)[:2]:
-        srv = Server(name, argv, port, "/metrics", False)
+    print(f"{'server':<36} {'scrapes':>8} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    for name, argv, path, port, src in server_specs(tmp, cfg, snap, False, baseline):
+        if "agent" not in name and "node_exporter" not in name:
+            continue
+        srv = Server(name, argv, port, "/metrics", False, src)
         lat: list[float] = []
         errors = [0]
         stop = time.monotonic() + seconds
@@ -221,7 +226,7 @@ def scrapers_part(tmp: Path, cfg: Path, snap: Path, scrapers: int, seconds: floa
         for t in threads:
             t.join(seconds + 30)
         srv.stop()
-        print(f"{name:<28} {len(lat):>8} {errors[0]:>7} {percentile(lat, .5) * 1000:>8.1f} "
+        print(f"{name:<36} {len(lat):>8} {errors[0]:>7} {percentile(lat, .5) * 1000:>8.1f} "
               f"{percentile(lat, .99) * 1000:>8.1f} {max(lat, default=float('nan')) * 1000:>8.1f}", flush=True)
 
 
@@ -355,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--skip-rss", action="store_true")
     ap.add_argument("--skip-scrapers", action="store_true")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout (e.g. before this change): its servers measured too in parts 1 and 2")
     args = ap.parse_args(argv)
     raise_nofile(args.idle * 2 + 1024)
     if not os.path.exists(NODE_EXPORTER):
@@ -364,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(d)
         _, _, cfg = make_tls(tmp)
         snap = snapshot_file(tmp)
-        idle_part(tmp, cfg, snap, args.idle, args.requests)
+        idle_part(tmp, cfg, snap, args.idle, args.requests, args.baseline)
         if not args.skip_scrapers:
-            scrapers_part(tmp, cfg, snap, args.scrapers, args.seconds)
+            scrapers_part(tmp, cfg, snap, args.scrapers, args.seconds, args.baseline)
         if not args.skip_rss:
             rss_part(tmp, snap)
         trickle_part(tmp, snap)

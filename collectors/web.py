@@ -8,6 +8,8 @@ start-up (unknown keys, non-bcrypt passwords and unreadable certificates are err
     http_server_config: {headers: {X-Frame-Options: deny, ...}}
 
 Listen addresses follow node_exporter: `:9810` means every interface, `HOST:PORT` one of them.
+Connections, their idle time and each request's time are bounded by `ConnectionGuard`, which
+`serve` and `demo` use too (limits: docs/deployment.md).
 """
 
 from __future__ import annotations

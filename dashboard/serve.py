@@ -17,7 +17,9 @@ serves everything below /gw/ for a reverse proxy that keeps the prefix.
 
 Privileges: none beyond what the chosen scheduler source needs (the Slurm CLI as any user).
 Failure modes: an unreachable source keeps the last good data on screen with a stale banner and
-`/healthz` reports its age; a bad web config or listen address exits 2 at start.
+`/healthz` says `"ok": false` with the reason (docs/deployment.md: limits, deadlines, health); the
+sources are polled in the background, so no request waits on one; a bad web config or listen
+address exits 2 at start.
 """
 
 from __future__ import annotations

@@ -231,6 +231,7 @@ class ConnectionGuard:
         self._conns: dict[int, _Conn] = {}  # by id(socket), oldest first (dicts keep insertion order)
         self.dropped = 0  # connections closed for the cap or a deadline
         self._logged = 0.0
+        self._next_reap = 0.0
 
     def admit(self, sock) -> bool:
         """Register a new connection, closing the oldest waiting one when full; False: every slot is busy."""
@@ -264,8 +265,12 @@ class ConnectionGuard:
                 self._conns[id(sock)] = c  # to the end: the most recently active
 
     def reap(self) -> None:
-        """Close every connection past its deadline."""
+        """Close every connection past its deadline (at most ten times a second: the accept loop
+        calls this after every connection, and a burst of scrapers should not pay a scan each)."""
         now = self._clock()
+        if now < self._next_reap:
+            return
+        self._next_reap = now + 0.1
         with self._lock:
             for c in [c for c in self._conns.values() if c.deadline < now]:
                 self._drop(c)

@@ -51,6 +51,30 @@ def timed(fn, *args, **kwargs):
     return out, time.monotonic() - t0
 
 
+def test_connection_guard_evicts_the_oldest_idle_and_reaps_by_deadline():
+    from collectors.web import ConnectionGuard
+
+    now = [0.0]
+    g = ConnectionGuard(2, request_timeout=5, idle_timeout=60, handle_timeout=120, clock=lambda: now[0])
+    pairs = [socket.socketpair() for _ in range(4)]
+    a, b, c, d = (p[0] for p in pairs)
+    try:
+        assert g.admit(a) and g.admit(b)
+        g.busy(a)  # a's request is running: never the victim
+        assert g.admit(c) and b.recv(1) == b"" and g.open_connections() == 2  # b, the idle one, went
+        g.busy(c)
+        assert not g.admit(d)  # every slot busy: the newcomer is refused
+        g.waiting(a)  # a kept alive: idle for up to 60 s
+        now[0] = 121.0
+        g.reap()  # c ran past its 120 s; a is idle for 121 - 0 > 60 s as well
+        assert g.open_connections() == 0 and c.recv(1) == b"" and a.recv(1) == b""
+        assert g.dropped == 3
+    finally:
+        for p in pairs:
+            for s in p:
+                s.close()
+
+
 # ----------------------------------------------------------------- servers: serve/demo (werkzeug)
 
 @pytest.fixture()

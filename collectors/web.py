@@ -8,6 +8,8 @@ start-up (unknown keys, non-bcrypt passwords and unreadable certificates are err
     http_server_config: {headers: {X-Frame-Options: deny, ...}}
 
 Listen addresses follow node_exporter: `:9810` means every interface, `HOST:PORT` one of them.
+Connections, their idle time and each request's time are bounded by `ConnectionGuard`, which
+`serve` and `demo` use too (limits: docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -198,47 +200,168 @@ def parse_listen_address(addr: str, default_host: str = "") -> tuple[str, int]:
     return host, int(port)
 
 
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 64
-    # Each connection holds a thread until it closes or idles out; past this many, new ones are
-    # closed at once, so idle or slow clients cannot exhaust threads (node_exporter caps requests
-    # in flight the same way with --web.max-requests).
-    max_connections = 256
+class _Conn:
+    __slots__ = ("sock", "busy", "deadline")
 
-    def __init__(self, *args, **kwargs):
-        self._slots = threading.BoundedSemaphore(self.max_connections)
-        self._refused_logged = 0.0
-        super().__init__(*args, **kwargs)
+    def __init__(self, sock, deadline: float):
+        self.sock, self.busy, self.deadline = sock, False, deadline
+
+
+class ConnectionGuard:
+    """Bounds what clients can hold on a threaded server: connections (a thread each), the time
+    to send a request, idle keep-alive time and the time a request may run.
+
+    Each connection is *waiting* (TLS handshake, or reading a request line and headers: due by a
+    deadline) or *busy* (its request is being handled). Past `max_connections`, a new connection
+    closes the oldest waiting one rather than being refused, so idle sockets cannot lock out
+    scrapers (an attacker's connections are always older than a scraper's next one). Deadlines are
+    enforced by closing the socket under the thread (`reap()`, from the accept loop), which ends
+    its read at once: a socket timeout alone bounds each read, not the request, so a client
+    trickling one byte at a time would otherwise hold its thread forever.
+    """
+
+    def __init__(self, max_connections: int, request_timeout: float, idle_timeout: float,
+                 handle_timeout: float, clock: Callable[[], float] = time.monotonic):
+        self.max_connections = max_connections
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
+        self.handle_timeout = handle_timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conns: dict[int, _Conn] = {}  # by id(socket), oldest first (dicts keep insertion order)
+        self.dropped = 0  # connections closed for the cap or a deadline
+        self._logged = 0.0
+        self._next_reap = 0.0
+
+    def admit(self, sock) -> bool:
+        """Register a new connection, closing the oldest waiting one when full; False: every slot is busy."""
+        with self._lock:
+            if len(self._conns) >= self.max_connections:
+                victim = next((c for c in self._conns.values() if not c.busy), None)
+                if victim is None:
+                    self._log_once("refusing a connection: all %d are busy", self.max_connections)
+                    return False
+                self._drop(victim)
+            self._conns[id(sock)] = _Conn(sock, self._clock() + self.request_timeout)
+            return True
+
+    def release(self, sock) -> None:
+        with self._lock:
+            self._conns.pop(id(sock), None)
+
+    def waiting(self, sock, first: bool = False) -> None:
+        """The connection now waits for a request (its first, or the next on a kept-alive connection)."""
+        self._set(sock, False, self.request_timeout if first else self.idle_timeout)
+
+    def busy(self, sock) -> None:
+        """The connection's request has arrived whole and is being handled."""
+        self._set(sock, True, self.handle_timeout)
+
+    def _set(self, sock, busy: bool, timeout: float) -> None:
+        with self._lock:
+            c = self._conns.pop(id(sock), None)
+            if c is not None:
+                c.busy, c.deadline = busy, self._clock() + timeout
+                self._conns[id(sock)] = c  # to the end: the most recently active
+
+    def reap(self) -> None:
+        """Close every connection past its deadline (at most ten times a second: the accept loop
+        calls this after every connection, and a burst of scrapers should not pay a scan each)."""
+        now = self._clock()
+        if now < self._next_reap:
+            return
+        self._next_reap = now + 0.1
+        with self._lock:
+            for c in [c for c in self._conns.values() if c.deadline < now]:
+                self._drop(c)
+
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    def _drop(self, c: _Conn) -> None:
+        self._conns.pop(id(c.sock), None)
+        self.dropped += 1
+        try:
+            # socket.socket's own shutdown, not SSLSocket's (which drops its TLS state under the
+            # thread still using it): the thread's blocked read returns at once and it ends.
+            socket.socket.shutdown(c.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _log_once(self, msg: str, *args) -> None:
+        now = self._clock()
+        if now - self._logged > 60:  # a flood must not flood the log too
+            self._logged = now
+            log.warning(msg, *args)
+
+
+class GuardedServerMixin:
+    """For socketserver.ThreadingMixIn servers: a ConnectionGuard around every connection, its
+    deadlines checked on each turn of the accept loop (`service_actions`, every poll interval),
+    and a listen backlog deep enough for a burst of scrapers (the kernel caps it at somaxconn)."""
+
+    request_queue_size = 1024
+    max_connections = 256
+    request_timeout = 5.0  # a scraper sends its request as soon as it connects
+    idle_timeout = 60.0
+    handle_timeout = 120.0
+
+    def init_guard(self) -> None:
+        self.guard = ConnectionGuard(self.max_connections, self.request_timeout, self.idle_timeout,
+                                     self.handle_timeout)
 
     def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):
-            now = time.monotonic()
-            if now - self._refused_logged > 60:  # once a minute: a flood must not flood the log too
-                self._refused_logged = now
-                log.warning("refusing connections: %d already open", self.max_connections)
+        if not self.guard.admit(request):
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self.guard.release(request)
             raise
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.guard.release(request)
+
+    def service_actions(self):
+        super().service_actions()
+        self.guard.reap()
+
+
+def tls_handshake(sock, timeout: float) -> bool:
+    """Complete a server-side TLS handshake on the connection's own thread, within `timeout`.
+
+    The listening socket is wrapped with do_handshake_on_connect=False, so accept() never waits
+    on a client: a handshake in the accept loop lets one silent client stop the whole server."""
+    if not isinstance(sock, ssl.SSLSocket):
+        return True
+    sock.settimeout(timeout)
+    try:
+        sock.do_handshake()
+        return True
+    except (OSError, ValueError) as exc:  # ssl.SSLError and timeouts are OSErrors
+        log.debug("TLS handshake failed: %s", exc)
+        return False
+
+
+class _Server(GuardedServerMixin, socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, *args, **kwargs):
+        self.init_guard()
+        super().__init__(*args, **kwargs)
 
 
 # Limits that keep a misbehaving client from holding memory: node_exporter's Go server allows 1 MiB of
 # headers; a scrape request is a few hundred bytes.
 MAX_LINE = 8192
 MAX_HEADERS = 100
-# Idle keep-alive connections are closed after this long; Prometheus reopens one transparently.
-IDLE_TIMEOUT = 300.0
+# Per read: the ConnectionGuard's deadlines are what bound a request as a whole.
+READ_TIMEOUT = 60.0
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 
@@ -266,19 +389,27 @@ class _Handler(socketserver.StreamRequestHandler):
     whole uncached scrape costs about 1.2 ms.
     """
 
-    timeout = IDLE_TIMEOUT
+    timeout = READ_TIMEOUT
     disable_nagle_algorithm = True
     routes: dict[str, Handler] = {}
     cfg: "WebConfig"
 
     def handle(self) -> None:
+        guard = self.server.guard
+        if not tls_handshake(self.request, guard.request_timeout):
+            return
+        self.request.settimeout(self.timeout)
+        first = True
         try:
-            while self._one_request():
-                pass
-        except (OSError, ValueError):  # reset, idle timeout, TLS failure: the connection just ends
+            while True:
+                guard.waiting(self.request, first)
+                first = False
+                if not self._one_request(guard):
+                    break
+        except (OSError, ValueError):  # reset, timeout, closed by the guard: the connection just ends
             pass
 
-    def _one_request(self) -> bool:
+    def _one_request(self, guard: ConnectionGuard) -> bool:
         line = self.rfile.readline(MAX_LINE + 1)
         if not line:
             return False
@@ -303,6 +434,7 @@ class _Handler(socketserver.StreamRequestHandler):
             headers[key.strip().lower()] = value.strip()
         else:
             return self._error(431, "Request Header Fields Too Large")
+        guard.busy(self.request)
         conn = headers.get("connection", "").lower()
         keep = "close" not in conn if version == "HTTP/1.1" else "keep-alive" in conn
         if "content-length" in headers or "transfer-encoding" in headers:
@@ -365,7 +497,7 @@ def make_server(address: str, routes: dict[str, Handler], web_config: WebConfig 
     server = family((host, port), handler)
     ctx = cfg.ssl_context()
     if ctx is not None:
-        # The handshake happens on the connection's own thread (on its first read), so a client
+        # The handshake happens on the connection's own thread (tls_handshake), so a client
         # that stalls mid-handshake cannot block the accept loop.
         server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     return server

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
+import posixpath
 import re
 import threading
 from typing import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import dash
 from dash import Input, Output, State, dcc, html, no_update
@@ -36,6 +38,7 @@ from dashboard import ids, ui
 from dashboard.datasource import Datasource, fmt_age
 from dashboard.pages import job, jobs, network, node, nodes, overview, queue, storage
 
+log = logging.getLogger(__name__)
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
 # (pattern on the path below the prefix, module). Order matters: first match wins.
 ROUTES = [
@@ -68,7 +71,7 @@ def resolve(path: str):
     for pattern, module in ROUTES:
         m = pattern.match(path)
         if m:
-            return module, m.groupdict()
+            return module, {k: unquote(v) for k, v in m.groupdict().items()}  # Ctx.node/job encode them
     return None, {}
 
 
@@ -275,14 +278,20 @@ def _adapt(handler):
 
 class _StaticGzip:
     """Compressed bodies of the static bundles, made once per process and shared by every app in
-    it (tests and the benchmark build several): the URL names the content (fingerprinted, or
-    plotly.js of the installed package). A request that finds a compression under way waits for
-    it rather than compressing the same 4.8 MB again."""
+    it (tests and the benchmark build several). Keyed by the file a URL names (`static_key`: the
+    fingerprint stripped, `..` resolved), never the URL as sent, so made-up variants of one path
+    share an entry; and bounded in entries and bytes, past which bodies are compressed but not kept.
+    A request that finds a compression under way waits for it rather than compressing the same
+    4.8 MB again."""
+
+    max_entries = 64
+    max_bytes = 32 * 1024 * 1024  # compressed; plotly.js is ~1.4 MB of it
 
     def __init__(self):
         self._lock = threading.Lock()
         self._bodies: dict[str, bytes] = {}
         self._busy: dict[str, threading.Lock] = {}
+        self._size = 0
 
     def get(self, key: str, data: Callable[[], bytes]) -> bytes:
         with self._lock:
@@ -296,8 +305,19 @@ class _StaticGzip:
             if body is None:
                 body = gzip.compress(data(), 9)
                 with self._lock:
-                    self._bodies[key] = body
+                    if len(self._bodies) < self.max_entries and self._size + len(body) <= self.max_bytes:
+                        self._bodies[key] = body
+                        self._size += len(body)
+        with self._lock:
+            self._busy.pop(key, None)
         return body
+
+
+def static_key(path: str) -> str:
+    """The cache key of a static URL: the file it serves, whatever fingerprint or `x/..` it carries."""
+    from dash.fingerprint import check_fingerprint
+
+    return posixpath.normpath(check_fingerprint(path)[0])
 
 
 STATIC_GZIP = _StaticGzip()
@@ -310,8 +330,25 @@ def _read(path: str) -> Callable[[], bytes]:
     return read
 
 
+# Defaults a web config's http_server_config.headers may override. Dash's renderer and clientside
+# callbacks are inline scripts and plotly's WebGL traces compile shaders with `new Function`, hence
+# 'unsafe-inline' and 'unsafe-eval'; what the policy buys is no foreign source (an image or script
+# from another host, e.g. smuggled in through a node name) and no framing.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; "
+                               "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; "
+                               "worker-src 'self' blob:; connect-src 'self'; frame-ancestors 'none'; "
+                               "base-uri 'self'; form-action 'self'",
+}
+# Dash's callback requests carry the inputs and states of one callback: kilobytes, rarely more.
+MAX_REQUEST_BODY = 8 * 1024 * 1024
+
+
 def _add_http_hooks(app: dash.Dash, web_config) -> None:
     server = app.server
+    server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BODY
     prefix = app.config.routes_pathname_prefix
 
     def precompress():  # plotly.js takes ~0.3-1 s to compress: at start, not on a user's first load
@@ -326,6 +363,11 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
 
     threading.Thread(target=precompress, name="gangwatch-gzip-assets", daemon=True).start()
 
+    @server.errorhandler(dash.exceptions.DependencyException)
+    def not_a_bundle(_exc):  # a made-up or traversing component-suite path: one line, not a traceback
+        log.info("404 %s: not a registered bundle", request.path[:200].encode("unicode_escape").decode())
+        return Response("Not Found\n", status=404, content_type="text/plain; charset=utf-8")
+
     @server.before_request
     def guard():
         if request.method not in ("GET", "HEAD", "POST"):
@@ -338,7 +380,8 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
 
     @server.after_request
     def finish(resp):
-        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+        for k, v in SECURITY_HEADERS.items():
+            resp.headers.setdefault(k, v)
         if web_config is not None:
             for k, v in web_config.headers.items():
                 resp.headers[k] = v
@@ -352,7 +395,7 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
         if len(data) < 1024:
             return resp
         if static:
-            body = STATIC_GZIP.get(request.path, lambda: data)
+            body = STATIC_GZIP.get(static_key(request.path), lambda: data)
         else:
             body = gzip.compress(data, 5)
         resp.set_data(body)

@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plan as of this unix time (default: now for live sources, the snapshot's time for a file)")
     p.add_argument("--slurm-what-if", action="store_true",
                    help="check each what-if with `sbatch --test-only` (never submits; --slurm-cli only)")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds per Slurm command or HTTP request")
+    p.add_argument("--timeout", type=float, default=15.0,
+                   help="seconds per Slurm command; with --slurm-exporter, for the whole run up to the snapshot")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     return p
@@ -64,6 +65,8 @@ def parse_snapshot(text: str | bytes, origin: str) -> Snapshot:
         doc = json.loads(text)
     except ValueError as exc:
         raise InputError(f"{origin}: not JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{origin}: not a snapshot (JSON nested too deeply)") from None
     if not isinstance(doc, dict) or "taken_at" not in doc or not isinstance(doc.get("jobs", []), list) \
             or not isinstance(doc.get("nodes", []), list):
         raise InputError(f"{origin}: not a gangwatch snapshot (expected the /api/v1/snapshot JSON object "
@@ -132,10 +135,12 @@ def read_snapshot_file(path: str) -> Snapshot:
 def fetch_exporter(url: str, timeout: float) -> Snapshot:
     import httpx
 
+    from collectors import fetch
+
     if not url.rstrip("/").endswith("/api/v1/snapshot"):
         url = url.rstrip("/") + "/api/v1/snapshot"
     try:
-        resp = httpx.get(url, timeout=timeout)
+        resp = fetch.get(url, timeout, deadline=fetch.Deadline.for_command(timeout))
     except httpx.HTTPError as exc:
         raise InputError(f"cannot reach {url}: {exc}") from None
     if resp.status_code != 200:
@@ -230,7 +235,24 @@ def _table(rows: list[list[str]], indent: str = "    ") -> list[str]:
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(value):
+    """`value` with every control character in its strings (ESC, BEL, newlines from Slurm reasons
+    or job names) shown as "?": a table on a terminal must not be re-coloured, rung or re-lined by
+    the data it prints. One character for one, so the columns stay aligned."""
+    if isinstance(value, str):
+        return _CONTROL.sub("?", value)
+    if isinstance(value, dict):
+        return {k: printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable(v) for v in value]
+    return value
+
+
 def render_table(doc: dict) -> str:
+    doc = printable(doc)
     now = doc["generated_at"]
     snap = doc.get("snapshot", {})
     cluster = f" of cluster {snap['cluster']}" if snap.get("cluster") else ""

@@ -25,9 +25,8 @@ import logging
 import math
 import threading
 import time
-import urllib.request
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 import numpy as np
@@ -118,6 +117,7 @@ class Findings:
     verdicts: tuple[Verdict, ...] = ()
     incidents: tuple[Incident, ...] = ()
     diagnosis: model.Diagnosis | None = None
+    degraded: str = ""  # why these findings may be wrong or old (a metric source down); "" when not
 
     def verdict(self, jobid: str) -> Verdict | None:
         for v in self.verdicts:
@@ -129,9 +129,11 @@ class Findings:
         return {v.jobid: v for v in self.verdicts}
 
     def as_diagnosis(self) -> model.Diagnosis:
-        """The findings as the one findings model (the record itself where there is one)."""
+        """The findings as the one findings model (the record itself where there is one); findings
+        kept from before a metric source died say so in their notes."""
         if self.diagnosis is not None:
-            return self.diagnosis
+            d = self.diagnosis
+            return replace(d, notes=tuple(d.notes) + (f"degraded: {self.degraded}",)) if self.degraded else d
         verdicts = tuple(model.Verdict(v.jobid, v.nodes, v.gpus, v.state, v.confidence, v.since, v.culprit,
                                        v.culprit_kind,
                                        tuple(model.Evidence(e.signal, e.node, e.value, e.baseline, e.threshold)
@@ -140,7 +142,8 @@ class Findings:
                          for v in self.verdicts)
         incidents = tuple(model.Incident(i.culprit, "", i.cause, i.jobs, i.gpu_hours_lost, i.since)
                           for i in self.incidents)
-        return model.Diagnosis(self.generated_at, verdicts, incidents, source=self.source)
+        return model.Diagnosis(self.generated_at, verdicts, incidents, source=self.source,
+                               notes=(f"degraded: {self.degraded}",) if self.degraded else ())
 
 
 def group_incidents(verdicts: tuple[Verdict, ...] | list[Verdict]) -> tuple[Incident, ...]:
@@ -203,7 +206,15 @@ class Status:
         return tuple(s for s in self.sources if s.stale)
 
     def to_json(self) -> dict:
-        return {"status": "ok", "simulated": self.simulated, "now": self.now,
+        """`/healthz`: "ok" true only when every source answered its latest poll with fresh data;
+        otherwise "status" is "degraded" and "reasons" says which source and why. The HTTP status
+        stays 200: the server is alive (a liveness probe must not restart it for a dead upstream)."""
+        bad = self.stale
+        reasons = [f"{s.name}: " + (s.detail or ("no data yet" if s.age_seconds is None else
+                                                   "down" if not s.ok else f"data {fmt_age(s.age_seconds)} old"))
+                   for s in bad]
+        return {"status": "degraded" if bad else "ok", "ok": not bad, "reasons": reasons,
+                "simulated": self.simulated, "now": self.now,
                 "sources": {s.name: {"ok": s.ok, "age_seconds": None if s.age_seconds is None else round(s.age_seconds, 3),
                                      "stale": s.stale, "detail": s.detail} for s in self.sources}}
 
@@ -1262,22 +1273,31 @@ class LiveDatasource(WindowSeries, BaseDatasource):
         self._win_failed = False
         self._findings: Findings | None = None
         self._stop = threading.Event()
+        self._polling = False  # start() hands fetching to a background thread
 
     def now(self) -> float:
         return self._clock()
 
     def snapshot(self):
+        """The latest snapshot. Once start()ed, only the background poller fetches: a request never
+        waits on the scheduler source (a frozen slurm-exporter made every page wait its timeout)."""
+        if not self._polling:
+            self.refresh_snapshot()
+        return self._snap
+
+    def refresh_snapshot(self) -> None:
+        """Fetch a snapshot if the last try is at least min_interval old (one fetch at a time)."""
         with self._lock:
-            if self._clock() - self._last_try >= self._min_interval:
-                self._last_try = self._clock()
-                try:
-                    snap = self._fn()
-                    if snap is not None:
-                        self._snap, self._error = snap, ""
-                except Exception as exc:
-                    self._error = f"{type(exc).__name__}: {exc}"
-                    log.warning("scheduler source %s failed: %s", self.source_name, self._error)
-            return self._snap
+            if self._clock() - self._last_try < self._min_interval:
+                return
+            self._last_try = self._clock()
+            try:
+                snap = self._fn()
+                if snap is not None:
+                    self._snap, self._error = snap, ""
+            except Exception as exc:
+                self._error = f"{type(exc).__name__}: {exc}"
+                log.warning("scheduler source %s failed: %s", self.source_name, self._error)
 
     def version(self) -> str:
         snap = self._snap
@@ -1298,10 +1318,18 @@ class LiveDatasource(WindowSeries, BaseDatasource):
             if scrape is not None:  # the embedded source scrapes its targets itself
                 scrape()
             win = self.metrics.window()
+            down = source_down(self.metrics)
+            if down:
+                raise ConnectionError(down)
             self._win, self._win_error, self._win_failed = win, "; ".join(win.notes)[:300], False
         except Exception as exc:
+            # the last good window and findings stay, marked: a dead source must not turn every
+            # verdict into insufficient_data, nor pass for healthy
             self._win_error, self._win_failed = f"{type(exc).__name__}: {exc}", True
             log.warning("metric source failed: %s", self._win_error)
+            if self._findings is not None:
+                self._findings = replace(self._findings, degraded=f"metric source down ({self._win_error[:200]}): "
+                                         f"findings from {time.strftime('%H:%M:%S', time.gmtime(self._findings.generated_at))} UTC")
             return
         snap = self.snapshot()
         if snap is None:
@@ -1310,7 +1338,13 @@ class LiveDatasource(WindowSeries, BaseDatasource):
             from dashboard.analysis.diagnose import diagnose
 
             jobs = [j for j in snap.jobs if j.state in ("RUNNING", "SUSPENDED")]
-            self._findings = convert_diagnosis(diagnose(self._win, jobs), self.now())
+            findings = convert_diagnosis(diagnose(self._win, jobs), self.now())
+            partial = partly_down(self.metrics)
+            if partial:  # a job can be insufficient_data because its nodes' data did not arrive
+                findings = replace(findings, degraded=partial, verdicts=tuple(
+                    replace(v, detail=f"{v.detail}; {partial}" if v.detail else partial)
+                    if v.state == "insufficient_data" else v for v in findings.verdicts))
+            self._findings = findings
         except ImportError:
             pass
         except Exception:
@@ -1323,6 +1357,13 @@ class LiveDatasource(WindowSeries, BaseDatasource):
                 self.refresh_metrics()
                 self._stop.wait(max(1.0, self._metrics_interval - (time.monotonic() - t0)))
 
+        def poll():
+            while not self._stop.is_set():
+                self.refresh_snapshot()
+                self._stop.wait(max(0.2, min(self._min_interval, 5.0)))
+
+        self._polling = True
+        threading.Thread(target=poll, name="gangwatch-serve-scheduler", daemon=True).start()
         if self.metrics is not None:
             threading.Thread(target=loop, name="gangwatch-serve-metrics", daemon=True).start()
         return self
@@ -1349,13 +1390,39 @@ class LiveDatasource(WindowSeries, BaseDatasource):
         return Status(False, now, tuple(src), self.version())
 
 
+def source_down(metrics) -> str:
+    """Why a metric source answered nothing in its latest cycle ("" if it answered something):
+    every Prometheus query failed, or every scrape target."""
+    queries, failed = getattr(metrics, "queries_last_cycle", 0), getattr(metrics, "failed_last_cycle", 0)
+    if queries and failed >= queries:
+        return f"all {queries} queries failed"
+    targets, errors = getattr(metrics, "targets", None), getattr(metrics, "last_errors", None)
+    if targets and errors is not None and len(errors) >= len(targets):
+        return f"all {len(targets)} targets failed: " + "; ".join(f"{t} ({e})" for t, e in list(errors.items())[:3])
+    return ""
+
+
+def partly_down(metrics) -> str:
+    """What part of a metric source failed in its latest cycle ("" when none did)."""
+    failed = getattr(metrics, "failed_last_cycle", 0)
+    if failed:
+        return f"metric source partly down: {failed} of {metrics.queries_last_cycle} queries failed"
+    targets, errors = getattr(metrics, "targets", None), getattr(metrics, "last_errors", None)
+    if targets and errors:
+        return f"metric source partly down: {len(errors)} of {len(targets)} targets failed ({', '.join(list(errors)[:3])})"
+    return ""
+
+
 def snapshot_from_url(url: str, timeout: float = 10.0) -> Callable[[], Snapshot]:
     """A slurm-exporter's /api/v1/snapshot (or any URL serving that JSON)."""
     full = url.rstrip("/") + ("" if url.rstrip("/").endswith("/api/v1/snapshot") else "/api/v1/snapshot")
 
     def fetch() -> Snapshot:
-        with urllib.request.urlopen(full, timeout=timeout) as r:
-            return Snapshot.from_json(r.read())
+        from collectors import fetch as http
+
+        r = http.get(full, timeout)
+        r.raise_for_status()
+        return Snapshot.from_json(r.content)
 
     return fetch
 

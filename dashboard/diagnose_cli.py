@@ -5,8 +5,10 @@
 
 Jobs: from the bundle's squeue.json; with --prometheus, from --snapshot (a slurm-exporter's
 `/api/v1/snapshot` URL, a snapshot JSON file or a `squeue --json` file), else from the local
-`squeue --json` (10 s timeout). Exit status: 0 when the diagnosis ran (whatever it found), 2 for
-bad arguments or when no source could be read at all.
+`squeue --json`. Exit status: 0 when the diagnosis ran on its inputs (whatever it found); 1 when
+it ran but an input was missing or broken (squeue.json missing, truncated or not JSON; Prometheus
+answering none of the queries; the jobs unreadable): the result is printed with a note saying
+which; 2 for bad arguments or a --bundle that is not a directory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 
@@ -34,7 +37,7 @@ def _parser(prog: str = "gangwatch diagnose", description: str | None = None) ->
     ap.add_argument("--span", type=float, default=3600.0, help="seconds of history to judge (default 3600)")
     ap.add_argument("--step", type=float, default=15.0, help="grid step in seconds (default 15)")
     ap.add_argument("--at", type=float, help="unix time the window ends (default: now, or the bundle's end)")
-    ap.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout per request, seconds")
+    ap.add_argument("--timeout", type=float, default=10.0, help="seconds for all of the run's requests together (Prometheus queries, the snapshot, squeue)")
     ap.add_argument("--host-label", action="append", default=None,
                     help="label naming the node (repeatable, in order of preference; default: node, hostname, "
                          "Hostname, nodename, exported_instance, instance)")
@@ -48,8 +51,9 @@ def _matcher(args):
     return NodeMatcher(tuple(args.host_label) if args.host_label else HOST_LABELS)
 
 
-def jobs_from(spec: str | None, timeout: float) -> tuple[list[Job], list[str]]:
-    """Jobs from a snapshot URL/file, a squeue --json file, or the local squeue."""
+def jobs_from(spec: str | None, timeout: float, deadline=None) -> tuple[list[Job], list[str]]:
+    """Jobs from a snapshot URL/file, a squeue --json file, or the local squeue; a URL or squeue
+    within `timeout` or what is left of `deadline` (collectors.fetch.Deadline)."""
     from collectors.slurm.model import Snapshot
     from dashboard.sources.bundle import read_jobs
 
@@ -57,7 +61,8 @@ def jobs_from(spec: str | None, timeout: float) -> tuple[list[Job], list[str]]:
     if spec is None:
         from collectors.runner import CommandRunner
 
-        res = CommandRunner().run(["squeue", "--json"], timeout=timeout)
+        left = min(timeout, deadline.left()) if deadline else timeout
+        res = CommandRunner().run(["squeue", "--json"], timeout=left)
         if not res.ok:
             notes.append(f"squeue --json failed: {res.error or res.stderr.strip()[:200] or 'timed out'}")
             return [], notes
@@ -65,8 +70,10 @@ def jobs_from(spec: str | None, timeout: float) -> tuple[list[Job], list[str]]:
     if spec.startswith(("http://", "https://")):
         import httpx
 
+        from collectors import fetch
+
         try:
-            r = httpx.get(spec, timeout=timeout)
+            r = fetch.get(spec, timeout, deadline=deadline)
             r.raise_for_status()
             text = r.text
         except httpx.HTTPError as exc:
@@ -88,8 +95,14 @@ def jobs_from(spec: str | None, timeout: float) -> tuple[list[Job], list[str]]:
     return read_jobs(text, notes), notes
 
 
-def run(args) -> tuple[object, list[str]]:
-    """-> (Diagnosis, notes); raises SystemExit(2) on unusable arguments."""
+class InputError(Exception):
+    """An input that cannot be used at all (exit 2)."""
+
+
+def run(args, broken: list[str] | None = None) -> tuple[object, list[str]]:
+    """-> (Diagnosis, notes); inputs that were missing or broken are added to `broken` too;
+    raises InputError when there is nothing to diagnose from."""
+    broken = [] if broken is None else broken
     from dashboard.analysis.diagnose import diagnose
     from dashboard.analysis.topology import parse_topology_conf
     from dashboard.analysis.window import Window
@@ -106,16 +119,29 @@ def run(args) -> tuple[object, list[str]]:
     if args.bundle:
         from dashboard.sources.bundle import load_bundle
 
+        if not os.path.isdir(args.bundle):
+            raise InputError(f"bundle {args.bundle}: not a directory")
         b = load_bundle(args.bundle, args.step, args.span, _matcher(args))
         win, jobs = b.window, list(b.jobs)
+        notes += [n for n in b.notes if n not in win.notes]  # the jobs' notes come after the window's
+        # no job and a complaint about squeue.json: missing, truncated, or JSON that is not squeue's
+        broken += [n for n in b.notes if n.startswith("metrics.om missing")
+                   or (not jobs and n.startswith("squeue.json"))]
     else:
         from dashboard.sources.prometheus import PrometheusSource
 
+        from collectors.fetch import Deadline
+
+        deadline = Deadline.for_command(args.timeout)  # --timeout bounds the whole run, not each query
         src = PrometheusSource(args.prometheus, timeout=args.timeout, matcher=_matcher(args))
-        win = src.window(args.at if args.at is not None else time.time(), args.span, args.step)
+        win = src.window(args.at if args.at is not None else time.time(), args.span, args.step, deadline)
         notes.append(f"Prometheus: {src.queries_last_cycle} queries")
-        jobs, jn = jobs_from(args.snapshot, args.timeout)
+        if src.queries_last_cycle and src.failed_last_cycle == src.queries_last_cycle:
+            broken.append(f"Prometheus {args.prometheus} answered none of the {src.queries_last_cycle} queries")
+        jobs, jn = jobs_from(args.snapshot, args.timeout, deadline)
         notes += jn
+        if not jobs and jn:
+            broken += jn
     if leaf_of:
         win = Window(**{**win.__dict__, "leaf_of": {**win.leaf_of, **leaf_of}})
     return diagnose(win, jobs), notes
@@ -166,14 +192,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.print_usage(sys.stderr)
         print("gangwatch diagnose: give exactly one of --prometheus URL or --bundle DIR", file=sys.stderr)
         return 2
-    diag, notes = run(args)
+    broken: list[str] = []
+    try:
+        diag, notes = run(args, broken)
+    except InputError as exc:
+        print(f"gangwatch diagnose: {exc}", file=sys.stderr)
+        return 2
     if args.format == "json":
         doc = diag.to_json()
         doc["notes"] = list(doc["notes"]) + notes
         print(json.dumps(doc, indent=1))
     else:
         print(render_table(diag, notes))
-    return 0
+    for b in broken:
+        print(f"gangwatch diagnose: {b}", file=sys.stderr)
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ serves everything below /gw/ for a reverse proxy that keeps the prefix.
 
 Privileges: none beyond what the chosen scheduler source needs (the Slurm CLI as any user).
 Failure modes: an unreachable source keeps the last good data on screen with a stale banner and
-`/healthz` reports its age; a bad web config or listen address exits 2 at start.
+`/healthz` says `"ok": false` with the reason (docs/deployment.md: limits, deadlines, health); the
+sources are polled in the background, so no request waits on one; a bad web config or listen
+address exits 2 at start.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ import sys
 from collectors.web import WebConfig, WebConfigError, parse_listen_address
 
 DEFAULT_LISTEN = "127.0.0.1:8050"
+# Connection limits of the dashboard's server (docs/deployment.md): a browser holds about six.
+MAX_CONNECTIONS = 512
+MAX_REQUEST_HEAD = 64 * 1024  # request line and headers, in bytes
+READ_TIMEOUT = 60.0  # per read; the guard's deadlines bound whole requests
 log = logging.getLogger(__name__)
 
 
@@ -90,14 +96,93 @@ def make_datasource(args: argparse.Namespace):
     return LiveDatasource(fn, name, every, metrics=metrics, metrics_interval=args.poll_interval)
 
 
-def run_server(app, listen: str, web_config: WebConfig | None = None, banner: str = "gangwatch serve") -> int:
-    """Serve a built app's Flask server until interrupted (threaded werkzeug, TLS when configured)."""
-    from werkzeug.serving import make_server
+class _HeadTooLarge(Exception):
+    pass
 
+
+class _HeadBudget:
+    """The request's rfile while its request line and headers are read: at most `left` bytes in
+    all (http.server alone allows 100 header lines of 64 KiB each, 6.5 MB per connection)."""
+
+    def __init__(self, raw, left: int):
+        self.raw, self.left = raw, left
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self.raw.readline(self.left + 1 if size < 0 else min(size, self.left + 1))
+        self.left -= len(line)
+        if self.left < 0:
+            raise _HeadTooLarge()
+        return line
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+def make_wsgi_server(app, host: str, port: int, web_config: WebConfig | None = None):
+    """A threaded werkzeug server with the exporters' connection guard (collectors/web.py): a
+    bounded number of connections (the oldest idle one closed for a new one), deadlines for the TLS
+    handshake, the request head, keep-alive idle time and each request, a bounded request head,
+    and TLS handshakes on each connection's own thread, never in the accept loop.
+
+    Why werkzeug and not gunicorn or waitress: waitress has no TLS; gunicorn forks its workers
+    away from the process that holds serve's poller and caches, and its threaded worker does the
+    handshake without a deadline too. The guard is the part of a production server we needed."""
+    from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+
+    from collectors.web import GuardedServerMixin, tls_handshake
+
+    class Handler(WSGIRequestHandler):
+        timeout = READ_TIMEOUT
+        _first = True
+
+        def handle(self):
+            if not tls_handshake(self.connection, self.server.guard.request_timeout):
+                return
+            self.connection.settimeout(self.timeout)
+            super().handle()
+
+        def handle_one_request(self):
+            self.server.guard.waiting(self.connection, self._first)
+            self._first = False
+            raw = self.rfile
+            self.rfile = _HeadBudget(raw, MAX_REQUEST_HEAD)
+            try:
+                super().handle_one_request()
+            except _HeadTooLarge:
+                self.close_connection = True
+                self.wfile.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
+                                 b"Connection: close\r\n\r\n")
+            finally:
+                self.rfile = raw
+
+        def parse_request(self):
+            ok = super().parse_request()
+            if isinstance(self.rfile, _HeadBudget):  # the body is Flask's to read: MAX_CONTENT_LENGTH caps it
+                self.rfile = self.rfile.raw
+            if ok:
+                self.server.guard.busy(self.connection)
+            return ok
+
+    class Server(GuardedServerMixin, ThreadedWSGIServer):
+        max_connections = MAX_CONNECTIONS
+
+        def __init__(self, *args, **kwargs):
+            self.init_guard()
+            super().__init__(*args, **kwargs)
+
+    server = Server(host, port, app, Handler)
+    ctx = web_config.ssl_context() if web_config else None
+    if ctx is not None:
+        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        server.ssl_context = ctx  # what werkzeug reads to say https in the WSGI environ
+    return server
+
+
+def run_server(app, listen: str, web_config: WebConfig | None = None, banner: str = "gangwatch serve") -> int:
+    """Serve a built app's Flask server until interrupted (make_wsgi_server: TLS when configured)."""
     try:
         host, port = parse_listen_address(listen, "127.0.0.1")
-        server = make_server(host or "0.0.0.0", port, app.server, threaded=True,
-                             ssl_context=web_config.ssl_context() if web_config else None)
+        server = make_wsgi_server(app.server, host or "0.0.0.0", port, web_config)
     except (OSError, ValueError, SystemExit) as exc:
         print(f"{banner}: cannot listen on {listen}: {exc}", file=sys.stderr)
         return 2

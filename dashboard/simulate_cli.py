@@ -4,7 +4,7 @@ Reads an SWF file (plain or gzip), prints average wait, average bounded slowdown
 utilisation, makespan and the skipped/adjusted record counts, and writes `job_id,submit,start,end`
 per simulated job to `--out`. Malformed trace lines are reported on stderr with their line numbers
 and skipped. Semantics: dashboard/analysis/replay.py's docstring and docs/backfill.md.
-Exit status: 0 on success, 2 on bad arguments or an unreadable trace.
+Exit status: 0 on success, 2 on bad arguments, an unreadable trace or an --out that cannot be written.
 """
 
 from __future__ import annotations
@@ -58,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     result = simulate(trace.jobs, procs, args.policy)
     elapsed = time.perf_counter() - began
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(result.starts_csv())
+        try:
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(result.starts_csv())
+        except OSError as exc:  # a directory, a full disk (/dev/full), no permission
+            print(f"gangwatch simulate: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     summary = {"trace": args.swf, **result.to_json(), "malformed_lines": len(trace.problems),
                "elapsed_s": round(elapsed, 3)}
     if args.format == "json":

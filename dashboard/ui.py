@@ -7,6 +7,7 @@ DataTable cell values: React renders them as text. Nothing here builds HTML or m
 from __future__ import annotations
 
 import time
+from urllib.parse import quote
 
 from dash import dcc, html
 
@@ -23,11 +24,13 @@ class Ctx:
     def with_theme(self, theme: str | None) -> "Ctx":
         return Ctx(self.rel, theme)
 
+    # Ids and names are percent-encoded into one path segment: a node named "a/b", "n#1" or
+    # "n)![x](http://host/t.png)" stays one reachable page and cannot end a Markdown link target.
     def job(self, jobid) -> str:
-        return self.rel(f"/jobs/{jobid}")
+        return self.rel("/jobs/" + quote(str(jobid), safe=""))
 
     def node(self, name: str) -> str:
-        return self.rel(f"/nodes/{name}")
+        return self.rel("/nodes/" + quote(str(name), safe=""))
 
 
 def fmt_time(t: float | None) -> str:

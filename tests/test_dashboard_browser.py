@@ -182,3 +182,42 @@ def test_user_strings_are_text_and_prefix_works(page, fake_site):
     assert page.locator("b", has_text="acct").count() == 0
     assert page.dialogs == [], f"a user string ran as code: {page.dialogs}"
     assert not page.errors, page.errors
+
+
+HOSTILE_NODE = "n64)![t](http://203.0.113.9/track.png)"
+
+
+@pytest.fixture(scope="module")
+def hostile_site():
+    from dataclasses import replace
+
+    from dashboard.app import build_app
+    from dashboard.datasource import MemoryDatasource
+
+    snap = dashboard_fake.snapshot()
+    jobs = tuple(replace(j, name="x" * 10_000) if j.job_id == 4002 else j for j in snap.jobs)
+    nodes = tuple(replace(n, name=HOSTILE_NODE) if i == len(snap.nodes) - 1 else n for i, n in enumerate(snap.nodes))
+    times, data = dashboard_fake.series()
+    ds = MemoryDatasource(replace(snap, jobs=jobs, nodes=nodes), dashboard_fake.findings(), times, data,
+                          now=dashboard_fake.NOW)
+    srv, th = serve(build_app(ds, refresh_seconds=3600))
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+    th.join(5)
+
+
+def test_hostile_names_stay_inert_and_long_names_wrap(page, hostile_site):
+    expect = playwright_api.expect
+    foreign = []
+    page.on("request", lambda r: foreign.append(r.url) if "127.0.0.1" not in r.url else None)
+    page.goto(hostile_site + "/jobs/4002")
+    expect(page.locator("h1")).to_contain_text("xxxx", timeout=T)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1366 + 20, f"a 10 kB job name made the page {width} px wide"
+    page.goto(hostile_site + "/nodes")
+    link = page.get_by_role("link", name=HOSTILE_NODE)
+    expect(link).to_be_visible(timeout=T)
+    link.click()
+    expect(page.locator("h1")).to_contain_text(f"Node {HOSTILE_NODE}", timeout=T)
+    assert not foreign, f"a node name made the browser fetch {foreign}"
+    assert not page.errors, page.errors

@@ -311,6 +311,16 @@ class NoDriver(NoData):
         self.code = code
 
 
+def _detached(err: Exception) -> Exception:
+    """A new exception saying what `err` says, with no traceback or context. NvmlSession raises one
+    per scrape during a backoff: raising the stored exception itself grew its traceback by each
+    raise's frames and kept every scrape's locals (its output) alive until the backoff ended."""
+    try:
+        return NoDriver(str(err), err.code) if isinstance(err, NoDriver) else type(err)(*err.args)
+    except Exception:  # an exception type that cannot be rebuilt from its args
+        return NvmlInitError(str(err))
+
+
 class NvmlSession:
     """Initialises NVML once and keeps it; after a failure, retries with exponential backoff."""
 
@@ -332,12 +342,12 @@ class NvmlSession:
         now = self.clock()
         # (The second test ignores a wall clock that jumped backwards past the longest backoff.)
         if self.last_error is not None and 0 < self.next_try - now <= self.MAX_BACKOFF:
-            raise self.last_error
+            raise _detached(self.last_error) from None
         try:
             nvml = self._given if self._given is not None else importlib.import_module("pynvml")
         except Exception as exc:  # ImportError, or a broken install
             self._failed(now, NoDriver(f"pynvml not importable: {exc}", ERR_LIBRARY_NOT_FOUND))
-            raise self.last_error from None
+            raise _detached(self.last_error) from None
         try:
             nvml.nvmlInit()
         except Exception as exc:
@@ -351,7 +361,7 @@ class NvmlSession:
         return nvml
 
     def _failed(self, now: float, err: Exception) -> None:
-        self.last_error = err
+        self.last_error = _detached(err)
         self.next_try = now + self.backoff
         self.backoff = min(self.backoff * 2, self.MAX_BACKOFF)
 

@@ -73,6 +73,15 @@ HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "launch failed requeued held")
 # limits capped at a century, every time the planner derives stays printable (datetime ends in 9999).
 LATEST_TIME = 4102444800.0  # 2100-01-01
 LONGEST_LIMIT_S = 100 * 365 * 86400
+# Per-node figures past these are not hardware but a corrupt or hand-edited snapshot. The planner's
+# structures grow with a node's GPU count (1e9 GPUs on a node hung it), and its int64 arrays overflow
+# on figures like 1e30 bytes: such a node is left out of the plan with a reason saying so.
+MAX_NODE_GPUS = 1024
+MAX_NODE_CPUS = 1 << 20
+MAX_NODE_MEMORY_BYTES = 1 << 60  # 1 EiB
+# Any other count or MiB figure (a job's request or allocation) is clipped here: a request this
+# large fits nowhere either way, and the planner's sums stay far inside int64.
+MAX_COUNT = 1 << 40
 
 
 def usable_time(value: float | None) -> float | None:
@@ -85,7 +94,22 @@ _time = usable_time
 
 
 def _mib(value: int | None) -> int:
-    return max(0, int(value // MIB)) if value else 0
+    return _count(value // MIB) if value else 0
+
+
+def _count(value) -> int:
+    """A non-negative int no larger than MAX_COUNT (absurd figures clipped, not trusted)."""
+    return max(0, min(int(value), MAX_COUNT)) if value else 0
+
+
+def implausible(node: Node) -> str:
+    """Why a node's totals cannot be real hardware ("" when they can)."""
+    for what, value, limit, text in (("GPUs", node.gpus_total, MAX_NODE_GPUS, "1024"),
+                                     ("CPUs", node.cpus_total, MAX_NODE_CPUS, "2^20"),
+                                     ("bytes of memory", node.memory_total_bytes, MAX_NODE_MEMORY_BYTES, "1 EiB")):
+        if value is not None and value > limit:
+            return f"the snapshot gives it {value:.3g} {what}, more than {text}: not planned"
+    return ""
 
 
 def node_unusable_reason(node: Node, reserved_known: bool) -> str:
@@ -170,7 +194,7 @@ def _allocations(job: Job) -> tuple[Allocation, ...]:
         mem = a.memory_bytes if a is not None and a.memory_bytes is not None else (
             mem_total // n if mem_total else 0)
         gpus = a.gpus if a is not None and a.gpus is not None else -(-(job.gpus or 0) // n)
-        out.append(Allocation(name, int(cpus), _mib(mem), int(gpus)))
+        out.append(Allocation(name, _count(cpus), _mib(mem), _count(gpus)))
     return tuple(out)
 
 
@@ -210,9 +234,9 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
         slurm_start = _time(job.start_time)
     return PendingJob(
         job_id=did, partitions=names, time_limit_s=_time_limit(job, parts.get(names[0]) if names else None),
-        min_nodes=nodes, tasks=1, cpus_per_task=1,
-        cpus_per_node=max(1, -(-(job.cpus or 1) // nodes)),
-        mem_per_node_mb=mem_per_node, gpus_per_node=gpus_per_node, gpus_per_job=gpus_per_job,
+        min_nodes=_count(nodes), tasks=1, cpus_per_task=1,
+        cpus_per_node=max(1, _count(-(-(job.cpus or 1) // nodes))),
+        mem_per_node_mb=mem_per_node, gpus_per_node=_count(gpus_per_node), gpus_per_job=_count(gpus_per_job),
         gpu_type=_gpu_type(job.tres_per_node) or _gpu_type(job.tres_per_job),
         exclusive=bool(job.exclusive), features=_features(job.features),
         dependency=_dependency_state(job), dependency_text=job.dependency,
@@ -266,11 +290,14 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
     nodes = []
     for n in snap.nodes:
         u = used.get(n.name, (0, 0, 0))
-        ct, mt, gt = n.cpus_total or 0, _mib(n.memory_total_bytes), n.gpus_total or 0
-        ca = n.cpus_allocated if n.cpus_allocated is not None else u[0]
+        ct, mt, gt = _count(n.cpus_total), _mib(n.memory_total_bytes), _count(n.gpus_total)
+        ca = _count(n.cpus_allocated) if n.cpus_allocated is not None else u[0]
         ma = _mib(n.memory_allocated_bytes) if n.memory_allocated_bytes is not None else u[1]
-        ga = n.gpus_allocated if n.gpus_allocated is not None else u[2]
-        why = node_unusable_reason(n, reserved_known)
+        ga = _count(n.gpus_allocated) if n.gpus_allocated is not None else u[2]
+        absurd = implausible(n)
+        why = absurd or node_unusable_reason(n, reserved_known)
+        if absurd:
+            ct = mt = gt = 0
         nodes.append(PlannerNode(
             name=n.name, partitions=tuple(dict.fromkeys((*n.partitions, *member.get(n.name, ())))),
             cpus_total=ct, cpus_free=max(0, ct - ca), mem_total_mb=mt, mem_free_mb=max(0, mt - ma),

@@ -141,13 +141,22 @@ def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
     )
 
 
+# An SWF record is ~100 characters. A longer line means the file is not a trace (a binary file,
+# /dev/zero): reading stops there rather than holding an unterminated "line" whole.
+MAX_LINE_CHARS = 64 * 1024
+
+
 def _lines(path: Path, errors: list[str]) -> Iterator[str]:
     with open(path, "rb") as fh:
         magic = fh.read(2)
     raw = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
     with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace") as text:
         try:
-            yield from text
+            while line := text.readline(MAX_LINE_CHARS + 1):
+                if len(line) > MAX_LINE_CHARS:
+                    errors.append(f"a line longer than {MAX_LINE_CHARS} characters: not an SWF trace; reading stopped")
+                    return
+                yield line
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # truncated or corrupt gzip
             errors.append(f"{type(exc).__name__}: {exc}")
 

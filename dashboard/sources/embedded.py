@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import httpx
 
+from collectors import fetch
 from dashboard.analysis.window import Window
 
 from .build import WANTED, RawStore
@@ -58,7 +59,7 @@ class EmbeddedSource:
 
     def _fetch(self, target: str) -> tuple[str, str | None, str | None]:
         try:
-            r = self.client.get(_url(target))
+            r = fetch.get(_url(target), self.timeout, client=self.client)
             r.raise_for_status()
             return target, r.text, None
         except httpx.HTTPError as exc:
@@ -66,7 +67,17 @@ class EmbeddedSource:
 
     def scrape(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        results = list(self.pool.map(self._fetch, self.targets))
+        # Each fetch ends by its own deadline; the cycle takes what has answered by then, so one
+        # slow target delays the others by at most `timeout`, never holds them.
+        futures = {self.pool.submit(self._fetch, t): t for t in self.targets}
+        wait(futures, timeout=self.timeout + 1.0)
+        results = []
+        for f, t in futures.items():
+            if f.done():
+                results.append(f.result())
+            else:
+                f.cancel()  # still queued behind slow targets: not worth starting now
+                results.append((t, None, f"no answer within {self.timeout:g} s"))
         errors = {}
         with self.lock:
             for target, text, err in results:

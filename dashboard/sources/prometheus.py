@@ -19,6 +19,9 @@ import time
 from collections import defaultdict
 
 import httpx
+
+from collectors import fetch
+from collectors.fetch import Deadline
 import numpy as np
 
 from dashboard.analysis.window import Window
@@ -92,19 +95,26 @@ class PrometheusSource:
         self.rate_window = rate_window
         self.matcher = matcher or NodeMatcher()
         self.client = client or httpx.Client(timeout=httpx.Timeout(timeout), headers=headers or {})
+        self.timeout = timeout
         self.queries_last_cycle = 0
+        self.failed_last_cycle = 0
+        self._deadline: Deadline | None = None
 
     def _get(self, path: str, params: dict) -> dict:
         self.queries_last_cycle += 1
-        r = self.client.get(self.url + path, params=params)
+        r = fetch.get(self.url + path, self.timeout, params=params, client=self.client, deadline=self._deadline,
+                      max_bytes=fetch.PROMETHEUS_MAX_BYTES)
         r.raise_for_status()
         doc = r.json()
         if doc.get("status") != "success":
             raise RuntimeError(doc.get("error") or "status not success")
         return doc.get("data") or {}
 
-    def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0) -> Window:
+    def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0,
+               deadline: Deadline | None = None) -> Window:
+        """All the queries of one window share `deadline` (default: `timeout` seconds from now)."""
         self.queries_last_cycle = 0
+        self._deadline = deadline or Deadline(self.timeout)
         end = time.time() if end is None else float(end)
         end = math.floor(end / step) * step
         start = end - step * math.floor(span / step)
@@ -123,6 +133,7 @@ class PrometheusSource:
             add_info(store, data, self.matcher)
         except (httpx.HTTPError, RuntimeError, ValueError) as exc:
             failed.append(f"facts ({type(exc).__name__})")
+        self.failed_last_cycle = len(failed)
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
                                + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else ""))

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plan as of this unix time (default: now for live sources, the snapshot's time for a file)")
     p.add_argument("--slurm-what-if", action="store_true",
                    help="check each what-if with `sbatch --test-only` (never submits; --slurm-cli only)")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds per Slurm command or HTTP request")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds one poll of Slurm (its commands run concurrently) or one HTTP request may take")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     return p
@@ -148,8 +148,10 @@ def poll_slurm(runner, timeout: float) -> Snapshot:
 
     poller = Poller(CliSource(runner=runner, timeout=timeout))
     if not poller.poll_once() or poller.current() is None:
-        failed = [f"{name}: {st.error}" for name, st in poller.statuses.items() if not st.ok]
-        raise InputError("cannot read Slurm: " + ("; ".join(failed) or "the poll failed"))
+        # Slurm's own errors first: with the controller down squeue --json "succeeds" with an errors list
+        failed = poller.health()["errors"] + [f"{name}: {st.error}" for name, st in poller.statuses.items() if not st.ok]
+        raise InputError("cannot read Slurm (is slurmctld reachable?): " + ("; ".join(dict.fromkeys(failed))[:1000]
+                                                                          or "the poll failed"))
     return poller.current()
 
 

@@ -1370,7 +1370,8 @@ class LiveDatasource(WindowSeries, BaseDatasource):
         snap = self.snapshot()
         now = self.now()
         ok = snap is not None and not self._error and not snap.stale
-        src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, self._error)]
+        detail = self._error or (outage_text(snap, now) if snap is not None and snap.stale else "")
+        src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, detail)]
         if self.metrics is not None:  # none configured is a choice, not an outage: no banner for it
             win = self._win
             age = max(0.0, now - win.end) if win is not None and win.n_steps else None
@@ -1380,6 +1381,16 @@ class LiveDatasource(WindowSeries, BaseDatasource):
         if self._plan_error:
             src.append(SourceStatus("backfill planner", False, None, self._plan_error))
         return Status(False, now, tuple(src), self.version())
+
+
+def outage_text(snap: Snapshot, now: float) -> str:
+    """The banner line for a stale snapshot: when polling Slurm began to fail, and why."""
+    since = snap.failing_since or snap.last_attempt
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "an unknown time"
+    why = "; ".join(f"{e.source}: {e.message}" for e in snap.errors if e.severity == "error")
+    return (f"controller unreachable since {when}; showing the last good data, taken "
+            f"{time.strftime('%H:%M:%S UTC', time.gmtime(snap.taken_at))} ({int(snap.age(now))} s old)"
+            + (f" — {why[:300]}" if why else ""))
 
 
 def snapshot_from_url(url: str, timeout: float = 10.0) -> Callable[[], Snapshot]:

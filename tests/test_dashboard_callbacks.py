@@ -9,6 +9,7 @@ import json
 import math
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import plotly.graph_objects as go
@@ -468,3 +469,25 @@ def test_live_datasource_with_a_metric_source():
     st_ = bad.status()
     assert not st_.sources[1].ok and "refused" in st_.sources[1].detail and st_.stale
     assert bad.heatmap() is None
+
+
+def test_controller_outage_banner_keeps_last_data_with_its_start():
+    """A stale snapshot (the exporter's polls failing) stays on screen; the banner on every page says
+    since when the controller is unreachable, and why."""
+    from dataclasses import replace
+
+    from collectors.slurm.model import SourceError
+    from dashboard.app import _banner
+    from dashboard.datasource import LiveDatasource
+
+    good = dashboard_fake.datasource().snapshot()
+    stale = replace(good, stale=True, failing_since=good.taken_at + 30, last_attempt=good.taken_at + 90,
+                    errors=(SourceError("squeue --json", "slurm reported: Failed while looking for jobs"),))
+    ds = LiveDatasource(lambda: stale, "slurm-exporter", clock=lambda: good.taken_at + 100)
+    assert ds.snapshot().jobs == good.jobs
+    st_ = ds.status()
+    src = st_.sources[0]
+    assert not src.ok and src.age_seconds == 100 and st_.stale
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(good.taken_at + 30))
+    assert src.detail.startswith(f"controller unreachable since {since}") and "Failed while looking for jobs" in src.detail
+    assert "controller unreachable since" in str(_banner(st_))

@@ -291,6 +291,9 @@ class Snapshot:
     errors: tuple[SourceError, ...] = ()
     stale: bool = False  # True when the latest poll failed and this is the last good snapshot
     last_attempt: float | None = None  # unix s of the latest poll, good or not
+    # unix s of the first failed poll since the last good one (stale snapshots only): "controller
+    # unreachable since ..." is what operators need, not just the age of the data
+    failing_since: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def age(self, now: float) -> float:

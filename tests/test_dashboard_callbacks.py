@@ -140,6 +140,25 @@ def test_node_graphs(fake):
     assert "No metrics" in node.graphs(ds, "nope", None).children
 
 
+def test_rounded_keeps_gaps_in_one_and_two_dimensions():
+    assert figures._rounded(np.array([1.0, np.nan]), 2) == [1.0, None]
+    assert figures._rounded(np.array([[1.234, np.nan], [np.nan, 2.0]]), 0) == [[1, None], [None, 2]]
+    assert figures._rounded(np.array([np.nan, np.nan]), 1) == [None, None]
+
+
+def test_node_last_hour_renders_with_gaps(fake, monkeypatch):
+    """Real scrapes miss samples: the node page's "Last hour" graphs draw the gaps, never a 500."""
+    from dataclasses import replace
+
+    ds, _, _ = fake
+    ns = ds.node_series("gpu001", node.SIGNALS)
+    holed = {k: np.where(np.arange(v.shape[-1]) % 7 == 3, np.nan, v) for k, v in ns.values.items()}
+    monkeypatch.setattr(ds, "node_series", lambda name, signals: replace(ns, values=holed))
+    graphs = node.graphs(ds, "gpu001", None)
+    ys = graphs[0].figure.data[0].y
+    assert len(graphs) == 5 and None in ys and ys[3] is None and ys[0] is not None
+
+
 # ---------------------------------------------------------------------------------------- queue
 
 def test_queue_figures_and_tables(fake):

@@ -175,6 +175,10 @@ def route_page(ds: Datasource, ctx: ui.Ctx, path: str, rendered: str | None):
 
 def render_page(ds: Datasource, ctx: ui.Ctx, path: str):
     module, params = resolve(path)
+    if module is not None and not available(module, ds) and getattr(module, "UNAVAILABLE", ""):
+        # a real page whose source is absent here: say which source, not "Not found"
+        return html.Div([html.H1(module.TITLE), html.P(module.UNAVAILABLE, className="gw-muted")],
+                        className="gw-unavailable")
     if module is None or not available(module, ds):
         return html.Div([html.H1("Not found"), html.P(f"No page at /{path}.")], className="gw-notfound")
     return module.layout(ds, ctx, **params)

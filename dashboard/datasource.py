@@ -93,9 +93,23 @@ class Verdict:
     culprit_kind: str = ""
     placement: tuple[tuple[str, str, str, str], ...] = ()  # (kind, node, detail, expected cost)
 
+    def __post_init__(self):
+        # a job the diagnosis could not judge has lost an unknown amount, not 0 GPU-hours
+        if self.state == "insufficient_data" and self.gpu_hours_lost is not None:
+            object.__setattr__(self, "gpu_hours_lost", None)
+
     @property
     def flagged(self) -> bool:
         return self.state in FLAGGED
+
+    @property
+    def unknown_why(self) -> str:
+        """Why this job's GPU-hours lost are unknown ("" when they are known)."""
+        if self.gpu_hours_lost is not None:
+            return ""
+        if self.state == "insufficient_data":
+            return self.detail or "not judged: the metric window lacks the GPU data to judge this job"
+        return "the findings carry no GPU-hours lost figure for this job"
 
     def to_json(self) -> dict:
         return {"jobid": self.jobid, "nodes": list(self.nodes), "gpus": self.gpus, "state": self.state,

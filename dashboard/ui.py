@@ -66,6 +66,15 @@ def fmt_known(v: float | None, digits: int = 1, unit: str = "") -> str:
     return f"{v:,.{digits}f}" + (f" {unit}" if unit else "")
 
 
+def unknown(reason: str) -> html.Span:
+    """"unknown" with the reason on hover: for values no source has (never shown as 0)."""
+    return html.Span(UNKNOWN, title=reason, className="gw-unknown")
+
+
+def known_or_unknown(v: float | None, reason: str, digits: int = 2):
+    return unknown(reason) if v is None else fmt_num(v, digits)
+
+
 def fmt_si(v: float | None, unit: str) -> str:
     """Rates in a readable SI unit ("3.2 GB/s", "140 k/s"), or "unknown"."""
     if v is None:

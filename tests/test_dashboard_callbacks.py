@@ -96,17 +96,43 @@ def test_click_on_heatmap_row_opens_node(fake):
 
 def test_jobs_search_filter_sort_page(fake):
     ds, _, ctx = fake
-    rows, pages, count = jobs.page(ds, ctx, "alice", "active", False, 0, 50, [])
+    rows, pages, count, _ = jobs.page(ds, ctx, "alice", "active", False, 0, 50, [])
     assert [r["name"] for r in rows] == ["llama-ft"] and pages == 1 and count == "1 jobs match"
-    rows, _, _ = jobs.page(ds, ctx, "", "active", True, 0, 50, None)
+    rows, _, _, _ = jobs.page(ds, ctx, "", "active", True, 0, 50, None)
     assert [r["verdict"] for r in rows] == ["stalled_io", "idle_gpus"]  # by GPU-hours lost, worst first
     assert rows[0]["name"] == XSS and rows[0]["jobid"] == "[4001](/gw/jobs/4001)"
-    rows, _, _ = jobs.page(ds, ctx, "", "PENDING", False, 0, 50, [{"column_id": "gpus", "direction": "asc"}])
+    rows, _, _, _ = jobs.page(ds, ctx, "", "PENDING", False, 0, 50, [{"column_id": "gpus", "direction": "asc"}])
     assert [r["gpus"] for r in rows] == [1, 32] and rows[1]["reason"] == "Dependency"
-    rows, pages, _ = jobs.page(ds, ctx, "", "active", False, 2, 2, [{"column_id": "jobid", "direction": "asc"}])
+    rows, pages, _, _ = jobs.page(ds, ctx, "", "active", False, 2, 2, [{"column_id": "jobid", "direction": "asc"}])
     assert pages == 3 and [r["jobid"] for r in rows] == ["[4005](/gw/jobs/4005)"]
-    rows, _, _ = jobs.page(ds, ctx, "4003", "all", False, 0, 50, [])
+    rows, _, _, _ = jobs.page(ds, ctx, "4003", "all", False, 0, 50, [])
     assert rows[0]["verdict"] == "idle_gpus" and rows[0]["time"] == "15m"
+
+
+def test_unknown_losses_are_unknown_not_zero(fake, monkeypatch):
+    """Jobs judged insufficient_data: "unknown" (reason on hover) in the jobs table, on the job page
+    and in the overview's totals when nothing could be judged; running jobs have a reason too."""
+    from dataclasses import replace
+
+    ds, _, ctx = fake
+    f = ds.findings()
+    blind = tuple(replace(v, state="insufficient_data", gpu_hours_lost=0.0, detail="no GPU samples for 2 of 2 nodes")
+                  if v.jobid == "4003" else v for v in f.verdicts)
+    assert blind[-1].gpu_hours_lost is None and blind[-1].unknown_why == "no GPU samples for 2 of 2 nodes"
+    monkeypatch.setattr(ds, "findings", lambda: replace(f, verdicts=blind))
+    rows, _, _, tips = jobs.page(ds, ctx, "", "RUNNING", False, 0, 50, [{"column_id": "lost", "direction": "desc"}])
+    by_id = {r["jobid"]: (r, t) for r, t in zip(rows, tips)}
+    row, tip = by_id["[4003](/gw/jobs/4003)"]
+    assert row["lost"] == "unknown" and tip["lost"]["value"] == "no GPU samples for 2 of 2 nodes"
+    assert row["reason"] == "no GPU samples for 2 of 2 nodes"
+    assert rows[0]["jobid"] == "[4001](/gw/jobs/4001)" and rows[-1]["lost"] == "unknown"  # unknown sorts last
+    assert all(r["reason"] for r in rows)  # running jobs: the verdict's why, never blank
+    assert "unknown" in str(job.verdict_block(blind[-1], NOW)) and "no GPU samples" in str(job.verdict_block(blind[-1], NOW))
+    # nothing judged at all: the overview's totals are unknown, not 0.0
+    monkeypatch.setattr(ds, "findings", lambda: replace(f, verdicts=tuple(
+        replace(v, state="insufficient_data") for v in f.verdicts), incidents=()))
+    cards = str(overview.cards(ds))
+    assert "unknown" in cards and "could be judged" in cards and "0.0" not in cards
 
 
 def test_nodes_filter(fake):

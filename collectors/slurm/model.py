@@ -161,7 +161,17 @@ class Node:
 
     @property
     def state_label(self) -> str:
-        """One word as `sinfo` prints it: idle, mixed, alloc, down, drained, draining, ..."""
+        """One word as `sinfo` prints it: idle, mixed, alloc, down, drained, draining, maint,
+        planned (idle but held for a higher-priority job), reserved, ... A node in a MAINT
+        reservation or PLANNED for the top job is not free: "idle" there would mislead."""
+        flags = self.state_flags
+        if "MAINT" in flags and not self.drain and self.state not in ("ALLOCATED", "MIXED", "DOWN"):
+            return "maint"
+        if self.state == "IDLE" and not self.drain:
+            if "PLANNED" in flags:
+                return "planned"
+            if "RESERVED" in flags:
+                return "reserved"
         if self.drain:
             return "drained" if self.state in ("IDLE", "DOWN") else "draining"
         return {"ALLOCATED": "allocated"}.get(self.state, self.state.lower() or "unknown")

@@ -41,7 +41,7 @@ def verdict_block(v, now: float):
                       "diagnosis runs here).", className="gw-muted")
     rows = [("verdict", ui.state_badge(v.state)), ("culprit", v.culprit or "—"),
             ("since", f"{ui.fmt_time(v.since)} ({ui.fmt_dur(now - v.since) if v.since else '—'})"),
-            ("GPU-hours lost", ui.fmt_num(v.gpu_hours_lost, 2)),
+            ("GPU-hours lost", ui.known_or_unknown(v.gpu_hours_lost, v.unknown_why)),
             ("confidence", "—" if v.confidence is None else f"{v.confidence:.0%}")]
     if v.detail:
         rows.append(("why", v.detail))
@@ -69,7 +69,13 @@ def placement(ds: Datasource, j, ctx: ui.Ctx):
         known += topo.known
         rows.append([ui.node_link(ctx, n), leaf or ui.UNKNOWN, ", ".join(map(str, gpus)) if gpus else ui.UNKNOWN,
                      topo.describe(gpus) if gpus else ui.UNKNOWN, str(a.cpus) if a and a.cpus else ui.UNKNOWN])
-    note = f"{len(j.nodes)} nodes on {len(leaves - {''})} leaf switch(es)." if leaf_of else ""
+    mapped = leaves - {""}
+    if not mapped:  # no topology plugin, topology.conf or switch labels: unknown, not "0 switches"
+        note = (f"{len(j.nodes)} nodes; leaf switches unknown: no topology (Slurm topology/tree, "
+                "--slurm.topology-file or switch labels) maps these nodes.")
+    else:
+        unmapped = sum(1 for r in rows if r[1] == ui.UNKNOWN)
+        note = f"{len(j.nodes)} nodes on {len(mapped)} leaf switch(es)" + (f" ({unmapped} unmapped)." if unmapped else ".")
     if known < len(j.nodes):
         note += (" GPU topology unknown" + (f" on {len(j.nodes) - known} of {len(j.nodes)} nodes" if known else "")
                  + ": the metric source has no gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_topology_info series.")

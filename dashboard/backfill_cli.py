@@ -279,7 +279,7 @@ def render_table(doc: dict) -> str:
                     if sl:
                         msg += (f" [slurm --test-only: {_ts(sl['time'])} on {sl['nodes']}]" if "time" in sl
                                 else f" [slurm --test-only: {sl['error']}]")
-                rows.append([w["job_id"], str(w["rank"]), w["state"], _ts(w["expected_start"]["time"]),
+                rows.append([w["job_id"], "-" if w["rank"] is None else str(w["rank"]), w["state"], _ts(w["expected_start"]["time"]),
                              _ts(w["slurm_expected_start"]["time"]), w["slurm_reason"] or "-", msg])
             out.append("  pending jobs:")
             out += _table(rows)

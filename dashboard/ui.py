@@ -75,6 +75,16 @@ def known_or_unknown(v: float | None, reason: str, digits: int = 2):
     return unknown(reason) if v is None else fmt_num(v, digits)
 
 
+def priority_terms(factors: dict, priority: float | None = None) -> str:
+    """sprio's weighted terms as a sum ("age 13 + fairshare 8,333 + TRES 1,002 − nice 1,000"),
+    with Slurm's priority beside it; nice is subtracted, as Slurm does."""
+    terms = [(k, v) for k, v in sorted(factors.items()) if k != "nice" and v]
+    text = " + ".join(f"{'TRES' if k == 'tres' else k} {v:,.0f}" for k, v in terms) or "0"
+    if factors.get("nice"):
+        text += f" − nice {factors['nice']:,.0f}"
+    return text + ("" if priority is None else f" ≈ {priority:,.0f} (Slurm's priority)")
+
+
 def fmt_si(v: float | None, unit: str) -> str:
     """Rates in a readable SI unit ("3.2 GB/s", "140 k/s"), or "unknown"."""
     if v is None:

@@ -140,7 +140,7 @@ def test_nodes_filter(fake):
     rows, pages = nodes.page(ds, ctx, "", "drained", 0, 50)
     assert [r["name"] for r in rows] == ["[gpu008](/gw/nodes/gpu008)"] and rows[0]["reason"] == "XID 79 on GPU 3"
     rows, _ = nodes.page(ds, ctx, "gpu00", "all", 0, 50)
-    assert len(rows) == 8 and rows[0]["jobs"] == "4001" and rows[0]["gpus"] == "8/8"
+    assert len(rows) == 8 and rows[0]["jobs"] == "[4001](/gw/jobs/4001)" and rows[0]["gpus"] == "8/8"
 
 
 # ------------------------------------------------------------------------------------ job/node

@@ -62,7 +62,20 @@ class PriorityFactors:
     partition: float | None = None
     qos: float | None = None
     nice: float | None = None
-    tres: str = ""
+    tres: str = ""  # sprio's TRES column: "cpu=8,gres/gpu=625" (weighted, one term per TRES)
+
+    @property
+    def tres_total(self) -> float | None:
+        """The TRES term as one number (the sum of sprio's per-TRES terms); None when sprio showed none."""
+        total, seen = 0.0, False
+        for item in self.tres.split(","):
+            _, sep, val = item.rpartition("=")
+            try:
+                total += float(val) if sep else 0.0
+                seen = seen or bool(sep)
+            except ValueError:
+                continue
+        return total if seen else None
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def why_block(ds: Datasource, j):
     except KeyError:
         return html.P("The planner has no entry for this job.", className="gw-muted")
     items = [html.Li([html.Strong(r.code + ": "), r.message], className=f"gw-sev-{r.severity}") for r in w.reasons]
-    facts = [("state in the plan", w.state), ("rank in its partition", str(w.rank)),
+    facts = [("state in the plan", w.state), ("rank in its partition", "— (can never run)" if w.rank is None else str(w.rank)),
              ("Slurm's reason", ui.why_field(w, "slurm_reason") or "—"),
              ("expected start (gangwatch)", ui.fmt_time(w.expected_start)),
              ("expected start (Slurm)", ui.fmt_time(ui.why_field(w, "slurm_expected_start"))),
@@ -106,7 +106,7 @@ def why_block(ds: Datasource, j):
              ("dependency", f"{ui.why_field(w, 'dependency', '')} {ui.why_field(w, 'dependency_text', '')}".strip())]
     factors = ui.why_field(w, "priority_factors") or {}
     if factors:
-        facts.append(("priority factors", ", ".join(f"{k} {v:g}" for k, v in sorted(factors.items()))))
+        facts.append(("priority factors", ui.priority_terms(factors, ui.why_field(w, "priority"))))
     if w.what_if is not None:
         facts.append(("what if", w.what_if.message))
     return html.Div([html.Ul(items, className="gw-reasons"),

@@ -212,6 +212,10 @@ def test_controller_down_json_with_errors_is_a_failed_poll(runner, caplog):
     assert not h["up"] and h["failing_since"] == T0 + 15 and any("Failed while looking" in e for e in h["errors"])
     text = render(poller, clock)
     assert value(text, "gangwatch_slurm_up") == 0 and value(text, "gangwatch_slurm_poll_failures_total") == 2
+    # exit 0, yet failed: Slurm's own errors count against the command
+    assert value(text, "gangwatch_slurm_command_success", command="squeue") == 0
+    assert value(text, "gangwatch_slurm_command_errors_total", command="sinfo") == 2
+    assert poller.statuses["squeue"].error == "slurm reported: Failed while looking for jobs"
     assert value(text, "gangwatch_slurm_snapshot_stale") == 1 and value(text, "gangwatch_slurm_snapshot_age_seconds") == 30
     assert value(text, "gangwatch_slurm_jobs", state="RUNNING", partition="gpu", reason="") == 10  # alerts held, not reset
     assert Snapshot.from_json(snap.to_json()).failing_since == T0 + 15

@@ -29,6 +29,7 @@ class RawOutput:
     text: str | None  # None when the command failed
     error: str = ""
     duration: float = 0.0
+    label: str = ""  # the command's short name (CommandStatus.command), when it has one
 
 
 class PollFailed(Exception):

@@ -141,11 +141,11 @@ class CliSource:
                 # no topology plugin: a valid answer (no switches), whatever the exit status says
                 res = replace(res, returncode=0, stdout="")
             if res.ok:
-                raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration))
+                raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration, label=label))
                 statuses.append(CommandStatus(label, True, res.duration))
             else:
                 why = _describe_failure(res)
-                raws.append(RawOutput(kind, shown, fmt, None, why, res.duration))
+                raws.append(RawOutput(kind, shown, fmt, None, why, res.duration, label))
                 statuses.append(CommandStatus(label, False, res.duration, why))
         return raws, statuses
 
@@ -249,12 +249,12 @@ class RestSource:
             text, dur, err = self._get(path, deadline)
             label = f"rest_{ep}"
             if err:
-                raws.append(RawOutput(kind, f"GET {path}", "json", None, err, dur))
+                raws.append(RawOutput(kind, f"GET {path}", "json", None, err, dur, label))
                 statuses.append(CommandStatus(label, False, dur, err))
                 if kind == "jobs" and self.auto_version and err.startswith("HTTP 404"):
                     self.api_version = None  # slurmrestd restarted with other plugins: ask again next poll
             else:
-                raws.append(RawOutput(kind, f"GET {path}", "json", text, duration=dur))
+                raws.append(RawOutput(kind, f"GET {path}", "json", text, duration=dur, label=label))
                 statuses.append(CommandStatus(label, True, dur))
         if self.extras is not None:
             self.extras.skip |= {"jobs", "nodes", "partitions", "reservations", "scheduler"}
@@ -265,6 +265,20 @@ class RestSource:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _reported(statuses: list[CommandStatus], raws: list[RawOutput], errors) -> list[CommandStatus]:
+    """A command that exited 0 but whose document carries Slurm's own errors (22.05's answer to a
+    dead controller) failed: its status says so, so command_success and command_errors_total do."""
+    said = {}
+    for e in errors:
+        if e.severity == "error" and e.message.startswith("slurm reported:"):
+            said.setdefault(e.source, e.message)
+    if not said:
+        return statuses
+    label_msg = {r.label: said[r.source] for r in raws if r.label and r.source in said}
+    return [replace(st, ok=False, error=label_msg[st.command]) if st.ok and st.command in label_msg else st
+            for st in statuses]
 
 
 def _utc(t: float | None) -> str:
@@ -297,13 +311,16 @@ class Poller:
         start = time.monotonic()
         now = self.clock()
         statuses: list[CommandStatus] = []
+        raws: list[RawOutput] = []
         try:
             raws, statuses = self.source.poll()
             snap = build_snapshot(raws, now, self.source.name)
             errors: tuple[SourceError, ...] = ()
             ok = True
+            statuses = _reported(statuses, raws, snap.errors)
         except PollFailed as exc:
             snap, errors, ok = None, tuple(exc.errors), False
+            statuses = _reported(statuses, raws, errors)
         except Exception as exc:  # a bug or a source in a state we never saw: report, keep serving
             log.exception("slurm poll failed")
             snap, errors, ok = None, (SourceError(self.source.name, f"{type(exc).__name__}: {exc}"),), False

@@ -12,8 +12,9 @@ says `gangwatch_slurm_up 0`, keeps its last good snapshot (stale, with `failing_
 page says "controller unreachable since …" over the last good data; SlurmControllerUnreachable
 reaches the webhook, and the Slurm alerts that were firing (the draining node under jobs) are held,
 not resolved. slurmctld restarts: fresh data, no banner, the outage alert resolves. Then it is
-frozen (SIGSTOP) and the exporter reports up 0 within one poll again. ~2-3 minutes, most of it
-Slurm's start-up.
+frozen (SIGSTOP) and the exporter reports up 0 within one poll again. Last, the exporter itself is
+stopped (serve keeps the last data and says so; GangwatchTargetDown reaches the webhook) and
+restarted. ~2.5-3 minutes, a minute of it Slurm's start-up.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def stack(tmp_path_factory, fixture_root):  # noqa: F811
                                  f"--path.procfs={fixture_root / 'proc'}", f"--path.sysfs={fixture_root / 'sys'}",
                                  f"--path.rootfs={fixture_root}", *hardware_flags()], work / "agent.log", env))
         exporter = f"http://127.0.0.1:{exp_port}"
-        procs.append(_gangwatch(["slurm-exporter", f"--web.listen-address=127.0.0.1:{exp_port}",
-                                 f"--slurm.poll-interval={POLL}", f"--slurm.command-timeout={POLL}"],
-                                work / "slurm-exporter.log", env))
+        exporter_cmd = ["slurm-exporter", f"--web.listen-address=127.0.0.1:{exp_port}",
+                        f"--slurm.poll-interval={POLL}", f"--slurm.command-timeout={POLL}"]
+        procs.append(_gangwatch(exporter_cmd, work / "slurm-exporter.log", env))
         am = Alertmanager(work, hook.url)
         procs.append(am)
         prom = Prometheus(work, [
@@ -96,8 +97,14 @@ def stack(tmp_path_factory, fixture_root):  # noqa: F811
 
         wait_for(ready, 60, "serve and the exporter's first good poll")
         prom.wait_targets_up({"gangwatch-agent", "gangwatch-slurm", "gangwatch-serve"})
+        def restart_exporter(stop: bool) -> None:
+            if stop:
+                procs[1].stop()
+            else:
+                procs[1] = _gangwatch(exporter_cmd, work / "slurm-exporter-2.log", env)
+
         yield {"cluster": cluster, "hook": hook, "prom": prom, "am": am, "exporter": exporter, "serve": serve,
-               "work": work}
+               "work": work, "restart_exporter": restart_exporter}
     finally:
         for p in reversed(procs):
             p.stop()
@@ -185,6 +192,24 @@ def test_controller_outage_end_to_end(stack, browser):
     finally:
         cluster.thaw_ctld()
     wait_for(lambda: _metric(exporter, "gangwatch_slurm_up") == 1, 2 * POLL + 20, "up 1 after SIGCONT")
+
+    # ---- the slurm-exporter itself down: serve keeps the last data and says the exporter is unreachable;
+    # Prometheus sees the target down (GangwatchTargetDown); restarted, everything is fresh again
+    stack["restart_exporter"](stop=True)
+    wait_for(lambda: not json.loads(http_get(serve + "/healthz"))["sources"][f"slurm-exporter {exporter}"]["ok"],
+             20, "serve noticing the exporter is gone")
+    text = page_text(browser, serve + "/", "Connection refused")
+    assert f"({len(running)} running jobs)" in text
+    wait_for(lambda: hook.alerts("firing", alertname="GangwatchTargetDown", job="gangwatch-slurm"), 40,
+             "GangwatchTargetDown for the exporter at the webhook")
+    stack["restart_exporter"](stop=False)
+    wait_for(lambda: _metric(exporter, "gangwatch_slurm_up") == 1, 60, "the restarted exporter's first good poll")
+    wait_for(lambda: json.loads(http_get(serve + "/healthz"))["sources"][f"slurm-exporter {exporter}"]["ok"], 20,
+             "serve reading the restarted exporter")
+
+    # the node page's "Last hour" renders from real scrapes (gaps and all), no server error
+    node = page_text(browser, serve + "/nodes/gpu001", "Last hour")
+    assert "Last hour" in node and "Error" not in node
 
     # serve logs Prometheus queries at debug only (item: 1.3 MB an hour at info)
     log = (stack["work"] / "serve.log").read_text()

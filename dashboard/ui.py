@@ -135,6 +135,16 @@ def node_links(ctx: Ctx, names, limit: int = 8) -> list:
     return out
 
 
+def culprit_cell(ctx: Ctx, culprit: str, nodes) -> object:
+    """A culprit as a link where it names a node (or "job N"), else its text (a Lustre target, a mount)."""
+    if culprit and culprit in nodes:
+        return node_link(ctx, culprit)
+    kind, _, jid = (culprit or "").partition(" ")
+    if kind == "job" and jid.isdigit():
+        return html.Span(["job ", job_link(ctx, jid)])
+    return culprit or "—"
+
+
 def state_badge(state: str) -> html.Span:
     return html.Span(state.replace("_", " ") if state else "—", className=f"gw-badge gw-state-{state or 'none'}")
 

@@ -127,6 +127,12 @@ def test_unknown_losses_are_unknown_not_zero(fake, monkeypatch):
     assert row["reason"] == "no GPU samples for 2 of 2 nodes"
     assert rows[0]["jobid"] == "[4001](/gw/jobs/4001)" and rows[-1]["lost"] == "unknown"  # unknown sorts last
     assert all(r["reason"] for r in rows)  # running jobs: the verdict's why, never blank
+    # culprits that are nodes or jobs are links; targets and mounts stay text
+    from dashboard import ui
+
+    assert ui.culprit_cell(ctx, "gpu003", {"gpu003"}).href == "/gw/nodes/gpu003"
+    assert ui.culprit_cell(ctx, "job 4003", set()).children[1].href == "/gw/jobs/4003"
+    assert ui.culprit_cell(ctx, "lustre-OST0003", {"gpu003"}) == "lustre-OST0003"
     assert "unknown" in str(job.verdict_block(blind[-1], NOW)) and "no GPU samples" in str(job.verdict_block(blind[-1], NOW))
     # nothing judged at all: the overview's totals are unknown, not 0.0
     monkeypatch.setattr(ds, "findings", lambda: replace(f, verdicts=tuple(

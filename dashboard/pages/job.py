@@ -80,9 +80,9 @@ def placement(ds: Datasource, j, ctx: ui.Ctx):
         note += (" GPU topology unknown" + (f" on {len(j.nodes) - known} of {len(j.nodes)} nodes" if known else "")
                  + ": the metric source has no gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_topology_info series.")
     v = ds.findings().verdict(str(j.job_id))
-    found = ui.table(["finding", "node", "detail", "expected cost"], [[k.replace("_", " "), n, d, c]
-                                                                      for k, n, d, c in (v.placement if v else ())],
-                     empty="No placement findings.")
+    found = ui.table(["finding", "node", "detail", "expected cost"],
+                     [[k.replace("_", " "), ui.node_link(ctx, n) if n else "—", d, c]
+                      for k, n, d, c in (v.placement if v else ())], empty="No placement findings.")
     return html.Div([html.P(note, className="gw-muted"),
                      ui.table(["node", "leaf switch", "GPUs", "GPU topology (NVLink, NUMA)", "CPUs"], rows,
                               empty="No nodes allocated."),

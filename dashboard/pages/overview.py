@@ -112,7 +112,9 @@ def cards(ds: Datasource):
 def incidents(ds: Datasource, ctx: ui.Ctx, limit: int = 20):
     f = ds.findings()
     now = ds.now()
-    rows = [[str(k), ui.state_badge(i.cause), i.culprit,
+    snap = ds.snapshot()
+    names = {n.name for n in snap.nodes} if snap else set()
+    rows = [[str(k), ui.state_badge(i.cause), ui.culprit_cell(ctx, i.culprit, names),
              ui.fmt_num(i.gpu_hours_lost), ui.fmt_dur(now - i.since if i.since else None),
              html.Span([x for n, j in enumerate(i.jobs[:10]) for x in ((" ",) if n else ()) + (ui.job_link(ctx, j),)]
                        + ([f" +{len(i.jobs) - 10} more"] if len(i.jobs) > 10 else []))]
@@ -130,7 +132,8 @@ def flagged(ds: Datasource, ctx: ui.Ctx, limit: int = 50):
     for v in sorted((v for v in f.verdicts if v.flagged), key=lambda v: -(v.gpu_hours_lost or 0))[:limit]:
         j = jobs.get(v.jobid)
         rows.append([ui.job_link(ctx, v.jobid), j.name if j else "", j.user if j else "", ui.state_badge(v.state),
-                     v.culprit, str(v.gpus if v.gpus is not None else "—"), ui.fmt_num(v.gpu_hours_lost),
+                     ui.culprit_cell(ctx, v.culprit, set(v.nodes)), str(v.gpus if v.gpus is not None else "—"),
+                     ui.fmt_num(v.gpu_hours_lost),
                      ui.fmt_dur(now - v.since if v.since else None)])
     return ui.table(["job", "name", "user", "verdict", "culprit", "GPUs", "GPU-h lost", "for"], rows,
                     empty="No flagged jobs.")

@@ -198,6 +198,9 @@ def test_controller_down_json_with_errors_is_a_failed_poll(runner, caplog):
         runner.override(key, text_result((CTLD_DOWN / name).read_text()))
     for key in ("scontrol -o show partition", "scontrol -o show reservation", "sdiag", "sprio", "sshare -l -a -P"):
         runner.override(key, failing_result(rc=255))
+    # what 22.05's `scontrol show topology` prints then: exit 0, nothing on stdout, the error on stderr
+    runner.override("scontrol show topology", failing_result(
+        "slurm_load_topo error: Unable to contact slurm controller (connect failure)", rc=0))
     clock.t += 15
     with caplog.at_level("WARNING", logger="collectors.slurm.sources"):
         assert not poller.poll_once()
@@ -216,6 +219,7 @@ def test_controller_down_json_with_errors_is_a_failed_poll(runner, caplog):
     assert value(text, "gangwatch_slurm_command_success", command="squeue") == 0
     assert value(text, "gangwatch_slurm_command_errors_total", command="sinfo") == 2
     assert poller.statuses["squeue"].error == "slurm reported: Failed while looking for jobs"
+    assert poller.statuses["scontrol_topology"].error.startswith("exit status 0 but: slurm_load_topo error")
     assert value(text, "gangwatch_slurm_snapshot_stale") == 1 and value(text, "gangwatch_slurm_snapshot_age_seconds") == 30
     assert value(text, "gangwatch_slurm_jobs", state="RUNNING", partition="gpu", reason="") == 10  # alerts held, not reset
     assert Snapshot.from_json(snap.to_json()).failing_since == T0 + 15

@@ -241,6 +241,17 @@ def test_slurmrestd_jwt_over_http(cluster, snap):
         bad.close()
 
 
+def failed_poll_keeps(poller: Poller, good, limit: float):
+    """One poll that must fail within `limit` seconds and keep `good`'s data, served stale;
+    -> (the stale snapshot, the /metrics text then)."""
+    start = time.monotonic()
+    assert not poller.poll_once()
+    assert time.monotonic() - start < limit
+    stale = poller.current()
+    assert stale.stale and stale.taken_at == good.taken_at and len(stale.jobs) == len(good.jobs)
+    return stale, exporter.render_once(poller, time.time())
+
+
 def test_frozen_slurmctld_times_out_and_recovers(cluster, runner):
     """SIGSTOP slurmctld: the commands hang, are killed at the deadline, the last good snapshot is
     served stale with its age; SIGCONT and the next poll is fresh again. Runs last in this module."""
@@ -249,13 +260,8 @@ def test_frozen_slurmctld_times_out_and_recovers(cluster, runner):
     good = poller.current()
     cluster.freeze_ctld()
     try:
-        start = time.monotonic()
-        assert not poller.poll_once()
-        assert time.monotonic() - start < 4  # one 1.5 s deadline for all eight commands, not eight
-        stale = poller.current()
-        assert stale.stale and stale.taken_at == good.taken_at and len(stale.jobs) == len(good.jobs)
+        _, text = failed_poll_keeps(poller, good, 4)  # one 1.5 s deadline for all eight commands, not eight
         assert poller.statuses["squeue"].error.startswith("timed out")
-        text = exporter.render_once(poller, time.time())
         assert "gangwatch_slurm_up 0" in text and 'gangwatch_slurm_command_success{command="squeue"} 0' in text
     finally:
         cluster.thaw_ctld()
@@ -278,14 +284,9 @@ def test_killed_slurmctld_is_an_outage_not_an_empty_cluster(cluster, runner, cap
     good = poller.current()
     cluster.kill_ctld()
     try:
-        start = time.monotonic()
-        assert not poller.poll_once()
-        assert time.monotonic() - start < 14
-        stale = poller.current()
-        assert stale.stale and stale.taken_at == good.taken_at and len(stale.jobs) == len(good.jobs)
+        stale, text = failed_poll_keeps(poller, good, 14)
         assert stale.failing_since is not None and stale.failing_since >= good.taken_at
         assert any(e.source == "squeue --json" and e.message.startswith("slurm reported:") for e in stale.errors)
-        text = exporter.render_once(poller, time.time())
         assert "gangwatch_slurm_up 0" in text and "gangwatch_slurm_poll_failures_total 1" in text
         assert backfill_cli.main(["--slurm-cli", "--timeout", "12"], runner=runner) == 2
         assert "cannot read Slurm" in capsys.readouterr().err

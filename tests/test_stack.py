@@ -31,8 +31,7 @@ from tests.conftest import REPO, which
 from tests.support.promstack import (Alertmanager, Process, Prometheus, Webhook, fast_rules, free_port, http_get,
                                      node_relabel, wait_for)
 from tests.test_agent_e2e import fixture_root, hardware_flags  # noqa: F401  (fixture_root is a fixture)
-
-CHROMIUM = os.environ.get("GW_CHROMIUM", "/usr/bin/chromium")
+from tests.test_dashboard_browser import CHROMIUM, browser  # noqa: F401  (browser is a fixture)
 # The exporter's poll interval and its per-poll deadline, seconds: above the ~9 s 22.05's squeue/sinfo
 # --json take to answer a dead controller (exit 0, `errors`, no jobs), so that answer is what it reads.
 POLL = 11
@@ -43,7 +42,6 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Chromium not installed at {CHROMIUM}"),
     pytest.mark.timeout(400),
 ]
-playwright_api = pytest.importorskip("playwright.sync_api", reason="pip package playwright not installed")
 OUTAGE = "controller unreachable since"
 
 
@@ -110,14 +108,6 @@ def stack(tmp_path_factory, fixture_root):  # noqa: F811
             p.stop()
         hook.stop()
         next(gen, None)  # stops the cluster
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM)
-        yield b
-        b.close()
 
 
 def page_text(browser, url: str, wait_for_text: str | None = None) -> str:

@@ -139,7 +139,12 @@ class CliSource:
             shown = " ".join(argv)
             if kind == "topology" and not res.timed_out and NO_TOPOLOGY in res.stderr + res.stdout:
                 # no topology plugin: a valid answer (no switches), whatever the exit status says
-                res = replace(res, returncode=0, stdout="")
+                res = replace(res, returncode=0, stdout="", stderr="")
+            silent_error = res.ok and not res.stdout.strip() and "error" in res.stderr.lower()
+            if silent_error:
+                # exit 0, no output, an error on stderr: how 22.05's `scontrol show topology` answers a
+                # dead controller ("slurm_load_topo error: Unable to contact slurm controller")
+                res = replace(res, returncode=None, error="exit status 0 but: " + res.stderr.strip().splitlines()[-1][:300])
             if res.ok:
                 raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration, label=label))
                 statuses.append(CommandStatus(label, True, res.duration))

@@ -144,7 +144,8 @@ class CliSource:
             if silent_error:
                 # exit 0, no output, an error on stderr: how 22.05's `scontrol show topology` answers a
                 # dead controller ("slurm_load_topo error: Unable to contact slurm controller")
-                res = replace(res, returncode=None, error="exit status 0 but: " + res.stderr.strip().splitlines()[-1][:300])
+                said = res.stderr.strip().splitlines()[-1][:300]
+                res = replace(res, returncode=None, error=f"exit status 0 but: {said}")
             if res.ok:
                 raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration, label=label))
                 statuses.append(CommandStatus(label, True, res.duration))

@@ -542,3 +542,14 @@ def test_controller_outage_banner_keeps_last_data_with_its_start():
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(good.taken_at + 30))
     assert src.detail.startswith(f"controller unreachable since {since}") and "Failed while looking for jobs" in src.detail
     assert "controller unreachable since" in str(_banner(st_))
+
+
+def test_overview_losses_known_where_the_source_knows_them():
+    """The simulator's ground truth names only faulted jobs: none faulted is 0 lost, not unknown;
+    a diagnosis with no verdict for running jobs, or no diagnosis at all, is unknown."""
+    from dashboard.datasource import Findings
+    from dashboard.pages.overview import lost_unknown
+
+    assert lost_unknown(Findings(NOW, "simulator ground truth"), 3) == (False, "")
+    assert lost_unknown(Findings(NOW, "diagnosis"), 3)[0] and lost_unknown(Findings(NOW, "none"), 3)[0]
+    assert lost_unknown(Findings(NOW, "none"), 0) == (False, "")

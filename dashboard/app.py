@@ -256,7 +256,12 @@ def _add_endpoints(app: dash.Dash, ds: Datasource, prefix: str, extra: dict) -> 
         if plan is None:
             return Response(json.dumps({"error": "no scheduler snapshot or the planner failed"}), status=503,
                             mimetype="application/json")
-        return Response(json.dumps(plan.to_json(), allow_nan=False), mimetype="application/json")
+        from dashboard.backfill_api import snapshot_facts
+
+        doc, snap = plan.to_json(), ds.snapshot()
+        if snap is not None:  # so an API reader sees a stale plan for what it is
+            doc["snapshot"] = snapshot_facts(snap, ds.now())
+        return Response(json.dumps(doc, allow_nan=False), mimetype="application/json")
 
     def healthz():
         return Response(json.dumps(ds.status().to_json(), allow_nan=False), mimetype="application/json")

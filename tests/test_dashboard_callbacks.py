@@ -220,6 +220,7 @@ def test_endpoints(fake):
     assert f["incidents"][0]["culprit"] == "lustre-OST0003"
     plan = c.get("/gw/api/v1/backfill").json
     assert plan["partitions"][0]["partition"] == "gpu"
+    assert plan["snapshot"]["stale"] is False and plan["snapshot"]["failing_since"] is None  # how old the plan is
     from collectors.exposition import iter_samples
 
     samples = {(n, tuple(sorted(lbl.items()))): v for n, lbl, v in iter_samples(c.get("/gw/metrics").get_data(as_text=True))}

@@ -142,6 +142,7 @@ def test_controller_outage_end_to_end(stack, browser):
     cluster.kill_ctld()
     killed = time.monotonic()
     wait_for(lambda: _metric(exporter, "gangwatch_slurm_up") == 0, 2 * POLL + 3, "gangwatch_slurm_up 0")
+    print(f"slurmctld killed -> gangwatch_slurm_up 0 after {time.monotonic() - killed:.1f} s (poll {POLL} s)")
     assert time.monotonic() - killed <= 2 * POLL + 3  # the next poll, bounded by its one deadline
     stale = json.loads(http_get(exporter + "/api/v1/snapshot"))
     assert stale["stale"] and stale["taken_at"] >= last["taken_at"] and stale["failing_since"] > stale["taken_at"]
@@ -156,6 +157,8 @@ def test_controller_outage_end_to_end(stack, browser):
     assert f"({len(running)} running jobs)" in overview  # the last good data, not an empty cluster
     health = json.loads(http_get(serve + "/healthz"))
     assert any(OUTAGE in s["detail"] for s in health["sources"].values())
+    plan = json.loads(http_get(serve + "/api/v1/backfill"))
+    assert plan["snapshot"]["stale"] and plan["snapshot"]["taken_at"] == stale["taken_at"]
     wait_for(lambda: hook.alerts("firing", alertname="SlurmControllerUnreachable"), 30,
              "SlurmControllerUnreachable at the webhook")
     # the other Slurm alerts are held on the last good data, not resolved
@@ -178,6 +181,7 @@ def test_controller_outage_end_to_end(stack, browser):
     try:
         frozen = time.monotonic()
         wait_for(lambda: _metric(exporter, "gangwatch_slurm_up") == 0, 2 * POLL + 3, "up 0 with slurmctld frozen")
+        print(f"slurmctld frozen -> gangwatch_slurm_up 0 after {time.monotonic() - frozen:.1f} s (poll {POLL} s)")
         assert time.monotonic() - frozen <= 2 * POLL + 3
     finally:
         cluster.thaw_ctld()  # the restarted exporter's first good poll below shows the recovery

@@ -178,6 +178,10 @@ def route_page(ds: Datasource, ctx: ui.Ctx, path: str, rendered: str | None):
 
 def render_page(ds: Datasource, ctx: ui.Ctx, path: str):
     module, params = resolve(path)
+    if module is not None and not available(module, ds) and getattr(module, "UNAVAILABLE", ""):
+        # a real page whose source is absent here: say which source, not "Not found"
+        return html.Div([html.H1(module.TITLE), html.P(module.UNAVAILABLE, className="gw-muted")],
+                        className="gw-unavailable")
     if module is None or not available(module, ds):
         return html.Div([html.H1("Not found"), html.P(f"No page at /{path}.")], className="gw-notfound")
     return module.layout(ds, ctx, **params)
@@ -249,7 +253,12 @@ def _add_endpoints(app: dash.Dash, ds: Datasource, prefix: str, extra: dict) -> 
         if plan is None:
             return Response(json.dumps({"error": "no scheduler snapshot or the planner failed"}), status=503,
                             mimetype="application/json")
-        return Response(json.dumps(plan.to_json(), allow_nan=False), mimetype="application/json")
+        from dashboard.backfill_api import snapshot_facts
+
+        doc, snap = plan.to_json(), ds.snapshot()
+        if snap is not None:  # so an API reader sees a stale plan for what it is
+            doc["snapshot"] = snapshot_facts(snap, ds.now())
+        return Response(json.dumps(doc, allow_nan=False), mimetype="application/json")
 
     def healthz():
         return Response(json.dumps(ds.status().to_json(), allow_nan=False), mimetype="application/json")

@@ -49,7 +49,12 @@ def backfill_json(snapshot: Snapshot, now: float | None = None,
                     "code": "slurm_limit", "severity": "warning",
                     "message": f"Slurm holds it by a limit gangwatch does not model: {why['slurm_reason']} "
                                f"({slurm_reason_text(why['slurm_reason'])})"})
-    doc["snapshot"] = {"taken_at": snapshot.taken_at, "age_seconds": round(snapshot.age(now), 3),
-                       "stale": snapshot.stale, "source": snapshot.source, "cluster": snapshot.cluster,
-                       "slurm_version": snapshot.slurm_version}
+    doc["snapshot"] = snapshot_facts(snapshot, now)
     return doc
+
+
+def snapshot_facts(snapshot: Snapshot, now: float) -> dict:
+    """How old the planned picture is, and whether Slurm stopped answering (and since when)."""
+    return {"taken_at": snapshot.taken_at, "age_seconds": round(snapshot.age(now), 3),
+            "stale": snapshot.stale, "failing_since": snapshot.failing_since, "source": snapshot.source,
+            "cluster": snapshot.cluster, "slurm_version": snapshot.slurm_version}

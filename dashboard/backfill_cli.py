@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-what-if", action="store_true",
                    help="check each what-if with `sbatch --test-only` (never submits; --slurm-cli only)")
     p.add_argument("--timeout", type=float, default=15.0,
-                   help="seconds per Slurm command; with --slurm-exporter, for the whole run up to the snapshot")
+                   help="seconds one poll of Slurm may take (its commands run concurrently); with "
+                        "--slurm-exporter, for the whole run up to the snapshot")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     return p
@@ -153,8 +154,10 @@ def poll_slurm(runner, timeout: float) -> Snapshot:
 
     poller = Poller(CliSource(runner=runner, timeout=timeout))
     if not poller.poll_once() or poller.current() is None:
-        failed = [f"{name}: {st.error}" for name, st in poller.statuses.items() if not st.ok]
-        raise InputError("cannot read Slurm: " + ("; ".join(failed) or "the poll failed"))
+        # Slurm's own errors first: with the controller down squeue --json "succeeds" with an errors list
+        failed = poller.health()["errors"] + [f"{name}: {st.error}" for name, st in poller.statuses.items() if not st.ok]
+        raise InputError("cannot read Slurm (is slurmctld reachable?): " + ("; ".join(dict.fromkeys(failed))[:1000]
+                                                                          or "the poll failed"))
     return poller.current()
 
 
@@ -299,7 +302,7 @@ def render_table(doc: dict) -> str:
                     if sl:
                         msg += (f" [slurm --test-only: {_ts(sl['time'])} on {sl['nodes']}]" if "time" in sl
                                 else f" [slurm --test-only: {sl['error']}]")
-                rows.append([w["job_id"], str(w["rank"]), w["state"], _ts(w["expected_start"]["time"]),
+                rows.append([w["job_id"], "-" if w["rank"] is None else str(w["rank"]), w["state"], _ts(w["expected_start"]["time"]),
                              _ts(w["slurm_expected_start"]["time"]), w["slurm_reason"] or "-", msg])
             out.append("  pending jobs:")
             out += _table(rows)

@@ -92,9 +92,23 @@ class Verdict:
     culprit_kind: str = ""
     placement: tuple[tuple[str, str, str, str], ...] = ()  # (kind, node, detail, expected cost)
 
+    def __post_init__(self):
+        # a job the diagnosis could not judge has lost an unknown amount, not 0 GPU-hours
+        if self.state == "insufficient_data" and self.gpu_hours_lost is not None:
+            object.__setattr__(self, "gpu_hours_lost", None)
+
     @property
     def flagged(self) -> bool:
         return self.state in FLAGGED
+
+    @property
+    def unknown_why(self) -> str:
+        """Why this job's GPU-hours lost are unknown ("" when they are known)."""
+        if self.gpu_hours_lost is not None:
+            return ""
+        if self.state == "insufficient_data":
+            return self.detail or "not judged: the metric window lacks the GPU data to judge this job"
+        return "the findings carry no GPU-hours lost figure for this job"
 
 
 @dataclass(frozen=True)
@@ -1378,7 +1392,8 @@ class LiveDatasource(WindowSeries, BaseDatasource):
         snap = self.snapshot()
         now = self.now()
         ok = snap is not None and not self._error and not snap.stale
-        src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, self._error)]
+        detail = self._error or (outage_text(snap, now) if snap is not None and snap.stale else "")
+        src = [SourceStatus(self.source_name, ok, snap.age(now) if snap else None, detail)]
         if self.metrics is not None:  # none configured is a choice, not an outage: no banner for it
             win = self._win
             age = max(0.0, now - win.end) if win is not None and win.n_steps else None
@@ -1411,6 +1426,16 @@ def partly_down(metrics) -> str:
     if targets and errors:
         return f"metric source partly down: {len(errors)} of {len(targets)} targets failed ({', '.join(list(errors)[:3])})"
     return ""
+
+
+def outage_text(snap: Snapshot, now: float) -> str:
+    """The banner line for a stale snapshot: when polling Slurm began to fail, and why."""
+    since = snap.failing_since or snap.last_attempt
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "an unknown time"
+    why = "; ".join(f"{e.source}: {e.message}" for e in snap.errors if e.severity == "error")
+    return (f"controller unreachable since {when}; showing the last good data, taken "
+            f"{time.strftime('%H:%M:%S UTC', time.gmtime(snap.taken_at))} ({int(snap.age(now))} s old)"
+            + (f" — {why[:300]}" if why else ""))
 
 
 def snapshot_from_url(url: str, timeout: float = 10.0) -> Callable[[], Snapshot]:

@@ -160,7 +160,8 @@ def render_table(diag, notes: list[str]) -> str:
             why = f"{e.signal}{'@' + e.node if e.node else ''}={_num(e.value)} (baseline {_num(e.baseline)}" + \
                   (f", z={e.z:.1f}, p={e.p:.1e}" if e.z is not None and e.p is not None else "") + ")"
         rows.append((v.jobid, str(len(v.nodes)), str(v.gpus), v.state, f"{v.confidence:.2f}", _ts(v.since),
-                     f"{v.gpu_hours_lost:.2f}", v.culprit or "-", why[:90]))
+                     "unknown" if v.state == "insufficient_data" else f"{v.gpu_hours_lost:.2f}", v.culprit or "-",
+                     why[:90]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
     if diag.incidents:

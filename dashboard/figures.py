@@ -37,10 +37,10 @@ def _ms(times) -> list[int]:
     return [int(t * 1000) for t in np.asarray(times, float)]
 
 
-def _rounded(z: np.ndarray, digits: int) -> list[list]:
-    """A matrix as nested lists, NaN -> None, rounded: about 3 characters per cell on the wire.
-    (Plain lists are built directly: going through numpy object arrays or plotly's validators
-    costs ~0.3 s for a 400 x 240 heatmap.)"""
+def _rounded(z: np.ndarray, digits: int) -> list:
+    """A matrix (or one series) as nested lists, NaN -> None, rounded: about 3 characters per cell
+    on the wire. (Plain lists are built directly: going through numpy object arrays or plotly's
+    validators costs ~0.3 s for a 400 x 240 heatmap.) Gaps (NaN) stay gaps, in 1-D as in 2-D."""
     if z.size == 0:
         return []
     r = np.round(z.astype(np.float64), digits)
@@ -48,8 +48,11 @@ def _rounded(z: np.ndarray, digits: int) -> list[list]:
     clean = np.where(nan, 0, r)
     out = clean.astype(np.int64).tolist() if digits == 0 else clean.tolist()
     if nan.any():
-        for i, j in zip(*np.nonzero(nan)):
-            out[i][j] = None
+        for idx in zip(*np.nonzero(nan)):
+            row = out
+            for k in idx[:-1]:
+                row = row[k]
+            row[idx[-1]] = None
     return out
 
 

@@ -201,8 +201,11 @@ def run_server(app, listen: str, web_config: WebConfig | None = None, banner: st
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.log_level != "debug":  # werkzeug logs every request (each browser refresh is several) at info
+    if args.log_level != "debug":
+        # werkzeug logs every request (each browser refresh is several) and httpx every Prometheus
+        # query (~1.3 MB an hour) at info: both only at debug
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         web = WebConfig.load(args.web_config)
     except WebConfigError as exc:

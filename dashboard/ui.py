@@ -69,6 +69,25 @@ def fmt_known(v: float | None, digits: int = 1, unit: str = "") -> str:
     return f"{v:,.{digits}f}" + (f" {unit}" if unit else "")
 
 
+def unknown(reason: str) -> html.Span:
+    """"unknown" with the reason on hover: for values no source has (never shown as 0)."""
+    return html.Span(UNKNOWN, title=reason, className="gw-unknown")
+
+
+def known_or_unknown(v: float | None, reason: str, digits: int = 2):
+    return unknown(reason) if v is None else fmt_num(v, digits)
+
+
+def priority_terms(factors: dict, priority: float | None = None) -> str:
+    """sprio's weighted terms as a sum ("age 13 + fairshare 8,333 + TRES 1,002 − nice 1,000"),
+    with Slurm's priority beside it; nice is subtracted, as Slurm does."""
+    terms = [(k, v) for k, v in sorted(factors.items()) if k != "nice" and v]
+    text = " + ".join(f"{'TRES' if k == 'tres' else k} {v:,.0f}" for k, v in terms) or "0"
+    if factors.get("nice"):
+        text += f" − nice {factors['nice']:,.0f}"
+    return text + ("" if priority is None else f" ≈ {priority:,.0f} (Slurm's priority)")
+
+
 def fmt_si(v: float | None, unit: str) -> str:
     """Rates in a readable SI unit ("3.2 GB/s", "140 k/s"), or "unknown"."""
     if v is None:
@@ -117,6 +136,16 @@ def node_links(ctx: Ctx, names, limit: int = 8) -> list:
     if len(names) > limit:
         out.append(f" +{len(names) - limit} more")
     return out
+
+
+def culprit_cell(ctx: Ctx, culprit: str, nodes) -> object:
+    """A culprit as a link where it names a node (or "job N"), else its text (a Lustre target, a mount)."""
+    if culprit and culprit in nodes:
+        return node_link(ctx, culprit)
+    kind, _, jid = (culprit or "").partition(" ")
+    if kind == "job" and jid.isdigit():
+        return html.Span(["job ", job_link(ctx, jid)])
+    return culprit or "—"
 
 
 def state_badge(state: str) -> html.Span:

@@ -213,3 +213,28 @@ class SlurmCluster:
 
     def thaw_ctld(self) -> None:
         self.signal_ctld(signal.SIGCONT)
+
+    def kill_ctld(self, timeout: float = 15.0) -> None:
+        """SIGKILL slurmctld (a crash: no state saved beyond what it had written) and wait for it to go."""
+        pid = self.pid("slurmctld")
+        if not pid:
+            return
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"slurmctld {pid} still alive after SIGKILL")
+
+    def start_ctld(self, timeout: float = 60.0) -> None:
+        """Start slurmctld again on its saved state (after kill_ctld) and wait until it answers."""
+        subprocess.run(["slurmctld"], env=self.env, cwd="/tmp", check=True, capture_output=True, timeout=30)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if subprocess.run(["scontrol", "ping"], env=self.env, capture_output=True, timeout=30).returncode == 0:
+                return
+            time.sleep(0.5)
+        raise RuntimeError("slurmctld did not answer `scontrol ping` after a restart")

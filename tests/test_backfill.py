@@ -530,3 +530,53 @@ def test_cli_slurm_what_if_with_fake_sbatch(fixtures_dir, capsys):
                         "sbatch: error: Batch job submission failed: Requested node configuration is not available\n", 1)
     rc, out, err = _run(capsys, ["--slurm-cli", "--slurm-what-if", "--now", str(NOW_2205)], runner=bad)
     assert rc == 0 and "[slurm --test-only: sbatch: error: Batch job submission failed" in out
+
+
+def test_sprio_terms_add_up_with_tres(snap2205):
+    """sprio's weighted terms, TRES included and nice subtracted, add up to Slurm's priority (to
+    sprio's rounding of each term)."""
+    checked = 0
+    for j in snap2205.jobs:
+        f = j.priority_factors
+        if f is None or f.priority is None:
+            continue
+        terms = sum(v or 0 for v in (f.site, f.age, f.assoc, f.fairshare, f.jobsize, f.partition, f.qos))
+        assert f.tres_total is not None
+        assert abs(terms + f.tres_total - (f.nice or 0) - f.priority) <= 3, (j.job_id, f)
+        checked += 1
+    assert checked >= 5
+
+
+def test_queue_page_shows_slurms_answer(snap2205):
+    """The Queue page: Slurm's expected start beside gangwatch's, labelled; the unusable nodes (as the
+    CLI lists them); priority terms with TRES; node and job ids as links."""
+    from dash import dcc
+
+    from dashboard.datasource import Findings, MemoryDatasource
+    from dashboard.pages import queue
+    from dashboard.ui import Ctx, fmt_time
+
+    ds = MemoryDatasource(snap2205, Findings(NOW_2205, "none"), now=NOW_2205)
+    ctx = Ctx(lambda p: p)
+
+    def walk(c):
+        yield c
+        ch = getattr(c, "children", None)
+        for x in (ch if isinstance(ch, (list, tuple)) else [ch] if ch is not None else []):
+            yield from walk(x)
+
+    def text(c):
+        return " ".join(x for x in walk(c) if isinstance(x, str))
+
+    plan = queue.plan_block(ds, ctx)
+    gpu = next(p for p in ds.backfill().partitions if p.name == "gpu")
+    top = next(w for w in gpu.why if w.job_id == gpu.top_job.job_id)
+    assert "gangwatch" in text(plan) and "Slurm expects " + fmt_time(top.job.slurm_expected_start) in text(plan)
+    unusable = queue.unusable_nodes(snap2205)["gpu"]
+    assert unusable and "Not usable:" in text(plan) and all(f"({why})" in text(plan) for _, why in unusable)
+    links = {c.href for c in walk(plan) if isinstance(c, dcc.Link)}
+    assert {f"/nodes/{n}" for n, _ in unusable} <= links and f"/jobs/{gpu.top_job.job_id}" in links
+    assert {f"/nodes/{n}" for n in gpu.top_job.nodes} <= links
+    why = queue.why_table(ds, ctx)
+    assert "expected start (Slurm)" in text(why) and "TRES" in text(why)
+    assert [str(w.rank) for w in gpu.why if w.rank is not None][:1] == ["1"]

@@ -9,6 +9,7 @@ import json
 import math
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import plotly.graph_objects as go
@@ -97,17 +98,49 @@ def test_click_on_heatmap_row_opens_node(fake):
 
 def test_jobs_search_filter_sort_page(fake):
     ds, _, ctx = fake
-    rows, pages, count = jobs.page(ds, ctx, "alice", "active", False, 0, 50, [])
+    rows, pages, count, _ = jobs.page(ds, ctx, "alice", "active", False, 0, 50, [])
     assert [r["name"] for r in rows] == ["llama-ft"] and pages == 1 and count == "1 jobs match"
-    rows, _, _ = jobs.page(ds, ctx, "", "active", True, 0, 50, None)
+    rows, _, _, _ = jobs.page(ds, ctx, "", "active", True, 0, 50, None)
     assert [r["verdict"] for r in rows] == ["stalled_io", "idle_gpus"]  # by GPU-hours lost, worst first
     assert rows[0]["name"] == XSS and rows[0]["jobid"] == "[4001](/gw/jobs/4001)"
-    rows, _, _ = jobs.page(ds, ctx, "", "PENDING", False, 0, 50, [{"column_id": "gpus", "direction": "asc"}])
+    rows, _, _, _ = jobs.page(ds, ctx, "", "PENDING", False, 0, 50, [{"column_id": "gpus", "direction": "asc"}])
     assert [r["gpus"] for r in rows] == [1, 32] and rows[1]["reason"] == "Dependency"
-    rows, pages, _ = jobs.page(ds, ctx, "", "active", False, 2, 2, [{"column_id": "jobid", "direction": "asc"}])
+    rows, pages, _, _ = jobs.page(ds, ctx, "", "active", False, 2, 2, [{"column_id": "jobid", "direction": "asc"}])
     assert pages == 3 and [r["jobid"] for r in rows] == ["[4005](/gw/jobs/4005)"]
-    rows, _, _ = jobs.page(ds, ctx, "4003", "all", False, 0, 50, [])
+    rows, _, _, _ = jobs.page(ds, ctx, "4003", "all", False, 0, 50, [])
     assert rows[0]["verdict"] == "idle_gpus" and rows[0]["time"] == "15m"
+
+
+def test_unknown_losses_are_unknown_not_zero(fake, monkeypatch):
+    """Jobs judged insufficient_data: "unknown" (reason on hover) in the jobs table, on the job page
+    and in the overview's totals when nothing could be judged; running jobs have a reason too."""
+    from dataclasses import replace
+
+    ds, _, ctx = fake
+    f = ds.findings()
+    blind = tuple(replace(v, state="insufficient_data", gpu_hours_lost=0.0, detail="no GPU samples for 2 of 2 nodes")
+                  if v.jobid == "4003" else v for v in f.verdicts)
+    assert blind[-1].gpu_hours_lost is None and blind[-1].unknown_why == "no GPU samples for 2 of 2 nodes"
+    monkeypatch.setattr(ds, "findings", lambda: replace(f, verdicts=blind))
+    rows, _, _, tips = jobs.page(ds, ctx, "", "RUNNING", False, 0, 50, [{"column_id": "lost", "direction": "desc"}])
+    by_id = {r["jobid"]: (r, t) for r, t in zip(rows, tips)}
+    row, tip = by_id["[4003](/gw/jobs/4003)"]
+    assert row["lost"] == "unknown" and tip["lost"]["value"] == "no GPU samples for 2 of 2 nodes"
+    assert row["reason"] == "no GPU samples for 2 of 2 nodes"
+    assert rows[0]["jobid"] == "[4001](/gw/jobs/4001)" and rows[-1]["lost"] == "unknown"  # unknown sorts last
+    assert all(r["reason"] for r in rows)  # running jobs: the verdict's why, never blank
+    # culprits that are nodes or jobs are links; targets and mounts stay text
+    from dashboard import ui
+
+    assert ui.culprit_cell(ctx, "gpu003", {"gpu003"}).href == "/gw/nodes/gpu003"
+    assert ui.culprit_cell(ctx, "job 4003", set()).children[1].href == "/gw/jobs/4003"
+    assert ui.culprit_cell(ctx, "lustre-OST0003", {"gpu003"}) == "lustre-OST0003"
+    assert "unknown" in str(job.verdict_block(blind[-1], NOW)) and "no GPU samples" in str(job.verdict_block(blind[-1], NOW))
+    # nothing judged at all: the overview's totals are unknown, not 0.0
+    monkeypatch.setattr(ds, "findings", lambda: replace(f, verdicts=tuple(
+        replace(v, state="insufficient_data") for v in f.verdicts), incidents=()))
+    cards = str(overview.cards(ds))
+    assert "unknown" in cards and "could be judged" in cards and "0.0" not in cards
 
 
 def test_nodes_filter(fake):
@@ -115,7 +148,7 @@ def test_nodes_filter(fake):
     rows, pages = nodes.page(ds, ctx, "", "drained", 0, 50)
     assert [r["name"] for r in rows] == ["[gpu008](/gw/nodes/gpu008)"] and rows[0]["reason"] == "XID 79 on GPU 3"
     rows, _ = nodes.page(ds, ctx, "gpu00", "all", 0, 50)
-    assert len(rows) == 8 and rows[0]["jobs"] == "4001" and rows[0]["gpus"] == "8/8"
+    assert len(rows) == 8 and rows[0]["jobs"] == "[4001](/gw/jobs/4001)" and rows[0]["gpus"] == "8/8"
 
 
 # ------------------------------------------------------------------------------------ job/node
@@ -139,6 +172,25 @@ def test_node_graphs(fake):
     graphs = node.graphs(ds, "gpu001", None)
     assert len(graphs) == 5 and len(graphs[0].figure.data) == 8
     assert "No metrics" in node.graphs(ds, "nope", None).children
+
+
+def test_rounded_keeps_gaps_in_one_and_two_dimensions():
+    assert figures._rounded(np.array([1.0, np.nan]), 2) == [1.0, None]
+    assert figures._rounded(np.array([[1.234, np.nan], [np.nan, 2.0]]), 0) == [[1, None], [None, 2]]
+    assert figures._rounded(np.array([np.nan, np.nan]), 1) == [None, None]
+
+
+def test_node_last_hour_renders_with_gaps(fake, monkeypatch):
+    """Real scrapes miss samples: the node page's "Last hour" graphs draw the gaps, never a 500."""
+    from dataclasses import replace
+
+    ds, _, _ = fake
+    ns = ds.node_series("gpu001", node.SIGNALS)
+    holed = {k: np.where(np.arange(v.shape[-1]) % 7 == 3, np.nan, v) for k, v in ns.values.items()}
+    monkeypatch.setattr(ds, "node_series", lambda name, signals: replace(ns, values=holed))
+    graphs = node.graphs(ds, "gpu001", None)
+    ys = graphs[0].figure.data[0].y
+    assert len(graphs) == 5 and None in ys and ys[3] is None and ys[0] is not None
 
 
 # ---------------------------------------------------------------------------------------- queue
@@ -170,6 +222,7 @@ def test_endpoints(fake):
     assert f["incidents"][0]["culprit"] == "lustre-OST0003"
     plan = c.get("/gw/api/v1/backfill").json
     assert plan["partitions"][0]["partition"] == "gpu"
+    assert plan["snapshot"]["stale"] is False and plan["snapshot"]["failing_since"] is None  # how old the plan is
     from collectors.exposition import iter_samples
 
     samples = {(n, tuple(sorted(lbl.items()))): v for n, lbl, v in iter_samples(c.get("/gw/metrics").get_data(as_text=True))}
@@ -470,3 +523,36 @@ def test_live_datasource_with_a_metric_source():
     st_ = bad.status()
     assert not st_.sources[1].ok and "refused" in st_.sources[1].detail and st_.stale
     assert bad.heatmap() is None
+
+
+def test_controller_outage_banner_keeps_last_data_with_its_start():
+    """A stale snapshot (the exporter's polls failing) stays on screen; the banner on every page says
+    since when the controller is unreachable, and why."""
+    from dataclasses import replace
+
+    from collectors.slurm.model import SourceError
+    from dashboard.app import _banner
+    from dashboard.datasource import LiveDatasource
+
+    good = dashboard_fake.datasource().snapshot()
+    stale = replace(good, stale=True, failing_since=good.taken_at + 30, last_attempt=good.taken_at + 90,
+                    errors=(SourceError("squeue --json", "slurm reported: Failed while looking for jobs"),))
+    ds = LiveDatasource(lambda: stale, "slurm-exporter", clock=lambda: good.taken_at + 100)
+    assert ds.snapshot().jobs == good.jobs
+    st_ = ds.status()
+    src = st_.sources[0]
+    assert not src.ok and src.age_seconds == 100 and st_.stale
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(good.taken_at + 30))
+    assert src.detail.startswith(f"controller unreachable since {since}") and "Failed while looking for jobs" in src.detail
+    assert "controller unreachable since" in str(_banner(st_))
+
+
+def test_overview_losses_known_where_the_source_knows_them():
+    """The simulator's ground truth names only faulted jobs: none faulted is 0 lost, not unknown;
+    a diagnosis with no verdict for running jobs, or no diagnosis at all, is unknown."""
+    from dashboard.datasource import Findings
+    from dashboard.pages.overview import lost_unknown
+
+    assert lost_unknown(Findings(NOW, "simulator ground truth"), 3) == (False, "")
+    assert lost_unknown(Findings(NOW, "diagnosis"), 3)[0] and lost_unknown(Findings(NOW, "none"), 3)[0]
+    assert lost_unknown(Findings(NOW, "none"), 0) == (False, "")

@@ -99,7 +99,15 @@ def test_pages_without_data_are_not_linked():
     assert ds.heatmap() is None  # no series: the overview says so instead of drawing zeros
     from dashboard.ui import Ctx
 
-    assert "Not found" in " ".join(strings(render_page(ds, Ctx(app.get_relative_path), "storage")))
+    ctx = Ctx(app.get_relative_path)
+    storage = " ".join(strings(render_page(ds, ctx, "storage")))
+    network = " ".join(strings(render_page(ds, ctx, "network")))
+    assert "Not found" not in storage + network  # real pages whose source is absent say which source
+    assert "No Lustre or GPFS source reports" in storage and "No InfiniBand source reports" in network
+    assert "Not found" in " ".join(strings(render_page(ds, ctx, "no-such-page")))
+    # no topology maps the job's nodes: the switch count is unknown, not 0
+    placement = " ".join(strings(render_page(ds, ctx, "jobs/4001")))
+    assert "leaf switches unknown" in placement and "0 leaf switch" not in placement
 
 
 def test_job_page_content(app_ctx):

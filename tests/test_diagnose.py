@@ -388,6 +388,12 @@ def test_whole_cluster_silent_is_an_outage():
     d = diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)])
     assert {v.state for v in d.verdicts} == {"insufficient_data"}
     assert "outage" in d.cluster_reason
+    # not judged: GPU-hours lost unknown (null, "unknown"), never 0
+    from dashboard.diagnose_cli import render_table
+
+    assert all(v.to_json()["gpu_hours_lost"] is None for v in d.verdicts)
+    rows = [line.split() for line in render_table(d, []).splitlines()[1:3]]
+    assert all(r[6] == "unknown" for r in rows)
 
 
 def test_everyone_dropping_at_once_is_an_outage_not_stalls():

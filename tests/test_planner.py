@@ -195,8 +195,10 @@ def test_never_satisfiable_dependency_is_said_loudly():
     assert never.reasons[0].message.startswith("NEVER SATISFIABLE: its dependency afterok:41(failed)")
     assert r.why("2").state == "blocked" and r.why("2").codes == ("dependency",)
     assert r.why("3").state == "startable"
+    # a job that can never run has no place in the queue order: the next one ranks first
+    assert never.rank is None and r.why("2").rank == 1 and r.why("3").rank == 2
     data = never.to_json()
-    assert data["dependency"] == {"state": "never", "text": "afterok:41(failed)"}
+    assert data["dependency"] == {"state": "never", "text": "afterok:41(failed)"} and data["rank"] is None
 
 
 def test_held_and_begin_time():

@@ -177,6 +177,15 @@ def test_recording_rule_names():
     assert not alert_groups & {g["name"] for g in rule_groups("recording.yml")}, "group names must differ"
 
 
+def test_no_rule_fakes_a_zero():
+    """`or vector(0)` turns "no data" into 0: unknown must stay absent (0 only where a source reports)."""
+    fake = re.compile(r"\bor\s+vector\s*\(\s*0(\.0*)?\s*\)")
+    for name in ("recording.yml", "alerts.yml"):
+        for group in rule_groups(name):
+            for rule in group["rules"]:
+                assert not fake.search(rule["expr"]), (rule.get("record") or rule.get("alert"), rule["expr"])
+
+
 def test_rules_read_only_metrics_that_exist():
     exist, declared, expected = known_metrics()
     used_expected, used_declared = set(), set()

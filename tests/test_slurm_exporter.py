@@ -185,6 +185,71 @@ def test_slurmctld_down_keeps_last_good_snapshot(runner):
     assert not poller.current().stale and poller.current().taken_at == T0 + 60
 
 
+CTLD_DOWN = Path(__file__).parent / "data" / "slurm-ctld-down"  # what 22.05.8 printed with slurmctld killed
+
+
+def test_controller_down_json_with_errors_is_a_failed_poll(runner, caplog):
+    """22.05's squeue/sinfo --json answer a dead controller with exit 0, `errors` and no jobs/nodes:
+    that is an outage (up 0, counted, logged, last good data kept with its start), never an empty cluster."""
+    clock = Clock()
+    poller = Poller(CliSource(runner=runner), clock=clock)
+    assert poller.poll_once()
+    for key, name in (("squeue --json", "squeue_--json.json"), ("sinfo --json", "sinfo_--json.json")):
+        runner.override(key, text_result((CTLD_DOWN / name).read_text()))
+    for key in ("scontrol -o show partition", "scontrol -o show reservation", "sdiag", "sprio", "sshare -l -a -P"):
+        runner.override(key, failing_result(rc=255))
+    # what 22.05's `scontrol show topology` prints then: exit 0, nothing on stdout, the error on stderr
+    runner.override("scontrol show topology", failing_result(
+        "slurm_load_topo error: Unable to contact slurm controller (connect failure)", rc=0))
+    clock.t += 15
+    with caplog.at_level("WARNING", logger="collectors.slurm.sources"):
+        assert not poller.poll_once()
+    clock.t += 15
+    assert not poller.poll_once()
+    snap = poller.current()
+    assert snap.stale and len(snap.jobs) == 27 and snap.taken_at == T0
+    assert snap.failing_since == T0 + 15 and snap.last_attempt == T0 + 30  # the outage's start, not the last try
+    assert "slurm reported: Failed while looking for jobs" in [e.message for e in snap.errors]
+    assert any("failing since" in r.getMessage() and "Failed while looking for jobs" in r.getMessage() for r in caplog.records)
+    h = poller.health()
+    assert not h["up"] and h["failing_since"] == T0 + 15 and any("Failed while looking" in e for e in h["errors"])
+    text = render(poller, clock)
+    assert value(text, "gangwatch_slurm_up") == 0 and value(text, "gangwatch_slurm_poll_failures_total") == 2
+    # exit 0, yet failed: Slurm's own errors count against the command
+    assert value(text, "gangwatch_slurm_command_success", command="squeue") == 0
+    assert value(text, "gangwatch_slurm_command_errors_total", command="sinfo") == 2
+    assert poller.statuses["squeue"].error == "slurm reported: Failed while looking for jobs"
+    assert poller.statuses["scontrol_topology"].error.startswith("exit status 0 but: slurm_load_topo error")
+    assert value(text, "gangwatch_slurm_snapshot_stale") == 1 and value(text, "gangwatch_slurm_snapshot_age_seconds") == 30
+    assert value(text, "gangwatch_slurm_jobs", state="RUNNING", partition="gpu", reason="") == 10  # alerts held, not reset
+    assert Snapshot.from_json(snap.to_json()).failing_since == T0 + 15
+    for key in list(runner.overrides):
+        runner.override(key, None)
+    clock.t += 15
+    with caplog.at_level("WARNING", logger="collectors.slurm.sources"):
+        assert poller.poll_once()
+    assert not poller.current().stale and poller.current().failing_since is None and poller.health()["up"]
+    assert any("succeeded again" in r.getMessage() for r in caplog.records)
+
+
+def test_one_deadline_per_poll_not_one_per_command(runner):
+    """Every command hangs (a frozen controller): the poll ends after one deadline, not eight."""
+    poller = Poller(CliSource(runner=runner, timeout=0.5), clock=Clock())
+    poller.poll_once()
+    for key in ("squeue --json", "sinfo --json", "scontrol -o show partition", "scontrol -o show reservation",
+                "sdiag", "sprio", "sshare -l -a -P", "scontrol show topology"):
+        runner.override(key, slow_result(30))
+    start = time.monotonic()
+    assert not poller.poll_once()
+    assert time.monotonic() - start < 1.5  # serial timeouts would take 8 x 0.5 s
+    assert all(not st.ok for name, st in poller.statuses.items() if name != "squeue_version")
+
+
+def test_exporter_caps_the_poll_deadline_at_the_interval():
+    args = exporter.build_parser().parse_args(["--slurm.poll-interval", "5", "--slurm.command-timeout", "30"])
+    assert exporter.make_source(args).timeout == 5
+
+
 def test_timeouts_are_reported(runner):
     clock = Clock()
     poller = Poller(CliSource(runner=runner, timeout=0.2), clock=clock)

@@ -241,6 +241,17 @@ def test_slurmrestd_jwt_over_http(cluster, snap):
         bad.close()
 
 
+def failed_poll_keeps(poller: Poller, good, limit: float):
+    """One poll that must fail within `limit` seconds and keep `good`'s data, served stale;
+    -> (the stale snapshot, the /metrics text then)."""
+    start = time.monotonic()
+    assert not poller.poll_once()
+    assert time.monotonic() - start < limit
+    stale = poller.current()
+    assert stale.stale and stale.taken_at == good.taken_at and len(stale.jobs) == len(good.jobs)
+    return stale, exporter.render_once(poller, time.time())
+
+
 def test_frozen_slurmctld_times_out_and_recovers(cluster, runner):
     """SIGSTOP slurmctld: the commands hang, are killed at the deadline, the last good snapshot is
     served stale with its age; SIGCONT and the next poll is fresh again. Runs last in this module."""
@@ -249,13 +260,8 @@ def test_frozen_slurmctld_times_out_and_recovers(cluster, runner):
     good = poller.current()
     cluster.freeze_ctld()
     try:
-        start = time.monotonic()
-        assert not poller.poll_once()
-        assert time.monotonic() - start < 15
-        stale = poller.current()
-        assert stale.stale and stale.taken_at == good.taken_at and len(stale.jobs) == len(good.jobs)
+        _, text = failed_poll_keeps(poller, good, 4)  # one 1.5 s deadline for all eight commands, not eight
         assert poller.statuses["squeue"].error.startswith("timed out")
-        text = exporter.render_once(poller, time.time())
         assert "gangwatch_slurm_up 0" in text and 'gangwatch_slurm_command_success{command="squeue"} 0' in text
     finally:
         cluster.thaw_ctld()
@@ -264,3 +270,28 @@ def test_frozen_slurmctld_times_out_and_recovers(cluster, runner):
             break
         time.sleep(0.5)
     assert not poller.current().stale
+
+
+def test_killed_slurmctld_is_an_outage_not_an_empty_cluster(cluster, runner, capsys):
+    """SIGKILL slurmctld: 22.05's squeue/sinfo --json exit 0 with `errors` and no jobs/nodes after
+    ~9 s each. The poll fails within its one deadline, the last good snapshot is kept with the
+    outage's start, `backfill --slurm-cli` exits 2; a restarted slurmctld brings fresh data back.
+    Runs last in this module (it restarts the controller)."""
+    from dashboard import backfill_cli
+
+    poller = Poller(CliSource(runner=runner, timeout=12))
+    assert poller.poll_once()
+    good = poller.current()
+    cluster.kill_ctld()
+    try:
+        stale, text = failed_poll_keeps(poller, good, 14)
+        assert stale.failing_since is not None and stale.failing_since >= good.taken_at
+        assert any(e.source == "squeue --json" and e.message.startswith("slurm reported:") for e in stale.errors)
+        assert "gangwatch_slurm_up 0" in text and "gangwatch_slurm_poll_failures_total 1" in text
+        assert backfill_cli.main(["--slurm-cli", "--timeout", "12"], runner=runner) == 2
+        assert "cannot read Slurm" in capsys.readouterr().err
+    finally:
+        cluster.start_ctld()
+    assert poller.poll_once(), poller.health()["errors"]
+    assert not poller.current().stale and poller.current().failing_since is None
+    assert {j.job_id for j in poller.current().jobs} >= {j.job_id for j in good.jobs if j.state == "RUNNING"}

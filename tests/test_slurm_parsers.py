@@ -75,6 +75,13 @@ def test_sinfo_json_2205_nodes(f2205):
     by = {n.name: n for n in nodes}
     assert len(nodes) == 8
     assert by["gpu006"].state == "MIXED" and by["gpu006"].drain and by["gpu006"].state_label == "draining"
+    from collectors.slurm.model import Node
+    # as sinfo names them: a node held for the top job or under maintenance is not "idle"
+    assert Node("a", "IDLE", ("PLANNED",)).state_label == "planned"
+    assert Node("a", "IDLE", ("MAINT", "RESERVED")).state_label == "maint"
+    assert Node("a", "IDLE", ("RESERVED",)).state_label == "reserved"
+    assert Node("a", "MIXED", ("MAINT",)).state_label == "mixed"
+    assert Node("a", "IDLE", ("DRAIN", "MAINT")).state_label == "drained"
     assert by["gpu006"].reason == "Xid 79: GPU has fallen off the bus (GPU 3)" and by["gpu006"].reason_user == "root"
     assert by["gpu008"].down and by["gpu008"].reason == "NHC: ib0 link down"
     assert by["gpu001"].gpus_total == 8 and by["gpu001"].gpus_allocated == 8 and by["gpu001"].gpu_types == ("h100",)

@@ -8,8 +8,10 @@ every `--slurm.poll-interval` seconds by one background thread; scrapes only rea
 snapshot, so the commands run at most once per interval whatever the number of scrapers.
 Privileges: none beyond a user that may run squeue/sinfo/scontrol/sprio/sshare/sdiag (operators see
 all users' jobs; `PrivateData` in slurm.conf may hide some). Metrics: see metrics.METRICS.
-Failure modes: slurmctld down or slow (commands time out), a command exiting non-zero, unparsable
-or unexpected output -> the last good snapshot is served marked stale with its age,
+Failure modes: slurmctld down or slow (commands time out, or the JSON forms answer exit 0 with
+"Unable to contact slurm controller" in `errors`), a command exiting non-zero, unparsable or
+unexpected output -> the last good snapshot is served marked stale with its age and
+`failing_since`, the failure is logged and counted,
 `gangwatch_slurm_up 0`, `gangwatch_slurm_command_success{command} 0`; before the first good poll
 `/api/v1/snapshot` answers 503 and /metrics carries only the health series. Without a topology
 plugin there is no `gangwatch_slurm_node_switch_info` and no error; a failing topology read costs
@@ -80,7 +82,10 @@ def build_parser(prog: str = "gangwatch slurm-exporter") -> argparse.ArgumentPar
     p.add_argument("--slurm.poll-interval", dest="slurm_poll_interval", type=float, default=15.0,
                    help="Seconds between polls of Slurm; every scrape in between is served from the latest poll.")
     p.add_argument("--slurm.command-timeout", dest="slurm_command_timeout", type=float, default=10.0,
-                   help="Seconds one Slurm command (or slurmrestd request) may take before it is killed.")
+                   help="Seconds one poll of Slurm may take: its commands run concurrently (slurmrestd requests "
+                        "in turn) under this one deadline, and whatever is still running then is killed. Capped at "
+                        "the poll interval, so a dead or frozen controller shows as gangwatch_slurm_up 0 within "
+                        "one interval.")
     p.add_argument("--slurm.bin-dir", dest="slurm_bin_dir", default="",
                    help="Folder holding squeue, sinfo, scontrol, ... (default: search PATH).")
     p.add_argument("--slurm.rest-url", dest="slurm_rest_url", default="",
@@ -112,7 +117,8 @@ def make_source(args: argparse.Namespace, runner: CommandRunner | None = None):
     no_topology, topology_file = args.slurm_no_topology, args.slurm_topology_file
     skip = tuple(kind for kind, off in (("fairshare", args.slurm_no_fairshare),
                                         ("topology", no_topology or topology_file)) if off)
-    cli = CliSource(runner=runner, timeout=args.slurm_command_timeout, bin_dir=args.slurm_bin_dir, skip=skip)
+    deadline = min(args.slurm_command_timeout, args.slurm_poll_interval)
+    cli = CliSource(runner=runner, timeout=deadline, bin_dir=args.slurm_bin_dir, skip=skip)
     source = cli if not args.slurm_rest_url else _rest_source(args, cli)
     if topology_file and not no_topology:
         source = TopologyFile(source, topology_file)
@@ -129,7 +135,7 @@ def _rest_source(args: argparse.Namespace, cli: CliSource) -> RestSource:
     if token.startswith("SLURM_JWT="):
         token = token[len("SLURM_JWT="):]
     return RestSource(args.slurm_rest_url, args.slurm_rest_api_version, token=token, user=args.slurm_rest_user,
-                      timeout=args.slurm_command_timeout, extras=cli if args.slurm_rest_with_cli else None)
+                      timeout=min(args.slurm_command_timeout, args.slurm_poll_interval), extras=cli if args.slurm_rest_with_cli else None)
 
 
 def snapshot_handler(poller: Poller, clock=time.time):

@@ -62,7 +62,20 @@ class PriorityFactors:
     partition: float | None = None
     qos: float | None = None
     nice: float | None = None
-    tres: str = ""
+    tres: str = ""  # sprio's TRES column: "cpu=8,gres/gpu=625" (weighted, one term per TRES)
+
+    @property
+    def tres_total(self) -> float | None:
+        """The TRES term as one number (the sum of sprio's per-TRES terms); None when sprio showed none."""
+        total, seen = 0.0, False
+        for item in self.tres.split(","):
+            _, sep, val = item.rpartition("=")
+            try:
+                total += float(val) if sep else 0.0
+                seen = seen or bool(sep)
+            except ValueError:
+                continue
+        return total if seen else None
 
 
 @dataclass(frozen=True)
@@ -161,7 +174,17 @@ class Node:
 
     @property
     def state_label(self) -> str:
-        """One word as `sinfo` prints it: idle, mixed, alloc, down, drained, draining, ..."""
+        """One word as `sinfo` prints it: idle, mixed, alloc, down, drained, draining, maint,
+        planned (idle but held for a higher-priority job), reserved, ... A node in a MAINT
+        reservation or PLANNED for the top job is not free: "idle" there would mislead."""
+        flags = self.state_flags
+        if "MAINT" in flags and not self.drain and self.state not in ("ALLOCATED", "MIXED", "DOWN"):
+            return "maint"
+        if self.state == "IDLE" and not self.drain:
+            if "PLANNED" in flags:
+                return "planned"
+            if "RESERVED" in flags:
+                return "reserved"
         if self.drain:
             return "drained" if self.state in ("IDLE", "DOWN") else "draining"
         return {"ALLOCATED": "allocated"}.get(self.state, self.state.lower() or "unknown")
@@ -291,6 +314,9 @@ class Snapshot:
     errors: tuple[SourceError, ...] = ()
     stale: bool = False  # True when the latest poll failed and this is the last good snapshot
     last_attempt: float | None = None  # unix s of the latest poll, good or not
+    # unix s of the first failed poll since the last good one (stale snapshots only): "controller
+    # unreachable since ..." is what operators need, not just the age of the data
+    failing_since: float | None = None
     schema_version: int = SCHEMA_VERSION
 
     def age(self, now: float) -> float:

@@ -5,6 +5,8 @@ priority, fairshare, scheduler, topology), each the text of a command, a file or
 or the reason it is missing. `build_snapshot` parses what is there, records what is not, and
 decides whether the poll as a whole failed: without jobs or without nodes the picture would be
 wrong, so such a poll raises `PollFailed` and the caller keeps the last good snapshot instead.
+Slurm's JSON commands answer an unreachable controller with exit status 0, an `errors` list and
+empty `jobs`/`nodes` (22.05 onwards): such a document is a failure, not an empty cluster.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class RawOutput:
     text: str | None  # None when the command failed
     error: str = ""
     duration: float = 0.0
+    label: str = ""  # the command's short name (CommandStatus.command), when it has one
 
 
 class PollFailed(Exception):
@@ -64,6 +67,8 @@ def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict
                                              and not (raw.kind in ("nodes", "partitions") and "sinfo" in doc)):
                 errors.append(SourceError(raw.source, f"no '{_data_key(raw.kind)}' in the document"))
                 return None
+            if raw.kind in CRITICAL and meta.errors and not value:
+                return None  # "Unable to contact slurm controller": not an empty cluster
             meta_out.setdefault(raw.kind, meta)
             return value
         if raw.kind == "jobs":

@@ -6,7 +6,9 @@
   (21.08+); `sinfo --json` for nodes on 22.05 and `scontrol show nodes|partitions|reservations
   --json` and `sdiag --json` from 23.02; the text forms `scontrol -o show partition|reservation`
   and `sdiag` on 22.05; `sprio`, `sshare -P` and `scontrol show topology` text on every version.
-  Each command runs with a timeout through `CommandRunner` (no shell). "No topology information
+  The commands of one poll run concurrently under ONE deadline (`timeout`, the poll's budget, not
+  each command's), through `CommandRunner` (no shell): a frozen or dead controller costs one
+  deadline per poll, not one per command, so `up 0` shows within a poll interval. "No topology information
   available" (no topology plugin) is an answer, not a failure: no switches, no error.
 * `RestSource`: slurmrestd over a unix socket (`unix:/path`) or HTTP(S) with a JWT
   (`X-SLURM-USER-TOKEN`). The OpenAPI version is found by asking `/slurm/<v>/ping` newest first
@@ -14,7 +16,9 @@
 * `TopologyFile`: wraps either source and reads the switches from a topology.conf file instead.
 * `Poller`: one background thread polls the source every `interval` seconds, so any number of
   scrapers cost one poll per interval. A failed poll (timeout, non-zero exit, garbage, missing
-  jobs or nodes) keeps the last good snapshot, served marked `stale` with its age and errors.
+  jobs or nodes, or Slurm's own "Unable to contact slurm controller" in an exit-0 JSON document)
+  keeps the last good snapshot, served marked `stale` with its age, its errors and
+  `failing_since` (when the outage began); each failure is logged and counted.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
@@ -106,8 +111,11 @@ class CliSource:
     def _argv(self, argv: list[str]) -> list[str]:
         return [f"{self.bin_dir}/{argv[0]}", *argv[1:]] if self.bin_dir else argv
 
-    def detect_version(self) -> CommandStatus:
-        res = self.runner.run(self._argv(["squeue", "--version"]), timeout=self.timeout)
+    def _run(self, argv: list[str], deadline: float):
+        return self.runner.run(self._argv(argv), timeout=max(0.1, deadline - time.monotonic()))
+
+    def detect_version(self, deadline: float | None = None) -> CommandStatus:
+        res = self._run(["squeue", "--version"], deadline or time.monotonic() + self.timeout)
         if res.ok and parse_version(res.stdout):
             self.version = parse_version(res.stdout)
             self.version_text = res.stdout.strip()
@@ -115,27 +123,35 @@ class CliSource:
         return CommandStatus("squeue_version", False, res.duration, _describe_failure(res))
 
     def poll(self) -> tuple[list[RawOutput], list[CommandStatus]]:
+        deadline = time.monotonic() + self.timeout
         statuses: list[CommandStatus] = []
         if self.version is None:
-            statuses.append(self.detect_version())
+            statuses.append(self.detect_version(deadline))
             if self.version is None:
                 # without a version we do not know which forms to ask for; the poll fails visibly
                 return [RawOutput("jobs", "squeue --version", "json", None, statuses[-1].error)], statuses
+        plan = [p for p in cli_plan(self.version) if p[0] not in self.skip]
+        # one thread per command, all under the same deadline: a poll costs the slowest command
+        with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="slurm-cmd") as pool:
+            results = list(pool.map(lambda p: self._run(p[2], deadline), plan))
         raws: list[RawOutput] = []
-        for kind, label, argv, fmt in cli_plan(self.version):
-            if kind in self.skip:
-                continue
-            res = self.runner.run(self._argv(argv), timeout=self.timeout)
+        for (kind, label, argv, fmt), res in zip(plan, results):
             shown = " ".join(argv)
             if kind == "topology" and not res.timed_out and NO_TOPOLOGY in res.stderr + res.stdout:
                 # no topology plugin: a valid answer (no switches), whatever the exit status says
-                res = replace(res, returncode=0, stdout="")
+                res = replace(res, returncode=0, stdout="", stderr="")
+            silent_error = res.ok and not res.stdout.strip() and "error" in res.stderr.lower()
+            if silent_error:
+                # exit 0, no output, an error on stderr: how 22.05's `scontrol show topology` answers a
+                # dead controller ("slurm_load_topo error: Unable to contact slurm controller")
+                said = res.stderr.strip().splitlines()[-1][:300]
+                res = replace(res, returncode=None, error=f"exit status 0 but: {said}")
             if res.ok:
-                raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration))
+                raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration, label=label))
                 statuses.append(CommandStatus(label, True, res.duration))
             else:
                 why = _describe_failure(res)
-                raws.append(RawOutput(kind, shown, fmt, None, why, res.duration))
+                raws.append(RawOutput(kind, shown, fmt, None, why, res.duration, label))
                 statuses.append(CommandStatus(label, False, res.duration, why))
         return raws, statuses
 
@@ -191,14 +207,18 @@ class RestSource:
         else:
             base = url.rstrip("/")
         self.client = httpx.Client(base_url=base, transport=transport, headers=headers, timeout=timeout)
+        self.timeout = timeout  # the whole poll's budget, shared by its requests
         self.api_version = None if api_version == "auto" else api_version
         self.auto_version = api_version == "auto"
         self.extras = extras  # a CliSource for sprio/sshare, which slurmrestd does not offer
 
-    def _get(self, path: str):
+    def _get(self, path: str, deadline: float | None = None):
         start = time.monotonic()
+        left = self.timeout if deadline is None else deadline - start
+        if left <= 0:
+            return None, 0.0, "not asked: the poll's deadline had passed"
         try:
-            resp = self.client.get(path)
+            resp = self.client.get(path, timeout=left)
         except Exception as exc:  # connection refused, timeout, bad socket path
             return None, time.monotonic() - start, f"{type(exc).__name__}: {exc}"
         dur = time.monotonic() - start
@@ -208,11 +228,11 @@ class RestSource:
                 f"HTTP {resp.status_code}" + (f": {body[0][:300]}" if body else "")
         return resp.text, dur, ""
 
-    def detect_version(self) -> CommandStatus:
+    def detect_version(self, deadline: float | None = None) -> CommandStatus:
         start = time.monotonic()
         last = "no version answered"
         for v in self.VERSIONS:
-            text, _, err = self._get(f"/slurm/{v}/ping")
+            text, _, err = self._get(f"/slurm/{v}/ping", deadline)
             if text is not None and not err:
                 self.api_version = v
                 return CommandStatus("rest_ping", True, time.monotonic() - start)
@@ -222,24 +242,25 @@ class RestSource:
         return CommandStatus("rest_ping", False, time.monotonic() - start, last)
 
     def poll(self) -> tuple[list[RawOutput], list[CommandStatus]]:
+        deadline = time.monotonic() + self.timeout
         statuses: list[CommandStatus] = []
         if self.api_version is None:
-            statuses.append(self.detect_version())
+            statuses.append(self.detect_version(deadline))
             if self.api_version is None:
                 return [RawOutput("jobs", "GET /slurm/*/ping", "json", None, statuses[-1].error)], statuses
         raws = []
         for kind, ep in (("jobs", "jobs"), ("nodes", "nodes"), ("partitions", "partitions"),
                          ("reservations", "reservations"), ("scheduler", "diag")):
             path = f"/slurm/{self.api_version}/{ep}"
-            text, dur, err = self._get(path)
+            text, dur, err = self._get(path, deadline)
             label = f"rest_{ep}"
             if err:
-                raws.append(RawOutput(kind, f"GET {path}", "json", None, err, dur))
+                raws.append(RawOutput(kind, f"GET {path}", "json", None, err, dur, label))
                 statuses.append(CommandStatus(label, False, dur, err))
                 if kind == "jobs" and self.auto_version and err.startswith("HTTP 404"):
                     self.api_version = None  # slurmrestd restarted with other plugins: ask again next poll
             else:
-                raws.append(RawOutput(kind, f"GET {path}", "json", text, duration=dur))
+                raws.append(RawOutput(kind, f"GET {path}", "json", text, duration=dur, label=label))
                 statuses.append(CommandStatus(label, True, dur))
         if self.extras is not None:
             self.extras.skip |= {"jobs", "nodes", "partitions", "reservations", "scheduler"}
@@ -250,6 +271,24 @@ class RestSource:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _reported(statuses: list[CommandStatus], raws: list[RawOutput], errors) -> list[CommandStatus]:
+    """A command that exited 0 but whose document carries Slurm's own errors (22.05's answer to a
+    dead controller) failed: its status says so, so command_success and command_errors_total do."""
+    said = {}
+    for e in errors:
+        if e.severity == "error" and e.message.startswith("slurm reported:"):
+            said.setdefault(e.source, e.message)
+    if not said:
+        return statuses
+    label_msg = {r.label: said[r.source] for r in raws if r.label and r.source in said}
+    return [replace(st, ok=False, error=label_msg[st.command]) if st.ok and st.command in label_msg else st
+            for st in statuses]
+
+
+def _utc(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else "?"
 
 
 class Poller:
@@ -263,6 +302,7 @@ class Poller:
         self._good: Snapshot | None = None
         self._served: Snapshot | None = None
         self._failed_errors: tuple[SourceError, ...] = ()
+        self._failing_since: float | None = None  # first failed poll since the last good one
         self._last_attempt: float | None = None
         self.statuses: dict[str, CommandStatus] = {}
         self.command_errors: dict[str, int] = {}
@@ -277,17 +317,21 @@ class Poller:
         start = time.monotonic()
         now = self.clock()
         statuses: list[CommandStatus] = []
+        raws: list[RawOutput] = []
         try:
             raws, statuses = self.source.poll()
             snap = build_snapshot(raws, now, self.source.name)
             errors: tuple[SourceError, ...] = ()
             ok = True
+            statuses = _reported(statuses, raws, snap.errors)
         except PollFailed as exc:
             snap, errors, ok = None, tuple(exc.errors), False
+            statuses = _reported(statuses, raws, errors)
         except Exception as exc:  # a bug or a source in a state we never saw: report, keep serving
             log.exception("slurm poll failed")
             snap, errors, ok = None, (SourceError(self.source.name, f"{type(exc).__name__}: {exc}"),), False
         with self._lock:
+            recovered_from = self._failing_since if ok else None
             self.polls += 1
             self._last_attempt = now
             self.last_poll_duration = time.monotonic() - start
@@ -298,13 +342,20 @@ class Poller:
             if ok:
                 self._good = self._served = snap
                 self._failed_errors = ()
+                self._failing_since = None
             else:
                 self.poll_failures += 1
                 self._failed_errors = errors
+                if self._failing_since is None:
+                    self._failing_since = now
                 if self._good is not None:  # built once per failed poll, so readers share one object
-                    self._served = replace(self._good, stale=True, errors=errors + self._good.errors, last_attempt=now)
+                    self._served = replace(self._good, stale=True, errors=errors + self._good.errors, last_attempt=now,
+                                           failing_since=self._failing_since)
         if not ok:
-            log.warning("slurm poll failed: %s", "; ".join(f"{e.source}: {e.message}" for e in errors)[:500])
+            log.warning("slurm poll failed (failing since %s): %s", _utc(self._failing_since),
+                        "; ".join(f"{e.source}: {e.message}" for e in errors)[:500])
+        elif recovered_from is not None:
+            log.warning("slurm poll succeeded again after failing since %s", _utc(recovered_from))
         return ok
 
     def current(self) -> Snapshot | None:
@@ -317,6 +368,8 @@ class Poller:
         with self._lock:
             return {"up": self._good is not None and not self._failed_errors, "polls": self.polls,
                     "poll_failures": self.poll_failures, "last_poll_duration": self.last_poll_duration,
+                    "failing_since": self._failing_since,
+                    "errors": [f"{e.source}: {e.message}" for e in self._failed_errors if e.severity == "error"],
                     "statuses": dict(self.statuses), "command_errors": dict(self.command_errors)}
 
     @property

@@ -92,7 +92,9 @@ class Verdict:
         return {"jobid": self.jobid, "name": self.name, "user": self.user, "nodes": list(self.nodes),
                 "gpus": self.gpus, "state": self.state, "confidence": _round(self.confidence, 3),
                 "since": _clean(self.since), "culprit": self.culprit, "culprit_kind": self.culprit_kind,
-                "evidence": [e.to_json() for e in self.evidence], "gpu_hours_lost": _round(self.gpu_hours_lost, 3),
+                "evidence": [e.to_json() for e in self.evidence],
+                # not judged: the loss is unknown (null), never 0
+                "gpu_hours_lost": None if self.state == "insufficient_data" else _round(self.gpu_hours_lost, 3),
                 "reason": self.reason, "placement": [p.to_json() for p in self.placement],
                 "slurm_state": self.slurm_state}
 

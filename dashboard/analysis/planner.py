@@ -140,7 +140,9 @@ class JobWhy:
 
     job: PendingJob
     partition: str
-    rank: int  # 1-based position among the pending jobs of its partition, in priority order
+    # 1-based position among the jobs of its partition that can ever run, in priority order; None
+    # for a job that never can (a never-runnable job ahead must not push the top job to "rank 2")
+    rank: int | None
     state: str  # startable | top | waiting | blocked | never
     reasons: tuple[Reason, ...]
     expected_start: float | None = None
@@ -771,6 +773,7 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs.
     memo: dict = {}
     by_part: dict[str, list[JobWhy]] = {}
+    ranked: dict[str, int] = {}
     for rec in jobs:
         if rec.state == "waiting" or rec.estimate:
             key = (rec.partition, rec.req, rec.t0)
@@ -786,7 +789,10 @@ def plan(inp: PlannerInput) -> BackfillPlan:
         whys = by_part.get(rec.partition)
         if whys is None:
             whys = by_part[rec.partition] = []
-        whys.append(JobWhy(rec.job, rec.partition, len(whys) + 1, rec.state, tuple(rec.reasons), rec.expected,
+        rank = None
+        if rec.state != "never":
+            rank = ranked[rec.partition] = ranked.get(rec.partition, 0) + 1
+        whys.append(JobWhy(rec.job, rec.partition, rank, rec.state, tuple(rec.reasons), rec.expected,
                            rec.nodes, rec.what_if))
     parts = []
     for p in sorted(set(cl.part_nodes) | set(by_part)):

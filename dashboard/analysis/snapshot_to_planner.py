@@ -177,6 +177,9 @@ def _priority_factors(job: Job) -> dict[str, float]:
         v = getattr(f, name)
         if v is not None and math.isfinite(v):
             out[name] = float(v)
+    tres = f.tres_total  # sprio's TRES term: without it the terms do not add up to the priority
+    if tres is not None and math.isfinite(tres):
+        out["tres"] = tres
     return out
 
 

@@ -41,7 +41,7 @@ def verdict_block(v, now: float):
                       "diagnosis runs here).", className="gw-muted")
     rows = [("verdict", ui.state_badge(v.state)), ("culprit", v.culprit or "—"),
             ("since", f"{ui.fmt_time(v.since)} ({ui.fmt_dur(now - v.since) if v.since else '—'})"),
-            ("GPU-hours lost", ui.fmt_num(v.gpu_hours_lost, 2)),
+            ("GPU-hours lost", ui.known_or_unknown(v.gpu_hours_lost, v.unknown_why)),
             ("confidence", "—" if v.confidence is None else f"{v.confidence:.0%}")]
     if v.detail:
         rows.append(("why", v.detail))
@@ -69,14 +69,20 @@ def placement(ds: Datasource, j, ctx: ui.Ctx):
         known += topo.known
         rows.append([ui.node_link(ctx, n), leaf or ui.UNKNOWN, ", ".join(map(str, gpus)) if gpus else ui.UNKNOWN,
                      topo.describe(gpus) if gpus else ui.UNKNOWN, str(a.cpus) if a and a.cpus else ui.UNKNOWN])
-    note = f"{len(j.nodes)} nodes on {len(leaves - {''})} leaf switch(es)." if leaf_of else ""
+    mapped = leaves - {""}
+    if not mapped:  # no topology plugin, topology.conf or switch labels: unknown, not "0 switches"
+        note = (f"{len(j.nodes)} nodes; leaf switches unknown: no topology (Slurm topology/tree, "
+                "--slurm.topology-file or switch labels) maps these nodes.")
+    else:
+        unmapped = sum(1 for r in rows if r[1] == ui.UNKNOWN)
+        note = f"{len(j.nodes)} nodes on {len(mapped)} leaf switch(es)" + (f" ({unmapped} unmapped)." if unmapped else ".")
     if known < len(j.nodes):
         note += (" GPU topology unknown" + (f" on {len(j.nodes) - known} of {len(j.nodes)} nodes" if known else "")
                  + ": the metric source has no gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_topology_info series.")
     v = ds.findings().verdict(str(j.job_id))
-    found = ui.table(["finding", "node", "detail", "expected cost"], [[k.replace("_", " "), n, d, c]
-                                                                      for k, n, d, c in (v.placement if v else ())],
-                     empty="No placement findings.")
+    found = ui.table(["finding", "node", "detail", "expected cost"],
+                     [[k.replace("_", " "), ui.node_link(ctx, n) if n else "—", d, c]
+                      for k, n, d, c in (v.placement if v else ())], empty="No placement findings.")
     return html.Div([html.P(note, className="gw-muted"),
                      ui.table(["node", "leaf switch", "GPUs", "GPU topology (NVLink, NUMA)", "CPUs"], rows,
                               empty="No nodes allocated."),
@@ -92,7 +98,7 @@ def why_block(ds: Datasource, j):
     except KeyError:
         return html.P("The planner has no entry for this job.", className="gw-muted")
     items = [html.Li([html.Strong(r.code + ": "), r.message], className=f"gw-sev-{r.severity}") for r in w.reasons]
-    facts = [("state in the plan", w.state), ("rank in its partition", str(w.rank)),
+    facts = [("state in the plan", w.state), ("rank in its partition", "— (can never run)" if w.rank is None else str(w.rank)),
              ("Slurm's reason", ui.why_field(w, "slurm_reason") or "—"),
              ("expected start (gangwatch)", ui.fmt_time(w.expected_start)),
              ("expected start (Slurm)", ui.fmt_time(ui.why_field(w, "slurm_expected_start"))),
@@ -100,7 +106,7 @@ def why_block(ds: Datasource, j):
              ("dependency", f"{ui.why_field(w, 'dependency', '')} {ui.why_field(w, 'dependency_text', '')}".strip())]
     factors = ui.why_field(w, "priority_factors") or {}
     if factors:
-        facts.append(("priority factors", ", ".join(f"{k} {v:g}" for k, v in sorted(factors.items()))))
+        facts.append(("priority factors", ui.priority_terms(factors, ui.why_field(w, "priority"))))
     if w.what_if is not None:
         facts.append(("what if", w.what_if.message))
     return html.Div([html.Ul(items, className="gw-reasons"),

@@ -17,7 +17,27 @@ PAGE_SIZE = 50
 COLUMNS = [("jobid", "job", "markdown"), ("name", "name", "text"), ("user", "user", "text"),
            ("account", "account", "text"), ("partition", "partition", "text"), ("state", "state", "text"),
            ("verdict", "verdict", "text"), ("nodes", "nodes", "numeric"), ("gpus", "GPUs", "numeric"),
-           ("time", "elapsed / waited", "text"), ("lost", "GPU-h lost", "numeric"), ("reason", "reason", "text")]
+           ("time", "elapsed / waited", "text"), ("lost", "GPU-h lost", "text"), ("reason", "reason", "text")]
+
+
+NOT_JUDGED = "not judged: the diagnosis has no verdict on this job (too young, or no metric source)"
+
+
+def lost_cell(v, running: bool) -> str:
+    """GPU-hours lost as text: a number where judged, "unknown" where not (the reason is the
+    cell's tooltip), blank for pending jobs, which hold no GPUs."""
+    if not running:
+        return ""
+    return ui.UNKNOWN if v is None or v.gpu_hours_lost is None else f"{v.gpu_hours_lost:,.2f}"
+
+
+def reason_cell(v, j) -> str:
+    """Slurm's reason for a pending job; for a running one the verdict's why (Slurm says "None")."""
+    if j.state != "RUNNING":
+        return j.reason
+    if v is not None:
+        return v.detail or v.state.replace("_", " ")
+    return "" if j.reason in ("", "None") else j.reason
 
 
 def all_rows(ds: Datasource, ctx: ui.Ctx, search: str = "", state: str = "active", flagged_only: bool = False,
@@ -46,10 +66,11 @@ def all_rows(ds: Datasource, ctx: ui.Ctx, search: str = "", state: str = "active
         rows.append({"jobid": f"[{ui.markdown_escape(j.display_id)}]({ctx.job(j.job_id)})", "name": j.name,
                      "user": j.user, "account": j.account, "partition": j.partition, "state": j.state,
                      "verdict": job_verdict_label(v, j), "nodes": j.gang_size, "gpus": j.gpus,
-                     "time": ui.fmt_dur(secs), "lost": round(v.gpu_hours_lost, 2) if v and v.gpu_hours_lost else None,
-                     "reason": "" if running else j.reason, "_id": j.job_id, "_secs": secs or 0})
+                     "time": ui.fmt_dur(secs), "lost": lost_cell(v, running), "reason": reason_cell(v, j),
+                     "_id": j.job_id, "_secs": secs or 0, "_lost": v.gpu_hours_lost if v else None,
+                     "_lost_why": (v.unknown_why if v else NOT_JUDGED) if running else ""})
     for s in reversed(sort_by or [{"column_id": "lost", "direction": "desc"}]):
-        col = {"jobid": "_id", "time": "_secs"}.get(s["column_id"], s["column_id"])
+        col = {"jobid": "_id", "time": "_secs", "lost": "_lost"}.get(s["column_id"], s["column_id"])
         present = [r for r in rows if r.get(col) is not None]
         missing = [r for r in rows if r.get(col) is None]
         present.sort(key=lambda r: r[col], reverse=s.get("direction") == "desc")
@@ -62,8 +83,10 @@ def page(ds, ctx, search, state, flagged_only, page_current, page_size, sort_by)
     size = page_size or PAGE_SIZE
     pages = max(1, -(-len(rows) // size))
     cur = min(page_current or 0, pages - 1)
-    out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows[cur * size:(cur + 1) * size]]
-    return out, pages, f"{len(rows):,} jobs match"
+    shown = rows[cur * size:(cur + 1) * size]
+    out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in shown]
+    tips = [{"lost": {"value": r["_lost_why"], "type": "text"}} if r["_lost_why"] else {} for r in shown]
+    return out, pages, f"{len(rows):,} jobs match", tips
 
 
 def layout(ds: Datasource, ctx: ui.Ctx):
@@ -94,6 +117,7 @@ def layout(ds: Datasource, ctx: ui.Ctx):
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
     @app.callback(Output(ids.JOBS_TABLE, "data"), Output(ids.JOBS_TABLE, "page_count"), Output(ids.JOBS_COUNT, "children"),
+                  Output(ids.JOBS_TABLE, "tooltip_data"),
                   Input(ids.JOBS_SEARCH, "value"), Input(ids.JOBS_STATE, "value"), Input(ids.JOBS_FLAGGED, "value"),
                   Input(ids.JOBS_TABLE, "page_current"), Input(ids.JOBS_TABLE, "page_size"),
                   Input(ids.JOBS_TABLE, "sort_by"), Input(ids.REFRESH, "n_intervals"))

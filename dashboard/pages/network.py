@@ -18,6 +18,11 @@ TITLE = "Network"
 CONGESTED_RATIO = 10.0
 
 
+UNAVAILABLE = ("No InfiniBand source reports here: no agent's infiniband collector appears in the metric source "
+               "(or serve runs without one), or no node maps to a leaf switch, so links, congestion and errors are "
+               "unknown.")
+
+
 def available(ds: Datasource) -> bool:
     return ds.leaf_series(60.0) is not None
 

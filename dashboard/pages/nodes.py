@@ -41,7 +41,8 @@ def all_rows(ds: Datasource, ctx: ui.Ctx, search: str = "", state: str = "all") 
         rows.append({"name": f"[{ui.markdown_escape(n.name)}]({ctx.node(n.name)})", "state": label,
                      "gpus": f"{n.gpus_allocated or 0}/{n.gpus_total or 0}",
                      "cpus": f"{n.cpus_allocated or 0}/{n.cpus_total or 0}", "partitions": ",".join(n.partitions),
-                     "jobs": " ".join(map(str, jobs[:6])) + (f" +{len(jobs) - 6}" if len(jobs) > 6 else ""),
+                     # job ids are integers: safe markdown link text
+                     "jobs": " ".join(f"[{j}]({ctx.job(j)})" for j in jobs[:6]) + (f" +{len(jobs) - 6}" if len(jobs) > 6 else ""),
                      "reason": n.reason})
     return rows
 
@@ -67,8 +68,9 @@ def layout(ds: Datasource, ctx: ui.Ctx):
                  className="gw-toolbar"),
         dash_table.DataTable(
             id=ids.NODES_TABLE, columns=[{"id": "name", "name": "node", "presentation": "markdown"}] +
-            [{"id": c, "name": n} for c, n in (("state", "state"), ("gpus", "GPUs alloc/total"), ("cpus", "CPUs alloc/total"),
-                                               ("partitions", "partitions"), ("jobs", "running jobs"), ("reason", "reason"))],
+            [{"id": c, "name": n, **({"presentation": "markdown"} if c == "jobs" else {})}
+             for c, n in (("state", "state"), ("gpus", "GPUs alloc/total"), ("cpus", "CPUs alloc/total"),
+                          ("partitions", "partitions"), ("jobs", "running jobs"), ("reason", "reason"))],
             page_action="custom", page_current=0, page_size=PAGE_SIZE, markdown_options={"html": False, "link_target": "_self"},
             style_table={"overflowX": "auto"}, style_cell={"textAlign": "left", "fontSize": "13px"},
             css=[{"selector": "p", "rule": "margin: 0"}]),

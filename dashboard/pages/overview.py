@@ -34,8 +34,27 @@ class Summary:
     gang_wait_max: float | None
     gang_wait_median: float | None
     flagged: int
-    lost_hour: float
-    lost_day: float
+    lost_hour: float | None  # None: unknown (no running job could be judged)
+    lost_day: float | None
+    lost_unknown: str = ""  # why the totals are unknown, or which jobs they leave out
+
+
+def lost_unknown(f: Findings, running: int) -> tuple[bool, str]:
+    """(totals unknown?, why / what they leave out): jobs judged insufficient_data have lost an
+    unknown amount, and with no running job judged at all the total is unknown, not 0."""
+    if not running:
+        return False, ""
+    if f.source == "none":
+        return True, "no diagnosis runs here (no metric source): nothing is judged"
+    if f.source != "diagnosis":  # the simulator's ground truth lists only the faulted jobs: the rest lost nothing
+        return False, ""
+    blind = sum(1 for v in f.verdicts if v.state == "insufficient_data")
+    judged = len(f.verdicts) - blind
+    if not judged:
+        return True, (f"none of the {running:,} running jobs could be judged: the metric window lacks their GPU data"
+                      if blind or not f.verdicts else "no running job has a verdict yet")
+    return False, (f"{blind:,} running jobs not judged (insufficient data): their losses are unknown and not "
+                   f"counted" if blind else "")
 
 
 def lost_within(f: Findings, now: float, span: float) -> float:
@@ -66,9 +85,11 @@ def summarise(ds: Datasource) -> Summary | None:
     gangs = [j for j in pending if j.gang_size > 1]
     waits = [now - j.submit_time for j in gangs if j.submit_time is not None]
     f = ds.findings()
+    unknown, why = lost_unknown(f, len(running))
     return Summary(total, alloc, max(0, total - alloc - down), down, len(running), len(pending), len(gangs),
                    max(waits) if waits else None, statistics.median(waits) if waits else None,
-                   sum(1 for v in f.verdicts if v.flagged), lost_within(f, now, 3600.0), lost_within(f, now, 86400.0))
+                   sum(1 for v in f.verdicts if v.flagged), None if unknown else lost_within(f, now, 3600.0),
+                   None if unknown else lost_within(f, now, 86400.0), why)
 
 
 def cards(ds: Datasource):
@@ -81,8 +102,10 @@ def cards(ds: Datasource):
         ui.card("GPUs allocated", f"{s.gpus_allocated:,}", f"of {s.gpus_total:,} ({s.running:,} running jobs)"),
         ui.card("GPUs idle", f"{s.gpus_idle:,}", "free on usable nodes"),
         ui.card("GPUs down", f"{s.gpus_down:,}", "on down or drained nodes"),
-        ui.card("GPU-hours lost, last hour", ui.fmt_num(s.lost_hour), est),
-        ui.card("GPU-hours lost, last day", ui.fmt_num(s.lost_day), f"{s.flagged} flagged jobs now"),
+        ui.card("GPU-hours lost, last hour", ui.known_or_unknown(s.lost_hour, s.lost_unknown, 1),
+                est + (f"; {s.lost_unknown}" if s.lost_unknown and s.lost_hour is not None else "")),
+        ui.card("GPU-hours lost, last day", ui.known_or_unknown(s.lost_day, s.lost_unknown, 1),
+                f"{s.flagged} flagged jobs now"),
         ui.card("Pending gang jobs", f"{s.pending_gangs:,}", f"longest wait {ui.fmt_dur(s.gang_wait_max)}, "
                 f"median {ui.fmt_dur(s.gang_wait_median)}; {s.pending:,} pending in all"),
     ], className="gw-cards")
@@ -91,7 +114,9 @@ def cards(ds: Datasource):
 def incidents(ds: Datasource, ctx: ui.Ctx, limit: int = 20):
     f = ds.findings()
     now = ds.now()
-    rows = [[str(k), ui.state_badge(i.cause), i.culprit,
+    snap = ds.snapshot()
+    names = {n.name for n in snap.nodes} if snap else set()
+    rows = [[str(k), ui.state_badge(i.cause), ui.culprit_cell(ctx, i.culprit, names),
              ui.fmt_num(i.gpu_hours_lost), ui.fmt_dur(now - i.since if i.since else None),
              html.Span([x for n, j in enumerate(i.jobs[:10]) for x in ((" ",) if n else ()) + (ui.job_link(ctx, j),)]
                        + ([f" +{len(i.jobs) - 10} more"] if len(i.jobs) > 10 else []))]
@@ -109,7 +134,8 @@ def flagged(ds: Datasource, ctx: ui.Ctx, limit: int = 50):
     for v in sorted((v for v in f.verdicts if v.flagged), key=lambda v: -(v.gpu_hours_lost or 0))[:limit]:
         j = jobs.get(v.jobid)
         rows.append([ui.job_link(ctx, v.jobid), j.name if j else "", j.user if j else "", ui.state_badge(v.state),
-                     v.culprit, str(v.gpus if v.gpus is not None else "—"), ui.fmt_num(v.gpu_hours_lost),
+                     ui.culprit_cell(ctx, v.culprit, set(v.nodes)), str(v.gpus if v.gpus is not None else "—"),
+                     ui.fmt_num(v.gpu_hours_lost),
                      ui.fmt_dur(now - v.since if v.since else None)])
     return ui.table(["job", "name", "user", "verdict", "culprit", "GPUs", "GPU-h lost", "for"], rows,
                     empty="No flagged jobs.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dash import Input, Output, dcc, html
 
+from collectors.slurm.hostlist import expand_lenient
 from dashboard import figures, ids, ui
 from dashboard.datasource import Datasource
 
@@ -17,26 +18,59 @@ WHY_ROWS = 100
 TIMELINE_JOBS = 30  # bars in the running-jobs timeline: the largest, whatever the cluster size
 
 
+def unusable_nodes(snap) -> dict[str, list[tuple[str, str]]]:
+    """{partition: [(node, why)]}: the nodes Slurm would start nothing on, in Slurm's words (the
+    planner's own rule, as `gangwatch backfill` lists them)."""
+    from dashboard.analysis.snapshot_to_planner import node_unusable_reason
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    known = bool(snap.reservations) if snap is not None else False
+    for n in (snap.nodes if snap is not None else ()):
+        why = node_unusable_reason(n, known)
+        if why:
+            for p in n.partitions:
+                out.setdefault(p, []).append((n.name, why))
+    return out
+
+
+def _node_list(ctx: ui.Ctx, text: str, limit: int = 8) -> list:
+    """A Slurm host list ("gpu[001-004]") as links to the node pages."""
+    return ui.node_links(ctx, expand_lenient(text), limit) if text else ["—"]
+
+
+def _start_pair(now: float, ours: float | None, slurm: float | None) -> str:
+    """gangwatch's estimate beside Slurm's own (squeue --start), each labelled."""
+    text = f"{ui.fmt_time(ours)} (in {ui.fmt_dur(ours - now)}, gangwatch)" if ours is not None else "— (gangwatch)"
+    return text + (f"; Slurm expects {ui.fmt_time(slurm)}" if slurm is not None else "; Slurm gives no start")
+
+
 def plan_block(ds: Datasource, ctx: ui.Ctx):
     plan = ds.backfill()
     if plan is None:
         return html.P("No backfill plan (no scheduler snapshot, or the planner failed).", className="gw-muted")
     now = ds.now()
+    unusable = unusable_nodes(ds.snapshot())
     out = []
     for p in plan.partitions:
         top = p.top_job
-        head = (["Top job ", ui.job_link(ctx, top.job_id), f": reserved start {ui.fmt_time(top.shadow_time)} "
-                 f"(in {ui.fmt_dur(top.shadow_time - now)}) on {len(top.nodes)} node(s)"]
+        slurm_top = next((ui.why_field(w, "slurm_expected_start") for w in p.why if top and w.job_id == top.job_id), None)
+        head = (["Top job ", ui.job_link(ctx, top.job_id), ": reserved start "
+                 + _start_pair(now, top.shadow_time, slurm_top) + f" on {len(top.nodes)} node(s): ",
+                 *ui.node_links(ctx, top.nodes)]
                 if top else ["No job waits for resources in this partition."])
+        bad = unusable.get(p.name, [])
+        not_usable = (html.P(["Not usable: "] + [x for k, (n, why) in enumerate(bad)
+                                                 for x in ((", " if k else ""), ui.node_link(ctx, n), f" ({why})")],
+                             className="gw-muted") if bad else None)
         windows = ui.table(["nodes", "GPUs per node", "CPUs per node", "free until", "node list"],
                            [[str(w.nodes), str(w.gpus_per_node), str(w.cpus),
                              "no limit" if w.until is None else f"{ui.fmt_time(w.until)} ({ui.fmt_dur(w.until - now)})",
-                             w.node_list] for w in p.windows], empty="Nothing free now.")
+                             html.Span(_node_list(ctx, w.node_list))] for w in p.windows], empty="Nothing free now.")
         start = ui.table(["job", "by", "nodes", "ends by"],
-                         [[ui.job_link(ctx, s.job_id), s.by, s.node_list if hasattr(s, "node_list") else ", ".join(s.nodes),
+                         [[ui.job_link(ctx, s.job_id), s.by, html.Span(ui.node_links(ctx, s.nodes)),
                            ui.fmt_time(s.end)] for s in p.startable], empty="No pending job can start now.")
         out.append(html.Div([html.H3(f"Partition {p.name}: {p.nodes_usable} of {p.nodes_total} nodes usable"),
-                             html.P(head), html.H4("Free now (windows)"), windows,
+                             html.P(head), not_usable, html.H4("Free now (windows)"), windows,
                              html.H4("Startable now without delaying the top job"), start], className="gw-partition"))
     return html.Div(out)
 
@@ -89,21 +123,29 @@ def why_table(ds: Datasource, ctx: ui.Ctx):
         return html.P("No plan.", className="gw-muted")
     jobs = {str(j.job_id): j for j in snap.jobs}
     rows = []
-    for w in sorted((w for p in plan.partitions for w in p.why), key=lambda w: (w.partition, w.rank))[:WHY_ROWS]:
+    order = sorted((w for p in plan.partitions for w in p.why),
+                   key=lambda w: (w.partition, w.rank is None, w.rank or 0))  # never-runnable jobs last
+    for w in order[:WHY_ROWS]:
         j = jobs.get(w.job_id)
-        rows.append([ui.job_link(ctx, w.job_id), w.partition, str(w.rank), j.user if j else "", j.name if j else "",
+        prio = ui.why_field(w, "priority")
+        factors = ui.why_field(w, "priority_factors") or {}
+        rows.append([ui.job_link(ctx, w.job_id), w.partition, "—" if w.rank is None else str(w.rank),
+                     j.user if j else "", j.name if j else "",
                      str(j.gpus if j and j.gpus is not None else "—"), w.state,
                      "; ".join(r.message for r in w.reasons[:2]), ui.fmt_time(w.expected_start),
-                     ui.fmt_num(ui.why_field(w, "priority"), 0)])
-    return ui.table(["job", "partition", "rank", "user", "name", "GPUs", "plan", "why", "expected start", "priority"],
+                     ui.fmt_time(ui.why_field(w, "slurm_expected_start")),
+                     ui.fmt_num(prio, 0), ui.priority_terms(factors) if factors else "—"])
+    return ui.table(["job", "partition", "rank", "user", "name", "GPUs", "plan", "why", "expected start (gangwatch)",
+                     "expected start (Slurm)", "priority", "priority terms (sprio)"],
                     rows, empty="No pending jobs.")
 
 
-def reservations(ds: Datasource):
+def reservations(ds: Datasource, ctx: ui.Ctx):
     snap = ds.snapshot()
-    rows = [[r.name, ui.fmt_time(r.start_time), ui.fmt_time(r.end_time), str(len(r.nodes)), ", ".join(r.flags),
-             ", ".join(r.users + r.accounts)] for r in (snap.reservations if snap else ())]
-    return ui.table(["name", "start", "end", "nodes", "flags", "users/accounts"], rows, empty="No reservations.")
+    return ui.table(["name", "start", "end", "nodes", "flags", "users/accounts"], [
+        [r.name, ui.fmt_time(r.start_time), ui.fmt_time(r.end_time), html.Span(ui.node_links(ctx, r.nodes)),
+         ", ".join(r.flags), ", ".join(r.users + r.accounts)] for r in (snap.reservations if snap else ())],
+        empty="No reservations.")
 
 
 def deps(ds: Datasource, theme):
@@ -131,11 +173,11 @@ def layout(ds: Datasource, ctx: ui.Ctx):
         html.H1("Queue"),
         ui.section("Backfill plan", html.Div(plan_block(ds, ctx), id=ids.QUEUE_PLAN),
                    note="Estimates are gangwatch's (EASY backfill over the running jobs' time limits) unless "
-                        "labelled Slurm's."),
+                        "labelled Slurm's; Slurm's own expected start (squeue --start) stands beside each."),
         ui.section("Timeline", dcc.Graph(id=ids.QUEUE_TIMELINE, config={"displaylogo": False}),
                    dcc.Graph(id=ids.QUEUE_FREED, config={"displaylogo": False})),
         ui.section("Why pending jobs wait", html.Div(why_table(ds, ctx), id=ids.QUEUE_WHY)),
-        ui.section("Reservations", html.Div(reservations(ds), id=ids.QUEUE_RESERVATIONS)),
+        ui.section("Reservations", html.Div(reservations(ds, ctx), id=ids.QUEUE_RESERVATIONS)),
         ui.section("Dependencies", dcc.Graph(id=ids.QUEUE_DEPS, config={"displaylogo": False})),
         ui.section("Fairshare", html.Div(fairshare(ds), id=ids.QUEUE_FAIRSHARE)),
     ])

@@ -15,6 +15,10 @@ TITLE = "Storage"
 SLOW_RATIO = 10.0  # a target this many times slower than the median one stalls the jobs striped on it
 
 
+UNAVAILABLE = ("No Lustre or GPFS source reports here: no agent's lustre or gpfs collector appears in the metric "
+               "source (or serve runs without one), so filesystem targets, their throughput and latency are unknown.")
+
+
 def available(ds: Datasource) -> bool:
     return ds.ost_series(60.0) is not None
 

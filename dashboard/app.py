@@ -120,7 +120,7 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
                          html.Span(_age_text(st), id=ids.AGE, className="gw-age"),
                          html.Button("◐ theme", id=ids.THEME_TOGGLE, className="gw-theme-toggle", n_clicks=0,
                                      title="Switch between light and dark")], className="gw-header"),
-            html.Div(_banner(st), id=ids.BANNER),
+            html.Div(stale_banner(st), id=ids.BANNER),
             dcc.Store(id=ids.RENDERED, data=path),
             html.Main(page, id=ids.PAGE, className="gw-main"),
         ], className="gw-shell")
@@ -136,7 +136,7 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
                   prevent_initial_call=True)
     def refresh_status(_n):
         st = ds.status()
-        return _age_text(st), _banner(st)
+        return _age_text(st), stale_banner(st)
 
     app.clientside_callback(
         """function(n, cur) { if (!n) { return window.dash_clientside.no_update; }
@@ -192,7 +192,7 @@ def _age_text(st) -> str:
     return f"data {fmt_age(max(ages))} old" if ages else "no data yet"
 
 
-def _banner(st):
+def stale_banner(st):
     bad = st.stale
     if not bad:
         return None

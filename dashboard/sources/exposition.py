@@ -333,7 +333,7 @@ class _Reader:
         if not parts:
             return
         pos_, codes, ts, vs = (np.concatenate([p[k] for p in parts]) for k in range(4))
-        if len(parts) > 1:  # back to file order
+        if len(parts) > 1 or slow[0]:  # back to file order (the line parser takes lines out of turn)
             order = np.argsort(pos_, kind="stable")
             codes, ts, vs = codes[order], ts[order], vs[order]
         ok = np.isfinite(ts)

@@ -9,10 +9,14 @@ Then the inputs that used to cost gigabytes: a 10 MB label, an unterminated line
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
+import subprocess
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,7 +275,6 @@ def _bounded(fn, max_s: float, max_mb: float):
 def _bundle(tmp_path, metrics: bytes, jobs=()):
     from collectors.slurm.model import Job
     from dashboard.sources.bundle import squeue_json
-    import json
 
     (tmp_path / "metrics.om").write_bytes(metrics)
     (tmp_path / "squeue.json").write_text(json.dumps(squeue_json([Job(job_id=i + 1, state="RUNNING", nodes=(n,), node_count=1,
@@ -309,10 +312,20 @@ def test_200000_node_names_are_capped_keeping_the_jobs_nodes(tmp_path):
     lines = b"".join(b'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="h%06d"} 50 %d\n' % (i, T0 + 15 * (i % 3))
                      for i in range(200_000))
     p = _bundle(tmp_path, lines, jobs=("h199999", "h000007"))
-    b = _bounded(lambda: load_bundle(p), 60, 400)
-    assert len(b.window.nodes) == 16384
-    assert {"h199999", "h000007"} <= set(b.window.nodes)
-    assert any("200000 nodes carry metrics" in n for n in b.window.notes)
+    # in a child process, for its peak RSS (issue 20: no input past 500 MB or 60 s)
+    code = ("import json, resource, sys; from dashboard.sources.bundle import load_bundle; b = load_bundle(sys.argv[1]); "
+            "print(json.dumps({'nodes': list(b.window.nodes), 'notes': list(b.window.notes), "
+            "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code, p], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    took = time.perf_counter() - t
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert took < 60 and doc["rss_mb"] < 500, (took, doc["rss_mb"])
+    assert len(doc["nodes"]) == 16384
+    assert {"h199999", "h000007"} <= set(doc["nodes"])
+    assert any("200000 nodes carry metrics" in n for n in doc["notes"])
     small = load_bundle(p, max_nodes=100)
     assert len(small.window.nodes) == 100 and "h199999" in small.window.nodes
 

@@ -469,8 +469,8 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
     order = sorted(range(len(items)), key=lambda k: items[k][0])  # stable: a cell's items stay in order
     arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
     jobs: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
-    # batches of rows sized to a quarter of the samples: the work arrays stay small beside them
-    rows_per_batch = max(1, max(1 << 16, ts.shape[0] // 4) // max(T, 1))
+    # batches of rows sized to a sixteenth of the samples: the work arrays stay small beside them
+    rows_per_batch = max(1, max(1 << 15, ts.shape[0] // 16) // max(T, 1))
     k = 0
     while k < len(order):
         batch = order[k:k + rows_per_batch]

@@ -172,8 +172,9 @@ def iter_samples(text: str, ts_unit: str = "auto", stats: dict | None = None,
 
 # A run: consecutive lines `HEAD value timestamp` with the same HEAD (how exporters' dumps, promtool
 # and `openmetrics()` lay series out). The first line's head is whatever precedes its last two
-# space-separated tokens; later lines must repeat it byte for byte.
-_RUN = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n(?:\1 [^ \n]* [^ \n]*\n)*", re.M)
+# space-separated tokens; later lines must start with it byte for byte, and `_fast` checks that
+# each holds exactly two tokens after it (the cheaper `[^\n]*` scans twice as fast).
+_RUN = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n(?:\1 [^\n]*\n)*", re.M)
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
 _SKIP, _SLOW = -1, -2
@@ -202,6 +203,29 @@ def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     if total == 0:
         return np.zeros(0, np.int64)
     return np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+
+
+_TENS = 10 ** np.arange(16, dtype=np.int64)
+
+
+def _digits_at_line_ends(text: np.ndarray) -> np.ndarray | None:
+    """When every line of `text` ("value time\\n" each) ends in a time of the same number of plain
+    digits (the usual unix seconds), those times as float64 (exact: below 2**53), and blanked out
+    in `text` for the values' parse; else None and `text` untouched."""
+    nl = np.flatnonzero(text == 10)
+    sp = np.flatnonzero(text == 32)
+    if nl.shape[0] == 0 or sp.shape[0] != nl.shape[0]:
+        return None
+    width = nl - sp - 1
+    w = int(width[0])
+    if not 1 <= w <= 15 or np.any(width != w):
+        return None
+    at = nl[:, None] - np.arange(w, 0, -1)
+    d = text[at] - np.uint8(48)
+    if np.any(d > 9):
+        return None
+    text[at] = 32
+    return (d.astype(np.int64) @ _TENS[w - 1::-1]).astype(np.float64)
 
 
 class _Reader:
@@ -272,18 +296,26 @@ class _Reader:
         # "nan(...)" (which numpy reads and float() refuses) is left to the line parser
         if np.count_nonzero(_SPACE[text]) != 2 * n or np.count_nonzero(text == 40):
             return None
+        ends = np.cumsum(lens) - 1  # the newlines, in `text`
+        if np.any(text[ends - 1] == 32) or np.any(text[ends - lens + 1] == 32):  # an empty token
+            return None
+        ts = _digits_at_line_ends(text)
         try:
+            # with the times blanked out when they were plain digits: the values alone
             nums = np.fromstring(text.tobytes(), sep=" ")
         except ValueError:
             return None
-        if nums.shape[0] != 2 * n:
+        if ts is None:
+            if nums.shape[0] != 2 * n:
+                return None
+            ts, nums = nums[1::2], nums[0::2]
+        elif nums.shape[0] != n:
             return None
-        ts = nums[1::2]
         if self.ts_unit == "ms":
             ts = ts / 1000.0
         elif self.ts_unit == "auto":
             ts = np.where(np.abs(ts) > 1e11, ts / 1000.0, ts)
-        return starts, np.repeat(ids, cnt).astype(np.int32), ts, nums[0::2]
+        return starts, np.repeat(ids, cnt).astype(np.int32), ts, nums
 
     def _fast_or_split(self, buf, arr, nl, runs, parts, slow) -> None:
         got = self._fast(arr, nl, runs)
@@ -346,14 +378,18 @@ class _Reader:
 
     def finish(self) -> Columns:
         out, parts = self.out, self.parts
+        self.heads = self.ids = {}  # type: ignore[assignment]  # only the series table stays
         total = sum(p[0].shape[0] for p in parts)
-        out.codes, out.ts, out.vs = np.empty(total, np.int32), np.empty(total), np.empty(total)
-        k = 0
-        while parts:  # copy and free part by part: no second full copy at any time
-            c, t, v = parts.pop(0)
-            n = c.shape[0]
-            out.codes[k:k + n], out.ts[k:k + n], out.vs[k:k + n] = c, t, v
-            k += n
+        for k, (attr, dtype) in enumerate((("codes", np.int32), ("ts", np.float64), ("vs", np.float64))):
+            col = np.empty(total, dtype)
+            i = 0
+            for n, part in enumerate(parts):  # copy a column, freeing its pieces: never two full copies
+                m = part[k].shape[0]
+                col[i:i + m] = part[k]
+                i += m
+                parts[n] = part[:k] + (None,) + part[k + 1:]
+            setattr(out, attr, col)
+        self.parts = []
         return out
 
 

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 os_.append(took)
             peak, decoded = memory(p)
             f_, o_ = min(fs), min(os_)
-            n_nodes = args.nodes * (args.copies if "x" in name else 1)
+            n_nodes = args.nodes * (args.copies if name.endswith(f" x{args.copies}") else 1)
             states: dict[str, int] = {}
             for v in diag.verdicts:
                 states[v.state] = states.get(v.state, 0) + 1

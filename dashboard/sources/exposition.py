@@ -205,9 +205,6 @@ def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
 
 
-_TENS = 10 ** np.arange(16, dtype=np.int64)
-
-
 def _digits_at_line_ends(text: np.ndarray) -> np.ndarray | None:
     """When every line of `text` ("value time\\n" each) ends in a time of the same number of plain
     digits (the usual unix seconds), those times as float64 (exact: below 2**53), and blanked out
@@ -225,7 +222,11 @@ def _digits_at_line_ends(text: np.ndarray) -> np.ndarray | None:
     if np.any(d > 9):
         return None
     text[at] = 32
-    return (d.astype(np.int64) @ _TENS[w - 1::-1]).astype(np.float64)
+    v = d[:, 0].astype(np.int64)
+    for k in range(1, w):  # Horner, column by column (numpy's integer matmul has no fast path)
+        v *= 10
+        v += d[:, k]
+    return v.astype(np.float64)
 
 
 class _Reader:

@@ -344,3 +344,13 @@ def test_columns_window_on_nothing():
 
     win = columns_window(Columns(), math.inf, -math.inf, 15.0)
     assert win.nodes == () and win.times.size == 0
+
+
+def test_interleaved_garbage_numbers_stay_linear(tmp_path):
+    """Every value refused by the column-wise parse, one series per line: line by line, not bisected forever."""
+    lines = b"".join(b'DCGM_FI_DEV_GPU_UTIL{gpu="%d",Hostname="h%d"} 1_0 %d\n' % (i % 8, i % 97, T0 + i // 800)
+                     for i in range(80_000))
+    t = time.perf_counter()
+    b = load_bundle(_bundle(tmp_path, lines))
+    assert time.perf_counter() - t < 30
+    assert len(b.window.nodes) == 97 and np.isclose(np.nanmax(b.window.gpu["util"]), 0.1)  # "1_0" is 10 %, as float() reads it

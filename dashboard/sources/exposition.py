@@ -318,16 +318,20 @@ class _Reader:
             ts = np.where(np.abs(ts) > 1e11, ts / 1000.0, ts)
         return starts, np.repeat(ids, cnt).astype(np.int32), ts, nums
 
-    def _fast_or_split(self, buf, arr, nl, runs, parts, slow) -> None:
-        got = self._fast(arr, nl, runs)
+    def _fast_or_split(self, buf, arr, nl, runs, parts, slow, budget: list) -> None:
+        """Runs column-wise; when a token refuses, halves until the bad runs are found (at most
+        `budget[0]` more tries per chunk: then the rest goes line by line, as garbage deserves)."""
+        got = self._fast(arr, nl, runs) if budget[0] > 0 else None
+        budget[0] -= 1
         if got is not None:
             parts.append(got)
-        elif len(runs) > 1:
+        elif len(runs) > 1 and budget[0] > 0:
             half = len(runs) // 2
-            self._fast_or_split(buf, arr, nl, runs[:half], parts, slow)
-            self._fast_or_split(buf, arr, nl, runs[half:], parts, slow)
+            self._fast_or_split(buf, arr, nl, runs[:half], parts, slow, budget)
+            self._fast_or_split(buf, arr, nl, runs[half:], parts, slow, budget)
         else:
-            self._slow(buf, int(runs[0, 0]), int(runs[0, 1]) - 1, *slow)
+            for s, e in runs[:, :2].tolist():
+                self._slow(buf, s, e - 1, *slow)
 
     def chunk(self, buf: bytes, cut: int) -> None:
         """buf[:cut]: whole lines, the last ending in a newline."""
@@ -359,7 +363,7 @@ class _Reader:
                 self._slow(buf, pos, cut - 1, *slow)
         parts: list = []
         if runs:
-            self._fast_or_split(buf, arr, nl, np.array(runs, np.int64), parts, slow)
+            self._fast_or_split(buf, arr, nl, np.array(runs, np.int64), parts, slow, [64])
         if slow[0]:
             parts.append((np.array(slow[0], np.int64), np.array(slow[1], np.int32), np.array(slow[2], np.float64),
                           np.array(slow[3], np.float64)))

@@ -354,3 +354,13 @@ def test_interleaved_garbage_numbers_stay_linear(tmp_path):
     b = load_bundle(_bundle(tmp_path, lines))
     assert time.perf_counter() - t < 30
     assert len(b.window.nodes) == 97 and np.isclose(np.nanmax(b.window.gpu["util"]), 0.1)  # "1_0" is 10 %, as float() reads it
+
+
+def test_a_run_with_three_tokens_on_one_line_and_one_on_the_next():
+    """Whitespace adds up (2 per line on average) yet the lines are not `value time` each."""
+    h = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="a"}'
+    text = f"{h} 1 {T0}\n{h} 1 2 3\n{h} 4\n{h} 5 {T0 + 15}\n"
+    want, bad = old_samples(text, "s", WANTED)
+    cols = read_columns(io.BytesIO(text.encode()), WANTED)
+    assert cols.vs.tolist() == [s.value for s in want if s.timestamp is not None] == [1.0, 5.0]
+    assert cols.skipped_lines == bad == 1

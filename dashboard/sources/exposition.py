@@ -205,14 +205,10 @@ def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
 
 
-def _digits_at_line_ends(text: np.ndarray) -> np.ndarray | None:
-    """When every line of `text` ("value time\\n" each) ends in a time of the same number of plain
-    digits (the usual unix seconds), those times as float64 (exact: below 2**53), and blanked out
-    in `text` for the values' parse; else None and `text` untouched."""
-    nl = np.flatnonzero(text == 10)
-    sp = np.flatnonzero(text == 32)
-    if nl.shape[0] == 0 or sp.shape[0] != nl.shape[0]:
-        return None
+def _digits_at_line_ends(text: np.ndarray, sp: np.ndarray, nl: np.ndarray) -> np.ndarray | None:
+    """When every line of `text` ("value time\\n" each; `sp`, `nl`: its space and newline) ends in a
+    time of the same number of plain digits (the usual unix seconds), those times as float64
+    (exact: below 2**53), blanked out in `text` for the values' parse; else None, `text` untouched."""
     width = nl - sp - 1
     w = int(width[0])
     if not 1 <= w <= 15 or np.any(width != w):
@@ -293,14 +289,15 @@ class _Reader:
         lens = ends + 1 - tok
         text = arr[concat_ranges(tok, lens)]
         n = int(cnt.sum())
-        # each line holds exactly one space and its newline, so no token hides a separator, and
-        # "nan(...)" (which numpy reads and float() refuses) is left to the line parser
-        if np.count_nonzero(_SPACE[text]) != 2 * n or np.count_nonzero(text == 40):
+        nl_t = np.cumsum(lens) - 1  # the newlines, in `text`
+        sp = np.flatnonzero(text == 32)
+        # exactly one space in each line, between two non-empty tokens, and no other whitespace: no
+        # token hides a separator. "nan(...)" (numpy reads it, float() does not) is the line parser's.
+        if (sp.shape[0] != n or np.count_nonzero(_SPACE[text]) != 2 * n or np.count_nonzero(text == 40)
+                or not np.array_equal(np.searchsorted(nl_t, sp), np.arange(n))
+                or np.any(sp == nl_t - lens + 1) or np.any(sp == nl_t - 1)):
             return None
-        ends = np.cumsum(lens) - 1  # the newlines, in `text`
-        if np.any(text[ends - 1] == 32) or np.any(text[ends - lens + 1] == 32):  # an empty token
-            return None
-        ts = _digits_at_line_ends(text)
+        ts = _digits_at_line_ends(text, sp, nl_t) if n else None
         try:
             # with the times blanked out when they were plain digits: the values alone
             nums = np.fromstring(text.tobytes(), sep=" ")

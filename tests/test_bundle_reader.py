@@ -95,7 +95,8 @@ NAMES = ["DCGM_FI_DEV_GPU_UTIL", "gangwatch_gpu_power_watts", "node_infiniband_p
 _PIECE = st.sampled_from(list('ab0 ,="{}\\\t#.-né\u00a0') + ["\\\"", "\\n", "\\\\"])
 _CHARS = st.lists(_PIECE, max_size=10).map("".join)
 _VALUE = st.one_of(st.sampled_from(["1", "0", "-0", "1.5", "88.92999999999999", "2.106905e+06", "NaN", "+Inf", "-Inf",
-                                    "nan", "1e", "x", "", "1_0", "nan(1)", "0x10", ".5", "5.", "1-2", "١", "1e400"]),
+                                    "nan", "1e", "x", "", "1_0", "nan(1)", "0x10", ".5", "5.", "1-2", "١", "1e400", ".e5",
+                                    "infin", "nanx", "+nan", "-nan", "iNf", "1,5", "0x1p3", "1e+", "١٢", "5}"]),
                     st.floats(allow_nan=False, allow_infinity=False).map(repr),
                     st.integers(-10**20, 10**20).map(str))
 _TS = st.one_of(st.none(), st.sampled_from([str(T0), str(T0 + 15), f"{T0}.5", str(T0 * 1000), "NaN", "+Inf", "x", ""]),
@@ -137,7 +138,11 @@ def exposition(draw):
         out.append(ln)
         if draw(st.integers(0, 3)) == 0:
             head = ln.rsplit(" ", 2)[0]
-            out.extend(f"{head} {draw(_VALUE)} {draw(_TS) or T0}" for _ in range(draw(st.integers(1, 4))))
+            for _ in range(draw(st.integers(1, 4))):
+                toks = [draw(_VALUE), draw(_TS) or str(T0)][:draw(st.sampled_from([2, 2, 2, 1]))]
+                if draw(st.integers(0, 5)) == 0:
+                    toks.append(draw(_VALUE))  # a third token
+                out.append(" ".join([head] + toks))
     nl = draw(st.sampled_from(["\n", "\n", "\r\n"]))
     return nl.join(out) + draw(st.sampled_from([nl, ""]))
 

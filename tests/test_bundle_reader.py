@@ -369,3 +369,15 @@ def test_a_run_with_three_tokens_on_one_line_and_one_on_the_next():
     cols = read_columns(io.BytesIO(text.encode()), WANTED)
     assert cols.vs.tolist() == [s.value for s in want if s.timestamp is not None] == [1.0, 5.0]
     assert cols.skipped_lines == bad == 1
+
+
+def test_a_window_over_its_byte_budget_keeps_fewer_nodes(tmp_path):
+    lines = b"".join(b'DCGM_FI_DEV_GPU_UTIL{gpu="%d",Hostname="h%03d"} 50 %d\n' % (g, i, T0 + 15 * k)
+                     for i in range(300) for g in range(8) for k in range(5))
+    p = _bundle(tmp_path, lines, jobs=("h123",))
+    full = load_bundle(p).window
+    assert len(full.nodes) == 300
+    with open(tmp_path / "metrics.om", "rb") as f:
+        cols = read_columns(f, WANTED)
+    small = columns_window(cols, T0, T0 + 60, 15.0, keep_nodes={"h123"}, max_bytes=100 * 8 * 5 * 4)
+    assert len(small.nodes) == 100 and "h123" in small.nodes and any("the window keeps 100" in n for n in small.notes)

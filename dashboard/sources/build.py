@@ -424,14 +424,14 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
                    keep_nodes: Iterable[str] = (), max_nodes: int = MAX_NODES,
                    max_bytes: int = MAX_WINDOW_BYTES) -> Window:
     """The Window of a file's samples (`exposition.read_columns`), the same as RawStore's, computed
-    column-wise: one sort, counters turned into rates for all series at once, one searchsorted per
-    batch of series to align them. Nodes beyond `max_nodes` (or beyond `max_bytes` of window) are
+    column-wise: at most one sort of all samples, then batches of series (a sixteenth of the samples'
+    size each) whose counters become rates and whose rows are aligned with numpy, one searchsorted
+    per series. Nodes beyond `max_nodes` (or beyond `max_bytes` of window) are
     left out as `cap_nodes` says, with a note. Consumes `cols`' arrays."""
     matcher = matcher or NodeMatcher()
     times = grid(start, end, step)
     T = times.shape[0]
     lookback = 2 * step if lookback is None else lookback
-    S = len(cols.series)
     codes, ts, vs, off, first = _sorted_columns(cols)
     info = SignalStore()
     items: list[tuple[tuple[str, str, str, str], int, Mapping]] = []  # (cell, series, mapping), series in order
@@ -457,8 +457,10 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
     nodes = {cell[2] for cell, _, _ in items if cell[1] != "job"}
     kept, note = cap_nodes(nodes, keep_nodes, max_nodes)
     lay = Layout([cell for cell, _, _ in items if cell[1] == "job" or cell[2] in kept], T)
-    per_node = sum(int(np.prod(shp[1:])) for lvl, shp in lay.shapes.items()
-                   for _ in {cell[0] for cell, _, _ in items if cell[1] == lvl}) * 4
+    signals_of: dict[str, set[str]] = defaultdict(set)
+    for cell, _, _ in items:
+        signals_of[cell[1]].add(cell[0])
+    per_node = 4 * sum(len(signals_of[lvl]) * int(np.prod(shp[1:])) for lvl, shp in lay.shapes.items())
     if per_node and len(lay.nodes) * per_node > max_bytes:
         kept, note = cap_nodes(kept, keep_nodes, max(1, max_bytes // per_node))
         lay = Layout([cell for cell, _, _ in items if cell[1] == "job" or cell[2] in kept], T)

@@ -15,14 +15,16 @@ and modest clock skew between nodes (seconds) is absorbed. NaN and Inf samples a
 from __future__ import annotations
 
 import math
+import zlib
 from collections import defaultdict
+from dataclasses import replace
 from typing import Iterable
 
 import numpy as np
 
 from dashboard.analysis.window import Window, grid
 
-from .exposition import Sample
+from .exposition import Columns, Sample, concat_ranges
 from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, Mapping, NodeMatcher, matches, sub_key
 
 WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS)
@@ -100,48 +102,29 @@ class SignalStore:
         except (KeyError, ValueError):
             pass
 
+    def add_infos(self, infos: Iterable[tuple[str, dict[str, str]]], matcher: NodeMatcher) -> None:
+        for name, labels in infos:
+            node = matcher(labels)
+            if name.startswith("DCGM_FI_"):
+                if node and labels.get("gpu", "").isdigit() and labels.get(HPC_JOB_LABEL):
+                    self.gpu_jobs[(node, int(labels["gpu"]))] = labels[HPC_JOB_LABEL]
+            else:
+                self.add_info(name, labels, node)
+
     def window(self, start: float, end: float, step: float, lookback: float | None = None,
                leaf_of: dict[str, str] | None = None) -> Window:
         times = grid(start, end, step)
         lookback = 2 * step if lookback is None else lookback
-        T = times.shape[0]
-        per_level: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
-        nodes: set[str] = set()
-        for (signal, level, node, key) in self.series:
-            if level == "job":
-                continue
-            nodes.add(node)
-            per_level[level][node][signal].add(key)
-        nodes_t = tuple(sorted(nodes))
-        ni = {n: i for i, n in enumerate(nodes_t)}
-
-        def keys_of(level: str, numeric: bool) -> dict[str, list[str]]:
-            out = {}
-            for n in nodes_t:
-                ks = set().union(*per_level[level][n].values()) if per_level[level].get(n) else set()
-                out[n] = sorted(ks, key=(lambda k: int(k)) if numeric else str)
-            return out
-
-        gpu_keys = keys_of("gpu", True)
-        rail_keys = keys_of("rail", False)
-        targets = sorted(set().union(*[set(v) for v in keys_of("target", False).values()]) if nodes_t else set())
-        G = max((len(v) for v in gpu_keys.values()), default=0)
-        R = max((len(v) for v in rail_keys.values()), default=0)
-        F = len(targets)
-        ti = {t: i for i, t in enumerate(targets)}
-        gcol = {n: {k: c for c, k in enumerate(ks)} for n, ks in gpu_keys.items()}
-        rcol = {n: {k: c for c, k in enumerate(ks)} for n, ks in rail_keys.items()}
+        lay = Layout([(signal, level, node, key) for (signal, level, node, key) in self.series], times.shape[0])
         arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
         per_job: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
-        shapes = {"gpu": (len(nodes_t), G, T), "rail": (len(nodes_t), R, T), "node": (len(nodes_t), T),
-                  "target": (len(nodes_t), F, T)}
         for (signal, level, node, key), items in self.series.items():
             if level == "job":
                 per_job[signal][key].extend(align(ts, vs, times, lookback) for ts, vs, _ in items)
                 continue
             arr = arrays[level].get(signal)
             if arr is None:
-                arr = arrays[level][signal] = np.full(shapes[level], np.nan, np.float64)
+                arr = arrays[level][signal] = np.full(lay.shapes[level], np.nan, np.float64)
             aligned = [align(ts, vs, times, lookback) for ts, vs, _ in items]
             combine = items[0][2]
             stack = np.vstack(aligned)
@@ -154,15 +137,60 @@ class SignalStore:
                 else:
                     cnt = np.isfinite(stack).sum(axis=0)
                     v = np.where(cnt > 0, np.nansum(stack, axis=0) / np.maximum(cnt, 1), np.nan)
-            i = ni[node]
-            if level == "node":
-                arr[i] = v
-            elif level == "gpu":
-                arr[i, gcol[node][key]] = v
-            elif level == "rail":
-                arr[i, rcol[node][key]] = v
-            else:
-                arr[i, ti[key]] = v
+            arr[lay.index(level, node, key)] = v
+        jobs_out = {}
+        for signal, by_job in per_job.items():
+            jobs_out[signal] = {}
+            for jid, rows in by_job.items():
+                st = np.vstack(rows)
+                cnt = np.isfinite(st).sum(axis=0)
+                jobs_out[signal][jid] = np.where(cnt > 0, np.where(np.isfinite(st), st, 0).sum(axis=0) / np.maximum(cnt, 1),
+                                                 np.nan)
+        return lay.window(times, step, arrays, jobs_out, self, leaf_of, list(self.notes))
+
+
+AUX_SIGNALS = frozenset(("iowait_cpu", "cpu_all", "lat_sum", "lat_count"))  # only feed derived signals
+
+
+class Layout:
+    """Where each (level, node, key) lands in a Window's arrays, from the keys that have data: nodes
+    sorted, GPU columns per node by index, rail columns by name, targets shared by all nodes."""
+
+    def __init__(self, cells: Iterable[tuple[str, str, str, str]], n_steps: int):
+        per_level: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for _signal, level, node, key in cells:
+            if level != "job":
+                per_level[level][node].add(key)
+        nodes = set().union(*[set(d) for d in per_level.values()]) if per_level else set()
+        self.nodes = nodes_t = tuple(sorted(nodes))
+        self.ni = {n: i for i, n in enumerate(nodes_t)}
+        self.gpu_keys = {n: sorted(per_level["gpu"].get(n, ()), key=int) for n in nodes_t}
+        self.rail_keys = {n: sorted(per_level["rail"].get(n, ())) for n in nodes_t}
+        self.targets = sorted(set().union(*per_level["target"].values()) if per_level["target"] else set())
+        G = max((len(v) for v in self.gpu_keys.values()), default=0)
+        R = max((len(v) for v in self.rail_keys.values()), default=0)
+        self.G, self.R = G, R
+        self.ti = {t: i for i, t in enumerate(self.targets)}
+        self.gcol = {n: {k: c for c, k in enumerate(ks)} for n, ks in self.gpu_keys.items()}
+        self.rcol = {n: {k: c for c, k in enumerate(ks)} for n, ks in self.rail_keys.items()}
+        N, T = len(nodes_t), n_steps
+        self.shapes = {"gpu": (N, G, T), "rail": (N, R, T), "node": (N, T), "target": (N, len(self.targets), T)}
+
+    def index(self, level: str, node: str, key: str) -> tuple[int, ...]:
+        i = self.ni[node]
+        if level == "node":
+            return (i,)
+        if level == "gpu":
+            return i, self.gcol[node][key]
+        if level == "rail":
+            return i, self.rcol[node][key]
+        return i, self.ti[key]
+
+    def window(self, times: np.ndarray, step: float, arrays: dict[str, dict[str, np.ndarray]],
+               jobs: dict[str, dict[str, np.ndarray]], info: "SignalStore", leaf_of: dict[str, str] | None,
+               notes: list[str]) -> Window:
+        """The Window from filled arrays (float64 or float32; AUX_SIGNALS float64): derived signals
+        are computed in float64, then everything is stored as float32."""
         node_arr = arrays["node"]
         if "iowait_cpu" in node_arr and "cpu_all" in node_arr:
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -175,27 +203,19 @@ class SignalStore:
                 tg["latency"] = np.where(tg["lat_count"] > 0, tg["lat_sum"] / tg["lat_count"], np.nan)
         tg.pop("lat_sum", None)
         tg.pop("lat_count", None)
-        f32 = {lvl: {s: a.astype(np.float32) for s, a in d.items()} for lvl, d in arrays.items()}
-        jobs_out = {}
-        for signal, by_job in per_job.items():
-            jobs_out[signal] = {}
-            for jid, rows in by_job.items():
-                st = np.vstack(rows)
-                cnt = np.isfinite(st).sum(axis=0)
-                jobs_out[signal][jid] = np.where(cnt > 0, np.where(np.isfinite(st), st, 0).sum(axis=0) / np.maximum(cnt, 1),
-                                                 np.nan)
-        notes = list(self.notes)
+        f32 = {lvl: {s: a.astype(np.float32, copy=False) for s, a in d.items()} for lvl, d in arrays.items()}
         if not f32["gpu"]:
             notes.append("no GPU metrics found (gangwatch_gpu_*, DCGM_FI_*)")
-        leaves = dict(self.leaf_of)
+        leaves = dict(info.leaf_of)
         leaves.update(leaf_of or {})
+        nodes_t, G, R = self.nodes, self.G, self.R
         return Window(times=times, step=float(step), nodes=nodes_t,
-                      gpus=tuple(tuple(int(k) for k in gpu_keys[n]) + (-1,) * (G - len(gpu_keys[n])) for n in nodes_t),
-                      rails=tuple(tuple(rail_keys[n]) + ("",) * (R - len(rail_keys[n])) for n in nodes_t),
-                      targets=tuple(targets), gpu=f32["gpu"], rail=f32["rail"], node=f32["node"], target=f32["target"],
-                      job=jobs_out, gpu_jobs=dict(self.gpu_jobs), leaf_of=leaves,
-                      nvlink_peers={n: frozenset(p) for n, p in self.nvlink_peers.items()},
-                      gpu_numa={n: dict(d) for n, d in self.gpu_numa.items()}, notes=tuple(notes))
+                      gpus=tuple(tuple(int(k) for k in self.gpu_keys[n]) + (-1,) * (G - len(self.gpu_keys[n])) for n in nodes_t),
+                      rails=tuple(tuple(self.rail_keys[n]) + ("",) * (R - len(self.rail_keys[n])) for n in nodes_t),
+                      targets=tuple(self.targets), gpu=f32["gpu"], rail=f32["rail"], node=f32["node"], target=f32["target"],
+                      job=jobs, gpu_jobs=dict(info.gpu_jobs), leaf_of=leaves,
+                      nvlink_peers={n: frozenset(p) for n, p in info.nvlink_peers.items()},
+                      gpu_numa={n: dict(d) for n, d in info.gpu_numa.items()}, notes=tuple(notes))
 
 
 class RawStore:
@@ -211,7 +231,7 @@ class RawStore:
         ts = s.timestamp if s.timestamp is not None else default_ts
         if ts is None or not math.isfinite(ts):
             return
-        if s.name in INFO_METRICS or (s.name.startswith("DCGM_FI_") and s.labels.get(HPC_JOB_LABEL)):
+        if is_info(s.name, s.labels):
             self.info[(s.name, tuple(sorted(s.labels.items())))] = s.labels
             if s.name in INFO_METRICS:
                 return
@@ -252,38 +272,39 @@ class RawStore:
                 self.unmatched += 1
                 continue
             ts, vs = np.asarray(ts_l, np.float64), np.asarray(vs_l, np.float64)
-            for m in BY_METRIC[name]:
-                if not matches(m, labels):
-                    continue
-                key = sub_key(m, labels)
-                if key is None:
-                    continue
-                scale = _scale(m, labels)
-                if scale is None:
-                    continue
+            for m, key in cells_of(name, labels):
                 t2, v2 = _transform(m, ts, vs)
-                out.add(m.signal, m.level, node, key, t2, v2 * (scale / m.scale) if m.scale else v2, m.combine)
-        for (name, _), labels in self.info.items():
-            node = self.matcher(labels)
-            if name.startswith("DCGM_FI_"):
-                if node and labels.get("gpu", "").isdigit() and labels.get(HPC_JOB_LABEL):
-                    out.gpu_jobs[(node, int(labels["gpu"]))] = labels[HPC_JOB_LABEL]
-            else:
-                out.add_info(name, labels, node)
+                out.add(m.signal, m.level, node, key, t2, v2, m.combine)
+        out.add_infos(((name, labels) for (name, _), labels in self.info.items()), self.matcher)
         if self.unmatched:
             out.notes.append(f"{self.unmatched} series without a host label ({', '.join(self.matcher.host_labels)})")
         return out
 
 
-def _scale(m: Mapping, labels: dict[str, str]) -> float | None:
-    """The mapping's scale for this series (times a histogram bucket's bound where it says so)."""
-    if not m.scale_label:
-        return m.scale
-    try:
-        b = float(labels.get(m.scale_label, ""))
-    except ValueError:
-        return None
-    return m.scale * b if np.isfinite(b) else None
+def is_info(name: str, labels: dict[str, str]) -> bool:
+    """Series read for their labels: facts, and dcgm-exporter's GPU -> job label."""
+    return name in INFO_METRICS or (name.startswith("DCGM_FI_") and bool(labels.get(HPC_JOB_LABEL)))
+
+
+def cells_of(name: str, labels: dict[str, str]) -> list[tuple[Mapping, str]]:
+    """The (mapping, key) pairs a series feeds; a mapping whose scale comes from a label (a
+    histogram bucket's bound) is returned with this series' scale."""
+    out = []
+    for m in BY_METRIC.get(name, ()):
+        if matches(m, labels):
+            key = sub_key(m, labels)
+            if key is None:
+                continue
+            if m.scale_label:
+                try:
+                    bound = float(labels.get(m.scale_label, ""))
+                except ValueError:
+                    continue
+                if not math.isfinite(bound):
+                    continue
+                m = replace(m, scale=m.scale * bound, scale_label="")
+            out.append((m, key))
+    return out
 
 
 def _transform(m: Mapping, ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -295,3 +316,212 @@ def _transform(m: Mapping, ts: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, 
         t2, r = counter_rate(ts, vs)
         return t2, r * m.scale
     return ts, vs * m.scale
+
+
+# ------------------------------------------------------------------------------------ columns -> Window
+
+MAX_NODES = 16384  # nodes given a dense row in a bundle's window (see cap_nodes)
+MAX_WINDOW_BYTES = 2 << 30  # and the window's arrays, all levels together
+
+
+def cap_nodes(nodes: Iterable[str], keep: Iterable[str], limit: int) -> tuple[set[str], str | None]:
+    """At most `limit` nodes: those in `keep` (the jobs' nodes) first, then the others in the order
+    of a hash of their name: a stable, unbiased sample of the rest of the cluster, which the
+    diagnosis needs as the typical node a job's nodes are compared with."""
+    nodes = set(nodes)
+    if len(nodes) <= limit:
+        return nodes, None
+    first = sorted(nodes & set(keep))[:limit]
+    rest = sorted(nodes - set(first), key=lambda n: (zlib.crc32(n.encode("utf-8", "replace")), n))
+    kept = set(first) | set(rest[:max(0, limit - len(first))])
+    return kept, (f"{len(nodes)} nodes carry metrics; the window keeps {len(kept)}: the {len(first)} the jobs run on "
+                  f"and {len(kept) - len(first)} others sampled by a hash of their name")
+
+
+def _sorted_columns(cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(codes, ts, vs, offsets, first) with each series' samples together and in time order (ties
+    in file order); `first[c]`: file position of series c's first sample. Consumes `cols`' arrays."""
+    codes, ts, vs = cols.codes, cols.ts, cols.vs
+    cols.codes = cols.ts = cols.vs = None  # type: ignore[assignment]
+    order = None
+    if codes.shape[0] > 1:
+        same = codes[1:] == codes[:-1]
+        if not (np.all(codes[1:] >= codes[:-1]) and np.all(~same | (ts[1:] >= ts[:-1]))):
+            order = np.lexsort((ts, codes))  # stable: equal times keep file order
+            codes = codes[order]
+            ts = ts[order]
+            vs = vs[order]
+        del same
+    counts = np.bincount(codes, minlength=len(cols.series))
+    off = np.zeros(counts.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=off[1:])
+    start = np.minimum(off[:-1], max(codes.shape[0] - 1, 0))
+    first = (order[start] if order is not None else start) if codes.shape[0] else start
+    first = np.where(counts > 0, first, np.iinfo(np.int64).max)
+    return codes, ts, vs, off, first
+
+
+def _aligned(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray,
+             times: np.ndarray, lookback: float) -> np.ndarray:
+    """Rows of `align` for the series ts[lo[r]:hi[r]] (each sorted by time), times `scale[r]`."""
+    q = times + 1e-6
+    idx = np.empty((lo.shape[0], times.shape[0]), np.int64)
+    for r, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
+        idx[r] = np.searchsorted(ts[a:b], q, side="right")
+    idx += lo[:, None] - 1
+    ok = idx >= lo[:, None]
+    safe = np.maximum(idx, 0, out=idx)
+    ok &= (times[None, :] - ts[safe]) < lookback
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = np.where(ok, vs[safe] * scale[:, None], np.nan)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def _increments_of(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """`_increments` of several series at once: (times, increases, intervals, new lo, new hi)."""
+    n = hi - lo
+    c = np.repeat(np.arange(lo.shape[0]), n)
+    sel = concat_ranges(lo, n)
+    t, v = ts[sel], vs[sel]
+    del sel
+    if c.shape[0] > 1:  # a repeated time is one sample (the last)
+        keep = np.ones(c.shape[0], bool)
+        keep[:-1] = (c[1:] != c[:-1]) | (t[1:] != t[:-1])
+        c, t, v = c[keep], t[keep], v[keep]
+    pair = c[1:] == c[:-1]
+    with np.errstate(all="ignore"):
+        dv = v[1:] - v[:-1]
+        inc = np.where(dv < 0, v[1:], dv)[pair]
+        dt = (t[1:] - t[:-1])[pair]
+    c2 = c[1:][pair]
+    off = np.zeros(lo.shape[0] + 1, np.int64)
+    np.cumsum(np.bincount(c2, minlength=lo.shape[0]), out=off[1:])
+    return t[1:][pair], inc, dt, off[:-1], off[1:]
+
+
+def _kind(m: Mapping) -> int:
+    return 2 if m.events else 1 if m.counter else 0  # as `_transform`: events, rates, gauges
+
+
+def _block(items: list, ts: np.ndarray, vs: np.ndarray, off: np.ndarray, times: np.ndarray, lookback: float) -> np.ndarray:
+    """Aligned rows (len(items), T) of `items` (cell, series, mapping)."""
+    block = np.empty((len(items), times.shape[0]))
+    kinds = [_kind(m) for _, _, m in items]
+    series = np.array([c for _, c, _ in items], np.int64)
+    scale = np.array([m.scale for _, _, m in items])
+    raw = np.array([k == 0 for k in kinds])
+    if raw.any():
+        block[raw] = _aligned(ts, vs, off[series[raw]], off[series[raw] + 1], scale[raw], times, lookback)
+    if not raw.all():
+        cnt = ~raw
+        uniq, pos = np.unique(series[cnt], return_inverse=True)
+        t2, inc, dt, lo, hi = _increments_of(ts, vs, off[uniq], off[uniq + 1])
+        with np.errstate(all="ignore"):
+            rate = np.where(dt > 0, inc / np.where(dt > 0, dt, 1.0), np.nan)
+        rate[~np.isfinite(rate)] = np.nan
+        inc[~np.isfinite(inc)] = np.nan
+        kind = np.array(kinds)[cnt]
+        rows = np.flatnonzero(cnt)
+        for k, vals in ((1, rate), (2, inc)):
+            m = kind == k
+            if m.any():
+                block[rows[m]] = _aligned(t2, vals, lo[pos[m]], hi[pos[m]], scale[cnt][m], times, lookback)
+    return block
+
+
+def columns_window(cols: Columns, start: float, end: float, step: float, lookback: float | None = None,
+                   leaf_of: dict[str, str] | None = None, matcher: NodeMatcher | None = None,
+                   keep_nodes: Iterable[str] = (), max_nodes: int = MAX_NODES,
+                   max_bytes: int = MAX_WINDOW_BYTES) -> Window:
+    """The Window of a file's samples (`exposition.read_columns`), the same as RawStore's, computed
+    column-wise: at most one sort of all samples, then batches of series (a sixteenth of the samples'
+    size each) whose counters become rates and whose rows are aligned with numpy, one searchsorted
+    per series. Nodes beyond `max_nodes` (or beyond `max_bytes` of window) are
+    left out as `cap_nodes` says, with a note. Consumes `cols`' arrays."""
+    matcher = matcher or NodeMatcher()
+    times = grid(start, end, step)
+    T = times.shape[0]
+    lookback = 2 * step if lookback is None else lookback
+    codes, ts, vs, off, first = _sorted_columns(cols)
+    info = SignalStore()
+    items: list[tuple[tuple[str, str, str, str], int, Mapping]] = []  # (cell, series, mapping), series in order
+    infos, unmatched = [], 0
+    for c in np.argsort(first, kind="stable")[:int(np.count_nonzero(first < np.iinfo(np.int64).max))].tolist():
+        name, labels = cols.series[c]
+        if is_info(name, labels):
+            infos.append((name, labels))
+            if name in INFO_METRICS:
+                continue
+        if name not in BY_METRIC:
+            continue
+        node = matcher(labels)
+        if node is None:
+            unmatched += 1
+            continue
+        items.extend(((m.signal, m.level, node, key), c, m) for m, key in cells_of(name, labels))
+    info.add_infos(infos, matcher)
+    notes: list[str] = []
+    if unmatched:
+        notes.append(f"{unmatched} series without a host label ({', '.join(matcher.host_labels)})")
+    keep_nodes = set(keep_nodes)
+    nodes = {cell[2] for cell, _, _ in items if cell[1] != "job"}
+    kept, note = cap_nodes(nodes, keep_nodes, max_nodes)
+    lay = Layout([cell for cell, _, _ in items if cell[1] == "job" or cell[2] in kept], T)
+    signals_of: dict[str, set[str]] = defaultdict(set)
+    for cell, _, _ in items:
+        signals_of[cell[1]].add(cell[0])
+    per_node = 4 * sum(len(signals_of[lvl]) * int(np.prod(shp[1:])) for lvl, shp in lay.shapes.items())
+    if per_node and len(lay.nodes) * per_node > max_bytes:
+        kept, note = cap_nodes(kept, keep_nodes, max(1, max_bytes // per_node))
+        lay = Layout([cell for cell, _, _ in items if cell[1] == "job" or cell[2] in kept], T)
+    if note:
+        notes.append(note)
+        items = [it for it in items if it[0][1] == "job" or it[0][2] in kept]
+    del codes
+    order = sorted(range(len(items)), key=lambda k: items[k][0])  # stable: a cell's items stay in order
+    arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
+    jobs: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    # batches of rows sized to a sixteenth of the samples: the work arrays stay small beside them
+    rows_per_batch = max(1, max(1 << 15, ts.shape[0] // 16) // max(T, 1))
+    k = 0
+    while k < len(order):
+        batch = order[k:k + rows_per_batch]
+        k += len(batch)
+        while k < len(order) and items[order[k]][0] == items[batch[-1]][0]:  # a cell never spans batches
+            batch.append(order[k])
+            k += 1
+        its = [items[i] for i in batch]
+        _store(_block(its, ts, vs, off, times, lookback), its, lay, arrays, jobs)
+    return lay.window(times, step, arrays, dict(jobs), info, leaf_of, notes)
+
+
+def _store(block: np.ndarray, items: list, lay: Layout, arrays: dict, jobs: dict) -> None:
+    """Combine each cell's aligned rows as SignalStore.window does and write them in place."""
+    i = 0
+    while i < len(items):
+        cell, _, m = items[i]
+        j = i + 1
+        while j < len(items) and items[j][0] == cell:
+            j += 1
+        signal, level, node, key = cell
+        stack = block[i:j]
+        with np.errstate(invalid="ignore"):
+            cnt = np.isfinite(stack).sum(axis=0)
+            if level == "job":
+                jobs[signal][key] = np.where(cnt > 0, np.where(np.isfinite(stack), stack, 0).sum(axis=0) / np.maximum(cnt, 1),
+                                             np.nan)
+                i = j
+                continue
+            if j - i == 1:
+                v = stack[0]
+            elif m.combine == "sum":
+                v = np.where(cnt == j - i, np.nansum(stack, axis=0), np.nan)
+            else:
+                v = np.where(cnt > 0, np.nansum(stack, axis=0) / np.maximum(cnt, 1), np.nan)
+        arr = arrays[level].get(signal)
+        if arr is None:
+            arr = arrays[level][signal] = np.full(lay.shapes[level], np.nan,
+                                                  np.float64 if signal in AUX_SIGNALS else np.float32)
+        arr[lay.index(level, node, key)] = v
+        i = j

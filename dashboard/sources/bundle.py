@@ -6,7 +6,8 @@ A directory (../shared/ARCHITECTURE.md) with `metrics.om` (OpenMetrics, timestam
 and, as a gangwatch extension, `topology.conf` (Slurm's tree topology, for placement findings).
 
 Reading never raises for bad content: a missing or broken file becomes a note (no jobs, no
-window), a bad line is skipped and counted. `write_bundle` writes the same layout, and
+window), a bad line is skipped and counted. Size: metrics.om is streamed (exposition.read_columns)
+and the window is built column-wise (build.columns_window): see docs/diagnosis-bundles.md. `write_bundle` writes the same layout, and
 `squeue_json` renders model Jobs in the shape `squeue --json` (data_parser v0.0.40) prints, so
 simulated scenarios can be replayed through exactly the path a real capture takes.
 """
@@ -27,8 +28,8 @@ from collectors.slurm.parse_json import loads, parse_jobs
 from dashboard.analysis.topology import parse_topology_conf
 from dashboard.analysis.window import Window
 
-from .build import WANTED, RawStore
-from .exposition import Sample, iter_samples
+from .build import MAX_NODES, WANTED, columns_window
+from .exposition import MAX_LINE, Columns, Sample, read_columns
 from .schema import NodeMatcher
 
 
@@ -63,7 +64,10 @@ def read_jobs(text: str | None, notes: list[str]) -> list[Job]:
     return jobs
 
 
-def load_bundle(path: str, step: float = 15.0, span: float | None = None, matcher: NodeMatcher | None = None) -> Bundle:
+def load_bundle(path: str, step: float = 15.0, span: float | None = None, matcher: NodeMatcher | None = None,
+                max_nodes: int = MAX_NODES) -> Bundle:
+    """Read a bundle. metrics.om is streamed (memory: the kept samples, one chunk, then the window);
+    at most `max_nodes` nodes get a row in the window: the jobs' nodes first (build.cap_nodes)."""
     notes: list[str] = []
     meta = {}
     raw_meta = _read(os.path.join(path, "bundle.json"))
@@ -75,31 +79,34 @@ def load_bundle(path: str, step: float = 15.0, span: float | None = None, matche
                 notes.append("bundle.json is not an object; ignored")
         except ValueError:
             notes.append("bundle.json unreadable; window is the span of the samples")
-    store = RawStore(matcher)
-    text = _read(os.path.join(path, "metrics.om"))
-    stats: dict = {}
-    lo, hi = math.inf, -math.inf
-    if text is None:
+    # the jobs first: their nodes keep their rows when the window is capped, and their notes
+    # travel with the window to the verdicts
+    job_notes: list[str] = []
+    jobs = read_jobs(_read(os.path.join(path, "squeue.json")), job_notes)
+    cols = Columns()
+    try:
+        with open(os.path.join(path, "metrics.om"), "rb") as f:
+            # chunks small beside what a small file keeps, up to 1 MiB for big ones
+            size = os.fstat(f.fileno()).st_size
+            cols = read_columns(f, WANTED, chunk=min(1 << 20, max(1 << 16, size // 128)))
+    except OSError:
         notes.append("metrics.om missing")
-    else:
-        for s in iter_samples(text, ts_unit="s", stats=stats, wanted=WANTED):
-            if s.timestamp is not None:
-                lo, hi = min(lo, s.timestamp), max(hi, s.timestamp)
-            store.add(s)
-        if stats.get("skipped_lines"):
-            notes.append(f"metrics.om: {stats['skipped_lines']} line(s) not parsable, skipped")
+    if cols.skipped_lines:
+        notes.append(f"metrics.om: {cols.skipped_lines} line(s) not parsable, skipped")
+    if cols.long_lines:
+        notes.append(f"metrics.om: {cols.long_lines} line(s) longer than {MAX_LINE // 1024} KiB, skipped unread")
+    lo, hi = (float(cols.ts.min()), float(cols.ts.max())) if cols.samples else (math.inf, -math.inf)
     start, end = _num(meta.get("start"), lo), _num(meta.get("end"), hi)
     if span is not None and math.isfinite(end):
         start = max(start, end - span)
     leaf_of, tnotes = parse_topology_conf(_read(os.path.join(path, "topology.conf")) or "")
-    notes += tnotes
-    signals = store.signals()
+    notes += tnotes + job_notes
     if math.isfinite(start) and math.isfinite(end):
         # the grid ends at the bundle's end, so "now" is the capture time
         start = end - step * math.floor((end - start) / step)
-    win = signals.window(start, end, step, leaf_of=leaf_of)
+    win = columns_window(cols, start, end, step, leaf_of=leaf_of, matcher=matcher,
+                         keep_nodes={n for j in jobs for n in j.nodes}, max_nodes=max_nodes)
     win = Window(**{**win.__dict__, "notes": tuple(win.notes) + tuple(notes)})
-    jobs = read_jobs(_read(os.path.join(path, "squeue.json")), notes)
     return Bundle(win, tuple(jobs), start, end, str(meta.get("cluster", "")), tuple(notes))
 
 

@@ -5,18 +5,32 @@ Copes with what real exports look like: no `# HELP`/`# TYPE` lines, lines indent
 in label values, empty label values (`pod_uid=""`), optional timestamps in seconds (OpenMetrics,
 bundles) or milliseconds (Prometheus text format): `ts_unit="auto"` takes values above 1e11 as
 milliseconds. A line that does not parse is counted and skipped, never fatal. Pure.
+
+Cost is linear in the input: labels are scanned with `str.find`, not a backtracking regex (the
+former `(?:[^"\\\\]|\\\\.)*` pattern kept a backtracking frame per character: ~175 bytes of memory per
+byte of label), and a line longer than `MAX_LINE` is skipped and counted (`long_lines`).
+
+`read_columns` is the bulk path for files (bundles): it streams the file in chunks of bytes, finds
+runs of consecutive lines sharing one series head with one C-level regex pass, parses each
+distinct head once, and converts the runs' `value timestamp` tokens with one numpy call per chunk.
+Lines it cannot take that way (no timestamp, extra spaces, odd numbers) go through the line
+parser above, so both paths give the same samples.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_LINE = re.compile(r"^(" + _NAME + r")(\{.*\})?\s+(\S+)(?:\s+(\S+))?\s*$")
-_PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+import numpy as np
+
+MAX_LINE = 64 * 1024  # bytes (characters for text): longer lines are skipped and counted
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_KEY = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"')
+_AFTER = re.compile(r"\s*,?")
 _UNESCAPE = re.compile(r"\\(.)")
 
 
@@ -28,21 +42,34 @@ class Sample:
     timestamp: float | None  # unix seconds, or None when the exposition had none
 
 
-def _labels(text: str) -> dict[str, str] | None:
-    body = text[1:-1]
+def _unescape(v: str) -> str:
+    return _UNESCAPE.sub(lambda e: "\n" if e.group(1) == "n" else e.group(1), v) if "\\" in v else v
+
+
+def parse_labels(body: str) -> dict[str, str] | None:
+    """`a="1",b="x \\"y\\""` (the text between the braces) -> labels, or None when malformed.
+    Linear: each value's closing quote is found with `str.find` and the backslashes before it."""
     out: dict[str, str] = {}
-    pos = 0
-    while pos < len(body):
-        m = _PAIR.match(body, pos)
-        if not m:
+    pos, n = 0, len(body)
+    while pos < n:
+        m = _KEY.match(body, pos)
+        if m is None:
             if body[pos:].strip(" ,") == "":
                 break
             return None
-        v = m.group(2)
-        if "\\" in v:
-            v = _UNESCAPE.sub(lambda e: "\n" if e.group(1) == "n" else e.group(1), v)
-        out[m.group(1)] = v
-        pos = m.end()
+        start = p = m.end()
+        while True:
+            q = body.find('"', p)
+            if q < 0:
+                return None
+            b = q
+            while b > start and body[b - 1] == "\\":
+                b -= 1
+            if (q - b) % 2 == 0:  # an even run of backslashes escapes only itself
+                break
+            p = q + 1
+        out[m.group(1)] = _unescape(body[start:q])
+        pos = _AFTER.match(body, q + 1).end()
     return out
 
 
@@ -60,41 +87,341 @@ def parse_value(text: str) -> float | None:
         return None
 
 
+def split_line(line: str) -> tuple[str, dict[str, str], str, str | None] | None:
+    """A stripped, non-comment line -> (name, labels, value text, timestamp text or None).
+
+    The label block is the longest `{...}` followed by one or two whitespace-separated tokens (a
+    label value may hold `}` and spaces), as the reader always took it."""
+    m = _NAME.match(line)
+    if m is None:
+        return None
+    name, rest = m.group(), line[m.end():]
+    if rest[:1] == "{":
+        parts = rest.rsplit(None, 1)
+        if len(parts) == 2 and parts[0].endswith("}"):
+            block, value, ts = parts[0], parts[1], None
+        else:
+            parts = rest.rsplit(None, 2)
+            if len(parts) != 3 or not parts[0].endswith("}"):
+                return None
+            block, value, ts = parts
+        labels = parse_labels(block[1:-1])
+        return None if labels is None else (name, labels, value, ts)
+    if not rest[:1].isspace():
+        return None
+    toks = rest.split()
+    if not 1 <= len(toks) <= 2:
+        return None
+    return name, {}, toks[0], (toks[1] if len(toks) == 2 else None)
+
+
+def metric_name(line: str) -> str:
+    """The name a (stripped) line starts with, as the `wanted` filter sees it."""
+    end = len(line)
+    for ch in "{ \t":
+        i = line.find(ch, 0, end)
+        if i >= 0:
+            end = i
+    return line[:end]
+
+
+def parse_sample(line: str, ts_unit: str = "auto") -> Sample | None:
+    got = split_line(line)
+    if got is None:
+        return None
+    name, labels, v, t = got
+    value = parse_value(v)
+    if value is None:
+        return None
+    ts = None
+    if t is not None:
+        tv = parse_value(t)
+        if tv is None or not math.isfinite(tv):
+            return None
+        ts = tv / 1000.0 if ts_unit == "ms" or (ts_unit == "auto" and abs(tv) > 1e11) else tv
+    return Sample(name, labels, value, ts)
+
+
 def iter_samples(text: str, ts_unit: str = "auto", stats: dict | None = None,
                  wanted: frozenset[str] | None = None) -> Iterator[Sample]:
     """Samples of an exposition, in order. `wanted`: only these metric names (faster on big files).
-    `stats` (a dict) receives counts of parsed and skipped lines."""
-    ok = bad = 0
+    `stats` (a dict) receives counts of parsed, skipped and over-long lines."""
+    ok = bad = long_ = 0
     for raw in str(text).splitlines():
+        if len(raw) > MAX_LINE:
+            long_ += 1
+            continue
         line = raw.strip()
         if not line or line[0] == "#":
             continue
-        if wanted is not None:
-            end = len(line)
-            for ch in "{ \t":
-                i = line.find(ch)
-                if 0 <= i < end:
-                    end = i
-            if line[:end] not in wanted:
-                continue
-        m = _LINE.match(line)
-        if not m:
+        if wanted is not None and metric_name(line) not in wanted:
+            continue
+        s = parse_sample(line, ts_unit)
+        if s is None:
             bad += 1
             continue
-        labels = _labels(m.group(2)) if m.group(2) else {}
-        value = parse_value(m.group(3))
-        if labels is None or value is None:
-            bad += 1
-            continue
-        ts = None
-        if m.group(4) is not None:
-            t = parse_value(m.group(4))
-            if t is None or not math.isfinite(t):
-                bad += 1
-                continue
-            ts = t / 1000.0 if ts_unit == "ms" or (ts_unit == "auto" and abs(t) > 1e11) else t
         ok += 1
-        yield Sample(m.group(1), labels, value, ts)
+        yield s
     if stats is not None:
         stats["samples"] = stats.get("samples", 0) + ok
         stats["skipped_lines"] = stats.get("skipped_lines", 0) + bad
+        stats["long_lines"] = stats.get("long_lines", 0) + long_
+
+
+# ------------------------------------------------------------------------------------ bulk reading
+
+# A run: consecutive lines `HEAD value timestamp` with the same HEAD (how exporters' dumps, promtool
+# and `openmetrics()` lay series out). The first line's head is whatever precedes its last two
+# space-separated tokens; later lines must start with it byte for byte, and `_fast` checks that
+# each holds exactly two tokens after it (the cheaper `[^\n]*` scans twice as fast).
+_RUN = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n(?:\1 [^\n]*\n)*", re.M)
+_SPACE = np.zeros(256, bool)
+_SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
+_SKIP, _SLOW = -1, -2
+
+
+@dataclass
+class Columns:
+    """Samples of the wanted series of a file, in file order: sample k belongs to series
+    `codes[k]`, whose name and labels are `series[codes[k]]`."""
+
+    series: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    codes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    vs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    skipped_lines: int = 0  # lines of wanted metrics that did not parse
+    long_lines: int = 0  # lines over MAX_LINE, skipped unread
+
+    @property
+    def samples(self) -> int:
+        return int(self.codes.shape[0])
+
+
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated aranges [starts[i], starts[i] + lengths[i])."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+
+
+def _digits_at_line_ends(text: np.ndarray, sp: np.ndarray, nl: np.ndarray) -> np.ndarray | None:
+    """When every line of `text` ("value time\\n" each; `sp`, `nl`: its space and newline) ends in a
+    time of the same number of plain digits (the usual unix seconds), those times as float64
+    (exact: below 2**53), blanked out in `text` for the values' parse; else None, `text` untouched."""
+    width = nl - sp - 1
+    w = int(width[0])
+    if not 1 <= w <= 15 or np.any(width != w):
+        return None
+    at = nl[:, None] - np.arange(w, 0, -1)
+    d = text[at] - np.uint8(48)
+    if np.any(d > 9):
+        return None
+    text[at] = 32
+    v = d[:, 0].astype(np.int64)
+    for k in range(1, w):  # Horner, column by column (numpy's integer matmul has no fast path)
+        v *= 10
+        v += d[:, k]
+    return v.astype(np.float64)
+
+
+class _Reader:
+    def __init__(self, wanted: frozenset[str], ts_unit: str):
+        self.wanted, self.ts_unit = wanted, ts_unit
+        self.heads: dict[bytes, int] = {}
+        self.ids: dict[tuple, int] = {}
+        self.out = Columns()
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def _id(self, name: str, labels: dict[str, str]) -> int:
+        key = (name, tuple(sorted(labels.items())))
+        i = self.ids.get(key)
+        if i is None:
+            i = self.ids[key] = len(self.out.series)
+            self.out.series.append((name, labels))
+        return i
+
+    def _head(self, head: bytes) -> int:
+        """A run's head -> series id, _SKIP (comment, unwanted) or _SLOW (take its lines one by one)."""
+        text = head.decode("utf-8", "replace")
+        if not text or text != text.strip():
+            return _SLOW
+        if text[0] == "#":
+            return _SKIP
+        name = metric_name(text)
+        if name not in self.wanted:
+            return _SKIP
+        if len(name) == len(text):
+            return self._id(name, {})
+        if text[len(name)] != "{" or text[-1] != "}" or _NAME.fullmatch(name) is None:
+            return _SLOW
+        labels = parse_labels(text[len(name) + 1:-1])
+        return _SLOW if labels is None else self._id(name, labels)
+
+    def _slow(self, buf: bytes, a: int, b: int, pos: list, codes: list, ts: list, vs: list) -> None:
+        """Lines of buf[a:b] one at a time, through the line parser."""
+        for raw in buf[a:b].split(b"\n"):
+            start, a = a, a + len(raw) + 1
+            if len(raw) > MAX_LINE:
+                self.out.long_lines += 1
+                continue
+            line = raw.decode("utf-8", "replace").strip()
+            if not line or line[0] == "#" or metric_name(line) not in self.wanted:
+                continue
+            s = parse_sample(line, self.ts_unit)
+            if s is None:
+                self.out.skipped_lines += 1
+            elif s.timestamp is not None:  # a bundle's sample needs its time; one without is ignored
+                pos.append(start)
+                codes.append(self._id(s.name, s.labels))
+                ts.append(s.timestamp)
+                vs.append(s.value)
+
+    def _fast(self, arr: np.ndarray, nl: np.ndarray, runs: np.ndarray):
+        """(line starts, codes, ts, values) of whole runs, or None when a token is not a plain number."""
+        rs, re_, hl, ids = runs.T
+        li0 = np.searchsorted(nl, rs)
+        cnt = np.searchsorted(nl, re_ - 1) + 1 - li0
+        lines = concat_ranges(li0, cnt)
+        ends = nl[lines]
+        starts = np.where(lines > 0, nl[lines - 1] + 1, 0)
+        tok = starts + np.repeat(hl + 1, cnt)
+        lens = ends + 1 - tok
+        text = arr[concat_ranges(tok, lens)]
+        n = int(cnt.sum())
+        nl_t = np.cumsum(lens) - 1  # the newlines, in `text`
+        sp = np.flatnonzero(text == 32)
+        # exactly one space in each line, between two non-empty tokens, and no other whitespace: no
+        # token hides a separator. "nan(...)" (numpy reads it, float() does not) is the line parser's.
+        if (sp.shape[0] != n or np.count_nonzero(_SPACE[text]) != 2 * n or np.count_nonzero(text == 40)
+                or not np.array_equal(np.searchsorted(nl_t, sp), np.arange(n))
+                or np.any(sp == nl_t - lens + 1) or np.any(sp == nl_t - 1)):
+            return None
+        ts = _digits_at_line_ends(text, sp, nl_t) if n else None
+        try:
+            # with the times blanked out when they were plain digits: the values alone
+            nums = np.fromstring(text.tobytes(), sep=" ")
+        except ValueError:
+            return None
+        if ts is None:
+            if nums.shape[0] != 2 * n:
+                return None
+            ts, nums = nums[1::2], nums[0::2]
+        elif nums.shape[0] != n:
+            return None
+        if self.ts_unit == "ms":
+            ts = ts / 1000.0
+        elif self.ts_unit == "auto":
+            ts = np.where(np.abs(ts) > 1e11, ts / 1000.0, ts)
+        return starts, np.repeat(ids, cnt).astype(np.int32), ts, nums
+
+    def _fast_or_split(self, buf, arr, nl, runs, parts, slow, budget: list) -> None:
+        """Runs column-wise; when a token refuses, halves until the bad runs are found (at most
+        `budget[0]` more tries per chunk: then the rest goes line by line, as garbage deserves)."""
+        got = self._fast(arr, nl, runs) if budget[0] > 0 else None
+        budget[0] -= 1
+        if got is not None:
+            parts.append(got)
+        elif len(runs) > 1 and budget[0] > 0:
+            half = len(runs) // 2
+            self._fast_or_split(buf, arr, nl, runs[:half], parts, slow, budget)
+            self._fast_or_split(buf, arr, nl, runs[half:], parts, slow, budget)
+        else:
+            for s, e in runs[:, :2].tolist():
+                self._slow(buf, s, e - 1, *slow)
+
+    def chunk(self, buf: bytes, cut: int) -> None:
+        """buf[:cut]: whole lines, the last ending in a newline."""
+        arr = np.frombuffer(buf, np.uint8, cut)
+        nl = np.flatnonzero(arr == 10)
+        slow: tuple[list, list, list, list] = ([], [], [], [])
+        if int(np.diff(nl, prepend=-1).max()) > MAX_LINE + 1:
+            self._slow(buf, 0, cut - 1, *slow)
+            runs = []
+        else:
+            runs = []
+            pos = 0
+            for m in _RUN.finditer(buf, 0, cut):
+                s, e = m.span()
+                if s > pos:
+                    self._slow(buf, pos, s - 1, *slow)
+                pos = e
+                h = m.group(1)
+                i = self.heads.get(h)
+                if i is None:
+                    i = self._head(h)
+                    if i >= 0:
+                        self.heads[h] = i
+                if i >= 0:
+                    runs.append((s, e, len(h), i))
+                elif i == _SLOW:
+                    self._slow(buf, s, e - 1, *slow)
+            if pos < cut:
+                self._slow(buf, pos, cut - 1, *slow)
+        parts: list = []
+        if runs:
+            self._fast_or_split(buf, arr, nl, np.array(runs, np.int64), parts, slow, [64])
+        if slow[0]:
+            parts.append((np.array(slow[0], np.int64), np.array(slow[1], np.int32), np.array(slow[2], np.float64),
+                          np.array(slow[3], np.float64)))
+        if not parts:
+            return
+        pos_, codes, ts, vs = (np.concatenate([p[k] for p in parts]) for k in range(4))
+        if len(parts) > 1 or slow[0]:  # back to file order (the line parser takes lines out of turn)
+            order = np.argsort(pos_, kind="stable")
+            codes, ts, vs = codes[order], ts[order], vs[order]
+        ok = np.isfinite(ts)
+        if not ok.all():
+            bad = ~ok
+            # the line parser already refused its own lines with such a time; these are the runs'
+            self.out.skipped_lines += int(np.count_nonzero(bad))
+            codes, ts, vs = codes[ok], ts[ok], vs[ok]
+        self.parts.append((codes, ts, vs))
+
+    def finish(self) -> Columns:
+        out, parts = self.out, self.parts
+        self.heads = self.ids = {}  # type: ignore[assignment]  # only the series table stays
+        total = sum(p[0].shape[0] for p in parts)
+        for k, (attr, dtype) in enumerate((("codes", np.int32), ("ts", np.float64), ("vs", np.float64))):
+            col = np.empty(total, dtype)
+            i = 0
+            for n, part in enumerate(parts):  # copy a column, freeing its pieces: never two full copies
+                m = part[k].shape[0]
+                col[i:i + m] = part[k]
+                i += m
+                parts[n] = part[:k] + (None,) + part[k + 1:]
+            setattr(out, attr, col)
+        self.parts = []
+        return out
+
+
+def read_columns(f: BinaryIO, wanted: frozenset[str], ts_unit: str = "s", chunk: int = 1 << 20) -> Columns:
+    """The samples (with timestamps) of the `wanted` metrics in an exposition file opened in binary
+    mode, streamed in chunks: memory is the samples kept plus one chunk, whatever the file holds.
+    Lines end at \\n, \\r\\n or \\r; a line over MAX_LINE bytes (even one never terminated) is skipped
+    and counted; a last line without a newline is read."""
+    rd = _Reader(wanted, ts_unit)
+    carry = b""
+    skipping = False  # inside an over-long line: drop bytes until its end
+    while True:
+        data = f.read(chunk)
+        if not data:
+            break
+        if skipping:
+            k = data.find(b"\n")
+            if k < 0:
+                continue
+            data, skipping = data[k + 1:], False
+        buf = carry + data if carry else data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        cut = buf.rfind(b"\n") + 1
+        if cut:
+            rd.chunk(buf, cut)
+        carry = buf[cut:]
+        if len(carry) > MAX_LINE:
+            rd.out.long_lines += 1
+            carry, skipping = b"", True
+    if carry:
+        rd.chunk(carry + b"\n", len(carry) + 1)
+    return rd.finish()

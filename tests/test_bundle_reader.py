@@ -1,0 +1,383 @@
+"""The streamed bundle reader and the column-wise window against the reader they replace.
+
+The former line reader (regex per line, kept below as the oracle) defines the samples a text holds;
+`read_columns` and `iter_samples` must give exactly those, chunk boundaries anywhere. The window a
+bundle gives must equal, array for array, the one RawStore + SignalStore build from the same samples.
+Then the inputs that used to cost gigabytes: a 10 MB label, an unterminated line, 200,000 node names.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dashboard.analysis.topology import parse_topology_conf
+from dashboard.sources.build import WANTED, RawStore, columns_window
+from dashboard.sources.bundle import load_bundle
+from dashboard.sources.exposition import MAX_LINE, Sample, iter_samples, parse_value, read_columns
+
+T0 = 1_767_225_600
+
+# ------------------------------------------------------------------------------------ the oracle
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_LINE = re.compile(r"^(" + _NAME + r")(\{.*\})?\s+(\S+)(?:\s+(\S+))?\s*$")
+_PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = re.compile(r"\\(.)")
+
+
+def _old_labels(text):
+    body, out, pos = text[1:-1], {}, 0
+    while pos < len(body):
+        m = _PAIR.match(body, pos)
+        if not m:
+            if body[pos:].strip(" ,") == "":
+                break
+            return None
+        v = m.group(2)
+        if "\\" in v:
+            v = _UNESCAPE.sub(lambda e: "\n" if e.group(1) == "n" else e.group(1), v)
+        out[m.group(1)] = v
+        pos = m.end()
+    return out
+
+
+def old_samples(text, ts_unit="auto", wanted=None):
+    """The reader as it was (regex per line): (samples, skipped lines)."""
+    out, bad = [], 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] == "#":
+            continue
+        if wanted is not None:
+            end = len(line)
+            for ch in "{ \t":
+                i = line.find(ch)
+                if 0 <= i < end:
+                    end = i
+            if line[:end] not in wanted:
+                continue
+        m = _LINE.match(line)
+        labels = (_old_labels(m.group(2)) if m.group(2) else {}) if m else None
+        value = parse_value(m.group(3)) if m else None
+        if labels is None or value is None:
+            bad += 1
+            continue
+        ts = None
+        if m.group(4) is not None:
+            t = parse_value(m.group(4))
+            if t is None or not math.isfinite(t):
+                bad += 1
+                continue
+            ts = t / 1000.0 if ts_unit == "ms" or (ts_unit == "auto" and abs(t) > 1e11) else t
+        out.append(Sample(m.group(1), labels, value, ts))
+    return out, bad
+
+
+# ------------------------------------------------------------------------------------ generated text
+
+NAMES = ["DCGM_FI_DEV_GPU_UTIL", "gangwatch_gpu_power_watts", "node_infiniband_port_data_transmitted_bytes_total",
+         "gangwatch_job_gpu_info", "unwanted_metric", "x"]
+# no line separators other than \n and \r: the old reader also split at \v, \f, \x1c-\x1e, \x85,
+# \u2028 and \u2029 (str.splitlines); files end their lines with \n
+_PIECE = st.sampled_from(list('ab0 ,="{}\\\t#.-né\u00a0') + ["\\\"", "\\n", "\\\\"])
+_CHARS = st.lists(_PIECE, max_size=10).map("".join)
+_VALUE = st.one_of(st.sampled_from(["1", "0", "-0", "1.5", "88.92999999999999", "2.106905e+06", "NaN", "+Inf", "-Inf",
+                                    "nan", "1e", "x", "", "1_0", "nan(1)", "0x10", ".5", "5.", "1-2", "١", "1e400", ".e5",
+                                    "infin", "nanx", "+nan", "-nan", "iNf", "1,5", "0x1p3", "1e+", "١٢", "5}"]),
+                    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+                    st.integers(-10**20, 10**20).map(str))
+_TS = st.one_of(st.none(), st.sampled_from([str(T0), str(T0 + 15), f"{T0}.5", str(T0 * 1000), "NaN", "+Inf", "x", ""]),
+                st.integers(T0, T0 + 10**6).map(str))
+
+
+@st.composite
+def exposition_line(draw):
+    kind = draw(st.sampled_from(["sample"] * 6 + ["comment", "blank", "garbage"]))
+    if kind == "comment":
+        return draw(st.sampled_from(["# TYPE x gauge", "# HELP x some help text", "# EOF", "#"]))
+    if kind == "blank":
+        return draw(st.sampled_from(["", "  ", "\t"]))
+    if kind == "garbage":
+        return draw(_CHARS) + draw(_CHARS) + draw(_CHARS)
+    name = draw(st.sampled_from(NAMES))
+    labels = ""
+    if draw(st.booleans()):
+        pairs = [f'{k}="{draw(_CHARS)}"' for k in draw(st.lists(st.sampled_from(
+            ["gpu", "Hostname", "instance", "node", "device", "hpc_job", "a"]), max_size=4))]
+        labels = "{" + draw(st.sampled_from([",", ", ", ","])).join(pairs) + draw(st.sampled_from(["", ","])) + "}"
+        if draw(st.integers(0, 9)) == 0:
+            labels = labels[:draw(st.integers(0, len(labels)))]  # truncated
+    sep = draw(st.sampled_from([" "] * 8 + ["  ", "\t"]))
+    lead = draw(st.sampled_from([""] * 8 + ["  ", "\t"]))
+    line = lead + name + labels + sep + draw(_VALUE)
+    ts = draw(_TS)
+    if ts is not None:
+        line += sep + ts
+    return line
+
+
+@st.composite
+def exposition(draw):
+    lines = draw(st.lists(exposition_line(), max_size=25))
+    # runs: a line repeated with other numbers, as files lay series out
+    out = []
+    for ln in lines:
+        out.append(ln)
+        if draw(st.integers(0, 3)) == 0:
+            head = ln.rsplit(" ", 2)[0]
+            for _ in range(draw(st.integers(1, 4))):
+                toks = [draw(_VALUE), draw(_TS) or str(T0)][:draw(st.sampled_from([2, 2, 2, 1]))]
+                if draw(st.integers(0, 5)) == 0:
+                    toks.append(draw(_VALUE))  # a third token
+                out.append(" ".join([head] + toks))
+    nl = draw(st.sampled_from(["\n", "\n", "\r\n"]))
+    return nl.join(out) + draw(st.sampled_from([nl, ""]))
+
+
+def _same(a, b):
+    assert [(s.name, s.labels, s.timestamp) for s in a] == [(s.name, s.labels, s.timestamp) for s in b]
+    assert np.array_equal(np.array([s.value for s in a], float), np.array([s.value for s in b], float), equal_nan=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(exposition())
+def test_line_reader_gives_what_the_regex_reader_gave(text):
+    for unit in ("auto", "s"):
+        want, bad = old_samples(text, unit)
+        stats: dict = {}
+        _same(list(iter_samples(text, unit, stats)), want)
+        assert stats["skipped_lines"] == bad
+
+
+@settings(max_examples=300, deadline=None)
+@given(exposition(), st.integers(1, 200))
+def test_streamed_reader_gives_what_the_regex_reader_gave(text, chunk):
+    want, bad = old_samples(text, "s", WANTED)
+    want = [s for s in want if s.timestamp is not None]  # a bundle's sample needs its time
+    cols = read_columns(io.BytesIO(text.encode("utf-8")), WANTED, "s", chunk=chunk)
+    got = [Sample(*cols.series[c], v, t) for c, t, v in zip(cols.codes.tolist(), cols.ts.tolist(), cols.vs.tolist())]
+    _same(got, want)
+    assert cols.skipped_lines == bad
+
+
+def test_streamed_reader_on_real_exports(fixtures_dir):
+    files = sorted(p for p in (fixtures_dir / "exporters-real").rglob("*.txt") if p.is_file())
+    assert files
+    for p in files:
+        text = p.read_text(errors="replace")
+        stamped = "\n".join(f"{ln.strip()} {T0}" if ln.strip() and not ln.lstrip().startswith("#") else ln
+                            for ln in text.splitlines())
+        want, bad = old_samples(stamped, "s", WANTED)
+        cols = read_columns(io.BytesIO(stamped.encode()), WANTED, chunk=4096)
+        got = [Sample(*cols.series[c], v, t) for c, t, v in zip(cols.codes.tolist(), cols.ts.tolist(), cols.vs.tolist())]
+        _same(got, [s for s in want if s.timestamp is not None])
+
+
+# ------------------------------------------------------------------------------------ same window
+
+def _old_window(path):
+    """load_bundle's window as it was built: every sample through RawStore, then SignalStore."""
+    text = (path / "metrics.om").read_text(errors="replace")
+    store, lo, hi = RawStore(), math.inf, -math.inf
+    for s in iter_samples(text, ts_unit="s", wanted=WANTED):
+        if s.timestamp is not None:
+            lo, hi = min(lo, s.timestamp), max(hi, s.timestamp)
+        store.add(s)
+    start = hi - 15.0 * math.floor((hi - lo) / 15.0)
+    topo = path / "topology.conf"
+    leaf_of = parse_topology_conf(topo.read_text())[0] if topo.exists() else {}
+    return store.signals().window(start, hi, 15.0, leaf_of=leaf_of)
+
+
+def _assert_same_window(a, b):
+    for f in a.__dataclass_fields__:
+        x, y = getattr(a, f), getattr(b, f)
+        if f == "notes":
+            continue
+        if f in ("gpu", "rail", "node", "target"):
+            assert x.keys() == y.keys(), f
+            for k in x:
+                assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k], equal_nan=True), (f, k)
+        elif f == "job":
+            assert x.keys() == y.keys()
+            for s in x:
+                assert x[s].keys() == y[s].keys()
+                for j in x[s]:
+                    assert np.array_equal(x[s][j], y[s][j], equal_nan=True)
+        elif f == "times":
+            assert np.array_equal(x, y)
+        else:
+            assert x == y, f
+
+
+def test_bundle_window_is_the_one_rawstore_builds(sim_bundles_small):
+    for name, p in sim_bundles_small.items():
+        _assert_same_window(load_bundle(str(p)).window, _old_window(p))
+
+
+@pytest.fixture(scope="module")
+def sim_bundles_small(tmp_path_factory):
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.simulated import BundleWriter
+
+    sim = Simulation(SimConfig(nodes=8, seed=5, prefill=False, nodes_per_leaf=4,
+                               faults="ost_slow@3m+10m,link_flap@2m+10m,gpu_throttle@2m+10m"))
+    writers = {"gangwatch": BundleWriter(sim), "exporters": BundleWriter(sim, "exporters")}
+    for _ in range(50):
+        sim.step()
+        for w in writers.values():
+            w.capture()
+    out = {}
+    for name, w in writers.items():
+        p = tmp_path_factory.mktemp(name)
+        w.write(str(p))
+        out[name] = p
+    return out
+
+
+def test_interleaved_and_unsorted_series_give_the_same_window(sim_bundles_small, tmp_path):
+    """Scrape order (every series once per time, times shuffled) instead of series order."""
+    src = sim_bundles_small["exporters"]
+    lines = [ln for ln in (src / "metrics.om").read_text().splitlines() if ln and not ln.startswith("#")]
+    rng = np.random.default_rng(1)
+    by_time = sorted(lines, key=lambda ln: (ln.rsplit(" ", 1)[1], rng.random()))
+    for f in ("squeue.json", "bundle.json", "topology.conf"):
+        if (src / f).exists():
+            (tmp_path / f).write_bytes((src / f).read_bytes())
+    (tmp_path / "metrics.om").write_text("\n".join(reversed(by_time)) + "\n# EOF\n")
+    _assert_same_window(load_bundle(str(tmp_path)).window, load_bundle(str(src)).window)
+
+
+# ------------------------------------------------------------------------------------ hostile input
+
+def _bounded(fn, max_s: float, max_mb: float):
+    tracemalloc.start()
+    t = time.perf_counter()
+    try:
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    took = time.perf_counter() - t
+    assert took < max_s, took
+    assert peak < max_mb * 2**20, peak / 2**20
+    return out
+
+
+def _bundle(tmp_path, metrics: bytes, jobs=()):
+    from collectors.slurm.model import Job
+    from dashboard.sources.bundle import squeue_json
+
+    (tmp_path / "metrics.om").write_bytes(metrics)
+    (tmp_path / "squeue.json").write_text(json.dumps(squeue_json([Job(job_id=i + 1, state="RUNNING", nodes=(n,), node_count=1,
+                                                                      start_time=T0 - 3600)
+                                                                  for i, n in enumerate(jobs)], T0)))
+    return str(tmp_path)
+
+
+def test_a_10_mb_label_costs_neither_gigabytes_nor_minutes(tmp_path):
+    huge = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="a",x="' + "\\\"" * (5 << 20) + '"} 50 ' + str(T0)
+    ok = f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="b"}} 50 {T0}'
+    stats: dict = {}
+    got = _bounded(lambda: list(iter_samples(huge + "\n" + ok, stats=stats)), 10, 64)
+    assert [s.labels["Hostname"] for s in got] == ["b"] and stats["long_lines"] == 1
+    # the label parser itself, on a label within the cap, is linear
+    body = 'x="' + "\\\"" * (MAX_LINE // 4) + '"'
+    from dashboard.sources.exposition import parse_labels
+    assert _bounded(lambda: parse_labels(body), 2, 4)["x"] == '"' * (MAX_LINE // 4)
+    p = _bundle(tmp_path, (huge + "\n" + ok + "\n").encode())
+    b = _bounded(lambda: load_bundle(p), 10, 64)
+    assert b.window.nodes == ("b",) and any("longer than 64 KiB" in n for n in b.notes)
+
+
+def test_an_unterminated_gigantic_line_is_skipped_in_bounded_memory(tmp_path):
+    ok = f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="b"}} 50 {T0}\n'.encode()
+    p = _bundle(tmp_path, ok + b"x" * (20 << 20))
+    b = _bounded(lambda: load_bundle(p), 10, 64)
+    assert b.window.nodes == ("b",) and any("1 line(s) longer" in n for n in b.notes)
+    # and a last line without its newline is read
+    (tmp_path / "metrics.om").write_bytes(ok + ok.replace(b'"b"', b'"c"').rstrip(b"\n"))
+    assert load_bundle(p).window.nodes == ("b", "c")
+
+
+def test_200000_node_names_are_capped_keeping_the_jobs_nodes(tmp_path):
+    lines = b"".join(b'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="h%06d"} 50 %d\n' % (i, T0 + 15 * (i % 3))
+                     for i in range(200_000))
+    p = _bundle(tmp_path, lines, jobs=("h199999", "h000007"))
+    # in a child process, for its peak RSS (issue 20: no input past 500 MB or 60 s)
+    code = ("import json, resource, sys; from dashboard.sources.bundle import load_bundle; b = load_bundle(sys.argv[1]); "
+            "print(json.dumps({'nodes': list(b.window.nodes), 'notes': list(b.window.notes), "
+            "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code, p], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    took = time.perf_counter() - t
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert took < 60 and doc["rss_mb"] < 500, (took, doc["rss_mb"])
+    assert len(doc["nodes"]) == 16384
+    assert {"h199999", "h000007"} <= set(doc["nodes"])
+    assert any("200000 nodes carry metrics" in n for n in doc["notes"])
+    small = load_bundle(p, max_nodes=100)
+    assert len(small.window.nodes) == 100 and "h199999" in small.window.nodes
+
+
+def test_garbage_bytes_never_raise(tmp_path):
+    rng = np.random.default_rng(0)
+    for k in range(5):
+        junk = rng.integers(0, 256, 200_000, dtype=np.uint8).tobytes()
+        junk = junk.replace(b"\x00", b"\n") + b'\nDCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="z"} 1 ' + str(T0).encode()
+        b = load_bundle(_bundle(tmp_path, junk))
+        assert "z" in b.window.nodes
+
+
+def test_columns_window_on_nothing():
+    from dashboard.sources.exposition import Columns
+
+    win = columns_window(Columns(), math.inf, -math.inf, 15.0)
+    assert win.nodes == () and win.times.size == 0
+
+
+def test_interleaved_garbage_numbers_stay_linear(tmp_path):
+    """Every value refused by the column-wise parse, one series per line: line by line, not bisected forever."""
+    lines = b"".join(b'DCGM_FI_DEV_GPU_UTIL{gpu="%d",Hostname="h%d"} 1_0 %d\n' % (i % 8, i % 97, T0 + i // 800)
+                     for i in range(80_000))
+    t = time.perf_counter()
+    b = load_bundle(_bundle(tmp_path, lines))
+    assert time.perf_counter() - t < 30
+    assert len(b.window.nodes) == 97 and np.isclose(np.nanmax(b.window.gpu["util"]), 0.1)  # "1_0" is 10 %, as float() reads it
+
+
+def test_a_run_with_three_tokens_on_one_line_and_one_on_the_next():
+    """Whitespace adds up (2 per line on average) yet the lines are not `value time` each."""
+    h = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="a"}'
+    text = f"{h} 1 {T0}\n{h} 1 2 3\n{h} 4\n{h} 5 {T0 + 15}\n"
+    want, bad = old_samples(text, "s", WANTED)
+    cols = read_columns(io.BytesIO(text.encode()), WANTED)
+    assert cols.vs.tolist() == [s.value for s in want if s.timestamp is not None] == [1.0, 5.0]
+    assert cols.skipped_lines == bad == 1
+
+
+def test_a_window_over_its_byte_budget_keeps_fewer_nodes(tmp_path):
+    lines = b"".join(b'DCGM_FI_DEV_GPU_UTIL{gpu="%d",Hostname="h%03d"} 50 %d\n' % (g, i, T0 + 15 * k)
+                     for i in range(300) for g in range(8) for k in range(5))
+    p = _bundle(tmp_path, lines, jobs=("h123",))
+    full = load_bundle(p).window
+    assert len(full.nodes) == 300
+    with open(tmp_path / "metrics.om", "rb") as f:
+        cols = read_columns(f, WANTED)
+    small = columns_window(cols, T0, T0 + 60, 15.0, keep_nodes={"h123"}, max_bytes=100 * 8 * 5 * 4)
+    assert len(small.nodes) == 100 and "h123" in small.nodes and any("the window keeps 100" in n for n in small.notes)

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from dashboard.analysis.diagnose import diagnose
+from dashboard.analysis.thresholds import DEFAULT
 from dashboard.sources.bundle import load_bundle
 
 CAUSES = ("stalled_io", "stalled_network", "straggler", "hung", "idle_gpus")
@@ -177,12 +178,18 @@ def score_bundle(path: str, score: Score, probe: bool = True) -> None:
     if not probe:
         return
     win = b.window
+    starts = {str(j.display_id): j.start_time for j in b.jobs}
     for t in truths:
         if t.state not in CAUSES or t.onset is None:
             continue
+        # a job is not judged in its first minutes (start-up, data-loader warm-up: by design), so a
+        # fault it started with (GPUs never used) is due from the end of that grace period, as the
+        # simulator bench counts it
+        start = starts.get(t.jobid)
+        onset = max(t.onset, start + DEFAULT.job_grace_seconds) if start else t.onset
         delay = math.inf
         for off in PROBE_OFFSETS:
-            end = t.onset + off
+            end = onset + off
             if end > win.end + 1e-6:
                 break
             n = int((end - win.start) // win.step) + 1
@@ -190,9 +197,9 @@ def score_bundle(path: str, score: Score, probe: bool = True) -> None:
             jobs = [j for j in b.jobs if j.start_time is None or j.start_time <= sub.end]
             got = {v.jobid: v for v in diagnose(sub, jobs).verdicts}.get(t.jobid)
             if got is not None and got.state == t.state:
-                delay = sub.end - t.onset
+                delay = sub.end - onset
                 break
-        if t.onset + 120.0 <= win.end:  # measurable: the bundle runs at least 2 minutes past onset
+        if onset + 120.0 <= win.end:  # measurable: the bundle runs at least 2 minutes past onset
             score.delays.append((t.state, t.signature, delay))
 
 

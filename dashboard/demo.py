@@ -287,9 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "above 1, rates an external Prometheus computes are that many times too high)")
     p.add_argument("--trace", default=None, help="replay a workload trace: Microsoft ITP tar.gz (FILE#cluster04 for one "
                    "cluster) or CSV, or the Philly CSV; default: the model fitted to ITP")
-    p.add_argument("--faults", default="default", help="'default' (one of each kind), 'none', 'random:RATE' per hour, "
+    p.add_argument("--faults", default="showcase", help="'showcase' (every kind active as the pre-filled hour ends), "
+                   "'default' (one of each kind, spread over two hours), 'none', 'random:RATE' per hour, "
                    f"or KIND@START+DURATION:key=value;... (kinds: {', '.join(KINDS)})")
-    p.add_argument("--load", type=float, default=0.9, help="offered GPU load relative to capacity (default %(default)s)")
+    p.add_argument("--load", type=float, default=1.3, help="offered GPU load relative to capacity (default %(default)s: "
+                   "above 1, as busy GPU clusters run, so a queue builds)")
+    p.add_argument("--scenario", choices=("showcase", "none"), default="showcase",
+                   help="'showcase' adds big gangs waiting, dependency pipelines, a maintenance reservation and a "
+                        "suspended job to the workload (default %(default)s)")
     p.add_argument("--policy", choices=("easy", "fcfs"), default="easy", help="scheduling policy (default %(default)s)")
     p.add_argument("--no-dashboard", action="store_true", help="serve only the simulator's endpoints (no Dash)")
     p.add_argument("--refresh", type=float, default=15.0, help="dashboard refresh interval in seconds (default %(default)s)")
@@ -309,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         web = WebConfig.load(args.web_config)
         cfg = SimConfig(nodes=args.nodes, seed=args.seed, start=time.time() - args.history, history_seconds=args.history,
-                        trace=args.trace, faults=args.faults, load=args.load, policy=args.policy)
+                        trace=args.trace, faults=args.faults, load=args.load, policy=args.policy,
+                        showcase=args.scenario == "showcase")
         log.info("simulating %d nodes (seed %d): pre-filling %.0f s of history", args.nodes, args.seed, args.history)
         sim = Simulation(cfg)
     except (ValueError, OSError, WebConfigError) as exc:

@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         web = WebConfig.load(args.web_config)
         cfg = SimConfig(nodes=args.nodes, seed=args.seed, start=time.time() - args.history, history_seconds=args.history,
                         trace=args.trace, faults=args.faults, load=args.load, policy=args.policy,
-                        showcase=args.scenario == "showcase")
+                        showcase=args.scenario == "showcase", priority="multifactor")
         log.info("simulating %d nodes (seed %d): pre-filling %.0f s of history", args.nodes, args.seed, args.history)
         sim = Simulation(cfg)
     except (ValueError, OSError, WebConfigError) as exc:

@@ -81,6 +81,7 @@ class SimConfig:
     policy: str = "easy"
     max_pending_planned: int = 64
     showcase: bool = False  # the demo's scripted scene (showcase.py): big gangs, pipelines, a reservation, a suspension
+    priority: str = "basic"  # Slurm's PriorityType: "basic" (first come, first served) or "multifactor" (fairshare, age, size)
     backfill_interval: float = 30.0  # Slurm's bf_interval
     nodes_per_leaf: int = 32
     osts: int | None = None
@@ -578,6 +579,9 @@ class Simulation:
 
     def _order_pending(self) -> None:
         """Pending jobs in Slurm's order: priority, then submit time, then job id."""
+        if self.cfg.priority != "multifactor":
+            self.pending.sort(key=lambda j: (j.submit, j.job_id))
+            return
         fs = self.fairshare()
         self.pending.sort(key=lambda j: (-self.priority_factors(j, fs)["priority"], j.submit, j.job_id))
 
@@ -609,7 +613,7 @@ class Simulation:
             self.top_jobs = set()
             return
         due = t - self._last_backfill >= self.cfg.backfill_interval
-        if due and self._dirty:  # ages and fairshare move slowly: re-rank at the backfill interval
+        if due and self._dirty and self.cfg.priority == "multifactor":  # re-ranked at the backfill interval
             self._order_pending()
         free_gpus = (self.gpu_job < 0).sum(axis=1).astype(np.int32)
         free_cpus = (self.cluster.cfg.cpus_per_node - self.cpus_alloc).astype(np.int32)

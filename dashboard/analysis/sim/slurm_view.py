@@ -25,7 +25,9 @@ def _job(sim, j, fs) -> Job:
                    for i, idx in zip(j.nodes, j.gpu_idx)) if running else ()
     end = (j.start + j.suspended_s + j.time_limit) if running else j.end
     factors = None
-    if j.state == "PENDING":
+    if j.state == "PENDING" and sim.cfg.priority != "multifactor":  # priority/basic: by age
+        factors = PriorityFactors(float(int(10000 + min(10000, max(0.0, sim.t - j.submit) / 60))))
+    elif j.state == "PENDING":
         f = sim.priority_factors(j, fs)
         factors = PriorityFactors(f["priority"], 0.0, f["age"], None, f["fairshare"], f["jobsize"], f["partition"], 0.0, 0.0)
     deps = ()

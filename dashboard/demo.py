@@ -303,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def sim_config(args: argparse.Namespace, now: float) -> SimConfig:
+    """The simulation the command line asks for, its history ending at `now`."""
+    return SimConfig(nodes=args.nodes, seed=args.seed, start=now - args.history, history_seconds=args.history,
+                     trace=args.trace, faults=args.faults, load=args.load, policy=args.policy,
+                     showcase=args.scenario == "showcase", priority="multifactor")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -313,9 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         web = WebConfig.load(args.web_config)
-        cfg = SimConfig(nodes=args.nodes, seed=args.seed, start=time.time() - args.history, history_seconds=args.history,
-                        trace=args.trace, faults=args.faults, load=args.load, policy=args.policy,
-                        showcase=args.scenario == "showcase", priority="multifactor")
+        cfg = sim_config(args, time.time())
         log.info("simulating %d nodes (seed %d): pre-filling %.0f s of history", args.nodes, args.seed, args.history)
         sim = Simulation(cfg)
     except (ValueError, OSError, WebConfigError) as exc:

@@ -359,10 +359,13 @@ def test_sim_inventory_network_storage():
     inv = ds.node_inventory("node0001")
     assert [g.index for g in inv.gpus] == list(range(8)) and inv.ports[0].device == "mlx5_0/1"
     assert inv.filesystems[0].fs == "lustre" and inv.filesystems[0].write_bps is not None
-    assert inv.disks is None and not inv.topology.known and ds.node_inventory("nope") is None
-    assert ds.gpu_topology("node0001").describe([0, 1]) == "unknown"
+    assert inv.disks is None and inv.topology.known and ds.node_inventory("nope") is None
+    # the simulated nodes are DGX H100-like: NVSwitch joins every pair, GPUs 0-3 on NUMA node 0, 4-7 on 1
+    assert ds.gpu_topology("node0001").describe([0, 1]) == "all NVLink peers; NUMA 0"
+    assert ds.gpu_topology("node0001").describe([3, 4]) == "all NVLink peers; NUMA 0,1"
+    assert not ds.gpu_topology("nope").known
     text = _text(node.inventory(ds, ctx, "node0001", {}))
-    assert "Disks unknown" in text and "GPU topology unknown" in text
+    assert "Disks unknown" in text and "GPU topology unknown" not in text and "1, 2, 3, 4, 5, 6, 7" in text
 
 
 def test_gpu_topology_describe():

@@ -119,7 +119,7 @@ def test_every_page_and_click_path(page, sim_site):
     expect(page.locator("#node-jobs")).to_contain_text(jobid)
     # hardware now: GPUs with the job holding them, the HCA ports, the Lustre client; no disk series
     expect(page.locator("#node-gpus")).to_contain_text(jobid)
-    expect(page.locator("#node-gpus")).to_contain_text("unknown")  # NVLink peers, NUMA node
+    expect(page.locator("#node-gpus")).to_contain_text("1, 2, 3, 4, 5, 6, 7")  # GPU 0's NVLink peers
     expect(page.locator("#node-ports")).to_contain_text("mlx5_0/1")
     expect(page.locator("#node-ports")).to_contain_text("active")
     expect(page.locator("#node-filesystems")).to_contain_text("lustre")

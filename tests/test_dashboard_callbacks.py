@@ -460,7 +460,9 @@ def test_live_datasource_with_a_metric_source():
     assert {t.kind for t in targets} == {"OST"} and targets[0].state == "unknown"
     inv = ds.node_inventory("node0001")
     assert len(inv.gpus) == 8 and inv.gpus[0].temp_c is None and len(inv.ports) == 8 and inv.disks is None
-    assert inv.filesystems[0].targets == len(sim.cluster.osts) and not inv.topology.known
+    assert inv.filesystems[0].targets == len(sim.cluster.osts)
+    # the simulated agents export gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_affinity_info
+    assert inv.topology.known and inv.topology.numa == {k: k // 4 for k in range(8)}
 
     class Down:
         name = "down"

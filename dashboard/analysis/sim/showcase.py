@@ -27,7 +27,10 @@ import numpy as np
 
 from .sched import shape
 
-GANG_ACCOUNTS = ("speech", "research", "rl")
+GANG_ACCOUNT = "speech"  # little recent usage: its gangs rank first
+BATCH_ACCOUNT = "research"  # ranks after the gangs, before the other accounts
+SWEEP_ACCOUNT = "vision"  # the most recent usage: ranks last
+WAVES = 6  # a gang and a sweep each hour of the live demo for its first hours
 SUSPEND_AT = 0.5  # of the history
 SUSPEND_FOR = 4 * 3600.0
 RESERVATION_AFTER = 2 * 3600.0  # after the end of the history
@@ -121,16 +124,19 @@ def seed(sim, free: np.ndarray) -> int:
     t0, hist = sim.t0, sim.cfg.history_seconds
     before = int(free.sum())
     for k, (gpus, name) in enumerate(((64, "gpt-70b-pretrain"), (32, "llama-30b"))):
-        _submit_gang(sim, t0, name, gpus, GANG_ACCOUNTS[k], ago=5400 - 1800 * k)
+        _submit_gang(sim, t0, name, gpus, GANG_ACCOUNT, ago=5400 - 1800 * k)
     pipeline(sim, "bert-large", t0 - 1800, pre_running_since=t0 - 600, pre_seconds=1200, free=free)
     pipeline(sim, "wav2vec", t0 - 1800, pre_running_since=t0 - 900, pre_seconds=1200, pre_fails=True,
              train_gpus=16, free=free)
     _later(sim, t0 + 0.6 * hist, lambda s, t: pipeline(s, "vit-huge", t, train_gpus=8))
-    _later(sim, t0 + 0.8 * hist, lambda s, t: _submit_gang(s, t, "moe-pretrain", 64, GANG_ACCOUNTS[2]))
+    for k in range(WAVES):
+        at = t0 + 0.8 * hist + 3600 * k
+        _later(sim, at, lambda s, t, k=k: _submit_gang(s, t, ("moe-pretrain", "llama-30b")[k % 2], (64, 32)[k % 2],
+                                                      GANG_ACCOUNT))
+        _later(sim, at + 180, lambda s, t: _batch(s, t, "sweep-lr", SWEEP_ACCOUNT, SWEEP_JOBS, (1200, 3000), 3600))
     _later(sim, t0 + SUSPEND_AT * hist, _suspend_one)
-    _later(sim, t0 + 0.84 * hist, lambda s, t: _batch(s, t, "sd-xl-finetune", "speech", s.cfg.max_pending_planned,
+    _later(sim, t0 + 0.78 * hist, lambda s, t: _batch(s, t, "sd-xl-finetune", BATCH_ACCOUNT, s.cfg.max_pending_planned,
                                                       (10 * 3600, 20 * 3600), 24 * 3600))
-    _later(sim, t0 + 0.85 * hist, lambda s, t: _batch(s, t, "sweep-lr", "vision", SWEEP_JOBS, (1200, 3000), 3600))
     n_debug = max(1, sim.n // 32)
     k = max(2, sim.n // 16)
     nodes = tuple(range(max(0, sim.n - n_debug - k), max(0, sim.n - n_debug))) or (0,)

@@ -177,6 +177,7 @@ class Simulation:
         self.last_cycle_policy = cfg.policy
         self.top_jobs: set[str] = set()
         self._children: dict[int, list[int]] = {}  # parent job -> jobs that depend on it
+        self._suspended: set[int] = set()
         self.reservations: list = []  # showcase.Reservation
         self._scripted: list[tuple[float, int, object]] = []  # (time, order, action(sim, t)) of the showcase
         # ---- fairshare: decayed GPU-seconds per (account, user), and GPUs each holds now
@@ -489,15 +490,18 @@ class Simulation:
             return
         job.state, job.resume_at = "SUSPENDED", t + seconds
         job.suspended_s += seconds
+        self._suspended.add(job.job_id)
         self.f_susp[job.slot] = True
         self._run_tuple(job)
         heapq.heappush(self._ends, (job.planned_end, job.job_id))
         self._dirty = True
 
     def _resume_due(self, t: float) -> None:
-        for job in [j for j in self.running.values() if j.resume_at is not None and j.resume_at <= t]:
+        for jid in [j for j in self._suspended if self.running[j].resume_at <= t]:
+            job = self.running[jid]
             job.state, job.resume_at = "RUNNING", None
             self.f_susp[job.slot] = False
+            self._suspended.discard(jid)
 
     def _finish(self, job: JobRec, t: float, state: str, exit_code: int = 0) -> None:
         if job.state not in ("RUNNING", "SUSPENDED"):
@@ -511,6 +515,7 @@ class Simulation:
         self.f_susp[job.slot] = False
         job.slot = -1
         job.resume_at = None
+        self._suspended.discard(job.job_id)
         key = (job.account, job.user)
         self._held[key] -= job.gpus
         job.state, job.end, job.exit_code = state, t, exit_code

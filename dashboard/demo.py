@@ -18,6 +18,12 @@ background thread advances it by one 15 s step every 15/`--speed` real seconds. 
 | `/sim/topology.conf` | the InfiniBand tree in Slurm's topology.conf syntax |
 | `/healthz` | 200 and the age of each source |
 
+By default the cluster is offered 1.3x its capacity (`--load`), the scheduler ranks jobs by Slurm's
+multifactor priority (fairshare), and the showcase scene (`--scenario`, sim/showcase.py) and fault
+scenario (`--faults showcase`) put every feature on show in the first minute: big gangs waiting
+with backfill windows and startable jobs, a maintenance reservation, afterok pipelines (one never
+satisfied), a suspended job, GPU topology with placement findings, and each fault kind.
+
 The demo is `serve` on a simulated cluster, so `/metrics` is serve's (ARCHITECTURE.md); the agents
 it stands in for answer on the same path with `?target=` and the slurm-exporter on `/slurm/metrics`,
 so one Prometheus scrapes all three as a site scrapes its agents, exporter and serve. The findings

@@ -14,7 +14,9 @@ On top of the workload model (which the demo runs above capacity), from the star
   scheduler's backfill looks at. The long jobs cannot use the reserved nodes before the
   reservation; the backfill plan over the whole queue finds sweep jobs that could start there now;
 - a maintenance reservation on a few nodes, starting two hours after the history ends;
-- a job suspended by an operator (`scontrol suspend`) half-way through the history, for four hours.
+- a job suspended by an operator (`scontrol suspend`) half-way through the history, for four hours;
+- a badly placed job: 4 GPUs given first-fit after a 2-GPU job on the same node, so GPUs 2-5, two
+  on each CPU socket (NUMA node), as Slurm does without GPU-to-core binding in gres.conf.
 
 Every draw comes from the simulation's `rng_show`, so the rest of the simulation is as without it.
 """
@@ -113,6 +115,18 @@ def _suspend_one(sim, t: float) -> None:
         sim.suspend(job, t, SUSPEND_FOR)
 
 
+def _badly_placed(sim, free: np.ndarray) -> None:
+    empty = np.flatnonzero(free == sim.g)
+    if sim.g < 6 or not len(empty):
+        return
+    i = int(empty[0])
+    first = _job(sim, "ddp-small", _user_of("rl"), 2, 9 * 3600, 12 * 3600, sim.t0 - 7200)
+    sim._start(first, [i], sim.t0 - 3600, count=False)
+    job = _job(sim, "whisper-ft", _user_of("rl"), 4, 10 * 3600, 14 * 3600, sim.t0 - 3600)
+    sim._start(job, [i], sim.t0 - 1800, count=False)  # GPUs 2-5: the first free ones
+    free[i] -= 6
+
+
 def _later(sim, at: float, action) -> None:
     import heapq
 
@@ -125,6 +139,7 @@ def seed(sim, free: np.ndarray) -> int:
     before = int(free.sum())
     for k, (gpus, name) in enumerate(((64, "gpt-70b-pretrain"), (32, "llama-30b"))):
         _submit_gang(sim, t0, name, gpus, GANG_ACCOUNT, ago=5400 - 1800 * k)
+    _badly_placed(sim, free)
     pipeline(sim, "bert-large", t0 - 1800, pre_running_since=t0 - 600, pre_seconds=1200, free=free)
     pipeline(sim, "wav2vec", t0 - 1800, pre_running_since=t0 - 900, pre_seconds=1200, pre_fails=True,
              train_gpus=16, free=free)

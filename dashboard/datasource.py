@@ -843,8 +843,16 @@ class SimDatasource(BaseDatasource):
 
     # ---- inventory: the simulated agent's current counters (what its /metrics would show)
 
-    SIM_NOTE = ("The simulator exports no diskstats, filesystem, netdev or GPU topology series "
-                "(gangwatch_gpu_nvlink_peer_info, gangwatch_gpu_topology_info): those are unknown here.")
+    SIM_NOTE = ("The simulator exports no diskstats, filesystem or netdev series, nor the GPUs' PCIe levels "
+                "(gangwatch_gpu_topology_info): those are unknown here.")
+
+    def gpu_topology(self, node):
+        cl = self.sim.cluster
+        try:
+            cl.index(node)
+        except KeyError:
+            return GpuTopology()
+        return GpuTopology(cl.nvlink_peers(), cl.gpu_numa())  # what its gangwatch_gpu_nvlink_peer_info / affinity say
 
     def _counters(self) -> tuple[dict, dict | None]:
         """(this step's sample of the cumulative counters, an earlier step's sample or None): rates
@@ -946,7 +954,7 @@ class SimDatasource(BaseDatasource):
         write = self._rate("node_write")
         nt = len(cl.osts) + len(cl.mdts)
         fs = (Mount(C.FS_NAME, "lustre", nt, nt, read, None if write is None else float(write[i])),)
-        return NodeInventory(node, gpus, ports, fs, None, GpuTopology(), self.SIM_NOTE)
+        return NodeInventory(node, gpus, ports, fs, None, self.gpu_topology(node), self.SIM_NOTE)
 
     # ---- findings
 

@@ -18,6 +18,12 @@ background thread advances it by one 15 s step every 15/`--speed` real seconds. 
 | `/sim/topology.conf` | the InfiniBand tree in Slurm's topology.conf syntax |
 | `/healthz` | 200 and the age of each source |
 
+By default the cluster is offered 1.3x its capacity (`--load`), the scheduler ranks jobs by Slurm's
+multifactor priority (fairshare), and the showcase scene (`--scenario`, sim/showcase.py) and fault
+scenario (`--faults showcase`) put every feature on show in the first minute: big gangs waiting
+with backfill windows and startable jobs, a maintenance reservation, afterok pipelines (one never
+satisfied), a suspended job, GPU topology with placement findings, and each fault kind.
+
 The demo is `serve` on a simulated cluster, so `/metrics` is serve's (ARCHITECTURE.md); the agents
 it stands in for answer on the same path with `?target=` and the slurm-exporter on `/slurm/metrics`,
 so one Prometheus scrapes all three as a site scrapes its agents, exporter and serve. The findings
@@ -287,15 +293,27 @@ def build_parser() -> argparse.ArgumentParser:
                    "above 1, rates an external Prometheus computes are that many times too high)")
     p.add_argument("--trace", default=None, help="replay a workload trace: Microsoft ITP tar.gz (FILE#cluster04 for one "
                    "cluster) or CSV, or the Philly CSV; default: the model fitted to ITP")
-    p.add_argument("--faults", default="default", help="'default' (one of each kind), 'none', 'random:RATE' per hour, "
+    p.add_argument("--faults", default="showcase", help="'showcase' (every kind active as the pre-filled hour ends), "
+                   "'default' (one of each kind, spread over two hours), 'none', 'random:RATE' per hour, "
                    f"or KIND@START+DURATION:key=value;... (kinds: {', '.join(KINDS)})")
-    p.add_argument("--load", type=float, default=0.9, help="offered GPU load relative to capacity (default %(default)s)")
+    p.add_argument("--load", type=float, default=1.3, help="offered GPU load relative to capacity (default %(default)s: "
+                   "above 1, as busy GPU clusters run, so a queue builds)")
+    p.add_argument("--scenario", choices=("showcase", "none"), default="showcase",
+                   help="'showcase' adds big gangs waiting, dependency pipelines, a maintenance reservation and a "
+                        "suspended job to the workload (default %(default)s)")
     p.add_argument("--policy", choices=("easy", "fcfs"), default="easy", help="scheduling policy (default %(default)s)")
     p.add_argument("--no-dashboard", action="store_true", help="serve only the simulator's endpoints (no Dash)")
     p.add_argument("--refresh", type=float, default=15.0, help="dashboard refresh interval in seconds (default %(default)s)")
     p.add_argument("--history", type=float, default=3600.0, help="seconds of history pre-filled and kept (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return p
+
+
+def sim_config(args: argparse.Namespace, now: float) -> SimConfig:
+    """The simulation the command line asks for, its history ending at `now`."""
+    return SimConfig(nodes=args.nodes, seed=args.seed, start=now - args.history, history_seconds=args.history,
+                     trace=args.trace, faults=args.faults, load=args.load, policy=args.policy,
+                     showcase=args.scenario == "showcase", priority="multifactor")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,8 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         web = WebConfig.load(args.web_config)
-        cfg = SimConfig(nodes=args.nodes, seed=args.seed, start=time.time() - args.history, history_seconds=args.history,
-                        trace=args.trace, faults=args.faults, load=args.load, policy=args.policy)
+        cfg = sim_config(args, time.time())
         log.info("simulating %d nodes (seed %d): pre-filling %.0f s of history", args.nodes, args.seed, args.history)
         sim = Simulation(cfg)
     except (ValueError, OSError, WebConfigError) as exc:

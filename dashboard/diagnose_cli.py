@@ -22,6 +22,7 @@ import sys
 import time
 
 from collectors.slurm.model import Job
+from dashboard.units import fmt_value
 
 log = logging.getLogger("gangwatch.diagnose")
 
@@ -157,7 +158,8 @@ def render_table(diag, notes: list[str]) -> str:
         why = v.reason
         if not why and v.evidence:
             e = v.evidence[-1]
-            why = f"{e.signal}{'@' + e.node if e.node else ''}={_num(e.value)} (baseline {_num(e.baseline)}" + \
+            why = f"{e.signal}{'@' + e.node if e.node else ''}={fmt_value(e.signal, e.value, '?')} " \
+                  f"(baseline {fmt_value(e.signal, e.baseline, '?')}" + \
                   (f", z={e.z:.1f}, p={e.p:.1e}" if e.z is not None and e.p is not None else "") + ")"
         rows.append((v.jobid, str(len(v.nodes)), str(v.gpus), v.state, f"{v.confidence:.2f}", _ts(v.since),
                      "unknown" if v.state == "insufficient_data" else f"{v.gpu_hours_lost:.2f}", v.culprit or "-",
@@ -178,11 +180,6 @@ def render_table(diag, notes: list[str]) -> str:
         lines.append(f"note: {n}")
     return "\n".join(lines)
 
-
-def _num(x) -> str:
-    if x is None:
-        return "?"
-    return f"{x:.3g}"
 
 
 def main(argv: list[str] | None = None) -> int:

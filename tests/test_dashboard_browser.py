@@ -107,8 +107,8 @@ def test_every_page_and_click_path(page, sim_site):
     expect(page.locator("h1")).to_contain_text(f"Job {jobid}", timeout=T)
     expect(page.locator("#job-verdict")).to_contain_text(f.incidents[0].cause.replace("_", " "), timeout=T)
     expect(page.locator("#job-heatmaps .main-svg").first).to_be_visible(timeout=T)
-    # placement: the GPUs on each node; the simulator exports no NVLink/NUMA series, and the page says so
-    expect(page.locator("#job-placement")).to_contain_text("GPU topology unknown", timeout=T)
+    # placement: the GPUs on each node and their NVLink/NUMA topology, as the simulated agents export it
+    expect(page.locator("#job-placement")).to_contain_text("NVLink", timeout=T)
     expect(page.locator("#job-placement")).to_contain_text("leaf")
     shot(page, "job")
     node = f.verdict(jobid).nodes[0]
@@ -119,7 +119,7 @@ def test_every_page_and_click_path(page, sim_site):
     expect(page.locator("#node-jobs")).to_contain_text(jobid)
     # hardware now: GPUs with the job holding them, the HCA ports, the Lustre client; no disk series
     expect(page.locator("#node-gpus")).to_contain_text(jobid)
-    expect(page.locator("#node-gpus")).to_contain_text("unknown")  # NVLink peers, NUMA node
+    expect(page.locator("#node-gpus")).to_contain_text("1, 2, 3, 4, 5, 6, 7")  # GPU 0's NVLink peers
     expect(page.locator("#node-ports")).to_contain_text("mlx5_0/1")
     expect(page.locator("#node-ports")).to_contain_text("active")
     expect(page.locator("#node-filesystems")).to_contain_text("lustre")

@@ -413,10 +413,13 @@ def test_sim_inventory_network_storage():
     inv = ds.node_inventory("node0001")
     assert [g.index for g in inv.gpus] == list(range(8)) and inv.ports[0].device == "mlx5_0/1"
     assert inv.filesystems[0].fs == "lustre" and inv.filesystems[0].write_bps is not None
-    assert inv.disks is None and not inv.topology.known and ds.node_inventory("nope") is None
-    assert ds.gpu_topology("node0001").describe([0, 1]) == "unknown"
+    assert inv.disks is None and inv.topology.known and ds.node_inventory("nope") is None
+    # the simulated nodes are DGX H100-like: NVSwitch joins every pair, GPUs 0-3 on NUMA node 0, 4-7 on 1
+    assert ds.gpu_topology("node0001").describe([0, 1]) == "all NVLink peers; NUMA 0"
+    assert ds.gpu_topology("node0001").describe([3, 4]) == "all NVLink peers; NUMA 0,1"
+    assert not ds.gpu_topology("nope").known
     text = _text(node.inventory(ds, ctx, "node0001", {}))
-    assert "Disks unknown" in text and "GPU topology unknown" in text
+    assert "Disks unknown" in text and "GPU topology unknown" not in text and "1, 2, 3, 4, 5, 6, 7" in text
 
 
 def test_gpu_topology_describe():
@@ -511,7 +514,9 @@ def test_live_datasource_with_a_metric_source():
     assert {t.kind for t in targets} == {"OST"} and targets[0].state == "unknown"
     inv = ds.node_inventory("node0001")
     assert len(inv.gpus) == 8 and inv.gpus[0].temp_c is None and len(inv.ports) == 8 and inv.disks is None
-    assert inv.filesystems[0].targets == len(sim.cluster.osts) and not inv.topology.known
+    assert inv.filesystems[0].targets == len(sim.cluster.osts)
+    # the simulated agents export gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_affinity_info
+    assert inv.topology.known and inv.topology.numa == {k: k // 4 for k in range(8)}
 
     class Down:
         name = "down"

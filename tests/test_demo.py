@@ -254,3 +254,50 @@ def test_real_prometheus_scrapes_every_virtual_node(served, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_default_demo_shows_every_feature_at_start():
+    """`gangwatch demo` with no flags: within its first minute the queue, the reservation, the
+    pipelines, fairshare, a suspended job, placement findings and every fault kind are there."""
+    from dashboard.analysis.sim.faults import KINDS
+    from dashboard.demo import build_parser, sim_config
+    from dashboard.units import fmt_value
+
+    sim = Simulation(sim_config(build_parser().parse_args([]), T0 + 3600))
+    assert sim.cfg.nodes == 64 and sim.cfg.load > 1
+    demo = Demo(sim, speed=0)
+    demo.advance(4)  # the first minute
+    app, ds = build_dashboard(demo)
+    try:
+        client = app.server.test_client()
+        plan = json.loads(client.get("/api/v1/backfill").get_data())
+        gpu = next(p for p in plan["partitions"] if p["partition"] == "gpu")
+        assert gpu["top_job"] and gpu["top_job"]["shadow_time"] > sim.t
+        assert gpu["windows"] and gpu["startable"]
+        assert any(w["reasons"] for w in gpu["why"])
+        snap = Snapshot.from_json(client.get("/api/v1/snapshot").get_data())
+        waiting = [j for j in snap.jobs if j.state == "PENDING"]
+        assert max(j.gpus for j in waiting) >= 32  # big gangs wait
+        assert snap.reservations and "MAINT" in snap.reservations[0].flags and snap.reservations[0].start_time > sim.t
+        assert {j.reason for j in waiting} >= {"Dependency", "DependencyNeverSatisfied", "Priority", "Resources"}
+        never = next(j for j in waiting if j.reason == "DependencyNeverSatisfied")
+        assert never.dependencies[0].kind == "afterok" and never.dependencies[0].state == "failed"
+        assert any(j.state == "SUSPENDED" for j in snap.jobs)
+        accounts = [r for r in snap.fairshare if r.depth == 1]
+        assert len(accounts) >= 3 and len({round(r.fairshare, 3) for r in accounts}) >= 3
+        assert all(j.priority_factors and j.priority_factors.fairshare for j in waiting)
+        findings = json.loads(client.get("/api/v1/findings").get_data())
+        verdicts = findings["verdicts"]
+        states = {v["state"] for v in verdicts}
+        assert {"stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "suspended"} <= states, states
+        # a job of 4 GPUs given GPUs 2-5 (two per CPU socket), beside the gangs that span a node's both
+        assert any(p["kind"] == "gpus_span_numa" and v["gpus"] < 8 for v in verdicts for p in v.get("placement", ()))
+        active = {kind for kind, _ in ((af.spec.kind, af) for af in sim.active)}
+        assert active == set(KINDS)
+        node = client.get("/metrics?target=node0002").get_data(as_text=True)
+        assert "gangwatch_gpu_nvlink_peer_info{" in node and 'gangwatch_gpu_affinity_info{gpu="7",numa_node="1"' in node
+    finally:
+        ds.close()
+    assert fmt_value("gpu_sm_clock", 1_088_999_936.0) == "1.09 GHz" and fmt_value("ib_tx", 3.2e9) == "3.20 GB/s"
+    assert fmt_value("sm", 0.152) == "15.2 %" and fmt_value("power", 412.4) == "412 W"
+    assert fmt_value("unknown_signal", 2.5) == "2.50" and fmt_value("sm", None) == "—"

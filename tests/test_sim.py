@@ -621,3 +621,34 @@ def test_shared_node_io_stall_is_found_through_the_jobs_own_pressure():
         assert {(v.culprit, v.culprit_kind) for v in stalled} == {(_truth(s, "ost_slow")["culprit"], "target")}
         assert [(i.culprit, set(i.jobs)) for i in d.incidents if i.cause == "stalled_io"] == \
             [(_truth(s, "ost_slow")["culprit"], {v.jobid for v in stalled})]
+
+
+def test_showcase_suspension_dependencies_reservation_and_priority():
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+
+    s = Simulation(SimConfig(nodes=16, seed=2, start=T0, history_seconds=1200, faults="none", load=1.3,
+                             showcase=True, priority="multifactor"))
+    snap = build_snapshot(s)
+    # a suspended job keeps its GPUs and their memory but runs nothing; its end moves by the suspension
+    (job,) = [j for j in s.running.values() if j.state == "SUSPENDED"]
+    i, gpus = job.nodes[0], list(job.gpu_idx[0])
+    assert s.util[i, gpus].max() == 0 and s.mem_used[i, gpus].min() > 0
+    sj = snap.job(job.job_id)
+    assert sj.state == "SUSPENDED" and sj.end_time == job.start + job.time_limit + job.suspended_s
+    # afterok on a failed parent can never be satisfied: the job waits with that reason and never starts
+    never = [j for j in s.pending if j.dep_state == "failed"]
+    assert never and all(j.reason == "DependencyNeverSatisfied" for j in never)
+    assert snap.job(never[0].job_id).dependencies[0].state == "failed"
+    waiting = [j for j in s.pending if j.dep_state == "unfulfilled"]
+    assert waiting and all(j.reason == "Dependency" for j in waiting)
+    # a maintenance reservation: no job runs on its nodes past its start
+    (r,) = s.reservations
+    s.run_until(T0 + 1200 + 1800)
+    assert all(j.planned_end <= r.start for j in s.running.values() if set(j.nodes) & set(r.nodes) and j.start > T0)
+    assert all(j.state == "PENDING" for j in never)
+    # the queue is in multifactor priority order, and the snapshot says so with the factors
+    snap = build_snapshot(s)
+    prio = [snap.job(j.job_id).priority for j in s.pending if j.eligible]
+    assert prio == sorted(prio, reverse=True) and len(set(prio)) > 1
+    fs = {r.account: r.fairshare for r in snap.fairshare if r.depth == 1}
+    assert len(fs) == 5 and max(fs.values()) > min(fs.values())

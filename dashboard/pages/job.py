@@ -9,6 +9,7 @@ from dash import Input, Output, State, dcc, html
 
 from dashboard import figures, ids, ui
 from dashboard.datasource import Datasource
+from dashboard.units import fmt_value
 
 TITLE = "Job"
 HEATMAPS = (("gpu_util", "GPU utilisation (mean over the job's GPUs on each node)"),
@@ -51,8 +52,8 @@ def verdict_block(v, now: float):
 def evidence(v, ctx: ui.Ctx):
     if v is None or not v.evidence:
         return ui.table([], [], empty="No evidence rows.")
-    rows = [[e.signal, ui.node_link(ctx, e.node) if e.node else "—", ui.fmt_num(e.value, 2), ui.fmt_num(e.baseline, 2),
-             ui.fmt_num(e.threshold, 2)] for e in v.evidence]
+    rows = [[e.signal, ui.node_link(ctx, e.node) if e.node else "—",
+             *(fmt_value(e.signal, x) for x in (e.value, e.baseline, e.threshold))] for e in v.evidence]
     return ui.table(["signal", "node", "value", "baseline", "threshold"], rows)
 
 

@@ -112,7 +112,7 @@ class SimRecorder:
         return Window(times=times, step=float(s.dt), nodes=tuple(cl.names), gpus=tuple(tuple(range(s.g)) for _ in range(s.n)),
                       rails=tuple(tuple(f"mlx5_{k}/1" for k in range(s.g)) for _ in range(s.n)),
                       targets=tuple(cl.osts), gpu=gpu, rail=rail, node=node, target=target, job=job, gpu_jobs=gpu_jobs,
-                      leaf_of={n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)})
+                      **_facts(cl))
 
     def jobs(self):
         from dashboard.analysis.sim.slurm_view import build_snapshot
@@ -143,7 +143,15 @@ def window_from_history(sim) -> Window:
                   gpu=gpu, rail={"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")},
                   node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read, "latency": arr("ost_read_latency")}, job=job,
                   gpu_jobs={(cl.names[i], int(k)): str(int(jobs[i, k])) for i, k in zip(*np.nonzero(jobs >= 0))},
-                  leaf_of={n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)})
+                  **_facts(cl))
+
+
+def _facts(cl) -> dict:
+    """What never changes in a window: each node's leaf switch, NVLink peers and GPU NUMA nodes (the
+    facts the agent exports as `gangwatch_sim_node_info`, `..._nvlink_peer_info`, `..._affinity_info`)."""
+    peers, numa = cl.nvlink_peers(), cl.gpu_numa()
+    return {"leaf_of": {n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)},
+            "nvlink_peers": dict.fromkeys(cl.names, peers), "gpu_numa": dict.fromkeys(cl.names, numa)}
 
 
 # ------------------------------------------------------------------------------------ bundles

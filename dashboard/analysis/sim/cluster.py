@@ -25,6 +25,10 @@ MEM_CLOCK_HZ = 2619e6
 IB_RATE_BYTES = 400e9 / 8  # NDR 400 Gb/s per rail, one HCA per GPU (rail-optimised, as on a DGX H100)
 DRIVER_VERSION = "550.54.15"
 FS_NAME = "lustre"
+# The node's GPU topology, as on a DGX/HGX H100: NVSwitches join every GPU pair (18 NVLink 4 links
+# per GPU), and the first half of the GPUs hang off CPU socket 0 (NUMA node 0), the rest off socket 1.
+NVLINKS_PER_GPU = 18
+NUMA_NODES = 2
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,20 @@ class Cluster:
 
     def node_partitions(self, i: int) -> tuple[str, ...]:
         return self._node_parts[i]
+
+    def gpu_numa(self) -> dict[int, int]:
+        """GPU index -> NUMA node of every node (all nodes are alike)."""
+        per = max(1, -(-self.g // NUMA_NODES))
+        return {k: k // per for k in range(self.g)}
+
+    def numa_cpus(self, numa: int) -> str:
+        """The CPUs of a NUMA node, as `nvmlDeviceGetCpuAffinity` lists them (one range per socket)."""
+        per = self.cfg.cpus_per_node // NUMA_NODES
+        return f"{numa * per}-{(numa + 1) * per - 1}"
+
+    def nvlink_peers(self) -> frozenset[tuple[int, int]]:
+        """GPU pairs (low, high) joined by NVLink: all of them, through the NVSwitches."""
+        return frozenset((a, b) for a in range(self.g) for b in range(a + 1, self.g))
 
     def topology_conf(self) -> str:
         """The leaf/spine tree in Slurm's topology.conf syntax (TopologyPlugin=topology/tree)."""

@@ -51,6 +51,16 @@ OST_READ_LATENCY = 0.003  # s per 1 MiB read RPC from a healthy OST (NVMe-backed
 OST_LATENCY_SIGMA = 0.25  # log-normal jitter of that latency from step to step and client to client
 USERS = [f"user{i:02d}" for i in range(1, 41)]
 ACCOUNTS = ("vision", "nlp", "speech", "rl", "research")
+# Fairshare (Slurm's priority/multifactor with the classic formula F = 2^(-usage/shares)): each
+# account's shares, and the share of the recent past's GPU time it used before the simulation starts
+# (so the tree is not flat at start); usage decays with Slurm's default PriorityDecayHalfLife (7 days).
+SHARES = {"vision": 30, "nlp": 30, "speech": 15, "rl": 15, "research": 10}
+PRIOR_USAGE = {"vision": 0.42, "nlp": 0.30, "speech": 0.05, "rl": 0.18, "research": 0.05}
+PRIOR_DAYS = 3.0  # the prior usage amounts to this many days of the whole cluster at full use
+USAGE_HALF_LIFE = 7 * 86400.0
+# PriorityWeight* as a site sets them (Slurm's defaults are 0 but for age); age saturates at PriorityMaxAge (7 days)
+PRIORITY_WEIGHTS = {"fairshare": 10000, "age": 1000, "jobsize": 1000, "partition": 1000}
+PRIORITY_MAX_AGE = 7 * 86400.0
 NAMES = {1: ("notebook", "resnet50-ft", "bert-eval", "sweep-lr"), 2: ("ddp-small", "vit-b16"),
          4: ("ddp-vit", "whisper-ft"), 8: ("llama-7b-ft", "sd-xl-train", "gpt-1b"),
          16: ("gpt-13b", "moe-pretrain"), 32: ("llama-30b", "gpt-30b"), 64: ("gpt-70b-pretrain",)}
@@ -70,6 +80,8 @@ class SimConfig:
     faults: str = "default"
     policy: str = "easy"
     max_pending_planned: int = 64
+    showcase: bool = False  # the demo's scripted scene (showcase.py): big gangs, pipelines, a reservation, a suspension
+    priority: str = "basic"  # Slurm's PriorityType: "basic" (first come, first served) or "multifactor" (fairshare, age, size)
     backfill_interval: float = 30.0  # Slurm's bf_interval
     nodes_per_leaf: int = 32
     osts: int | None = None
@@ -99,10 +111,19 @@ class JobRec:
     slot: int = -1
     exit_code: int | None = None
     backfilled: bool = False
+    after_ok: int | None = None  # --dependency=afterok:<job>
+    dep_state: str = ""  # "", unfulfilled, fulfilled, failed (the parent did not complete: never satisfied)
+    fails: bool = False  # ends FAILED (exit 1) when its duration is up
+    suspended_s: float = 0.0  # time spent (or scheduled to spend) suspended: it does not count against the limit
+    resume_at: float | None = None
 
     @property
     def planned_end(self) -> float:
-        return (self.start or 0) + min(self.duration, self.time_limit)
+        return (self.start or 0) + self.suspended_s + min(self.duration, self.time_limit)
+
+    @property
+    def eligible(self) -> bool:
+        return self.dep_state in ("", "fulfilled")
 
 
 @dataclass
@@ -125,6 +146,7 @@ class Simulation:
         self.rng_work, self.rng_job, self.rng_noise, self.rng_fault, self.rng_init = (np.random.default_rng(s) for s in seeds)
         # read-latency jitter has a stream of its own, so adding it left every other draw as it was
         self.rng_lat = np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(6)[5])
+        self.rng_show = np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(7)[6])  # the showcase's own
         self.dt = float(cfg.step_seconds)
         self.t0 = float(cfg.start)
         self.t = self.t0
@@ -154,6 +176,15 @@ class Simulation:
         self._dirty = True
         self.last_cycle_policy = cfg.policy
         self.top_jobs: set[str] = set()
+        self._children: dict[int, list[int]] = {}  # parent job -> jobs that depend on it
+        self._suspended: set[int] = set()
+        self.reservations: list = []  # showcase.Reservation
+        self._scripted: list[tuple[float, int, object]] = []  # (time, order, action(sim, t)) of the showcase
+        # ---- fairshare: decayed GPU-seconds per (account, user), and GPUs each holds now
+        self.usage: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], int] = {}
+        self._decay = 0.5 ** (cfg.step_seconds / USAGE_HALF_LIFE)
+        self._seed_usage(cap)
         # ---- slot arrays (per running job), grown on demand
         self._slot_cap = 0
         self._free_slots: list[int] = []
@@ -253,7 +284,11 @@ class Simulation:
         self.t += self.dt
         self.steps += 1
         t = self.t
+        self._account(self.dt)
+        while self._scripted and self._scripted[0][0] <= t:
+            heapq.heappop(self._scripted)[2](self, t)
         self._end_due(t)
+        self._resume_due(t)
         self._fault_tick(t)
         self._arrive(t)
         self._schedule(t)
@@ -298,6 +333,7 @@ class Simulation:
         grow("f_net", bool, False)
         grow("f_hang", bool, False)
         grow("f_slow", bool, False)
+        grow("f_susp", bool, False)
         stripe = np.zeros((new, 4), np.int32)
         if old:
             stripe[:old] = self.j_stripe
@@ -376,13 +412,17 @@ class Simulation:
         r = self.rng_init
         target = self.cfg.load * 0.95 * self.capacity_gpus
         init = model_arrivals(r, self.capacity_gpus, self.cfg.load)
+        free = np.full(self.n, self.g, np.int32)
+        placed = 0
+        if self.cfg.showcase:
+            from .showcase import seed
+
+            placed = seed(self, free)
         # Jobs running at a random instant are length-biased (long jobs are more likely to be caught
         # running): draw candidates, pick them with probability proportional to GPUs x duration.
         gpus, durs = model_batch(r, self.capacity_gpus, max(2000, 30 * self.n))
         weight = gpus * durs
         order = r.choice(len(gpus), size=len(gpus), replace=False, p=weight / weight.sum())
-        placed = 0
-        free = np.full(self.n, self.g, np.int32)
         for k in order.tolist():
             if placed >= target:
                 break
@@ -412,7 +452,7 @@ class Simulation:
             spec = next(init)
             self.pending.append(self._new_job(spec, self.t0 - float(r.uniform(0, 3600))))
             self.stats["submitted"] -= 1
-        self.pending.sort(key=lambda j: (j.submit, j.job_id))
+        self._order_pending()
 
     def _start(self, job: JobRec, nodes: list[int], t: float, count: bool = True) -> None:
         job.state, job.reason, job.start = "RUNNING", "None", t
@@ -431,14 +471,40 @@ class Simulation:
             self.cpus_alloc[i] += job.cpus_per_node
             job.gpu_idx.append(tuple(int(x) for x in take))
         self.running[job.job_id] = job
-        self._run_tuples[job.job_id] = (str(job.job_id), t, job.time_limit, job.partition,
-                                        [(i, job.gpus_per_node, job.cpus_per_node) for i in job.nodes])
+        self._run_tuple(job)
+        key = (job.account, job.user)
+        self._held[key] = self._held.get(key, 0) + job.gpus
         heapq.heappush(self._ends, (job.planned_end, job.job_id))
         if count:
             self.stats["started"] += 1
 
-    def _finish(self, job: JobRec, t: float, state: str, exit_code: int = 0) -> None:
+    def _run_tuple(self, job: JobRec) -> None:
+        """What the planner needs of a running job; its limit stretched by the time it spends suspended."""
+        self._run_tuples[job.job_id] = (str(job.job_id), job.start, job.time_limit + job.suspended_s, job.partition,
+                                        [(i, job.gpus_per_node, job.cpus_per_node) for i in job.nodes])
+
+    def suspend(self, job: JobRec, t: float, seconds: float) -> None:
+        """`scontrol suspend`: the job keeps its nodes, GPUs and GPU memory but runs nothing until
+        resumed; the time suspended does not count against its limit (its end moves by as much)."""
         if job.state != "RUNNING":
+            return
+        job.state, job.resume_at = "SUSPENDED", t + seconds
+        job.suspended_s += seconds
+        self._suspended.add(job.job_id)
+        self.f_susp[job.slot] = True
+        self._run_tuple(job)
+        heapq.heappush(self._ends, (job.planned_end, job.job_id))
+        self._dirty = True
+
+    def _resume_due(self, t: float) -> None:
+        for jid in [j for j in self._suspended if self.running[j].resume_at <= t]:
+            job = self.running[jid]
+            job.state, job.resume_at = "RUNNING", None
+            self.f_susp[job.slot] = False
+            self._suspended.discard(jid)
+
+    def _finish(self, job: JobRec, t: float, state: str, exit_code: int = 0) -> None:
+        if job.state not in ("RUNNING", "SUSPENDED"):
             return
         for i, idx in zip(job.nodes, job.gpu_idx):
             self.gpu_job[i, list(idx)] = -1
@@ -446,13 +512,83 @@ class Simulation:
         self._free_slots.append(job.slot)
         self._job_id_of_slot[job.slot] = -1
         self.f_io[job.slot] = self.f_net[job.slot] = self.f_hang[job.slot] = self.f_slow[job.slot] = False
+        self.f_susp[job.slot] = False
         job.slot = -1
+        job.resume_at = None
+        self._suspended.discard(job.job_id)
+        key = (job.account, job.user)
+        self._held[key] -= job.gpus
         job.state, job.end, job.exit_code = state, t, exit_code
         del self.running[job.job_id]
         del self._run_tuples[job.job_id]
         self.finished.append(job)
         self._dirty = True
         self.stats["completed" if state == "COMPLETED" else "failed"] += 1
+        for cid in self._children.pop(job.job_id, ()):  # afterok: satisfied by COMPLETED only, never after
+            child = self.jobs.get(cid)
+            if child is not None and child.state == "PENDING":
+                child.dep_state = "fulfilled" if state == "COMPLETED" else "failed"
+
+    def depend(self, child: JobRec, parent: JobRec) -> None:
+        """`--dependency=afterok:<parent>` on a pending job."""
+        child.after_ok = parent.job_id
+        if parent.state == "COMPLETED":
+            child.dep_state = "fulfilled"
+        elif parent.state in ("PENDING", "RUNNING", "SUSPENDED"):
+            child.dep_state = "unfulfilled"
+            self._children.setdefault(parent.job_id, []).append(child.job_id)
+        else:
+            child.dep_state = "failed"
+
+    # ------------------------------------------------------------------------------ fairshare and priority
+
+    def _seed_usage(self, cap: int) -> None:
+        """Usage before the simulation, per account, split over its users 1/rank (a few heavy users)."""
+        total = cap * PRIOR_DAYS * 86400.0
+        for acct, share in PRIOR_USAGE.items():
+            users = [u for u in USERS if ACCOUNTS[int(u[4:]) % len(ACCOUNTS)] == acct]
+            w = [1.0 / (k + 1) for k in range(len(users))]
+            for u, wk in zip(users, w):
+                self.usage[(acct, u)] = total * share * wk / sum(w)
+
+    def _account(self, dt: float) -> None:
+        d = self._decay
+        for key in self.usage:
+            self.usage[key] *= d
+        for key, gpus in self._held.items():
+            if gpus:
+                self.usage[key] = self.usage.get(key, 0.0) + gpus * dt
+
+    def fairshare(self) -> dict[str, tuple[float, float, float]]:
+        """account -> (normalised shares, effective usage, fairshare factor 2^(-usage/shares))."""
+        by_acct: dict[str, float] = {}
+        for (acct, _), u in self.usage.items():
+            by_acct[acct] = by_acct.get(acct, 0.0) + u
+        total = sum(by_acct.values()) or 1.0
+        shares = sum(SHARES.values())
+        out = {}
+        for acct, sh in SHARES.items():
+            ns, eu = sh / shares, by_acct.get(acct, 0.0) / total
+            out[acct] = (ns, eu, 2.0 ** (-eu / ns))
+        return out
+
+    def priority_factors(self, job: JobRec, fs: dict | None = None) -> dict[str, float]:
+        """Slurm's multifactor priority of a pending job: each factor in [0, 1] times its weight, and the sum."""
+        fs = fs if fs is not None else self.fairshare()
+        f = {"age": PRIORITY_WEIGHTS["age"] * min(1.0, max(0.0, self.t - job.submit) / PRIORITY_MAX_AGE),
+             "fairshare": PRIORITY_WEIGHTS["fairshare"] * fs.get(job.account, (0, 0, 0.0))[2],
+             "jobsize": PRIORITY_WEIGHTS["jobsize"] * job.gpus / self.capacity_gpus,
+             "partition": float(PRIORITY_WEIGHTS["partition"])}
+        f["priority"] = float(int(sum(f.values())))
+        return f
+
+    def _order_pending(self) -> None:
+        """Pending jobs in Slurm's order: priority, then submit time, then job id."""
+        if self.cfg.priority != "multifactor":
+            self.pending.sort(key=lambda j: (j.submit, j.job_id))
+            return
+        fs = self.fairshare()
+        self.pending.sort(key=lambda j: (-self.priority_factors(j, fs)["priority"], j.submit, j.job_id))
 
     FINISHED_KEEP = 300.0
 
@@ -463,7 +599,10 @@ class Simulation:
             if job is None or abs(job.planned_end - end) > 1e-6:
                 continue
             timeout = job.duration > job.time_limit
-            self._finish(job, end, "TIMEOUT" if timeout else "COMPLETED", 0 if not timeout else 15)
+            if job.fails and not timeout:
+                self._finish(job, end, "FAILED", 1)
+            else:
+                self._finish(job, end, "TIMEOUT" if timeout else "COMPLETED", 0 if not timeout else 15)
         cut = t - self.FINISHED_KEEP
         if self.finished and (self.finished[0].end or 0) < cut:
             keep = []
@@ -478,22 +617,25 @@ class Simulation:
         if not self.pending:
             self.top_jobs = set()
             return
+        due = t - self._last_backfill >= self.cfg.backfill_interval
+        if due and self._dirty and self.cfg.priority == "multifactor":  # re-ranked at the backfill interval
+            self._order_pending()
         free_gpus = (self.gpu_job < 0).sum(axis=1).astype(np.int32)
         free_cpus = (self.cluster.cfg.cpus_per_node - self.cpus_alloc).astype(np.int32)
-        window = self.pending[: self.cfg.max_pending_planned]
+        eligible = [j for j in self.pending if j.eligible] if self._children or self.cfg.showcase else self.pending
+        window = eligible[: self.cfg.max_pending_planned]
         reqs = [self._request(j) for j in window]
-        main = self.scheduler.fcfs(free_gpus, free_cpus, self.usable, reqs)
+        main = self.scheduler.fcfs(free_gpus, free_cpus, self.usable, reqs, t, self.reservations)
         self.stats["cycles"] += 1
         started = self._apply(main.starts, t)
         self.top_jobs = main.top_jobs
-        due = t - self._last_backfill >= self.cfg.backfill_interval
         # backfilling needs a blocked job and at least one behind it: with fewer there is nothing to do
         if len(reqs) - len(started) >= 2 and due and (self._dirty or started):
             self._last_backfill = t
             self._dirty = False
             running = list(self._run_tuples.values())
             rest = [r for r in reqs if int(r.job_id) not in started]
-            cyc = self.scheduler.backfill(t, free_gpus, free_cpus, self.usable, running, rest)
+            cyc = self.scheduler.backfill(t, free_gpus, free_cpus, self.usable, running, rest, self.reservations)
             if cyc is not None:
                 self.stats["backfill_cycles"] += 1
                 started |= self._apply(cyc.starts, t)
@@ -501,8 +643,13 @@ class Simulation:
         self.last_cycle_policy = self.scheduler.policy
         if started:
             self.pending = [j for j in self.pending if j.job_id not in started]
-        for k, j in enumerate(self.pending):
+        k = 0
+        for j in self.pending:
+            if not j.eligible:
+                j.reason = "Dependency" if j.dep_state == "unfulfilled" else "DependencyNeverSatisfied"
+                continue
             j.reason = "Resources" if (str(j.job_id) in self.top_jobs or k == 0) else "Priority"
+            k += 1
 
     def _request(self, j: JobRec) -> Request:
         r = self._requests.get(j.job_id)
@@ -540,18 +687,23 @@ class Simulation:
             if af.truth.end <= t:
                 self._deactivate(af, t)
 
-    def _running_multi(self) -> list[JobRec]:
-        return [j for j in self.running.values() if j.nodes_n > 1] or [j for j in self.running.values() if j.gpus > 1] \
-            or list(self.running.values())
+    def _running_multi(self, busy: set[int] = frozenset()) -> list[JobRec]:
+        free = [j for j in self.running.values() if j.job_id not in busy]
+        return [j for j in free if j.nodes_n > 1] or [j for j in free if j.gpus > 1] or free
+
+    def _busy_jobs(self) -> set[int]:
+        """Jobs another fault affects now (left alone, so each job's ground truth has one cause), and
+        suspended jobs (they run nothing a fault could show in)."""
+        busy = {af.job for af in self.active} | {int(j) for af in self.active for j, (_, last) in af.truth.jobs.items()
+                                                 if last >= self.t - self.dt}
+        return busy | {j.job_id for j in self.running.values() if j.state != "RUNNING"}
 
     def _pick_job(self, spec: FaultSpec) -> JobRec | None:
         want = spec.get("job")
         if want:
             return self.running.get(int(want))
-        # jobs another fault affects now are left alone, so each job's ground truth has one cause
-        busy = {af.job for af in self.active} | {int(j) for af in self.active for j, (_, last) in af.truth.jobs.items()
-                                                 if last >= self.t - self.dt}
-        cands = [j for j in self._running_multi() if j.job_id not in busy and j.planned_end > self.t + 600]
+        busy = self._busy_jobs()
+        cands = [j for j in self._running_multi(busy) if j.job_id not in busy and j.planned_end > self.t + 600]
         if spec.kind == "idle_gpus":
             cands = [j for j in self.running.values() if j.gpus >= 4 and j.job_id not in busy] or cands
         if not cands:
@@ -580,17 +732,25 @@ class Simulation:
             if o is None:
                 used = np.bincount(self.j_stripe[[j.slot for j in self.running.values()]].ravel(), minlength=self.o) \
                     if self.running else np.ones(self.o)
-                o = int(self.rng_fault.choice(np.flatnonzero(used >= max(1, used.max() // 2))))
+                # among the busier OSTs, those fewest jobs of other faults read from
+                busy = self._busy_jobs()
+                hit = np.bincount(self.j_stripe[[j.slot for j in self.running.values() if j.job_id in busy]].ravel(),
+                                  minlength=self.o) if busy & set(self.running) else np.zeros(self.o, np.int64)
+                ok = np.flatnonzero(used >= max(1, used.max() // 2))
+                ok = ok[hit[ok] == hit[ok].min()]
+                o = int(self.rng_fault.choice(ok))
             af.ost = int(o)
             truth.culprit = cl.osts[af.ost]
         elif k == "ib_congestion":
             leaf = spec.get("leaf")
             if leaf is None:
+                # the leaf with most gangs, less those other faults affect (each job shows one cause)
                 counts = np.zeros(len(cl.leaves))
+                busy = self._busy_jobs()
                 for j in self.running.values():
                     if j.nodes_n > 1:
                         for li in set(cl.leaf_of[j.nodes].tolist()):
-                            counts[li] += 1
+                            counts[li] += -len(cl.leaves) * 64 if j.job_id in busy else 1
                 af.leaf = int(np.argmax(counts))
             else:
                 af.leaf = cl.leaves.index(leaf)
@@ -782,8 +942,10 @@ class Simulation:
         util = np.where(hang, 1.0, util)
         sm = np.where(hang, 0.01, sm)
         speed = np.where(hang, 0.0, speed)
+        susp = self.f_susp[s] & (slot >= 0)  # SIGSTOPped: memory held, nothing runs
+        speed = np.where(susp, 0.0, speed)
         job_speed = np.where(busy, speed, 0.0)  # the job's pace, also on GPUs it leaves idle
-        off = ~busy | self.idle_forced
+        off = ~busy | self.idle_forced | susp
         util = np.clip(np.where(off, 0.0, util), 0.0, 1.0)
         sm = np.clip(np.where(off, 0.0, sm), 0.0, 1.0)
         speed = np.where(off, 0.0, speed)
@@ -804,7 +966,7 @@ class Simulation:
         read = self.j_read[s] * speed * np.where(busy, 1.0, 0.0)
         self.pcie_rx[:] = read
         # data-loader workers block while the input does not come
-        self.job_cpu += np.where(busy, 16.0 * self.j_cpu[s] * dt * np.where(io, 0.3, 1.0), 0.0)
+        self.job_cpu += np.where(busy & ~susp, 16.0 * self.j_cpu[s] * dt * np.where(io, 0.3, 1.0), 0.0)
         # ---- InfiniBand: ring all-reduce over the rails, only for gangs over several nodes
         n_nodes = self.j_nodes[s].astype(np.float64)
         gang = busy & (n_nodes > 1)
@@ -826,7 +988,7 @@ class Simulation:
         # ---- Lustre: reads spread over the job's stripe; checkpoints write there
         # checkpoints come every so many iterations: a job stalled on its input or its all-reduce
         # (or hung) does not reach one while the stall lasts
-        ckpt = ckpt & ~hang & ~io & ~net
+        ckpt = ckpt & ~hang & ~io & ~net & ~susp
         write = np.where(busy & ckpt & ~self.idle_forced, self.j_ckw[s], 0.0)
         node_idx = np.broadcast_to(np.arange(self.n)[:, None, None], (self.n, self.g, 4))
         osts = self.j_stripe[s]  # (n, g, 4)

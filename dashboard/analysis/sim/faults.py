@@ -6,7 +6,8 @@ drawn evenly, 5-30 min each, from the simulation's seeded generator). Its target
 switch, a node, a GPU, a job) may be given (`ost=3`, `leaf=leaf01`, `node=node0007`, `gpu=2`,
 `job=1234`) or is chosen when it starts, among resources that running jobs use, so that its
 effect is visible. `default` is a scenario with one fault of each kind inside the pre-filled
-hour and the hour after it; `none` injects nothing.
+hour and the hour after it; `showcase` (the demo's) has every kind active as the pre-filled hour
+ends; `none` injects nothing.
 
 Ground truth (`GroundTruth`, `Simulation.ground_truth()`): which kind, which cause (the verdict
 state the diagnosis should reach: stalled_io, stalled_network, straggler, hung, idle_gpus;
@@ -60,6 +61,12 @@ TARGET_KEYS = frozenset({"ost", "leaf", "node", "gpu", "job", "delay"})
 DEFAULT_SCENARIO = ("ost_slow@8m+12m,nccl_hang@12m+40m,gpu_throttle@18m+50m,ib_congestion@30m+10m,"
                     "idle_gpus@35m+60m,xid79@42m+2h,link_flap@48m+8m,slow_node@70m+30m,"
                     "scrape_slow@0s+24h,scrape_hang@65m+20m")
+# The demo's: every kind active when its pre-filled hour ends, so the first minute shows each one.
+# The targeted faults start first; those that touch many jobs (a leaf, an OST) then pick the leaf and
+# OST with fewest of those jobs, so that as far as the cluster allows each job shows one cause.
+SHOWCASE_SCENARIO = ("gpu_throttle@38m+60m,slow_node@39m+60m,nccl_hang@40m+40m,link_flap@41m+25m,"
+                     "idle_gpus@42m+60m,xid79@44m+2h,ib_congestion@46m+25m,ost_slow@47m+25m,"
+                     "scrape_slow@0s+24h,scrape_hang@55m+20m")
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ def parse_faults(text: str) -> tuple[list[FaultSpec], float]:
         return [], 0.0
     specs: list[FaultSpec] = []
     rate = 0.0
-    for item in text.replace("default", DEFAULT_SCENARIO).split(","):
+    for item in text.replace("default", DEFAULT_SCENARIO).replace("showcase", SHOWCASE_SCENARIO).split(","):
         item = item.strip()
         if not item:
             continue

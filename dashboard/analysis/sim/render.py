@@ -192,6 +192,7 @@ class NodeRenderer:
     def __init__(self, sim):
         self.sim = sim
         self.g = g = sim.g
+        self._topo: list[Family] | None = None
         cl = sim.cluster
         G, P = _GPU, _PROF
 
@@ -319,9 +320,23 @@ class NodeRenderer:
                     node_guid=f"b83f:d203:00{i >> 8 & 0xff:02x}:{i & 0xff:02x}{k:02x}")
         node = Family("gangwatch_sim_node_info", *SPEC["gangwatch_sim_node_info"]).add(
             1, node=sim.cluster.names[i], leaf=sim.cluster.leaves[sim.cluster.leaf_of[i]])
-        fams = [info, hca, node]
+        fams = [info, hca, node, *self._topology()]
         got = self._node_facts[i] = (fams, _text([(f.name, f.lines) for f in fams]))
         return got
+
+    def _topology(self) -> list[Family]:
+        """NVLink peers (both directions, as the GPU collector lists each GPU's) and NUMA affinity:
+        the same on every node, so built once."""
+        if self._topo is None:
+            cl = self.sim.cluster
+            peer, aff = Family(*GPU_SPECS["peer"]), Family(*GPU_SPECS["affinity"])
+            for a, b in sorted(cl.nvlink_peers()):
+                peer.add(1, gpu=a, peer_gpu=b, links=C.NVLINKS_PER_GPU, via="nvswitch")
+                peer.add(1, gpu=b, peer_gpu=a, links=C.NVLINKS_PER_GPU, via="nvswitch")
+            for k, numa in cl.gpu_numa().items():
+                aff.add(1, gpu=k, numa_node=numa, cpus=cl.numa_cpus(numa))
+            self._topo = [peer, aff]
+        return self._topo
 
     # ------------------------------------------------------------------------------ per scrape
 

@@ -66,12 +66,12 @@ class Scheduler:
 
     def backfill(self, now: float, free_gpus: np.ndarray, free_cpus: np.ndarray, usable: np.ndarray,
                  running: list[tuple[str, float, float, str, list[tuple[int, int, int]]]],
-                 pending: list[Request]) -> Cycle | None:
+                 pending: list[Request], reservations=()) -> Cycle | None:
         """One EASY cycle, or None when the policy is FCFS (or the planner failed)."""
         if self.policy != "easy" or not pending:
             return None
         try:
-            return self._easy(now, free_gpus, free_cpus, usable, running, pending[: self.max_pending])
+            return self._easy(now, free_gpus, free_cpus, usable, running, pending[: self.max_pending], reservations)
         except Exception:  # the planner must never stop the simulation
             if not self._warned:
                 log.exception("backfill planner failed; this simulation schedules FCFS only from now on")
@@ -79,10 +79,10 @@ class Scheduler:
             self.policy = "fcfs"
             return None
 
-    def _easy(self, now, free_gpus, free_cpus, usable, running, pending) -> Cycle:
+    def _easy(self, now, free_gpus, free_cpus, usable, running, pending, reservations=()) -> Cycle:
         from dashboard.analysis import planner
         from dashboard.analysis.planner_model import (Allocation, PartitionInfo, PendingJob, PlannerInput,
-                                                      PlannerNode, RunningJob)
+                                                      PlannerNode, Reservation, RunningJob)
 
         # PlannerNode objects are immutable: rebuild only those of nodes whose free resources changed
         state = np.stack([free_cpus, free_gpus, usable.astype(np.int32)], axis=1)
@@ -106,6 +106,8 @@ class Scheduler:
             cache[job_id] = rj
             run.append(rj)
         self._running_cache = cache
+        resv = tuple(Reservation(r.name, tuple(self.names[i] for i in r.nodes), r.start, r.end, frozenset(r.flags),
+                                 frozenset(r.users)) for r in reservations if r.end > now)
         pend = []
         for r in pending:
             pj = self._pending_cache.get(r.job_id)
@@ -115,7 +117,7 @@ class Scheduler:
                     gpus_per_node=r.gpus_per_node, exclusive=r.nodes > 1, user=r.user, account=r.account)
             pend.append(pj)
         parts = tuple(PartitionInfo(p, float(t)) for p, t in self.max_time.items())
-        result = planner.plan(PlannerInput(now, nodes, tuple(run), (), tuple(pend), parts))
+        result = planner.plan(PlannerInput(now, nodes, tuple(run), resv, tuple(pend), parts))
         starts, tops = [], set()
         for p in result.partitions:
             if p.top_job is not None:
@@ -126,14 +128,21 @@ class Scheduler:
             self._pending_cache.pop(job_id, None)
         return Cycle(starts, tops, "easy")
 
-    def fcfs(self, free_gpus: np.ndarray, free_cpus: np.ndarray, usable: np.ndarray, pending: list[Request]) -> Cycle:
-        """The main pass; updates free_gpus/free_cpus in place for the jobs it starts."""
+    def fcfs(self, free_gpus: np.ndarray, free_cpus: np.ndarray, usable: np.ndarray, pending: list[Request],
+             now: float = 0.0, reservations=()) -> Cycle:
+        """The main pass; updates free_gpus/free_cpus in place for the jobs it starts. A job does not
+        start on a node a (maintenance) reservation takes before the job's time limit is up."""
         starts = []
         in_part = {}
+        resv = [r for r in reservations if r.end > now]
         for r in pending:
             mask = in_part.get(r.partition)
             if mask is None:
                 mask = in_part[r.partition] = np.array([r.partition in p for p in self.node_partitions]) & usable
+            for rv in resv:
+                if rv.start < now + r.time_limit:
+                    mask = mask.copy()
+                    mask[list(rv.nodes)] = False
             if r.nodes == 1:
                 ok = np.flatnonzero(mask & (free_gpus >= r.gpus_per_node) & (free_cpus >= r.cpus_per_node))
                 if not len(ok):

@@ -12,22 +12,32 @@ from types import SimpleNamespace
 
 from collectors.exposition import Family, gauge
 from collectors.slurm.metrics import METRICS, P, poller_families, snapshot_families
-from collectors.slurm.model import Job, Node, NodeAllocation, Partition, SchedulerStats, Snapshot
+from collectors.slurm.model import (Dependency, FairshareRow, Job, Node, NodeAllocation, Partition, PriorityFactors,
+                                    Reservation, SchedulerStats, Snapshot)
 
 GPU_TYPE = "h100"
 
 
-def _job(sim, j) -> Job:
+def _job(sim, j, fs) -> Job:
     names = sim.cluster.names
-    running = j.state == "RUNNING"
+    running = j.state in ("RUNNING", "SUSPENDED")
     allocs = tuple(NodeAllocation(names[i], j.cpus_per_node, None, len(idx), idx, GPU_TYPE)
                    for i, idx in zip(j.nodes, j.gpu_idx)) if running else ()
-    waited = max(0.0, sim.t - j.submit) if j.state == "PENDING" else 0.0
-    end = (j.start + j.time_limit) if running else j.end
+    end = (j.start + j.suspended_s + j.time_limit) if running else j.end
+    factors = None
+    if j.state == "PENDING" and sim.cfg.priority != "multifactor":  # priority/basic: by age
+        factors = PriorityFactors(float(int(10000 + min(10000, max(0.0, sim.t - j.submit) / 60))))
+    elif j.state == "PENDING":
+        f = sim.priority_factors(j, fs)
+        factors = PriorityFactors(f["priority"], 0.0, f["age"], None, f["fairshare"], f["jobsize"], f["partition"], 0.0, 0.0)
+    deps = ()
+    if j.after_ok is not None:
+        deps = (Dependency("afterok", str(j.after_ok), j.dep_state),)
     return Job(
         job_id=j.job_id, name=j.name, user=j.user, account=j.account, partition=j.partition, qos="normal",
         state=j.state, reason=j.reason if j.state == "PENDING" else "None",
-        priority=int(10000 + min(10000, waited / 60)) if j.state == "PENDING" else 10000,
+        priority=int(factors.priority) if factors else 10000, priority_factors=factors,
+        dependency=f"afterok:{j.after_ok}({j.dep_state})" if deps else "", dependencies=deps,
         submit_time=j.submit, eligible_time=j.submit, start_time=j.start, end_time=end,
         time_limit_seconds=int(j.time_limit), node_count=j.nodes_n, cpus=j.cpus_per_node * j.nodes_n,
         gpus=j.gpus, nodes=tuple(names[i] for i in j.nodes) if j.start is not None else (), allocations=allocs,
@@ -56,8 +66,33 @@ def _node(sim, i: int, partitions: tuple[str, ...]) -> Node:
                 cpu_load=round(float(sim.util[i].mean()) * cpus / 4, 2))
 
 
+def fairshare_rows(sim, fs: dict) -> tuple[FairshareRow, ...]:
+    """The sshare tree: root, each account, and its users with usage (Slurm's classic fairshare)."""
+    from .engine import SHARES
+
+    by_user: dict[str, list[tuple[str, float]]] = {}
+    for (acct, user), u in sim.usage.items():
+        by_user.setdefault(acct, []).append((user, u))
+    total = sum(u for rows in by_user.values() for _, u in rows) or 1.0
+    rows = [FairshareRow("root", depth=0, raw_shares=None, norm_shares=1.0, raw_usage=round(total), norm_usage=1.0,
+                         effective_usage=1.0, fairshare=1.0)]
+    for acct in sorted(SHARES):
+        ns, eu, f = fs[acct]
+        rows.append(FairshareRow(acct, depth=1, raw_shares=SHARES[acct], norm_shares=ns,
+                                 raw_usage=round(eu * total), norm_usage=eu, effective_usage=eu, fairshare=f,
+                                 level_fs=ns / eu if eu > 0 else float("inf")))
+        users = sorted(by_user.get(acct, ()))
+        for user, u in users:
+            uns, ueu = ns / len(users), u / total
+            rows.append(FairshareRow(acct, user, depth=2, raw_shares=1, norm_shares=uns, raw_usage=round(u),
+                                     norm_usage=ueu, effective_usage=ueu, fairshare=2.0 ** (-ueu / uns),
+                                     level_fs=uns / ueu if ueu > 0 else float("inf")))
+    return tuple(rows)
+
+
 def build_snapshot(sim) -> Snapshot:
     cl = sim.cluster
+    fs = sim.fairshare()
     jobs = [*sim.running.values(), *sim.pending, *sim.finished]
     jobs.sort(key=lambda j: j.job_id)
     parts = tuple(Partition(name=p, state="UP", nodes=tuple(cl.names[i] for i in idx), total_nodes=len(idx),
@@ -70,7 +105,12 @@ def build_snapshot(sim) -> Snapshot:
                            main_cycles_total=st["cycles"], backfill_cycles_total=st["backfill_cycles"],
                            backfill_jobs_total=st["backfilled"], backfill_active=False, data_since=sim.t0)
     return Snapshot(taken_at=sim.t, source="simulator", cluster=cl.cfg.name, slurm_version="simulated",
-                    jobs=tuple(_job(sim, j) for j in jobs),
+                    jobs=tuple(_job(sim, j, fs) for j in jobs),
+                    reservations=tuple(Reservation(r.name, tuple(cl.names[i] for i in r.nodes), r.start, r.end, r.flags,
+                                                   r.users, partition=cl.default_partition,
+                                                   state="ACTIVE" if r.start <= sim.t < r.end else "INACTIVE")
+                                       for r in sim.reservations if r.end > sim.t),
+                    fairshare=fairshare_rows(sim, fs),
                     nodes=tuple(_node(sim, i, cl.node_partitions(i)) for i in range(cl.n)),
                     partitions=parts, scheduler=sched, switches=cl.switches, last_attempt=sim.t)
 

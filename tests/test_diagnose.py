@@ -429,10 +429,14 @@ def test_placement_findings():
     c.nvlink = {"gpu000": frozenset({(0, 1), (2, 3)})}
     c.numa = {"gpu000": {0: 0, 1: 0, 2: 1, 3: 1}}
     gang = ("gpu000", "gpu001", "gpu004", "gpu008")  # 4 nodes over 3 leaves where 1 would do
-    d = diagnose(c.window(), [job(1, gang)])
+    # GPUs 1 and 2 of gpu000: not NVLink peers, and on two NUMA nodes where one holds two GPUs
+    d = diagnose(c.window(), [job(1, gang, gpus=(1, 2))])
     kinds = {p.kind for p in verdict(d, 1).placement}
     assert kinds == {"gpus_not_nvlink_peers", "gpus_span_numa", "spread_over_leaves"}
     assert all(p.expected_cost for p in verdict(d, 1).placement)
+    # a job holding the whole node must span its NUMA nodes: no finding for that
+    d = diagnose(c.window(), [job(1, gang)])
+    assert "gpus_span_numa" not in {p.kind for p in verdict(d, 1).placement}
 
 
 def test_findings_as_metrics_and_json():

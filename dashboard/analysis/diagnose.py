@@ -1372,7 +1372,12 @@ def placement_findings(win: Window, maps: list[_JobMap]) -> dict[str, list[Place
             numa = win.gpu_numa.get(n)
             if numa:
                 doms = sorted({numa[g] for g in gs if g in numa})
-                if len(doms) > 1:
+                per_dom = defaultdict(int)
+                for d in numa.values():
+                    per_dom[d] += 1
+                # a job with more GPUs than one NUMA node holds must span several: only more
+                # domains than its GPU count needs is a bad placement (a whole DGX spans both)
+                if len(doms) > math.ceil(len(gs) / max(max(per_dom.values()), 1)):
                     out[jm.jobid].append(Placement("gpus_span_numa", n, f"GPUs {sorted(gs)} on NUMA nodes {doms}", NUMA_COST))
         nodes = list(jm.job.nodes)
         if len(nodes) > 1 and win.leaf_of:

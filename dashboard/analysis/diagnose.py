@@ -329,7 +329,7 @@ class _Signals:
             with np.errstate(all="ignore"):
                 if name == "ib_wait":
                     out = np.where(anyf, np.where(fin, a, -np.inf).max(axis=1), np.nan)
-                elif name == "ib_down":
+                elif name in ("ib_down", "ib_err"):
                     out = np.where(anyf, np.where(fin, a, 0).sum(axis=1), np.nan)
                 else:
                     out = np.where(anyf, np.where(fin, a, 0).sum(axis=1) / np.maximum(fin.sum(axis=1), 1), np.nan)
@@ -369,12 +369,18 @@ class _Signals:
             self.act_recent = np.nanmean(act[:, -recent:], axis=1)
             broad = ((act < th.degraded_fraction * base[:, None]) | (u < th.idle_util) | (act < th.low_activity)
                      | ((u >= th.busy_util) & (sm < th.waiting_sm_ratio * u)) | ((u >= th.busy_util) & (sm < th.hang_sm)))
-            down = self.node_signal("ib_down")
+            down = _link_events(self.node_signal("ib_down"), self.node_signal("ib_err"))
             if down is not None:
                 # a gang that lost a link lately and slowed (a flapping link)
-                jd = _group_mean(down, [m.node_rows if len(m.node_rows) > 1 else [] for m in maps])
+                gangs = [m.node_rows if len(m.node_rows) > 1 else [] for m in maps]
+                jd = _group_mean(down, gangs)
                 flaps = _recent_events(np.nan_to_num(jd) > 0, int(round(th.link_window_seconds / step)))
-                broad |= flaps & (act < th.link_degraded_fraction * base[:, None])
+                slowed = act < th.link_degraded_fraction * base[:, None]
+                tx = self.node_signal("ib_tx")
+                if tx is not None and flaps.any():
+                    jt = np.where(self.alive, _group_mean(tx, gangs), np.nan)
+                    slowed |= jt < th.link_degraded_fraction * nanquantile_rows(jt, th.baseline_quantile)[:, None]
+                broad |= flaps & slowed
             no_sm = ~np.isfinite(sm[:, -recent:]).any(axis=1)
             if no_sm.any() and "power" in self.gpu2d:
                 rows = np.flatnonzero(no_sm)
@@ -519,7 +525,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     power_base = _q(power, th.baseline_quantile) if has_power else float("nan")
     fs_w, fs_r = sig.get("fs_write", k), sig.get("fs_read", k)
     psi, iow = sig.get("psi_io", k), sig.get("iowait", k)
-    ib_tx, ib_wait, ib_down = sig.get("ib_tx", k), sig.get("ib_wait", k), sig.get("ib_down", k)
+    ib_tx, ib_wait = sig.get("ib_tx", k), sig.get("ib_wait", k)
+    ib_down = _link_events(sig.get("ib_down", k), sig.get("ib_err", k))
     multi_node = len(jm.node_rows) > 1
     nanT = np.full(T, np.nan)
 
@@ -583,7 +590,12 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         fabric = congested | link_event  # the job's own ports back up or its links drop
         degraded = (act < th.degraded_fraction * act_base) | idle_all
         if multi_node:
-            degraded |= link_event & (act < th.link_degraded_fraction * act_base)
+            # a gang paced by a flapping link: slower work, or (kernels spinning keep utilisation
+            # up where SM activity is not exported) less traffic than its baseline
+            slowed = act < th.link_degraded_fraction * act_base
+            if np.isfinite(ib_base) and ib_base > 0:
+                slowed |= ib_tx < th.link_degraded_fraction * ib_base
+            degraded |= link_event & slowed
         if not shared_io:
             # a job stalled since before the window has its stall as baseline: absolute rule (not
             # on a shared node without the job's own pressure: the PSI may be a neighbour's)
@@ -742,6 +754,17 @@ def _f(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
+
+
+def _link_events(down: np.ndarray | None, errors: np.ndarray | None) -> np.ndarray | None:
+    """Link trouble per step: link-down events, or symbol errors counted (a failing cable or
+    transceiver errs before and between its drops); None when neither is exported."""
+    if down is None:
+        return errors
+    if errors is None:
+        return down
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(down) | np.isfinite(errors), np.nan_to_num(down) + np.nan_to_num(errors), np.nan)
 
 
 def _recent_events(events: np.ndarray, width: int) -> np.ndarray:
@@ -976,15 +999,22 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     """A port whose link went down during the stall; else nodes whose port_xmit_wait stands out from
     every node of the cluster, named as their leaf switch when they fill most of it."""
     ev: list[Evidence] = []
-    down = win.rail.get("ib_down")
-    if down is not None:
+    # the link events that make a flapping link: the stall's own stretch and the link window before
+    # its last step (a cable that flaps went down or erred shortly before the gang slowed)
+    lo = max(0, min(seg.start, seg.stop - int(round(th.link_window_seconds / win.step))))
+    span = slice(lo, seg.stop)
+    for signal, what in (("ib_down", "went down {n} time(s)"), ("ib_err", "counted {n} symbol error(s)")):
+        arr = win.rail.get(signal)
+        if arr is None:
+            continue
         for i in jm.node_rows:
-            d = np.nansum(down[i][:, seg], axis=1)
+            d = np.nansum(arr[i][:, span], axis=1)
             for r in np.flatnonzero(d > 0):
                 port = win.rails[i][r] if i < len(win.rails) and r < len(win.rails[i]) else str(r)
-                ev.append(Evidence("ib_link_downed", win.nodes[i], float(d[r]), 0.0, 0.0,
-                                   note=f"port {port} went down {int(d[r])} time(s) during the stall"))
-        if ev:
+                ev.append(Evidence("ib_link_downed" if signal == "ib_down" else "ib_symbol_errors", win.nodes[i],
+                                   float(d[r]), 0.0, 0.0,
+                                   note=f"port {port} " + what.format(n=int(d[r])) + " during the stall"))
+        if ev:  # link downs first: errors alone name a port only where no link went down
             e = max(ev, key=lambda e: e.value or 0)
             return f"{e.node}:{e.note.split()[1]}", "port", ev
     w = sig.nodesig.get("ib_wait")

@@ -6,7 +6,8 @@ metric source knows, already turned into rates and aligned to a common step:
 * per node x GPU x step (`gpu[signal]`, shape (N, G, T)): `util` (0-1), `sm` (SM active 0-1, from
   DCGM profiling where available), `power` (W), `mem` (bytes used), `clock` (SM clock, Hz);
 * per node x rail x step (`rail[signal]`, (N, R, T)): `ib_tx`, `ib_rx` (bytes/s), `ib_wait`
-  (port_xmit_wait ticks/s), `ib_down` (link_downed events per step), `ib_rate` (the rate the link
+  (port_xmit_wait ticks/s), `ib_down` (link_downed events per step), `ib_err` (symbol errors per
+  step), `ib_rate` (the rate the link
   trained at, bytes/s);
 * per node x step (`node[signal]`, (N, T)): `fs_read`, `fs_write` (filesystem client bytes/s, all
   targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
-RAIL_SIGNALS = ("ib_tx", "ib_rx", "ib_wait", "ib_down", "ib_rate")
+RAIL_SIGNALS = ("ib_tx", "ib_rx", "ib_wait", "ib_down", "ib_err", "ib_rate")
 NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "nic_rx", "nic_tx")
 TARGET_SIGNALS = ("read", "latency")
 

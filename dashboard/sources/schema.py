@@ -62,6 +62,9 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("ib_wait", "rail", "node_infiniband_port_transmit_wait_total", counter=True),
     Mapping("ib_down", "rail", "gangwatch_infiniband_port_link_downed_total", counter=True, events=True),
     Mapping("ib_down", "rail", "node_infiniband_link_downed_total", counter=True, events=True),
+    # symbol errors: a failing cable or transceiver errs before and between its link drops
+    Mapping("ib_err", "rail", "gangwatch_infiniband_port_symbol_errors_total", counter=True, events=True),
+    Mapping("ib_err", "rail", "node_infiniband_symbol_error_total", counter=True, events=True),
     # the rate the link trained at (width x speed): a degraded link paces a ring collective
     Mapping("ib_rate", "rail", "gangwatch_infiniband_port_rate_bytes_per_second"),
     Mapping("ib_rate", "rail", "node_infiniband_rate_bytes_per_second"),

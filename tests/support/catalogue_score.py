@@ -187,6 +187,8 @@ def score_bundle(path: str, score: Score, probe: bool = True) -> None:
         # simulator bench counts it
         start = starts.get(t.jobid)
         onset = max(t.onset, start + DEFAULT.job_grace_seconds) if start else t.onset
+        if onset < win.start:
+            continue  # began before the window: only the verdict at the end counts
         delay = math.inf
         for off in PROBE_OFFSETS:
             end = onset + off

@@ -22,7 +22,7 @@ from tests.scenarios.catalogue import CAUSES, CITATIONS, SCENARIOS
 from tests.scenarios.render import SCHEMAS, render
 
 SEEDS = (0, 1)
-MAX_NODES = 12  # the catalogue's full range is 8-64; form does not depend on size
+MAX_NODES, WINDOW_S = 8, 600.0  # the catalogue draws 8-64 nodes over 20 min; form does not depend on size
 
 
 def test_catalogue_covers_every_cause_twice():
@@ -35,7 +35,7 @@ def test_catalogue_covers_every_cause_twice():
 
 
 def test_builds_are_deterministic():
-    a, b = build(SCENARIOS[0], 3, MAX_NODES), build(SCENARIOS[0], 3, MAX_NODES)
+    a, b = build(SCENARIOS[0], 3, MAX_NODES, WINDOW_S), build(SCENARIOS[0], 3, MAX_NODES, WINDOW_S)
     assert a.truth == b.truth and a.params == b.params
     assert (a.cluster.util == b.cluster.util).all()
 
@@ -43,7 +43,7 @@ def test_builds_are_deterministic():
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_bundles_well_formed(scenario, tmp_path):
     for seed in SEEDS:
-        built = build(scenario, seed, MAX_NODES)
+        built = build(scenario, seed, MAX_NODES, WINDOW_S)
         for schema in SCHEMAS:
             path = Path(render(built, str(tmp_path), schema))
             _check_bundle(path, scenario, schema)
@@ -83,7 +83,7 @@ def test_promtool_accepts_a_bundle(tmp_path):
     promtool = which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed")
-    path = Path(render(build(SCENARIOS[0], 0, 8), str(tmp_path), "exporters"))
+    path = Path(render(build(SCENARIOS[0], 0, 8, WINDOW_S), str(tmp_path), "exporters"))
     out = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(path / "metrics.om"),
                           str(tmp_path / "blocks")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

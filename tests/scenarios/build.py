@@ -28,14 +28,15 @@ def _seed(scenario: Scenario, seed: int) -> int:
     return zlib.crc32(f"{scenario.name}/{seed}".encode())
 
 
-def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64) -> tuple[Cluster, dict]:
+def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
+                 window_s: float = WINDOW_S) -> tuple[Cluster, dict]:
     models = [m for m in GPU_MODELS if m.mig_profiles] if sc.mig else list(GPU_MODELS)
     model = models[int(rng.integers(len(models)))]
     gpus = int(rng.choice([4, 8]))
     # 8-64 nodes, small clusters likelier (bundles grow with nodes x GPUs x steps); max_nodes caps it
     nodes = min(max_nodes, int(round(8 * 2 ** (3 * rng.uniform(0, 1) ** 2))))
     interval = float(rng.choice([10, 15, 30]))
-    steps = int(WINDOW_S // interval) + 1
+    steps = int(window_s // interval) + 1
     end = float(BASE_EPOCH + int(rng.integers(0, 30_000_000)) // 30 * 30)
     ports = int(rng.choice([1, 2, 4] if gpus == 4 else [2, 4, 8]))
     link = str(rng.choice(list(IB_LINKS)))
@@ -47,7 +48,7 @@ def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64) ->
     mig_nodes: tuple[int, ...] = ()
     if sc.mig or (model.mig_profiles and rng.random() < 0.3):
         mig_nodes = (nodes - 1,)
-    params = dict(model=model.name, gpus_per_node=gpus, nodes=nodes, interval=interval, steps=steps, ports=ports,
+    params = dict(window_s=window_s, model=model.name, gpus_per_node=gpus, nodes=nodes, interval=interval, steps=steps, ports=ports,
                   link=link, fs=fs, fs_name=fs_name, prof=prof, idle_fb_mib=round(idle_fb, 1), leaf_size=leaf)
     c = Cluster(rng, nodes=nodes, gpus=gpus, model=model, interval=interval, steps=steps, end=end, ports=ports,
                 link=link, osts=int(rng.integers(4, 13)), fs=fs, fs_name=fs_name, prof=prof,
@@ -83,7 +84,7 @@ class Placer:
         c, rng = self.c, self.rng
         self.used.update(nodes)
         if age is None:
-            age = rng.uniform(WINDOW_S + 300, 48 * 3600)
+            age = rng.uniform(c.window + 300, 48 * 3600)
         start = float(np.floor((c.end - age) / c.interval) * c.interval)
         user = USERS[int(rng.integers(len(USERS)))]
         return c.add_job(Job(self.jobid(), name, user, f"proj-{user}", nodes,
@@ -135,9 +136,10 @@ def paint_mig(x: Ctx, pl: Placer, n: int) -> list[dict]:
     return truths
 
 
-def build(sc: Scenario, seed: int, max_nodes: int = 64) -> Built:
+def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW_S) -> Built:
+    """`window_s` shorter than the default scales fault onsets into it (tests use this for speed)."""
     rng = np.random.default_rng(_seed(sc, seed))
-    c, params = draw_cluster(rng, sc, max_nodes)
+    c, params = draw_cluster(rng, sc, max_nodes, window_s)
     x = Ctx(c, rng)
     pl = Placer(c, rng)
     focus: list[Job] = []
@@ -188,8 +190,8 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64) -> Built:
                            "focus": False, **_healthy(steady)(x, j)}
                 truths_out.append(j)
     target = int(c.N * rng.uniform(0.6, 0.9))
-    tries = 0
-    while len(pl.used) < target and tries < 40:
+    tries = neighbours = 0
+    while (len(pl.used) < target or neighbours < 2) and tries < 40:
         tries += 1
         size = int(rng.choice([1, 1, 2, 2, 4, 4, 8, 16]))
         blk = pl.block(size)
@@ -201,6 +203,7 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64) -> Built:
         j.truth = {"expected": "progressing", "scenario": f"neighbour_{kind.__name__}",
                    "signature": kind.__name__.replace("_", "-"), "focus": False, **info}
         truths_out.append(j)
+        neighbours += 1
     # a few pending jobs, as any real squeue shows
     for _ in range(int(rng.integers(1, 4))):
         j = Job(pl.jobid(), "queued", USERS[int(rng.integers(len(USERS)))], "proj", [], {}, c.end, state="PENDING",
@@ -220,9 +223,9 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64) -> Built:
     return Built(sc, seed, c, truth, params)
 
 
-def build_all(seeds: int = 1, names: list[str] | None = None, max_nodes: int = 64):
+def build_all(seeds: int = 1, names: list[str] | None = None, max_nodes: int = 64, window_s: float = WINDOW_S):
     for sc in SCENARIOS:
         if names and sc.name not in names:
             continue
         for s in range(seeds):
-            yield build(sc, s, max_nodes)
+            yield build(sc, s, max_nodes, window_s)

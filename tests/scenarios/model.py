@@ -88,6 +88,7 @@ class Cluster:
         self.model, self.interval, self.end = model, interval, end
         self.times = end - interval * np.arange(steps - 1, -1, -1, dtype=float)
         self.start = float(self.times[0])
+        self.window = interval * (steps - 1)
         self.link = link
         self.fs, self.fs_name, self.prof, self.cpus, self.noise = fs, fs_name, prof, cpus, noise
         self.idle_fb_mib, self.throttle_field = idle_fb_mib, throttle_field

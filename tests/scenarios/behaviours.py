@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model import (THR_HW_POWER_BRAKE, THR_HW_SLOW, THR_HW_THERMAL, THR_IDLE, THR_SW_POWER, THR_SW_THERMAL,
-                    XMIT_WAIT_TICKS_PER_S, Cluster, Job)
+                    Cluster, Job)
 
 
 @dataclass
@@ -101,8 +101,8 @@ def net(c: Cluster, job: Job, m: np.ndarray, *, frac: float, wait_frac: float, n
             c.ib_tx[n, p, m] += rate * c.jitter(n_t, noise)
             c.ib_rx[n, p, m] += rate * c.jitter(n_t, noise)
             # credit stalls are bursty: lognormal spread around the level
-            wait = wait_frac * XMIT_WAIT_TICKS_PER_S * np.exp(c.rng.normal(0, 0.25 + 2 * c.noise, n_t))
-            c.ib_wait[n, p, m] += np.minimum(wait, XMIT_WAIT_TICKS_PER_S)
+            wait = wait_frac * c.wait_ticks_per_s * np.exp(c.rng.normal(0, 0.25 + 2 * c.noise, n_t))
+            c.ib_wait[n, p, m] += np.minimum(wait, c.wait_ticks_per_s)
 
 
 def fs(c: Cluster, job: Job, m: np.ndarray, *, read_bps: float, write_bps: float = 0.0, targets=None,
@@ -140,7 +140,7 @@ def lustre_latency(c: Cluster, job: Job, m: np.ndarray, w: Workload) -> None:
     """Busy targets answer a little slower: queueing on the OSS grows with its load."""
     n_t = int(m.sum())
     for k in w.targets:
-        c.fs_lat[:, k, m] *= 1.0 + 0.05 * c.jitter(n_t)
+        c.fs_lat[:, k, m] += c.ost_base_lat[k] * 0.05 * c.jitter(n_t)
 
 
 def train(c: Cluster, job: Job, w: Workload, m: np.ndarray, scale: float = 1.0) -> None:

@@ -170,6 +170,9 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
 
     # the focus is painted first, so a slow target it claims is kept away from the neighbours
     truths_out: list[Job] = []
+    for j, _, _, _ in painted:
+        x.focus_nodes.update(j.nodes)
+        x.focus_jobs.add(j.jobid)
     for j, paint, name, sig in painted:
         info = paint(x, j)
         j.truth = {"expected": sc.cause, "scenario": name, "signature": sig, "focus": True, **info}
@@ -190,7 +193,7 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
                            "focus": False, **_healthy(steady)(x, j)}
                 truths_out.append(j)
     target = int(c.N * rng.uniform(0.6, 0.9))
-    tries = neighbours = 0
+    tries = neighbours = moe_nodes = 0
     while (len(pl.used) < target or neighbours < 2) and tries < 40:
         tries += 1
         size = int(rng.choice([1, 1, 2, 2, 4, 4, 8, 16]))
@@ -198,12 +201,19 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
         if not blk:
             continue
         kind = _neighbour_kinds(rng)
+        if kind.__name__ == "moe_busy_fabric":
+            if moe_nodes + size > c.N // 6:
+                kind = steady  # MoE everywhere would make its transmit-wait the cluster's typical level
+            else:
+                moe_nodes += size
         j = pl.job(blk, age=rng.uniform(180, 540) if kind.__name__ == "warming_up" else None)
         info = _healthy(kind)(x, j)
         j.truth = {"expected": "progressing", "scenario": f"neighbour_{kind.__name__}",
                    "signature": kind.__name__.replace("_", "-"), "focus": False, **info}
         truths_out.append(j)
         neighbours += 1
+    for paint_later in x.later:
+        paint_later()
     # a few pending jobs, as any real squeue shows
     for _ in range(int(rng.integers(1, 4))):
         j = Job(pl.jobid(), "queued", USERS[int(rng.integers(len(USERS)))], "proj", [], {}, c.end, state="PENDING",

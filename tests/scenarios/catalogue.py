@@ -114,6 +114,17 @@ class Ctx:
     rng: np.random.Generator
     avoid_targets: set[int] = field(default_factory=set)
     workloads: dict[int, B.Workload] = field(default_factory=dict)
+    later: list = field(default_factory=list)  # painted once the neighbours are, against the cluster's typical node
+    focus_nodes: set[int] = field(default_factory=set)
+    focus_jobs: set[int] = field(default_factory=set)
+
+    def typical_wait(self) -> float:
+        """The cluster's typical node: median over busy nodes outside the focus of their mean wait fraction."""
+        c = self.c
+        busy = [i for i in range(c.N) if i not in self.focus_nodes and c.ib_tx[i].mean() > 1e6]
+        if not busy:
+            return TYPICAL_WAIT
+        return float(np.median([c.ib_wait[i].mean() / c.wait_ticks_per_s for i in busy]))
 
     def workload(self, job: Job, **over) -> B.Workload:
         w = self.workloads.get(job.jobid)
@@ -205,13 +216,17 @@ def warming_up(x: Ctx, job: Job) -> dict:
 
 def moe_busy_fabric(x: Ctx, job: Job) -> dict:
     c, rng = x.c, x.rng
-    w = x.workload(job, wait_frac=TYPICAL_WAIT * rng.uniform(20, 200), ib_frac=rng.uniform(0.4, 0.75),
-                   sm=rng.uniform(0.3, 0.6))
+    mult = rng.uniform(20, 200)
+    w = x.workload(job, wait_frac=0.0, ib_frac=rng.uniform(0.4, 0.75), sm=rng.uniform(0.3, 0.6))
     B.train(c, job, w, x.live(job))
-    return {"note": f"all-to-all, xmit_wait {w.wait_frac / TYPICAL_WAIT:.0f}x typical, steady"}
+    if job.jobid in x.focus_jobs:
+        x.later.append(lambda: B.net(c, job, x.live(job), frac=0.0, wait_frac=x.typical_wait() * mult))
+    else:  # a neighbour: against the drawn typical level, so it does not move the cluster's median itself
+        B.net(c, job, x.live(job), frac=0.0, wait_frac=TYPICAL_WAIT * mult)
+    return {"note": f"all-to-all, xmit_wait {mult:.0f}x the typical node, steady"}
 
 
-HEALTHY_NEIGHBOURS = (steady, steady, checkpointing, evaluating, moe_busy_fabric, warming_up)
+HEALTHY_NEIGHBOURS = (steady, steady, steady, checkpointing, evaluating, moe_busy_fabric, warming_up)
 
 
 # -------------------------------------------------------------------------- fault painters
@@ -232,6 +247,7 @@ def _port_alternates(c: Cluster, job: Job, n: int, p: int) -> list[str]:
 
 def _job_ports_wait(x: Ctx, job: Job, m, level: float, hot: tuple[int, int]) -> None:
     c, rng = x.c, x.rng
+    level = min(level, 0.12)  # room for the hot port to stand out below a fully blocked link
     for n in job.nodes:
         for p in range(c.P):
             mult = rng.uniform(2.5, 6) if (n, p) == hot else rng.uniform(0.7, 1.3)
@@ -247,7 +263,8 @@ def net_nccl_spin(x: Ctx, job: Job) -> dict:
           power_frac=rng.uniform(0.12, 0.3), fb_mib=w.fb_frac * c.model.fb_mib)
     B.net(c, job, m, frac=w.ib_frac * rng.uniform(0.02, 0.25), wait_frac=0.0)
     hot = _hot_port(x, job)
-    _job_ports_wait(x, job, m, TYPICAL_WAIT * rng.uniform(100, 1000), hot)
+    mult = rng.uniform(100, 1000)
+    x.later.append(lambda: _job_ports_wait(x, job, m, x.typical_wait() * mult, hot))
     B.fs(c, job, m, read_bps=w.read_bps * 0.05, targets=w.targets)
     B.host(c, job, m, user=w.cpu_user * 0.5, psi_io=0.003)
     return {"culprit": port(c, *hot), "culprit_kind": "port", "onset": t,
@@ -263,7 +280,8 @@ def net_host_wait(x: Ctx, job: Job) -> dict:
           power_frac=rng.uniform(0.04, 0.1), fb_mib=w.fb_frac * c.model.fb_mib)
     B.net(c, job, m, frac=w.ib_frac * rng.uniform(0.03, 0.2), wait_frac=0.0)
     hot = _hot_port(x, job)
-    _job_ports_wait(x, job, m, TYPICAL_WAIT * rng.uniform(100, 1000), hot)
+    mult = rng.uniform(100, 1000)
+    x.later.append(lambda: _job_ports_wait(x, job, m, x.typical_wait() * mult, hot))
     # progress slowed, so the loaders read less, but nobody waits on storage
     B.fs(c, job, m, read_bps=w.read_bps * rng.uniform(0.03, 0.2), targets=w.targets)
     B.host(c, job, m, user=rng.uniform(0.08, 0.4), sys=rng.uniform(0.03, 0.12), psi_io=0.002)
@@ -340,7 +358,13 @@ def io_target_slow(x: Ctx, job: Job) -> dict:
     B.fs(c, job, m, read_bps=w.read_bps * progress, targets=w.targets)
     B.host(c, job, m, user=w.cpu_user * 0.5, psi_io=rng.uniform(0.2, 0.7), iowait=rng.uniform(0.03, 0.2),
            blocked=rng.uniform(4, 30))
-    c.fs_lat[:, k, m] *= rng.uniform(20, 200)
+    slow = rng.uniform(20, 200)
+
+    def slow_target() -> None:  # against its peers as they stand once every job is painted
+        peers = np.median(np.delete(c.fs_lat[:, :, m], k, axis=1), axis=1)
+        c.fs_lat[:, k, m] = peers * slow
+
+    x.later.append(slow_target)
     return {"culprit": c.targets[k], "culprit_kind": "target", "onset": t, "culprit_alternates": [c.fs_name]}
 
 

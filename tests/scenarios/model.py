@@ -53,9 +53,11 @@ THR_SYNC, THR_SW_THERMAL, THR_HW_THERMAL, THR_HW_POWER_BRAKE = 0x10, 0x20, 0x40,
 
 # InfiniBand: width x lane speed -> data rate in Gb/s, as sysfs `rate` prints it ("400 Gb/sec (4X NDR)").
 IB_LINKS = {"HDR": ("4X", "HDR", 200.0), "NDR": ("4X", "NDR", 400.0), "HDR100": ("2X", "HDR", 100.0)}
-# PortXmitWait counts in ticks; ConnectX HCAs tick every 4 ns at these speeds (see README citations),
-# so a port that waited the whole second adds 2.5e8.
-XMIT_WAIT_TICKS_PER_S = 2.5e8
+# PortXmitWait counts ticks of an implementation-defined multiple of the symbol time; NVIDIA's
+# ibdiagnet manual ("Congestion Assessment on InfiniBand Links") gives Quantum ports one tick per 8
+# bytes of link time, so a port blocked for a whole second adds link_bytes/8. Counters are modelled
+# 64 bits wide: the 32-bit PMA copy saturating is a different failure, not in this catalogue.
+WAIT_TICK_BYTES = 8
 
 
 @dataclass
@@ -117,6 +119,7 @@ class Cluster:
         psh = (nodes, ports, steps)
         rate_gbps = IB_LINKS[link][2]
         self.link_bytes = rate_gbps * 1e9 / 8
+        self.wait_ticks_per_s = self.link_bytes / WAIT_TICK_BYTES
         self.ib_rate = np.full(psh, self.link_bytes)  # trained rate in bytes/s
         self.ib_width = [[IB_LINKS[link][0]] * ports for _ in range(nodes)]
         self.ib_speed = [[IB_LINKS[link][1]] * ports for _ in range(nodes)]

@@ -25,7 +25,7 @@ from collectors.exposition import format_labels
 from collectors.slurm.hostlist import compress
 
 from .build import Built
-from .model import XMIT_WAIT_TICKS_PER_S, Cluster, Job
+from .model import Cluster, Job
 
 SCHEMAS = ("gangwatch", "exporters")
 CPU_MODES = ("user", "system", "idle", "iowait", "softirq")
@@ -253,6 +253,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     domain = ".cluster.local" if rng.random() < 0.3 else ""
     driver = str(rng.choice(["535.129.03", "550.90.07", "570.124.06"]))
     pci = rng.random() < 0.6
+    mig_util_zero = rng.random() < 0.5  # dcgm-exporter issue #216: GPU_UTIL 0 on every MIG instance
     new_fb = c.idle_fb_mib < 50  # drivers that report the reservation apart (FB_RESERVED)
     reserved = rng.uniform(400, 700)
     fb_total = c.model.fb_mib - (reserved if new_fb else 0)
@@ -302,6 +303,8 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                 else:
                     st = c.mig_state[(n, g, gi)]
                     self_series.append(("DCGM_FI_DEV_FB_USED", np.round(st["fb"] + 13), "%.0f"))
+                    if mig_util_zero:  # some releases report 0 for MIG instances instead of leaving it out
+                        self_series.append(("DCGM_FI_DEV_GPU_UTIL", np.zeros(c.T), "%.0f"))
                     prof = {k: st[k] for k in ("gr", "tensor", "dram", "sm")}
                 if c.prof != "none":
                     self_series += [("DCGM_FI_PROF_GR_ENGINE_ACTIVE", prof["gr"], "%.6f"),

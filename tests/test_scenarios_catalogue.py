@@ -18,7 +18,7 @@ from collectors.slurm.parse_json import loads, parse_jobs
 from dashboard.sources.exposition import iter_samples
 from tests.conftest import which
 from tests.scenarios.build import build
-from tests.scenarios.catalogue import CAUSES, CITATIONS, SCENARIOS
+from tests.scenarios.catalogue import CAUSES, CITATIONS, SCENARIOS, citations, table
 from tests.scenarios.checks import violations
 from tests.scenarios.render import SCHEMAS, render
 
@@ -96,3 +96,8 @@ def test_scenarios_hold_their_documented_shape(scenario):
     at full size, across seeds: the physics, not gangwatch's verdict."""
     problems = [v for seed in range(6) for v in violations(build(scenario, seed))]
     assert not problems, problems[:5]
+
+
+def test_readme_carries_the_catalogue():
+    readme = (Path(__file__).parent / "scenarios" / "README.md").read_text()
+    assert table() in readme and citations() in readme, "run: python -m tests.scenarios --table"

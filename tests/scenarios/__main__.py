@@ -7,18 +7,24 @@ import sys
 import time
 
 from .build import build_all
-from .catalogue import SCENARIOS
+from .catalogue import SCENARIOS, citations, table
 from .render import SCHEMAS, render
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.scenarios", description=__doc__)
-    ap.add_argument("outdir")
+    ap.add_argument("outdir", nargs="?", help="where the bundles go (omit with --table)")
+    ap.add_argument("--table", action="store_true", help="print the catalogue table and citations (README.md)")
     ap.add_argument("--seeds", type=int, default=1, help="seeds per scenario (0..N-1)")
     ap.add_argument("--schema", choices=(*SCHEMAS, "both"), default="both")
     ap.add_argument("--only", nargs="*", choices=[s.name for s in SCENARIOS], help="scenarios to write")
     ap.add_argument("--max-nodes", type=int, default=64, help="cap on the drawn cluster size (8-64)")
     a = ap.parse_args(argv)
+    if a.table:
+        print(table() + "\n" + citations(), end="")
+        return 0
+    if not a.outdir:
+        ap.error("OUTDIR is required")
     schemas = SCHEMAS if a.schema == "both" else (a.schema,)
     t0 = time.perf_counter()
     count = 0

@@ -42,9 +42,10 @@ CITATIONS: dict[str, str] = {
                          "(SM_CLOCK, POWER_USAGE, FB_USED/FREE/RESERVED, GPU_UTIL, PROF_GR_ENGINE/PIPE_TENSOR/DRAM_ACTIVE; "
                          "PROF_SM_ACTIVE and CLOCK_THROTTLE_REASONS only when a site enables them); labels gpu, UUID, "
                          "device, modelName, Hostname, hpc_job (HPC job mapping), GPU_I_ID/GPU_I_PROFILE per MIG instance.",
-    "dcgm-mig": "DCGM/NVML under MIG: GPU utilization (DCGM_FI_DEV_GPU_UTIL, nvmlDeviceGetUtilizationRates) is not "
-                "supported on MIG-enabled GPUs; profiling fields (PROF_*) are reported per GPU instance "
-                "(dcgm-exporter issues #317, #512; DCGM user guide 'MIG support').",
+    "dcgm-mig": "DCGM/NVML under MIG: DCGM_FI_DEV_GPU_UTIL is not supported for MIG instances, use "
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE (dcgm-exporter issues #50, #430; #216: some releases report 0 on "
+                "every instance); clocks are per physical GPU, repeated per instance (#50); PROF_* per GPU instance "
+                "with GPU_I_ID / GPU_I_PROFILE (#317, #512).",
     "nvml-throttle": "NVML nvmlDeviceGetCurrentClocksEventReasons (formerly ...ThrottleReasons): GpuIdle 0x1, "
                      "SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, "
                      "HwPowerBrakeSlowdown 0x80; DCGM_FI_DEV_CLOCK_THROTTLE_REASONS carries the same bitmask.",
@@ -53,15 +54,21 @@ CITATIONS: dict[str, str] = {
     "nvml-idle": "nvidia-smi / NVML with no context: P8 performance state, idle clocks, the framebuffer at the "
                  "driver's reservation (a few hundred MiB on drivers that count it as used; near 0 with "
                  "FB_RESERVED reported apart), no compute process.",
-    "nccl-env": "NCCL environment docs: collectives run as GPU kernels that busy-poll for peer data (a stalled "
-                "collective keeps the kernel resident: utilisation 100%, few SMs); NCCL_BLOCKING_WAIT / "
-                "TORCH_NCCL_BLOCKING_WAIT make the host thread wait instead; NCCL_TIMEOUT / watchdog for hangs.",
+    "nccl-spin": "NCCL collectives are GPU kernels that poll for their peers' data, so a rank waiting in a "
+                 "collective shows 100% utilisation at low power: NVIDIA/nccl issue #968 ('GPU util is 100% but the "
+                 "power consumption is pretty low (~70W)' during a hang), cupy issue #3557 (ranks blocked in allGather "
+                 "at 100% utilisation, low temperature), NVIDIA/nccl issue #2389 (a silent hang: 'GPUs stay at 100% "
+                 "utilization').",
+    "torch-nccl-env": "PyTorch ProcessGroupNCCL environment variables: TORCH_NCCL_BLOCKING_WAIT (NCCL_BLOCKING_WAIT) "
+                      "makes wait() block the host thread, with a timeout; the watchdog / TORCH_NCCL_ENABLE_MONITORING "
+                      "abort a stuck process; facebookresearch/ClassyVision PR #546 (hangs at 100% GPU utilisation "
+                      "without it).",
     "gloo-mpi": "PyTorch distributed (gloo backend) and MPI: collectives progress on host CPU threads over TCP or "
                 "verbs; while they wait the GPU runs no kernel (utilisation drops), the host polls.",
-    "ib-xmitwait": "IBTA PortCounters (Vol 1, 16.1.3.5) PortXmitWait: ticks during which the port had data to send "
-                   "but no credits; PortXmitData in 4-byte words (node_exporter multiplies by 4); "
-                   "NVIDIA/Mellanox 'Understanding Congestion' and ibdiagnet docs: a port waiting a large share of "
-                   "ticks is congested.",
+    "ib-xmitwait": "IBTA PortCounters PortXmitWait: ticks in which the port had data to send but sent none for lack "
+                   "of credits or arbitration; PortXmitData in 4-byte words (node_exporter multiplies by 4); NVIDIA "
+                   "ibdiagnet user manual 'Congestion Assessment on InfiniBand Links': the tick is a device-specific "
+                   "multiple of the symbol time (Quantum: one per 8 bytes), lost bandwidth = counter x tick bytes.",
     "ib-linkerr": "IBTA PortCounters LinkDownedCounter (link failed to recover and went down), SymbolErrorCounter "
                   "(minor lane errors), LinkErrorRecoveryCounter; sysfs ports/N/state (1 Down, 4 Active), "
                   "phys_state (2 Polling, 5 LinkUp) and rate ('200 Gb/sec (4X HDR)') per the kernel's "
@@ -72,9 +79,10 @@ CITATIONS: dict[str, str] = {
            "the resource; pressure/io total is in microseconds (node_exporter: node_pressure_io_waiting_seconds_total).",
     "procstat": "Linux Documentation/filesystems/proc.rst /proc/stat: iowait is CPU idle time while I/O was "
                 "outstanding (node_cpu_seconds_total{mode=\"iowait\"}); procs_blocked counts tasks in D state.",
-    "lustre-osc": "Lustre Operations Manual 'Monitoring Client Activity' / lctl get_param osc.*.stats and "
-                  "osc.*.rpc_stats: per-OST RPC counts, bytes, service times (ost_read in usecs), RPCs in flight; "
-                  "osc.*.import rpc wait; obdfilter.*.brw_stats 'I/O time (1/1000s)' on the OSS.",
+    "lustre-osc": "Lustre wiki 'Lustre Monitoring and Statistics Guide' and 'Lustre IO Monitoring', Lustre Operations "
+                  "Manual (lctl get_param osc.*.stats, osc.*.rpc_stats): per-OST RPC counts, bytes and service times "
+                  "(ost_read in usecs), RPCs in flight; osc.*.import rpc wait; obdfilter.*.brw_stats 'I/O time "
+                  "(1/1000s)' histogram on the OSS.",
     "lustre-exporter": "HewlettPackard/lustre_exporter sources/procfs.go: client llite stats as "
                        "lustre_{read,write}_bytes_total{component=\"client\",target=<fs-instance>}, osc rpc_stats as "
                        "lustre_rpcs_in_flight{component,operation,size,target,type}, OST brw_stats as "
@@ -515,16 +523,16 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("net_nccl_spin", "stalled_network", "nccl-spinning",
       "Collectives stall on a congested port: NCCL kernels stay resident and busy-poll (GPU_UTIL ~100%, SM "
       "activity a few %), the job's ports wait for credits 100-1000x the cluster's typical node, data rate falls.",
-      ("nccl-env", "dcgm-fields", "ib-xmitwait"), net_nccl_spin, (2, 16)),
+      ("nccl-spin", "dcgm-fields", "ib-xmitwait"), net_nccl_spin, (2, 16)),
     S("net_host_wait", "stalled_network", "host-waiting",
       "Collectives progress on the host (gloo/MPI over the host, host-staged copies, parameter servers, "
       "NCCL_BLOCKING_WAIT): GPUs go quiet (util and SM low, memory held), transmit-wait 100-1000x typical, data "
       "rate falls, no I/O pressure; host CPUs poll.",
-      ("gloo-mpi", "nccl-env", "ib-xmitwait", "psi"), net_host_wait, (2, 16)),
+      ("gloo-mpi", "torch-nccl-env", "ib-xmitwait", "psi"), net_host_wait, (2, 16)),
     S("net_flapping_link", "stalled_network", "flapping-link",
       "One port's link goes down and retrains repeatedly: link_downed increments, symbol errors, its rate dips to "
       "zero while down; the gang spins in collectives during each flap and crawls between them.",
-      ("ib-linkerr", "ib-xmitwait", "nccl-env"), net_flapping_link, (2, 12)),
+      ("ib-linkerr", "ib-xmitwait", "nccl-spin"), net_flapping_link, (2, 12)),
     S("io_loader_bound", "stalled_io", "loader-bound",
       "Data loaders cannot keep up: readers block (PSI io some 25-80%, iowait, tasks in D state), read rate falls "
       "below the job's own past, GPUs starve (util and SM low, memory held).",
@@ -536,7 +544,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("strag_thermal", "straggler", "thermal",
       "One GPU overheats and clocks down (SM clock 50-80% of max, SW/HW thermal slowdown bits, temperature at the "
       "slowdown threshold); the gang paces at it: peers' SM activity and the job's data rate drop by its clock ratio.",
-      ("nvml-throttle", "dcgm-fields", "nccl-env"), strag_thermal, (2, 16)),
+      ("nvml-throttle", "dcgm-fields", "nccl-spin"), strag_thermal, (2, 16)),
     S("strag_power_cap", "straggler", "power-capped",
       "One GPU's enforced power limit is set low (or a node's power brake engages): power pinned at the cap, clocks "
       "down, SwPowerCap / HwPowerBrake bits; the gang paces at it.",
@@ -548,7 +556,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("hung_nccl", "hung", "nccl-hang",
       "A collective never completes: NCCL kernels spin forever (GPU_UTIL 100%, SM activity ~0), no fabric traffic, "
       "no I/O, until NCCL's watchdog timeout (if any) kills it.",
-      ("nccl-env", "dcgm-fields"), hung_nccl, (1, 16)),
+      ("nccl-spin", "torch-nccl-env", "dcgm-fields"), hung_nccl, (1, 16)),
     S("hung_deadlock", "hung", "deadlock-idle",
       "The whole job deadlocks on the host (every rank blocked): GPU memory still held with a context (P0), "
       "utilisation 0, no traffic, no I/O, CPUs idle.",
@@ -585,3 +593,16 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+def table() -> str:
+    """The catalogue as the markdown table tests/scenarios/README.md carries (kept equal by a test)."""
+    rows = ["| scenario | cause | signature | what physically happens | citations |", "|---|---|---|---|---|"]
+    for sc in SCENARIOS:
+        rows.append(f"| `{sc.name}` | {sc.cause} | {sc.signature} | {sc.description} | "
+                    f"{', '.join(sc.cites)} |")
+    return "\n".join(rows) + "\n"
+
+
+def citations() -> str:
+    return "".join(f"- **{k}**: {v}\n" for k, v in CITATIONS.items())

@@ -30,6 +30,7 @@ class Workload:
     write_bps: float
     cpu_user: float  # fraction of the node's CPUs busy in user mode (data loaders, launcher)
     targets: tuple[int, ...]  # OSTs the job's files are striped over
+    nvlink_bps: float = 0.0  # per GPU, intra-node collective traffic at full pace
 
 
 def draw_workload(c: Cluster, rng: np.random.Generator, kind: str = "train") -> Workload:
@@ -41,7 +42,7 @@ def draw_workload(c: Cluster, rng: np.random.Generator, kind: str = "train") -> 
         power_frac=rng.uniform(0.55, 0.92), fb_frac=rng.uniform(0.5, 0.95),
         ib_frac=rng.uniform(0.12, 0.55), wait_frac=10 ** rng.uniform(-4.2, -2.8),
         read_bps=10 ** rng.uniform(7.3, 8.9), write_bps=10 ** rng.uniform(5, 6.5),
-        cpu_user=rng.uniform(0.05, 0.35), targets=targets)
+        cpu_user=rng.uniform(0.05, 0.35), targets=targets, nvlink_bps=10 ** rng.uniform(10.2, 11.1))
 
 
 def cells(job: Job, gpus: dict[int, list[int]] | None = None):
@@ -95,6 +96,8 @@ def net(c: Cluster, job: Job, m: np.ndarray, *, frac: float, wait_frac: float, n
     n_t = int(m.sum())
     if not n_t:
         return
+    if nodes is None and len(job.nodes) == 1:
+        return  # a one-node job's collectives stay on NVLink / PCIe, off the fabric
     for n in nodes if nodes is not None else job.nodes:
         for p in ports if ports is not None else range(c.P):
             rate = np.minimum(c.ib_rate[n, p, m], c.link_bytes) * frac
@@ -166,3 +169,23 @@ def no_gpu_use(c: Cluster, job: Job, m: np.ndarray, *, only=None) -> None:
 
 THROTTLES = {"thermal": THR_HW_THERMAL | THR_SW_THERMAL | THR_HW_SLOW, "sw_thermal": THR_SW_THERMAL,
              "power_cap": THR_SW_POWER, "power_brake": THR_HW_POWER_BRAKE | THR_HW_SLOW}
+
+
+def finish(c: Cluster, workloads: dict[int, Workload]) -> None:
+    """Traffic that follows from what the jobs did: NVLink moves with the job's progress (its SM
+    activity against its healthy level), and with LNet over InfiniBand the filesystem's bytes ride the
+    first HCA port too."""
+    if c.nvlink_capable:
+        for job in c.jobs:
+            w = workloads.get(job.jobid)
+            if w is None or job.mig:
+                continue
+            for n, gs in job.gpus.items():
+                if len(gs) < 2:
+                    continue
+                for g in gs:
+                    pace = np.clip(c.sm[n, g] / max(w.sm, 1e-6), 0, 1.2)
+                    c.nvlink[n, g] = w.nvlink_bps * pace * c.jitter(c.T)
+    if c.lnet_ib:
+        c.ib_rx[:, 0] += c.fs_read.sum(axis=1)
+        c.ib_tx[:, 0] += c.fs_write.sum(axis=1)

@@ -55,6 +55,9 @@ def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
                 cpus=int(rng.choice([16, 24, 32])), noise=float(rng.uniform(0.02, 0.08)), idle_fb_mib=idle_fb,
                 throttle_field=bool(rng.random() < 0.5), leaf_size=leaf, topology=bool(rng.random() < 0.7),
                 mig_nodes=mig_nodes)
+    c.lnet_ib = bool(rng.random() < 0.6)
+    params.update(lnet_ib=c.lnet_ib, slurm=str(rng.choice(["23.11", "24.05", "24.11", "25.05"])),
+                  domain=str(rng.choice(["", "", ".cluster.local", ".hpc.example.org"])))
     params.update(noise=round(c.noise, 3), osts=c.K, cpus=c.cpus, throttle_field=c.throttle_field,
                   topology=c.topology, mig_nodes=[c.names[i] for i in mig_nodes])
     return c, params
@@ -193,19 +196,22 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
                            "focus": False, **_healthy(steady)(x, j)}
                 truths_out.append(j)
     target = int(c.N * rng.uniform(0.6, 0.9))
-    tries = neighbours = moe_nodes = 0
+    tries = neighbours = moe_nodes = fabric_nodes = 0
     while (len(pl.used) < target or neighbours < 2) and tries < 40:
         tries += 1
-        size = int(rng.choice([1, 1, 2, 2, 4, 4, 8, 16]))
+        # the first neighbour spans nodes, so the fabric has a typical node to compare with
+        size = 2 if neighbours == 0 else int(rng.choice([1, 1, 2, 2, 4, 4, 8, 16]))
         blk = pl.block(size)
         if not blk:
             continue
         kind = _neighbour_kinds(rng)
         if kind.__name__ == "moe_busy_fabric":
-            if moe_nodes + size > c.N // 6:
+            if moe_nodes + size > min(c.N // 6, fabric_nodes // 2):
                 kind = steady  # MoE everywhere would make its transmit-wait the cluster's typical level
             else:
                 moe_nodes += size
+        if size >= 2 and kind.__name__ != "moe_busy_fabric":
+            fabric_nodes += size
         j = pl.job(blk, age=rng.uniform(180, 540) if kind.__name__ == "warming_up" else None)
         info = _healthy(kind)(x, j)
         j.truth = {"expected": "progressing", "scenario": f"neighbour_{kind.__name__}",
@@ -214,6 +220,7 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
         neighbours += 1
     for paint_later in x.later:
         paint_later()
+    B.finish(c, x.workloads)
     # a few pending jobs, as any real squeue shows
     for _ in range(int(rng.integers(1, 4))):
         j = Job(pl.jobid(), "queued", USERS[int(rng.integers(len(USERS)))], "proj", [], {}, c.end, state="PENDING",

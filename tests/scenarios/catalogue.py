@@ -127,9 +127,10 @@ class Ctx:
     focus_jobs: set[int] = field(default_factory=set)
 
     def typical_wait(self) -> float:
-        """The cluster's typical node: median over busy nodes outside the focus of their mean wait fraction."""
+        """The cluster's typical node: median, over the nodes outside the focus whose jobs use the fabric,
+        of their ports' mean wait fraction (idle ports and one-node jobs wait for nothing)."""
         c = self.c
-        busy = [i for i in range(c.N) if i not in self.focus_nodes and c.ib_tx[i].mean() > 1e6]
+        busy = [i for i in range(c.N) if i not in self.focus_nodes and c.ib_wait[i].mean() > 0]
         if not busy:
             return TYPICAL_WAIT
         return float(np.median([c.ib_wait[i].mean() / c.wait_ticks_per_s for i in busy]))

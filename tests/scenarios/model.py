@@ -114,6 +114,9 @@ class Cluster:
         self.temp = np.full(sh, 30.0) + rng.uniform(0, 6, size=(nodes, gpus, 1))
         self.throttle = np.full(sh, THR_IDLE, dtype=np.int64)
         self.procs = np.zeros(sh, dtype=np.int64)
+        self.nvlink = np.zeros(sh)  # bytes/s each way, summed over the GPU's links
+        self.nvlink_capable = not model.key.startswith("l40")  # PCIe boards have no NVLink
+        self.lnet_ib = False  # Lustre/GPFS traffic over the same HCAs (LNet o2ib, GPFS verbs)
         self.power_limit = np.full((nodes, gpus, steps), float(m.tdp_w))
         # InfiniBand ports, bytes/s and ticks/s; events per step
         psh = (nodes, ports, steps)

@@ -107,8 +107,9 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     own = _gpu_owner(c)
     mib = float(1 << 20)
     mig = getattr(c, "mig_layout", {})
+    dom = b.params.get("domain", "")
     for n, host in enumerate(c.names):
-        base = {"instance": f"{host}:9810", "job": "gangwatch"}
+        base = {"instance": f"{host}{dom}:9810", "job": "gangwatch"}
         o = offs[n]
         for g in range(c.G):
             lg = {**base, "gpu": str(g)}
@@ -130,6 +131,12 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                 w.add("gangwatch_gpu_clock_throttle_reason", {**lg, "reason": reason},
                       (c.throttle[n, g] & bit) > 0, fmt="%d", offset=o)
             w.add("gangwatch_gpu_compute_processes", lg, c.procs[n, g], fmt="%d", offset=o)
+            if c.nvlink_capable and n not in mig:
+                for link in ("0", "1"):  # two of the GPU's links carry the traffic here (trimmed)
+                    for d in ("tx", "rx"):
+                        w.add("gangwatch_gpu_nvlink_data_bytes_total", {**lg, "link": link, "direction": d},
+                              counter(c.nvlink[n, g] / 2, dt, rng) // 1024 * 1024, kind="counter", fmt="%.0f",
+                              offset=o)
             if c.prof != "none" and n not in mig:
                 w.add("gangwatch_gpu_prof_graphics_engine_active_ratio", lg, np.round(c.gr[n, g], 4), offset=o)
                 w.add("gangwatch_gpu_prof_tensor_active_ratio", {**lg, "pipe": "tensor"}, np.round(c.tensor[n, g], 4),
@@ -250,7 +257,8 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     own = _gpu_owner(c)
     mig = getattr(c, "mig_layout", {})
     host_label = "Hostname" if rng.random() < 0.75 else "hostname"
-    domain = ".cluster.local" if rng.random() < 0.3 else ""
+    dom = b.params.get("domain", "")
+    domain = dom if rng.random() < 0.5 else ""  # dcgm-exporter reports the node's own hostname
     driver = str(rng.choice(["535.129.03", "550.90.07", "570.124.06"]))
     pci = rng.random() < 0.6
     mig_util_zero = rng.random() < 0.5  # dcgm-exporter issue #216: GPU_UTIL 0 on every MIG instance
@@ -271,7 +279,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                 lg["pci_bus_id"] = f"00000000:{0x18 + 0x10 * g:02X}:00.0"
             lg[host_label] = host + domain
             lg["DCGM_FI_DRIVER_VERSION"] = driver
-            lg.update({"instance": f"{host}:9400", "job": "dcgm"})
+            lg.update({"instance": f"{host}{dom}:9400", "job": "dcgm"})
             instances = [(gi, prof) for (gg, gi, prof) in mig.get(n, []) if gg == g] or [(None, None)]
             for gi, prof in instances:
                 li = dict(lg)
@@ -312,6 +320,9 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                                     ("DCGM_FI_PROF_DRAM_ACTIVE", prof["dram"], "%.6f")]
                     if c.prof == "full":
                         self_series.append(("DCGM_FI_PROF_SM_ACTIVE", prof["sm"], "%.6f"))
+                        if c.nvlink_capable and gi is None:
+                            self_series += [("DCGM_FI_PROF_NVLINK_TX_BYTES", np.round(c.nvlink[n, g]), "%.0f"),
+                                            ("DCGM_FI_PROF_NVLINK_RX_BYTES", np.round(c.nvlink[n, g]), "%.0f")]
                 if c.throttle_field:
                     self_series += [("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", c.throttle[n, g].astype(float), "%.0f"),
                                     ("DCGM_FI_DEV_POWER_MGMT_LIMIT", c.power_limit[n, g], "%.6f")]
@@ -323,7 +334,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                     else:  # the hpc_job label appears once the prolog has written the GPU's job file
                         w.add(name, li, vals, kind=kind, fmt=fmt, offset=od, mask=~hpc)
                         w.add(name, {**li, "hpc_job": str(owner.jobid)}, vals, kind=kind, fmt=fmt, offset=od, mask=hpc)
-        base = {"instance": f"{host}:9100", "job": "node"}
+        base = {"instance": f"{host}{dom}:9100", "job": "node"}
         _ib(w, c, n, base, o, rng, "node_infiniband_", {
             "tx": "port_data_transmitted_bytes_total", "rx": "port_data_received_bytes_total",
             "wait": "port_transmit_wait_total", "down": "link_downed_total", "sym": "symbol_error_total",
@@ -337,7 +348,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
               psi=lambda res, kind: (f"node_pressure_{res}_{kind}_seconds_total", {}),
               blocked="node_procs_blocked", net="node_network_{}_bytes_total")
         if c.fs == "lustre":
-            lb = {"instance": f"{host}:9169", "job": "lustre"}
+            lb = {"instance": f"{host}{dom}:9169", "job": "lustre"}
             inst = f"{c.fs_name}-ffff{_hex(host, c.end)[:12]}"
             rd, wr = c.fs_read[n].sum(0), c.fs_write[n].sum(0)
             lc = {**lb, "component": "client", "target": inst}
@@ -358,7 +369,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                                                     "target": f"{tgt}-osc-{inst.split('-')[-1]}", "type": "osc"},
                           counter(ops * share / np.maximum(1e-9, _norm(depth)), dt, rng, 0.0), fmt="%.0f", offset=o)
         else:
-            lb = {"instance": f"{host}:9303", "job": "gpfs"}
+            lb = {"instance": f"{host}{dom}:9303", "job": "gpfs"}
             w.add("gpfs_perf_info", {**lb, "fs": c.fs_name, "nodename": host + ".gpfs"}, 1, fmt="%d", offset=o)
             w.add("gpfs_perf_read_bytes_total", {**lb, "fs": c.fs_name}, counter(c.fs_read[n].sum(0), dt, rng),
                   kind="counter", fmt="%.0f", offset=o)
@@ -409,8 +420,15 @@ def _num(v) -> dict:
     return {"set": v is not None, "infinite": False, "number": int(v or 0)}
 
 
-def squeue(c: Cluster) -> dict:
-    """`squeue --json` as Slurm 24.11 (data_parser v0.0.42) prints it, trimmed to the fields that matter."""
+SLURM = {  # release -> (data_parser, micro)
+    "23.11": ("v0.0.40", "10"), "24.05": ("v0.0.41", "3"), "24.11": ("v0.0.42", "6"), "25.05": ("v0.0.43", "4")}
+
+
+def squeue(c: Cluster, release: str = "24.11") -> dict:
+    """`squeue --json` as that Slurm release prints it (job_resources changed shape in data_parser
+    v0.0.41), trimmed to the fields that matter."""
+    parser, micro = SLURM.get(release, SLURM["24.11"])
+    old = parser == "v0.0.40"
     jobs = []
     for j in c.jobs + c.pending:
         running = j.state == "RUNNING"
@@ -419,10 +437,26 @@ def squeue(c: Cluster) -> dict:
         for i, n in enumerate(j.nodes):
             idx = j.gpus.get(n, [])
             gres.append(f"gpu:{j.gpu_type}:{len(idx)}(IDX:{_ranges(idx)})" if idx else "")
-            allocation.append({"index": i, "name": c.names[n], "cpus": {"count": j.cpus_per_node, "used": j.cpus_per_node},
-                               "memory": {"used": 0, "allocated": 256000}})
+            if old:
+                allocation.append({"sockets": {"0": {"cores": {str(k): "allocated" for k in range(j.cpus_per_node)}}},
+                                   "nodename": c.names[n], "cpus_used": 0, "memory_used": 0,
+                                   "memory_allocated": 256000})
+            else:
+                allocation.append({"index": i, "name": c.names[n],
+                                   "cpus": {"count": j.cpus_per_node, "used": j.cpus_per_node},
+                                   "memory": {"used": 0, "allocated": 256000}})
         ngpu = sum(len(g) for g in j.gpus.values())
         count = len(nodes) if running else getattr(j, "node_count", 1)
+        if not running:
+            resources = {}
+        elif old:
+            resources = {"nodes": compress(nodes), "allocated_cores": j.cpus_per_node * len(nodes),
+                         "allocated_cpus": j.cpus_per_node * len(nodes), "allocated_hosts": len(nodes),
+                         "allocated_nodes": allocation}
+        else:
+            resources = {"select_type": ["CORE"], "nodes": {"count": len(nodes), "select_type": ["ONE_ROW"],
+                                                            "list": compress(nodes), "whole": False,
+                                                            "allocation": allocation}}
         rec = {
             "account": j.account, "batch_host": nodes[0] if nodes else "", "cluster": "catalogue",
             "gres_detail": gres, "group_name": j.user, "job_id": j.jobid, "name": j.name,
@@ -435,18 +469,16 @@ def squeue(c: Cluster) -> dict:
             "tres_alloc_str": (f"cpu={j.cpus_per_node * len(nodes)},mem={256 * len(nodes)}G,node={len(nodes)},"
                                f"billing={j.cpus_per_node * len(nodes)},gres/gpu={ngpu}") if running else "",
             "tres_req_str": f"cpu={j.cpus_per_node * max(count, 1)},node={count},gres/gpu={ngpu or 8 * count}",
-            "job_resources": ({"select_type": ["CORE"], "nodes": {"count": len(nodes), "select_type": ["ONE_ROW"],
-                                                                  "list": compress(nodes), "whole": False,
-                                                                  "allocation": allocation}} if running else {}),
-            "priority": _num(1000), "qos": "normal", "shared": [],
+            "job_resources": resources, "priority": _num(1000), "qos": "normal", "shared": [],
         }
         jobs.append(rec)
+    major, minor = release.split(".")
     return {"jobs": jobs, "last_backfill": _num(c.end - 20), "last_update": _num(c.end),
-            "meta": {"plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.42",
+            "meta": {"plugin": {"type": "", "name": "", "data_parser": f"data_parser/{parser}",
                                 "accounting_storage": "accounting_storage/slurmdbd"},
                      "client": {"source": "", "user": "root", "group": "root"}, "command": ["squeue", "--json"],
-                     "slurm": {"version": {"major": "24", "micro": "6", "minor": "11"}, "release": "24.11.6",
-                               "cluster": "catalogue"}},
+                     "slurm": {"version": {"major": major, "micro": micro, "minor": minor},
+                               "release": f"{release}.{micro}", "cluster": "catalogue"}},
             "errors": [], "warnings": []}
 
 
@@ -485,7 +517,7 @@ def render(b: Built, outdir: str, schema: str) -> str:
     with open(os.path.join(path, "metrics.om"), "w", encoding="utf-8") as f:
         f.write(w.text())
     with open(os.path.join(path, "squeue.json"), "w", encoding="utf-8") as f:
-        json.dump(squeue(c), f)
+        json.dump(squeue(c, b.params.get("slurm", "24.11")), f)
     with open(os.path.join(path, "bundle.json"), "w", encoding="utf-8") as f:
         json.dump({"start": c.start, "end": c.end + 2.0, "cluster": f"catalogue-{b.scenario.name}-{b.seed}"}, f)
     if c.topology:

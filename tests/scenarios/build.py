@@ -146,6 +146,7 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
     x = Ctx(c, rng)
     pl = Placer(c, rng)
     focus: list[Job] = []
+    co_tenant: Job | None = None
     painted: list[tuple[Job, object, str, str]] = []
 
     if sc.mig:
@@ -167,7 +168,14 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
         size = int(min(hi, room, 2 ** rng.integers(int(np.log2(lo)), int(np.log2(hi)) + 1)))
         size = max(lo, size)
         age = rng.uniform(180, 540) if sc.name == "ok_warmup" else None
-        fj = pl.job(pl.block(size) or pl.block(lo), age=age)
+        if sc.can_share and size == 1 and c.G >= 4 and rng.random() < 0.4:
+            # the stalled job holds part of a node; a healthy job works on the rest of its GPUs
+            n = pl.block(1)[0]
+            k = int(rng.choice([c.G // 4, c.G // 2, 3 * c.G // 4]))
+            fj = pl.job([n], {n: list(range(k))}, age=age)
+            co_tenant = pl.job([n], {n: list(range(k, c.G))})
+        else:
+            fj = pl.job(pl.block(size) or pl.block(lo), age=age)
         painted.append((fj, sc.paint, sc.name, sc.signature))
         focus.append(fj)
 
@@ -182,6 +190,10 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
         if sc.name == "io_target_slow":
             x.avoid_targets.add(c.targets.index(info["culprit"]))
     truths_out += focus
+    if co_tenant is not None:
+        co_tenant.truth = {"expected": "progressing", "scenario": "ok_shared_nodes", "signature": "shared-node",
+                           "focus": False, **_healthy(steady)(x, co_tenant)}
+        truths_out.append(co_tenant)
 
     # healthy neighbours on the rest of the cluster, a shared node and a MIG node now and then
     if not sc.mig and c.mig_nodes:

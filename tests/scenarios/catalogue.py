@@ -114,6 +114,7 @@ class Scenario:
     fs: str = ""  # "lustre" or "gpfs" when the scenario needs one
     mig: bool = False
     shared: bool = False
+    can_share: bool = False  # a one-node focus job may share its node with a healthy job
 
 
 @dataclass
@@ -537,7 +538,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("io_loader_bound", "stalled_io", "loader-bound",
       "Data loaders cannot keep up: readers block (PSI io some 25-80%, iowait, tasks in D state), read rate falls "
       "below the job's own past, GPUs starve (util and SM low, memory held).",
-      ("psi", "procstat", "lustre-osc", "gpfs-mmpmon", "dcgm-fields"), io_loader_bound, (1, 8)),
+      ("psi", "procstat", "lustre-osc", "gpfs-mmpmon", "dcgm-fields"), io_loader_bound, (1, 8), can_share=True),
     S("io_target_slow", "stalled_io", "target-slow",
       "One OST answers 20-200x slower than its peers (ost_read service time, RPCs in flight pile up); every read "
       "touches that stripe, so the job's reads and GPUs crawl while its readers wait.",
@@ -557,19 +558,19 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("hung_nccl", "hung", "nccl-hang",
       "A collective never completes: NCCL kernels spin forever (GPU_UTIL 100%, SM activity ~0), no fabric traffic, "
       "no I/O, until NCCL's watchdog timeout (if any) kills it.",
-      ("nccl-spin", "torch-nccl-env", "dcgm-fields"), hung_nccl, (1, 16)),
+      ("nccl-spin", "torch-nccl-env", "dcgm-fields"), hung_nccl, (1, 16), can_share=True),
     S("hung_deadlock", "hung", "deadlock-idle",
       "The whole job deadlocks on the host (every rank blocked): GPU memory still held with a context (P0), "
       "utilisation 0, no traffic, no I/O, CPUs idle.",
-      ("dcgm-fields", "nvml-idle", "psi"), hung_deadlock, (1, 16)),
+      ("dcgm-fields", "nvml-idle", "psi"), hung_deadlock, (1, 16), can_share=True),
     S("idle_never_used", "idle_gpus", "never-used",
       "A job holds GPUs it never touches: framebuffer at the driver's idle level, 0% all window, no process, P8; "
       "its node reads files at its usual pace for CPU-side work.",
-      ("nvml-idle", "dcgm-fields", "slurm-gres"), idle_never_used, (1, 4)),
+      ("nvml-idle", "dcgm-fields", "slurm-gres"), idle_never_used, (1, 4), can_share=True),
     S("idle_left", "idle_gpus", "left-idle",
       "GPUs used then left at 0%: the processes exit and memory returns to the idle level while the job keeps "
       "running, or half of a job's GPUs stay unused while the others work.",
-      ("nvml-idle", "dcgm-fields"), idle_left, (1, 4)),
+      ("nvml-idle", "dcgm-fields"), idle_left, (1, 4), can_share=True),
     S("ok_checkpoint", "progressing", "checkpoint",
       "Periodic checkpoints: GPUs pause 30-120 s (memory held) while the nodes write at GB/s and writers block on "
       "writeback (PSI io up); training resumes after each.",

@@ -204,6 +204,11 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                   fmt="%.0f", offset=o)
             w.add("gangwatch_gpfs_write_bytes_total", lf, counter(c.fs_write[n].sum(0), dt, rng), kind="counter",
                   fmt="%.0f", offset=o)
+            count, longest = _gpfs_waiters(c, n, rng)
+            w.add("gangwatch_gpfs_waiters_by_thread", {**base, "thread": "WorkerThread"}, count, fmt="%d", offset=o)
+            w.add("gangwatch_gpfs_waiters_by_reason", {**base, "reason": "for NSD I/O completion"}, count, fmt="%d",
+                  offset=o)
+            w.add("gangwatch_gpfs_waiter_longest_seconds", base, longest, fmt="%.4f", offset=o)
 
 
 def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, names: dict) -> None:
@@ -375,11 +380,21 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                   kind="counter", fmt="%.0f", offset=o)
             w.add("gpfs_perf_write_bytes_total", {**lb, "fs": c.fs_name}, counter(c.fs_write[n].sum(0), dt, rng),
                   kind="counter", fmt="%.0f", offset=o)
+            count, _ = _gpfs_waiters(c, n, rng)
+            w.add("gpfs_waiter_info_count", {**lb, "waiter": "WorkerThread"}, count, fmt="%d", offset=o)
             for op, arr in (("reads", c.fs_read[n].sum(0) / (1 << 20)), ("writes", c.fs_write[n].sum(0) / (1 << 20))):
                 w.add("gpfs_perf_operations_total", {**lb, "fs": c.fs_name, "operation": op}, counter(arr, dt, rng),
                       kind="counter", fmt="%.0f", offset=o)
     if c.fs == "lustre":
         _oss(w, b, rng)
+
+
+def _gpfs_waiters(c: Cluster, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """mmdiag --waiters: reader threads blocked 'for NSD I/O completion' grow with the node's I/O
+    pressure (the same stalls PSI counts), and so does the longest wait."""
+    count = rng.poisson(c.psi_io[n] * 40).astype(float)
+    longest = np.where(count > 0, c.psi_io[n] * rng.uniform(0.5, 8, c.T), 0.0)
+    return count, longest
 
 
 def _norm(depth: np.ndarray) -> np.ndarray:

@@ -61,7 +61,9 @@ def gpu(c: Cluster, job: Job, m: np.ndarray, *, util: float, sm: float, tensor: 
         return
     for n, g in cells(job, only):
         j = c.jitter(n_t, noise)
-        c.util[n, g, m] = np.clip(util * (1 + (j - 1) * 0.3), 0, 1) if util < 0.985 else np.clip(util + (j - 1) * 0.01, 0, 1)
+        # a saturated duty cycle (a resident kernel) barely moves; a partial one wanders with the work
+        spread = 0.01 if util >= 0.985 else 0.3 * util
+        c.util[n, g, m] = np.clip(util + (j - 1) * spread, 0, 1)
         c.sm[n, g, m] = np.clip(sm * j, 0, 1)
         c.gr[n, g, m] = np.clip(np.maximum(c.util[n, g, m] * 0.98, c.sm[n, g, m]), 0, 1)
         c.tensor[n, g, m] = np.clip(tensor * j, 0, 1)
@@ -76,7 +78,7 @@ def gpu(c: Cluster, job: Job, m: np.ndarray, *, util: float, sm: float, tensor: 
             c.clock[n, g, m] = np.round(md.max_sm_mhz * np.clip(clock_frac * c.jitter(n_t, 0.2), 0.2, 1.0) / 15) * 15
         c.temp[n, g, m] = 32 + 48 * np.clip(power_frac, 0, 1) + c.rng.normal(0, 1.5, n_t)
         thr = np.full(n_t, throttle, dtype=np.int64)
-        if procs == 0 and util < 0.01:
+        if util < 0.01:  # NVML reports GpuIdle whenever nothing runs, context or not
             thr |= THR_IDLE
         c.throttle[n, g, m] = thr
         c.procs[n, g, m] = procs

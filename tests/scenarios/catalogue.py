@@ -247,6 +247,13 @@ def _before(x: Ctx, job: Job, t: float) -> B.Workload:
     return w
 
 
+def _fault(x: Ctx, job: Job) -> tuple[float, B.Workload, np.ndarray]:
+    """Healthy training up to a drawn onset; returns the onset, the job's workload and the mask after it."""
+    t = x.onset()
+    w = _before(x, job, t)
+    return t, w, x.c.mask(t) & x.live(job)
+
+
 def _hot_port(x: Ctx, job: Job) -> tuple[int, int]:
     return int(x.rng.choice(job.nodes)), int(x.rng.integers(x.c.P))
 
@@ -264,41 +271,39 @@ def _job_ports_wait(x: Ctx, job: Job, m, level: float, hot: tuple[int, int]) -> 
             B.net(c, job, m, frac=0.0, wait_frac=min(level * mult, 0.95), nodes=[n], ports=[p])
 
 
+def _congested(x: Ctx, job: Job, m, w: B.Workload, t: float, traffic: float) -> dict:
+    """The job's data rate falls to `traffic` of its own; its ports wait 100-1000x the typical node's
+    (set once the neighbours are painted), one hot port most."""
+    B.net(x.c, job, m, frac=w.ib_frac * traffic, wait_frac=0.0)
+    hot = _hot_port(x, job)
+    mult = x.rng.uniform(100, 1000)
+    x.later.append(lambda: _job_ports_wait(x, job, m, x.typical_wait() * mult, hot))
+    return {"culprit": port(x.c, *hot), "culprit_kind": "port", "onset": t,
+            "culprit_alternates": _port_alternates(x.c, job, *hot)}
+
+
 def net_nccl_spin(x: Ctx, job: Job) -> dict:
     c, rng = x.c, x.rng
-    t = x.onset()
-    w = _before(x, job, t)
-    m = c.mask(t) & x.live(job)
+    t, w, m = _fault(x, job)
     B.gpu(c, job, m, util=rng.uniform(0.97, 1.0), sm=rng.uniform(0.01, 0.1), tensor=0.0, dram=0.02,
           power_frac=rng.uniform(0.12, 0.3), fb_mib=w.fb_frac * c.model.fb_mib)
-    B.net(c, job, m, frac=w.ib_frac * rng.uniform(0.02, 0.25), wait_frac=0.0)
-    hot = _hot_port(x, job)
-    mult = rng.uniform(100, 1000)
-    x.later.append(lambda: _job_ports_wait(x, job, m, x.typical_wait() * mult, hot))
+    truth = _congested(x, job, m, w, t, rng.uniform(0.02, 0.25))
     B.fs(c, job, m, read_bps=w.read_bps * 0.05, targets=w.targets)
     B.host(c, job, m, user=w.cpu_user * 0.5, psi_io=0.003)
-    return {"culprit": port(c, *hot), "culprit_kind": "port", "onset": t,
-            "culprit_alternates": _port_alternates(c, job, *hot)}
+    return truth
 
 
 def net_host_wait(x: Ctx, job: Job) -> dict:
     c, rng = x.c, x.rng
-    t = x.onset()
-    w = _before(x, job, t)
-    m = c.mask(t) & x.live(job)
+    t, w, m = _fault(x, job)
     B.gpu(c, job, m, util=rng.uniform(0.0, 0.08), sm=rng.uniform(0.0, 0.03), tensor=0.0, dram=0.01,
           power_frac=rng.uniform(0.04, 0.1), fb_mib=w.fb_frac * c.model.fb_mib)
-    B.net(c, job, m, frac=w.ib_frac * rng.uniform(0.03, 0.2), wait_frac=0.0)
-    hot = _hot_port(x, job)
-    mult = rng.uniform(100, 1000)
-    x.later.append(lambda: _job_ports_wait(x, job, m, x.typical_wait() * mult, hot))
+    truth = _congested(x, job, m, w, t, rng.uniform(0.03, 0.2))
     # progress slowed, so the loaders read less, but nobody waits on storage
     B.fs(c, job, m, read_bps=w.read_bps * rng.uniform(0.03, 0.2), targets=w.targets)
     B.host(c, job, m, user=rng.uniform(0.08, 0.4), sys=rng.uniform(0.03, 0.12), psi_io=0.002)
-    return {"culprit": port(c, *hot), "culprit_kind": "port", "onset": t,
-            "culprit_alternates": _port_alternates(c, job, *hot),
-            "note": rng.choice(["gloo over IPoIB", "MPI host-staged allreduce", "parameter-server incast",
-                                "NCCL_BLOCKING_WAIT host wait"])}
+    how = ("gloo over IPoIB", "MPI host-staged allreduce", "parameter-server incast", "NCCL_BLOCKING_WAIT host wait")
+    return {**truth, "note": how[int(rng.integers(len(how)))]}
 
 
 def net_flapping_link(x: Ctx, job: Job) -> dict:
@@ -341,9 +346,7 @@ def _starve(x: Ctx, job: Job, w: B.Workload, m, progress: float) -> None:
 
 def io_loader_bound(x: Ctx, job: Job) -> dict:
     c, rng = x.c, x.rng
-    t = x.onset()
-    w = _before(x, job, t)
-    m = c.mask(t) & x.live(job)
+    t, w, m = _fault(x, job)
     progress = rng.uniform(0.1, 0.45)
     _starve(x, job, w, m, progress)
     B.fs(c, job, m, read_bps=w.read_bps * rng.uniform(0.12, 0.5), targets=w.targets)
@@ -459,9 +462,7 @@ def strag_slow_nic(x: Ctx, job: Job) -> dict:
 
 def hung_nccl(x: Ctx, job: Job) -> dict:
     c, rng = x.c, x.rng
-    t = x.onset()
-    w = _before(x, job, t)
-    m = c.mask(t) & x.live(job)
+    t, w, m = _fault(x, job)
     B.gpu(c, job, m, util=1.0, sm=rng.uniform(0.0, 0.02), tensor=0.0, dram=0.0, power_frac=rng.uniform(0.08, 0.2),
           fb_mib=w.fb_frac * c.model.fb_mib)
     # one proxy thread per rank spins on the CPU; nothing moves on the fabric or the filesystem
@@ -471,9 +472,7 @@ def hung_nccl(x: Ctx, job: Job) -> dict:
 
 def hung_deadlock(x: Ctx, job: Job) -> dict:
     c, rng = x.c, x.rng
-    t = x.onset()
-    w = _before(x, job, t)
-    m = c.mask(t) & x.live(job)
+    t, w, m = _fault(x, job)
     B.hold_idle_gpu(c, job, m, w)
     return {"culprit": str(job.jobid), "culprit_kind": "job", "onset": t}
 

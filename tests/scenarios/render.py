@@ -231,7 +231,6 @@ def _host(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, *, cpu: str,
     ncpu = 4  # fewer CPUs than the node has, same node-wide fractions: keeps bundles small
     user, sys, iow = c.cpu_user[n], c.cpu_sys[n], c.cpu_iowait[n]
     soft = np.full(c.T, 0.003)
-    idle = np.clip(1 - user - sys - iow - soft, 0, 1)
     # spread the node's busy fractions over its CPUs unevenly, as schedulers do
     weights = rng.dirichlet(np.full(ncpu, 4.0)) * ncpu
     for i in range(ncpu):
@@ -242,7 +241,6 @@ def _host(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, *, cpu: str,
         for mode in CPU_MODES:
             w.add(cpu, {**base, "cpu": str(i), "mode": mode},
                   float(rng.uniform(1e4, 1e6)) + np.cumsum(parts[mode] * dt), kind="counter", fmt="%.2f", offset=o)
-    del idle
     for res, kind, arr in (("io", "waiting", c.psi_io[n]), ("io", "stalled", c.psi_io_full[n]),
                            ("cpu", "waiting", c.psi_cpu[n]), ("memory", "waiting", c.psi_mem[n]),
                            ("memory", "stalled", c.psi_mem[n])):

@@ -149,12 +149,22 @@ def lustre_latency(c: Cluster, job: Job, m: np.ndarray, w: Workload) -> None:
 
 
 def train(c: Cluster, job: Job, w: Workload, m: np.ndarray, scale: float = 1.0) -> None:
-    """One steady training period: GPUs busy, gradients on the fabric, data read, loaders on CPUs."""
+    """One steady training period: GPUs busy, gradients on the fabric, data read, loaders on CPUs,
+    with the odd one-scrape hiccup (garbage collection, a slow batch, logging) that healthy jobs show."""
     train_gpu(c, job, w, m, scale)
     net(c, job, m, frac=w.ib_frac * scale, wait_frac=w.wait_frac)
     fs(c, job, m, read_bps=w.read_bps * scale, write_bps=w.write_bps, targets=w.targets)
     host(c, job, m, user=w.cpu_user, psi_io=0.004, iowait=0.002)
     lustre_latency(c, job, m, w)
+    idx = np.flatnonzero(m)
+    hiccups = idx[c.rng.random(len(idx)) < 0.02]
+    if len(hiccups):
+        dip = c.rng.uniform(0.4, 0.85, len(hiccups))
+        for n, g in cells(job):
+            c.util[n, g, hiccups] *= (1 + dip) / 2  # kernels still ran for part of the period
+            c.sm[n, g, hiccups] *= dip
+        for n in job.nodes:
+            c.ib_tx[n][:, hiccups] *= dip
 
 
 def hold_idle_gpu(c: Cluster, job: Job, m: np.ndarray, w: Workload, *, only=None) -> None:

@@ -6,9 +6,9 @@ import argparse
 import sys
 import time
 
-from .build import build_all
+from . import write
 from .catalogue import SCENARIOS, citations, table
-from .render import SCHEMAS, render
+from .render import SCHEMAS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,12 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("OUTDIR is required")
     schemas = SCHEMAS if a.schema == "both" else (a.schema,)
     t0 = time.perf_counter()
-    count = 0
-    for b in build_all(a.seeds, a.only, max(8, a.max_nodes)):
-        for schema in schemas:
-            print(render(b, a.outdir, schema))
-            count += 1
-    print(f"{count} bundles in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    paths = write(a.outdir, a.seeds, schemas, a.only, max(8, a.max_nodes))
+    print("\n".join(paths))
+    print(f"{len(paths)} bundles in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
 
 

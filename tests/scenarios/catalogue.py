@@ -467,6 +467,12 @@ def hung_nccl(x: Ctx, job: Job) -> dict:
           fb_mib=w.fb_frac * c.model.fb_mib)
     # one proxy thread per rank spins on the CPU; nothing moves on the fabric or the filesystem
     B.host(c, job, m, user=len(next(iter(job.gpus.values()))) / c.cpus, psi_io=0.0)
+    if len(job.nodes) > 1 and rng.random() < 0.3:
+        # one node's ranks died (OOM, segfault) and freed their GPUs; the survivors wait on them forever
+        n = int(rng.choice(job.nodes))
+        B.no_gpu_use(c, job, m, only={n: job.gpus[n]})
+        return {"culprit": str(job.jobid), "culprit_kind": "job", "onset": t, "culprit_alternates": [c.names[n]],
+                "note": f"ranks on {c.names[n]} exited, the rest spin"}
     return {"culprit": str(job.jobid), "culprit_kind": "job", "onset": t}
 
 
@@ -556,7 +562,8 @@ SCENARIOS: tuple[Scenario, ...] = (
       ("ib-width", "ib-linkerr", "ib-xmitwait"), strag_slow_nic, (2, 16)),
     S("hung_nccl", "hung", "nccl-hang",
       "A collective never completes: NCCL kernels spin forever (GPU_UTIL 100%, SM activity ~0), no fabric traffic, "
-      "no I/O, until NCCL's watchdog timeout (if any) kills it.",
+      "no I/O, until a watchdog timeout (if any) kills it; sometimes because one node's ranks died and freed their "
+      "GPUs while the others spin.",
       ("nccl-spin", "torch-nccl-env", "dcgm-fields"), hung_nccl, (1, 16), can_share=True),
     S("hung_deadlock", "hung", "deadlock-idle",
       "The whole job deadlocks on the host (every rank blocked): GPU memory still held with a context (P0), "

@@ -118,6 +118,9 @@ def violations(b: Built) -> list[str]:
             peers = [c.names.index(x) for x in t["nodes"] if x != t["culprit"]]
             need(all((c.ib_rate[q][:, post] == c.link_bytes).all() for q in peers), "peer link degraded")
         elif sig == "nccl-hang":
+            dead = set(t["culprit_alternates"])  # a node whose ranks exited: its GPUs are free, not spinning
+            live_cells = {(n, g) for n, gs in t["gpus"].items() if n not in dead for g in gs}
+            util, sm = _gpu(c, t, c.util, post, live_cells), _gpu(c, t, c.sm, post, live_cells)
             need(_mean(util) >= 0.95 and _mean(sm) <= 0.03, f"util {_mean(util):.2f} / SM {_mean(sm):.2f}")
             need(shared or tx_post.mean() <= 1e5 + c.fs_read[rows][:, :, post].sum(1).mean(), "traffic during a hang")
         elif sig == "deadlock-idle":

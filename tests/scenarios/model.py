@@ -45,6 +45,7 @@ GPU_MODELS: tuple[GpuModel, ...] = (
     GpuModel("a800", "NVIDIA A800-SXM4-80GB", 400, 58, 1410, 210, 1593, 81920, 108, 87,
              (("1g.10gb", 7), ("2g.20gb", 3))),
     GpuModel("l40s", "NVIDIA L40S", 350, 32, 2520, 210, 9001, 46068, 142, 88),
+    GpuModel("v100", "Tesla V100-SXM2-32GB", 300, 42, 1530, 135, 877, 32768, 80, 83),
 )
 
 # Throttle ("clocks event") reason bits, nvmlClocksEventReason* / DCGM_CLOCKS_EVENT_REASON_*.

@@ -259,7 +259,8 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     dt = c.interval
     own = _gpu_owner(c)
     mig = getattr(c, "mig_layout", {})
-    host_label = "Hostname" if rng.random() < 0.75 else "hostname"
+    # released dcgm-exporter says Hostname, its HEAD hostname; --no-hostname leaves only the scrape's instance
+    host_label = str(rng.choice(["Hostname", "hostname", ""], p=[0.7, 0.2, 0.1]))
     dom = b.params.get("domain", "")
     domain = dom if rng.random() < 0.5 else ""  # dcgm-exporter reports the node's own hostname
     driver = str(rng.choice(["535.129.03", "550.90.07", "570.124.06"]))
@@ -280,7 +281,8 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
             lg = {"gpu": str(g), "UUID": _uuid(rng, c, n, g), "device": f"nvidia{g}", "modelName": c.model.name}
             if pci:
                 lg["pci_bus_id"] = f"00000000:{0x18 + 0x10 * g:02X}:00.0"
-            lg[host_label] = host + domain
+            if host_label:
+                lg[host_label] = host + domain
             lg["DCGM_FI_DRIVER_VERSION"] = driver
             lg.update({"instance": f"{host}{dom}:9400", "job": "dcgm"})
             instances = [(gi, prof) for (gg, gi, prof) in mig.get(n, []) if gg == g] or [(None, None)]

@@ -23,7 +23,7 @@ from tests.scenarios.checks import violations
 from tests.scenarios.render import SCHEMAS, render
 
 SEEDS = (0, 1)
-MAX_NODES, WINDOW_S = 8, 300.0  # the catalogue draws 8-64 nodes over 20 min; form does not depend on size
+MAX_NODES, WINDOW_S = 8, 300.0  # the catalogue draws 8-64 nodes over 15-25 min; form does not depend on size
 
 
 def test_catalogue_covers_every_cause_twice():

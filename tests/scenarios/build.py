@@ -29,13 +29,15 @@ def _seed(scenario: Scenario, seed: int) -> int:
 
 
 def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
-                 window_s: float = WINDOW_S) -> tuple[Cluster, dict]:
+                 window_s: float | None = None) -> tuple[Cluster, dict]:
     models = [m for m in GPU_MODELS if m.mig_profiles] if sc.mig else list(GPU_MODELS)
     model = models[int(rng.integers(len(models)))]
     gpus = int(rng.choice([4, 8]))
     # 8-64 nodes, small clusters likelier (bundles grow with nodes x GPUs x steps); max_nodes caps it
     nodes = min(max_nodes, int(round(8 * 2 ** (3 * rng.uniform(0, 1) ** 2))))
     interval = float(rng.choice([10, 15, 30]))
+    if window_s is None:  # how much past a capture holds varies too
+        window_s = float(rng.choice([900.0, WINDOW_S, 1500.0]))
     steps = int(window_s // interval) + 1
     end = float(BASE_EPOCH + int(rng.integers(0, 30_000_000)) // 30 * 30)
     ports = int(rng.choice([1, 2, 4] if gpus == 4 else [2, 4, 8]))
@@ -56,6 +58,7 @@ def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
                 throttle_field=bool(rng.random() < 0.5), leaf_size=leaf, topology=bool(rng.random() < 0.7),
                 mig_nodes=mig_nodes)
     c.lnet_ib = bool(rng.random() < 0.6)
+    params["missed_scrapes"] = float(rng.choice([0.0, 0.005, 0.02]))  # share of a target's scrapes lost
     params.update(lnet_ib=c.lnet_ib, slurm=str(rng.choice(["23.11", "24.05", "24.11", "25.05"])),
                   domain=str(rng.choice(["", "", ".cluster.local", ".hpc.example.org"])))
     params.update(noise=round(c.noise, 3), osts=c.K, cpus=c.cpus, throttle_field=c.throttle_field,
@@ -139,8 +142,8 @@ def paint_mig(x: Ctx, pl: Placer, n: int) -> list[dict]:
     return truths
 
 
-def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW_S) -> Built:
-    """`window_s` shorter than the default scales fault onsets into it (tests use this for speed)."""
+def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float | None = None) -> Built:
+    """`window_s`: None draws 15-25 min; a short one scales fault onsets into it (tests, for speed)."""
     rng = np.random.default_rng(_seed(sc, seed))
     c, params = draw_cluster(rng, sc, max_nodes, window_s)
     x = Ctx(c, rng)
@@ -252,7 +255,7 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float = WINDOW
     return Built(sc, seed, c, truth, params)
 
 
-def build_all(seeds: int = 1, names: list[str] | None = None, max_nodes: int = 64, window_s: float = WINDOW_S):
+def build_all(seeds: int = 1, names: list[str] | None = None, max_nodes: int = 64, window_s: float | None = None):
     for sc in SCENARIOS:
         if names and sc.name not in names:
             continue

@@ -38,9 +38,22 @@ IO_TIME_BUCKETS_MS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 class Writer:
     """OpenMetrics text, one contiguous block per family, timestamps in seconds."""
 
-    def __init__(self, times: np.ndarray):
+    def __init__(self, times: np.ndarray, rng: np.random.Generator | None = None, miss: float = 0.0):
         self.times = times
         self.fams: dict[str, tuple[str, list[str]]] = {}
+        self.rng, self.miss = rng, miss
+        self.up: dict[str, np.ndarray] = {}  # per scrape target: scrapes that succeeded
+
+    def target_up(self, instance: str) -> np.ndarray:
+        """A target's failed scrapes (timeouts, restarts) lose all its series at once, as in Prometheus."""
+        up = self.up.get(instance)
+        if up is None:
+            up = np.ones(len(self.times), bool)
+            if self.rng is not None and self.miss > 0:
+                up &= self.rng.random(len(self.times)) >= self.miss
+                up[-1] = True  # the capture's last scrape is there (keeps "now" defined for every target)
+            self.up[instance] = up
+        return up
 
     def add(self, name: str, labels: dict, values, *, kind: str = "gauge", fmt: str = "%.6g",
             offset: float = 0.0, mask: np.ndarray | None = None) -> None:
@@ -52,6 +65,8 @@ class Writer:
         keep = ~np.isnan(vals)
         if mask is not None:
             keep &= mask
+        if "instance" in labels:
+            keep &= self.target_up(labels["instance"])
         if not keep.any():
             return
         head = name + format_labels(labels) + " "
@@ -525,7 +540,7 @@ def render(b: Built, outdir: str, schema: str) -> str:
     c = b.cluster
     rng = np.random.default_rng([b.seed, SCHEMAS.index(schema), len(b.scenario.name)])
     offs = np.round(rng.uniform(0, min(2.0, c.interval / 5), c.N), 3)
-    w = Writer(c.times)
+    w = Writer(c.times, rng, b.params.get("missed_scrapes", 0.0))
     (render_gangwatch if schema == "gangwatch" else render_exporters)(b, w, rng, offs)
     path = os.path.join(outdir, f"{b.scenario.name}-s{b.seed}-{schema}")
     os.makedirs(path, exist_ok=True)

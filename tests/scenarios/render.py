@@ -123,6 +123,7 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     mib = float(1 << 20)
     mig = getattr(c, "mig_layout", {})
     dom = b.params.get("domain", "")
+    starts = {j.jobid: j.start for j in c.jobs}
     for n, host in enumerate(c.names):
         base = {"instance": f"{host}{dom}:9810", "job": "gangwatch"}
         o = offs[n]
@@ -187,9 +188,9 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
               psi=lambda res, kind: (f"gangwatch_pressure_{kind}_seconds_total", {"resource": res}),
               blocked="gangwatch_node_procs_blocked", net="gangwatch_network_{}_bytes_total")
         for (jid, jn), arr in c.job_psi.items():
-            if jn == n:
+            if jn == n:  # the job's cgroup exists from its start
                 w.add("gangwatch_job_pressure_waiting_seconds_total", {**base, "jobid": str(jid), "resource": "io"},
-                      counter(arr, dt, rng, 0.0) / 1.0, kind="counter", fmt="%.3f", offset=o)
+                      np.cumsum(arr * dt), kind="counter", fmt="%.3f", offset=o, mask=c.times >= starts[jid])
         if c.fs == "lustre":
             lt = {**base, "fs": c.fs_name, "type": "osc"}
             for k, tgt in enumerate(c.targets):

@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from . import behaviours as B
-from .model import GPU_MODELS, IB_LINKS, Cluster, Job
+from .model import IB_LINKS, Cluster, Job
 
 WINDOW_S = 1200.0
 TYPICAL_WAIT = 10 ** -3.5  # median healthy PortXmitWait fraction drawn by draw_workload
@@ -477,9 +477,8 @@ def hung_nccl(x: Ctx, job: Job) -> dict:
 
 
 def hung_deadlock(x: Ctx, job: Job) -> dict:
-    c, rng = x.c, x.rng
     t, w, m = _fault(x, job)
-    B.hold_idle_gpu(c, job, m, w)
+    B.hold_idle_gpu(x.c, job, m, w)  # every rank blocked on the host: contexts and memory stay, no kernel runs
     return {"culprit": str(job.jobid), "culprit_kind": "job", "onset": t}
 
 

@@ -435,18 +435,25 @@ def strag_power_cap(x: Ctx, job: Job) -> dict:
 
 def strag_slow_nic(x: Ctx, job: Job) -> dict:
     c, rng = x.c, x.rng
-    w = x.workload(job, ib_frac=rng.uniform(0.45, 0.75))
+    full_width, full_speed, _ = IB_LINKS[c.link]
+    lanes = int(full_width[0])
+    slower = {"NDR": "HDR", "HDR": "EDR"}[full_speed]  # one lane-speed generation down halves the rate
+    options = [(1 / lanes, "1X", full_speed), (0.5, full_width, slower)]
+    if lanes == 4:
+        options.append((0.5, "2X", full_speed))
+    ratio, width, speed = options[int(rng.integers(len(options)))]
+    # a communication-bound job, whose traffic needs more than the degraded link carries
+    w = x.workload(job, ib_frac=rng.uniform(min(0.8, ratio * 1.25), 0.85))
     from_start = rng.random() < 0.4
     t = job.start if from_start else x.onset()
     if not from_start:
         B.train(c, job, w, x.live(job) & c.mask(None, t))
     n = int(rng.choice(job.nodes))
-    ratio, (width, speed) = (0.25, ("1X", IB_LINKS[c.link][1])) if rng.random() < 0.5 else (0.5, ("2X", IB_LINKS[c.link][1]))
     m = c.mask(t) & x.live(job)
     c.ib_rate[n][:, m] = c.link_bytes * ratio
     c.ib_width[n] = [width] * c.P
     c.ib_speed[n] = [speed] * c.P
-    pace = min(0.9, ratio * 0.95 / w.ib_frac)
+    pace = ratio * 0.95 / w.ib_frac
     _gang_paced(x, job, w, m, pace, {})
     # the slow node's ports run flat out at their trained rate; peers back up behind them
     B.net(c, job, m, frac=0.0, wait_frac=w.wait_frac * rng.uniform(3, 10), nodes=[q for q in job.nodes if q != n])
@@ -556,8 +563,9 @@ SCENARIOS: tuple[Scenario, ...] = (
       "down, SwPowerCap / HwPowerBrake bits; the gang paces at it.",
       ("nvml-power", "nvml-throttle", "dcgm-fields"), strag_power_cap, (2, 16)),
     S("strag_slow_nic", "straggler", "slow-nic",
-      "One node's HCA trained at 1X or 2X width: its ports carry at most that rate and run flat out; the peers wait "
-      "for it in every collective (lower SM activity, data rate paced by the slow node).",
+      "One node's HCA trained at 1X or 2X width or a lane speed down (NDR->HDR, HDR->EDR): its ports carry at most "
+      "that rate and run flat out; the peers wait for it in every collective (lower SM activity, data rate paced "
+      "by the slow node).",
       ("ib-width", "ib-linkerr", "ib-xmitwait"), strag_slow_nic, (2, 16)),
     S("hung_nccl", "hung", "nccl-hang",
       "A collective never completes: NCCL kernels spin forever (GPU_UTIL 100%, SM activity ~0), no fabric traffic, "

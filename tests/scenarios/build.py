@@ -13,6 +13,7 @@ from .model import GPU_MODELS, IB_LINKS, Cluster, Job
 
 USERS = ("alice", "bob", "chen", "dana", "emre", "fatima", "gita", "hugo", "ines", "jamal")
 BASE_EPOCH = 1_790_000_000
+NAME_FORMATS = ("node{:04d}", "gpu{:03d}", "nid{:06d}", "hgx-{:03d}", "g{:04d}")  # sites name nodes their own way
 
 
 @dataclass
@@ -56,7 +57,7 @@ def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
                 link=link, osts=int(rng.integers(4, 13)), fs=fs, fs_name=fs_name, prof=prof,
                 cpus=int(rng.choice([16, 24, 32])), noise=float(rng.uniform(0.02, 0.08)), idle_fb_mib=idle_fb,
                 throttle_field=bool(rng.random() < 0.5), leaf_size=leaf, topology=bool(rng.random() < 0.7),
-                mig_nodes=mig_nodes)
+                mig_nodes=mig_nodes, name_format=str(rng.choice(NAME_FORMATS)))
     c.lnet_ib = bool(rng.random() < 0.6)
     params["missed_scrapes"] = float(rng.choice([0.0, 0.005, 0.02]))  # share of a target's scrapes lost
     params.update(lnet_ib=c.lnet_ib, slurm=str(rng.choice(["23.11", "24.05", "24.11", "25.05"])),

@@ -40,9 +40,35 @@ def _parse_port(name: str) -> tuple[str, str]:
     return node, rest.split("/")[0]
 
 
+def culprit_problem(c: Cluster, t: dict) -> str | None:
+    """Is the truth's culprit named by the conventions in README.md, and does it exist?"""
+    kind, name = t.get("culprit_kind"), t.get("culprit")
+    if t["expected"] == "progressing":
+        return None if name is None and kind is None else "a healthy job has a culprit"
+    if kind == "job":
+        ok = name == t["jobid"]
+    elif kind == "node":
+        ok = name in t["nodes"]
+    elif kind == "gpu":
+        node, _, g = name.rpartition(":gpu")
+        ok = node in t["nodes"] and g.isdigit() and int(g) in t["gpus"][node]
+    elif kind == "port":
+        node, _, rest = name.partition(":")
+        dev, _, p = rest.partition("/")
+        ok = node in t["nodes"] and dev in c.devices and p == "1"
+    elif kind == "target":
+        ok = name in c.targets
+    elif kind == "filesystem":
+        ok = name == c.fs_name
+    else:
+        ok = False
+    return None if ok else f"culprit {name!r} ({kind}) breaks the conventions"
+
+
 def violations(b: Built) -> list[str]:
     c = b.cluster
-    out: list[str] = []
+    out: list[str] = [f"{b.scenario.name}/{b.seed} job {t['jobid']}: {p}" for t in b.truth
+                      if (p := culprit_problem(c, t))]
     for t in b.truth:
         if not t.get("focus"):
             continue

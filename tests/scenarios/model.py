@@ -85,7 +85,7 @@ class Cluster:
     def __init__(self, rng: np.random.Generator, *, nodes: int, gpus: int, model: GpuModel, interval: float,
                  steps: int, end: float, ports: int, link: str, osts: int, fs: str, fs_name: str, prof: str,
                  cpus: int, noise: float, idle_fb_mib: float, throttle_field: bool, leaf_size: int,
-                 topology: bool, mig_nodes: tuple[int, ...] = ()):
+                 topology: bool, mig_nodes: tuple[int, ...] = (), name_format: str = "node{:04d}"):
         self.rng = rng
         self.N, self.G, self.P, self.K, self.T = nodes, gpus, ports, osts, steps
         self.model, self.interval, self.end = model, interval, end
@@ -97,7 +97,7 @@ class Cluster:
         self.idle_fb_mib, self.throttle_field = idle_fb_mib, throttle_field
         self.leaf_size, self.topology = leaf_size, topology
         self.mig_nodes = set(mig_nodes)
-        self.names = [f"node{i + 1:04d}" for i in range(nodes)]
+        self.names = [name_format.format(i + 1) for i in range(nodes)]
         self.leaf_of = [f"leaf{i // leaf_size + 1:02d}" for i in range(nodes)]
         self.devices = [f"mlx5_{p}" for p in range(ports)]
         self.targets = [f"{fs_name}-OST{k:04x}" for k in range(osts)]  # Lustre names targets by hex index

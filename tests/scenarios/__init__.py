@@ -13,9 +13,10 @@ from .render import SCHEMAS, render
 
 
 def write(outdir: str, seeds: int = 1, schemas: tuple[str, ...] = SCHEMAS, names: list[str] | None = None,
-          max_nodes: int = 64) -> list[str]:
-    """Build and render the catalogue; returns the bundle directories written."""
-    return [render(b, outdir, schema) for b in build_all(seeds, names, max_nodes) for schema in schemas]
+          max_nodes: int = 64, window_s: float | None = None) -> list[str]:
+    """Build and render the catalogue; returns the bundle directories written. `max_nodes` and a
+    short `window_s` (seconds; None draws 15-25 min) keep bundles small for quick runs."""
+    return [render(b, outdir, schema) for b in build_all(seeds, names, max_nodes, window_s) for schema in schemas]
 
 
 __all__ = ["Built", "CAUSES", "SCENARIOS", "SCHEMAS", "build", "build_all", "render", "write"]

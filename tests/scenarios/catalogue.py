@@ -48,7 +48,8 @@ CITATIONS: dict[str, str] = {
                 "with GPU_I_ID / GPU_I_PROFILE (#317, #512).",
     "nvml-throttle": "NVML nvmlDeviceGetCurrentClocksEventReasons (formerly ...ThrottleReasons): GpuIdle 0x1, "
                      "SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, "
-                     "HwPowerBrakeSlowdown 0x80; DCGM_FI_DEV_CLOCK_THROTTLE_REASONS carries the same bitmask.",
+                     "HwPowerBrakeSlowdown 0x80; DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (DCGM_FI_DEV_CLOCKS_EVENT_REASONS, field "
+                     "112, since DCGM 3.3) carries the same bitmask.",
     "nvml-power": "NVML nvmlDeviceGetEnforcedPowerLimit / nvidia-smi -pl: board power is held at the enforced "
                   "limit by lowering clocks (SwPowerCap); an external power-brake signal forces minimum clocks.",
     "nvml-idle": "nvidia-smi / NVML with no context: P8 performance state, idle clocks, the framebuffer at the "

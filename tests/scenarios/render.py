@@ -282,6 +282,8 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     driver = str(rng.choice(["535.129.03", "550.90.07", "570.124.06"]))
     pci = rng.random() < 0.6
     mig_util_zero = rng.random() < 0.5  # dcgm-exporter issue #216: GPU_UTIL 0 on every MIG instance
+    # the same bitmask field, renamed with DCGM 3.3's "clocks event reasons"
+    throttle_name = str(rng.choice(["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]))
     new_fb = c.idle_fb_mib < 50  # drivers that report the reservation apart (FB_RESERVED)
     reserved = rng.uniform(400, 700)
     fb_total = c.model.fb_mib - (reserved if new_fb else 0)
@@ -345,7 +347,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                             self_series += [("DCGM_FI_PROF_NVLINK_TX_BYTES", np.round(c.nvlink[n, g]), "%.0f"),
                                             ("DCGM_FI_PROF_NVLINK_RX_BYTES", np.round(c.nvlink[n, g]), "%.0f")]
                 if c.throttle_field:
-                    self_series += [("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", c.throttle[n, g].astype(float), "%.0f"),
+                    self_series += [(throttle_name, c.throttle[n, g].astype(float), "%.0f"),
                                     ("DCGM_FI_DEV_POWER_MGMT_LIMIT", c.power_limit[n, g], "%.6f")]
                 for name, vals, fmt in self_series:
                     kind = "counter" if name in ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",

@@ -442,14 +442,34 @@ class _Cluster:
         for s, e, r in self.blocks[i]:
             if r != req.resv and s < end and e > now:
                 return None
-        if with_holds:
-            for s, e, hc, hm, hg, _ in self.holds[i]:
+        if c < req.cpus or m < req.mem or g < req.gpus:
+            return None
+        if with_holds and self.holds[i]:
+            # A hold takes its share from what the node has when the hold starts: the resources free
+            # now plus every release by then (all jobs ending at the shadow time, not only those the
+            # top job needed), less the other holds active then.
+            holds = self.holds[i]
+            for s, e, *_ in holds:
                 if s < end and e > now:
                     if req.exclusive:
                         return None
-                    c, m, g = c - hc, m - hm, g - hg
-        if c < req.cpus or m < req.mem or g < req.gpus:
-            return None
+                    t = s if s > now else now
+                    hc_, hm_, hg_ = self.free_at(i, t)
+                    for s2, e2, hc, hm, hg, _ in holds:
+                        if s2 <= t < e2:
+                            hc_, hm_, hg_ = hc_ - hc, hm_ - hm, hg_ - hg
+                    if hc_ < req.cpus or hm_ < req.mem or hg_ < req.gpus:
+                        return None
+                    c, m, g = min(c, hc_), min(m, hm_), min(g, hg_)
+        return c, m, g
+
+    def free_at(self, i: int, t: float) -> tuple[int, int, int]:
+        """Resources free on node i at time t: free now plus every release at or before t."""
+        c, m, g = self.cf[i], self.mf[i], self.gf[i]
+        for rt, rc, rm, rg in self.releases[i]:
+            if rt > t:
+                break
+            c, m, g = c + rc, m + rm, g + rg
         return c, m, g
 
     def fit_now(self, p: str, req: _Req) -> list[int] | None:
@@ -601,23 +621,25 @@ class _Cluster:
         return got
 
     def _fits_at(self, i: int, t: float, req: _Req) -> bool:
-        c, m, g = self.cf[i], self.mf[i], self.gf[i]
-        for rt, rc, rm, rg in self.releases[i]:
-            if rt > t:
-                break
-            c, m, g = c + rc, m + rm, g + rg
         end = t + req.duration
         for s, e, r in self.blocks[i]:
             if r != req.resv and s < end and e > t:
                 return False
-        for s, e, hc, hm, hg, _ in self.holds[i]:
-            if s < end and e > t:
-                if req.exclusive:
+        holds = self.holds[i]
+        # the room at t and at the start of every hold within [t, end): releases only add room
+        for u in [t] + [s for s, e, *_ in holds if t < s < end]:
+            c, m, g = self.free_at(i, u)
+            for s, e, hc, hm, hg, _ in holds:
+                if s <= u < e:
+                    if req.exclusive:
+                        return False
+                    c, m, g = c - hc, m - hm, g - hg
+            if req.exclusive:
+                if not (c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]):
                     return False
-                c, m, g = c - hc, m - hm, g - hg
-        if req.exclusive:
-            return c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]
-        return c >= req.cpus and m >= req.mem and g >= req.gpus
+            elif c < req.cpus or m < req.mem or g < req.gpus:
+                return False
+        return True
 
     def _breakpoints(self, i: int, req: _Req, t0: float) -> list[float]:
         out = [t0]

@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -395,3 +396,23 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path, traces):
     bom = tmp_path / "bom.swf"
     bom.write_text("\ufeff; MaxProcs: 4\n1 0 -1 10 1 -1 -1 1 10 -1 1 1 1 -1 -1 -1 -1 -1\n", encoding="utf-8")
     assert read_swf(bom).header.max_procs == 4 and len(read_swf(bom).jobs) == 1
+
+
+# ---------------------------------------------------------------- against pyss, job by job
+
+PYSS_GOLDEN = Path(__file__).parent / "golden" / "pyss" / "kth_sp2_10000_starts.txt.gz"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_replay_matches_pyss_job_by_job(traces, policy):
+    column = {"fcfs": 1, "easy": 2, "conservative": 3}[policy]
+    with gzip.open(PYSS_GOLDEN, "rt") as f:
+        ref = {int(r[0]): int(r[column]) for r in (line.split() for line in f if not line.startswith("#"))}
+    jobs = read_swf(traces / "KTH-SP2-1996-2.1-cln.swf.gz", limit=10_000).jobs
+    result = simulate(jobs, 100, policy)
+    ours = {s.job_id: s.start - s.submit for s in result.starts}
+    assert len(ref) == len(ours) == 10_000
+    differ = [(j, ours[j], ref[j]) for j in ref if ours[j] != ref[j]]
+    assert not differ, f"{len(differ)} waits differ from pyss (job, ours, pyss), first: {differ[:5]}"
+    if policy == "easy":
+        assert round(result.avg_wait_s, 2) == 7550.50

@@ -38,7 +38,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from dashboard.analysis.swf import SwfJob
 
@@ -46,8 +46,7 @@ POLICIES = ("fcfs", "easy", "conservative")
 BSLD_BOUND_S = 10  # the customary 10 s bound (Feitelson et al., "Theory and practice in parallel job scheduling")
 
 
-@dataclass(frozen=True, slots=True)
-class JobStart:
+class JobStart(NamedTuple):  # a named tuple: a replay makes one per job, hundreds of thousands
     job_id: int
     submit: int
     start: int

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from operator import attrgetter
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -170,6 +170,50 @@ class JobWhy:
         }
 
 
+class _Whys(Sequence):
+    """A partition's `why` records, built when first read: a plan of 10,000 pending jobs is read a
+    few rows at a time (the Queue page, one job's page), and building every record up front cost more
+    than the plan itself. Rows are JobWhy's fields in order."""
+
+    __slots__ = ("_rows", "_built")
+
+    def __init__(self, rows) -> None:
+        self._rows = rows
+        self._built: tuple[JobWhy, ...] | None = None
+
+    def _all(self) -> tuple[JobWhy, ...]:
+        if self._built is None:
+            self._built = tuple(JobWhy(*r) for r in self._rows)
+            self._rows = ()
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self._built) if self._built is not None else len(self._rows)
+
+    def __getitem__(self, index):
+        return self._all()[index]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+    def find(self, job_id: str) -> JobWhy | None:
+        if self._built is None:
+            for k, r in enumerate(self._rows):
+                if r[0].job_id == job_id:
+                    return JobWhy(*r)
+            return None
+        return next((w for w in self._built if w.job_id == job_id), None)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionPlan:
     name: str
@@ -179,7 +223,7 @@ class PartitionPlan:
     top_job: TopJob | None
     windows: tuple[Window, ...]
     startable: tuple[Startable, ...]
-    why: tuple[JobWhy, ...]
+    why: Sequence[JobWhy]  # a tuple, or the planner's lazily built _Whys
 
     def to_json(self) -> dict:
         return {"partition": self.name, "exists": self.exists, "nodes_total": self.nodes_total,
@@ -203,9 +247,10 @@ class BackfillPlan:
 
     def why(self, job_id: str) -> JobWhy:
         for p in self.partitions:
-            for w in p.why:
-                if w.job_id == job_id:
-                    return w
+            got = p.why.find(job_id) if isinstance(p.why, _Whys) else next(
+                (w for w in p.why if w.job_id == job_id), None)
+            if got is not None:
+                return got
         raise KeyError(job_id)
 
     def to_json(self) -> dict:
@@ -474,14 +519,15 @@ class _Cluster:
 
     def fit_now(self, p: str, req: _Req) -> list[int] | None:
         """N nodes that can run the job from now for its whole time limit, best fit first, or None."""
-        sets = self.pool[p]
-        cands = sets[min(req.gpus, len(sets) - 1)]
-        if len(cands) < req.nodes:
-            return None
         key = (p, req)
         memo = self._fit_memo.get(key)
         if memo is not None and memo[0] == self.version[p]:
             return memo[1]
+        sets = self.pool[p]
+        cands = sets[min(req.gpus, len(sets) - 1)]
+        if len(cands) < req.nodes:
+            self._fit_memo[key] = (self.version[p], None)
+            return None
         allowed = self.allowed(p, req)
         end = self.now + req.duration
         ok = []
@@ -784,16 +830,48 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
     for every pending job (see the module docstring for the semantics)."""
     cl = _Cluster(inp)
+    now = cl.now
     tops: dict[str, tuple[str, float, list[int]]] = {}
     starts: dict[str, list[Startable]] = {}
     backfilled: list[tuple[int, int, int]] = []
-    jobs = [_plan_job(cl, job, tops, starts, backfilled) for job in inp.pending]
+    fit_memo, version, request_memo = cl._fit_memo, cl.version, cl._request_memo
+    # Most jobs of a long queue wait: eligible now, their request already known not to fit in any of
+    # their partitions since the last start there, and every such partition already has its top job.
+    # Those take the fast path below (a tuple, no planning); the others are planned one by one.
+    jobs: list = []
+    for job in inp.pending:
+        prep = request_memo.get((job.partitions, _REQUEST_FIELDS(job),
+                                 (job.user, job.account) if job.reservation else None))
+        if prep is not None and prep[0] and not prep[3] and not job.held and job.dependency not in DEPENDENCY_BLOCKING \
+                and (job.begin_time is None or job.begin_time <= now):
+            for p, req in prep[0]:
+                if req.resv >= 0 or p not in tops:
+                    break
+                m = fit_memo.get((p, req))
+                if m is None or m[1] is not None or m[0] != version[p]:
+                    break
+            else:
+                jobs.append(prep)
+                continue
+        jobs.append(_plan_job(cl, job, tops, starts, backfilled))
     windows = _windows(cl, backfilled)
     # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
     # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs.
     memo: dict = {}
-    by_part: dict[str, list[JobWhy]] = {}
-    for rec in jobs:
+    rows: dict[str, list[tuple]] = {}
+    for job, rec in zip(inp.pending, jobs):
+        if type(rec) is tuple:  # the fast path: (requests, reasons, home, down), waiting from now
+            home, req = rec[0][0]
+            key = (home, req, now)
+            got = memo.get(key)
+            if got is None:
+                got = memo[key] = _waiting_reasons(cl, home, req, now, tops.get(home))
+            part_rows = rows.get(home)
+            if part_rows is None:
+                part_rows = rows[home] = []
+            part_rows.append((job, home, len(part_rows) + 1, "waiting" if got[0] is not None else "blocked",
+                              rec[1] + got[2] if rec[1] else got[2], got[0], got[1], got[3]))
+            continue
         if rec.state == "waiting" or rec.estimate:
             key = (rec.partition, rec.req, rec.t0)
             got = memo.get(key)
@@ -805,18 +883,18 @@ def plan(inp: PlannerInput) -> BackfillPlan:
                 rec.what_if = got[3]
                 if got[0] is None:
                     rec.state = "blocked"
-        whys = by_part.get(rec.partition)
-        if whys is None:
-            whys = by_part[rec.partition] = []
-        whys.append(JobWhy(rec.job, rec.partition, len(whys) + 1, rec.state, tuple(rec.reasons), rec.expected,
-                           rec.nodes, rec.what_if))
+        part_rows = rows.get(rec.partition)
+        if part_rows is None:
+            part_rows = rows[rec.partition] = []
+        part_rows.append((rec.job, rec.partition, len(part_rows) + 1, rec.state, tuple(rec.reasons), rec.expected,
+                          rec.nodes, rec.what_if))
     parts = []
-    for p in sorted(set(cl.part_nodes) | set(by_part)):
+    for p in sorted(set(cl.part_nodes) | set(rows)):
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
-            windows.get(p, ()), tuple(starts.get(p, ())), tuple(by_part.get(p, ()))))
+            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()))))
     return BackfillPlan(cl.now, tuple(parts))
 
 

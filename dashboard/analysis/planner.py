@@ -760,7 +760,19 @@ class _Cluster:
                     break
             if when == INF:
                 return None, []
-        # the nodes that free up last before `when` (idle ones stay open for backfilling)
+        # the nodes that free up last before `when` (idle ones stay open for backfilling); requests of
+        # one shape with different time limits mostly share `when`, hence the memo
+        key = ("pick", p, self.version[p], req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type, req.features,
+               req.resv, t0, when, need, tuple(chosen_spec))
+        got = self._arrays_memo.get(key)
+        if got is None:
+            got = self._arrays_memo[key] = self._pick(p, req, tau_raw, all_special, t0, when, chosen_spec)
+        return when, got
+
+    def _pick(self, p, req, tau_raw, all_special, t0, when, chosen_spec) -> list[int]:
+        arr = self.arrays(p)
+        row = self.row[p]
+        need = req.nodes
         tau = np.maximum(tau_raw, t0)
         if all_special:
             tau[[row[i] for i in all_special]] = INF
@@ -775,7 +787,7 @@ class _Cluster:
         picked = [(float(tau[r]), int(arr.pos[r])) for r in order]
         picked += [(when, i) for i in chosen_spec]
         picked.sort(key=lambda x: (-x[0], self.names[x[1]]))
-        return when, [i for _, i in picked[:need]]
+        return [i for _, i in picked[:need]]
 
     def blocked_now(self, p: str, resv: int) -> np.ndarray:
         """Usable nodes of p that a reservation (other than resv) holds right now."""
@@ -853,6 +865,14 @@ def plan(inp: PlannerInput) -> BackfillPlan:
             else:
                 jobs.append(prep)
                 continue
+        elif prep is not None and prep[0] and not prep[3] and job.dependency != "never" \
+                and (job.held or job.dependency == "pending") \
+                and job.begin_time is None and prep[0][0][1].resv < 0:
+            # held or waiting on a dependency, nothing else in the way: blocked, with no estimate
+            jobs.append((prep[2], prep[1] + ((_HELD,) if job.held else ()) + ((Reason(
+                "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
+                if job.dependency == "pending" else ())))
+            continue
         jobs.append(_plan_job(cl, job, tops, starts, backfilled))
     windows = _windows(cl, backfilled)
     # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
@@ -860,6 +880,12 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     memo: dict = {}
     rows: dict[str, list[tuple]] = {}
     for job, rec in zip(inp.pending, jobs):
+        if type(rec) is tuple and len(rec) == 2:  # blocked: (partition, reasons)
+            part_rows = rows.get(rec[0])
+            if part_rows is None:
+                part_rows = rows[rec[0]] = []
+            part_rows.append((job, rec[0], len(part_rows) + 1, "blocked", rec[1], None, (), None))
+            continue
         if type(rec) is tuple:  # the fast path: (requests, reasons, home, down), waiting from now
             home, req = rec[0][0]
             key = (home, req, now)

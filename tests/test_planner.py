@@ -406,8 +406,8 @@ def test_partition_down_and_empty_partition():
 def test_plan_json_shape():
     nodes, run = base_cluster()
     data = plan(snap(nodes, run, [job("200", nodes=6, hours=4), job("201", nodes=2)])).to_json()
-    assert set(data) == {"generated_at", "source", "policy", "partitions"}
-    assert data["source"] == "gangwatch" and data["policy"] == "easy"
+    assert set(data) == {"generated_at", "source", "policy", "scheduler", "partitions"}
+    assert data["source"] == "gangwatch" and data["policy"] == "easy" and data["scheduler"] is None
     part = data["partitions"][0]
     assert set(part) == {"partition", "exists", "nodes_total", "nodes_usable", "top_job", "windows",
                          "startable", "why"}

@@ -238,6 +238,8 @@ class PartitionPlan:
 class BackfillPlan:
     generated_at: float
     partitions: tuple[PartitionPlan, ...]
+    policy: str = "easy"  # easy | slurm-backfill | slurm-builtin
+    scheduler: dict | None = None  # the Slurm parameters planned with, and those not modelled
 
     def partition(self, name: str) -> PartitionPlan:
         for p in self.partitions:
@@ -254,8 +256,8 @@ class BackfillPlan:
         raise KeyError(job_id)
 
     def to_json(self) -> dict:
-        return {"generated_at": _t(self.generated_at), "source": SOURCE, "policy": "easy",
-                "partitions": [p.to_json() for p in self.partitions]}
+        return {"generated_at": _t(self.generated_at), "source": SOURCE, "policy": self.policy,
+                "scheduler": self.scheduler, "partitions": [p.to_json() for p in self.partitions]}
 
 
 # ---------------------------------------------------------------------------------------- internal
@@ -368,7 +370,7 @@ class _Cluster:
         for p, idx in self.part_usable.items():
             sets = [set() for _ in range(self.max_gpus + 2)]
             for i in idx:
-                if self.cf[i] > 0:
+                if self.cf[i] > 0 and not nodes[i].planned:
                     sets[0].add(i)
                     for k in range(1, self.gf[i] + 1):
                         sets[k].add(i)
@@ -388,6 +390,9 @@ class _Cluster:
         if info is not None and info.max_time_s is not None and job.time_limit_s > info.max_time_s:
             return Reason("too_large", f"its time limit {format_duration(job.time_limit_s)} exceeds partition "
                           f"{p}'s limit {format_duration(info.max_time_s)}", "error")
+        if info is not None and info.max_nodes is not None and job.min_nodes > info.max_nodes:
+            return Reason("partition_node_limit", f"it asks for {job.min_nodes} nodes but partition {p} allows "
+                          f"{info.max_nodes} (MaxNodes; Slurm: PartitionNodeLimit)", "error")
         resv = -1
         if job.reservation:
             resv = self.resv_index.get(job.reservation, -2)
@@ -415,6 +420,9 @@ class _Cluster:
             return Reason("no_such_gpu_type", f"it asks for GPUs but partition {p} has none", "error")
         cpus = max(1, job.cpus_per_node or -(-max(1, job.tasks) // nodes) * max(1, job.cpus_per_task))
         mem = max(0, job.mem_per_node_mb)
+        if info is not None and info.max_cpus_per_node is not None and cpus > info.max_cpus_per_node:
+            return Reason("too_large", f"it needs {cpus} CPUs per node but partition {p} lets a job use "
+                          f"{info.max_cpus_per_node} (MaxCPUsPerNode)", "error")
         if nodes > len(ct):
             return Reason("too_large", f"it asks for {nodes} nodes but partition {p} has {len(ct)} that match",
                           "error")
@@ -836,6 +844,120 @@ class _Job:
     expected: float | None = None
     nodes: tuple[str, ...] = ()
     what_if: WhatIf | None = None
+    reserved: bool = False  # Slurm mode: holds its own reservation (expected start = its start)
+
+
+class _Policy:
+    """How jobs that do not start by priority are treated, and the QOS limits that hold jobs back.
+
+    Without a BackfillConfig: EASY, one reservation per partition (the top job). With one (Slurm's
+    sched/backfill): every job the backfill cycle tests that cannot start now gets a reservation if
+    it starts within bf_window and its priority reaches bf_min_prio_reserve; at most bf_max_job_test
+    jobs are tested (bf_max_job_part per partition, bf_max_job_user per user); with sched/builtin
+    nothing backfills: jobs start in priority order only. A job held by a QOS limit neither starts
+    nor gets a reservation (Slurm does the same)."""
+
+    def __init__(self, inp: PlannerInput) -> None:
+        cfg = inp.config
+        self.cfg = cfg
+        self.slurm = cfg is not None
+        self.builtin = cfg is not None and cfg.scheduler_type.endswith("builtin")
+        self.name = "easy" if cfg is None else ("slurm-builtin" if self.builtin else "slurm-backfill")
+        self.tested = 0
+        self.per_part: dict[str, int] = {}
+        self.per_user: dict[str, int] = {}
+        self.qos = {q.name: q for q in inp.qos}
+        # running usage per (qos, user) and per qos: [jobs, GPUs, CPUs, nodes]
+        self.used: dict = {}
+        if self.qos:
+            for r in inp.running:
+                q = r.qos or "normal"
+                if q in self.qos:
+                    self._add(q, r.user, sum(a.gpus for a in r.allocations), sum(a.cpus for a in r.allocations),
+                              len(r.allocations))
+
+    def _add(self, q: str, user: str, gpus: int, cpus: int, nodes: int) -> None:
+        for key in ((q, user), q):
+            u = self.used.get(key)
+            if u is None:
+                u = self.used[key] = [0, 0, 0, 0]
+            u[0] += 1
+            u[1] += gpus
+            u[2] += cpus
+            u[3] += nodes
+
+    def limit(self, job: PendingJob, req: _Req) -> Reason | None:
+        """The QOS limit that holds the job now, or None."""
+        q = self.qos.get(job.qos or "normal")
+        if q is None:
+            return None
+        if q.max_wall_s is not None and job.time_limit_s > q.max_wall_s:
+            return Reason("qos_limit", f"its time limit exceeds QOS {q.name}'s MaxWall {format_duration(q.max_wall_s)} "
+                          "(Slurm: QOSMaxWallDurationPerJobLimit)", "error")
+        mine = self.used.get((q.name, job.user), (0, 0, 0, 0))
+        grp = self.used.get(q.name, (0, 0, 0, 0))
+        want = (1, req.gpus * req.nodes, req.cpus * req.nodes, req.nodes)
+        checks = (("MaxJobsPerUser", q.max_jobs_per_user, mine, 0, "QOSMaxJobsPerUserLimit", "running jobs"),
+                  ("MaxTRESPerUser gres/gpu", q.max_gpus_per_user, mine, 1, "QOSMaxGRESPerUser", "GPUs"),
+                  ("MaxTRESPerUser cpu", q.max_cpus_per_user, mine, 2, "QOSMaxCpuPerUserLimit", "CPUs"),
+                  ("MaxTRESPerUser node", q.max_nodes_per_user, mine, 3, "QOSMaxNodePerUserLimit", "nodes"),
+                  ("GrpJobs", q.grp_jobs, grp, 0, "QOSGrpJobsLimit", "running jobs"),
+                  ("GrpTRES gres/gpu", q.grp_gpus, grp, 1, "QOSGrpGRES", "GPUs"),
+                  ("GrpTRES cpu", q.grp_cpus, grp, 2, "QOSGrpCpuLimit", "CPUs"),
+                  ("GrpTRES node", q.grp_nodes, grp, 3, "QOSGrpNodeLimit", "nodes"))
+        for label, cap, used, k, slurm, what in checks:
+            if cap is not None and used[k] + want[k] > cap:
+                whose = f"user {job.user or '?'}" if used is mine else f"QOS {q.name}"
+                return Reason("qos_limit", f"QOS {q.name} {label}={cap}: {whose} already has {used[k]} {what} "
+                              f"running and this job needs {want[k]} more (Slurm: {slurm}); it starts when one "
+                              "ends, and gets no reservation meanwhile", "warning")
+        return None
+
+    def started(self, job: PendingJob, req: _Req) -> None:
+        q = job.qos or "normal"
+        if q in self.qos:
+            self._add(q, job.user, req.gpus * req.nodes, req.cpus * req.nodes, req.nodes)
+
+    def untested(self, job: PendingJob, p: str) -> Reason | None:
+        """Slurm mode: why this cycle's backfill does not consider the job (it is counted when it is)."""
+        cfg = self.cfg
+        if self.tested >= cfg.bf_max_job_test:
+            return Reason("bf_max_job_test", f"bf_max_job_test={cfg.bf_max_job_test}: Slurm's backfill tests only that "
+                          "many jobs per cycle; this one waits for a later cycle or the main scheduler")
+        if cfg.bf_max_job_part and self.per_part.get(p, 0) >= cfg.bf_max_job_part:
+            return Reason("bf_max_job_part", f"bf_max_job_part={cfg.bf_max_job_part}: Slurm's backfill tests only that "
+                          f"many jobs of partition {p} per cycle")
+        if cfg.bf_max_job_user and self.per_user.get(job.user, 0) >= cfg.bf_max_job_user:
+            return Reason("bf_max_job_user", f"bf_max_job_user={cfg.bf_max_job_user}: Slurm's backfill tests only that "
+                          f"many jobs of user {job.user or '?'} per cycle")
+        self.tested += 1
+        self.per_part[p] = self.per_part.get(p, 0) + 1
+        self.per_user[job.user] = self.per_user.get(job.user, 0) + 1
+        return None
+
+    def no_reservation(self, job: PendingJob, when: float, now: float) -> Reason | None:
+        """Slurm mode: why the backfill cycle makes no reservation for a job it tested."""
+        cfg = self.cfg
+        if cfg.bf_min_prio_reserve and (job.priority or 0) < cfg.bf_min_prio_reserve:
+            return Reason("bf_min_prio_reserve", f"bf_min_prio_reserve={cfg.bf_min_prio_reserve}: its priority "
+                          f"{job.priority or 0:.0f} is lower, so Slurm starts it only when it fits now and never "
+                          "reserves for it")
+        if when - now > cfg.bf_window_s:
+            return Reason("outside_bf_window", f"outside bf_window ({format_duration(cfg.bf_window_s)}): its earliest "
+                          f"start {_fmt_ts(when)} is later, so Slurm will not plan this job (no reservation; later "
+                          "jobs may take its resources)", "warning")
+        return None
+
+    def describe(self) -> dict | None:
+        cfg = self.cfg
+        if cfg is None:
+            return None
+        return {"type": cfg.scheduler_type, "policy": self.name,
+                "parameters": {"bf_window_s": cfg.bf_window_s, "bf_resolution_s": cfg.bf_resolution_s,
+                               "bf_max_job_test": cfg.bf_max_job_test, "bf_max_job_part": cfg.bf_max_job_part,
+                               "bf_max_job_user": cfg.bf_max_job_user, "bf_min_prio_reserve": cfg.bf_min_prio_reserve,
+                               "bf_continue": cfg.bf_continue, "bf_busy_nodes": cfg.bf_busy_nodes},
+                "not_modelled": list(cfg.not_modelled)}
 
 
 def plan(inp: PlannerInput) -> BackfillPlan:
@@ -847,6 +969,8 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     starts: dict[str, list[Startable]] = {}
     backfilled: list[tuple[int, int, int]] = []
     fit_memo, version, request_memo = cl._fit_memo, cl.version, cl._request_memo
+    policy = _Policy(inp)
+    fast = not policy.slurm and not policy.qos
     # Most jobs of a long queue wait: eligible now, their request already known not to fit in any of
     # their partitions since the last start there, and every such partition already has its top job.
     # Those take the fast path below (a tuple, no planning); the others are planned one by one.
@@ -854,8 +978,8 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     for job in inp.pending:
         prep = request_memo.get((job.partitions, _REQUEST_FIELDS(job),
                                  (job.user, job.account) if job.reservation else None))
-        if prep is not None and prep[0] and not prep[3] and not job.held and job.dependency not in DEPENDENCY_BLOCKING \
-                and (job.begin_time is None or job.begin_time <= now):
+        if fast and prep is not None and prep[0] and not prep[3] and not job.held \
+                and job.dependency not in DEPENDENCY_BLOCKING and (job.begin_time is None or job.begin_time <= now):
             for p, req in prep[0]:
                 if req.resv >= 0 or p not in tops:
                     break
@@ -873,7 +997,7 @@ def plan(inp: PlannerInput) -> BackfillPlan:
                 "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
                 if job.dependency == "pending" else ())))
             continue
-        jobs.append(_plan_job(cl, job, tops, starts, backfilled))
+        jobs.append(_plan_job(cl, job, tops, starts, backfilled, policy))
     windows = _windows(cl, backfilled)
     # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
     # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs.
@@ -898,7 +1022,7 @@ def plan(inp: PlannerInput) -> BackfillPlan:
             part_rows.append((job, home, len(part_rows) + 1, "waiting" if got[0] is not None else "blocked",
                               rec[1] + got[2] if rec[1] else got[2], got[0], got[1], got[3]))
             continue
-        if rec.state == "waiting" or rec.estimate:
+        if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
             key = (rec.partition, rec.req, rec.t0)
             got = memo.get(key)
             if got is None:
@@ -921,7 +1045,7 @@ def plan(inp: PlannerInput) -> BackfillPlan:
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
             windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()))))
-    return BackfillPlan(cl.now, tuple(parts))
+    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe())
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
@@ -960,7 +1084,7 @@ def _prepare(cl: _Cluster, job: PendingJob):
     return got
 
 
-def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
+def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _Policy) -> _Job:
     now = cl.now
     reqs, reasons, home, down = _prepare(cl, job)
     rec = _Job(job, home, list(reasons))
@@ -992,11 +1116,25 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
         rec.state = "blocked"
         rec.estimate = not (job.held or job.dependency == "pending" or down)
         return rec
+    held_by = policy.limit(job, req0)
+    if held_by is not None:
+        rec.reasons.append(held_by)
+        rec.state = "blocked"
+        return rec
+    untested: Reason | None = None
     for p, req in reqs:
+        if p in tops and policy.slurm:
+            # behind a job that cannot start: only the backfill cycle can start it (never sched/builtin)
+            if policy.builtin:
+                continue
+            untested = untested or policy.untested(job, p)
+            if untested is not None:
+                continue
         fit = cl.fit_now(p, req)
         if fit is not None:
             by = "backfill" if p in tops else "priority"
             taken = cl.commit(fit, req)
+            policy.started(job, req)
             if by == "backfill":
                 backfilled.extend(taken)
             names = tuple(cl.names[i] for i in fit)
@@ -1006,18 +1144,38 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled) -> _Job:
             rec.reasons.append(Reason("startable", f"it can start now on {compress(names)}" + (
                 f" without delaying top job {tops[p][0]}" if by == "backfill" else "")))
             return rec
+    if untested is not None:
+        rec.reasons.append(untested)
+        return rec
     for p, req in reqs:
-        if p in tops:
+        if p in tops and not policy.slurm:
             continue
+        if p in tops and policy.builtin:
+            rec.reasons.append(Reason("sched_builtin", f"SchedulerType=sched/builtin: jobs start in priority order "
+                                      f"only, and top job {tops[p][0]} of partition {p} is ahead of it"))
+            return rec
         when, nodes = cl.earliest(p, req, now)
         if when is None:
             continue
+        if policy.slurm:
+            why_not = policy.no_reservation(job, when, now)
+            if why_not is not None:
+                rec.partition, rec.req = p, req
+                rec.reasons.append(why_not)
+                return rec
         # why it cannot start now, from the plan as it stands before its own reservation
-        _, _, now_reasons, what_if = _waiting_reasons(cl, p, req, now, None)
+        _, _, now_reasons, what_if = _waiting_reasons(cl, p, req, now, tops.get(p))
         cl.hold(nodes, when, req, job.job_id)
-        tops[p] = (job.job_id, when, nodes)
-        rec.partition, rec.req, rec.state = p, req, "top"
+        rec.partition, rec.req = p, req
         rec.expected, rec.nodes, rec.what_if = when, tuple(cl.names[i] for i in nodes), what_if
+        if p in tops:  # Slurm mode: a reservation of its own behind the top job
+            rec.reserved = True
+            rec.reasons.append(Reason("reserved", f"Slurm's backfill reserves it from {_fmt_ts(when)} on "
+                                      f"{compress(rec.nodes)} (every job a cycle tests gets a reservation)"))
+            rec.reasons += [r for r in now_reasons if r.code != "expected_start"]
+            return rec
+        tops[p] = (job.job_id, when, nodes)
+        rec.state = "top"
         rec.reasons.append(Reason("top_job", f"it is the top job of partition {p}: reserved from "
                                   f"{_fmt_ts(when)} on {compress(rec.nodes)}"))
         rec.reasons += [r for r in now_reasons if r.code != "expected_start"]
@@ -1162,7 +1320,7 @@ def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
         groups: dict[tuple[int, int, float], list[str]] = {}
         for i in idx:
             c = cf[i]
-            if c <= 0:
+            if c <= 0 or cl.nodes[i].planned:
                 continue
             until = INF
             if cl.blocks[i] or cl.holds[i]:

@@ -1154,6 +1154,11 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
             rec.reasons.append(Reason("sched_builtin", f"SchedulerType=sched/builtin: jobs start in priority order "
                                       f"only, and top job {tops[p][0]} of partition {p} is ahead of it"))
             return rec
+        if policy.slurm and p not in tops:
+            untested = policy.untested(job, p)  # the cycle's first job here is tested too
+            if untested is not None:
+                rec.reasons.append(untested)
+                return rec
         when, nodes = cl.earliest(p, req, now)
         if when is None:
             continue

@@ -314,6 +314,7 @@ class _Cluster:
                 nodes.append(node)
         self.nodes = nodes
         self.usable = [n.usable for n in nodes]
+        self.weight = [n.weight for n in nodes]
         self.ct = [_nonneg(n.cpus_total) for n in nodes]
         self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
         self.gt = [_nonneg(n.gpus_total) for n in nodes]
@@ -544,10 +545,10 @@ class _Cluster:
                 continue
             room = self._room_now(i, req, end)
             if room is not None:
-                ok.append((room[2], room[0], room[1], self.names[i], i))
+                ok.append((self.weight[i], room[2], room[0], room[1], self.names[i], i))
         result = None
         if len(ok) >= req.nodes:
-            ok.sort()  # best fit: the fullest nodes that still fit, so big holes stay whole
+            ok.sort()  # Slurm's lower node weights first, then best fit: the fullest nodes that still fit
             result = [t[-1] for t in ok[:req.nodes]]
         self._fit_memo[key] = (self.version[p], result)
         return result

@@ -33,6 +33,7 @@ class PlannerNode:
     # Slurm's backfill holds this node for a pending job (state flag PLANNED): no new job starts on it
     # now, but it counts for reservations
     planned: bool = False
+    weight: int = 0  # Slurm's node Weight: the scheduler fills lower weights first
 
 
 @dataclass(frozen=True, slots=True)

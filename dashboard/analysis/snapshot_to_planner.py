@@ -344,7 +344,8 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
             cpus_total=ct, cpus_free=max(0, ct - ca), mem_total_mb=mt, mem_free_mb=max(0, mt - ma),
             gpus_total=gt, gpus_free=max(0, gt - ga), usable=not why, reason=why,
             gpu_type=",".join(n.gpu_types) or None,
-            features=frozenset(n.active_features or n.features), planned="PLANNED" in n.state_flags))
+            features=frozenset(n.active_features or n.features), planned="PLANNED" in n.state_flags,
+            weight=n.weight or 0))
     resvs = tuple(
         Reservation(r.name, r.nodes, _time(r.start_time) or now,
                     _time(r.end_time) or math.inf, frozenset(r.flags), frozenset(r.users), frozenset(r.accounts))

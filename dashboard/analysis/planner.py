@@ -315,6 +315,7 @@ class _Cluster:
         self.nodes = nodes
         self.usable = [n.usable for n in nodes]
         self.weight = [n.weight for n in nodes]
+        self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.ct = [_nonneg(n.cpus_total) for n in nodes]
         self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
         self.gt = [_nonneg(n.gpus_total) for n in nodes]
@@ -548,8 +549,11 @@ class _Cluster:
                 ok.append((self.weight[i], room[2], room[0], room[1], self.names[i], i))
         result = None
         if len(ok) >= req.nodes:
-            ok.sort()  # Slurm's lower node weights first, then best fit: the fullest nodes that still fit
-            result = [t[-1] for t in ok[:req.nodes]]
+            if self.slurm:
+                result = self.slurm_choose([t[-1] for t in ok], req.nodes)
+            else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
+                ok.sort()
+                result = [t[-1] for t in ok[:req.nodes]]
         self._fit_memo[key] = (self.version[p], result)
         return result
 
@@ -582,8 +586,10 @@ class _Cluster:
         return taken
 
     def hold(self, nodes: list[int], start: float, req: _Req, job_id: str) -> None:
+        # Slurm's backfill reserves whole nodes (its plan is a map of node bitmaps over time)
+        whole = req.exclusive or self.slurm
         for i in nodes:
-            c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if req.exclusive else (req.cpus, req.mem, req.gpus)
+            c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
             self.holds[i].append((start, start + req.duration, c, m, g, job_id))
             self.marked.add(i)
             for p in self.node_parts[i]:
@@ -778,6 +784,33 @@ class _Cluster:
             got = self._arrays_memo[key] = self._pick(p, req, tau_raw, all_special, t0, when, chosen_spec)
         return when, got
 
+    def slurm_choose(self, cands: list[int], need: int) -> list[int]:
+        """Nodes as Slurm's select/cons_tres picks them among those that can take the job: the lowest
+        node weights that suffice; among them, runs of consecutive nodes (Slurm's node order): the
+        smallest run that holds the whole job, else the largest runs first."""
+        weight = self.weight
+        pool = cands
+        for w in sorted({weight[i] for i in cands}):
+            pool = [i for i in cands if weight[i] <= w]
+            if len(pool) >= need:
+                break
+        pool.sort()
+        runs: list[list[int]] = []
+        for i in pool:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        whole = [r for r in runs if len(r) >= need]
+        if whole:
+            return min(whole, key=len)[:need]
+        out: list[int] = []
+        for r in sorted(runs, key=len, reverse=True):
+            out += r[:need - len(out)]
+            if len(out) == need:
+                break
+        return sorted(out)
+
     def _pick(self, p, req, tau_raw, all_special, t0, when, chosen_spec) -> list[int]:
         arr = self.arrays(p)
         row = self.row[p]
@@ -785,6 +818,8 @@ class _Cluster:
         tau = np.maximum(tau_raw, t0)
         if all_special:
             tau[[row[i] for i in all_special]] = INF
+        if self.slurm:  # Slurm reserves the nodes its node selection picks among those free at `when`
+            return self.slurm_choose(arr.pos[np.nonzero(tau <= when)[0]].tolist() + list(chosen_spec), need)
         sel = np.nonzero(tau <= when)[0]  # rows are in name order
         tsel = tau[sel]
         if len(sel) > need:  # keep the `need` latest; at the cut, the first by name

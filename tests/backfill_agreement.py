@@ -283,12 +283,26 @@ class Harness:
         for part, jid, t_ours, t_slurm in out.tops:
             if t_slurm is None or abs(t_ours - t_slurm) > BF_RESOLUTION:
                 a = after.get(int(jid), {})
+                prio = int(a.get("Priority", 0) or 0)
+                limited = [str(j.job_id) for j in wl.pending
+                           if after.get(j.job_id, {}).get("Reason", "").startswith("QOS")
+                           and int(after[j.job_id].get("Priority", 0) or 0) > prio]
+                ours_nodes = next((p["top_job"]["node_list"] for p in doc["partitions"]
+                                   if p["top_job"] and p["top_job"]["job_id"] == jid), "?")
+                if a.get("JobState") != "PENDING":
+                    rule = f"Slurm started it ({a.get('Scheduler')}): its main scheduler found room now"
+                elif limited:
+                    rule = (f"higher-priority job(s) {', '.join(limited)} held by a QOS limit: Slurm's backfill still "
+                            "keeps nodes for them (gangwatch, like Slurm's documentation, reserves nothing for a "
+                            "limit-held job)")
+                else:
+                    rule = ("Slurm's will-run test picks the top job's nodes by weight and consecutive runs at each "
+                            "running job's end, and a node it passes over moves the start")
                 out.disagreements.append(
-                    f"seed {wl.seed} top job {jid} of {part}: gangwatch reserves {t_ours - now:+.0f} s from now, "
-                    + ("Slurm gives no expected start" if t_slurm is None else f"Slurm {t_slurm - now:+.0f} s")
-                    + f" (Slurm: {a.get('JobState')}, {a.get('Reason')}, SchedNodeList={a.get('SchedNodeList', '-')}); "
-                    "rule: Slurm's backfill plans in bf_resolution steps on the nodes it picks by weight; "
-                    "a reservation on other nodes moves the start")
+                    f"seed {wl.seed} top job {jid} of {part}: gangwatch reserves {t_ours - now:+.0f} s from now on "
+                    f"{ours_nodes}, " + ("Slurm gives no expected start" if t_slurm is None else
+                                         f"Slurm {t_slurm - now:+.0f} s on {a.get('SchedNodeList', '-')}")
+                    + f" (Slurm: {a.get('JobState')}, {a.get('Reason')}); rule: {rule}")
         return out
 
     def _dump(self, wl: Workload, doc: dict, after: dict, now: float) -> None:

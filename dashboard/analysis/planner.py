@@ -357,6 +357,7 @@ class _Cluster:
         # A partition's version changes whenever one of its nodes does: it keys the memo tables.
         self.version = dict.fromkeys(self.part_nodes, 0)
         self._fit_memo: dict = {}
+        self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
         self._request_memo: dict = {}
@@ -703,6 +704,14 @@ class _Cluster:
         return True
 
     def _breakpoints(self, i: int, req: _Req, t0: float) -> list[float]:
+        # a node's releases and holds only grow, so their counts date its breakpoints
+        key = (i, req.duration, req.resv, t0, len(self.releases[i]), len(self.holds[i]))
+        got = self._bp_memo.get(key)
+        if got is None:
+            got = self._bp_memo[key] = self._breakpoints_of(i, req, t0)
+        return got
+
+    def _breakpoints_of(self, i: int, req: _Req, t0: float) -> list[float]:
         out = [t0]
         out += [t for t, _, _, _ in self.releases[i] if t > t0]
         for s, e, r in self.blocks[i]:

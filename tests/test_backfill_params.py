@@ -182,13 +182,21 @@ def test_partition_max_nodes_and_max_cpus_per_node():
     assert startable_ids(r) == ["202"]
 
 
-def test_planned_nodes_take_no_new_job_but_count_for_reservations():
-    nodes = [busy(1), gpu_node(2, planned=True)]
-    run = [running("100", [1], H)]
-    r = plan(snap(nodes, run, [job("200", hours=0.5), job("201", nodes=2)]))
-    assert startable_ids(r) == [] and r.partition("gpu").windows == ()
-    assert r.partition("gpu").top_job.job_id == "200"  # reserved: gpu002 counts for reservations
-    assert plan(snap([busy(1), gpu_node(2)], run, [job("200", hours=0.5)])).partition("gpu").startable
+def test_planned_nodes_are_where_the_top_job_is_reserved():
+    # gpu001-002 busy for 1 h, gpu003-004 idle, and Slurm's backfill marked gpu004 PLANNED for the top
+    # job. 200 needs 3 nodes at +1 h: its reservation takes the planned node (gangwatch alone would
+    # take gpu003 by name), so a long job may start on gpu003 and only a short one on gpu004.
+    run = [running("100", [1, 2], H)]
+    nodes = [busy(1), busy(2), gpu_node(3), gpu_node(4, planned=True)]
+    pending = [job("200", nodes=3), job("201", hours=5), job("202", hours=0.5)]
+    r = plan(snap(nodes, run, pending))
+    assert set(r.partition("gpu").top_job.nodes) == {"gpu001", "gpu002", "gpu004"}
+    assert {s.job_id: s.nodes for s in r.partition("gpu").startable} == {"201": ("gpu003",), "202": ("gpu004",)}
+    unplanned = plan(snap([busy(1), busy(2), gpu_node(3), gpu_node(4)], run, pending))
+    assert set(unplanned.partition("gpu").top_job.nodes) == {"gpu001", "gpu002", "gpu003"}
+    slurm = plan(slurm_snap(nodes, run, pending))
+    assert set(slurm.partition("gpu").top_job.nodes) == {"gpu001", "gpu002", "gpu004"}
+    assert startable_ids(slurm) == ["201", "202"]  # 202 ends before the reservation on gpu004 starts
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -315,6 +315,8 @@ class _Cluster:
         self.nodes = nodes
         self.usable = [n.usable for n in nodes]
         self.weight = [n.weight for n in nodes]
+        self.planned = [n.planned for n in nodes]
+        self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.ct = [_nonneg(n.cpus_total) for n in nodes]
         self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
@@ -373,7 +375,7 @@ class _Cluster:
         for p, idx in self.part_usable.items():
             sets = [set() for _ in range(self.max_gpus + 2)]
             for i in idx:
-                if self.cf[i] > 0 and not nodes[i].planned:
+                if self.cf[i] > 0:
                     sets[0].add(i)
                     for k in range(1, self.gf[i] + 1):
                         sets[k].add(i)
@@ -798,6 +800,12 @@ class _Cluster:
         node weights that suffice; among them, runs of consecutive nodes (Slurm's node order): the
         smallest run that holds the whole job, else the largest runs first."""
         weight = self.weight
+        planned = [i for i in cands if self.planned[i]]
+        if planned:  # nodes Slurm's own plan already holds for a pending job come first
+            if len(planned) < need:
+                return sorted(planned + self.slurm_choose([i for i in cands if not self.planned[i]],
+                                                          need - len(planned)))
+            cands = planned
         pool = cands
         for w in sorted({weight[i] for i in cands}):
             pool = [i for i in cands if weight[i] <= w]
@@ -831,7 +839,7 @@ class _Cluster:
             return self.slurm_choose(arr.pos[np.nonzero(tau <= when)[0]].tolist() + list(chosen_spec), need)
         sel = np.nonzero(tau <= when)[0]  # rows are in name order
         tsel = tau[sel]
-        if len(sel) > need:  # keep the `need` latest; at the cut, the first by name
+        if len(sel) > need and not self.any_planned:  # keep the `need` latest; at the cut, the first by name
             cut = float(np.partition(tsel, len(tsel) - need)[len(tsel) - need])
             above = tsel > cut
             sel = np.concatenate([sel[above], sel[tsel == cut][:need - int(above.sum())]])
@@ -839,7 +847,9 @@ class _Cluster:
         order = sel[np.argsort(-tsel, kind="stable")]
         picked = [(float(tau[r]), int(arr.pos[r])) for r in order]
         picked += [(when, i) for i in chosen_spec]
-        picked.sort(key=lambda x: (-x[0], self.names[x[1]]))
+        # nodes Slurm's backfill already plans for a pending job (PLANNED) first, so that our
+        # reservation lands where Slurm's is; then those freeing up last
+        picked.sort(key=lambda x: (not self.planned[x[1]], -x[0], self.names[x[1]]))
         return [i for _, i in picked[:need]]
 
     def blocked_now(self, p: str, resv: int) -> np.ndarray:
@@ -1370,7 +1380,7 @@ def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
         groups: dict[tuple[int, int, float], list[str]] = {}
         for i in idx:
             c = cf[i]
-            if c <= 0 or cl.nodes[i].planned:
+            if c <= 0:
                 continue
             until = INF
             if cl.blocks[i] or cl.holds[i]:

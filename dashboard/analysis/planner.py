@@ -31,6 +31,14 @@ Semantics (EASY, one reservation per partition, gang-aware):
   where until is the start of the first reservation or top-job hold on the node; taken after the top
   jobs' reservations and before backfilled jobs use them.
 - What-if: the longest whole-minute time limit (>= 1 min) under which the job would fit now.
+- Ties: every running job expected to end at the shadow time frees its share then; a reservation
+  takes from a node what it has when the reservation starts, not what it has now.
+- With `PlannerInput.config` (Slurm's scheduler, see planner_model.BackfillConfig and `_Policy`):
+  every job the cycle tests that cannot start now is reserved (whole nodes, as Slurm's backfill
+  plans), within bf_window, bf_max_job_test/_part/_user and bf_min_prio_reserve; nodes are chosen
+  as select/cons_tres does (node weight, then runs of consecutive nodes); sched/builtin never
+  backfills. QOS limits (`PlannerInput.qos`) hold jobs in both modes. Nodes Slurm marked PLANNED
+  are taken first by reservations.
 
 How it stays fast (10,000 jobs on 4,096 nodes in well under 100 ms): "fits now" scans only the nodes
 with enough GPUs free, memoised per distinct request until a node of the partition changes; times

@@ -30,8 +30,8 @@ class PlannerNode:
     reason: str = ""  # why not usable, in Slurm's words ("drained: disk full")
     gpu_type: str | None = None
     features: frozenset[str] = frozenset()
-    # Slurm's backfill holds this node for a pending job (state flag PLANNED): no new job starts on it
-    # now, but it counts for reservations
+    # Slurm's backfill holds this node for a pending job from its planned start (state flag PLANNED):
+    # the planner's reservations take such nodes first
     planned: bool = False
     weight: int = 0  # Slurm's node Weight: the scheduler fills lower weights first
 

@@ -37,8 +37,8 @@ What it builds:
   DefCpuPerGPU x GPUs per node (the partition's JobDefaults, else the cluster's); memory, when
   memory is a consumable resource (SelectTypeParameters *_MEMORY) and the job's TRES does not give
   it: DefMemPerGPU x GPUs, else DefMemPerCPU x CPUs, else DefMemPerNode (partition first, then the
-  cluster). A node in state PLANNED (Slurm's backfill holds it for a pending job) takes no new job
-  now but counts for reservations.
+  cluster). A node in state PLANNED (Slurm's backfill holds it for a pending job) is flagged: the
+  planner's reservations take such nodes first.
 - With the snapshot's `config` (scontrol show config), the planner plans as Slurm's scheduler does
   (SchedulerType, bf_window, bf_max_job_*, bf_min_prio_reserve; see planner_model.BackfillConfig)
   and lists what it does not model; with its `qos`, QOS limits hold jobs as Slurm's do.

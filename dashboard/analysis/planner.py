@@ -788,7 +788,19 @@ class _Cluster:
                 count = int(np.searchsorted(plain, t, side="right"))
                 if count + nspec < need:
                     continue
-                fitting = [i for i in special if self._fits_at(i, t, req)]
+                # special nodes in name order; EASY's pick prefers them (they fit at `when`, the latest
+                # time), so the first `need` that fit decide it and the rest need no check (Slurm's
+                # node choice looks at every candidate)
+                fitting = []
+                left = nspec
+                for i in special:
+                    left -= 1
+                    if self._fits_at(i, t, req):
+                        fitting.append(i)
+                        if len(fitting) >= need and not self.slurm:
+                            break
+                    elif count + len(fitting) + left < need:
+                        break
                 if count + len(fitting) >= need:
                     when, chosen_spec = t, fitting
                     break

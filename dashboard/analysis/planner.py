@@ -542,7 +542,9 @@ class _Cluster:
         """N nodes that can run the job from now for its whole time limit, best fit first, or None."""
         key = (p, req)
         memo = self._fit_memo.get(key)
-        if memo is not None and memo[0] == self.version[p]:
+        # Room only shrinks while a plan is made (starts and reservations take, nothing gives back),
+        # so "does not fit" stays true; a fit must be checked again once the partition changed.
+        if memo is not None and (memo[1] is None or memo[0] == self.version[p]):
             return memo[1]
         sets = self.pool[p]
         cands = sets[min(req.gpus, len(sets) - 1)]
@@ -1047,7 +1049,7 @@ def plan(inp: PlannerInput) -> BackfillPlan:
     policy = _Policy(inp)
     fast = not policy.slurm and not policy.qos
     # Most jobs of a long queue wait: eligible now, their request already known not to fit in any of
-    # their partitions since the last start there, and every such partition already has its top job.
+    # their partitions, and every such partition already has its top job.
     # Those take the fast path below (a tuple, no planning); the others are planned one by one.
     jobs: list = []
     for job in inp.pending:
@@ -1059,7 +1061,7 @@ def plan(inp: PlannerInput) -> BackfillPlan:
                 if req.resv >= 0 or p not in tops:
                     break
                 m = fit_memo.get((p, req))
-                if m is None or m[1] is not None or m[0] != version[p]:
+                if m is None or m[1] is not None:  # "does not fit" stays true (see fit_now)
                     break
             else:
                 jobs.append(prep)

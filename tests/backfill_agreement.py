@@ -292,12 +292,12 @@ class Harness:
                 if a.get("JobState") != "PENDING":
                     rule = f"Slurm started it ({a.get('Scheduler')}): its main scheduler found room now"
                 elif limited:
-                    rule = (f"higher-priority job(s) {', '.join(limited)} held by a QOS limit: Slurm's backfill still "
-                            "keeps nodes for them (gangwatch, like Slurm's documentation, reserves nothing for a "
-                            "limit-held job)")
+                    rule = (f"(likely) higher-priority job(s) {', '.join(limited)} held by a QOS limit: Slurm's "
+                            "backfill appears to keep nodes for them, gangwatch reserves nothing for a limit-held job")
                 else:
-                    rule = ("Slurm's will-run test picks the top job's nodes by weight and consecutive runs at each "
-                            "running job's end, and a node it passes over moves the start")
+                    rule = ("(likely) Slurm's will-run test (select/cons_tres) tries the job after each running job's "
+                            "end and passes over nodes gangwatch uses (node weight, consecutive runs), which moves "
+                            "the start later")
                 out.disagreements.append(
                     f"seed {wl.seed} top job {jid} of {part}: gangwatch reserves {t_ours - now:+.0f} s from now on "
                     f"{ours_nodes}, " + ("Slurm gives no expected start" if t_slurm is None else

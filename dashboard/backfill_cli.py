@@ -6,6 +6,11 @@ like the slurm-exporter, plus `squeue --start` for Slurm's own expected starts),
 (the slurm-exporter's `/api/v1/snapshot` JSON; `-` reads stdin), `--slurm-exporter URL` (fetches
 `URL/api/v1/snapshot`). `--slurm-what-if` (live only) asks Slurm's planner about each of our what-ifs
 with `sbatch --test-only` (which never submits a job). Privileges: a Slurm user's; none for a file.
+Slurm's scheduling parameters: live, `scontrol show config` and `sacctmgr show qos` are read too; for a
+file, `--slurm-config FILE` (saved `scontrol show config` output) and `--qos FILE` (`sacctmgr -P show
+qos`). With them the plan follows sched/backfill (a reservation for every job a cycle tests, within
+bf_window and bf_max_job_*), QOS limits and job defaults, and says where a parameter changes an
+answer; without them it is plain EASY (one reservation per partition).
 Every estimate is labelled gangwatch's or Slurm's.
 Exit status: 0 on success, 2 on bad arguments, an unreadable or malformed snapshot, or an
 unreachable Slurm/exporter (one line on stderr, no traceback).
@@ -46,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--slurm-cli", action="store_true", help="ask the local Slurm (default when squeue exists)")
     src.add_argument("--snapshot", metavar="FILE", help="a /api/v1/snapshot JSON file ('-': stdin)")
     src.add_argument("--slurm-exporter", metavar="URL", help="a gangwatch slurm-exporter, e.g. http://head:9811")
+    p.add_argument("--slurm-config", metavar="FILE",
+                   help="`scontrol show config` output to plan with Slurm's parameters (live: read from Slurm)")
+    p.add_argument("--qos", metavar="FILE", help="`sacctmgr -P show qos` output: QOS limits (live: read from Slurm)")
+    p.add_argument("--easy", action="store_true", help="plain EASY: ignore Slurm's scheduler parameters and QOS")
     p.add_argument("--partition", action="append", default=[], help="show only this partition (repeatable)")
     p.add_argument("--now", type=float, default=None,
                    help="plan as of this unix time (default: now for live sources, the snapshot's time for a file)")
@@ -177,6 +186,38 @@ def slurm_starts(runner, timeout: float) -> dict[str, float] | None:
     return parse_squeue_start(res.stdout) if res.ok else None
 
 
+QOS_FORMAT = "format=Name,Priority,MaxJobsPU,MaxSubmitPU,MaxTRESPU,MaxTRES,GrpTRES,GrpJobs,MaxWall"
+
+
+def slurm_scheduling(runner, timeout: float):
+    """(SchedulerConfig or None, QOS list) from the live Slurm; what cannot be read is left out."""
+    from collectors.slurm.sched_config import parse_sacctmgr_qos, parse_scontrol_config
+
+    res = runner.run(["scontrol", "show", "config"], timeout=timeout)
+    cfg = parse_scontrol_config(res.stdout) if res.ok and "SchedulerType" in res.stdout else None
+    res = runner.run(["sacctmgr", "-P", "show", "qos", QOS_FORMAT], timeout=timeout)
+    qos = parse_sacctmgr_qos(res.stdout) if res.ok else []
+    return cfg, qos
+
+
+def read_scheduling_files(config_path: str | None, qos_path: str | None):
+    from collectors.slurm.sched_config import parse_sacctmgr_qos, parse_scontrol_config
+
+    def read(path):
+        try:
+            return open(path, encoding="utf-8", errors="replace").read()
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+    cfg = None
+    if config_path:
+        text = read(config_path)
+        if "SchedulerType" not in text:
+            raise InputError(f"{config_path}: not `scontrol show config` output (no SchedulerType line)")
+        cfg = parse_scontrol_config(text)
+    return cfg, (parse_sacctmgr_qos(read(qos_path)) if qos_path else [])
+
+
 def sbatch_test_only_argv(job, partition: str, time_limit_s: int) -> list[str]:
     """`sbatch --test-only` for a pending job's request with another time limit (never submits)."""
     argv = ["sbatch", "--test-only", "-p", partition, "-N", str(job.min_nodes),
@@ -264,6 +305,18 @@ def render_table(doc: dict) -> str:
            f"snapshot: {snap.get('source') or '?'}, Slurm {snap.get('slurm_version') or '?'}, taken "
            f"{_ts(snap.get('taken_at'))}, age {format_duration(snap.get('age_seconds') or 0)}"
            + (" (STALE: the latest poll failed)" if snap.get("stale") else "")]
+    sched = doc.get("scheduler")
+    if sched:
+        prm = sched["parameters"]
+        out.append(f"scheduler: {sched['type']} planned as {sched['policy']}: bf_window "
+                   f"{format_duration(prm['bf_window_s'])}, bf_resolution {prm['bf_resolution_s']:.0f} s, "
+                   f"bf_max_job_test {prm['bf_max_job_test']}, bf_max_job_part {prm['bf_max_job_part'] or '-'}, "
+                   f"bf_max_job_user {prm['bf_max_job_user'] or '-'}, bf_min_prio_reserve "
+                   f"{prm['bf_min_prio_reserve'] or '-'}")
+        if sched["not_modelled"]:
+            out.append("  not modelled by gangwatch: " + ", ".join(sched["not_modelled"]))
+    else:
+        out.append("scheduler: Slurm's parameters not read; planned as plain EASY (one reservation per partition)")
     for part in doc["partitions"]:
         out.append("")
         exists = "" if part["exists"] else " (NO SUCH PARTITION)"
@@ -328,6 +381,7 @@ def main(argv: list[str] | None = None, runner=None) -> int:
         runner = CommandRunner()
     starts = None
     try:
+        cfg, qos = read_scheduling_files(args.slurm_config, args.qos)
         if args.snapshot:
             snap = read_snapshot_file(args.snapshot)
         elif args.slurm_exporter:
@@ -335,6 +389,12 @@ def main(argv: list[str] | None = None, runner=None) -> int:
         else:
             snap = poll_slurm(runner, args.timeout)
             starts = slurm_starts(runner, args.timeout)
+            if not (args.slurm_config or args.qos or args.easy):
+                cfg, qos = slurm_scheduling(runner, args.timeout)
+        if args.easy:
+            snap = dataclasses.replace(snap, config=None, qos=())
+        elif cfg is not None or qos:
+            snap = dataclasses.replace(snap, config=cfg or snap.config, qos=tuple(qos) or snap.qos)
     except InputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

@@ -408,8 +408,8 @@ def test_partition_down_and_empty_partition():
 def test_plan_json_shape():
     nodes, run = base_cluster()
     data = plan(snap(nodes, run, [job("200", nodes=6, hours=4), job("201", nodes=2)])).to_json()
-    assert set(data) == {"generated_at", "source", "policy", "partitions"}
-    assert data["source"] == "gangwatch" and data["policy"] == "easy"
+    assert set(data) == {"generated_at", "source", "policy", "scheduler", "partitions"}
+    assert data["source"] == "gangwatch" and data["policy"] == "easy" and data["scheduler"] is None
     part = data["partitions"][0]
     assert set(part) == {"partition", "exists", "nodes_total", "nodes_usable", "top_job", "windows",
                          "startable", "why"}
@@ -508,3 +508,39 @@ def test_inconsistent_node_counts_are_clamped():
     # after job a (by priority) gpu001 keeps 63 CPUs until top job b's reservation; gpu002 has nothing
     assert [(w.node_list, w.gpus_per_node, w.cpus, w.until) for w in r.partition("gpu").windows] == [
         ("gpu001", 0, 63, NOW + H)]
+
+
+# ------------------------------------------------------------------------------ ties at the shadow time
+
+def test_every_job_ending_at_the_shadow_time_frees_its_share_for_backfill():
+    # gpu001: 2 GPUs free now, jobs 100 and 101 (3 GPUs each) both end at +1 h. Top job 200 needs 7
+    # GPUs on one node: shadow +1 h. Job 101 ends at that same instant, so 8 GPUs are free then and 1
+    # is left over beside the top job: a 1-GPU job for 10 h fits now without delaying it.
+    nodes = [gpu_node(1, free_gpus=2, free_cpus=16)]
+    run = [running("100", [1], H, gpus=3, cpus=24), running("101", [1], H, gpus=3, cpus=24)]
+    r = plan(snap(nodes, run, [job("200", gpus=7, cpus_per_node=8), job("201", gpus=1, hours=10)]))
+    assert r.partition("gpu").top_job.shadow_time == NOW + H
+    assert startable_ids(r) == ["201"]
+    # two such jobs do not fit beside the top job: only one GPU is left over at the shadow time
+    r = plan(snap(nodes, run, [job("200", gpus=7, cpus_per_node=8), job("201", gpus=1, hours=10),
+                               job("202", gpus=1, hours=10)]))
+    assert startable_ids(r) == ["201"]
+
+
+def test_a_job_ending_just_after_the_shadow_time_frees_nothing_for_backfill():
+    nodes = [gpu_node(1, free_gpus=2, free_cpus=16)]
+    run = [running("100", [1], H, gpus=3, cpus=24), running("101", [1], H + 1, gpus=3, cpus=24)]
+    r = plan(snap(nodes, run, [job("200", gpus=5, cpus_per_node=8), job("201", gpus=1, hours=10)]))
+    assert r.partition("gpu").top_job.shadow_time == NOW + H
+    assert startable_ids(r) == []  # 2 + 3 = 5 at +1 h, all for the top job
+    r = plan(snap(nodes, run, [job("200", gpus=5, cpus_per_node=8), job("201", gpus=1, hours=0.5)]))
+    assert startable_ids(r) == ["201"]  # ends before the shadow time
+
+
+def test_equal_priority_ties_keep_the_given_order():
+    # Two identical jobs: the first listed is the top job, the second is planned after it.
+    nodes = [busy(1)]
+    run = [running("100", [1], H)]
+    r = plan(snap(nodes, run, [job("201"), job("200")]))
+    assert r.partition("gpu").top_job.job_id == "201"
+    assert r.why("200").expected_start == NOW + 2 * H

@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -142,6 +143,41 @@ def test_submissions_before_terminations_at_equal_times():
     jobs = [job(1, 0, 100, 10, 100), job(2, 50, 10, 10, 10), job(3, 100, 10, 10, 10)]
     s = starts_of(simulate(jobs, 10, "fcfs"))
     assert s == {1: (0, 100), 2: (100, 110), 3: (110, 120)}
+
+
+def test_easy_counts_every_job_ending_at_the_shadow_time_as_extra():
+    # Jobs 1, 2 and 3 (2 processors each) are all expected to end at 100; 2 processors are free now.
+    # Top job 5 needs 6: jobs 1 and 2 suffice, but job 3 frees its 2 at the same instant, and those
+    # are extra: job 6 (2 processors, long) fits in them and starts now without delaying job 5.
+    jobs = [job(1, 0, 100, 2, 100), job(2, 0, 100, 2, 100), job(3, 0, 100, 2, 100), job(4, 0, 300, 2, 300),
+            job(5, 1, 50, 6, 50), job(6, 2, 500, 2, 500)]
+    r = simulate(jobs, 10, "easy")
+    s = starts_of(r)
+    assert r.first_reservation[5] == 100
+    assert s[5] == (100, 150)
+    assert s[6] == (2, 502)  # extra at 100: 2 free now + 6 from jobs 1-3 - 6 for job 5 = 2
+
+
+def test_easy_tie_at_the_shadow_time_with_a_later_end_is_not_extra():
+    # The same queue, but job 3 is expected to end at 101: only jobs 1 and 2 end at the shadow time,
+    # so nothing is extra and job 6 (which would run past 100) must wait.
+    jobs = [job(1, 0, 100, 2, 100), job(2, 0, 100, 2, 100), job(3, 0, 101, 2, 101), job(4, 0, 300, 2, 300),
+            job(5, 1, 50, 6, 50), job(6, 2, 500, 2, 500)]
+    s = starts_of(simulate(jobs, 10, "easy"))
+    assert s[5] == (100, 150)
+    assert s[6][0] >= 101
+
+
+def test_easy_ties_at_equal_submit_times_keep_trace_order():
+    # Jobs 5 and 6 are submitted at the same second: 5 (first in the trace) is the top job and 6
+    # backfills into the extra processors; swapping them in the trace swaps the roles.
+    rows = [job(1, 0, 100, 2, 100), job(2, 0, 100, 2, 100), job(3, 0, 100, 2, 100), job(4, 0, 300, 2, 300)]
+    a = starts_of(simulate(rows + [job(5, 1, 50, 6, 50), job(6, 1, 500, 2, 500)], 10, "easy"))
+    assert a[5] == (100, 150) and a[6] == (1, 501)
+    b = starts_of(simulate(rows + [job(6, 1, 500, 2, 500), job(5, 1, 50, 6, 50)], 10, "easy"))
+    assert b[6] == (1, 501) and b[5] == (100, 150)
+    c = starts_of(simulate(rows + [job(5, 1, 50, 6, 50), job(6, 1, 500, 4, 500)], 10, "easy"))
+    assert c[6] == (150, 650)  # 4 processors do not fit in the 2 free now: it waits for job 5
 
 
 def test_metrics_known_answer():
@@ -314,11 +350,10 @@ def reference_easy(jobs, procs):
         if not queue:
             continue
         need, avail = records[queue[0]][4], free
-        for r in sorted(running, key=lambda r: (start[r] + records[r][2], [e[1] for e in ends if e[2] == r][0])):
-            avail += records[r][4]
-            if avail >= need:
-                shadow, extra = start[r] + records[r][2], avail - need
-                break
+        expected = sorted(start[r] + records[r][2] for r in running)
+        shadow = next(t for t in expected if free + sum(records[r][4] for r in running
+                                                        if start[r] + records[r][2] <= t) >= need)
+        extra = free + sum(records[r][4] for r in running if start[r] + records[r][2] <= shadow) - need
         for j in list(queue[1:]):
             p, req = records[j][4], records[j][2]
             if p <= free and (now + req <= shadow or p <= extra):
@@ -361,3 +396,23 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path, traces):
     bom = tmp_path / "bom.swf"
     bom.write_text("\ufeff; MaxProcs: 4\n1 0 -1 10 1 -1 -1 1 10 -1 1 1 1 -1 -1 -1 -1 -1\n", encoding="utf-8")
     assert read_swf(bom).header.max_procs == 4 and len(read_swf(bom).jobs) == 1
+
+
+# ---------------------------------------------------------------- against pyss, job by job
+
+PYSS_GOLDEN = Path(__file__).parent / "golden" / "pyss" / "kth_sp2_10000_starts.txt.gz"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_replay_matches_pyss_job_by_job(traces, policy):
+    column = {"fcfs": 1, "easy": 2, "conservative": 3}[policy]
+    with gzip.open(PYSS_GOLDEN, "rt") as f:
+        ref = {int(r[0]): int(r[column]) for r in (line.split() for line in f if not line.startswith("#"))}
+    jobs = read_swf(traces / "KTH-SP2-1996-2.1-cln.swf.gz", limit=10_000).jobs
+    result = simulate(jobs, 100, policy)
+    ours = {s.job_id: s.start - s.submit for s in result.starts}
+    assert len(ref) == len(ours) == 10_000
+    differ = [(j, ours[j], ref[j]) for j in ref if ours[j] != ref[j]]
+    assert not differ, f"{len(differ)} waits differ from pyss (job, ours, pyss), first: {differ[:5]}"
+    if policy == "easy":
+        assert round(result.avg_wait_s, 2) == 7550.50

@@ -111,25 +111,35 @@ def expand_cached(text: str | None) -> tuple[str, ...]:
 _TAIL_NUM = re.compile(r"^(.*?)(\d+)$")
 
 
+@lru_cache(maxsize=65536)
+def _split(name: str) -> tuple[tuple[str, int], int] | None:
+    """"gpu007" -> (("gpu", 3), 7); None for a name without a numeric tail (memoised: the planner
+    compresses thousands of node lists made of the same few thousand names)."""
+    m = _TAIL_NUM.match(name)
+    if m is None or "[" in name or "]" in name or "," in name:
+        return None
+    prefix, digits = m.group(1), m.group(2)
+    return (prefix, len(digits) if digits.startswith("0") and len(digits) > 1 else 0), int(digits)
+
+
 def compress(names: Iterable[str]) -> str:
     """The shortest usual form: names sharing a prefix and digit width are bracketed, in order of first appearance."""
     groups: dict[tuple[str, int], list[int]] = {}
     order: list[tuple[str, int] | str] = []
     seen_plain: set[str] = set()
     for name in names:
-        m = _TAIL_NUM.match(name)
-        if m is None or "[" in name or "]" in name or "," in name:
+        got = _split(name)
+        if got is None:
             if name not in seen_plain:
                 seen_plain.add(name)
                 order.append(name)
             continue
-        prefix, digits = m.group(1), m.group(2)
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        key = (prefix, width)
-        if key not in groups:
-            groups[key] = []
+        key, num = got
+        nums = groups.get(key)
+        if nums is None:
+            nums = groups[key] = []
             order.append(key)
-        groups[key].append(int(digits))
+        nums.append(num)
     out: list[str] = []
     for key in order:
         if isinstance(key, str):

@@ -204,6 +204,54 @@ class Partition:
     priority_job_factor: int | None = None
     priority_tier: int | None = None
     tres: str = ""
+    # job defaults and per-node limits (scontrol show partition: JobDefaults=, DefMemPer*, MaxCPUsPerNode)
+    def_cpu_per_gpu: int | None = None
+    def_mem_per_gpu_bytes: int | None = None
+    def_mem_per_cpu_bytes: int | None = None
+    def_mem_per_node_bytes: int | None = None
+    max_cpus_per_node: int | None = None
+    qos: str = ""  # the partition's QOS ("" for none)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """What `scontrol show config` says about scheduling (collectors/slurm/sched_config.py).
+    None: not set in the output (Slurm's default applies, see sched_config.DEFAULTS)."""
+
+    scheduler_type: str = ""  # sched/backfill, sched/builtin
+    scheduler_parameters: str = ""  # verbatim
+    bf_interval_s: int | None = None
+    bf_window_s: int | None = None  # bf_window is in minutes in Slurm; stored in seconds
+    bf_resolution_s: int | None = None
+    bf_max_job_test: int | None = None
+    bf_max_job_part: int | None = None
+    bf_max_job_user: int | None = None
+    bf_min_prio_reserve: int | None = None
+    bf_continue: bool = False
+    bf_busy_nodes: bool = False
+    other_parameters: tuple[str, ...] = ()  # SchedulerParameters the planner does not model, verbatim
+    select_type_parameters: str = ""  # CR_Core_Memory, ...: memory is planned only when it is consumable
+    def_cpu_per_gpu: int | None = None
+    def_mem_per_gpu_bytes: int | None = None
+    def_mem_per_cpu_bytes: int | None = None
+    def_mem_per_node_bytes: int | None = None
+    licenses: str = ""
+    gres_types: str = ""
+
+
+@dataclass(frozen=True)
+class Qos:
+    """One QOS's limits (`sacctmgr show qos -P`). None: no limit."""
+
+    name: str
+    priority: int | None = None
+    max_jobs_per_user: int | None = None
+    max_submit_per_user: int | None = None
+    max_tres_per_user: str = ""  # "gres/gpu=4,cpu=64"
+    max_tres_per_job: str = ""
+    grp_tres: str = ""
+    grp_jobs: int | None = None
+    max_wall_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -311,6 +359,8 @@ class Snapshot:
     fairshare: tuple[FairshareRow, ...] = ()
     scheduler: SchedulerStats | None = None
     switches: tuple[Switch, ...] = ()  # empty: no topology/tree (or it could not be read)
+    config: SchedulerConfig | None = None  # None: `scontrol show config` was not read
+    qos: tuple[Qos, ...] = ()  # empty: no QOS read (no slurmdbd, or not polled)
     errors: tuple[SourceError, ...] = ()
     stale: bool = False  # True when the latest poll failed and this is the last good snapshot
     last_attempt: float | None = None  # unix s of the latest poll, good or not

@@ -20,6 +20,7 @@ import re
 from typing import Iterator
 
 from . import hostlist
+from .sched_config import partition_extras
 from .model import (FairshareRow, Job, Node, NodeAllocation, Partition, PriorityFactors, Reservation,
                     SchedulerStats)
 from .parse_common import (duration_seconds, integer, memory_bytes, number, parse_dependency, parse_gres,
@@ -241,7 +242,7 @@ def parse_scontrol_partitions(textblob: str) -> list[Partition]:
             max_time_seconds=duration_seconds(d.get("MaxTime")), default_time_seconds=duration_seconds(d.get("DefaultTime")),
             max_nodes=integer(max_nodes) if max_nodes and max_nodes.isdecimal() else None,
             priority_job_factor=integer(d.get("PriorityJobFactor")), priority_tier=integer(d.get("PriorityTier")),
-            tres=_nz(d.get("TRES")),
+            tres=_nz(d.get("TRES")), **partition_extras(d),
         ))
     return out
 

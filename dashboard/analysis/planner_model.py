@@ -30,6 +30,10 @@ class PlannerNode:
     reason: str = ""  # why not usable, in Slurm's words ("drained: disk full")
     gpu_type: str | None = None
     features: frozenset[str] = frozenset()
+    # Slurm's backfill holds this node for a pending job from its planned start (state flag PLANNED):
+    # the planner's reservations take such nodes first
+    planned: bool = False
+    weight: int = 0  # Slurm's node Weight: the scheduler fills lower weights first
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,8 @@ class RunningJob:
     time_limit_s: float
     allocations: tuple[Allocation, ...]
     partition: str = ""
+    user: str = ""
+    qos: str = ""
 
     @property
     def expected_end(self) -> float:
@@ -96,6 +102,7 @@ class PendingJob:
     held: bool = False
     user: str = ""
     account: str = ""
+    qos: str = ""
     reservation: str | None = None
     slurm_reason: str = ""
     priority: float | None = None
@@ -108,6 +115,43 @@ class PartitionInfo:
     name: str
     max_time_s: float | None = None
     up: bool = True
+    max_nodes: int | None = None  # MaxNodes: a larger job pends for ever (PartitionNodeLimit)
+    max_cpus_per_node: int | None = None  # MaxCPUsPerNode: a job asking more per node never starts
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillConfig:
+    """Slurm's scheduler as `scontrol show config` describes it. Without one the planner is plain EASY
+    (one reservation per partition); with one it plans as Slurm's sched/backfill does: every job it
+    tests that cannot start now gets a reservation, within these bounds."""
+
+    scheduler_type: str = "sched/backfill"  # sched/builtin: no backfilling at all
+    bf_window_s: float = 1440 * 60  # no reservation starts later than now + bf_window
+    bf_resolution_s: float = 60
+    bf_max_job_test: int = 500  # jobs a backfill cycle considers, in priority order
+    bf_max_job_part: int = 0  # per partition (0: no limit)
+    bf_max_job_user: int = 0  # per user (0: no limit)
+    bf_min_prio_reserve: int = 0  # jobs below this priority start only if they fit now: no reservation
+    bf_continue: bool = False
+    bf_busy_nodes: bool = False
+    not_modelled: tuple[str, ...] = ()  # SchedulerParameters and settings the planner does not model
+
+
+@dataclass(frozen=True, slots=True)
+class QosLimit:
+    """A QOS's limits on running jobs (None: no limit). Slurm neither starts nor reserves for a job
+    that a limit holds."""
+
+    name: str
+    max_jobs_per_user: int | None = None
+    max_gpus_per_user: int | None = None
+    max_cpus_per_user: int | None = None
+    max_nodes_per_user: int | None = None
+    grp_gpus: int | None = None
+    grp_cpus: int | None = None
+    grp_nodes: int | None = None
+    grp_jobs: int | None = None
+    max_wall_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +162,8 @@ class PlannerInput:
     reservations: tuple[Reservation, ...] = ()
     pending: tuple[PendingJob, ...] = ()  # in the scheduler's priority order, highest first
     partitions: tuple[PartitionInfo, ...] = ()  # optional limits; partitions also come from the nodes
+    config: BackfillConfig | None = None  # None: plain EASY
+    qos: tuple[QosLimit, ...] = ()
 
 
 # Slurm's pending reasons (squeue %r) in plain words; those not listed are shown as Slurm writes them.

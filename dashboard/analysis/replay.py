@@ -15,7 +15,8 @@ Semantics (fixed, so that results can be compared with other simulators):
 - EASY: start queue heads while they fit; the first that does not fit is the top job, reserved at
   the shadow time (when enough running jobs will have ended by their requested times); a later job
   backfills when it fits now and either ends by the shadow time or uses only processors the top job
-  will not need ("extra"). A submission while a top job waits can only change the new job's fate,
+  will not need ("extra": free at the shadow time, counting every job expected to end at that instant,
+  not only those the top job needs). A submission while a top job waits can only change the new job's fate,
   so that pass checks only the new job: its result is identical to a full pass (the free
   processors, shadow time and extra processors are unchanged, and every earlier rejection still
   holds because time only moved forward).
@@ -37,7 +38,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from dashboard.analysis.swf import SwfJob
 
@@ -45,8 +46,7 @@ POLICIES = ("fcfs", "easy", "conservative")
 BSLD_BOUND_S = 10  # the customary 10 s bound (Feitelson et al., "Theory and practice in parallel job scheduling")
 
 
-@dataclass(frozen=True, slots=True)
-class JobStart:
+class JobStart(NamedTuple):  # a named tuple: a replay makes one per job, hundreds of thousands
     job_id: int
     submit: int
     start: int
@@ -266,13 +266,17 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
             continue
         top = queue[0]
         need = size[top]
+        # Every job expected to end at the shadow time frees its processors then, not only those the
+        # top job needs: the rest are "extra" (leaving them out refused jobs that fit, issue 14).
         avail = free
+        shadow = -1
         for exp_end, _, r in running_exp:
-            avail += size[r]
-            if avail >= need:
-                shadow = exp_end
-                extra = avail - need
+            if shadow >= 0 and exp_end != shadow:
                 break
+            avail += size[r]
+            if shadow < 0 and avail >= need:
+                shadow = exp_end
+        extra = avail - need
         if top not in first_res:
             first_res[top] = shadow
         if free == 0:

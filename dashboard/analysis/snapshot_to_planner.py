@@ -33,6 +33,15 @@ What it builds:
   `slurm_starts` (squeue --start) or else the job record's start time.
 - A pending array record that still holds several tasks ("4_[4-5]") is one entry, named by its
   display id: the planner plans the next task.
+- Job defaults Slurm applies when a job does not say (issue 19): CPUs per node at least
+  DefCpuPerGPU x GPUs per node (the partition's JobDefaults, else the cluster's); memory, when
+  memory is a consumable resource (SelectTypeParameters *_MEMORY) and the job's TRES does not give
+  it: DefMemPerGPU x GPUs, else DefMemPerCPU x CPUs, else DefMemPerNode (partition first, then the
+  cluster). A node in state PLANNED (Slurm's backfill holds it for a pending job) is flagged: the
+  planner's reservations take such nodes first.
+- With the snapshot's `config` (scontrol show config), the planner plans as Slurm's scheduler does
+  (SchedulerType, bf_window, bf_max_job_*, bf_min_prio_reserve; see planner_model.BackfillConfig)
+  and lists what it does not model; with its `qos`, QOS limits hold jobs as Slurm's do.
 
 Failure modes: nothing raised for any Snapshot taken at a usable time (any other planning time is
 a ValueError); records with missing fields fall back as described (a node with no CPU count has
@@ -46,15 +55,18 @@ import re
 from functools import lru_cache
 from typing import Mapping
 
-from collectors.slurm.model import Job, Node, Snapshot
-from collectors.slurm.parse_common import parse_tres, tres_request_gpus
+from collectors.slurm.model import Job, Node, Qos, SchedulerConfig, Snapshot
+from collectors.slurm.parse_common import integer, parse_tres, tres_request_gpus
+from collectors.slurm.sched_config import DEFAULTS
 from collectors.slurm.parse_common import memory_bytes as _memory_bytes
 from dashboard.analysis.planner_model import (
     Allocation,
+    BackfillConfig,
     PartitionInfo,
     PendingJob,
     PlannerInput,
     PlannerNode,
+    QosLimit,
     Reservation,
     RunningJob,
 )
@@ -215,7 +227,16 @@ def _time_limit(job: Job, part) -> float:
     return math.inf
 
 
-def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, float] | None) -> PendingJob:
+def _default(part, cfg: SchedulerConfig | None, name: str):
+    """A job default: the partition's, else the cluster's (scontrol show config), else None."""
+    got = getattr(part, name, None) if part is not None else None
+    if got is None and cfg is not None:
+        got = getattr(cfg, name, None)
+    return got
+
+
+def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, float] | None,
+             cfg: SchedulerConfig | None = None) -> PendingJob:
     names = tuple(p.strip() for p in job.partition.split(",") if p.strip())
     nodes = max(1, job.node_count or 1)
     per_node = tres_request_gpus(job.tres_per_node)
@@ -224,8 +245,23 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
     gpus_per_job = per_job or 0
     if not gpus_per_node and not gpus_per_job and job.gpus:
         gpus_per_job = job.gpus  # --gpus-per-task and other forms: the job's total
+    part = parts.get(names[0]) if names else None
+    cpus = max(1, -(-(job.cpus or 1) // nodes))
+    gpn = gpus_per_node or -(-gpus_per_job // nodes)
+    per_gpu = _default(part, cfg, "def_cpu_per_gpu")
+    if per_gpu and gpn:
+        cpus = max(cpus, per_gpu * gpn)  # Slurm gives a --gpus job DefCpuPerGPU CPUs per GPU
     mem = _tres_memory(job.tres_alloc)  # scontrol text: a pending job's TRES is its request
     mem_per_node = _mib(mem) // nodes if mem else 0
+    if not mem and cfg is not None and "MEMORY" in cfg.select_type_parameters.upper():
+        by_gpu, by_cpu = _default(part, cfg, "def_mem_per_gpu_bytes"), _default(part, cfg, "def_mem_per_cpu_bytes")
+        by_node = _default(part, cfg, "def_mem_per_node_bytes")
+        if by_gpu and gpn:
+            mem_per_node = _mib(by_gpu * gpn)
+        elif by_cpu:
+            mem_per_node = _mib(by_cpu * cpus)
+        elif by_node:
+            mem_per_node = _mib(by_node)
     eligible = _time(job.eligible_time)
     begin = eligible if eligible is not None and eligible > now else None
     held = job.reason in HELD_REASONS or (job.priority == 0 and "Held" in job.reason)
@@ -236,14 +272,14 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
     elif job.start_time:
         slurm_start = _time(job.start_time)
     return PendingJob(
-        job_id=did, partitions=names, time_limit_s=_time_limit(job, parts.get(names[0]) if names else None),
-        min_nodes=_count(nodes), tasks=1, cpus_per_task=1,
-        cpus_per_node=max(1, _count(-(-(job.cpus or 1) // nodes))),
+        job_id=did, partitions=names, time_limit_s=_time_limit(job, part),
+        min_nodes=_count(nodes), tasks=1, cpus_per_task=1, cpus_per_node=max(1, _count(cpus)),
         mem_per_node_mb=mem_per_node, gpus_per_node=_count(gpus_per_node), gpus_per_job=_count(gpus_per_job),
         gpu_type=_gpu_type(job.tres_per_node) or _gpu_type(job.tres_per_job),
         exclusive=bool(job.exclusive), features=_features(job.features),
         dependency=_dependency_state(job), dependency_text=job.dependency,
-        begin_time=begin, held=held, user=job.user, account=job.account, reservation=job.reservation or None,
+        begin_time=begin, held=held, user=job.user, account=job.account, qos=job.qos,
+        reservation=job.reservation or None,
         slurm_reason=job.reason, priority=float(job.priority) if job.priority is not None else None,
         priority_factors=_priority_factors(job), slurm_expected_start=slurm_start,
     )
@@ -256,6 +292,38 @@ def scheduling_order(pending: list[Job], parts: Mapping) -> list[Job]:
         tier = getattr(parts.get(first), "priority_tier", None) or 0
         return (-tier, -(j.priority or 0), _time(j.submit_time) or 0.0, j.job_id, j.array_task_id or 0)
     return sorted(pending, key=key)
+
+
+def backfill_config(cfg: SchedulerConfig) -> BackfillConfig:
+    """The planner's view of `scontrol show config` (Slurm's defaults where it says nothing)."""
+    def get(name):
+        v = getattr(cfg, name)
+        return DEFAULTS[name] if v is None else v
+
+    not_modelled = list(cfg.other_parameters)
+    if cfg.licenses:
+        not_modelled.append(f"Licenses={cfg.licenses} (license counts are not planned)")
+    return BackfillConfig(
+        scheduler_type=cfg.scheduler_type or "sched/backfill", bf_window_s=float(get("bf_window_s")),
+        bf_resolution_s=float(get("bf_resolution_s")), bf_max_job_test=int(get("bf_max_job_test")),
+        bf_max_job_part=int(get("bf_max_job_part")), bf_max_job_user=int(get("bf_max_job_user")),
+        bf_min_prio_reserve=int(get("bf_min_prio_reserve")), bf_continue=cfg.bf_continue,
+        bf_busy_nodes=cfg.bf_busy_nodes, not_modelled=tuple(not_modelled))
+
+
+def _tres_count(tres: str, key: str) -> int | None:
+    v = parse_tres(tres).get(key)
+    return integer(v) if v is not None else None
+
+
+def qos_limit(q: Qos) -> QosLimit:
+    return QosLimit(q.name, max_jobs_per_user=q.max_jobs_per_user,
+                    max_gpus_per_user=_tres_count(q.max_tres_per_user, "gres/gpu"),
+                    max_cpus_per_user=_tres_count(q.max_tres_per_user, "cpu"),
+                    max_nodes_per_user=_tres_count(q.max_tres_per_user, "node"),
+                    grp_gpus=_tres_count(q.grp_tres, "gres/gpu"), grp_cpus=_tres_count(q.grp_tres, "cpu"),
+                    grp_nodes=_tres_count(q.grp_tres, "node"), grp_jobs=q.grp_jobs,
+                    max_wall_s=float(q.max_wall_seconds) if q.max_wall_seconds else None)
 
 
 def snapshot_to_planner(snap: Snapshot, now: float | None = None,
@@ -289,7 +357,7 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
             start = now  # start unknown: at the latest it ends a whole time limit from now
         else:
             start = j.start_time
-        running.append(RunningJob(j.display_id, float(start), limit, allocs, j.partition))
+        running.append(RunningJob(j.display_id, float(start), limit, allocs, j.partition, j.user, j.qos))
     nodes = []
     for n in snap.nodes:
         u = used.get(n.name, (0, 0, 0))
@@ -306,7 +374,8 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
             cpus_total=ct, cpus_free=max(0, ct - ca), mem_total_mb=mt, mem_free_mb=max(0, mt - ma),
             gpus_total=gt, gpus_free=max(0, gt - ga), usable=not why, reason=why,
             gpu_type=",".join(n.gpu_types) or None,
-            features=frozenset(n.active_features or n.features)))
+            features=frozenset(n.active_features or n.features), planned="PLANNED" in n.state_flags,
+            weight=n.weight or 0))
     resvs = tuple(
         Reservation(r.name, r.nodes, _time(r.start_time) or now,
                     _time(r.end_time) or math.inf, frozenset(r.flags), frozenset(r.users), frozenset(r.accounts))
@@ -315,8 +384,10 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
     partitions = tuple(
         PartitionInfo(p.name, float(p.max_time_seconds) if p.max_time_seconds and
                       0 < p.max_time_seconds <= LONGEST_LIMIT_S else None,
-                      p.state in ("UP", ""))
+                      p.state in ("UP", ""), p.max_nodes, p.max_cpus_per_node)
         for p in snap.partitions)
+    cfg = snap.config
     return PlannerInput(now=now, nodes=tuple(nodes), running=tuple(running), reservations=resvs,
-                        pending=tuple(_pending(j, now, parts, slurm_starts) for j in pend),
-                        partitions=partitions)
+                        pending=tuple(_pending(j, now, parts, slurm_starts, cfg) for j in pend),
+                        partitions=partitions, config=backfill_config(cfg) if cfg is not None else None,
+                        qos=tuple(qos_limit(q) for q in snap.qos))

@@ -341,10 +341,19 @@ class _Signals:
         return _LazyNodes(self)
 
     def cluster_wait_median(self) -> float:
-        """port_xmit_wait rate of the cluster's typical node (median over nodes of their median)."""
+        """port_xmit_wait rate of the cluster's typical busy node (median over the nodes that carry
+        traffic of their median): idle nodes wait for nothing, and counting them would make any
+        traffic look congested on a cluster with many free nodes."""
         if "cwm" not in self.cache:
-            w = self.node_signal("ib_wait")
-            self.cache["cwm"] = _q(nanquantile_rows(w, 0.5), 0.5) if w is not None and w.size else float("nan")
+            w, tx = self.node_signal("ib_wait"), self.node_signal("ib_tx")
+            out = float("nan")
+            if w is not None and w.size:
+                per_node = nanquantile_rows(w, 0.5)
+                if tx is not None:
+                    with np.errstate(invalid="ignore"):
+                        per_node = np.where(nanquantile_rows(tx, 0.5) >= self.th.busy_link_bytes, per_node, np.nan)
+                out = _q(per_node, 0.5)
+            self.cache["cwm"] = out
         return self.cache["cwm"]
 
     def screen(self, maps: list[_JobMap]) -> None:
@@ -576,7 +585,9 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 # window has its congestion as its own median
                 cluster_wait = sig.cluster_wait_median()
                 ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
-                congested = ib_wait >= th.wait_ratio * max(ref, 1.0)
+                # ... and not below the job's own typical wait: a job whose traffic naturally waits
+                # (all-to-all on a busy fabric) is not congested when it waits less than usual
+                congested = (ib_wait >= th.wait_ratio * max(ref, 1.0)) & (ib_wait >= th.own_wait_fraction * wait_base)
             # a link that went down lately is still suspect: a bad cable or transceiver flaps every
             # few minutes and the gang crawls between the drops (retrains, retransmissions)
             link_event = _recent_events(ib_down > 0, int(round(th.link_window_seconds / step)))
@@ -1048,10 +1059,12 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
         hot = [j for j in on_leaf if np.isfinite(z[j]) and z[j] > 0 and p_one_sided(float(z[j])) * m < th.alpha]
         if len(hot) >= max(2, 0.5 * len(on_leaf)):
             return leaf, "leaf_switch", ev
+    # one node, or several with no leaf they fill: the one port where the job's traffic backs up
+    # most, when one does; else the node when only one stands out
+    port = _hot_port(win, [members[0][0]] if len(members) == 1 else jm.node_rows, seg, th, [])
+    if port[0]:
+        return port[0], "port", ev + port[2]
     if len(members) == 1:
-        port = _hot_port(win, [members[0][0]], seg, th, [])
-        if port[0]:
-            return port[0], "port", ev + port[2]
         return win.nodes[members[0][0]], "node", ev
     return "", "", ev
 
@@ -1310,6 +1323,20 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         age_steps = int((now - jm.job.start_time) // step) + 1
         runs = np.minimum(runs, age_steps)
     bad = np.flatnonzero(runs >= need)
+    fs_w = sig.node_signal("fs_write")
+    if bad.size and fs_w is not None:
+        # GPUs paused while their node writes at checkpoint speed are checkpointing (nodes of a
+        # gang resume a scrape or two apart), unless the pause outlasts any checkpoint
+        idx = win.node_index()
+        keep = []
+        for i in bad:
+            r = int(runs[i])
+            w = fs_w[idx[jm.gpu_names[i][0]], T - r:]
+            with np.errstate(invalid="ignore"):
+                writing = bool(np.isfinite(w).any() and np.nanmax(w) >= th.checkpoint_write_bytes)
+            if not writing or r * step > th.checkpoint_max_seconds:
+                keep.append(i)
+        bad = np.array(keep, dtype=np.int64)
     if bad.size == 0 or bad.size == len(jm.gpu_flat):
         return None
     names = [jm.gpu_names[i] for i in bad]

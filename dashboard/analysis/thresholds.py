@@ -92,6 +92,13 @@ class Thresholds:
     # median node) marks congestion; healthy all-reduce shows a few 1e5 ticks/s (simulator) and
     # congested ports orders of magnitude more (Mellanox: xmit_wait grows with credit starvation).
     wait_ratio: float = 10.0
+    # A node that carries at least this much InfiniBand traffic (bytes/s, median over the window)
+    # is a busy node, the reference for "typical" transmit wait; management traffic (subnet manager
+    # sweeps, IPoIB ARP) stays in the kB/s.
+    busy_link_bytes: float = 1e6
+    # Congestion also needs the wait at least this share of the job's own median: a job whose
+    # traffic always waits (MoE all-to-all on a busy fabric) is not congested while it waits less.
+    own_wait_fraction: float = 0.8
     # A port whose transmit wait is this many times the median of the job's other ports is where
     # the collective backs up (the others wait for it; healthy rails of one job are within tens of
     # percent of each other, as NCCL spreads traffic evenly over them).

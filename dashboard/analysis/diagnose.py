@@ -805,8 +805,9 @@ def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds) -> tuple[np.nda
 
 
 def _has_target_latency(win: Window, jm: _JobMap) -> bool:
+    """Target latency known anywhere (clients' OSC stats, or the servers' own service times)."""
     lat = win.target.get("latency")
-    return lat is not None and bool(jm.node_rows) and bool(np.isfinite(lat[jm.node_rows]).any())
+    return lat is not None and bool(np.isfinite(lat).any())
 
 
 def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds) -> np.ndarray:
@@ -825,7 +826,7 @@ def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds) 
             warnings.simplefilter("ignore", RuntimeWarning)
             med = np.nanmedian(per_target, axis=0)
             ratio = sig.cache["target_ratio"] = np.where(med > 0, per_target / med, np.nan)
-    readers = _job_targets(win, sig, jm.node_rows)
+    readers = _job_targets(win, sig, jm.node_rows, jm.jobid)
     if not readers.any():
         return np.zeros(T, bool)
     with np.errstate(invalid="ignore"):
@@ -900,7 +901,8 @@ def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresho
         rd = win.target.get("read")
         readers = None
         if rd is not None and rows:
-            readers = np.sum(np.nansum(rd[rows], axis=2) > 0, axis=0) + _job_targets(win, sig, rows)
+            readers = (_job_targets(win, sig, rows, jm.jobid).astype(int) if win.job_targets.get(jm.jobid) else
+                       np.sum(np.nansum(rd[rows], axis=2) > 0, axis=0) + _job_targets(win, sig, rows))
         if hits and readers is not None:
             hits = [h for h in hits if readers[h[0]] > 0]  # only a target the job's nodes read from
         if hits:
@@ -988,12 +990,15 @@ def _fs_of(target: str) -> str:
     return m.group(1) if m else t
 
 
-def _job_targets(win: Window, sig: _Signals, rows: list[int]) -> np.ndarray:
+def _job_targets(win: Window, sig: _Signals, rows: list[int], jobid: str = "") -> np.ndarray:
     """(F,) the targets the job's nodes read from: those read per target where the metrics say so
     (Lustre client OSC stats); where they only say which filesystem a node reads (llite per mount,
     GPFS per filesystem), every target of that filesystem, as striping spreads a file over them."""
     rd = win.target.get("read")
     F = len(win.targets)
+    mine = win.job_targets.get(jobid)
+    if mine:  # the servers' job_stats say which targets the job itself read
+        return np.array([t in mine for t in win.targets], bool)
     if rd is None or not rows or not F:
         return np.zeros(F, bool)
     is_target = sig.cache.get("is_target")

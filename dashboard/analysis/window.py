@@ -52,6 +52,7 @@ class Window:
     leaf_of: dict[str, str] = field(default_factory=dict)  # node -> leaf switch
     nvlink_peers: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # node -> GPU pairs with NVLink
     gpu_numa: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> GPU index -> NUMA node
+    job_targets: dict[str, frozenset[str]] = field(default_factory=dict)  # job id -> targets it read (job_stats)
     notes: tuple[str, ...] = ()  # what the source could not read (shown with the verdicts)
 
     @property

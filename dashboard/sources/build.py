@@ -25,7 +25,7 @@ import numpy as np
 from dashboard.analysis.window import Window, grid
 
 from .exposition import Columns, Sample, concat_ranges
-from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, Mapping, NodeMatcher, matches, sub_key
+from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, Mapping, NodeMatcher, matches, sub_key
 
 WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS)
 
@@ -81,12 +81,17 @@ class SignalStore:
         self.leaf_of: dict[str, str] = {}
         self.nvlink_peers: dict[str, set[tuple[int, int]]] = defaultdict(set)
         self.gpu_numa: dict[str, dict[int, int]] = defaultdict(dict)
+        self.job_targets: dict[str, set[str]] = defaultdict(set)
         self.notes: list[str] = []
 
     def add(self, signal: str, level: str, node: str, key: str, ts, vs, combine: str = "mean") -> None:
         self.series[(signal, level, node, key)].append((np.asarray(ts, np.float64), np.asarray(vs, np.float64), combine))
 
     def add_info(self, name: str, labels: dict[str, str], node: str | None) -> None:
+        if name in JOB_TARGET_METRICS:  # from the OSS, not a compute node
+            if labels.get("jobid") and labels.get("target") and labels.get("operation", "read") == "read":
+                self.job_targets[labels["jobid"]].add(labels["target"])
+            return
         if node is None:
             return
         try:
@@ -215,7 +220,8 @@ class Layout:
                       targets=tuple(self.targets), gpu=f32["gpu"], rail=f32["rail"], node=f32["node"], target=f32["target"],
                       job=jobs, gpu_jobs=dict(info.gpu_jobs), leaf_of=leaves,
                       nvlink_peers={n: frozenset(p) for n, p in info.nvlink_peers.items()},
-                      gpu_numa={n: dict(d) for n, d in info.gpu_numa.items()}, notes=tuple(notes))
+                      gpu_numa={n: dict(d) for n, d in info.gpu_numa.items()},
+                      job_targets={j: frozenset(t) for j, t in info.job_targets.items()}, notes=tuple(notes))
 
 
 class RawStore:

@@ -114,9 +114,12 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("read", "target", "gpfs_perf_read_bytes_total", counter=True, combine="sum", key="fs"),
 )
 
-# Facts (instant values): GPU -> job, leaf switch, NVLink peers, NUMA affinity.
+# Facts (instant values): GPU -> job, leaf switch, NVLink peers, NUMA affinity, and which
+# filesystem targets a job did I/O on (a target's job_stats lists a job only after its I/O there,
+# and drops it after job_cleanup_interval, 10 minutes by default).
+JOB_TARGET_METRICS = ("gangwatch_lustre_job_io_bytes_total", "lustre_job_read_bytes_total")
 INFO_METRICS = ("gangwatch_job_gpu_info", "gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info",
-                "gangwatch_gpu_affinity_info")
+                "gangwatch_gpu_affinity_info") + JOB_TARGET_METRICS
 HPC_JOB_LABEL = "hpc_job"  # dcgm-exporter's job label (set from the prolog's GPU -> job files)
 
 BY_METRIC: dict[str, tuple[Mapping, ...]] = {}

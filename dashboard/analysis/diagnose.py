@@ -709,6 +709,11 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                             th.psi_io_stalled)] if np.isfinite(psi[seg]).any() else []
             culprit, kind, cev = _io_culprit(win, sig, jm, seg, th)
         elif cause == "stalled_network":
+            # a link that retrained at a lower width or speed and stays up paces the gang: that
+            # port is a straggler (its retrain counts a link-down), not a fabric-wide stall
+            slow = _slow_link(win, sig, jm, th, base)
+            if slow is not None:
+                return slow
             ev.append(Evidence("ib_wait", "", _mean((ib_wait[seg])), _f(wait_base),
                                _f(th.wait_ratio * wait_base) if np.isfinite(wait_base) else None))
             ev.append(Evidence("ib_tx", "", _mean((ib_tx[seg])), _f(ib_base), _f(th.ib_collapse_fraction * ib_base)))
@@ -1037,6 +1042,13 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     if w is None:
         return "", "", ev
     per_node = _nanmean(w[:, seg], 1)
+    tx = sig.nodesig.get("ib_tx")
+    if tx is not None:
+        # idle nodes wait for nothing: the reference is the cluster's busy nodes (and the job's own)
+        with np.errstate(invalid="ignore"):
+            idle = ~(nanquantile_rows(tx, 0.5) >= th.busy_link_bytes)
+        idle[jm.node_rows] = False
+        per_node = np.where(idle, np.nan, per_node)
     with np.errstate(all="ignore"):
         logv = np.log10(np.maximum(per_node, 1.0))
     z, med, scale = robust_z(logv, 0.05)
@@ -1088,7 +1100,7 @@ def _hot_port(win: Window, rows: list[int], seg: slice, th: Thresholds, ev: list
             m = np.nanmean(wait[i][:, seg].astype(np.float64), axis=1)
             used = np.nanmax(tx[i].astype(np.float64), axis=1) > 0 if tx is not None else np.ones(m.shape, bool)
             vals += [(i, r, float(m[r])) for r in range(m.shape[0]) if np.isfinite(m[r]) and used[r]]
-    if len(vals) < 3:
+    if len(vals) < 2:
         return "", "", ev
     vals.sort(key=lambda t: -t[2])
     i, r, top = vals[0]

@@ -643,7 +643,14 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         with np.errstate(all="ignore"):
             rest = _mean((sig.gpu2d["sm"] if has_sm else sig.gpu2d["util"])[[jm.gpu_flat[i] for i in busy_rows]][:, -recent:])
         rest = np.nan if rest is None else rest
-        if np.isfinite(rest) and rest >= th.degraded_fraction * act_base:
+        works = np.isfinite(rest) and rest >= th.degraded_fraction * act_base
+        if works and not has_sm and has_power:
+            # without SM activity, busy utilisation may be kernels spinning in a hung collective
+            # (the ranks on the idle GPUs died): board power tells work from spinning
+            with np.errstate(all="ignore"):
+                p_rest = _mean(sig.gpu2d["power"][[jm.gpu_flat[i] for i in busy_rows]][:, -recent:])
+            works = p_rest is not None and p_rest >= th.waiting_power_fraction * power_base
+        if works:
             return partial.verdict
     alive = sig.alive[k]
     known = np.isfinite(act) & alive
@@ -1100,6 +1107,10 @@ def _hot_port(win: Window, rows: list[int], seg: slice, th: Thresholds, ev: list
             m = np.nanmean(wait[i][:, seg].astype(np.float64), axis=1)
             used = np.nanmax(tx[i].astype(np.float64), axis=1) > 0 if tx is not None else np.ones(m.shape, bool)
             vals += [(i, r, float(m[r])) for r in range(m.shape[0]) if np.isfinite(m[r]) and used[r]]
+    if len(vals) == 1 and len(rows) == 1:  # the node's only port
+        i, r, top = vals[0]
+        port = win.rails[i][r] if i < len(win.rails) and r < len(win.rails[i]) else str(r)
+        return f"{win.nodes[i]}:{port}", "port", ev
     if len(vals) < 2:
         return "", "", ev
     vals.sort(key=lambda t: -t[2])

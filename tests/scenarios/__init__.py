@@ -13,10 +13,12 @@ from .render import SCHEMAS, render
 
 
 def write(outdir: str, seeds: int = 1, schemas: tuple[str, ...] = SCHEMAS, names: list[str] | None = None,
-          max_nodes: int = 64, window_s: float | None = None) -> list[str]:
+          max_nodes: int = 64, window_s: float | None = None, first_seed: int = 0) -> list[str]:
     """Build and render the catalogue; returns the bundle directories written. `max_nodes` and a
-    short `window_s` (seconds; None draws 15-25 min) keep bundles small for quick runs."""
-    return [render(b, outdir, schema) for b in build_all(seeds, names, max_nodes, window_s) for schema in schemas]
+    short `window_s` (seconds; None draws 15-25 min) keep bundles small for quick runs; seeds are
+    first_seed .. first_seed + seeds - 1 (held-out seeds for a measurement nothing was tuned on)."""
+    return [render(b, outdir, schema) for b in build_all(seeds, names, max_nodes, window_s, first_seed)
+            for schema in schemas]
 
 
 __all__ = ["Built", "CAUSES", "SCENARIOS", "SCHEMAS", "build", "build_all", "render", "write"]

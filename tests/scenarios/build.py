@@ -256,9 +256,10 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float | None =
     return Built(sc, seed, c, truth, params)
 
 
-def build_all(seeds: int = 1, names: list[str] | None = None, max_nodes: int = 64, window_s: float | None = None):
+def build_all(seeds: int = 1, names: list[str] | None = None, max_nodes: int = 64, window_s: float | None = None,
+              first_seed: int = 0):
     for sc in SCENARIOS:
         if names and sc.name not in names:
             continue
-        for s in range(seeds):
+        for s in range(first_seed, first_seed + seeds):
             yield build(sc, s, max_nodes, window_s)

@@ -33,7 +33,7 @@ import tracemalloc
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from dashboard.analysis.sim import SimConfig, Simulation  # noqa: E402
-from dashboard.diagnose_cli import _parser, run  # noqa: E402
+from dashboard.diagnose_cli import build_parser, run  # noqa: E402
 from dashboard.sources.build import WANTED  # noqa: E402
 from dashboard.sources.exposition import read_columns  # noqa: E402
 from dashboard.sources.simulated import BundleWriter  # noqa: E402
@@ -78,7 +78,7 @@ def floor(path: str) -> float:
 
 
 def ours(path: str):
-    args = _parser().parse_args(["--bundle", path, "--span", "3600"])
+    args = build_parser().parse_args(["--bundle", path, "--span", "3600"])
     t = time.perf_counter()
     diag, _ = run(args)
     return time.perf_counter() - t, diag
@@ -117,7 +117,7 @@ def memory(path: str) -> tuple[float, float]:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    args = _parser().parse_args(["--bundle", path, "--span", "3600"])
+    args = build_parser().parse_args(["--bundle", path, "--span", "3600"])
     from dashboard.sources.bundle import load_bundle
 
     win = load_bundle(path, args.step, args.span).window

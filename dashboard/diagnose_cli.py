@@ -27,7 +27,7 @@ from dashboard.units import fmt_value
 log = logging.getLogger("gangwatch.diagnose")
 
 
-def _parser(prog: str = "gangwatch diagnose", description: str | None = None) -> argparse.ArgumentParser:
+def build_parser(prog: str = "gangwatch diagnose", description: str | None = None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n")[0])
     ap.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     ap.add_argument("--prometheus", metavar="URL", help="Prometheus (or compatible) base URL")
@@ -183,7 +183,7 @@ def render_table(diag, notes: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = _parser()
+    ap = build_parser()
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if bool(args.prometheus) == bool(args.bundle):

@@ -214,6 +214,20 @@ def test_every_grafana_query_evaluates(stack):
     metrics are all present in this Prometheus must return data: that proves the joins and label
     names, not only the syntax."""
     prom = stack["prom"]
+    # a stalled job, so that panels of stalls (`cause!="none"`) have their input: with none stalled,
+    # no series is the honest answer, not a faked zero
+    stack["stub"].stalled.set()
+    try:
+        wait_for(lambda: prom.query('gangwatch_job_stalled{cause!="none"}') and
+                 prom.query("cluster:gangwatch_job_gpu_hours_lost:sum") and
+                 prom.alerts(alertname="GangJobStalled", state="firing"), 60,
+                 "a stalled job in Prometheus, its recording rules and a firing alert", context=stack["state"])
+        _evaluate_grafana_queries(prom)
+    finally:
+        stack["stub"].stalled.clear()
+
+
+def _evaluate_grafana_queries(prom) -> None:
     build = load_build()
     records = recording_rules()
     present = {r["metric"]["__name__"] for r in prom.query('count by (__name__) ({__name__=~".+"})')}

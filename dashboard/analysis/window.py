@@ -5,13 +5,11 @@ metric source knows, already turned into rates and aligned to a common step:
 
 * per node x GPU x step (`gpu[signal]`, shape (N, G, T)): `util` (0-1), `sm` (SM active 0-1, from
   DCGM profiling where available), `power` (W), `mem` (bytes used), `clock` (SM clock, Hz);
-* per node x rail x step (`rail[signal]`, (N, R, T)): `ib_tx`, `ib_rx` (bytes/s), `ib_wait`
+* per node x rail x step (`rail[signal]`, (N, R, T)): `ib_tx` (bytes/s), `ib_wait`
   (port_xmit_wait ticks/s), `ib_down` (link_downed events per step), `ib_err` (symbol errors per
-  step), `ib_rate` (the rate the link
-  trained at, bytes/s);
+  step), `ib_rate` (the rate the link trained at, bytes/s);
 * per node x step (`node[signal]`, (N, T)): `fs_read`, `fs_write` (filesystem client bytes/s, all
-  targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
-  `nic_rx`, `nic_tx` (Ethernet/IPoIB bytes/s);
+  targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction);
 * per node x filesystem target x step (`target[signal]`, (N, F, T)): `read` (bytes/s) and
   `latency` (seconds per read RPC);
 * per job x step (`job[signal][jobid]`, (T,), mean over the job's nodes): `psi_io` from the job's
@@ -30,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
-RAIL_SIGNALS = ("ib_tx", "ib_rx", "ib_wait", "ib_down", "ib_err", "ib_rate")
-NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "nic_rx", "nic_tx")
+RAIL_SIGNALS = ("ib_tx", "ib_wait", "ib_down", "ib_err", "ib_rate")
+NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait")
 TARGET_SIGNALS = ("read", "latency")
 
 
@@ -52,7 +50,7 @@ class Window:
     leaf_of: dict[str, str] = field(default_factory=dict)  # node -> leaf switch
     nvlink_peers: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # node -> GPU pairs with NVLink
     gpu_numa: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> GPU index -> NUMA node
-    job_targets: dict[str, frozenset[str]] = field(default_factory=dict)  # job id -> targets it read (job_stats)
+    job_targets: dict[str, frozenset[str]] = field(default_factory=dict)  # job id -> targets it read, job_stats
     notes: tuple[str, ...] = ()  # what the source could not read (shown with the verdicts)
 
     @property

@@ -56,8 +56,6 @@ MAPPINGS: tuple[Mapping, ...] = (
     # ---- InfiniBand (key: device/port)
     Mapping("ib_tx", "rail", "gangwatch_infiniband_port_transmit_data_bytes_total", counter=True),
     Mapping("ib_tx", "rail", "node_infiniband_port_data_transmitted_bytes_total", counter=True),
-    Mapping("ib_rx", "rail", "gangwatch_infiniband_port_receive_data_bytes_total", counter=True),
-    Mapping("ib_rx", "rail", "node_infiniband_port_data_received_bytes_total", counter=True),
     Mapping("ib_wait", "rail", "gangwatch_infiniband_port_transmit_wait_ticks_total", counter=True),
     Mapping("ib_wait", "rail", "node_infiniband_port_transmit_wait_total", counter=True),
     Mapping("ib_down", "rail", "gangwatch_infiniband_port_link_downed_total", counter=True, events=True),
@@ -86,10 +84,6 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("iowait_cpu", "node", "node_cpu_seconds_total", counter=True, filters=(("mode", "iowait"),), combine="sum"),
     Mapping("cpu_all", "node", "gangwatch_cpu_seconds_total", counter=True, combine="sum"),
     Mapping("cpu_all", "node", "node_cpu_seconds_total", counter=True, combine="sum"),
-    Mapping("nic_rx", "node", "gangwatch_network_receive_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
-    Mapping("nic_rx", "node", "node_network_receive_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
-    Mapping("nic_tx", "node", "gangwatch_network_transmit_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
-    Mapping("nic_tx", "node", "node_network_transmit_bytes_total", counter=True, filters=(("device", "!lo"),), combine="sum"),
     # ---- per job (key: jobid): the job cgroup's own I/O pressure, which tells a job's stall from
     # its neighbours' on a shared node
     Mapping("psi_io", "job", "gangwatch_job_pressure_waiting_seconds_total", counter=True, filters=(("resource", "io"),)),

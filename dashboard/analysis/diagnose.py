@@ -1078,11 +1078,18 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     for i, zi in sorted(members, key=lambda t: -t[1])[:8]:
         ev.append(Evidence("ib_wait", win.nodes[i], float(per_node[i]), float(10 ** med), th.wait_ratio * 10 ** med,
                            zi, p_one_sided(zi), note=f"node vs {m} nodes of the cluster (log scale)"))
-    if leaf:
-        on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == leaf]
-        hot = [j for j in on_leaf if np.isfinite(z[j]) and z[j] > 0 and p_one_sided(float(z[j])) * m < th.alpha]
+    # A leaf the job's nodes hang off whose busy nodes (the job's and others': an idle node waits for
+    # nothing, congested or not) mostly wait beyond chance: the switch is the common element. A
+    # gang's collectives make its nodes on healthy leaves wait too, so every leaf of the job is
+    # tested, not only the one holding most of its outlying nodes.
+    congested_leaves = []
+    for lf in sorted({win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}):
+        on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf and np.isfinite(z[j])]
+        hot = [j for j in on_leaf if z[j] > 0 and p_one_sided(float(z[j])) * m < th.alpha]
         if len(hot) >= max(2, 0.5 * len(on_leaf)):
-            return leaf, "leaf_switch", ev
+            congested_leaves.append(lf)
+    if len(congested_leaves) == 1:
+        return congested_leaves[0], "leaf_switch", ev
     # one node, or several with no leaf they fill: the one port where the job's traffic backs up
     # most, when one does; else the node when only one stands out
     port = _hot_port(win, [members[0][0]] if len(members) == 1 else jm.node_rows, seg, th, [])

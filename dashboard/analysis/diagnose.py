@@ -694,7 +694,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 return partial.verdict
             seg = slice(T - run, T)
             why = _unexplained(th, tail, dict(
-                psi=psi, iowait=iow, slow_target=slow_target, target_known=_has_target_latency(win, jm),
+                psi=psi, iowait=iow, slow_target=slow_target, target_known=_has_target_latency(win),
                 ib_wait=ib_wait, cluster_wait=sig.cluster_wait_median() if multi_node else float("nan"),
                 ib_tx=ib_tx, ib_base=ib_base, ib_down=ib_down, multi_node=multi_node, has_sm=has_sm,
                 has_power=has_power, util=util, held=held, empty=empty, mem_known=mem_known, flags=flags))
@@ -816,7 +816,7 @@ def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds) -> tuple[np.nda
     return known & (full >= 0.5 * n), known & (full < 0.5 * n)
 
 
-def _has_target_latency(win: Window, jm: _JobMap) -> bool:
+def _has_target_latency(win: Window) -> bool:
     """Target latency known anywhere (clients' OSC stats, or the servers' own service times)."""
     lat = win.target.get("latency")
     return lat is not None and bool(np.isfinite(lat).any())

@@ -513,7 +513,7 @@ def _store(block: np.ndarray, items: list, lay: Layout, arrays: dict, jobs: dict
         signal, level, node, key = cell
         stack = block[i:j]
         with np.errstate(invalid="ignore"):
-            cnt = np.isfinite(stack).sum(axis=0)
+            cnt = np.isfinite(stack).sum(axis=0) if j - i > 1 or level == "job" else None
             if level == "job":
                 jobs[signal][key] = np.where(cnt > 0, np.where(np.isfinite(stack), stack, 0).sum(axis=0) / np.maximum(cnt, 1),
                                              np.nan)

@@ -12,7 +12,9 @@ byte of label), and a line longer than `MAX_LINE` is skipped and counted (`long_
 
 `read_columns` is the bulk path for files (bundles): it streams the file in chunks of bytes, finds
 runs of consecutive lines sharing one series head with one C-level regex pass, parses each
-distinct head once, and converts the runs' `value timestamp` tokens with one numpy call per chunk.
+distinct head once, and converts the runs' `value timestamp` tokens column-wise: the times as
+digits with numpy, the values copied row by row out of a strided view and read by fastnumbers
+(correctly rounded, as `float()`), one call per chunk.
 Lines it cannot take that way (no timestamp, extra spaces, odd numbers) go through the line
 parser above, so both paths give the same samples.
 """
@@ -24,7 +26,9 @@ import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
+import fastnumbers
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 MAX_LINE = 64 * 1024  # bytes (characters for text): longer lines are skipped and counted
 
@@ -32,6 +36,10 @@ _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _KEY = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"')
 _AFTER = re.compile(r"\s*,?")
 _UNESCAPE = re.compile(r"\\(.)")
+# parse_labels' loop on a body without backslashes, as two C-level passes: the whole body checked
+# (no two quantifiers can take the same character: linear, whatever the body), then the pairs
+_PLAIN_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"')  # no leading \s*: findall would rescan it
+_PLAIN_LABELS = re.compile(r'(?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"[^"]*"(?:\s*,)?)*[ ,]*')
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ def _unescape(v: str) -> str:
 def parse_labels(body: str) -> dict[str, str] | None:
     """`a="1",b="x \\"y\\""` (the text between the braces) -> labels, or None when malformed.
     Linear: each value's closing quote is found with `str.find` and the backslashes before it."""
+    if "\\" not in body and _PLAIN_LABELS.fullmatch(body):  # no escapes: one C-level pass
+        return dict(_PLAIN_PAIR.findall(body))
     out: dict[str, str] = {}
     pos, n = 0, len(body)
     while pos < n:
@@ -178,6 +188,7 @@ _RUN = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n(?:\1 [^\n]*\n)*", re.M)
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
 _SKIP, _SLOW = -1, -2
+_PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
 
 
 @dataclass
@@ -214,15 +225,58 @@ def _digits_at_line_ends(text: np.ndarray, sp: np.ndarray, nl: np.ndarray) -> np
     if not 1 <= w <= 15 or np.any(width != w):
         return None
     at = nl[:, None] - np.arange(w, 0, -1)
-    d = text[at] - np.uint8(48)
+    v = _digits_value(text[at])
+    if v is not None:
+        text[at] = 32
+    return v
+
+
+def _digits_value(chars: np.ndarray) -> np.ndarray | None:
+    """Rows of ASCII digits (n x w, w <= 15) -> their integers as float64 (exact), or None when a
+    byte is not a digit."""
+    d = chars - np.uint8(48)
     if np.any(d > 9):
         return None
-    text[at] = 32
     v = d[:, 0].astype(np.int64)
-    for k in range(1, w):  # Horner, column by column (numpy's integer matmul has no fast path)
+    for k in range(1, d.shape[1]):  # Horner, column by column (numpy's integer matmul has no fast path)
         v *= 10
         v += d[:, k]
     return v.astype(np.float64)
+
+
+def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(times, values) when every line `arr[vs[i]:ends[i]]` is "value time" as bundles write it: one
+    space, a time of the same number of digits on every line, a value of at most _PLAIN_VALUE bytes
+    with no whitespace or "(" in it. Rows are copied whole from a strided view (no index per byte)
+    and the values converted by fastnumbers (correctly rounded, as float()); None when a line is
+    anything else, for the general path to judge."""
+    n = ends.shape[0]
+    first = arr[vs[0]:ends[0]].tobytes()
+    w = len(first) - first.rfind(b" ") - 1
+    if not 1 <= w <= 15 or w == len(first) or np.any(arr[ends - w - 1] != 32):
+        return None
+    width = ends - w - 1 - vs
+    if int(width.min()) < 1 or int(width.max()) > _PLAIN_VALUE:
+        return None
+    ts = _digits_value(sliding_window_view(arr, w)[ends - w])
+    if ts is None:
+        return None
+    cols = int(width.max()) + 1  # a blank after the longest value: tokens never run together
+    if int(vs.max()) + cols > arr.shape[0]:  # a short last value near the end of the buffer
+        arr = np.concatenate([arr, np.full(cols, 32, np.uint8)])
+    rows = sliding_window_view(arr, cols)[vs]
+    pad = np.arange(cols) >= width[:, None]
+    rows[pad] = 32
+    # fastnumbers reads "nan(...)", float() does not; whitespace inside a value is the line parser's
+    if np.count_nonzero(rows <= 32) != n * cols - int(width.sum()) or np.count_nonzero(rows == 40):
+        return None
+    tokens = rows.tobytes().split()
+    values = np.empty(n)
+    try:
+        fastnumbers.try_array(tokens, values)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return ts, values
 
 
 class _Reader:
@@ -286,6 +340,9 @@ class _Reader:
         ends = nl[lines]
         starts = np.where(lines > 0, nl[lines - 1] + 1, 0)
         tok = starts + np.repeat(hl + 1, cnt)
+        got = _plain_lines(arr, tok, ends) if lines.shape[0] else None
+        if got is not None:
+            return starts, np.repeat(ids, cnt).astype(np.int32), self._seconds(got[0]), got[1]
         lens = ends + 1 - tok
         text = arr[concat_ranges(tok, lens)]
         n = int(cnt.sum())
@@ -309,11 +366,14 @@ class _Reader:
             ts, nums = nums[1::2], nums[0::2]
         elif nums.shape[0] != n:
             return None
+        return starts, np.repeat(ids, cnt).astype(np.int32), self._seconds(ts), nums
+
+    def _seconds(self, ts: np.ndarray) -> np.ndarray:
         if self.ts_unit == "ms":
-            ts = ts / 1000.0
-        elif self.ts_unit == "auto":
-            ts = np.where(np.abs(ts) > 1e11, ts / 1000.0, ts)
-        return starts, np.repeat(ids, cnt).astype(np.int32), ts, nums
+            return ts / 1000.0
+        if self.ts_unit == "auto":
+            return np.where(np.abs(ts) > 1e11, ts / 1000.0, ts)
+        return ts
 
     def _fast_or_split(self, buf, arr, nl, runs, parts, slow, budget: list) -> None:
         """Runs column-wise; when a token refuses, halves until the bad runs are found (at most

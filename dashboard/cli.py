@@ -25,13 +25,13 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 # What `pip install 'gangwatch[dashboard]'` adds (pyproject.toml), and which of it each command
 # imports; the agent, the exporters and `simulate` (pure Python) need none of it.
-DASHBOARD_EXTRA = ("dash", "plotly", "numpy")
+DASHBOARD_EXTRA = ("dash", "plotly", "numpy", "fastnumbers")
 NEEDS: dict[str, tuple[str, ...]] = {
     "serve": DASHBOARD_EXTRA,
     "demo": DASHBOARD_EXTRA,
-    "diagnose": ("numpy",),
+    "diagnose": ("numpy", "fastnumbers"),
     "backfill": ("numpy",),
-    "capture": ("numpy",),
+    "capture": ("numpy", "fastnumbers"),
 }
 
 

@@ -503,7 +503,9 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
 
 
 def _store(block: np.ndarray, items: list, lay: Layout, arrays: dict, jobs: dict) -> None:
-    """Combine each cell's aligned rows as SignalStore.window does and write them in place."""
+    """Combine each cell's aligned rows as SignalStore.window does and write them in place; cells
+    of one row (most) are written together, one assignment per signal."""
+    single: dict[tuple[str, str], tuple[list[int], list[tuple[int, ...]]]] = defaultdict(lambda: ([], []))
     i = 0
     while i < len(items):
         cell, _, m = items[i]
@@ -511,23 +513,32 @@ def _store(block: np.ndarray, items: list, lay: Layout, arrays: dict, jobs: dict
         while j < len(items) and items[j][0] == cell:
             j += 1
         signal, level, node, key = cell
+        if j - i == 1 and level != "job":
+            rows, where = single[(level, signal)]
+            rows.append(i)
+            where.append(lay.index(level, node, key))
+            i = j
+            continue
         stack = block[i:j]
         with np.errstate(invalid="ignore"):
-            cnt = np.isfinite(stack).sum(axis=0) if j - i > 1 or level == "job" else None
+            cnt = np.isfinite(stack).sum(axis=0)
             if level == "job":
                 jobs[signal][key] = np.where(cnt > 0, np.where(np.isfinite(stack), stack, 0).sum(axis=0) / np.maximum(cnt, 1),
                                              np.nan)
                 i = j
                 continue
-            if j - i == 1:
-                v = stack[0]
-            elif m.combine == "sum":
+            if m.combine == "sum":
                 v = np.where(cnt == j - i, np.nansum(stack, axis=0), np.nan)
             else:
                 v = np.where(cnt > 0, np.nansum(stack, axis=0) / np.maximum(cnt, 1), np.nan)
-        arr = arrays[level].get(signal)
-        if arr is None:
-            arr = arrays[level][signal] = np.full(lay.shapes[level], np.nan,
-                                                  np.float64 if signal in AUX_SIGNALS else np.float32)
-        arr[lay.index(level, node, key)] = v
+        _array(arrays, lay, level, signal)[lay.index(level, node, key)] = v
         i = j
+    for (level, signal), (rows, where) in single.items():
+        _array(arrays, lay, level, signal)[tuple(np.array(where, np.int64).T)] = block[rows]
+
+
+def _array(arrays: dict, lay: Layout, level: str, signal: str) -> np.ndarray:
+    arr = arrays[level].get(signal)
+    if arr is None:
+        arr = arrays[level][signal] = np.full(lay.shapes[level], np.nan, np.float64 if signal in AUX_SIGNALS else np.float32)
+    return arr

@@ -88,7 +88,7 @@ def load_bundle(path: str, step: float = 15.0, span: float | None = None, matche
         with open(os.path.join(path, "metrics.om"), "rb") as f:
             # chunks small beside what a small file keeps, up to 1 MiB for big ones
             size = os.fstat(f.fileno()).st_size
-            cols = read_columns(f, WANTED, chunk=min(1 << 20, max(1 << 16, size // 32)))
+            cols = read_columns(f, WANTED, chunk=min(1 << 20, max(1 << 16, size // 48)))
     except OSError:
         notes.append("metrics.om missing")
     if cols.skipped_lines:

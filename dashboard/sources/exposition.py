@@ -185,6 +185,7 @@ def iter_samples(text: str, ts_unit: str = "auto", stats: dict | None = None,
 # space-separated tokens; later lines must start with it byte for byte, and `_fast` checks that
 # each holds exactly two tokens after it (the cheaper `[^\n]*` scans twice as fast).
 _RUN = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n(?:\1 [^\n]*\n)*", re.M)
+_FIRST = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n", re.M)  # _RUN's first line
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
 _SKIP, _SLOW = -1, -2
@@ -286,6 +287,7 @@ class _Reader:
         self.ids: dict[tuple, int] = {}
         self.out = Columns()
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.run_lines = 0  # lines in the last whole run: the next run's guess
 
     def _id(self, name: str, labels: dict[str, str]) -> int:
         key = (name, tuple(sorted(labels.items())))
@@ -390,6 +392,33 @@ class _Reader:
             for s, e in runs[:, :2].tolist():
                 self._slow(buf, s, e - 1, *slow)
 
+    def _runs(self, buf: bytes, cut: int, nl: np.ndarray) -> Iterator[tuple[int, int, bytes]]:
+        """What `_RUN.finditer(buf, 0, cut)` finds, as (start, end, head), mostly without running
+        its back-reference over every line: a run is first guessed as long as the last whole run
+        (series in a file mostly hold the same number of samples) and taken when one C-level count
+        finds the head at the start of each of its lines and the line after it does not start so."""
+        pos, li = 0, 0  # li: index in `nl` of the line starting at `pos`
+        while True:
+            m = _FIRST.search(buf, pos, cut)
+            if m is None:
+                return
+            s, first_end, h = m.start(), m.end(), m.group(1)
+            if s != pos:
+                li = int(np.searchsorted(nl, s))
+            k, e = self.run_lines, -1
+            if k > 1 and li + k - 1 < nl.shape[0]:
+                guess = int(nl[li + k - 1]) + 1
+                if guess <= cut and buf.count(b"\n" + h + b" ", first_end - 1, guess - 1) == k - 1 \
+                        and not buf.startswith(h + b" ", guess, cut):
+                    e = guess
+            if e < 0:
+                e = _RUN.match(buf, s, cut).end()
+                k = int(np.searchsorted(nl, e - 1)) + 1 - li
+                if s > 0 and e < cut:  # a whole run, not one cut by the chunk's edges
+                    self.run_lines = k
+            yield s, e, h
+            pos, li = e, li + k
+
     def chunk(self, buf: bytes, cut: int) -> None:
         """buf[:cut]: whole lines, the last ending in a newline."""
         arr = np.frombuffer(buf, np.uint8, cut)
@@ -401,12 +430,10 @@ class _Reader:
         else:
             runs = []
             pos = 0
-            for m in _RUN.finditer(buf, 0, cut):
-                s, e = m.span()
+            for s, e, h in self._runs(buf, cut, nl):
                 if s > pos:
                     self._slow(buf, pos, s - 1, *slow)
                 pos = e
-                h = m.group(1)
                 i = self.heads.get(h)
                 if i is None:
                     i = self._head(h)
@@ -473,6 +500,7 @@ def read_columns(f: BinaryIO, wanted: frozenset[str], ts_unit: str = "s", chunk:
                 continue
             data, skipping = data[k + 1:], False
         buf = carry + data if carry else data
+        del data  # one copy of the chunk while it is parsed
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         cut = buf.rfind(b"\n") + 1

@@ -238,17 +238,15 @@ def _digits_value(chars: np.ndarray) -> np.ndarray | None:
     d = chars - np.uint8(48)
     if np.any(d > 9):
         return None
-    v = d[:, 0].astype(np.int64)
-    for k in range(1, d.shape[1]):  # Horner, column by column (numpy's integer matmul has no fast path)
-        v *= 10
-        v += d[:, k]
-    return v.astype(np.float64)
+    # float64 matmul (numpy's integer one has no fast path): every product and partial sum is an
+    # integer below 10**15 < 2**53, so exact in any order
+    return d @ (10.0 ** np.arange(d.shape[1] - 1, -1, -1))
 
 
 def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(times, values) when every line `arr[vs[i]:ends[i]]` is "value time" as bundles write it: one
-    space, a time of the same number of digits on every line, a value of at most _PLAIN_VALUE bytes
-    with no whitespace or "(" in it. Rows are copied whole from a strided view (no index per byte)
+    """(times, values) when every line `arr[vs[i]:ends[i]]` is "value time" as bundles write it: a
+    time of the same number of digits on every line after a space, a value of at most _PLAIN_VALUE
+    bytes before it. Rows are copied whole from a strided view (no index per byte)
     and the values converted by fastnumbers (correctly rounded, as float()); None when a line is
     anything else, for the general path to judge."""
     n = ends.shape[0]
@@ -257,7 +255,9 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     if not 1 <= w <= 15 or w == len(first) or np.any(arr[ends - w - 1] != 32):
         return None
     width = ends - w - 1 - vs
-    if int(width.min()) < 1 or int(width.max()) > _PLAIN_VALUE:
+    # each value starts with a byte other than whitespace: one token at least, so n tokens below
+    # means one each (none can hide in a blank value while another splits in two)
+    if int(width.min()) < 1 or int(width.max()) > _PLAIN_VALUE or np.any(arr[vs] <= 32):
         return None
     ts = _digits_value(sliding_window_view(arr, w)[ends - w])
     if ts is None:
@@ -265,13 +265,12 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     cols = int(width.max()) + 1  # a blank after the longest value: tokens never run together
     if int(vs.max()) + cols > arr.shape[0]:  # a short last value near the end of the buffer
         arr = np.concatenate([arr, np.full(cols, 32, np.uint8)])
-    rows = sliding_window_view(arr, cols)[vs]
-    pad = np.arange(cols) >= width[:, None]
-    rows[pad] = 32
-    # fastnumbers reads "nan(...)", float() does not; whitespace inside a value is the line parser's
-    if np.count_nonzero(rows <= 32) != n * cols - int(width.sum()) or np.count_nonzero(rows == 40):
+    blob = np.where(np.arange(cols) < width[:, None], sliding_window_view(arr, cols)[vs], np.uint8(32)).tobytes()
+    # whitespace inside a value splits it (the line parser's then); after it, both parsers drop
+    # it; bytes that only str calls whitespace fail both. fastnumbers reads "nan(...)", float() not.
+    tokens = blob.split()
+    if len(tokens) != n or b"(" in blob:
         return None
-    tokens = rows.tobytes().split()
     values = np.empty(n)
     try:
         fastnumbers.try_array(tokens, values)

@@ -200,3 +200,86 @@ def test_missing_beegfs_ctl_binary_with_procfs_is_reported_quietly(tmp_path):
                                   options={"collector_beegfs_ctl_path": "beegfs-ctl-not-installed-here"}))
     text = render(col.collect())
     assert "gangwatch_beegfs_client_target_reachability" in text and "gangwatch_beegfs_command_error" not in text
+
+
+# ------------------------------------------------------------------ a gang stalled on a BeeGFS target
+
+
+def _serverstats(rows) -> str:
+    """serverstats text in ModeIOStat's print format: rows of (num, write KiB, read KiB, reqs, qlen, bsy, name)."""
+    text = "\n===== time index: 1767225598 =====\n\n%6s %9s %9s %6s %6s %3s name\n" % (
+        "nodeID", "write_KiB", "read_KiB", "reqs", "qlen", "bsy")
+    return text + "".join("%6s %9.0f %9.0f %6u %6u %3u %s\n" % r for r in rows) + "\n"
+
+
+def _listtargets(n_servers: int) -> str:
+    head = "%8s %16s %12s %8s\n%8s %16s %12s %8s\n" % ("TargetID", "Reachability", "Consistency", "NodeID",
+                                                      "========", "============", "===========", "======")
+    return head + "".join("%8hu %16s %12s   beegfs-storage stor%02d [ID: %d]\n" % (s * 100 + k, "Online", "Good", s, s)
+                          for s in range(1, n_servers + 1) for k in (1, 2))
+
+
+def _clientstats(ip: str, read_bytes: float, reads: int) -> str:
+    return "%-16s%d [sum]  %d [ops-rd]  %g [B-rd]  0 [ops-wr]  0 [B-wr]  \n" % (ip, reads, reads, read_bytes)
+
+
+def test_gang_stalled_on_a_slow_beegfs_target_names_the_target(tmp_path):
+    """Eight nodes scraped every 15 s for 20 minutes; the BeeGFS part of each scrape comes from the
+    collector itself. Storage server stor03 (targets 301, 302) backs up in the last 10 steps while
+    gang A's GPUs starve and its readers wait."""
+    from collectors.slurm.model import Job, NodeAllocation
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.build import RawStore
+    from dashboard.sources.exposition import Sample
+
+    T, G, step, end = 80, 4, 15.0, 1_767_225_600.0
+    nodes = [f"gpu{i:03d}" for i in range(8)]
+    gang_a, gang_b = nodes[:4], nodes[4:]
+    rng = np.random.default_rng(7)
+    store = RawStore()
+    read_total = {n: 1e12 for n in nodes}
+    psi_total = {n: 0.0 for n in nodes}
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    for k in range(T):
+        ts = end - step * (T - 1 - k)
+        stalled = k >= T - 10
+        servers = [(s, 10240, 409600, int(rng.integers(760, 840)), int(rng.integers(0, 2)), int(rng.integers(2, 4)),
+                    f"stor{s:02d}") for s in range(1, 5)]
+        if stalled:
+            servers[2] = (3, 0, 2048, 6, 57, 64, "stor03")
+        for i, n in enumerate(nodes):
+            slow = stalled and n in gang_a
+            read_total[n] += (2e7 if slow else 4e8) * step
+            psi_total[n] += (0.85 if slow else 0.02) * step
+            ip = f"10.10.0.{i + 1}"
+            runner = FakeRunner({"clientstats": _clientstats(ip, read_total[n], k * 1000),
+                                 "serverstats": _serverstats(servers), "listtargets": _listtargets(4), "meta": ""})
+            col = collector(tmp_path, runner, procfs=proc, collector_beegfs_mount=["/mnt/beegfs"],
+                            collector_beegfs_client_address=[ip], collector_beegfs_modes="clientstats,serverstats,listtargets")
+            text = encode(col.collect())
+            inst = {"instance": f"{n}:9810"}
+            for name, labels, value in iter_samples(text):
+                store.add(Sample(name, {**labels, **inst}, value, ts))
+            util = 0.08 if slow else 0.92
+            for g in range(G):
+                for name, v in (("gangwatch_gpu_utilization_ratio", util), ("gangwatch_gpu_prof_sm_active_ratio", util * 0.72)):
+                    store.add(Sample(name, {"gpu": str(g), **inst}, v + rng.normal(0, 0.01), ts))
+            store.add(Sample("gangwatch_pressure_waiting_seconds_total", {"resource": "io", **inst}, psi_total[n], ts))
+    win = store.signals().window(end - step * (T - 1), end, step)
+    assert "/mnt/beegfs:target301" in win.targets and "/mnt/beegfs" in win.targets
+
+    def job(jid, ns):
+        return Job(job_id=jid, name=f"train{jid}", user="alice", state="RUNNING", start_time=end - 7200, nodes=tuple(ns),
+                   node_count=len(ns), gpus=G * len(ns),
+                   allocations=tuple(NodeAllocation(x, gpus=G, gpu_indices=tuple(range(G))) for x in ns))
+
+    d = diagnose(win, [job(1, gang_a), job(2, gang_b)])
+    va = next(v for v in d.verdicts if v.jobid == "1")
+    vb = next(v for v in d.verdicts if v.jobid == "2")
+    assert va.state == "stalled_io" and va.culprit_kind == "target"
+    # stor03 holds both: BeeGFS reports load per server, so the other is named as also slow
+    assert va.culprit in ("/mnt/beegfs:target301", "/mnt/beegfs:target302")
+    other = ({"/mnt/beegfs:target301", "/mnt/beegfs:target302"} - {va.culprit}).pop()
+    assert any(e.note and f"also slow: {other}" in e.note for e in va.evidence)
+    assert vb.state == "progressing"

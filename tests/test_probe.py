@@ -1,0 +1,245 @@
+"""The on-demand link probe between two real agents on loopback addresses (127.0.0.2 and 127.0.0.3)
+with Debian's iperf3 and perftest: measurements, the bandwidth cap, authentication, one probe per
+node (429), bad requests, no RDMA device, a job that ended, a node without an agent, and the
+result attached to a verdict as evidence."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import httpx
+import pytest
+
+from collectors.registry import load_builtin_collectors
+from collectors.slurm.model import Job, Snapshot
+from dashboard import probe_cli
+from dashboard.analysis.findings import Evidence, Verdict
+from dashboard.analysis.linkprobe import PairResult, attach, evidence, rounds
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "s3cret-probe-token"
+A, B = "127.0.0.2", "127.0.0.3"
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Agent:
+    """A real `gangwatch agent` with the probe enabled, listening on `host` (collectors kept to one)."""
+
+    def __init__(self, host: str, token_file: Path, extra: tuple[str, ...] = ()):
+        self.host, self.port, self.probe_port = host, free_port(host), free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        off = [f"--no-collector.{n}" for n in load_builtin_collectors() if n != "pressure"]
+        cmd = [sys.executable, "-m", "dashboard.cli", "agent", f"--web.listen-address={host}:{self.port}",
+               "--probe.enable", f"--probe.token-file={token_file}", f"--probe.port={self.probe_port}",
+               "--probe.max-bitrate=2G", "--log-level=error", *off, *extra]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONPATH": str(REPO)})
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"agent exited {self.proc.returncode}: {self.proc.stdout.read().decode()}")
+            try:
+                urllib.request.urlopen(self.url + "/", timeout=2).read()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    pytest.fail("agent did not answer within 30 s")
+                time.sleep(0.1)
+
+    def get(self, path: str, token: str | None = TOKEN, **params) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.get(self.url + path, params=params, headers=headers, timeout=20)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def tools():
+    missing = [t for t in ("iperf3", "ib_write_bw") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (Debian's iperf3 and perftest; tests/run-all.sh installs them)")
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("probe") / "token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def agents(tools, token_file):
+    a, b = Agent(A, token_file), Agent(B, token_file)
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def snapshot_file(tmp_path_factory):
+    jobs = (Job(job_id=42, state="RUNNING", nodes=("n1", "n2"), node_count=2),
+            Job(job_id=43, state="COMPLETED", nodes=("n1", "n2"), node_count=2),
+            Job(job_id=44, state="RUNNING", nodes=("n1",), node_count=1))
+    path = tmp_path_factory.mktemp("snap") / "snapshot.json"
+    path.write_text(Snapshot(taken_at=time.time(), source="files", jobs=jobs).to_json())
+    return path
+
+
+def run_cli(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = probe_cli.main([str(a) for a in argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def cli_args(agents, snapshot_file, token_file, jobid="42", b_url=None):
+    a, b = agents
+    return [jobid, "--snapshot", snapshot_file, "--agent", f"n1={a.url}", "--agent", f"n2={b_url or b.url}",
+            "--token-file", token_file, "--seconds", "1"]
+
+
+# ------------------------------------------------------------------ between two real agents
+
+
+def test_probe_measures_the_pair_under_the_cap_and_scrapes_stay_fast(agents, snapshot_file, token_file):
+    a, _ = agents
+    scrape_times = []
+
+    def scrape_during():
+        for _ in range(5):
+            t0 = time.monotonic()
+            assert a.get("/metrics", token=None).status_code == 200
+            scrape_times.append(time.monotonic() - t0)
+            time.sleep(0.2)
+
+    t = threading.Thread(target=scrape_during)
+    t.start()
+    rc, out, err = run_cli(*cli_args(agents, snapshot_file, token_file), "--format", "json")
+    t.join()
+    assert rc == 0, err
+    doc = json.loads(out)
+    (pair,) = doc["pairs"]
+    assert (pair["source"], pair["target"], pair["tool"], pair["error"]) == ("n1", "n2", "iperf3", "")
+    # iperf3 -b 2G: a loopback carries far more, so the cap is what we measure
+    assert 1e8 < pair["bits_per_second"] <= 2.2e9
+    assert 0 < pair["latency_seconds"] < 0.01  # the sender's mean RTT
+    assert pair["rated_bits_per_second"] is None  # loopback has no rated speed: unknown, not 0
+    signals = [e["signal"] for e in doc["evidence"]]
+    assert signals == ["link_probe_bandwidth_bits_per_second", "link_probe_latency_seconds"]
+    assert "rated speed unknown" in doc["evidence"][0]["note"]
+    assert max(scrape_times) < 1.0
+
+
+def test_one_probe_per_node_a_flood_gets_429(agents):
+    a, b = agents
+    first = a.get("/api/v1/probe/serve", tool="iperf3", seconds=1)
+    assert first.status_code == 200 and first.json()["address"] == A
+    flood = [a.get("/api/v1/probe/serve", tool="iperf3", seconds=1) for _ in range(3)]
+    flood.append(a.get("/api/v1/probe/run", tool="iperf3", seconds=1, peer=B, port=1))
+    assert {r.status_code for r in flood} == {429}
+    assert int(flood[0].headers["Retry-After"]) >= 1 and "one at a time" in flood[0].json()["error"]
+    # the waiting server takes its one client, then the slot is free again
+    done = b.get("/api/v1/probe/run", tool="iperf3", seconds=1, peer=A, port=first.json()["port"])
+    assert done.status_code == 200 and done.json()["bits_per_second"] > 0
+    deadline = time.monotonic() + 10
+    while a.get("/api/v1/probe/serve", tool="ib_write_lat", seconds=1).status_code == 429:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_authentication_and_bad_requests(agents):
+    a, _ = agents
+    assert a.get("/api/v1/probe/serve", token=None).status_code == 401
+    assert a.get("/api/v1/probe/serve", token="wrong").status_code == 401
+    for params, word in (({"tool": "bash"}, "tool"), ({"seconds": "11"}, "seconds"), ({"seconds": "-1"}, "seconds"),
+                         ({"peer": "127.0.0.3; reboot", "port": "5201"}, "peer"),
+                         ({"peer": "--help", "port": "5201"}, "peer"), ({"peer": B, "port": "70000"}, "port")):
+        r = a.get("/api/v1/probe/run", **params)
+        assert r.status_code == 400 and word in r.json()["error"], (params, r.text)
+
+
+def test_rdma_without_a_device_says_so(agents, snapshot_file, token_file):
+    a, _ = agents
+    r = a.get("/api/v1/probe/serve", tool="ib_write_bw", seconds=1)
+    assert r.status_code == 503
+    assert r.json()["error"].startswith("no RDMA device: ") and "Did not detect devices" in r.json()["error"]
+    rc, out, err = run_cli(*cli_args(agents, snapshot_file, token_file), "--tool", "rdma-bw")
+    assert rc == 1 and "no RDMA device" in out
+
+
+def test_job_that_ended_one_node_unknown_and_a_node_without_an_agent(agents, snapshot_file, token_file):
+    for jobid, words in (("43", "is COMPLETED, not running"), ("44", "no links between nodes"),
+                         ("999", "not in Slurm's queue")):
+        rc, out, err = run_cli(*cli_args(agents, snapshot_file, token_file, jobid=jobid))
+        assert rc == 2 and words in err and "Traceback" not in err, err
+    dead = f"http://{B}:{free_port(B)}"
+    t0 = time.monotonic()
+    rc, out, err = run_cli(*cli_args(agents, snapshot_file, token_file, b_url=dead))
+    assert rc == 1 and "no agent answering at " + dead in out
+    assert time.monotonic() - t0 < 15
+
+
+def test_agent_will_not_probe_without_authentication(tools):
+    cmd = [sys.executable, "-m", "dashboard.cli", "agent", f"--web.listen-address={A}:{free_port(A)}", "--probe.enable"]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2 and "needs authentication" in res.stderr
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_rounds_cover_every_pair_once_with_disjoint_pairs():
+    for n in range(0, 8):
+        nodes = [f"n{i}" for i in range(n)]
+        rs = rounds(nodes)
+        pairs = [frozenset(p) for r in rs for p in r]
+        assert len(pairs) == len(set(pairs)) == n * (n - 1) // 2
+        for r in rs:
+            used = [x for p in r for x in p]
+            assert len(used) == len(set(used))
+
+
+def test_results_attach_to_the_verdict_as_evidence():
+    v = Verdict(jobid="42", nodes=("n1", "n2", "n3"), gpus=8, state="stalled_network", confidence=0.9, since=1.0,
+                evidence=(Evidence("ib_wait", "n1", 5.0, 1.0, 3.0),
+                          Evidence("link_probe_bandwidth_bits_per_second", "old", 1.0, None, None)))
+    results = [PairResult("n1", "n2", "iperf3", 9.1e10, 2e-5, 1e11), PairResult("n1", "n3", "iperf3", 2e10, None, 1e11),
+               PairResult("n2", "n3", "iperf3", error="no agent answering at http://n3:9810")]
+    got = attach(v, results)
+    assert [e.signal for e in got.evidence] == ["ib_wait", "link_probe_bandwidth_bits_per_second",
+                                                "link_probe_latency_seconds", "link_probe_bandwidth_bits_per_second",
+                                                "link_probe"]
+    slow = got.evidence[3]
+    assert (slow.node, slow.value, slow.baseline, slow.threshold) == ("n1->n3", 2e10, 1e11, 5e10)
+    assert "slow" in slow.note and "20% of the rated 100 Gb/s" in slow.note
+    assert "slow" not in got.evidence[1].note and got.evidence[4].note.startswith("iperf3: no agent answering")
+    assert got.to_json()["evidence"][3]["threshold"] == 5e10
+    assert evidence([]) == ()

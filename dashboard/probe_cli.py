@@ -20,7 +20,8 @@ import base64
 import json
 import sys
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
+from typing import Mapping
 
 from collectors.slurm.model import Job, Snapshot
 from dashboard.analysis.findings import Verdict
@@ -32,6 +33,44 @@ TOOLS = {"tcp": "iperf3", "rdma-bw": "ib_write_bw", "rdma-lat": "ib_write_lat"}
 
 class InputError(Exception):
     """A problem with the input the user gave: one line on stderr, exit status 2."""
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How `serve` reaches the agents for the job page's probe button."""
+
+    agent_url: str = ""  # each node's agent, `{node}` replaced; "" = the probe is not configured
+    agents: Mapping[str, str] = field(default_factory=dict)  # node -> agent URL, overriding agent_url
+    headers: Mapping[str, str] = field(default_factory=dict)  # the agents' credentials
+    tool: str = "iperf3"
+    seconds: int = 3
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """`serve`'s flags for the job page's probe button."""
+    p.add_argument("--probe.agent-url", dest="probe_agent_url", default="",
+                   help="each node's agent for the job page's link probe, {node} replaced, e.g. http://{node}:9810 "
+                        "(default: no probe button action)")
+    p.add_argument("--probe.agent", dest="probe_agent", action="append", default=[], metavar="NODE=URL",
+                   help="one node's agent (repeatable)")
+    p.add_argument("--probe.tool", dest="probe_tool", choices=tuple(TOOLS), default="tcp", help="probe tool")
+    p.add_argument("--probe.seconds", dest="probe_seconds", type=int, default=3, help="seconds per pair (1-10)")
+    p.add_argument("--probe.token-file", dest="probe_token_file", help="file holding the agents' bearer token")
+    p.add_argument("--probe.basic-auth-user", dest="probe_basic_auth_user", help="user of the agents' web config")
+    p.add_argument("--probe.basic-auth-password-file", dest="probe_basic_auth_password_file",
+                   help="file holding that user's password")
+
+
+def serve_settings(args) -> ProbeSettings | None:
+    """ProbeSettings from `serve`'s flags (None when no agent is configured); InputError when bad."""
+    if not (args.probe_agent_url or args.probe_agent):
+        return None
+    if not 1 <= args.probe_seconds <= 10:
+        raise InputError("--probe.seconds must be from 1 to 10")
+    return ProbeSettings(args.probe_agent_url, agent_urls([], "", args.probe_agent) if args.probe_agent else {},
+                         auth_headers(args.probe_token_file, args.probe_basic_auth_user,
+                                      args.probe_basic_auth_password_file),
+                         TOOLS[args.probe_tool], args.probe_seconds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,12 +111,15 @@ def running_job(snapshot: Snapshot, jobid: str) -> Job:
 
 
 def agent_urls(nodes, template: str, overrides: list[str]) -> dict[str, str]:
+    """Each node's agent URL (for `nodes`; with none given, just the overrides, checked)."""
     given = {}
     for item in overrides:
         node, sep, url = item.partition("=")
         if not sep or not node or not url.startswith(("http://", "https://")):
             raise InputError(f"--agent {item!r} is not NODE=http(s)://HOST:PORT")
         given[node] = url.rstrip("/")
+    if not nodes:
+        return given
     return {n: given.get(n) or template.replace("{node}", n).rstrip("/") for n in nodes}
 
 

@@ -243,3 +243,37 @@ def test_results_attach_to_the_verdict_as_evidence():
     assert "slow" not in got.evidence[1].note and got.evidence[4].note.startswith("iperf3: no agent answering")
     assert got.to_json()["evidence"][3]["threshold"] == 5e10
     assert evidence([]) == ()
+
+
+# ------------------------------------------------------------------ the job page's button
+
+
+def _text(component) -> str:
+    """All the strings in a Dash component tree."""
+    if isinstance(component, (str, int, float)):
+        return str(component)
+    if isinstance(component, (list, tuple)):
+        return " ".join(_text(c) for c in component)
+    children = getattr(component, "children", None)
+    return "" if children is None else _text(children)
+
+
+def test_job_page_button_probes_the_stalled_gang(agents):
+    from dashboard import ids, probe_button
+    from dashboard.pages import job as job_page
+    from dashboard.probe_cli import ProbeSettings
+    from dashboard.ui import Ctx
+    from tests.support.dashboard_fake import NODES, datasource
+
+    a, b = agents
+    ds = datasource()
+    page = str(job_page.layout(ds, Ctx(lambda p: p), "4001"))
+    assert ids.JOB_PROBE_BUTTON in page
+    assert ids.JOB_PROBE_BUTTON not in str(job_page.layout(ds, Ctx(lambda p: p), "4003"))  # one node: no links
+    assert "not configured" in _text(probe_button.run(ds, None, "4001"))
+    settings = ProbeSettings(agents={NODES[0]: a.url, NODES[1]: b.url},
+                             headers={"Authorization": f"Bearer {TOKEN}"}, seconds=1)
+    got = _text(probe_button.run(ds, settings, "4001"))
+    assert "1 pair(s) measured with iperf3" in got and "link_probe_bandwidth_bits_per_second" in got
+    assert f"{NODES[0]}->{NODES[1]}" in got and "Gb/s" in got and "rated speed unknown" in got
+    assert "not running" in _text(probe_button.run(ds, settings, "4004"))  # pending

@@ -20,6 +20,7 @@ import base64
 import json
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
@@ -170,14 +171,28 @@ def _why(status: int | None, doc: dict, text: str, node: str) -> str:
     return doc.get("error") or f"the agent on {node} answered HTTP {status}: {text}"
 
 
+# A node that was the server of the previous round frees its slot when its server process exits,
+# a few milliseconds after the client finished: a 429 is asked again for this long, then reported.
+BUSY_RETRY_SECONDS = 3.0
+
+
+def _ask(url: str, params: dict, headers: dict, timeout: float) -> tuple[int | None, dict, str]:
+    end = time.monotonic() + BUSY_RETRY_SECONDS
+    while True:
+        status, doc, text = _get(url, params, headers, timeout)
+        if status != 429 or time.monotonic() > end:
+            return status, doc, text
+        time.sleep(0.2)
+
+
 def probe_pair(client: str, server: str, urls: dict[str, str], tool: str, seconds: int,
                headers: dict) -> PairResult:
     """The server's agent starts the tool's server; the client's agent runs the client against it."""
-    status, doc, text = _get(urls[server] + "/api/v1/probe/serve", {"tool": tool, "seconds": seconds}, headers, 10.0)
+    status, doc, text = _ask(urls[server] + "/api/v1/probe/serve", {"tool": tool, "seconds": seconds}, headers, 10.0)
     if status != 200:
         return PairResult(client, server, tool, error=_why(status, doc, text, server))
     params = {"tool": tool, "seconds": seconds, "peer": doc.get("address", ""), "port": doc.get("port", "")}
-    status, doc, text = _get(urls[client] + "/api/v1/probe/run", params, headers, seconds + 10.0)
+    status, doc, text = _ask(urls[client] + "/api/v1/probe/run", params, headers, seconds + 10.0)
     if status != 200:
         return PairResult(client, server, tool, rated_bits_per_second=doc.get("rated_bits_per_second"),
                           error=_why(status, doc, text, client))

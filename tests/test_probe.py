@@ -277,3 +277,40 @@ def test_job_page_button_probes_the_stalled_gang(agents):
     assert "1 pair(s) measured with iperf3" in got and "link_probe_bandwidth_bits_per_second" in got
     assert f"{NODES[0]}->{NODES[1]}" in got and "Gb/s" in got and "rated speed unknown" in got
     assert "not running" in _text(probe_button.run(ds, settings, "4004"))  # pending
+
+
+def test_cli_attaches_the_result_to_the_verdict_from_serve(agents, snapshot_file, token_file):
+    """`--findings URL`: the job's verdict as serve gives it, with the probe's evidence after its own."""
+    import http.server
+
+    doc = {"schema_version": 1, "verdicts": [
+        Verdict(jobid="42", nodes=("n1", "n2"), gpus=16, state="stalled_network", confidence=0.9, since=1.0,
+                culprit="leaf3", culprit_kind="leaf_switch",
+                evidence=(Evidence("ib_wait", "n1", 5e5, 1e5, 3e5, z=6.0, p=1e-6),)).to_json()]}
+
+    class Findings(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Findings)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/api/v1/findings"
+        rc, out, err = run_cli(*cli_args(agents, snapshot_file, token_file), "--findings", url, "--format", "json")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert rc == 0, err
+    v = json.loads(out)["verdict"]
+    assert (v["state"], v["culprit"]) == ("stalled_network", "leaf3")
+    assert [e["signal"] for e in v["evidence"]] == ["ib_wait", "link_probe_bandwidth_bits_per_second",
+                                                    "link_probe_latency_seconds"]
+    assert v["evidence"][0]["z"] == 6.0 and v["evidence"][1]["node"] == "n1->n2"

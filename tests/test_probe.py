@@ -10,12 +10,10 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import httpx
@@ -26,55 +24,25 @@ from collectors.slurm.model import Job, Snapshot
 from dashboard import probe_cli
 from dashboard.analysis.findings import Evidence, Verdict
 from dashboard.analysis.linkprobe import PairResult, attach, evidence, rounds
+from tests.support.agent_process import AgentProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "s3cret-probe-token"
 A, B = "127.0.0.2", "127.0.0.3"
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-class Agent:
+class Agent(AgentProcess):
     """A real `gangwatch agent` with the probe enabled, listening on `host` (collectors kept to one)."""
 
     def __init__(self, host: str, token_file: Path, extra: tuple[str, ...] = ()):
-        self.host, self.port, self.probe_port = host, free_port(host), free_port(host)
-        self.url = f"http://{host}:{self.port}"
+        self.probe_port = free_port(host)
         off = [f"--no-collector.{n}" for n in load_builtin_collectors() if n != "pressure"]
-        cmd = [sys.executable, "-m", "dashboard.cli", "agent", f"--web.listen-address={host}:{self.port}",
-               "--probe.enable", f"--probe.token-file={token_file}", f"--probe.port={self.probe_port}",
-               "--probe.max-bitrate=2G", "--log-level=error", *off, *extra]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONPATH": str(REPO)})
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"agent exited {self.proc.returncode}: {self.proc.stdout.read().decode()}")
-            try:
-                urllib.request.urlopen(self.url + "/", timeout=2).read()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    pytest.fail("agent did not answer within 30 s")
-                time.sleep(0.1)
+        super().__init__(["--probe.enable", f"--probe.token-file={token_file}", f"--probe.port={self.probe_port}",
+                          "--probe.max-bitrate=2G", "--log-level=error", *off, *extra], host=host)
 
     def get(self, path: str, token: str | None = TOKEN, **params) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.get(self.url + path, params=params, headers=headers, timeout=20)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")

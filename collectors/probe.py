@@ -2,8 +2,8 @@
 as server or client, when an authenticated operator asks (`gangwatch probe JOBID`).
 
 Off unless `--probe.enable`; then only for authenticated callers: the web config's basic-auth users
-(checked by the server for every path), or a bearer token (`--probe.token-file`). The agent will
-not start with the probe enabled and neither configured.
+(checked by the server for every path), or, on an agent without such users, a bearer token
+(`--probe.token-file`). The agent will not start with the probe enabled and neither configured.
 
 Endpoints (GET, answers are JSON):
 - `/api/v1/probe/serve?tool=T&seconds=S`: start a one-connection server of tool T bound to
@@ -184,7 +184,9 @@ class ProbeService:
 
     def _guarded(self, fn):
         def handle(req: Request) -> Response:
-            if self.cfg.token is not None and not self._bearer_ok(req.headers.get("authorization", "")):
+            # with web-config users the server has checked the caller's basic auth before this handler
+            # (a bearer header would have been refused there): the token is for agents without users
+            if not self.cfg.basic_auth and not self._bearer_ok(req.headers.get("authorization", "")):
                 return _answer(401, {"error": "a bearer token is needed for the probe"},
                                {"WWW-Authenticate": 'Bearer realm="gangwatch-probe"'})
             try:
@@ -200,6 +202,8 @@ class ProbeService:
         return handle
 
     def _bearer_ok(self, header: str) -> bool:
+        if self.cfg.token is None:
+            return False
         scheme, _, token = header.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), (self.cfg.token or "").encode())
 

@@ -283,3 +283,18 @@ def test_gang_stalled_on_a_slow_beegfs_target_names_the_target(tmp_path):
     other = ({"/mnt/beegfs:target301", "/mnt/beegfs:target302"} - {va.culprit}).pop()
     assert any(e.note and f"also slow: {other}" in e.note for e in va.evidence)
     assert vb.state == "progressing"
+
+
+def test_prometheus_queries_pair_each_exporters_latency_terms():
+    """The latency ratio divides BeeGFS by BeeGFS and Lustre by Lustre (both are gangwatch_*), and the
+    queued + active requests add up as they do in a bundle."""
+    from dashboard.sources.prometheus import plan_queries
+
+    (latency,) = [q for s, _, q in plan_queries() if s == "latency"]
+    terms = latency.split(") or (")
+    assert len(terms) == 2
+    lustre, beegfs = sorted(terms, key=lambda t: "beegfs" in t)
+    assert "gangwatch_lustre_client_target_operation_latency_seconds_total" in lustre and "beegfs" not in lustre
+    assert "sum by" in beegfs and "(gangwatch_beegfs_target_server_requests)" in beegfs
+    assert "avg by" in beegfs and "gangwatch_beegfs_target_server_requests_per_second" in beegfs
+    assert "lustre" not in beegfs

@@ -282,3 +282,21 @@ def test_cli_attaches_the_result_to_the_verdict_from_serve(agents, snapshot_file
     assert [e["signal"] for e in v["evidence"]] == ["ib_wait", "link_probe_bandwidth_bits_per_second",
                                                     "link_probe_latency_seconds"]
     assert v["evidence"][0]["z"] == 6.0 and v["evidence"][1]["node"] == "n1->n2"
+
+
+def test_web_config_users_authenticate_the_probe(tools, tmp_path):
+    """On an agent with basic-auth users the probe takes the same users (and no token is needed)."""
+    import bcrypt
+
+    cfg = tmp_path / "web.yml"
+    cfg.write_text("basic_auth_users:\n  ops: " + bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode() + "\n")
+    off = [f"--no-collector.{n}" for n in load_builtin_collectors() if n != "pressure"]
+    agent = AgentProcess([f"--web.config.file={cfg}", "--probe.enable", "--log-level=error", *off], host="127.0.0.4")
+    try:
+        url = agent.url + "/api/v1/probe/serve"
+        assert httpx.get(url, params={"tool": "ib_write_bw"}, timeout=10).status_code == 401
+        assert httpx.get(url, params={"tool": "ib_write_bw"}, auth=("ops", "wrong"), timeout=10).status_code == 401
+        r = httpx.get(url, params={"tool": "ib_write_bw"}, auth=("ops", "pw"), timeout=10)
+        assert r.status_code == 503 and r.json()["error"].startswith("no RDMA device")  # let in, and told why
+    finally:
+        agent.stop()

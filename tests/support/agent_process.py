@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -36,6 +37,8 @@ class AgentProcess:
                 pytest.fail(f"agent exited with {self.proc.returncode}:\n{out}")
             try:
                 urllib.request.urlopen(self.url + "/", timeout=2).read()
+                break
+            except urllib.error.HTTPError:  # answering, if only to say 401: it is up
                 break
             except OSError:
                 if time.monotonic() > deadline:

@@ -300,3 +300,24 @@ def test_web_config_users_authenticate_the_probe(tools, tmp_path):
         assert r.status_code == 503 and r.json()["error"].startswith("no RDMA device")  # let in, and told why
     finally:
         agent.stop()
+
+
+def test_perftest_and_iperf3_reports_parse():
+    """Reports in perftest's print formats (perftest_parameters.h: RESULT_FMT_G + REPORT_FMT with
+    --report_gbits; RESULT_FMT_LAT_DUR + REPORT_FMT_LAT_DUR with -D) and iperf3's -J document."""
+    from collectors.probe import no_device, parse_iperf3, parse_perftest
+
+    bw = (" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+          + " %-7lu    %-10lu       %-7.2lf            %-7.2lf\t\t   %-7.6lf\n" % (65536, 1046342, 97.51, 97.48, 0.185935))
+    assert parse_perftest("--------\n" + bw) == {"bits_per_second": 97.48e9, "latency_seconds": None}
+    lat = " #bytes        #iterations       t_avg[usec]  \t\n" + " %-7lu       %d            %-7.2f\n" % (2, 431123, 1.16)
+    assert parse_perftest(lat) == {"bits_per_second": None, "latency_seconds": pytest.approx(1.16e-6)}
+    with pytest.raises(ValueError):
+        parse_perftest(" Couldn't connect to 10.0.0.2:18515\n")
+    doc = {"end": {"sum_received": {"bits_per_second": 9.4e10},
+                   "streams": [{"sender": {"mean_rtt": 40}}, {"sender": {"mean_rtt": 60}}]}}
+    assert parse_iperf3(json.dumps(doc)) == {"bits_per_second": 9.4e10, "latency_seconds": pytest.approx(5e-5)}
+    with pytest.raises(ValueError, match="unable to connect"):
+        parse_iperf3(json.dumps({"error": "unable to connect to server: Connection refused"}))
+    assert no_device(" Did not detect devices \n If device exists, check if driver is up\n").startswith("Did not detect")
+    assert no_device("all good") is None

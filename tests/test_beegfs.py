@@ -134,6 +134,17 @@ def test_golden_and_promtool(tmp_path, update_golden):
                                                        ("state", "Good"), ("target", "/mnt/beegfs:meta2")))] == 1
 
 
+def test_a_mount_listed_twice_is_queried_once(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "fs").mkdir(parents=True)
+    (proc / "fs" / "beegfs").symlink_to(PROC / "fs" / "beegfs", target_is_directory=True)
+    (proc / "mounts").write_text((PROC / "mounts").read_text() * 2)
+    runner = FakeRunner(tables())
+    text = render(collector(tmp_path, runner, procfs=proc).collect())
+    assert len(runner.calls) == 4
+    assert text.count('gangwatch_beegfs_client_read_bytes_total{fs="/mnt/beegfs"}') == 1
+
+
 def test_client_address_flag_overrides_client_info(tmp_path):
     text = render(collector(tmp_path, FakeRunner(tables()), collector_beegfs_client_address=["10.10.0.12"]).collect())
     assert samples(text)[("gangwatch_beegfs_client_read_bytes_total", (("fs", "/mnt/beegfs"),))] == 2.91302e6

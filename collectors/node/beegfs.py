@@ -274,7 +274,8 @@ class BeegfsCollector(Collector):
         fams: list[Family] = self._proc_families(sessions)
         if not ctl:
             return fams
-        mounts = self.mounts or parse_mounts(_read(self.ctx.paths.proc("mounts")) or "") or [""]
+        # one set of runs per mount point, however often it is listed (bind mounts repeat it)
+        mounts = list(dict.fromkeys(self.mounts or parse_mounts(_read(self.ctx.paths.proc("mounts")) or ""))) or [""]
         deadline = time.monotonic() + self.wait
         runs = [(mode, mount, self._probe(mode, mount)) for mount in mounts for mode in self.modes]
         events = [p.start() for _, _, p in runs]

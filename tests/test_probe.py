@@ -321,3 +321,39 @@ def test_perftest_and_iperf3_reports_parse():
         parse_iperf3(json.dumps({"error": "unable to connect to server: Connection refused"}))
     assert no_device(" Did not detect devices \n If device exists, check if driver is up\n").startswith("Did not detect")
     assert no_device("all good") is None
+
+
+@pytest.mark.browser
+def test_probe_button_in_a_real_browser(agents, tmp_path):
+    """The stalled gang's page in Chromium: the button runs the probe between the two real agents
+    and the pair's bandwidth shows under the evidence."""
+    from tests.test_dashboard_browser import CHROMIUM, serve
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"Chromium not installed at {CHROMIUM} (apt-get install chromium; tests/run-all.sh does)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip package playwright not installed")
+    from dashboard.app import build_app
+    from dashboard.probe_cli import ProbeSettings
+    from tests.support.dashboard_fake import NODES, datasource
+
+    a, b = agents
+    settings = ProbeSettings(agents={NODES[0]: a.url, NODES[1]: b.url}, headers={"Authorization": f"Bearer {TOKEN}"},
+                             seconds=1)
+    srv, th = serve(build_app(datasource(), refresh_seconds=3600, probe=settings))
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM)
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"http://127.0.0.1:{srv.server_port}/jobs/4001")
+            page.locator("#job-probe-button").click(timeout=15_000)
+            result = page.locator("#job-probe-result")
+            sync_api.expect(result).to_contain_text("1 pair(s) measured with iperf3", timeout=30_000)
+            sync_api.expect(result).to_contain_text(f"{NODES[0]}->{NODES[1]}")
+            sync_api.expect(result).to_contain_text("Gb/s")
+            browser.close()
+            assert not errors, errors
+    finally:
+        srv.shutdown()
+        th.join(5)

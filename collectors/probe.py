@@ -225,28 +225,33 @@ class ProbeService:
     # -- server -----------------------------------------------------------------------------------
 
     def serve(self, a: dict) -> Response:
-        """Start the one-connection server; the slot is held until it exits."""
-        argv = self._server_argv(a["tool"], a["seconds"])
+        """Start the one-connection server; the slot is held until it exits (handed to its reaper)."""
+        handed = False
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        except OSError as exc:
-            self._slot.release()
-            return _answer(503, {"error": f"cannot start {a['tool']}: {exc.strerror or exc}"})
-        ready, text = _wait_listening(proc, a["tool"], 3.0)
-        if not ready:
-            _kill(proc)
-            self._slot.release()
-            reason = no_device(text)
-            if reason:
-                return _answer(503, {"error": f"no RDMA device: {reason}", "tool": a["tool"]})
-            return _answer(503, {"error": f"{a['tool']} server did not start: {text.strip()[:300]}"})
-        threading.Thread(target=self._reap, args=(proc, a["seconds"] + 5.0), daemon=True, name="probe-server").start()
-        return _answer(200, {"address": self.cfg.address, "port": self.cfg.port, "tool": a["tool"]})
+            argv = self._server_argv(a["tool"], a["seconds"])
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                return _answer(503, {"error": f"cannot start {a['tool']}: {exc.strerror or exc}"})
+            ready, text = _wait_listening(proc, a["tool"], 3.0)
+            if not ready:
+                _kill(proc)
+                reason = no_device(text)
+                if reason:
+                    return _answer(503, {"error": f"no RDMA device: {reason}", "tool": a["tool"]})
+                return _answer(503, {"error": f"{a['tool']} server did not start: {text.strip()[:300]}"})
+            threading.Thread(target=self._reap, args=(proc, a["seconds"] + 5.0), daemon=True,
+                             name="probe-server").start()
+            handed = True
+            return _answer(200, {"address": self.cfg.address, "port": self.cfg.port, "tool": a["tool"]})
+        finally:
+            if not handed:
+                self._slot.release()
 
     def _reap(self, proc: subprocess.Popen, limit: float) -> None:
         try:
-            proc.wait(limit)
+            proc.communicate(timeout=limit)  # reading its output, so a chatty server never blocks on the pipe
         except subprocess.TimeoutExpired:
             _kill(proc)
         finally:

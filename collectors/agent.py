@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
+from . import probe
 from .registry import Context, Paths, load_builtin_collectors
 from .runner import CommandRunner
 from .scrape import Scraper, build_info
@@ -44,6 +46,7 @@ def build_parser(prog: str = "gangwatch agent") -> argparse.ArgumentParser:
                        default=cls.default_enabled,
                        help=f"Enable the {name} collector" + (f": {doc[0]}" if doc else "."))
         cls.add_arguments(p)
+    probe.add_arguments(p)
     return p
 
 
@@ -59,6 +62,20 @@ def build_scraper(args: argparse.Namespace, runner: CommandRunner | None = None,
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prober = None
+    if args.probe_enable:
+        from .web import WebConfig
+
+        try:
+            users = bool(WebConfig.load(args.web_config_file).users)
+        except ValueError:
+            users = None  # a bad web config is reported by run_exporter below, in its own words
+        if users is not None:
+            try:
+                prober = probe.build_service(args, users)
+            except ValueError as exc:
+                print(f"gangwatch agent: {exc}", file=sys.stderr)
+                return 2
 
     def build():
         scraper = build_scraper(args)
@@ -66,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             args.web_telemetry_path: metrics_handler(scraper),
             "/": landing_handler("gangwatch agent", {args.web_telemetry_path: "Metrics"}),
         }
+        if prober is not None:
+            routes.update(prober.routes())
         return routes, lambda: None, scraper.close
 
     return run_exporter("gangwatch agent", args.web_listen_address, args.web_config_file, build)

@@ -34,7 +34,7 @@ import dash
 from dash import Input, Output, State, dcc, html, no_update
 from flask import Response, has_request_context, request
 
-from dashboard import ids, ui
+from dashboard import ids, probe_button, ui
 from dashboard.datasource import Datasource, fmt_age
 from dashboard.pages import job, jobs, network, node, nodes, overview, queue, storage
 
@@ -82,7 +82,7 @@ def available(module, ds: Datasource) -> bool:
 
 
 def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float = 15.0, web_config=None,
-              extra_routes: dict | None = None, title: str = "gangwatch") -> dash.Dash:
+              extra_routes: dict | None = None, title: str = "gangwatch", probe=None) -> dash.Dash:
     prefix = normalise_prefix(prefix)
     ds = datasource
     app = dash.Dash(__name__, requests_pathname_prefix=prefix, routes_pathname_prefix=prefix, assets_folder=ASSETS,
@@ -149,6 +149,7 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
 
     for module in PAGES:
         module.register(app, ds, ctx)
+    probe_button.register(app, ds, probe)  # the job page's "Probe links" (probe: serve's ProbeSettings)
     _add_endpoints(app, ds, prefix, extra_routes or {})
     _add_http_hooks(app, web_config)
     return app

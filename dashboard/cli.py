@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "backfill": ("dashboard.backfill_cli", "main", "backfill windows and startable jobs now"),
     "simulate": ("dashboard.simulate_cli", "main", "replay an SWF workload trace under fcfs/easy/conservative"),
     "capture": ("dashboard.capture_cli", "main", "write a bundle from a live Prometheus and Slurm"),
+    "probe": ("dashboard.probe_cli", "main", "measure the links between a running job's nodes through their agents"),
 }
 
 
@@ -32,6 +33,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "diagnose": ("numpy", "fastnumbers"),
     "backfill": ("numpy",),
     "capture": ("numpy", "fastnumbers"),
+    "probe": ("numpy",),
 }
 
 

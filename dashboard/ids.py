@@ -40,6 +40,8 @@ JOB_HEATMAPS = "job-heatmaps"
 JOB_EVIDENCE = "job-evidence"
 JOB_PLACEMENT = "job-placement"
 JOB_WHY = "job-why"
+JOB_PROBE_BUTTON = "job-probe-button"
+JOB_PROBE_RESULT = "job-probe-result"
 
 # ---- nodes
 NODES_TABLE = "nodes-table"

@@ -29,6 +29,7 @@ import logging
 import sys
 
 from collectors.web import WebConfig, WebConfigError, parse_listen_address
+from dashboard import probe_cli
 
 DEFAULT_LISTEN = "127.0.0.1:8050"
 # Connection limits of the dashboard's server (docs/deployment.md): a browser holds about six.
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", type=float, default=15.0, help="browser refresh interval in seconds (default %(default)s)")
     p.add_argument("--poll-interval", type=float, default=15.0, help="scheduler poll interval in seconds (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    probe_cli.add_serve_arguments(p)
     return p
 
 
@@ -211,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     except WebConfigError as exc:
         print(f"gangwatch serve: {exc}", file=sys.stderr)
         return 2
+    try:
+        probe = probe_cli.serve_settings(args)
+    except probe_cli.InputError as exc:
+        print(f"gangwatch serve: {exc}", file=sys.stderr)
+        return 2
     from dashboard.app import build_app
 
     try:
@@ -218,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"gangwatch serve: {exc}", file=sys.stderr)
         return 2
-    app = build_app(ds, prefix=args.path_prefix, refresh_seconds=args.refresh, web_config=web)
+    app = build_app(ds, prefix=args.path_prefix, refresh_seconds=args.refresh, web_config=web, probe=probe)
     ds.start()
     try:
         return run_server(app, args.listen, web)

@@ -24,6 +24,9 @@ UNITS: dict[str, tuple[float, str, int]] = {
     # filesystem and pressure
     "fs_read": (1e-9, "GB/s", 2), "fs_write": (1e-9, "GB/s", 2), "fs_target_read": (1e-9, "GB/s", 2),
     "fs_target_read_latency": (1e3, "ms", 1), "psi_io": RATIO, "io_pressure": RATIO,
+    # the on-demand link probe
+    "link_probe_bandwidth_bits_per_second": (1e-9, "Gb/s", 2), "link_probe_latency_seconds": (1e6, "us", 1),
+    "link_probe": (1e-9, "Gb/s", 2),
 }
 
 

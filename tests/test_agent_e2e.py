@@ -11,11 +11,8 @@ because they read the real driver rather than a path.
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -25,6 +22,7 @@ import pytest
 from collectors.exposition import iter_samples
 from collectors.registry import load_builtin_collectors
 from tests.conftest import REPO, which
+from tests.support.agent_process import AgentProcess
 
 GOLDEN = REPO / "tests" / "golden" / "agent-e2e.prom"
 # Collectors that read live hardware through a library, not through --path.*: their output would
@@ -38,38 +36,14 @@ VALUE_VARIES = re.compile(r"^gangwatch_filesystem_(avail_bytes|free_bytes|size_b
 HOST_COLLECTORS = ("cpu", "meminfo", "diskstats", "netdev", "pressure")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def hardware_flags() -> list[str]:
     return [f"--no-collector.{name}" for name in load_builtin_collectors() if HARDWARE_ONLY.match(name)]
 
 
-class Agent:
+class Agent(AgentProcess):
     def __init__(self, procfs: Path, sysfs: Path, rootfs: Path, extra: list[str] = ()):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "dashboard.cli", "agent", f"--web.listen-address=127.0.0.1:{self.port}",
-               f"--path.procfs={procfs}", f"--path.sysfs={sysfs}", f"--path.rootfs={rootfs}",
-               "--log-level=error", *hardware_flags(), *extra]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONPATH": str(REPO)})
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                out = self.proc.stdout.read().decode(errors="replace")
-                pytest.fail(f"agent exited with {self.proc.returncode}:\n{out}")
-            try:
-                urllib.request.urlopen(self.url + "/", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    pytest.fail("agent did not answer within 30 s")
-                time.sleep(0.1)
+        super().__init__([f"--path.procfs={procfs}", f"--path.sysfs={sysfs}", f"--path.rootfs={rootfs}",
+                          "--log-level=error", *hardware_flags(), *extra])
 
     def scrape(self) -> tuple[str, float]:
         t0 = time.monotonic()
@@ -78,15 +52,6 @@ class Agent:
             assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             body = resp.read().decode()
         return body, time.monotonic() - t0
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")

@@ -989,7 +989,8 @@ def _job_filesystem(win: Window, rows: list[int]) -> str:
     return names.pop() if len(names) == 1 and "" not in names else ""
 
 
-_TARGET = re.compile(r"^(.+)-(?:OST|MDT)[0-9a-fA-F]{4}(?:-(?:osc|mdc)-[0-9a-fA-F]+)?$")
+# Lustre `<fs>-OST0006` (and a client's import of it); BeeGFS `<mount>:target101` (collectors/node/beegfs.py)
+_TARGET = re.compile(r"^(.+)(?:-(?:OST|MDT)[0-9a-fA-F]{4}(?:-(?:osc|mdc)-[0-9a-fA-F]+)?|:target[0-9]+)$")
 _LLITE = re.compile(r"^(.+)-[0-9a-fA-F]{16}$")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dash import Input, Output, State, dcc, html
 
-from dashboard import figures, ids, ui
+from dashboard import figures, ids, probe_button, ui
 from dashboard.datasource import Datasource
 from dashboard.units import fmt_value
 
@@ -127,7 +127,7 @@ def layout(ds: Datasource, ctx: ui.Ctx, jobid: str = ""):
         body += [ui.section("Verdict", html.Div(verdict_block(v, now), id=ids.JOB_VERDICT)),
                  ui.section("Node x time", dcc.Loading(html.Div(id=ids.JOB_HEATMAPS)),
                             note="The stall, when there is one, is shaded."),
-                 ui.section("Evidence", html.Div(evidence(v, ctx), id=ids.JOB_EVIDENCE)),
+                 ui.section("Evidence", html.Div(evidence(v, ctx), id=ids.JOB_EVIDENCE), probe_button.block(j)),
                  ui.section("Placement", html.Div(placement(ds, j, ctx), id=ids.JOB_PLACEMENT))]
     elif j.state == "PENDING":
         body.append(ui.section("Why is it waiting", html.Div(why_block(ds, j), id=ids.JOB_WHY)))

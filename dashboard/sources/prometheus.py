@@ -47,8 +47,8 @@ def _expr(m: Mapping, by: str, rate_window: float, step: float) -> str:
         inner = f"sum by ({by}) (increase({sel}[{int(max(step, 1))}s]))"
     elif m.counter:
         inner = f"sum by ({by}) (rate({sel}[{int(rate_window)}s]))"
-    else:
-        inner = f"avg by ({by}) ({sel})"
+    else:  # gauges: several series of one key average, or add up where the schema says so
+        inner = f"{'sum' if m.combine == 'sum' else 'avg'} by ({by}) ({sel})"
     return inner if m.scale == 1.0 else f"({inner}) * {m.scale:g}"
 
 
@@ -71,14 +71,20 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
     for signal, (num, den, level) in RATIOS.items():
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
         nums = [m for m in mappings if m.signal == num]
-        dens = {m.metric.split("_")[0]: m for m in mappings if m.signal == den}
+        # a numerator pairs with the denominator of the same exporter and subsystem (gangwatch_lustre_*,
+        # gangwatch_beegfs_*, node_cpu_*)
+        dens = {_family(m.metric): m for m in mappings if m.signal == den}
         exprs = []
         for n in nums:
-            d = dens.get(n.metric.split("_")[0])
+            d = dens.get(_family(n.metric))
             if d is not None:
                 exprs.append(f"({_expr(n, by, rate_window, step)}) / ({_expr(d, by, rate_window, step)})")
         out.append((signal, level, " or ".join(f"({e})" for e in exprs)))
     return out
+
+
+def _family(metric: str) -> str:
+    return "_".join(metric.split("_")[:2])
 
 
 INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gpu_nvlink_peer_info or "

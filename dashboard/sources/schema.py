@@ -76,6 +76,8 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("fs_read", "node", "gpfs_perf_read_bytes_total", counter=True, combine="sum"),
     Mapping("fs_write", "node", "gpfs_perf_write_bytes_total", counter=True, combine="sum"),
     Mapping("fs_read", "node", "lustre_read_bytes_total", counter=True, filters=(("component", "client"),), combine="sum"),
+    Mapping("fs_read", "node", "gangwatch_beegfs_client_read_bytes_total", counter=True, combine="sum"),
+    Mapping("fs_write", "node", "gangwatch_beegfs_client_write_bytes_total", counter=True, combine="sum"),
     Mapping("fs_write", "node", "lustre_write_bytes_total", counter=True, filters=(("component", "client"),), combine="sum"),
     # ---- pressure and CPU, per node
     Mapping("psi_io", "node", "gangwatch_pressure_waiting_seconds_total", counter=True, filters=(("resource", "io"),)),
@@ -106,6 +108,12 @@ MAPPINGS: tuple[Mapping, ...] = (
     # GPFS reports per filesystem: the filesystem is the target
     Mapping("read", "target", "gangwatch_gpfs_read_bytes_total", counter=True, combine="sum", key="fs"),
     Mapping("read", "target", "gpfs_perf_read_bytes_total", counter=True, combine="sum", key="fs"),
+    # BeeGFS: a client's reads per mount (the mount is the filesystem, as for GPFS); each storage
+    # target's time per request from its server's load by Little's law: requests in the server
+    # (queued + active) over the requests it served in the last second
+    Mapping("read", "target", "gangwatch_beegfs_client_read_bytes_total", counter=True, combine="sum", key="fs"),
+    Mapping("lat_sum", "target", "gangwatch_beegfs_target_server_requests", combine="sum"),
+    Mapping("lat_count", "target", "gangwatch_beegfs_target_server_requests_per_second"),
 )
 
 # Facts (instant values): GPU -> job, leaf switch, NVLink peers, NUMA affinity, and which

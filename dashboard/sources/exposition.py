@@ -185,6 +185,7 @@ def iter_samples(text: str, ts_unit: str = "auto", stats: dict | None = None,
 # space-separated tokens; later lines must start with it byte for byte, and `_fast` checks that
 # each holds exactly two tokens after it (the cheaper `[^\n]*` scans twice as fast).
 _RUN = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n(?:\1 [^\n]*\n)*", re.M)
+_NAME_BRACES = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}", re.S)
 _FIRST = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n", re.M)  # _RUN's first line
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
@@ -299,6 +300,12 @@ class _Reader:
     def _head(self, head: bytes) -> int:
         """A run's head -> series id, _SKIP (comment, unwanted) or _SLOW (take its lines one by one)."""
         text = head.decode("utf-8", "replace")
+        m = _NAME_BRACES.fullmatch(text)  # the usual head: what the checks below would find
+        if m is not None:
+            if m.group(1) not in self.wanted:
+                return _SKIP
+            labels = parse_labels(m.group(2))
+            return _SLOW if labels is None else self._id(m.group(1), labels)
         if not text or text != text.strip():
             return _SLOW
         if text[0] == "#":

@@ -25,7 +25,7 @@ array helpers). The public names are re-exported here.
 
 from __future__ import annotations
 
-from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean
+from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, finite, nanmean, nansum
 from dashboard.datasource.base import BaseDatasource
 from dashboard.datasource.convert import convert_diagnosis
 from dashboard.datasource.live import LiveDatasource, outage_text, partly_down, snapshot_from_file, snapshot_from_url, source_down
@@ -42,7 +42,7 @@ __all__ = [
     "FLAGGED", "SIGNALS", "STALE_AFTER_SECONDS", "SUMMED", "BaseDatasource", "Datasource", "Evidence", "Findings", "GpuNow",
     "GpuTopology", "Heatmap", "Incident", "LiveDatasource", "MemoryDatasource", "Mount", "Network", "NodeInventory",
     "NodeSeries", "Port", "Signal", "SimDatasource", "SourceStatus", "Status", "SwitchStat", "Target", "Verdict",
-    "WindowSeries", "aggregate_rows", "build_network", "convert_diagnosis", "downsample_cols", "fmt_age",
-    "group_incidents", "job_verdict_label", "nanmean", "outage_text", "partly_down", "snapshot_from_file",
+    "WindowSeries", "aggregate_rows", "build_network", "convert_diagnosis", "downsample_cols", "finite", "fmt_age",
+    "group_incidents", "job_verdict_label", "nanmean", "nansum", "outage_text", "partly_down", "snapshot_from_file",
     "snapshot_from_url", "source_down",
 ]

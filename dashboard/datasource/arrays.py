@@ -12,7 +12,7 @@ import numpy as np
 from dashboard.datasource.records import Network, Port, SwitchStat
 
 
-def _nansum(a: np.ndarray, axis: int) -> np.ndarray:
+def nansum(a: np.ndarray, axis: int) -> np.ndarray:
     """Sum over channels; NaN only where every channel is unknown."""
     return np.where(np.isnan(a).all(axis=axis), np.nan, np.nansum(a, axis=axis))
 
@@ -66,9 +66,15 @@ def aggregate_rows(names: list[str] | tuple[str, ...], z: np.ndarray, max_rows: 
     return tuple(labels), tuple(members), np.vstack(rows)
 
 
-def _num(x) -> float | None:
-    x = float(x)
-    return x if math.isfinite(x) else None
+def finite(x) -> float | None:
+    """A plain float, or None for missing and non-finite values (numpy scalars do not serialise)."""
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 def build_network(leaf_idx: np.ndarray, leaves: list[str], valid: np.ndarray, tx: np.ndarray, wait: np.ndarray,

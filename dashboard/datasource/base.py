@@ -7,17 +7,10 @@ import threading
 from typing import Callable
 
 from collectors.slurm.model import Snapshot
+from collectors.slurm.topology import leaf_switches
 from dashboard.datasource.records import Findings, GpuTopology
 
 log = logging.getLogger(__name__)
-
-
-def planner_input(snap: Snapshot):
-    """The Slurm model -> the planner's input (the planner's own adapter, with Slurm's scheduling
-    order, usable-node rules and request normalisation)."""
-    from dashboard.analysis.snapshot_to_planner import snapshot_to_planner
-
-    return snapshot_to_planner(snap)
 
 
 class _Memo:
@@ -56,10 +49,11 @@ class BaseDatasource:
 
     def _plan(self, snap: Snapshot):
         from dashboard.analysis import planner
+        from dashboard.analysis.snapshot_to_planner import snapshot_to_planner
 
         try:
             self._plan_error = ""
-            return planner.plan(planner_input(snap))
+            return planner.plan(snapshot_to_planner(snap))
         except Exception as exc:  # the planner must not take a page down
             log.exception("backfill planner failed")
             self._plan_error = f"{type(exc).__name__}: {exc}"
@@ -94,6 +88,13 @@ class BaseDatasource:
 
     def gpu_topology(self, node):
         return GpuTopology()
+
+    def leaf_of(self, node: str) -> str:
+        """The node's leaf switch from Slurm's topology/tree in the snapshot ("" when unknown)."""
+        snap = self.snapshot()
+        if snap is None or not snap.switches:
+            return ""
+        return self._memo.get("leaves", snap.taken_at, lambda: leaf_switches(snap.switches)).get(node, "")
 
     def network(self):
         return None

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from collectors.slurm.model import Snapshot
-from dashboard.datasource.arrays import _nansum, aggregate_rows, downsample_cols, nanmean
+from dashboard.datasource.arrays import aggregate_rows, downsample_cols, nanmean, nansum
 from dashboard.datasource.base import BaseDatasource
 from dashboard.datasource.records import SIGNALS, SUMMED, Findings, Heatmap, NodeSeries, SourceStatus, Status
 
@@ -51,7 +51,7 @@ class MemoryDatasource(BaseDatasource):
 
     def _node_matrix(self, signal: str, nodes: list[str]) -> np.ndarray:
         rows = []
-        combine = _nansum if signal in SUMMED else nanmean
+        combine = nansum if signal in SUMMED else nanmean
         for n in nodes:
             a = self._series.get(n, {}).get(signal)
             rows.append(combine(a, axis=0) if a is not None and a.size else np.full(len(self._times), np.nan))

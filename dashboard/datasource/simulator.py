@@ -30,6 +30,9 @@ class SimDatasource(BaseDatasource):
     simulated = True
 
     HEATMAP = ("gpu_util", 3600.0, 400, 240)  # what the overview asks for: precomputed in background mode
+    # signal -> the simulator's history series it is read from
+    HISTORY = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power", "gpu_temp": "temp", "ib_tx": "ib_tx_rate",
+               "ib_wait": "ib_wait_rate", "io_read": "ost_read_rate", "io_pressure": "io_pressure"}
 
     def __init__(self, sim, lock=None, snapshot_fn: Callable[[], Snapshot] | None = None,
                  clock: Callable[[], float] = time.monotonic, background: bool = False):
@@ -116,10 +119,7 @@ class SimDatasource(BaseDatasource):
     def _node_level(self, signal: str, t0: float, nodes=None, gpu_mask=None) -> tuple[np.ndarray, np.ndarray]:
         """(times, nodes x time) of a signal in display units; per-GPU signals averaged over GPUs
         (over the GPUs in gpu_mask[t, node, gpu] when given)."""
-        raw = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power", "gpu_temp": "temp",
-               "ib_tx": "ib_tx_rate", "ib_wait": "ib_wait_rate", "io_read": "ost_read_rate",
-               "io_pressure": "io_pressure"}[signal]
-        times, data = self._window(raw, t0, nodes)
+        times, data = self._window(self.HISTORY[signal], t0, nodes)
         sig = SIGNALS[signal]
         data = data.astype(np.float32)
         if data.ndim == 3:
@@ -167,12 +167,9 @@ class SimDatasource(BaseDatasource):
         except KeyError:
             return None
         t0 = self.now() - window
-        raw = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power", "gpu_temp": "temp",
-               "ib_tx": "ib_tx_rate", "ib_wait": "ib_wait_rate", "io_read": "ost_read_rate",
-               "io_pressure": "io_pressure"}
         values, chans, times = {}, {}, np.zeros(0)
         for s in signals:
-            times, data = self._window(raw[s], t0, np.array([i]))
+            times, data = self._window(self.HISTORY[s], t0, np.array([i]))
             data = data[:, 0].astype(np.float32)  # time x (GPUs | OSTs) or time
             sig = SIGNALS[s]
             if s == "io_read":

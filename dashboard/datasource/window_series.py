@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dashboard.datasource.arrays import _nansum, _num, aggregate_rows, build_network, downsample_cols, nanmean
+from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, finite, nanmean, nansum
 from dashboard.datasource.records import SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target
 
 
@@ -33,7 +33,7 @@ class WindowSeries:
             a = win.rail.get(signal)
             if a is None:
                 return None
-            z = _nansum(a[rows], axis=1)
+            z = nansum(a[rows], axis=1)
         else:
             a = win.node.get({"io_read": "fs_read", "io_pressure": "psi_io"}.get(signal, ""))
             if a is None:
@@ -101,7 +101,7 @@ class WindowSeries:
         if a is None or not win.targets:
             return None
         keep = win.times >= win.end - window
-        times, z = downsample_cols(win.times[keep], _nansum(a, axis=0)[:, keep].astype(np.float64), 240)
+        times, z = downsample_cols(win.times[keep], nansum(a, axis=0)[:, keep].astype(np.float64), 240)
         return Heatmap("io_read", tuple(win.targets), tuple((t,) for t in win.targets), times, z, len(win.targets))
 
     def leaf_series(self, window=3600.0):
@@ -109,17 +109,18 @@ class WindowSeries:
         a = win.rail.get("ib_wait") if win is not None else None
         if a is None or not win.leaf_of:
             return None
-        per_node = _nansum(a, axis=1)
+        per_node = nansum(a, axis=1)
         leaves = sorted(set(win.leaf_of.values()))
-        z = np.vstack([_nansum(per_node[[k for k, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf]], axis=0)
+        z = np.vstack([nansum(per_node[[k for k, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf]], axis=0)
                        for lf in leaves]).astype(np.float64)
         keep = win.times >= win.end - window
         times, z = downsample_cols(win.times[keep], z[:, keep], 240)
         return Heatmap("ib_wait", tuple(leaves), tuple((lf,) for lf in leaves), times, z, len(leaves))
 
     def leaf_of(self, node: str) -> str:
+        """The switch the metric source labels the node with, else Slurm's topology/tree."""
         win = self.window()
-        return win.leaf_of.get(node, "") if win is not None else ""
+        return (win.leaf_of.get(node, "") if win is not None else "") or super().leaf_of(node)
 
     @staticmethod
     def _last(a: np.ndarray) -> np.ndarray:
@@ -149,7 +150,7 @@ class WindowSeries:
 
         def port(i, k):
             node = win.nodes[i]
-            return Port(node, win.rails[i][k], win.leaf_of.get(node, ""), None, None, _num(tx[i, k]), _num(wait[i, k]))
+            return Port(node, win.rails[i][k], win.leaf_of.get(node, ""), None, None, finite(tx[i, k]), finite(wait[i, k]))
 
         net = build_network(leaf_idx, leaves, valid, tx, wait, port)
         return Network(net.switches, net.ports, net.total_ports, "Port state and error counters are not in the metric "
@@ -186,12 +187,12 @@ class WindowSeries:
         if win.gpus and "util" in win.gpu:
             util = self._last(win.gpu["util"][i])
             power = self._last(win.gpu["power"][i]) if "power" in win.gpu else np.full(util.shape, np.nan)
-            gpus = tuple(GpuNow(g, _num(util[k]), _num(power[k])) for k, g in enumerate(win.gpus[i]) if g >= 0)
+            gpus = tuple(GpuNow(g, finite(util[k]), finite(power[k])) for k, g in enumerate(win.gpus[i]) if g >= 0)
         ports = None
         if win.rails and "ib_tx" in win.rail:
             tx = self._last(win.rail["ib_tx"][i])
             wait = self._last(win.rail["ib_wait"][i]) if "ib_wait" in win.rail else np.full(tx.shape, np.nan)
-            ports = tuple(Port(node, r, win.leaf_of.get(node, ""), None, None, _num(tx[k]), _num(wait[k]))
+            ports = tuple(Port(node, r, win.leaf_of.get(node, ""), None, None, finite(tx[k]), finite(wait[k]))
                           for k, r in enumerate(win.rails[i]) if r)
         fs = None
         if win.targets and "read" in win.target:
@@ -201,8 +202,8 @@ class WindowSeries:
             for j, t in enumerate(win.targets):
                 by_fs.setdefault(t.rpartition("-")[0] or t, []).append(j)
             fs = tuple(Mount(name, "lustre", len(js), None,
-                             _num(np.nansum(read[js])) if np.isfinite(read[js]).any() else None,
-                             _num(np.nansum(write[js])) if np.isfinite(write[js]).any() else None)
+                             finite(np.nansum(read[js])) if np.isfinite(read[js]).any() else None,
+                             finite(np.nansum(write[js])) if np.isfinite(write[js]).any() else None)
                        for name, js in sorted(by_fs.items()))
         return NodeInventory(node, gpus, ports, fs, None, self.gpu_topology(node),
                              "Disks and local filesystems are not in the metric window: unknown.")

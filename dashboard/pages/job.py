@@ -58,12 +58,11 @@ def evidence(v, ctx: ui.Ctx):
 
 
 def placement(ds: Datasource, j, ctx: ui.Ctx):
-    leaf_of = getattr(ds, "leaf_of", None)
     allocs = {a.node: a for a in j.allocations}
     rows, leaves, known = [], set(), 0
     for n in j.nodes:
         a = allocs.get(n)
-        leaf = leaf_of(n) if leaf_of else ""
+        leaf = ds.leaf_of(n)
         leaves.add(leaf)
         gpus = a.gpu_indices if a else ()
         topo = ds.gpu_topology(n)

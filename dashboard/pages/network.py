@@ -39,13 +39,12 @@ def congested(ds: Datasource) -> list[str]:
 def gangs(ds: Datasource, ctx: ui.Ctx):
     hot = set(congested(ds))
     snap = ds.snapshot()
-    leaf_of = getattr(ds, "leaf_of", None)
-    if not hot or snap is None or leaf_of is None:
+    if not hot or snap is None:
         return html.P("No leaf switch is congested now." if snap is not None else "No data.", className="gw-muted")
     rows = []
     for j in snap.jobs:
         if j.state == "RUNNING" and j.gang_size > 1:
-            leaves = {leaf_of(n) for n in j.nodes}
+            leaves = {ds.leaf_of(n) for n in j.nodes}
             if leaves & hot:
                 rows.append([ui.job_link(ctx, j.job_id), j.name, j.user, str(j.gang_size), ", ".join(sorted(leaves & hot)),
                              str(len(leaves))])

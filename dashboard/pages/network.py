@@ -10,12 +10,10 @@ import numpy as np
 from dash import Input, Output, dcc, html
 
 from dashboard import figures, ids, ui
+from dashboard.analysis.thresholds import DEFAULT as TH
 from dashboard.datasource import Datasource, nanmean
 
 TITLE = "Network"
-# A leaf whose recent transmit wait exceeds this multiple of the median leaf is congested (the
-# diagnosis uses the same 10x for ports; healthy all-reduce keeps leaves within a few x).
-CONGESTED_RATIO = 10.0
 
 
 UNAVAILABLE = ("No InfiniBand source reports here: no agent's infiniband collector appears in the metric source "
@@ -33,7 +31,7 @@ def congested(ds: Datasource) -> list[str]:
         return []
     recent = nanmean(hm.z[:, -4:], axis=1)
     med = float(np.nanmedian(recent)) or 1.0
-    return [leaf for leaf, v in zip(hm.rows, recent) if v > CONGESTED_RATIO * med]
+    return [leaf for leaf, v in zip(hm.rows, recent) if v > TH.wait_ratio * med]
 
 
 def gangs(ds: Datasource, ctx: ui.Ctx):
@@ -61,7 +59,7 @@ def switches(ds: Datasource, ctx: ui.Ctx):
     med = (float(np.median(waits)) or 1.0) if waits else None
     sw_rows = []
     for sw in sorted(net.switches, key=lambda sw: -(sw.wait_per_s or 0.0)):
-        hot = med is not None and sw.wait_per_s is not None and sw.wait_per_s > CONGESTED_RATIO * med
+        hot = med is not None and sw.wait_per_s is not None and sw.wait_per_s > TH.wait_ratio * med
         sw_rows.append([sw.switch, str(sw.nodes), str(sw.ports), ui.fmt_known(sw.ports_down, 0),
                         ui.fmt_si(sw.tx_bps, "B/s"),
                         html.Span(ui.fmt_si(sw.wait_per_s, "ticks/s") + (" (congested)" if hot else ""),

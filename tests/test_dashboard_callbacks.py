@@ -563,3 +563,38 @@ def test_overview_losses_known_where_the_source_knows_them():
     assert lost_unknown(Findings(NOW, "simulator ground truth"), 3) == (False, "")
     assert lost_unknown(Findings(NOW, "diagnosis"), 3)[0] and lost_unknown(Findings(NOW, "none"), 3)[0]
     assert lost_unknown(Findings(NOW, "none"), 0) == (False, "")
+
+
+def test_pages_refresh_on_tick():
+    """Storage, Network and Queue register their refresh through ui.refresh_on_tick: figures at load,
+    on each tick and theme change; tables (already in the layout) on ticks only."""
+    from dash.dependencies import Input, Output
+
+    from dashboard.pages import network, storage
+
+    class App:
+        def __init__(self):
+            self.callbacks = []
+
+        def callback(self, *deps, prevent_initial_call=False):
+            def add(fn):
+                self.callbacks.append(([d for d in deps if isinstance(d, Output)],
+                                       [d for d in deps if isinstance(d, Input)], prevent_initial_call, fn))
+                return fn
+            return add
+
+    ds, ctx = dashboard_fake.datasource(), Ctx(lambda p: p)
+    for page, figs, tables in ((storage, [ids.STORAGE_HEATMAP], [ids.STORAGE_TARGETS, ids.STORAGE_TOP]),
+                               (network, [ids.NETWORK_HEATMAP], [ids.NETWORK_TABLES, ids.NETWORK_GANGS]),
+                               (queue, [ids.QUEUE_TIMELINE, ids.QUEUE_FREED, ids.QUEUE_DEPS], [ids.QUEUE_PLAN, ids.QUEUE_WHY])):
+        app = App()
+        page.register(app, ds, ctx)
+        (fo, fi, f_later, draw), (to, ti, t_later, render) = app.callbacks
+        assert [(o.component_id, o.component_property) for o in fo] == [(i, "figure") for i in figs]
+        assert [i.component_id for i in fi] == [ids.REFRESH, ids.THEME] and not f_later
+        assert [(o.component_id, o.component_property) for o in to] == [(i, "children") for i in tables]
+        assert [i.component_id for i in ti] == [ids.REFRESH] and t_later
+        drawn, rendered = draw(1, "dark"), render(1)
+        drawn = drawn if len(figs) > 1 else (drawn,)
+        assert len(drawn) == len(figs) and all("data" in go.Figure(f).to_dict() for f in drawn)
+        assert len(rendered) == len(tables) and all(hasattr(c, "to_plotly_json") for c in rendered)

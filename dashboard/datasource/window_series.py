@@ -8,6 +8,12 @@ from dashboard.datasource.arrays import aggregate_rows, build_network, downsampl
 from dashboard.datasource.records import SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target
 
 
+def _since(win, z: np.ndarray, t0: float, max_cols: int = 240) -> tuple[np.ndarray, np.ndarray]:
+    """The window's columns from t0 on, downsampled to at most max_cols."""
+    keep = win.times >= t0
+    return downsample_cols(win.times[keep], z[:, keep], max_cols)
+
+
 class WindowSeries:
     """Series for the pages from a diagnosis `Window` (dashboard/analysis/window.py), which every
     metric source builds (Prometheus, embedded scraper, bundle). Mixed into LiveDatasource."""
@@ -48,8 +54,7 @@ class WindowSeries:
         z = self._node_rows(win, signal, list(range(len(win.nodes))))
         if z is None:
             return None
-        keep = win.times >= win.end - window
-        times, z = downsample_cols(win.times[keep], z[:, keep], max_cols)
+        times, z = _since(win, z, win.end - window, max_cols)
         labels, members, zz = aggregate_rows(list(win.nodes), z, max_rows)
         return Heatmap(signal, labels, members, times, zz, len(win.nodes))
 
@@ -68,8 +73,7 @@ class WindowSeries:
         z = self._node_rows(win, signal, rows, cols if all(c is not None for c in cols) else None)
         if z is None:
             return None
-        keep = win.times >= max(win.end - window, (job.start_time or 0) - 300)
-        times, z = downsample_cols(win.times[keep], z[:, keep], max_cols)
+        times, z = _since(win, z, max(win.end - window, (job.start_time or 0) - 300), max_cols)
         return Heatmap(signal, tuple(names), tuple((n,) for n in names), times, z, len(names))
 
     def node_series(self, node, signals, window=3600.0):
@@ -100,8 +104,7 @@ class WindowSeries:
         a = win.target.get("read") if win is not None else None
         if a is None or not win.targets:
             return None
-        keep = win.times >= win.end - window
-        times, z = downsample_cols(win.times[keep], nansum(a, axis=0)[:, keep].astype(np.float64), 240)
+        times, z = _since(win, nansum(a, axis=0).astype(np.float64), win.end - window)
         return Heatmap("io_read", tuple(win.targets), tuple((t,) for t in win.targets), times, z, len(win.targets))
 
     def leaf_series(self, window=3600.0):
@@ -113,8 +116,7 @@ class WindowSeries:
         leaves = sorted(set(win.leaf_of.values()))
         z = np.vstack([nansum(per_node[[k for k, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf]], axis=0)
                        for lf in leaves]).astype(np.float64)
-        keep = win.times >= win.end - window
-        times, z = downsample_cols(win.times[keep], z[:, keep], 240)
+        times, z = _since(win, z, win.end - window)
         return Heatmap("ib_wait", tuple(leaves), tuple((lf,) for lf in leaves), times, z, len(leaves))
 
     def leaf_of(self, node: str) -> str:

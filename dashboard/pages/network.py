@@ -7,7 +7,7 @@ where a metric source provides per-port series."""
 from __future__ import annotations
 
 import numpy as np
-from dash import Input, Output, dcc, html
+from dash import dcc, html
 
 from dashboard import figures, ids, ui
 from dashboard.analysis.thresholds import DEFAULT as TH
@@ -87,11 +87,5 @@ def layout(ds: Datasource, ctx: ui.Ctx):
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
-    @app.callback(Output(ids.NETWORK_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
-    def fig(_n, theme):
-        return figures.heatmap(ds.leaf_series(), theme, colorscale="Inferno")
-
-    @app.callback(Output(ids.NETWORK_TABLES, "children"), Output(ids.NETWORK_GANGS, "children"),
-                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
-    def tables(_n):
-        return switches(ds, ctx), gangs(ds, ctx)
+    ui.refresh_on_tick(app, {ids.NETWORK_HEATMAP: lambda theme: figures.heatmap(ds.leaf_series(), theme, colorscale="Inferno")},
+                       {ids.NETWORK_TABLES: lambda: switches(ds, ctx), ids.NETWORK_GANGS: lambda: gangs(ds, ctx)})

@@ -6,7 +6,7 @@ Linked only where a metric source provides per-target series."""
 from __future__ import annotations
 
 import numpy as np
-from dash import Input, Output, dcc, html
+from dash import dcc, html
 
 from dashboard import figures, ids, ui
 from dashboard.analysis.thresholds import DEFAULT as TH
@@ -75,11 +75,5 @@ def layout(ds: Datasource, ctx: ui.Ctx):
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
-    @app.callback(Output(ids.STORAGE_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
-    def fig(_n, theme):
-        return figures.heatmap(ds.ost_series(), theme, colorscale="Cividis")
-
-    @app.callback(Output(ids.STORAGE_TARGETS, "children"), Output(ids.STORAGE_TOP, "children"),
-                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
-    def tables(_n):
-        return targets(ds), top_jobs(ds, ctx)
+    ui.refresh_on_tick(app, {ids.STORAGE_HEATMAP: lambda theme: figures.heatmap(ds.ost_series(), theme, colorscale="Cividis")},
+                       {ids.STORAGE_TARGETS: lambda: targets(ds), ids.STORAGE_TOP: lambda: top_jobs(ds, ctx)})

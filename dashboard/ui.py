@@ -153,6 +153,11 @@ def state_badge(state: str) -> html.Span:
     return html.Span(state.replace("_", " ") if state else "—", className=f"gw-badge gw-state-{state or 'none'}")
 
 
+def graph(**kwargs) -> dcc.Graph:
+    """A Plotly graph as every page shows it (no Plotly logo in the mode bar)."""
+    return dcc.Graph(config={"displaylogo": False}, **kwargs)
+
+
 def section(title: str, *children, note: str = "") -> html.Section:
     head = [html.H2(title)]
     if note:

@@ -141,7 +141,7 @@ def heatmaps(ds: Datasource, jobid: str, theme):
         hm = ds.job_series(jobid, signal)
         if hm is None:
             continue
-        out.append(dcc.Graph(figure=figures.heatmap(hm, theme, title, shade), config={"displaylogo": False}))
+        out.append(ui.graph(figure=figures.heatmap(hm, theme, title, shade)))
     return out or html.P("No metrics for this job's nodes.", className="gw-muted")
 
 

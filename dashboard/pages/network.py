@@ -7,7 +7,7 @@ where a metric source provides per-port series."""
 from __future__ import annotations
 
 import numpy as np
-from dash import dcc, html
+from dash import html
 
 from dashboard import figures, ids, ui
 from dashboard.analysis.thresholds import DEFAULT as TH
@@ -81,7 +81,7 @@ def layout(ds: Datasource, ctx: ui.Ctx):
     return html.Div([html.H1("Network"),
                      html.Div(switches(ds, ctx), id=ids.NETWORK_TABLES),
                      ui.section("InfiniBand transmit wait per leaf switch (last hour)",
-                                dcc.Graph(id=ids.NETWORK_HEATMAP, config={"displaylogo": False}),
+                                ui.graph(id=ids.NETWORK_HEATMAP),
                                 note="Transmit wait counts the ticks a port had data but no credits: congestion."),
                      ui.section("Gangs spanning congested switches", html.Div(gangs(ds, ctx), id=ids.NETWORK_GANGS))])
 

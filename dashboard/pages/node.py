@@ -91,7 +91,7 @@ def graphs(ds: Datasource, name: str, theme):
     ns = ds.node_series(name, SIGNALS)
     if ns is None:
         return html.P("No metrics for this node.", className="gw-muted")
-    return [dcc.Graph(figure=figures.node_lines(ns, s, theme), config={"displaylogo": False}) for s in SIGNALS
+    return [ui.graph(figure=figures.node_lines(ns, s, theme)) for s in SIGNALS
             if s in ns.values]
 
 

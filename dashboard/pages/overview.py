@@ -180,7 +180,7 @@ def mount_heatmap(ds: Datasource, theme):
     """The interactive heatmap (replacing the preview), drawn in the browser's theme, and what it shows."""
     theme = theme or "light"
     fig = figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme)
-    graph = dcc.Graph(id={"type": ids.OV_HEATMAP_GRAPH, "index": 0}, figure=fig, config={"displaylogo": False})
+    graph = ui.graph(id={"type": ids.OV_HEATMAP_GRAPH, "index": 0}, figure=fig)
     return html.Div(graph, id=ids.OV_HEATMAP), {"v": ds.status().version, "theme": theme}
 
 

@@ -6,7 +6,7 @@ Linked only where a metric source provides per-target series."""
 from __future__ import annotations
 
 import numpy as np
-from dash import dcc, html
+from dash import html
 
 from dashboard import figures, ids, ui
 from dashboard.analysis.thresholds import DEFAULT as TH
@@ -69,7 +69,7 @@ def layout(ds: Datasource, ctx: ui.Ctx):
                                 note=f"Summed over the clients that report each target; a read latency over {TH.latency_ratio:g}x "
                                      "the median target's is marked slow."),
                      ui.section("Read throughput per object storage target (last hour)",
-                                dcc.Graph(id=ids.STORAGE_HEATMAP, config={"displaylogo": False}),
+                                ui.graph(id=ids.STORAGE_HEATMAP),
                                 note="A target much slower than its peers stalls every job striped on it."),
                      ui.section("Top jobs by reads now", html.Div(top_jobs(ds, ctx), id=ids.STORAGE_TOP))])
 

@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 from . import hostlist
 from .model import Job, Node, NodeAllocation, Partition, Reservation, SchedulerStats, SourceError
-from .parse_common import (integer, is_infinite, memory_bytes, number, parse_dependency, parse_gres, str_list,
-                           text, timestamp, tres_gpus, tres_request_gpus)
+from .parse_common import (integer, is_infinite, memory_bytes, number, parse_dependency, parse_each, parse_gres,
+                           str_list, text, timestamp, tres_gpus, tres_request_gpus)
 
 OLDEST_KNOWN = 38
 NEWEST_KNOWN = 44
@@ -97,18 +97,8 @@ def loads(raw: str | bytes) -> Any:
 
 
 def _parse_records(doc: Any, key: str, parse: Callable[[dict], Any], what: str, meta: Meta) -> list:
-    """parse() over the document's `key` records; a record that fails or yields None is skipped and
-    counted in meta.warnings: a record of a shape we do not know must not cost the others."""
-    out, skipped = [], 0
-    for rec in _records(doc, key, meta):
-        try:
-            item = parse(rec)
-        except Exception:
-            item = None
-        if item is None:
-            skipped += 1
-        else:
-            out.append(item)
+    """parse() over the document's `key` records; what cannot be read is counted in meta.warnings."""
+    out, skipped = parse_each(_records(doc, key, meta), parse)
     if skipped:
         meta.warnings.append(f"{skipped} {what} record(s) could not be read")
     return out

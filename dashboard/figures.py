@@ -2,7 +2,7 @@
 
 Only cartesian trace types are used (heatmap, scatter, bar): they stay fast at thousands of rows.
 Sizes are bounded here: heatmaps arrive already aggregated (≤ ~400 rows x 240 columns, see
-dashboard/datasource.py) and are sent as rounded numbers, so a refresh stays small; unknown values
+dashboard/datasource/arrays.py) and are sent as rounded numbers, so a refresh stays small; unknown values
 are None (a gap), never 0.
 """
 

@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.datasource import SIGNALS, Heatmap, NodeSeries
+from dashboard.datasource.records import SIGNALS, Heatmap, NodeSeries
 
 STATE_COLOURS = {"stalled_io": "#e6550d", "stalled_network": "#756bb1", "straggler": "#fdae6b", "hung": "#de2d26",
                  "idle_gpus": "#969696", "progressing": "#31a354", "insufficient_data": "#bdbdbd"}

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from dash import Input, Output, dcc, html
 
 from dashboard import ids
-from dashboard.datasource import fmt_age
+from dashboard.datasource.records import fmt_age
 
 
 class Ctx:

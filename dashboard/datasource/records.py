@@ -14,7 +14,7 @@ from dashboard.analysis import findings as model
 FLAGGED = model.STALL_STATES
 # Node-level value of a per-rail or per-target signal: the sum over rails / targets (traffic adds up).
 SUMMED = frozenset({"ib_tx", "ib_wait", "io_read"})
-# A source whose data is older than this many refresh periods is shown as stale.
+# A source whose data is older than this many seconds is shown as stale (a few missed polls).
 STALE_AFTER_SECONDS = 120.0
 
 

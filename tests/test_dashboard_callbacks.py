@@ -49,7 +49,7 @@ def test_summary_figures(fake):
 
 
 def test_lost_within_prorates_long_stalls():
-    f = Findings(NOW, "diagnosis", (Verdict("1", "hung", since=NOW - 7200, gpu_hours_lost=16.0),))
+    f = Findings(NOW, "diagnosis", (Verdict("1", (), 8, "hung", 1.0, NOW - 7200, gpu_hours_lost=16.0),))
     assert overview.lost_within(f, NOW, 3600) == pytest.approx(8.0)
     assert overview.lost_within(f, NOW, 86400) == pytest.approx(16.0)
 
@@ -119,9 +119,9 @@ def test_unknown_losses_are_unknown_not_zero(fake, monkeypatch):
 
     ds, _, ctx = fake
     f = ds.findings()
-    blind = tuple(replace(v, state="insufficient_data", gpu_hours_lost=0.0, detail="no GPU samples for 2 of 2 nodes")
+    blind = tuple(replace(v, state="insufficient_data", gpu_hours_lost=0.0, reason="no GPU samples for 2 of 2 nodes")
                   if v.jobid == "4003" else v for v in f.verdicts)
-    assert blind[-1].gpu_hours_lost is None and blind[-1].unknown_why == "no GPU samples for 2 of 2 nodes"
+    assert blind[-1].lost is None and blind[-1].unknown_why == "no GPU samples for 2 of 2 nodes"
     monkeypatch.setattr(ds, "findings", lambda: replace(f, verdicts=blind))
     rows, _, _, tips = jobs.page(ds, ctx, "", "RUNNING", False, 0, 50, [{"column_id": "lost", "direction": "desc"}])
     by_id = {r["jobid"]: (r, t) for r, t in zip(rows, tips)}
@@ -315,10 +315,10 @@ def test_aggregate_and_downsample_bound_the_figure(n, t, max_rows, max_cols):
 
 
 def test_incidents_group_by_culprit():
-    vs = [Verdict("1", "stalled_io", ("a",), 8, since=10, culprit="OST1", gpu_hours_lost=2.0),
-          Verdict("2", "stalled_io", ("b",), 8, since=5, culprit="OST1", gpu_hours_lost=3.0),
-          Verdict("3", "hung", ("c",), 16, since=7, gpu_hours_lost=4.0),
-          Verdict("4", "progressing", ("d",), 8)]
+    vs = [Verdict("1", ("a",), 8, "stalled_io", 1.0, since=10, culprit="OST1", gpu_hours_lost=2.0),
+          Verdict("2", ("b",), 8, "stalled_io", 1.0, since=5, culprit="OST1", gpu_hours_lost=3.0),
+          Verdict("3", ("c",), 16, "hung", 1.0, since=7, gpu_hours_lost=4.0),
+          Verdict("4", ("d",), 8, "progressing", 1.0, None)]
     inc = group_incidents(vs)
     assert [(i.culprit, i.jobs, i.gpu_hours_lost, i.since) for i in inc] == [
         ("OST1", ("1", "2"), 5.0, 5), ("job 3", ("3",), 4.0, 7)]

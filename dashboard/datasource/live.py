@@ -115,7 +115,7 @@ class LiveDatasource(WindowSeries, BaseDatasource):
             partial = partly_down(self.metrics)
             if partial:  # a job can be insufficient_data because its nodes' data did not arrive
                 findings = replace(findings, degraded=partial, verdicts=tuple(
-                    replace(v, detail=f"{v.detail}; {partial}" if v.detail else partial)
+                    replace(v, reason=f"{v.reason}; {partial}" if v.reason else partial)
                     if v.state == "insufficient_data" else v for v in findings.verdicts))
             self._findings = findings
         except ImportError:

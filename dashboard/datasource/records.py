@@ -9,6 +9,8 @@ import numpy as np
 
 from collectors.slurm.model import Job
 from dashboard.analysis import findings as model
+from dashboard.analysis.diagnose import incidents
+from dashboard.analysis.findings import Incident, Verdict
 
 # The verdict states that flag a job (dashboard/analysis/findings.py holds them all).
 FLAGGED = model.STALL_STATES
@@ -43,62 +45,10 @@ SIGNALS: dict[str, Signal] = {s.key: s for s in (
 # ----------------------------------------------------------------------------------- records
 
 @dataclass(frozen=True)
-class Evidence:
-    signal: str
-    node: str = ""
-    value: float | None = None
-    baseline: float | None = None
-    threshold: float | None = None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    jobid: str
-    state: str
-    nodes: tuple[str, ...] = ()
-    gpus: int | None = None
-    confidence: float | None = None
-    since: float | None = None
-    culprit: str = ""
-    evidence: tuple[Evidence, ...] = ()
-    gpu_hours_lost: float | None = None
-    detail: str = ""
-    culprit_kind: str = ""
-    placement: tuple[tuple[str, str, str, str], ...] = ()  # (kind, node, detail, expected cost)
-
-    def __post_init__(self):
-        # a job the diagnosis could not judge has lost an unknown amount, not 0 GPU-hours
-        if self.state == "insufficient_data" and self.gpu_hours_lost is not None:
-            object.__setattr__(self, "gpu_hours_lost", None)
-
-    @property
-    def flagged(self) -> bool:
-        return self.state in FLAGGED
-
-    @property
-    def unknown_why(self) -> str:
-        """Why this job's GPU-hours lost are unknown ("" when they are known)."""
-        if self.gpu_hours_lost is not None:
-            return ""
-        if self.state == "insufficient_data":
-            return self.detail or "not judged: the metric window lacks the GPU data to judge this job"
-        return "the findings carry no GPU-hours lost figure for this job"
-
-
-@dataclass(frozen=True)
-class Incident:
-    culprit: str
-    cause: str
-    jobs: tuple[str, ...]
-    gpu_hours_lost: float
-    since: float | None = None
-    nodes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Findings:
-    """The pages' view of the findings. `diagnosis` is the record it was made from, when there is
-    one: `/api/v1/findings` and `/metrics` serve that, so nothing is lost in the pages' view."""
+    """The findings the pages show, in the one findings model's records (dashboard/analysis/findings.py),
+    with where they came from and how fresh they are. `diagnosis` is the record they were taken from,
+    when there is one: `/api/v1/findings` and `/metrics` serve it as it is."""
 
     generated_at: float
     source: str  # "diagnosis", "simulator ground truth", "none"
@@ -117,37 +67,18 @@ class Findings:
         return {v.jobid: v for v in self.verdicts}
 
     def as_diagnosis(self) -> model.Diagnosis:
-        """The findings as the one findings model (the record itself where there is one); findings
-        kept from before a metric source died say so in their notes."""
+        """The findings as one Diagnosis record (the diagnosis's own where there is one); findings kept
+        from before a metric source died say so in their notes."""
+        notes = (f"degraded: {self.degraded}",) if self.degraded else ()
         if self.diagnosis is not None:
-            d = self.diagnosis
-            return replace(d, notes=tuple(d.notes) + (f"degraded: {self.degraded}",)) if self.degraded else d
-        verdicts = tuple(model.Verdict(v.jobid, v.nodes, v.gpus, v.state, v.confidence, v.since, v.culprit,
-                                       v.culprit_kind,
-                                       tuple(model.Evidence(e.signal, e.node, e.value, e.baseline, e.threshold)
-                                             for e in v.evidence),
-                                       v.gpu_hours_lost, v.detail, tuple(model.Placement(*p) for p in v.placement))
-                         for v in self.verdicts)
-        incidents = tuple(model.Incident(i.culprit, "", i.cause, i.jobs, i.gpu_hours_lost, i.since)
-                          for i in self.incidents)
-        return model.Diagnosis(self.generated_at, verdicts, incidents, source=self.source,
-                               notes=(f"degraded: {self.degraded}",) if self.degraded else ())
+            return replace(self.diagnosis, notes=tuple(self.diagnosis.notes) + notes) if notes else self.diagnosis
+        return model.Diagnosis(self.generated_at, self.verdicts, self.incidents, source=self.source, notes=notes)
 
 
-def group_incidents(verdicts: tuple[Verdict, ...] | list[Verdict]) -> tuple[Incident, ...]:
-    """Flagged verdicts that share a culprit (or, without one, a job) are one incident, worst first."""
-    groups: dict[tuple[str, str], list[Verdict]] = {}
-    for v in verdicts:
-        if v.flagged:
-            groups.setdefault((v.culprit or f"job {v.jobid}", v.state), []).append(v)
-    out = []
-    for (culprit, cause), vs in groups.items():
-        lost = sum(v.gpu_hours_lost or 0.0 for v in vs)
-        since = min((v.since for v in vs if v.since is not None), default=None)
-        nodes = tuple(sorted({n for v in vs for n in v.nodes}))
-        out.append(Incident(culprit, cause, tuple(v.jobid for v in vs), round(lost, 3), since, nodes))
-    out.sort(key=lambda i: (-i.gpu_hours_lost, i.culprit))
-    return tuple(out)
+def group_incidents(verdicts) -> tuple[Incident, ...]:
+    """Flagged verdicts that share a culprit (or, without one, a job) are one incident, worst first:
+    the diagnosis's own grouping, for findings that did not come from it (ground truth, fixed data)."""
+    return tuple(incidents(replace(v, gpu_hours_lost=v.gpu_hours_lost or 0.0) for v in verdicts))
 
 
 @dataclass(frozen=True)

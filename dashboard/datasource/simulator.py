@@ -11,12 +11,12 @@ from typing import Callable
 import numpy as np
 
 from collectors.slurm.model import Snapshot
+from dashboard.analysis.findings import Evidence, Verdict
 from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean
 from dashboard.datasource.base import BaseDatasource
 from dashboard.datasource.convert import convert_diagnosis
-from dashboard.datasource.records import (FLAGGED, SIGNALS, SUMMED, Evidence, Findings, GpuNow, GpuTopology, Heatmap, Mount,
-                                          Network, NodeInventory, NodeSeries, Port, SourceStatus, Status, Target, Verdict,
-                                          group_incidents)
+from dashboard.datasource.records import (FLAGGED, SIGNALS, SUMMED, Findings, GpuNow, GpuTopology, Heatmap, Mount, Network,
+                                          NodeInventory, NodeSeries, Port, SourceStatus, Status, Target, group_incidents)
 
 log = logging.getLogger(__name__)
 
@@ -356,9 +356,9 @@ class SimDatasource(BaseDatasource):
                 _, gpus, nodes = running[jid]
                 # the share of the job's GPU time the fault wastes, from the simulator's own physics
                 lost = gpus * max(0.0, last - first + sim.dt) / 3600.0 * _wasted_share(g.cause, gpus)
-                verdicts.append(Verdict(jid, g.cause, nodes, gpus, 1.0, first, g.culprit,
-                                        self._evidence(jid, nodes, g.cause, first), round(lost, 3),
-                                        f"injected fault #{g.fault_id}: {g.kind}"))
+                verdicts.append(Verdict(jid, nodes, gpus, g.cause, 1.0, first, g.culprit,
+                                        evidence=self._evidence(jid, nodes, g.cause, first), gpu_hours_lost=round(lost, 3),
+                                        reason=f"injected fault #{g.fault_id}: {g.kind}"))
         verdicts.sort(key=lambda v: -(v.gpu_hours_lost or 0))
         return Findings(now, "simulator ground truth", tuple(verdicts), group_incidents(verdicts))
 
@@ -378,7 +378,7 @@ class SimDatasource(BaseDatasource):
                 base = float(np.nanmedian(z[k, before])) if before.any() else None
                 val = float(np.nanmedian(z[k, after])) if after.any() else None
             out.append(Evidence(SIGNALS[signal].label, n, None if val is None or math.isnan(val) else round(val, 3),
-                                None if base is None or math.isnan(base) else round(base, 3)))
+                                None if base is None or math.isnan(base) else round(base, 3), None))
         return tuple(out)
 
 

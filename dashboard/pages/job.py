@@ -42,10 +42,10 @@ def verdict_block(v, now: float):
                       "diagnosis runs here).", className="gw-muted")
     rows = [("verdict", ui.state_badge(v.state)), ("culprit", v.culprit or "—"),
             ("since", f"{ui.fmt_time(v.since)} ({ui.fmt_dur(now - v.since) if v.since else '—'})"),
-            ("GPU-hours lost", ui.known_or_unknown(v.gpu_hours_lost, v.unknown_why)),
+            ("GPU-hours lost", ui.known_or_unknown(v.lost, v.unknown_why)),
             ("confidence", "—" if v.confidence is None else f"{v.confidence:.0%}")]
-    if v.detail:
-        rows.append(("why", v.detail))
+    if v.reason:
+        rows.append(("why", v.reason))
     return html.Dl([x for k, val in rows for x in (html.Dt(k), html.Dd(val))], className="gw-facts gw-verdict")
 
 
@@ -81,8 +81,8 @@ def placement(ds: Datasource, j, ctx: ui.Ctx):
                  + ": the metric source has no gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_topology_info series.")
     v = ds.findings().verdict(str(j.job_id))
     found = ui.table(["finding", "node", "detail", "expected cost"],
-                     [[k.replace("_", " "), ui.node_link(ctx, n) if n else "—", d, c]
-                      for k, n, d, c in (v.placement if v else ())], empty="No placement findings.")
+                     [[p.kind.replace("_", " "), ui.node_link(ctx, p.node) if p.node else "—", p.detail, p.expected_cost]
+                      for p in (v.placement if v else ())], empty="No placement findings.")
     return html.Div([html.P(note, className="gw-muted"),
                      ui.table(["node", "leaf switch", "GPUs", "GPU topology (NVLink, NUMA)", "CPUs"], rows,
                               empty="No nodes allocated."),

@@ -149,6 +149,17 @@ class Diagnosis:
                 "cluster_reason": self.cluster_reason}
 
 
+def finite(x) -> float | None:
+    """A plain float, or None for missing and non-finite values (numpy scalars do not serialise)."""
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _round(x, digits: int):
     x = _clean(x)
     return round(x, digits) if isinstance(x, (int, float)) and not isinstance(x, bool) else x

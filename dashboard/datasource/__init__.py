@@ -25,8 +25,8 @@ array helpers). The public names are re-exported here.
 
 from __future__ import annotations
 
-from dashboard.analysis.findings import Evidence, Incident, Placement, Verdict
-from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, finite, nanmean, nansum
+from dashboard.analysis.findings import Evidence, Incident, Placement, Verdict, finite
+from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean, nansum
 from dashboard.datasource.base import BaseDatasource
 from dashboard.datasource.convert import convert_diagnosis
 from dashboard.datasource.live import LiveDatasource, outage_text, partly_down, snapshot_from_file, snapshot_from_url, source_down

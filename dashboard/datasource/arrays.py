@@ -66,17 +66,6 @@ def aggregate_rows(names: list[str] | tuple[str, ...], z: np.ndarray, max_rows: 
     return tuple(labels), tuple(members), np.vstack(rows)
 
 
-def finite(x) -> float | None:
-    """A plain float, or None for missing and non-finite values (numpy scalars do not serialise)."""
-    if x is None:
-        return None
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def build_network(leaf_idx: np.ndarray, leaves: list[str], valid: np.ndarray, tx: np.ndarray, wait: np.ndarray,
                   port_of: Callable[[int, int], Port], up: np.ndarray | None = None,
                   recent: np.ndarray | None = None, limit: int = 40) -> Network:

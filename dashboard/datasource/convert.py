@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dashboard.datasource.arrays import finite
+from dashboard.analysis.findings import finite
 from dashboard.datasource.records import Findings
 
 

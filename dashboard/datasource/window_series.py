@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, finite, nanmean, nansum
+from dashboard.analysis.findings import finite
+from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean, nansum
 from dashboard.datasource.records import SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target
 
 

@@ -1,5 +1,6 @@
 """The records every datasource returns: plain frozen data (no Dash objects, no I/O), and the
-signals the pages may ask for. None in a field means unknown; pages show it as such, never as 0."""
+signals the pages may ask for. None in a field means unknown; pages show it as such, never as 0.
+Verdicts, evidence and incidents are the findings model's own (dashboard/analysis/findings.py)."""
 
 from __future__ import annotations
 

@@ -240,7 +240,7 @@ def build_dashboard(demo: Demo, web_config: WebConfig | None = None, refresh_sec
     """The dashboard (dashboard/app.py) over the simulator, with the simulator's endpoints beside it.
     Returns (Dash app, datasource); the datasource's background thread stops with `ds.close()`."""
     from dashboard.app import build_app, findings_families, serve_families
-    from dashboard.datasource import SimDatasource
+    from dashboard.datasource.simulator import SimDatasource
 
     ds = SimDatasource(demo.sim, lock=demo.lock, snapshot_fn=demo.snapshot, background=True)
     # serve's /metrics over the dashboard's datasource (precomputed after each step in the background)

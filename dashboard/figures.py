@@ -2,7 +2,7 @@
 
 Only cartesian trace types are used (heatmap, scatter, bar): they stay fast at thousands of rows.
 Sizes are bounded here: heatmaps arrive already aggregated (≤ ~400 rows x 240 columns, see
-dashboard/datasource.py) and are sent as rounded numbers, so a refresh stays small; unknown values
+dashboard/datasource/arrays.py) and are sent as rounded numbers, so a refresh stays small; unknown values
 are None (a gap), never 0.
 """
 
@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.datasource import SIGNALS, Heatmap, NodeSeries
+from dashboard.datasource.records import SIGNALS, Heatmap, NodeSeries
 
 STATE_COLOURS = {"stalled_io": "#e6550d", "stalled_network": "#756bb1", "straggler": "#fdae6b", "hung": "#de2d26",
                  "idle_gpus": "#969696", "progressing": "#31a354", "insufficient_data": "#bdbdbd"}
@@ -75,6 +75,12 @@ def heatmap_data(hm: Heatmap) -> dict:
     return {"z": _rounded(hm.z / div, digits), "x": _ms(hm.times), "y": list(hm.rows), "unit": f"{prefix}{unit}"}
 
 
+def heatmap_height(rows: int) -> int:
+    """Pixels for a heatmap of `rows` rows (also the overview's still preview, so nothing jumps when
+    the interactive figure replaces it): readable rows for a few nodes, bounded for thousands."""
+    return int(min(900, max(160, 60 + rows * (14 if rows < 40 else 2))))
+
+
 def heatmap(hm: Heatmap | None, theme: str | None = None, title: str = "", shade: list[tuple[float, float]] = (),
             height: int | None = None, colorscale: str = "Viridis") -> dict | go.Figure:
     """Rows x time heatmap as a figure dict (the big arrays bypass plotly's validation); `shade`
@@ -90,7 +96,7 @@ def heatmap(hm: Heatmap | None, theme: str | None = None, title: str = "", shade
         z=[[0]], zmin=0, zmax=zmax, colorscale=colorscale, colorbar=dict(title=dict(text=d["unit"]), thickness=12),
         hoverongaps=False, hovertemplate="%{y}<br>%{x|%H:%M:%S}<br>%{z} " + d["unit"] + "<extra></extra>"))
     rows = len(hm.rows)
-    h = height or int(min(900, max(160, 60 + rows * (14 if rows < 40 else 2))))
+    h = height or heatmap_height(rows)
     _base(fig, theme, h, title)
     fig.update_yaxes(autorange="reversed", showticklabels=rows <= 60, type="category")
     fig.update_xaxes(type="date")

@@ -3,7 +3,7 @@
 `serve` (built elsewhere) mounts these: `findings_json(diag)` -> bytes for `/api/v1/findings`,
 `findings_metrics(diag)` -> bytes in the Prometheus text format for `/metrics`, so Alertmanager
 can route findings. `simulation_diagnosis(sim, snap, lock)` runs the diagnosis over the simulator's
-history: the one path for the demo, with or without the dashboard (dashboard/datasource.py,
+history: the one path for the demo, with or without the dashboard (dashboard/datasource/simulator.py,
 `gangwatch demo --no-dashboard`). The records and their JSON are dashboard/analysis/findings.py's.
 `backfill_families(plan)` turns serve's backfill plan into the per-partition series the BackfillHole
 alert reads.

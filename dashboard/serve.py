@@ -82,7 +82,7 @@ def make_metrics(args: argparse.Namespace):
 
 
 def make_datasource(args: argparse.Namespace):
-    from dashboard.datasource import LiveDatasource, snapshot_from_file, snapshot_from_url
+    from dashboard.datasource.live import LiveDatasource, snapshot_from_file, snapshot_from_url
 
     metrics = make_metrics(args)
     if args.snapshot:

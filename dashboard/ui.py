@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from urllib.parse import quote
 
-from dash import dcc, html
+from dash import Input, Output, dcc, html
 
-from dashboard.datasource import fmt_age
+from dashboard import ids
+from dashboard.datasource.records import fmt_age
 
 
 class Ctx:
@@ -152,11 +153,33 @@ def state_badge(state: str) -> html.Span:
     return html.Span(state.replace("_", " ") if state else "—", className=f"gw-badge gw-state-{state or 'none'}")
 
 
+def graph(**kwargs) -> dcc.Graph:
+    """A Plotly graph as every page shows it (no Plotly logo in the mode bar)."""
+    return dcc.Graph(config={"displaylogo": False}, **kwargs)
+
+
 def section(title: str, *children, note: str = "") -> html.Section:
     head = [html.H2(title)]
     if note:
         head.append(html.P(note, className="gw-muted"))
     return html.Section([*head, *children], className="gw-section")
+
+
+def refresh_on_tick(app, figures: dict, tables: dict) -> None:
+    """A page's usual refresh: `figures` (id -> build(theme)) are drawn at load, on every tick and on a
+    theme change; `tables` (id -> build()) are already in the layout, so only ticks re-render them."""
+    fig_ids, table_ids = list(figures), list(tables)
+
+    @app.callback(*(Output(i, "figure") for i in fig_ids), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
+    def draw(_n, theme):
+        out = tuple(figures[i](theme) for i in fig_ids)
+        return out if len(out) > 1 else out[0]
+
+    @app.callback(*(Output(i, "children") for i in table_ids), Input(ids.REFRESH, "n_intervals"),
+                  prevent_initial_call=True)
+    def render(_n):
+        out = tuple(tables[i]() for i in table_ids)
+        return out if len(out) > 1 else out[0]
 
 
 def age_text(seconds: float | None) -> str:

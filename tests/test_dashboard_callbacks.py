@@ -49,7 +49,7 @@ def test_summary_figures(fake):
 
 
 def test_lost_within_prorates_long_stalls():
-    f = Findings(NOW, "diagnosis", (Verdict("1", "hung", since=NOW - 7200, gpu_hours_lost=16.0),))
+    f = Findings(NOW, "diagnosis", (Verdict("1", (), 8, "hung", 1.0, NOW - 7200, gpu_hours_lost=16.0),))
     assert overview.lost_within(f, NOW, 3600) == pytest.approx(8.0)
     assert overview.lost_within(f, NOW, 86400) == pytest.approx(16.0)
 
@@ -119,9 +119,9 @@ def test_unknown_losses_are_unknown_not_zero(fake, monkeypatch):
 
     ds, _, ctx = fake
     f = ds.findings()
-    blind = tuple(replace(v, state="insufficient_data", gpu_hours_lost=0.0, detail="no GPU samples for 2 of 2 nodes")
+    blind = tuple(replace(v, state="insufficient_data", gpu_hours_lost=0.0, reason="no GPU samples for 2 of 2 nodes")
                   if v.jobid == "4003" else v for v in f.verdicts)
-    assert blind[-1].gpu_hours_lost is None and blind[-1].unknown_why == "no GPU samples for 2 of 2 nodes"
+    assert blind[-1].lost is None and blind[-1].unknown_why == "no GPU samples for 2 of 2 nodes"
     monkeypatch.setattr(ds, "findings", lambda: replace(f, verdicts=blind))
     rows, _, _, tips = jobs.page(ds, ctx, "", "RUNNING", False, 0, 50, [{"column_id": "lost", "direction": "desc"}])
     by_id = {r["jobid"]: (r, t) for r, t in zip(rows, tips)}
@@ -315,10 +315,10 @@ def test_aggregate_and_downsample_bound_the_figure(n, t, max_rows, max_cols):
 
 
 def test_incidents_group_by_culprit():
-    vs = [Verdict("1", "stalled_io", ("a",), 8, since=10, culprit="OST1", gpu_hours_lost=2.0),
-          Verdict("2", "stalled_io", ("b",), 8, since=5, culprit="OST1", gpu_hours_lost=3.0),
-          Verdict("3", "hung", ("c",), 16, since=7, gpu_hours_lost=4.0),
-          Verdict("4", "progressing", ("d",), 8)]
+    vs = [Verdict("1", ("a",), 8, "stalled_io", 1.0, since=10, culprit="OST1", gpu_hours_lost=2.0),
+          Verdict("2", ("b",), 8, "stalled_io", 1.0, since=5, culprit="OST1", gpu_hours_lost=3.0),
+          Verdict("3", ("c",), 16, "hung", 1.0, since=7, gpu_hours_lost=4.0),
+          Verdict("4", ("d",), 8, "progressing", 1.0, None)]
     inc = group_incidents(vs)
     assert [(i.culprit, i.jobs, i.gpu_hours_lost, i.since) for i in inc] == [
         ("OST1", ("1", "2"), 5.0, 5), ("job 3", ("3",), 4.0, 7)]
@@ -401,7 +401,8 @@ def test_sim_inventory_network_storage():
     assert lat and max(lat.values()) > 10 * min(lat.values())  # the slowed OST stands out
     assert all(t.ops_per_s is not None for t in targets)
     ctx = Ctx(lambda p: p)
-    assert "(slow)" in _text(storage.targets(ds))
+    # only the slowed OST, at the diagnosis's own slow-target ratio (thresholds.latency_ratio)
+    assert _text(storage.targets(ds)).count("(slow)") == 1
 
     net = ds.network()
     assert net.total_ports == 128 * 8 and [s.switch for s in net.switches] == list(sim.cluster.leaves)
@@ -562,3 +563,38 @@ def test_overview_losses_known_where_the_source_knows_them():
     assert lost_unknown(Findings(NOW, "simulator ground truth"), 3) == (False, "")
     assert lost_unknown(Findings(NOW, "diagnosis"), 3)[0] and lost_unknown(Findings(NOW, "none"), 3)[0]
     assert lost_unknown(Findings(NOW, "none"), 0) == (False, "")
+
+
+def test_pages_refresh_on_tick():
+    """Storage, Network and Queue register their refresh through ui.refresh_on_tick: figures at load,
+    on each tick and theme change; tables (already in the layout) on ticks only."""
+    from dash.dependencies import Input, Output
+
+    from dashboard.pages import network, storage
+
+    class App:
+        def __init__(self):
+            self.callbacks = []
+
+        def callback(self, *deps, prevent_initial_call=False):
+            def add(fn):
+                self.callbacks.append(([d for d in deps if isinstance(d, Output)],
+                                       [d for d in deps if isinstance(d, Input)], prevent_initial_call, fn))
+                return fn
+            return add
+
+    ds, ctx = dashboard_fake.datasource(), Ctx(lambda p: p)
+    for page, figs, tables in ((storage, [ids.STORAGE_HEATMAP], [ids.STORAGE_TARGETS, ids.STORAGE_TOP]),
+                               (network, [ids.NETWORK_HEATMAP], [ids.NETWORK_TABLES, ids.NETWORK_GANGS]),
+                               (queue, [ids.QUEUE_TIMELINE, ids.QUEUE_FREED, ids.QUEUE_DEPS], [ids.QUEUE_PLAN, ids.QUEUE_WHY])):
+        app = App()
+        page.register(app, ds, ctx)
+        (fo, fi, f_later, draw), (to, ti, t_later, render) = app.callbacks
+        assert [(o.component_id, o.component_property) for o in fo] == [(i, "figure") for i in figs]
+        assert [i.component_id for i in fi] == [ids.REFRESH, ids.THEME] and not f_later
+        assert [(o.component_id, o.component_property) for o in to] == [(i, "children") for i in tables]
+        assert [i.component_id for i in ti] == [ids.REFRESH] and t_later
+        drawn, rendered = draw(1, "dark"), render(1)
+        drawn = drawn if len(figs) > 1 else (drawn,)
+        assert len(drawn) == len(figs) and all("data" in go.Figure(f).to_dict() for f in drawn)
+        assert len(rendered) == len(tables) and all(hasattr(c, "to_plotly_json") for c in rendered)

@@ -136,6 +136,18 @@ def test_every_page_module_has_layout_and_register():
         assert callable(m.layout) and callable(m.register) and m.__doc__
 
 
+# how much a page shows (rows, page length, a chart's time span): not what counts as slow or congested
+DISPLAY_SIZES = {"PAGE_SIZE", "WHY_ROWS", "TIMELINE_JOBS", "HEATMAP_WINDOW"}
+
+
+def test_pages_keep_no_analysis_constants():
+    """A ratio that decides "slow" or "congested" lives in dashboard/analysis/thresholds.py, where the
+    diagnosis reads it too; a page's module-level numbers are display sizes only."""
+    numbers = {f"{m.__name__}.{k}" for m in PAGES for k, v in vars(m).items()
+               if k.isupper() and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    assert numbers and {n.rpartition(".")[2] for n in numbers} <= DISPLAY_SIZES, sorted(numbers)
+
+
 def test_figures_use_only_cartesian_trace_types(app_ctx):
     """Every figure the pages draw is a heatmap, scatter or bar: cheap to render at thousands of rows."""
     ds, app, ctx = app_ctx

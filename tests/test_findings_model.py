@@ -44,6 +44,9 @@ def test_one_set_of_states():
     assert findings.STATES == tuple(s.value for s in findings.State)
     assert diagnose.STATES is findings.STATES and diagnose.Verdict is findings.Verdict
     assert datasource.FLAGGED is findings.STALL_STATES
+    # the pages read the same records the diagnosis writes: no second Verdict to convert into
+    assert (datasource.Verdict, datasource.Evidence, datasource.Incident) == (findings.Verdict, findings.Evidence,
+                                                                              findings.Incident)
     assert not hasattr(datasource, "STATES")  # the copy that had drifted (no "suspended") is gone
     assert findings.STALL_STATES < set(findings.STATES)
     assert findings.State("hung") == "hung" and f"{findings.State.HUNG}" == "hung"
@@ -86,7 +89,7 @@ def test_unknown_numbers_stay_unknown(validate):
     from collectors.exposition import encode
     from dashboard.findings_api import findings_families
 
-    f = datasource.Findings(NOW, "diagnosis", (datasource.Verdict("7", "hung", ("n1",), None, None, NOW - 60),))
+    f = datasource.Findings(NOW, "diagnosis", (datasource.Verdict("7", ("n1",), None, "hung", None, NOW - 60, gpu_hours_lost=None),))
     doc = validate(f.as_diagnosis().to_json())
     assert (doc["verdicts"][0]["confidence"], doc["verdicts"][0]["gpus"], doc["verdicts"][0]["gpu_hours_lost"]) \
         == (None, None, None)

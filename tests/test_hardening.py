@@ -407,7 +407,7 @@ def test_findings_from_a_partly_or_wholly_dead_source_are_flagged():
     f = ds.findings()
     assert "3 of 10 queries failed" in f.degraded
     assert f"degraded: {f.degraded}" in f.as_diagnosis().to_json()["notes"]
-    assert all(f.degraded in v.detail for v in f.verdicts if v.state == "insufficient_data")
+    assert all(f.degraded in v.reason for v in f.verdicts if v.state == "insufficient_data")
     m.failed_last_cycle = 10  # now the source is dead: the last findings stay, marked
     ds.refresh_metrics()
     assert ds.findings().verdicts == f.verdicts and "metric source down" in ds.findings().degraded

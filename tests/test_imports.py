@@ -3,6 +3,8 @@
 - `collectors/` (the agent and the exporters, installed on every compute node) never imports the
   dashboard stack: dash, plotly, pandas, numpy, nor anything under `dashboard`.
 - `dashboard/analysis/` (diagnosis, planner, simulator: pure functions) never imports dash or plotly.
+- `dashboard/datasource/` (the data layer: plain frozen records for the pages) never imports dash or
+  plotly either: figures and components are the pages' business.
 - No module imports a `_private` name from another package (a folder of its own).
 
 Each rule is checked twice: on the source (every import statement, also those inside functions,
@@ -25,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 RULES = {
     "collectors": {"dash", "plotly", "pandas", "numpy", "dashboard"},
     "dashboard/analysis": {"dash", "plotly"},
+    "dashboard/datasource": {"dash", "plotly"},
 }
 CHECKED_FOR_PRIVATE = ("collectors", "dashboard", "bench", "tests")
 

@@ -103,6 +103,14 @@ def test_partitions_reservations_diag_2205(f2205):
     assert [(r.name, r.nodes, r.flags, r.users) for r in res] == [(r.name, r.nodes, r.flags, r.users) for r in res_t]
     assert res[0].name == "maint-gpu007" and "MAINT" in res[0].flags and res[0].end_time - res[0].start_time == 4 * 3600
     assert res[1].users == ("carol", "dave")
+    # a record we cannot read costs only itself, and is counted (every record kind alike)
+    for parse, name, key in ((parse_json.parse_partitions, "partitions", "partition"),
+                             (parse_json.parse_reservations, "reservations", "reservation")):
+        doc = load(f2205 / f"slurmrestd_GET_slurm_v0.0.38_{name}.json")
+        doc[name] += [{"name": ""}, {"name": {"not": "a name"}}]
+        recs, meta = parse(doc)
+        assert len(recs) == len(parts if name == "partitions" else res)
+        assert meta.warnings == [f"2 {key} record(s) could not be read"]
     diag, _ = parse_json.parse_diag(load(f2205 / "slurmrestd_GET_slurm_v0.0.38_diag.json"))
     diag_t = parse_text.parse_sdiag((f2205 / "sdiag.txt").read_text())
     assert diag_t.backfill_jobs_total == 3 == diag.backfill_jobs_total

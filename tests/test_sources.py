@@ -311,3 +311,19 @@ def test_bundle_reader_never_raises(tmp_path_factory, metrics, squeue, meta):
     (d / "bundle.json").write_text(meta)
     b = load_bundle(str(d))
     diagnose(b.window, b.jobs)
+
+
+def test_derived_ratios_from_counters():
+    """schema.RATIOS: a target's read latency is its latency counter's rate over its operations' rate,
+    unknown (NaN) where no operation completed; the two counters themselves are not signals."""
+    lines = []
+    for k, (lat, ops) in enumerate(((0.0, 0), (3.0, 100), (3.0, 100), (9.0, 200))):
+        for metric, v in (("operation_latency_seconds_total", lat), ("operations_total", ops)):
+            lines.append(f'gangwatch_lustre_client_target_{metric}{{operation="ost_read",target="fs-OST0001",'
+                         f'instance="a:9810"}} {v} {T0 + 15 * k}')
+    store = RawStore()
+    store.add_all(iter_samples("\n".join(lines)))
+    win = store.signals().window(T0, T0 + 45, 15.0)
+    got = win.target["latency"][0, 0]
+    assert np.isnan(got[0]) and got[1] == pytest.approx(0.03) and np.isnan(got[2]) and got[3] == pytest.approx(0.06)
+    assert not {"lat_sum", "lat_count"} & set(win.target)

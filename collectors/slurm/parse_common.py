@@ -8,6 +8,7 @@ import math
 import re
 from datetime import datetime
 from functools import lru_cache
+from typing import Any, Callable, Iterable
 
 from .model import Dependency
 
@@ -277,3 +278,19 @@ def text_time(value: str | None) -> float | None:
         return datetime.strptime(value.strip(), "%Y-%m-%dT%H:%M:%S").timestamp()
     except ValueError:
         return None
+
+
+def parse_each(records: Iterable, parse: Callable[[Any], Any]) -> tuple[list, int]:
+    """(parse() of every record, how many failed or yielded None): a record of a shape we do not
+    know costs only itself."""
+    out, skipped = [], 0
+    for rec in records:
+        try:
+            item = parse(rec)
+        except Exception:
+            item = None
+        if item is None:
+            skipped += 1
+        else:
+            out.append(item)
+    return out, skipped

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import hostlist
 from .model import Job, Node, NodeAllocation, Partition, Reservation, SchedulerStats, SourceError
-from .parse_common import (integer, is_infinite, memory_bytes, number, parse_dependency, parse_gres, str_list,
-                           text, timestamp, tres_gpus, tres_request_gpus)
+from .parse_common import (integer, is_infinite, memory_bytes, number, parse_dependency, parse_each, parse_gres,
+                           str_list, text, timestamp, tres_gpus, tres_request_gpus)
 
 OLDEST_KNOWN = 38
 NEWEST_KNOWN = 44
@@ -94,6 +94,14 @@ def loads(raw: str | bytes) -> Any:
         return json.loads(raw)
     except (ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"not JSON: {exc}") from None
+
+
+def _parse_records(doc: Any, key: str, parse: Callable[[dict], Any], what: str, meta: Meta) -> list:
+    """parse() over the document's `key` records; what cannot be read is counted in meta.warnings."""
+    out, skipped = parse_each(_records(doc, key, meta), parse)
+    if skipped:
+        meta.warnings.append(f"{skipped} {what} record(s) could not be read")
+    return out
 
 
 def _records(doc: Any, key: str, meta: Meta) -> list[dict]:
@@ -308,20 +316,7 @@ def parse_jobs(doc: Any, priority_factors: dict | None = None) -> tuple[list[Job
     """`squeue --json`, `scontrol show jobs --json`, slurmrestd `/jobs` or `/job/<id>`;
     `priority_factors` ({job id: PriorityFactors}, from sprio) are attached as the jobs are built."""
     meta = read_meta(doc)
-    jobs: list[Job] = []
-    skipped = 0
-    for rec in _records(doc, "jobs", meta):
-        try:
-            job = parse_job(rec, priority_factors)
-        except Exception:  # a record of a shape we do not know must not cost the others
-            job = None
-        if job is None:
-            skipped += 1
-        else:
-            jobs.append(job)
-    if skipped:
-        meta.warnings.append(f"{skipped} job record(s) could not be read")
-    return jobs, meta
+    return _parse_records(doc, "jobs", lambda rec: parse_job(rec, priority_factors), "job", meta), meta
 
 
 # ---------------------------------------------------------------------------------------- nodes
@@ -371,19 +366,7 @@ def parse_nodes(doc: Any) -> tuple[list[Node], Meta]:
     if isinstance(doc, dict) and "sinfo" in doc and "nodes" not in doc:
         nodes, _parts, meta = parse_sinfo(doc)
         return nodes, meta
-    nodes, skipped = [], 0
-    for rec in _records(doc, "nodes", meta):
-        try:
-            node = parse_node(rec)
-        except Exception:
-            node = None
-        if node is None:
-            skipped += 1
-        else:
-            nodes.append(node)
-    if skipped:
-        meta.warnings.append(f"{skipped} node record(s) could not be read")
-    return nodes, meta
+    return _parse_records(doc, "nodes", parse_node, "node", meta), meta
 
 
 # ----------------------------------------------------------------------------------- partitions
@@ -433,17 +416,7 @@ def parse_partitions(doc: Any) -> tuple[list[Partition], Meta]:
     if isinstance(doc, dict) and "sinfo" in doc and "partitions" not in doc:
         _nodes, parts, meta = parse_sinfo(doc)
         return parts, meta
-    out = []
-    for rec in _records(doc, "partitions", meta):
-        try:
-            part = parse_partition(rec)
-        except Exception:
-            part = None
-        if part is not None:
-            out.append(part)
-        else:
-            meta.warnings.append("a partition record could not be read")
-    return out, meta
+    return _parse_records(doc, "partitions", parse_partition, "partition", meta), meta
 
 
 def parse_sinfo(doc: Any) -> tuple[list[Node], list[Partition], Meta]:
@@ -511,15 +484,7 @@ def parse_reservation(r: dict) -> Reservation | None:
 
 def parse_reservations(doc: Any) -> tuple[list[Reservation], Meta]:
     meta = read_meta(doc)
-    out = []
-    for rec in _records(doc, "reservations", meta):
-        try:
-            res = parse_reservation(rec)
-        except Exception:
-            res = None
-        if res is not None:
-            out.append(res)
-    return out, meta
+    return _parse_records(doc, "reservations", parse_reservation, "reservation", meta), meta
 
 
 # ------------------------------------------------------------------------------------ sdiag/diag

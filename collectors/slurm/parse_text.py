@@ -23,8 +23,8 @@ from . import hostlist
 from .sched_config import partition_extras
 from .model import (FairshareRow, Job, Node, NodeAllocation, Partition, PriorityFactors, Reservation,
                     SchedulerStats)
-from .parse_common import (duration_seconds, integer, memory_bytes, number, parse_dependency, parse_gres,
-                           str_list, text_time, tres_gpus, tres_request_gpus)
+from .parse_common import (duration_seconds, integer, memory_bytes, number, parse_dependency, parse_each,
+                           parse_gres, str_list, text_time, tres_gpus, tres_request_gpus)
 
 # `sprio -h -o SPRIO_FORMAT`: job id, partition, user, then the weighted terms.
 SPRIO_FORMAT = "%i|%r|%u|%Y|%S|%A|%B|%F|%J|%P|%Q|%N|%T"
@@ -163,15 +163,7 @@ def _count_ids(spec: str) -> int | None:
 
 
 def parse_scontrol_jobs(textblob: str) -> list[Job]:
-    out = []
-    for rec in records(textblob, "JobId"):
-        try:
-            job = parse_scontrol_job(rec)
-        except Exception:
-            job = None
-        if job is not None:
-            out.append(job)
-    return out
+    return parse_each(records(textblob, "JobId"), parse_scontrol_job)[0]
 
 
 # ---------------------------------------------------------------------------------------- nodes
@@ -214,15 +206,7 @@ def parse_scontrol_node(record: str) -> Node | None:
 
 
 def parse_scontrol_nodes(textblob: str) -> list[Node]:
-    out = []
-    for rec in records(textblob, "NodeName"):
-        try:
-            node = parse_scontrol_node(rec)
-        except Exception:
-            node = None
-        if node is not None:
-            out.append(node)
-    return out
+    return parse_each(records(textblob, "NodeName"), parse_scontrol_node)[0]
 
 
 # ------------------------------------------------------------------------- partitions / reservations

@@ -19,6 +19,13 @@ from .model import Job, Snapshot, SourceError
 # logical sources whose absence makes a snapshot worthless
 CRITICAL = ("jobs", "nodes")
 KINDS = ("jobs", "nodes", "partitions", "reservations", "priority", "fairshare", "scheduler", "topology")
+# kind -> parser of its JSON document (-> (records, Meta); the document holds them under the kind's
+# own key) or of its text output; topology has one parser for both of its forms
+JSON_PARSERS = {"jobs": parse_json.parse_jobs, "nodes": parse_json.parse_nodes, "partitions": parse_json.parse_partitions,
+                "reservations": parse_json.parse_reservations, "scheduler": parse_json.parse_diag}
+TEXT_PARSERS = {"jobs": parse_text.parse_scontrol_jobs, "nodes": parse_text.parse_scontrol_nodes,
+                "partitions": parse_text.parse_scontrol_partitions, "reservations": parse_text.parse_scontrol_reservations,
+                "priority": parse_text.parse_sprio, "fairshare": parse_text.parse_sshare, "scheduler": parse_text.parse_sdiag}
 
 
 @dataclass(frozen=True)
@@ -50,49 +57,24 @@ def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict
             return topo.switches
         if raw.fmt == "json":
             doc = parse_json.loads(raw.text)
-            if raw.kind == "jobs":
-                value, meta = parse_json.parse_jobs(doc, prio)
-            elif raw.kind == "nodes":
-                value, meta = parse_json.parse_nodes(doc)
-            elif raw.kind == "partitions":
-                value, meta = parse_json.parse_partitions(doc)
-            elif raw.kind == "reservations":
-                value, meta = parse_json.parse_reservations(doc)
-            elif raw.kind == "scheduler":
-                value, meta = parse_json.parse_diag(doc)
-            else:
+            if raw.kind not in JSON_PARSERS:
                 raise ValueError(f"no JSON parser for {raw.kind}")
+            value, meta = parse_json.parse_jobs(doc, prio) if raw.kind == "jobs" else JSON_PARSERS[raw.kind](doc)
             errors.extend(parse_json.meta_errors(raw.source, meta))
-            if not isinstance(doc, dict) or (raw.kind != "scheduler" and _data_key(raw.kind) not in doc
+            if not isinstance(doc, dict) or (raw.kind != "scheduler" and raw.kind not in doc
                                              and not (raw.kind in ("nodes", "partitions") and "sinfo" in doc)):
-                errors.append(SourceError(raw.source, f"no '{_data_key(raw.kind)}' in the document"))
+                errors.append(SourceError(raw.source, f"no '{raw.kind}' in the document"))
                 return None
             if raw.kind in CRITICAL and meta.errors and not value:
                 return None  # "Unable to contact slurm controller": not an empty cluster
             meta_out.setdefault(raw.kind, meta)
             return value
-        if raw.kind == "jobs":
-            return parse_text.parse_scontrol_jobs(raw.text)
-        if raw.kind == "nodes":
-            return parse_text.parse_scontrol_nodes(raw.text)
-        if raw.kind == "partitions":
-            return parse_text.parse_scontrol_partitions(raw.text)
-        if raw.kind == "reservations":
-            return parse_text.parse_scontrol_reservations(raw.text)
-        if raw.kind == "priority":
-            return parse_text.parse_sprio(raw.text)
-        if raw.kind == "fairshare":
-            return parse_text.parse_sshare(raw.text)
-        if raw.kind == "scheduler":
-            return parse_text.parse_sdiag(raw.text)
-        raise ValueError(f"unknown kind {raw.kind}")
+        if raw.kind not in TEXT_PARSERS:
+            raise ValueError(f"unknown kind {raw.kind}")
+        return TEXT_PARSERS[raw.kind](raw.text)
     except Exception as exc:  # unparsable output costs only this source
         errors.append(SourceError(raw.source, f"{type(exc).__name__}: {exc}"))
         return None
-
-
-def _data_key(kind: str) -> str:
-    return {"jobs": "jobs", "nodes": "nodes", "partitions": "partitions", "reservations": "reservations"}.get(kind, kind)
 
 
 def build_snapshot(raws: list[RawOutput], taken_at: float, source: str) -> Snapshot:

@@ -50,6 +50,7 @@ from collectors.slurm.model import Job
 # The findings records live in findings.py (one model for diagnosis, serve, demo, the CLI and the
 # metrics); they are re-exported here, where callers have always imported them from.
 from .findings import STALL_STATES, STATES, Diagnosis, Evidence, Incident, Placement, State, Verdict  # noqa: F401
+from .findings import finite as _f
 from .thresholds import DEFAULT, Thresholds
 from .window import Window
 
@@ -767,16 +768,6 @@ def _median(x) -> float | None:
     x = np.asarray(x, np.float64)
     x = x[np.isfinite(x)]
     return float(np.median(x)) if x.size else None
-
-
-def _f(x) -> float | None:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 
 
 def _link_events(down: np.ndarray | None, errors: np.ndarray | None) -> np.ndarray | None:

@@ -88,13 +88,31 @@ class Verdict:
     name: str = ""
     user: str = ""
 
+    @property
+    def flagged(self) -> bool:
+        return self.state in STALL_STATES
+
+    @property
+    def lost(self) -> float | None:
+        """GPU-hours lost; None (unknown, never 0) for a job the diagnosis could not judge."""
+        return None if self.state == State.INSUFFICIENT_DATA.value else self.gpu_hours_lost
+
+    @property
+    def unknown_why(self) -> str:
+        """Why this job's GPU-hours lost are unknown ("" when they are known)."""
+        if self.lost is not None:
+            return ""
+        if self.state == State.INSUFFICIENT_DATA.value:
+            return self.reason or "not judged: the metric window lacks the GPU data to judge this job"
+        return "the findings carry no GPU-hours lost figure for this job"
+
     def to_json(self) -> dict:
         return {"jobid": self.jobid, "name": self.name, "user": self.user, "nodes": list(self.nodes),
                 "gpus": self.gpus, "state": self.state, "confidence": _round(self.confidence, 3),
                 "since": _clean(self.since), "culprit": self.culprit, "culprit_kind": self.culprit_kind,
                 "evidence": [e.to_json() for e in self.evidence],
                 # not judged: the loss is unknown (null), never 0
-                "gpu_hours_lost": None if self.state == "insufficient_data" else _round(self.gpu_hours_lost, 3),
+                "gpu_hours_lost": _round(self.lost, 3),
                 "reason": self.reason, "placement": [p.to_json() for p in self.placement],
                 "slurm_state": self.slurm_state}
 
@@ -129,6 +147,17 @@ class Diagnosis:
                 "verdicts": [v.to_json() for v in self.verdicts],
                 "incidents": [i.to_json() for i in self.incidents], "notes": list(self.notes),
                 "cluster_reason": self.cluster_reason}
+
+
+def finite(x) -> float | None:
+    """A plain float, or None for missing and non-finite values (numpy scalars do not serialise)."""
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _round(x, digits: int):

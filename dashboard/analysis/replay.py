@@ -217,6 +217,14 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
     seq = 0
     i = 0
     shadow = extra = 0  # valid while queue is non-empty (EASY), see the module docstring
+
+    def launch(j, now):
+        nonlocal seq
+        start[j] = now
+        heapq.heappush(ends, (now + dur[j], seq, j))
+        insort(running_exp, (now + req[j], seq, j))
+        seq += 1
+
     while i < n or ends:
         if i < n and (not ends or submit[i] <= ends[0][0]):
             now = submit[i]
@@ -225,10 +233,7 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
             p = size[j]
             if queue:
                 if easy and p <= free and (now + req[j] <= shadow or p <= extra):
-                    start[j] = now
-                    heapq.heappush(ends, (now + dur[j], seq, j))
-                    insort(running_exp, (now + req[j], seq, j))
-                    seq += 1
+                    launch(j, now)
                     free -= p
                     if now + req[j] > shadow:
                         extra -= p
@@ -236,10 +241,7 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
                     queue.append(j)
                 continue
             if p <= free:
-                start[j] = now
-                heapq.heappush(ends, (now + dur[j], seq, j))
-                insort(running_exp, (now + req[j], seq, j))
-                seq += 1
+                launch(j, now)
                 free -= p
                 continue
             queue.append(j)
@@ -254,10 +256,7 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
         nq = len(queue)
         while h < nq and size[queue[h]] <= free:
             j = queue[h]
-            start[j] = now
-            heapq.heappush(ends, (now + dur[j], seq, j))
-            insort(running_exp, (now + req[j], seq, j))
-            seq += 1
+            launch(j, now)
             free -= size[j]
             h += 1
         if h:
@@ -286,10 +285,7 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
             j = queue[q]
             p = size[j]
             if p <= free and (now + req[j] <= shadow or p <= extra):
-                start[j] = now
-                heapq.heappush(ends, (now + dur[j], seq, j))
-                insort(running_exp, (now + req[j], seq, j))
-                seq += 1
+                launch(j, now)
                 free -= p
                 if now + req[j] > shadow:
                     extra -= p

@@ -80,7 +80,8 @@ class Thresholds:
     # (checkpoints of 30-120 s are usual, see stall_min_seconds_blind; 5 min is generous).
     checkpoint_max_seconds: float = 300.0
     # A target's read latency this many times its peers' median is a slow target (Lustre OST
-    # latency is a few ms healthy; a degraded OST shows 10-100x: LU-tickets, simulator 20x).
+    # latency is a few ms healthy; a degraded OST shows 10-100x: LU-tickets, simulator 20x). The
+    # Storage page marks a target slow at the same multiple of the median target.
     latency_ratio: float = 5.0
     # A stall's culprit target is tested over its last this many seconds, as its cause is (see
     # stall_min_seconds): over a long stall other targets may have been slow for a while, and
@@ -91,6 +92,7 @@ class Thresholds:
     # port_xmit_wait ticks/s above this multiple of the job's own baseline (or of the cluster's
     # median node) marks congestion; healthy all-reduce shows a few 1e5 ticks/s (simulator) and
     # congested ports orders of magnitude more (Mellanox: xmit_wait grows with credit starvation).
+    # The Network page marks a leaf switch congested at the same multiple of the median leaf.
     wait_ratio: float = 10.0
     # A node that carries at least this much InfiniBand traffic (bytes/s, median over the window)
     # is a busy node, the reference for "typical" transmit wait; management traffic (subnet manager

@@ -42,10 +42,10 @@ def verdict_block(v, now: float):
                       "diagnosis runs here).", className="gw-muted")
     rows = [("verdict", ui.state_badge(v.state)), ("culprit", v.culprit or "—"),
             ("since", f"{ui.fmt_time(v.since)} ({ui.fmt_dur(now - v.since) if v.since else '—'})"),
-            ("GPU-hours lost", ui.known_or_unknown(v.gpu_hours_lost, v.unknown_why)),
+            ("GPU-hours lost", ui.known_or_unknown(v.lost, v.unknown_why)),
             ("confidence", "—" if v.confidence is None else f"{v.confidence:.0%}")]
-    if v.detail:
-        rows.append(("why", v.detail))
+    if v.reason:
+        rows.append(("why", v.reason))
     return html.Dl([x for k, val in rows for x in (html.Dt(k), html.Dd(val))], className="gw-facts gw-verdict")
 
 
@@ -58,12 +58,11 @@ def evidence(v, ctx: ui.Ctx):
 
 
 def placement(ds: Datasource, j, ctx: ui.Ctx):
-    leaf_of = getattr(ds, "leaf_of", None)
     allocs = {a.node: a for a in j.allocations}
     rows, leaves, known = [], set(), 0
     for n in j.nodes:
         a = allocs.get(n)
-        leaf = leaf_of(n) if leaf_of else ""
+        leaf = ds.leaf_of(n)
         leaves.add(leaf)
         gpus = a.gpu_indices if a else ()
         topo = ds.gpu_topology(n)
@@ -82,8 +81,8 @@ def placement(ds: Datasource, j, ctx: ui.Ctx):
                  + ": the metric source has no gangwatch_gpu_nvlink_peer_info / gangwatch_gpu_topology_info series.")
     v = ds.findings().verdict(str(j.job_id))
     found = ui.table(["finding", "node", "detail", "expected cost"],
-                     [[k.replace("_", " "), ui.node_link(ctx, n) if n else "—", d, c]
-                      for k, n, d, c in (v.placement if v else ())], empty="No placement findings.")
+                     [[p.kind.replace("_", " "), ui.node_link(ctx, p.node) if p.node else "—", p.detail, p.expected_cost]
+                      for p in (v.placement if v else ())], empty="No placement findings.")
     return html.Div([html.P(note, className="gw-muted"),
                      ui.table(["node", "leaf switch", "GPUs", "GPU topology (NVLink, NUMA)", "CPUs"], rows,
                               empty="No nodes allocated."),
@@ -142,7 +141,7 @@ def heatmaps(ds: Datasource, jobid: str, theme):
         hm = ds.job_series(jobid, signal)
         if hm is None:
             continue
-        out.append(dcc.Graph(figure=figures.heatmap(hm, theme, title, shade), config={"displaylogo": False}))
+        out.append(ui.graph(figure=figures.heatmap(hm, theme, title, shade)))
     return out or html.P("No metrics for this job's nodes.", className="gw-muted")
 
 

@@ -28,7 +28,7 @@ def lost_cell(v, running: bool) -> str:
     cell's tooltip), blank for pending jobs, which hold no GPUs."""
     if not running:
         return ""
-    return ui.UNKNOWN if v is None or v.gpu_hours_lost is None else f"{v.gpu_hours_lost:,.2f}"
+    return ui.UNKNOWN if v is None or v.lost is None else f"{v.lost:,.2f}"
 
 
 def reason_cell(v, j) -> str:
@@ -36,7 +36,7 @@ def reason_cell(v, j) -> str:
     if j.state != "RUNNING":
         return j.reason
     if v is not None:
-        return v.detail or v.state.replace("_", " ")
+        return v.reason or v.state.replace("_", " ")
     return "" if j.reason in ("", "None") else j.reason
 
 
@@ -67,7 +67,7 @@ def all_rows(ds: Datasource, ctx: ui.Ctx, search: str = "", state: str = "active
                      "user": j.user, "account": j.account, "partition": j.partition, "state": j.state,
                      "verdict": job_verdict_label(v, j), "nodes": j.gang_size, "gpus": j.gpus,
                      "time": ui.fmt_dur(secs), "lost": lost_cell(v, running), "reason": reason_cell(v, j),
-                     "_id": j.job_id, "_secs": secs or 0, "_lost": v.gpu_hours_lost if v else None,
+                     "_id": j.job_id, "_secs": secs or 0, "_lost": v.lost if v else None,
                      "_lost_why": (v.unknown_why if v else NOT_JUDGED) if running else ""})
     for s in reversed(sort_by or [{"column_id": "lost", "direction": "desc"}]):
         col = {"jobid": "_id", "time": "_secs", "lost": "_lost"}.get(s["column_id"], s["column_id"])

@@ -7,15 +7,13 @@ where a metric source provides per-port series."""
 from __future__ import annotations
 
 import numpy as np
-from dash import Input, Output, dcc, html
+from dash import html
 
 from dashboard import figures, ids, ui
+from dashboard.analysis.thresholds import DEFAULT as TH
 from dashboard.datasource import Datasource, nanmean
 
 TITLE = "Network"
-# A leaf whose recent transmit wait exceeds this multiple of the median leaf is congested (the
-# diagnosis uses the same 10x for ports; healthy all-reduce keeps leaves within a few x).
-CONGESTED_RATIO = 10.0
 
 
 UNAVAILABLE = ("No InfiniBand source reports here: no agent's infiniband collector appears in the metric source "
@@ -33,19 +31,18 @@ def congested(ds: Datasource) -> list[str]:
         return []
     recent = nanmean(hm.z[:, -4:], axis=1)
     med = float(np.nanmedian(recent)) or 1.0
-    return [leaf for leaf, v in zip(hm.rows, recent) if v > CONGESTED_RATIO * med]
+    return [leaf for leaf, v in zip(hm.rows, recent) if v > TH.wait_ratio * med]
 
 
 def gangs(ds: Datasource, ctx: ui.Ctx):
     hot = set(congested(ds))
     snap = ds.snapshot()
-    leaf_of = getattr(ds, "leaf_of", None)
-    if not hot or snap is None or leaf_of is None:
+    if not hot or snap is None:
         return html.P("No leaf switch is congested now." if snap is not None else "No data.", className="gw-muted")
     rows = []
     for j in snap.jobs:
         if j.state == "RUNNING" and j.gang_size > 1:
-            leaves = {leaf_of(n) for n in j.nodes}
+            leaves = {ds.leaf_of(n) for n in j.nodes}
             if leaves & hot:
                 rows.append([ui.job_link(ctx, j.job_id), j.name, j.user, str(j.gang_size), ", ".join(sorted(leaves & hot)),
                              str(len(leaves))])
@@ -62,7 +59,7 @@ def switches(ds: Datasource, ctx: ui.Ctx):
     med = (float(np.median(waits)) or 1.0) if waits else None
     sw_rows = []
     for sw in sorted(net.switches, key=lambda sw: -(sw.wait_per_s or 0.0)):
-        hot = med is not None and sw.wait_per_s is not None and sw.wait_per_s > CONGESTED_RATIO * med
+        hot = med is not None and sw.wait_per_s is not None and sw.wait_per_s > TH.wait_ratio * med
         sw_rows.append([sw.switch, str(sw.nodes), str(sw.ports), ui.fmt_known(sw.ports_down, 0),
                         ui.fmt_si(sw.tx_bps, "B/s"),
                         html.Span(ui.fmt_si(sw.wait_per_s, "ticks/s") + (" (congested)" if hot else ""),
@@ -84,17 +81,11 @@ def layout(ds: Datasource, ctx: ui.Ctx):
     return html.Div([html.H1("Network"),
                      html.Div(switches(ds, ctx), id=ids.NETWORK_TABLES),
                      ui.section("InfiniBand transmit wait per leaf switch (last hour)",
-                                dcc.Graph(id=ids.NETWORK_HEATMAP, config={"displaylogo": False}),
+                                ui.graph(id=ids.NETWORK_HEATMAP),
                                 note="Transmit wait counts the ticks a port had data but no credits: congestion."),
                      ui.section("Gangs spanning congested switches", html.Div(gangs(ds, ctx), id=ids.NETWORK_GANGS))])
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
-    @app.callback(Output(ids.NETWORK_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
-    def fig(_n, theme):
-        return figures.heatmap(ds.leaf_series(), theme, colorscale="Inferno")
-
-    @app.callback(Output(ids.NETWORK_TABLES, "children"), Output(ids.NETWORK_GANGS, "children"),
-                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
-    def tables(_n):
-        return switches(ds, ctx), gangs(ds, ctx)
+    ui.refresh_on_tick(app, {ids.NETWORK_HEATMAP: lambda theme: figures.heatmap(ds.leaf_series(), theme, colorscale="Inferno")},
+                       {ids.NETWORK_TABLES: lambda: switches(ds, ctx), ids.NETWORK_GANGS: lambda: gangs(ds, ctx)})

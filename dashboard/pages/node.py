@@ -20,15 +20,13 @@ def layout(ds: Datasource, ctx: ui.Ctx, name: str = ""):
     n = snap.node(name) if snap else None
     if n is None:
         return html.Div([html.H1(f"Node {name}"), html.P("The scheduler does not list this node.")])
-    leaf_of = getattr(ds, "leaf_of", None)
     facts = [("state", n.state_label + (f" ({', '.join(n.state_flags)})" if n.state_flags else "")),
              ("reason", n.reason or "—"), ("reason set", ui.fmt_time(n.reason_time) if n.reason else "—"),
              ("GPUs allocated", f"{n.gpus_allocated or 0} of {n.gpus_total or 0} ({', '.join(n.gpu_types) or '—'})"),
              ("CPUs allocated", f"{n.cpus_allocated or 0} of {n.cpus_total or 0}"),
              ("memory", f"{(n.memory_total_bytes or 0) / 2**30:,.0f} GiB"), ("partitions", ", ".join(n.partitions)),
              ("features", ", ".join(n.active_features or n.features) or "—")]
-    if leaf_of:
-        facts.append(("leaf switch", leaf_of(name) or "—"))
+    facts.append(("leaf switch", ds.leaf_of(name) or ui.UNKNOWN))
     f = ds.findings().by_job()
     rows = []
     for j in snap.jobs:
@@ -93,7 +91,7 @@ def graphs(ds: Datasource, name: str, theme):
     ns = ds.node_series(name, SIGNALS)
     if ns is None:
         return html.P("No metrics for this node.", className="gw-muted")
-    return [dcc.Graph(figure=figures.node_lines(ns, s, theme), config={"displaylogo": False}) for s in SIGNALS
+    return [ui.graph(figure=figures.node_lines(ns, s, theme)) for s in SIGNALS
             if s in ns.values]
 
 

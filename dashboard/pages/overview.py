@@ -170,7 +170,7 @@ def heatmap_preview(ds: Datasource):
         return html.P("No GPU utilisation series.", className="gw-muted")
     uri, unit = png
     return html.Div([html.Img(src=uri, className="gw-heatmap-preview", alt="GPU utilisation, node x time",
-                              style={"height": f"{min(900, max(160, 60 + len(hm.rows) * (14 if len(hm.rows) < 40 else 2)))}px"}),
+                              style={"height": f"{figures.heatmap_height(len(hm.rows))}px"}),
                      html.P(f"{ui.fmt_hm(float(hm.times[0]))} to {ui.fmt_hm(float(hm.times[-1]))} UTC, 0 to "
                             f"{'100 ' if unit == '%' else 'peak '}{unit}, {hm.total_nodes:,} nodes; loading the "
                             "interactive view...", className="gw-muted")], className="gw-heatmap-preview-box")
@@ -180,7 +180,7 @@ def mount_heatmap(ds: Datasource, theme):
     """The interactive heatmap (replacing the preview), drawn in the browser's theme, and what it shows."""
     theme = theme or "light"
     fig = figures.heatmap(ds.heatmap("gpu_util", HEATMAP_WINDOW), theme)
-    graph = dcc.Graph(id={"type": ids.OV_HEATMAP_GRAPH, "index": 0}, figure=fig, config={"displaylogo": False})
+    graph = ui.graph(id={"type": ids.OV_HEATMAP_GRAPH, "index": 0}, figure=fig)
     return html.Div(graph, id=ids.OV_HEATMAP), {"v": ds.status().version, "theme": theme}
 
 

@@ -7,7 +7,7 @@ why every pending job waits; the dependency graph of pending chains; fairshare a
 
 from __future__ import annotations
 
-from dash import Input, Output, dcc, html
+from dash import html
 
 from collectors.slurm.hostlist import expand_lenient
 from dashboard import figures, ids, ui
@@ -174,22 +174,16 @@ def layout(ds: Datasource, ctx: ui.Ctx):
         ui.section("Backfill plan", html.Div(plan_block(ds, ctx), id=ids.QUEUE_PLAN),
                    note="Estimates are gangwatch's (EASY backfill over the running jobs' time limits) unless "
                         "labelled Slurm's; Slurm's own expected start (squeue --start) stands beside each."),
-        ui.section("Timeline", dcc.Graph(id=ids.QUEUE_TIMELINE, config={"displaylogo": False}),
-                   dcc.Graph(id=ids.QUEUE_FREED, config={"displaylogo": False})),
+        ui.section("Timeline", ui.graph(id=ids.QUEUE_TIMELINE),
+                   ui.graph(id=ids.QUEUE_FREED)),
         ui.section("Why pending jobs wait", html.Div(why_table(ds, ctx), id=ids.QUEUE_WHY)),
         ui.section("Reservations", html.Div(reservations(ds, ctx), id=ids.QUEUE_RESERVATIONS)),
-        ui.section("Dependencies", dcc.Graph(id=ids.QUEUE_DEPS, config={"displaylogo": False})),
+        ui.section("Dependencies", ui.graph(id=ids.QUEUE_DEPS)),
         ui.section("Fairshare", html.Div(fairshare(ds), id=ids.QUEUE_FAIRSHARE)),
     ])
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
-    @app.callback(Output(ids.QUEUE_TIMELINE, "figure"), Output(ids.QUEUE_FREED, "figure"),
-                  Output(ids.QUEUE_DEPS, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
-    def figs(_n, theme):
-        return timeline(ds, theme), freed(ds, theme), deps(ds, theme)
-
-    @app.callback(Output(ids.QUEUE_PLAN, "children"), Output(ids.QUEUE_WHY, "children"),
-                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
-    def tables(_n):
-        return plan_block(ds, ctx), why_table(ds, ctx)
+    ui.refresh_on_tick(app, {ids.QUEUE_TIMELINE: lambda theme: timeline(ds, theme), ids.QUEUE_FREED: lambda theme: freed(ds, theme),
+                             ids.QUEUE_DEPS: lambda theme: deps(ds, theme)},
+                       {ids.QUEUE_PLAN: lambda: plan_block(ds, ctx), ids.QUEUE_WHY: lambda: why_table(ds, ctx)})

@@ -6,13 +6,13 @@ Linked only where a metric source provides per-target series."""
 from __future__ import annotations
 
 import numpy as np
-from dash import Input, Output, dcc, html
+from dash import html
 
 from dashboard import figures, ids, ui
+from dashboard.analysis.thresholds import DEFAULT as TH
 from dashboard.datasource import Datasource
 
 TITLE = "Storage"
-SLOW_RATIO = 10.0  # a target this many times slower than the median one stalls the jobs striped on it
 
 
 UNAVAILABLE = ("No Lustre or GPFS source reports here: no agent's lustre or gpfs collector appears in the metric "
@@ -53,7 +53,7 @@ def targets(ds: Datasource):
     med = float(np.median(lats)) if lats else None
     rows = []
     for t in sorted(ts, key=lambda t: (t.fs, t.kind != "MDT", t.name)):
-        slow = med is not None and t.latency_s is not None and t.latency_s > SLOW_RATIO * med
+        slow = med is not None and t.latency_s is not None and t.latency_s > TH.latency_ratio * med
         rows.append([t.fs, t.name, t.kind, html.Span(t.state, className="gw-sev-error" if t.state.startswith("dis") else ""),
                      ui.fmt_si(t.read_bps, "B/s"), ui.fmt_si(t.write_bps, "B/s"), ui.fmt_si(t.ops_per_s, "op/s"),
                      html.Span(ui.fmt_known(None if t.latency_s is None else t.latency_s * 1000, 1, "ms")
@@ -66,20 +66,14 @@ def targets(ds: Datasource):
 def layout(ds: Datasource, ctx: ui.Ctx):
     return html.Div([html.H1("Storage"),
                      ui.section("Targets now", html.Div(targets(ds), id=ids.STORAGE_TARGETS),
-                                note=f"Summed over the clients that report each target; a read latency over {SLOW_RATIO:g}x "
+                                note=f"Summed over the clients that report each target; a read latency over {TH.latency_ratio:g}x "
                                      "the median target's is marked slow."),
                      ui.section("Read throughput per object storage target (last hour)",
-                                dcc.Graph(id=ids.STORAGE_HEATMAP, config={"displaylogo": False}),
+                                ui.graph(id=ids.STORAGE_HEATMAP),
                                 note="A target much slower than its peers stalls every job striped on it."),
                      ui.section("Top jobs by reads now", html.Div(top_jobs(ds, ctx), id=ids.STORAGE_TOP))])
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
-    @app.callback(Output(ids.STORAGE_HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), Input(ids.THEME, "data"))
-    def fig(_n, theme):
-        return figures.heatmap(ds.ost_series(), theme, colorscale="Cividis")
-
-    @app.callback(Output(ids.STORAGE_TARGETS, "children"), Output(ids.STORAGE_TOP, "children"),
-                  Input(ids.REFRESH, "n_intervals"), prevent_initial_call=True)
-    def tables(_n):
-        return targets(ds), top_jobs(ds, ctx)
+    ui.refresh_on_tick(app, {ids.STORAGE_HEATMAP: lambda theme: figures.heatmap(ds.ost_series(), theme, colorscale="Cividis")},
+                       {ids.STORAGE_TARGETS: lambda: targets(ds), ids.STORAGE_TOP: lambda: top_jobs(ds, ctx)})

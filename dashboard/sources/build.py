@@ -25,7 +25,7 @@ import numpy as np
 from dashboard.analysis.window import Window, grid
 
 from .exposition import Columns, Sample, concat_ranges
-from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, Mapping, NodeMatcher, matches, sub_key
+from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping, NodeMatcher, matches, sub_key
 
 WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS)
 
@@ -154,7 +154,7 @@ class SignalStore:
         return lay.window(times, step, arrays, jobs_out, self, leaf_of, list(self.notes))
 
 
-AUX_SIGNALS = frozenset(("iowait_cpu", "cpu_all", "lat_sum", "lat_count"))  # only feed derived signals
+AUX_SIGNALS = frozenset(part for num, den, _ in RATIOS.values() for part in (num, den))  # only feed derived signals
 
 
 class Layout:
@@ -196,18 +196,8 @@ class Layout:
                notes: list[str]) -> Window:
         """The Window from filled arrays (float64 or float32; AUX_SIGNALS float64): derived signals
         are computed in float64, then everything is stored as float32."""
-        node_arr = arrays["node"]
-        if "iowait_cpu" in node_arr and "cpu_all" in node_arr:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                node_arr["iowait"] = np.where(node_arr["cpu_all"] > 0, node_arr["iowait_cpu"] / node_arr["cpu_all"], np.nan)
-        node_arr.pop("iowait_cpu", None)
-        node_arr.pop("cpu_all", None)
-        tg = arrays["target"]
-        if "lat_sum" in tg and "lat_count" in tg:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                tg["latency"] = np.where(tg["lat_count"] > 0, tg["lat_sum"] / tg["lat_count"], np.nan)
-        tg.pop("lat_sum", None)
-        tg.pop("lat_count", None)
+        for name, (num, den, level) in RATIOS.items():
+            _ratio(arrays[level], name, num, den)
         f32 = {lvl: {s: a.astype(np.float32, copy=False) for s, a in d.items()} for lvl, d in arrays.items()}
         if not f32["gpu"]:
             notes.append("no GPU metrics found (gangwatch_gpu_*, DCGM_FI_*)")
@@ -542,3 +532,11 @@ def _array(arrays: dict, lay: Layout, level: str, signal: str) -> np.ndarray:
     if arr is None:
         arr = arrays[level][signal] = np.full(lay.shapes[level], np.nan, np.float64 if signal in AUX_SIGNALS else np.float32)
     return arr
+
+
+def _ratio(arrays: dict[str, np.ndarray], name: str, num: str, den: str) -> None:
+    """arrays[name] = num / den where den > 0, NaN (unknown) elsewhere; the two inputs are dropped."""
+    n, d = arrays.pop(num, None), arrays.pop(den, None)
+    if n is not None and d is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            arrays[name] = np.where(d > 0, n / d, np.nan)

@@ -27,10 +27,7 @@ import numpy as np
 from dashboard.analysis.window import Window
 
 from .build import SignalStore
-from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, Mapping, NodeMatcher, sub_key
-
-# Derived signals: numerator and denominator signals from MAPPINGS, divided on the server.
-RATIOS = {"iowait": ("iowait_cpu", "cpu_all", "node"), "latency": ("lat_sum", "lat_count", "target")}
+from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping, NodeMatcher, sub_key
 
 
 def _selector(m: Mapping) -> str:
@@ -62,7 +59,7 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
     for m in mappings:
         groups[(m.signal, m.level)].append(m)
     out = []
-    parts = {name for pair in RATIOS.values() for name in pair[:2]}
+    parts = {name for pair in RATIOS.values() for name in pair[:2]}  # derived: divided on the server
     for (signal, level), ms in groups.items():
         if signal in parts:
             continue

@@ -129,6 +129,9 @@ for _m in MAPPINGS:
     BY_METRIC[_m.metric] = BY_METRIC.get(_m.metric, ()) + (_m,)
 
 KEY_OF_LEVEL = {"gpu": ("gpu",), "rail": ("device", "port"), "target": ("target",), "node": (), "job": ("jobid",)}
+# derived signal -> (numerator, denominator, level): the ratio of two counters' rates, unknown where
+# the denominator is 0 (PromQL divides in the query; bundles and the embedded scraper in build.py)
+RATIOS = {"iowait": ("iowait_cpu", "cpu_all", "node"), "latency": ("lat_sum", "lat_count", "target")}
 
 
 def matches(m: Mapping, labels: dict[str, str]) -> bool:

@@ -64,11 +64,11 @@ def snapshot() -> Snapshot:
 
 def findings() -> Findings:
     verdicts = (
-        Verdict("4001", "stalled_io", tuple(NODES[0:2]), 16, 0.97, NOW - 900, "lustre-OST0003",
+        Verdict("4001", tuple(NODES[0:2]), 16, "stalled_io", 0.97, NOW - 900, "lustre-OST0003", "target",
                 (Evidence("io_pressure", NODES[0], 0.91, 0.02, 0.3), Evidence("io_pressure", NODES[1], 0.88, 0.03, 0.3)),
                 4.0),
-        Verdict("4002", "progressing", tuple(NODES[2:4]), 16, 0.9),
-        Verdict("4003", "idle_gpus", (NODES[4],), 2, 0.8, NOW - 600, "job 4003", (), 0.17),
+        Verdict("4002", tuple(NODES[2:4]), 16, "progressing", 0.9, None),
+        Verdict("4003", (NODES[4],), 2, "idle_gpus", 0.8, NOW - 600, "job 4003", "job", (), 0.17),
     )
     return Findings(NOW, "diagnosis", verdicts, group_incidents(verdicts))
 

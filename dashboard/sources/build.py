@@ -368,9 +368,12 @@ def _aligned(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray, sca
     ok = idx >= lo[:, None]
     safe = np.maximum(idx, 0, out=idx)
     ok &= (times[None, :] - ts[safe]) < lookback
-    with np.errstate(invalid="ignore", over="ignore"):
-        out = np.where(ok, vs[safe] * scale[:, None], np.nan)
-    out[~np.isfinite(out)] = np.nan
+    out = vs[safe]
+    if np.any(scale != 1.0):
+        with np.errstate(invalid="ignore", over="ignore"):
+            out *= scale[:, None]
+    ok &= np.isfinite(out)
+    out[~ok] = np.nan
     return out
 
 

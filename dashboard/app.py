@@ -84,7 +84,7 @@ def available(module, ds: Datasource) -> bool:
 def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float = 15.0, web_config=None,
               extra_routes: dict | None = None, title: str = "gangwatch", probe=None) -> dash.Dash:
     prefix = normalise_prefix(prefix)
-    ds = datasource
+    ds, probes = probe_button.with_store(datasource, probe)  # findings carry the latest probe per job
     app = dash.Dash(__name__, requests_pathname_prefix=prefix, routes_pathname_prefix=prefix, assets_folder=ASSETS,
                     suppress_callback_exceptions=True, update_title=None, title=title, serve_locally=True)
     app.index_string = app.index_string.replace("{%css%}", "{%css%}" + early_scripts(prefix), 1)
@@ -149,7 +149,7 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
 
     for module in PAGES:
         module.register(app, ds, ctx)
-    probe_button.register(app, ds, probe)  # the job page's "Probe links" (probe: serve's ProbeSettings)
+    probe_button.register(app, ds, probe, probes)  # the job page's "Probe links" (probe: serve's ProbeSettings)
     _add_endpoints(app, ds, prefix, extra_routes or {})
     _add_http_hooks(app, web_config)
     return app

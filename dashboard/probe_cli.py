@@ -230,7 +230,7 @@ def verdict_of(findings_url: str, jobid: str, timeout: float) -> Verdict | None:
     if v is None:
         return None
     fields = set(Evidence.__dataclass_fields__)
-    ev = tuple(Evidence(**{k: e.get(k) if k in ("value", "baseline", "threshold", "z", "p") else e.get(k, "")
+    ev = tuple(Evidence(**{k: e.get(k) if k in ("value", "baseline", "threshold", "z", "p", "at") else e.get(k, "")
                            for k in fields}) for e in v.get("evidence", ()))
     return Verdict(jobid=str(v["jobid"]), nodes=tuple(v.get("nodes", ())), gpus=v.get("gpus"), state=v.get("state", ""),
                    confidence=v.get("confidence"), since=v.get("since"), culprit=v.get("culprit", ""),

@@ -247,6 +247,51 @@ def test_job_page_button_probes_the_stalled_gang(agents):
     assert "not running" in _text(probe_button.run(ds, settings, "4004"))  # pending
 
 
+def test_serve_keeps_the_probe_on_the_verdict(agents):
+    """Through a real serve: the button's callback probes the two real agents, then
+    /api/v1/findings and the job page, reloaded, carry the measurement on the job's verdict."""
+    from dashboard import ids
+    from dashboard.app import build_app
+    from dashboard.probe_cli import ProbeSettings
+    from tests.support.dashboard_fake import NODES, datasource
+    from tests.test_dashboard_browser import serve
+
+    a, b = agents
+    settings = ProbeSettings(agents={NODES[0]: a.url, NODES[1]: b.url}, headers={"Authorization": f"Bearer {TOKEN}"},
+                             seconds=1)
+    srv, th = serve(build_app(datasource(), refresh_seconds=3600, probe=settings))
+    base = f"http://127.0.0.1:{srv.server_port}"
+
+    def verdict():
+        doc = httpx.get(base + "/api/v1/findings", timeout=10).json()
+        return doc, next(v for v in doc["verdicts"] if v["jobid"] == "4001")
+
+    try:
+        _, v = verdict()
+        assert [e["signal"] for e in v["evidence"]] == ["io_pressure", "io_pressure"]
+        click = {"output": f"{ids.JOB_PROBE_RESULT}.children",
+                 "outputs": {"id": ids.JOB_PROBE_RESULT, "property": "children"},
+                 "inputs": [{"id": ids.JOB_PROBE_BUTTON, "property": "n_clicks", "value": 1}],
+                 "state": [{"id": ids.JOB_ID, "property": "data", "value": "4001"}],
+                 "changedPropIds": [f"{ids.JOB_PROBE_BUTTON}.n_clicks"]}
+        r = httpx.post(base + "/_dash-update-component", json=click, timeout=60)
+        assert r.status_code == 200 and "1 pair(s) measured with iperf3" in r.text
+        doc, v = verdict()
+        assert [e["signal"] for e in v["evidence"]] == ["io_pressure", "io_pressure",
+                                                        "link_probe_bandwidth_bits_per_second",
+                                                        "link_probe_latency_seconds"]
+        bw = v["evidence"][2]
+        assert bw["node"] == f"{NODES[0]}->{NODES[1]}" and 1e6 < bw["value"] <= 2.2e9  # under the agents' 2G cap
+        assert time.time() - 120 < bw["at"] <= time.time()
+        jsonschema = pytest.importorskip("jsonschema")
+        jsonschema.Draft202012Validator(json.loads((REPO / "docs" / "findings.schema.json").read_text())).validate(doc)
+        page = httpx.get(base + "/_dash-layout", headers={"Referer": base + "/jobs/4001"}, timeout=10).text
+        assert "link_probe_bandwidth_bits_per_second" in page and "io_pressure" in page
+    finally:
+        srv.shutdown()
+        th.join(5)
+
+
 def test_cli_attaches_the_result_to_the_verdict_from_serve(agents, snapshot_file, token_file):
     """`--findings URL`: the job's verdict as serve gives it, with the probe's evidence after its own."""
     import http.server

@@ -53,15 +53,15 @@ class NoCommands:
 
 
 class RecordedCommands:
-    """A CommandRunner that answers each command with the file of the first (argv word, file) pair
-    whose word is in its argv, and finds no other command."""
+    """A CommandRunner that answers each command with the file of the first (argv words, file) pair
+    whose words are all in its argv, and finds no other command."""
 
-    def __init__(self, outputs: tuple[tuple[str, Path], ...]):
+    def __init__(self, outputs: tuple[tuple[tuple[str, ...], Path], ...]):
         self.outputs = outputs
 
     def run(self, argv, timeout: float = 5.0, input: str | None = None) -> CommandResult:
-        for word, path in self.outputs:
-            if any(word in a for a in argv):
+        for words, path in self.outputs:
+            if set(words) <= set(argv):
                 return CommandResult(tuple(argv), 0, path.read_text(), "", 0.0)
         return NoCommands().run(argv, timeout, input)
 
@@ -72,15 +72,18 @@ class Recorded:
     and the options that point the collector there."""
 
     paths: Paths
-    outputs: tuple[tuple[str, Path], ...]
+    outputs: tuple[tuple[tuple[str, ...], Path], ...]
     options: tuple[tuple[str, object], ...] = ()
 
 
 def _beegfs(data: Path) -> Recorded:
-    # `meta` before `--listtargets`: both listings carry that flag (collectors/node/beegfs.py)
+    meta, storage = "--nodetype=meta", "--nodetype=storage"
     return Recorded(Paths(procfs=str(data / "proc")),
-                    (("--nodetype=meta", data / "listtargets_meta.txt"), ("--listtargets", data / "listtargets_storage.txt"),
-                     ("--serverstats", data / "serverstats_storage.txt"), ("--clientstats", data / "clientstats_storage.txt")),
+                    ((("--listtargets", meta), data / "listtargets_meta.txt"),
+                     (("--listtargets", storage), data / "listtargets_storage.txt"),
+                     (("--serverstats", meta), data / "serverstats_meta.txt"),
+                     (("--serverstats", storage), data / "serverstats_storage.txt"),
+                     (("--clientstats",), data / "clientstats_storage.txt")),
                     (("collector_beegfs_ctl_path", str(data / "beegfs-ctl")), ("collector_beegfs_wait", 5.0)))
 
 

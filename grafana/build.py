@@ -229,6 +229,9 @@ STORAGE = D("gangwatch-storage", "gangwatch / storage", "Lustre targets, GPFS, B
                                                 "(gangwatch_beegfs_target_server_requests))", "{{target}}"),
            description="Queued plus active requests at the storage server holding each target "
                        "(BeeGFS reports load per server)."),
+        ts("Metadata server requests in progress", Q("sum by (server) (max by (fs, server, state) "
+                                                     "(gangwatch_beegfs_meta_server_requests))", "{{server}}"),
+           Q("max by (server) (gangwatch_beegfs_meta_server_requests_per_second)", "{{server}} per second")),
         ts("Storage server throughput", Q("max by (server) (gangwatch_beegfs_server_read_bytes_per_second)", "read {{server}}"),
            Q("max by (server) (gangwatch_beegfs_server_write_bytes_per_second)", "write {{server}}"), unit="Bps"),
         ts("Client I/O per node", Q(f"sum by (node) (rate(gangwatch_beegfs_client_read_bytes_total{{{NODE}}}[5m]))",

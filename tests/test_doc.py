@@ -73,6 +73,8 @@ def test_beegfs_is_documented_from_its_recorded_outputs(generated):
             "gangwatch_beegfs_target_reachability", "gangwatch_beegfs_target_consistency",
             "gangwatch_beegfs_server_requests", "gangwatch_beegfs_command_timeout",
             "gangwatch_beegfs_client_target_reachability"} <= names
-    runner = doc.RecordedCommands((("--nodetype=meta", REPO / "tests/data/beegfs/listtargets_meta.txt"),))
+    assert {"gangwatch_beegfs_meta_server_requests", "gangwatch_beegfs_meta_server_requests_per_second"} <= names
+    runner = doc.RecordedCommands(((("--listtargets", "--nodetype=meta"), REPO / "tests/data/beegfs/listtargets_meta.txt"),))
     assert "meta" in runner.run(["beegfs-ctl", "--listtargets", "--nodetype=meta"]).stdout
+    assert runner.run(["beegfs-ctl", "--listtargets", "--nodetype=storage"]).error
     assert runner.run(["beegfs-ctl", "--serverstats"]).error  # not recorded: absent, as NoCommands says

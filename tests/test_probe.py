@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -366,6 +367,78 @@ def test_perftest_and_iperf3_reports_parse():
         parse_iperf3(json.dumps({"error": "unable to connect to server: Connection refused"}))
     assert no_device(" Did not detect devices \n If device exists, check if driver is up\n").startswith("Did not detect")
     assert no_device("all good") is None
+
+
+_CONV = re.compile(r"(%[-0-9.]*)l?([udf])")
+
+
+def _c_printf(fmt: str, values) -> str:
+    """C's printf for the conversions perftest's report formats use (%lu, %d, %lf, %f)."""
+    return _CONV.sub(r"\1\2", fmt) % tuple(values)
+
+
+def test_perftest_reports_in_the_installed_tools_own_formats(tools):
+    """Every Gb/s and latency table of Debian's perftest (4.5), header and row formats read out of
+    the ib_write_bw / ib_write_lat binaries themselves, printed as they print them: the parser takes
+    BW average (4th column) and t_avg (3rd with -D; 6th after t_min, t_max, t_typical)."""
+    from collectors.probe import parse_perftest
+
+    checked = []
+    for tool in ("ib_write_bw", "ib_write_lat"):
+        strings = [m.decode() for m in re.findall(rb"[\t\x20-\x7e]{8,}", Path(shutil.which(tool)).read_bytes())]
+        headers = [h.rstrip("\n") for h in strings if h.startswith(" #bytes") and ("[Gb/sec]" in h or "usec]" in h)]
+        rows = [f.rstrip("\n") for f in strings if f.startswith(" %-7lu")]
+        assert headers and rows, f"no report formats found in {tool}"
+        for header in headers:
+            if "BW average[Gb/sec]" in header:
+                key, column = "bits_per_second", 4 if "#sl" in header else 3
+            else:
+                key, column = "latency_seconds", 5 if "t_min[usec]" in header else 2
+            pairs = 0
+            for fmt in rows:
+                convs = _CONV.findall(fmt)
+                # columns: two spaces or more apart, but "#bytes #iterations" (latency, 4.5) one apart
+                if len(convs) != len(re.split(r"\s{2,}|(?<=#bytes) (?=#)", header.strip())):
+                    continue
+                values = [65536 if i == 0 else 1000 + i if c[1] in "ud" else 10.25 + i for i, c in enumerate(convs)]
+                got = parse_perftest("-" * 40 + "\n" + header + "\n" + _c_printf(fmt, values) + "\n" + "-" * 40 + "\n")
+                want = (10.25 + column) * (1e9 if key == "bits_per_second" else 1e-6)
+                assert got[key] == pytest.approx(want), (tool, header, fmt, got)
+                pairs += 1
+            assert pairs, f"{tool}: no row format fits the header {header!r}"
+            checked.append(header)
+    assert any("t_min[usec]" in h for h in checked) and any("tps average" in h for h in checked)
+    assert any("Port2[Gb/sec]" in h for h in checked)
+
+
+def test_rdma_rate_limit_flags_reach_perftest(tools):
+    """The cap of --probe.max-bitrate becomes perftest's SW rate limiter in Gb/s, on both sides, and
+    Debian's ib_write_bw accepts the flags: it sets up the limiter ("Setting burst size") before
+    finding no device, where an unknown flag would stop it at parsing."""
+    from collectors.probe import ProbeConfig, ProbeService
+    from collectors.runner import CommandRunner
+
+    class Recording(CommandRunner):
+        argv: list = []
+
+        def run(self, argv, timeout=5.0, input=None):
+            self.argv.append(list(argv))
+            return super().run(argv, timeout=timeout, input=input)
+
+    runner = Recording()
+    svc = ProbeService(ProbeConfig(address=A, port=18515, max_seconds=10, max_bitrate=2.5e9, token=TOKEN,
+                                   basic_auth=False), runner=runner)
+    limit = ["--report_gbits", "--rate_limit_type=SW", "--rate_units=g", "--rate_limit=2.5"]
+    assert svc._server_argv("ib_write_bw", 3) == ["ib_write_bw", "-D", "3", *limit, "-p", "18515"]
+    assert svc._server_argv("ib_write_lat", 3) == ["ib_write_lat", "-D", "3", "-p", "18515"]  # one message at a time
+    svc._slot.acquire()  # as the HTTP guard does before run()
+    status, _, body, _ = svc.run({"tool": "ib_write_bw", "seconds": 3, "peer": B, "port": 18516})
+    assert runner.argv == [["ib_write_bw", "-D", "3", *limit, "-p", "18516", B]]
+    error = json.loads(body)["error"]
+    assert status == 503 and error.startswith("no RDMA device:") and "Setting burst size" in error, error
+    assert svc._slot.acquire(blocking=False)  # run() gave the slot back
+    svc.cfg.rdma_device = "mlx5_0"
+    assert svc._server_argv("ib_write_bw", 2)[:3] == ["ib_write_bw", "-d", "mlx5_0"]
 
 
 @pytest.mark.browser

@@ -443,8 +443,8 @@ def test_rdma_rate_limit_flags_reach_perftest(tools):
 
 @pytest.mark.browser
 def test_probe_button_in_a_real_browser(agents, tmp_path):
-    """The stalled gang's page in Chromium: the button runs the probe between the two real agents
-    and the pair's bandwidth shows under the evidence."""
+    """The stalled gang's page in Chromium: the button runs the probe between the two real agents,
+    the pair's bandwidth shows under the evidence, and stays in the verdict's evidence after a reload."""
     from tests.test_dashboard_browser import CHROMIUM, serve
 
     if not os.path.exists(CHROMIUM):
@@ -470,6 +470,10 @@ def test_probe_button_in_a_real_browser(agents, tmp_path):
             sync_api.expect(result).to_contain_text("1 pair(s) measured with iperf3", timeout=30_000)
             sync_api.expect(result).to_contain_text(f"{NODES[0]}->{NODES[1]}")
             sync_api.expect(result).to_contain_text("Gb/s")
+            page.reload()  # serve kept the probe: the verdict's own evidence now holds the pair
+            evidence_rows = page.locator("#job-evidence")
+            sync_api.expect(evidence_rows).to_contain_text("link_probe_bandwidth_bits_per_second", timeout=15_000)
+            sync_api.expect(evidence_rows).to_contain_text(f"{NODES[0]}->{NODES[1]}")
             browser.close()
             assert not errors, errors
     finally:

@@ -382,7 +382,7 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
     def guard():
         if request.method not in ("GET", "HEAD", "POST"):
             return Response("Method Not Allowed\n", status=405, headers={"Allow": "GET, HEAD"})
-        if request.method == "POST" and not request.path.endswith("_dash-update-component"):
+        if request.method == "POST" and not request.path.endswith(("_dash-update-component", probe_button.PATH)):
             return Response("Method Not Allowed\n", status=405, headers={"Allow": "GET, HEAD"})
         if web_config is not None and not web_config.authorized(request.headers.get("Authorization")):
             return Response("Unauthorized\n", status=401, headers={"WWW-Authenticate": 'Basic realm="gangwatch"'})

@@ -288,6 +288,16 @@ def test_serve_keeps_the_probe_on_the_verdict(agents):
         jsonschema.Draft202012Validator(json.loads((REPO / "docs" / "findings.schema.json").read_text())).validate(doc)
         page = httpx.get(base + "/_dash-layout", headers={"Referer": base + "/jobs/4001"}, timeout=10).text
         assert "link_probe_bandwidth_bits_per_second" in page and "io_pressure" in page
+        # `gangwatch probe --serve`: serve runs it with its own agent settings and keeps the newer result
+        rc, out, err = run_cli("4001", "--serve", base, "--format", "json")
+        assert rc == 0, err
+        assert json.loads(out)["pairs"][0]["target"] == NODES[1]
+        _, v2 = verdict()
+        assert v2["evidence"][2]["at"] > bw["at"] and len(v2["evidence"]) == 4  # replaced, not added
+        rc, _, err = run_cli("4004", "--serve", base)  # pending: serve says why, nothing probed
+        assert rc == 2 and "not running" in err and "HTTP 409" in err
+        assert httpx.post(base + "/api/v1/probe", timeout=10).status_code == 400  # no jobid
+        assert httpx.post(base + "/api/v1/findings", timeout=10).status_code == 405  # POST only where it acts
     finally:
         srv.shutdown()
         th.join(5)

@@ -81,3 +81,20 @@ def test_no_snapshot_keeps_the_probes_and_the_store_is_bounded():
     assert [store.get(str(j)) is not None for j in range(5)] == [False, False, True, True, True]
     store.expire(None)  # the snapshot is unknown: nothing is known to have ended
     assert len(store) == 3
+
+
+def test_serves_probe_endpoint_says_why_it_will_not_probe():
+    """POST /api/v1/probe on a serve without --probe.agent-url, and while another probe runs."""
+    from dashboard import probe_button
+    from dashboard.app import build_app
+    from dashboard.probe_cli import ProbeSettings
+
+    off = build_app(datasource()).server.test_client()
+    r = off.post("/api/v1/probe?jobid=4001")
+    assert r.status_code == 404 and "not configured" in r.get_json()["error"]
+    on = build_app(datasource(), probe=ProbeSettings(agents={NODES[0]: "http://127.0.0.1:9", NODES[1]: "http://127.0.0.1:9"}))
+    client = on.server.test_client()
+    assert client.post("/api/v1/probe?jobid=9999").status_code == 409  # not in the queue
+    with probe_button._BUSY:  # a probe already running from this serve: a flood costs one answer each
+        r = client.post("/api/v1/probe?jobid=4001")
+    assert r.status_code == 429 and "one at a time" in r.get_json()["error"]

@@ -8,9 +8,11 @@ Each registered collector runs, fail-soft, over every fixture tree in `../shared
 stand in for a host (node_exporter's and prometheus/procfs' /proc and /sys, the Lustre exporters'
 trees) with a fake NVML (tests/support/fake_nvml.py, an H100 node) and a command runner that
 finds no commands; the table lists, per collector, the union of the families it emitted: name,
-type and HELP text. A collector that emits nothing on any of them (it needs a command such as
-mmpmon, or live hardware) is listed with a pointer to its module docstring. The scrape
-framework's own series are listed first.
+type and HELP text. A collector that emits nothing there but has recorded outputs of its own
+under tests/data/ (RECORDED: BeeGFS, whose beegfs-ctl output no shared tree holds) runs once more
+on those, its commands answered from the files. A collector that still emits nothing (it needs a
+command such as mmpmon, or live hardware) is listed with a pointer to its module docstring. The
+scrape framework's own series are listed first.
 
 Needs a source checkout: the fixtures live beside it and the ttar unpacker and fake NVML under tests/.
 """
@@ -48,6 +50,45 @@ class NoCommands:
 
     def run(self, argv, timeout: float = 5.0, input: str | None = None) -> CommandResult:
         return CommandResult(tuple(argv), None, "", "", 0.0, error="FileNotFoundError: not run by collectors.doc")
+
+
+class RecordedCommands:
+    """A CommandRunner that answers each command with the file of the first (argv words, file) pair
+    whose words are all in its argv, and finds no other command."""
+
+    def __init__(self, outputs: tuple[tuple[tuple[str, ...], Path], ...]):
+        self.outputs = outputs
+
+    def run(self, argv, timeout: float = 5.0, input: str | None = None) -> CommandResult:
+        for words, path in self.outputs:
+            if set(words) <= set(argv):
+                return CommandResult(tuple(argv), 0, path.read_text(), "", 0.0)
+        return NoCommands().run(argv, timeout, input)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A collector's own test data standing in for a host: a procfs tree, its commands' outputs,
+    and the options that point the collector there."""
+
+    paths: Paths
+    outputs: tuple[tuple[tuple[str, ...], Path], ...]
+    options: tuple[tuple[str, object], ...] = ()
+
+
+def _beegfs(data: Path) -> Recorded:
+    meta, storage = "--nodetype=meta", "--nodetype=storage"
+    return Recorded(Paths(procfs=str(data / "proc")),
+                    ((("--listtargets", meta), data / "listtargets_meta.txt"),
+                     (("--listtargets", storage), data / "listtargets_storage.txt"),
+                     (("--serverstats", meta), data / "serverstats_meta.txt"),
+                     (("--serverstats", storage), data / "serverstats_storage.txt"),
+                     (("--clientstats",), data / "clientstats_storage.txt")),
+                    (("collector_beegfs_ctl_path", str(data / "beegfs-ctl")), ("collector_beegfs_wait", 5.0)))
+
+
+# collector name -> its recorded outputs, from the folder under tests/data/ named for it
+RECORDED = {"beegfs": _beegfs}
 
 
 def _ttar(archive: Path, dest: Path) -> None:
@@ -137,12 +178,24 @@ def gather(roots: list[Paths], shared: Path, collectors: dict[str, type[Collecto
     for paths in roots:
         for name, cls in collectors.items():
             ctx = Context(paths=paths, runner=NoCommands(), nvml=fake_nvml(shared), options=dict(options))
-            for fam in run_one(cls, ctx):
-                if fam.lines:
-                    seen = out[name].get(fam.name)
-                    labels = label_names(fam) | set(seen.labels if seen else ())
-                    out[name][fam.name] = Metric(fam.name, fam.kind, (seen or fam).help, tuple(sorted(labels)))
+            _add(out[name], run_one(cls, ctx))
+    for name, recorded in RECORDED.items():
+        data = REPO / "tests" / "data" / name
+        if name in collectors and not out[name] and data.is_dir():
+            rec = recorded(data)
+            ctx = Context(paths=rec.paths, runner=RecordedCommands(rec.outputs), nvml=None,
+                          options={**options, **dict(rec.options)})
+            _add(out[name], run_one(collectors[name], ctx))
     return {name: sorted(metrics.values(), key=lambda m: m.name) for name, metrics in out.items()}
+
+
+def _add(seen: dict[str, Metric], families: list[Family]) -> None:
+    """Merge the families a collector emitted into `seen` (name -> Metric): labels add up, the first HELP stays."""
+    for fam in families:
+        if fam.lines:
+            was = seen.get(fam.name)
+            labels = label_names(fam) | set(was.labels if was else ())
+            seen[fam.name] = Metric(fam.name, fam.kind, (was or fam).help, tuple(sorted(labels)))
 
 
 def label_names(fam: Family) -> set[str]:

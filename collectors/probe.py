@@ -89,12 +89,23 @@ def parse_iperf3(text: str) -> dict:
     return {"bits_per_second": float(bps), "latency_seconds": (sum(rtts) / len(rtts) / 1e6) if rtts else None}
 
 
+def _columns(header: str) -> list[str]:
+    """A perftest table header's column names: they are apart by two spaces or more and may hold
+    one ("BW average[Gb/sec]", "tps average"), except perftest 4.5's latency header, which opens
+    with "#bytes #iterations", one space apart."""
+    out: list[str] = []
+    for piece in re.split(r"\s{2,}", header.strip()):
+        words = piece.split()
+        out.extend(words if all(w.startswith("#") for w in words) else [piece])
+    return out
+
+
 def parse_perftest(text: str) -> dict:
     """ib_write_bw / ib_write_lat report table -> bits per second (BW average) or latency (t_avg)."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.strip().startswith("#bytes"):
-            header = re.split(r"\s{2,}", line.strip())
+            header = _columns(line)
             for row in lines[i + 1:]:
                 values = row.split()
                 if values and values[0].isdigit():

@@ -84,7 +84,7 @@ def available(module, ds: Datasource) -> bool:
 def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float = 15.0, web_config=None,
               extra_routes: dict | None = None, title: str = "gangwatch", probe=None) -> dash.Dash:
     prefix = normalise_prefix(prefix)
-    ds = datasource
+    ds, probes = probe_button.with_store(datasource, probe)  # findings carry the latest probe per job
     app = dash.Dash(__name__, requests_pathname_prefix=prefix, routes_pathname_prefix=prefix, assets_folder=ASSETS,
                     suppress_callback_exceptions=True, update_title=None, title=title, serve_locally=True)
     app.index_string = app.index_string.replace("{%css%}", "{%css%}" + early_scripts(prefix), 1)
@@ -149,7 +149,7 @@ def build_app(datasource: Datasource, prefix: str = "/", refresh_seconds: float 
 
     for module in PAGES:
         module.register(app, ds, ctx)
-    probe_button.register(app, ds, probe)  # the job page's "Probe links" (probe: serve's ProbeSettings)
+    probe_button.register(app, ds, probe, probes)  # the job page's "Probe links" (probe: serve's ProbeSettings)
     _add_endpoints(app, ds, prefix, extra_routes or {})
     _add_http_hooks(app, web_config)
     return app
@@ -382,7 +382,7 @@ def _add_http_hooks(app: dash.Dash, web_config) -> None:
     def guard():
         if request.method not in ("GET", "HEAD", "POST"):
             return Response("Method Not Allowed\n", status=405, headers={"Allow": "GET, HEAD"})
-        if request.method == "POST" and not request.path.endswith("_dash-update-component"):
+        if request.method == "POST" and not request.path.endswith(("_dash-update-component", probe_button.PATH)):
             return Response("Method Not Allowed\n", status=405, headers={"Allow": "GET, HEAD"})
         if web_config is not None and not web_config.authorized(request.headers.get("Authorization")):
             return Response("Unauthorized\n", status=401, headers={"WWW-Authenticate": 'Basic realm="gangwatch"'})

@@ -9,6 +9,9 @@ The job comes from Slurm (`--slurm-cli`, default when squeue exists), a slurm-ex
 Pairs run in rounds of disjoint pairs, so no node takes part in two probes at once; each probe
 lasts `--seconds` (at most 10). Credentials: `--token-file` (the agents' `--probe.token-file`) or
 `--basic-auth-user` with `--basic-auth-password-file` (the agents' web config users).
+With `--serve URL` serve runs the probe instead, with its own agent settings (`serve
+--probe.agent-url`), and keeps the result on the job's verdict in its findings (`POST
+URL/api/v1/probe?jobid=`; `--basic-auth-user` then authenticates to serve's web config).
 Exit status: 0 when every pair was measured, 1 when some could not be, 2 on bad input (a job that
 ended or is unknown, a one-node job, unreadable credentials): one line on stderr, no traceback.
 """
@@ -89,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", help="file holding the agents' bearer token")
     p.add_argument("--basic-auth-user", help="user of the agents' web config")
     p.add_argument("--basic-auth-password-file", help="file holding that user's password")
+    p.add_argument("--serve", metavar="URL", help="let this gangwatch serve run the probe and keep it with the job's "
+                                                  "verdict, e.g. http://head:8050 (its --path-prefix included)")
     p.add_argument("--findings", metavar="URL", help="serve's /api/v1/findings, to attach the result to the job's verdict")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to read the job from Slurm")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -230,7 +235,7 @@ def verdict_of(findings_url: str, jobid: str, timeout: float) -> Verdict | None:
     if v is None:
         return None
     fields = set(Evidence.__dataclass_fields__)
-    ev = tuple(Evidence(**{k: e.get(k) if k in ("value", "baseline", "threshold", "z", "p") else e.get(k, "")
+    ev = tuple(Evidence(**{k: e.get(k) if k in ("value", "baseline", "threshold", "z", "p", "at") else e.get(k, "")
                            for k in fields}) for e in v.get("evidence", ()))
     return Verdict(jobid=str(v["jobid"]), nodes=tuple(v.get("nodes", ())), gpus=v.get("gpus"), state=v.get("state", ""),
                    confidence=v.get("confidence"), since=v.get("since"), culprit=v.get("culprit", ""),
@@ -266,15 +271,39 @@ def table(job: Job, results: list[PairResult]) -> str:
     return "\n".join(lines)
 
 
+def through_serve(url: str, jobid: str, headers: dict) -> tuple[Job, list[PairResult]]:
+    """Ask serve to probe the job (it keeps the result); InputError with serve's reason when it will not."""
+    import httpx
+
+    target = url.rstrip("/") + "/api/v1/probe"
+    try:
+        # serve answers once every round of pairs ran (each up to 10 s + the agents' start-up)
+        resp = httpx.post(target, params={"jobid": jobid}, headers=headers, timeout=httpx.Timeout(600.0, connect=10.0))
+        doc = resp.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise InputError(f"no serve answering at {target} ({type(exc).__name__})") from None
+    if resp.status_code != 200 or not isinstance(doc, dict):
+        raise InputError(f"serve at {url}: {doc.get('error') if isinstance(doc, dict) else ''} "
+                         f"(HTTP {resp.status_code})".replace(": None ", ": ").strip())
+    fields = set(PairResult.__dataclass_fields__)
+    results = [PairResult(**{k: v for k, v in p.items() if k in fields}) for p in doc.get("pairs", ())]
+    return Job(job_id=int(doc["jobid"]) if str(doc.get("jobid", "")).isdigit() else 0,
+               nodes=tuple(doc.get("nodes", ())), state="RUNNING"), results
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if not 1 <= args.seconds <= 10:
             raise InputError("--seconds must be from 1 to 10")
-        headers = auth_headers(args.token_file, args.basic_auth_user, args.basic_auth_password_file)
-        job = running_job(_snapshot(args), args.jobid)
-        urls = agent_urls(job.nodes, args.agent_url, args.agent)
-        results = probe_job(job, urls, TOOLS[args.tool], args.seconds, headers)
+        if args.serve:
+            headers = auth_headers(None, args.basic_auth_user, args.basic_auth_password_file)
+            job, results = through_serve(args.serve, args.jobid, headers)
+        else:
+            headers = auth_headers(args.token_file, args.basic_auth_user, args.basic_auth_password_file)
+            job = running_job(_snapshot(args), args.jobid)
+            urls = agent_urls(job.nodes, args.agent_url, args.agent)
+            results = probe_job(job, urls, TOOLS[args.tool], args.seconds, headers)
         verdict = verdict_of(args.findings, args.jobid, args.timeout) if args.findings else None
     except InputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)

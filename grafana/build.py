@@ -191,7 +191,7 @@ NODE_D = D("gangwatch-node", "gangwatch / node", "One or more nodes: GPUs, healt
     )),
 ), tags=("gangwatch",))
 
-STORAGE = D("gangwatch-storage", "gangwatch / storage", "Lustre targets, GPFS, hung mounts and the jobs behind the I/O.", (
+STORAGE = D("gangwatch-storage", "gangwatch / storage", "Lustre targets, GPFS, BeeGFS, hung mounts and the jobs behind the I/O.", (
     Row("Lustre", (
         ts("OST traffic (servers)", Q("fs_target_operation:gangwatch_lustre_ost_io_bytes:rate5m", "{{target}} {{operation}}"),
            unit="Bps"),
@@ -215,6 +215,29 @@ STORAGE = D("gangwatch-storage", "gangwatch / storage", "Lustre targets, GPFS, h
            Q("cluster_fs:gangwatch_gpfs_write_bytes:rate5m", "write {{fs}}"), unit="Bps"),
         ts("Longest waiter", Q(f"max by (node) (gangwatch_gpfs_waiter_longest_seconds{{{NODE}}})", "{{node}}"), unit="s"),
         ts("Waiters by reason", Q("sum by (reason) (gangwatch_gpfs_waiters_by_reason)", "{{reason}}")),
+    )),
+    # Every node running beegfs-ctl reports the same targets and servers: `max by` keeps one each.
+    Row("BeeGFS", (
+        table("BeeGFS targets not online or not good",
+              Q('max by (fs, nodetype, target, state) (gangwatch_beegfs_target_reachability{state!="Online"} == 1)'),
+              Q('max by (fs, nodetype, target, state) (gangwatch_beegfs_target_consistency{state!="Good"} == 1)'),
+              description="beegfs-ctl --listtargets --state: targets Offline or Probably-offline, and targets "
+                          "that need a resync or are Bad. Empty when every target is Online and Good."),
+        ts("Targets not online", Q('count by (fs, nodetype) (max by (fs, nodetype, target) '
+                                   '(gangwatch_beegfs_target_reachability{state!="Online"}) == 1)', "{{fs}} {{nodetype}}")),
+        ts("Requests in progress per target", Q("sum by (target) (max by (fs, target, state) "
+                                                "(gangwatch_beegfs_target_server_requests))", "{{target}}"),
+           description="Queued plus active requests at the storage server holding each target "
+                       "(BeeGFS reports load per server)."),
+        ts("Metadata server requests in progress", Q("sum by (server) (max by (fs, server, state) "
+                                                     "(gangwatch_beegfs_meta_server_requests))", "{{server}}"),
+           Q("max by (server) (gangwatch_beegfs_meta_server_requests_per_second)", "{{server}} per second")),
+        ts("Storage server throughput", Q("max by (server) (gangwatch_beegfs_server_read_bytes_per_second)", "read {{server}}"),
+           Q("max by (server) (gangwatch_beegfs_server_write_bytes_per_second)", "write {{server}}"), unit="Bps"),
+        ts("Client I/O per node", Q(f"sum by (node) (rate(gangwatch_beegfs_client_read_bytes_total{{{NODE}}}[5m]))",
+                                    "read {{node}}"),
+           Q(f"sum by (node) (rate(gangwatch_beegfs_client_write_bytes_total{{{NODE}}}[5m]))", "write {{node}}"),
+           unit="Bps"),
     )),
     Row("Mounts and jobs", (
         ts("Nodes where a mount hangs", Q("mountpoint_fstype:gangwatch_filesystem_stat_timeout:sum", "{{mountpoint}}")),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from collectors.exposition import encode, iter_samples
-from collectors.node.beegfs import (BeegfsCollector, parse_clientstats, parse_client_info, parse_listtargets,
+from collectors.node.beegfs import (MODES, BeegfsCollector, parse_clientstats, parse_client_info, parse_listtargets,
                                     parse_mounts, parse_proc_target_states, parse_serverstats)
 from collectors.registry import Context, NoData, Paths
 from collectors.runner import CommandResult, CommandRunner
@@ -40,7 +40,9 @@ class FakeRunner:
     def run(self, argv, timeout=5.0, input=None):
         argv = tuple(argv)
         self.calls.append(argv)
-        key = next(k for k in ("clientstats", "serverstats", "meta", "listtargets") if any(k in a for a in argv))
+        meta = "--nodetype=meta" in argv
+        key = next(k for k in ("clientstats", "serverstats", "listtargets") if any(k in a for a in argv))
+        key = {("serverstats", True): "metastats", ("listtargets", True): "meta"}.get((key, meta), key)
         answer = self.table.get(key, "")
         if callable(answer):
             answer = answer()
@@ -51,6 +53,7 @@ class FakeRunner:
 
 def tables():
     return {"clientstats": out("clientstats_storage.txt"), "serverstats": out("serverstats_storage.txt"),
+            "metastats": out("serverstats_meta.txt"),
             "listtargets": out("listtargets_storage.txt"), "meta": out("listtargets_meta.txt")}
 
 
@@ -120,7 +123,9 @@ def test_golden_and_promtool(tmp_path, update_golden):
     # one run per mode for the one mount in /proc/mounts, each with --mount and without a shell
     assert sorted(a[1:3] for a in runner.calls) == [
         ("--mount=/mnt/beegfs", "--clientstats"), ("--mount=/mnt/beegfs", "--listtargets"),
-        ("--mount=/mnt/beegfs", "--listtargets"), ("--mount=/mnt/beegfs", "--serverstats")]
+        ("--mount=/mnt/beegfs", "--listtargets"), ("--mount=/mnt/beegfs", "--serverstats"),
+        ("--mount=/mnt/beegfs", "--serverstats")]
+    assert ("--serverstats", "--nodetype=meta", "--perserver", "--names") in {a[2:] for a in runner.calls}
     s = samples(text)
     fs = (("fs", "/mnt/beegfs"),)
     # only this node's own address (client_info: 10.10.0.11) counts, not the sum or other clients
@@ -130,6 +135,10 @@ def test_golden_and_promtool(tmp_path, update_golden):
     assert s[("gangwatch_beegfs_target_server_requests", t)] == 57
     assert s[("gangwatch_beegfs_target_reachability", (("fs", "/mnt/beegfs"), ("nodetype", "storage"),
                                                         ("state", "Offline"), ("target", "/mnt/beegfs:target302")))] == 1
+    # metadata servers: requests without bytes, in their own families (never mixed with storage servers')
+    assert s[("gangwatch_beegfs_meta_server_requests", (("fs", "/mnt/beegfs"), ("server", "meta02"), ("state", "queued")))] == 2
+    assert s[("gangwatch_beegfs_meta_server_requests_per_second", (("fs", "/mnt/beegfs"), ("server", "meta01")))] == 4120
+    assert not [k for k in s if k[0] == "gangwatch_beegfs_server_requests_per_second" and ("server", "meta01") in k[1]]
     assert s[("gangwatch_beegfs_target_consistency", (("fs", "/mnt/beegfs"), ("nodetype", "meta"),
                                                        ("state", "Good"), ("target", "/mnt/beegfs:meta2")))] == 1
 
@@ -141,7 +150,7 @@ def test_a_mount_listed_twice_is_queried_once(tmp_path):
     (proc / "mounts").write_text((PROC / "mounts").read_text() * 2)
     runner = FakeRunner(tables())
     text = render(collector(tmp_path, runner, procfs=proc).collect())
-    assert len(runner.calls) == 4
+    assert len(runner.calls) == len(MODES)  # one run per mode
     assert text.count('gangwatch_beegfs_client_read_bytes_total{fs="/mnt/beegfs"}') == 1
 
 
@@ -201,7 +210,7 @@ def test_hanging_beegfs_ctl_never_hangs_the_scrape(tmp_path, hanging_ctl):
         assert 'gangwatch_beegfs_command_timeout{command="serverstats",fs="/mnt/beegfs"} 1' in second
         assert 'gangwatch_beegfs_command_error{command="serverstats",fs="/mnt/beegfs"} 0' in second
         # one run per command at a time: no pile of stuck processes
-        assert len(col.probes) == 4
+        assert len(col.probes) == len(MODES)
     finally:
         scraper.close()
 

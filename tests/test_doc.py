@@ -63,3 +63,18 @@ def test_replace_block_keeps_the_rest():
     assert doc.current_block(new) == "new\n"
     with pytest.raises(ValueError):
         doc.replace_block("no markers", "x")
+
+
+def test_beegfs_is_documented_from_its_recorded_outputs(generated):
+    """No shared tree holds beegfs-ctl output: the section comes from tests/data/beegfs (collectors.doc.RECORDED)."""
+    section = generated.split("## `beegfs` collector", 1)[1].split("\n## ", 1)[0]
+    names = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    assert {"gangwatch_beegfs_client_read_bytes_total", "gangwatch_beegfs_client_operations_total",
+            "gangwatch_beegfs_target_reachability", "gangwatch_beegfs_target_consistency",
+            "gangwatch_beegfs_server_requests", "gangwatch_beegfs_command_timeout",
+            "gangwatch_beegfs_client_target_reachability"} <= names
+    assert {"gangwatch_beegfs_meta_server_requests", "gangwatch_beegfs_meta_server_requests_per_second"} <= names
+    runner = doc.RecordedCommands(((("--listtargets", "--nodetype=meta"), REPO / "tests/data/beegfs/listtargets_meta.txt"),))
+    assert "meta" in runner.run(["beegfs-ctl", "--listtargets", "--nodetype=meta"]).stdout
+    assert runner.run(["beegfs-ctl", "--listtargets", "--nodetype=storage"]).error
+    assert runner.run(["beegfs-ctl", "--serverstats"]).error  # not recorded: absent, as NoCommands says

@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -247,6 +248,61 @@ def test_job_page_button_probes_the_stalled_gang(agents):
     assert "not running" in _text(probe_button.run(ds, settings, "4004"))  # pending
 
 
+def test_serve_keeps_the_probe_on_the_verdict(agents):
+    """Through a real serve: the button's callback probes the two real agents, then
+    /api/v1/findings and the job page, reloaded, carry the measurement on the job's verdict."""
+    from dashboard import ids
+    from dashboard.app import build_app
+    from dashboard.probe_cli import ProbeSettings
+    from tests.support.dashboard_fake import NODES, datasource
+    from tests.test_dashboard_browser import serve
+
+    a, b = agents
+    settings = ProbeSettings(agents={NODES[0]: a.url, NODES[1]: b.url}, headers={"Authorization": f"Bearer {TOKEN}"},
+                             seconds=1)
+    srv, th = serve(build_app(datasource(), refresh_seconds=3600, probe=settings))
+    base = f"http://127.0.0.1:{srv.server_port}"
+
+    def verdict():
+        doc = httpx.get(base + "/api/v1/findings", timeout=10).json()
+        return doc, next(v for v in doc["verdicts"] if v["jobid"] == "4001")
+
+    try:
+        _, v = verdict()
+        assert [e["signal"] for e in v["evidence"]] == ["io_pressure", "io_pressure"]
+        click = {"output": f"{ids.JOB_PROBE_RESULT}.children",
+                 "outputs": {"id": ids.JOB_PROBE_RESULT, "property": "children"},
+                 "inputs": [{"id": ids.JOB_PROBE_BUTTON, "property": "n_clicks", "value": 1}],
+                 "state": [{"id": ids.JOB_ID, "property": "data", "value": "4001"}],
+                 "changedPropIds": [f"{ids.JOB_PROBE_BUTTON}.n_clicks"]}
+        r = httpx.post(base + "/_dash-update-component", json=click, timeout=60)
+        assert r.status_code == 200 and "1 pair(s) measured with iperf3" in r.text
+        doc, v = verdict()
+        assert [e["signal"] for e in v["evidence"]] == ["io_pressure", "io_pressure",
+                                                        "link_probe_bandwidth_bits_per_second",
+                                                        "link_probe_latency_seconds"]
+        bw = v["evidence"][2]
+        assert bw["node"] == f"{NODES[0]}->{NODES[1]}" and 1e6 < bw["value"] <= 2.2e9  # under the agents' 2G cap
+        assert time.time() - 120 < bw["at"] <= time.time()
+        jsonschema = pytest.importorskip("jsonschema")
+        jsonschema.Draft202012Validator(json.loads((REPO / "docs" / "findings.schema.json").read_text())).validate(doc)
+        page = httpx.get(base + "/_dash-layout", headers={"Referer": base + "/jobs/4001"}, timeout=10).text
+        assert "link_probe_bandwidth_bits_per_second" in page and "io_pressure" in page
+        # `gangwatch probe --serve`: serve runs it with its own agent settings and keeps the newer result
+        rc, out, err = run_cli("4001", "--serve", base, "--format", "json")
+        assert rc == 0, err
+        assert json.loads(out)["pairs"][0]["target"] == NODES[1]
+        _, v2 = verdict()
+        assert v2["evidence"][2]["at"] > bw["at"] and len(v2["evidence"]) == 4  # replaced, not added
+        rc, _, err = run_cli("4004", "--serve", base)  # pending: serve says why, nothing probed
+        assert rc == 2 and "not running" in err and "HTTP 409" in err
+        assert httpx.post(base + "/api/v1/probe", timeout=10).status_code == 400  # no jobid
+        assert httpx.post(base + "/api/v1/findings", timeout=10).status_code == 405  # POST only where it acts
+    finally:
+        srv.shutdown()
+        th.join(5)
+
+
 def test_cli_attaches_the_result_to_the_verdict_from_serve(agents, snapshot_file, token_file):
     """`--findings URL`: the job's verdict as serve gives it, with the probe's evidence after its own."""
     import http.server
@@ -323,10 +379,82 @@ def test_perftest_and_iperf3_reports_parse():
     assert no_device("all good") is None
 
 
+_CONV = re.compile(r"(%[-0-9.]*)l?([udf])")
+
+
+def _c_printf(fmt: str, values) -> str:
+    """C's printf for the conversions perftest's report formats use (%lu, %d, %lf, %f)."""
+    return _CONV.sub(r"\1\2", fmt) % tuple(values)
+
+
+def test_perftest_reports_in_the_installed_tools_own_formats(tools):
+    """Every Gb/s and latency table of Debian's perftest (4.5), header and row formats read out of
+    the ib_write_bw / ib_write_lat binaries themselves, printed as they print them: the parser takes
+    BW average (4th column) and t_avg (3rd with -D; 6th after t_min, t_max, t_typical)."""
+    from collectors.probe import parse_perftest
+
+    checked = []
+    for tool in ("ib_write_bw", "ib_write_lat"):
+        strings = [m.decode() for m in re.findall(rb"[\t\x20-\x7e]{8,}", Path(shutil.which(tool)).read_bytes())]
+        headers = [h.rstrip("\n") for h in strings if h.startswith(" #bytes") and ("[Gb/sec]" in h or "usec]" in h)]
+        rows = [f.rstrip("\n") for f in strings if f.startswith(" %-7lu")]
+        assert headers and rows, f"no report formats found in {tool}"
+        for header in headers:
+            if "BW average[Gb/sec]" in header:
+                key, column = "bits_per_second", 4 if "#sl" in header else 3
+            else:
+                key, column = "latency_seconds", 5 if "t_min[usec]" in header else 2
+            pairs = 0
+            for fmt in rows:
+                convs = _CONV.findall(fmt)
+                # columns: two spaces or more apart, but "#bytes #iterations" (latency, 4.5) one apart
+                if len(convs) != len(re.split(r"\s{2,}|(?<=#bytes) (?=#)", header.strip())):
+                    continue
+                values = [65536 if i == 0 else 1000 + i if c[1] in "ud" else 10.25 + i for i, c in enumerate(convs)]
+                got = parse_perftest("-" * 40 + "\n" + header + "\n" + _c_printf(fmt, values) + "\n" + "-" * 40 + "\n")
+                want = (10.25 + column) * (1e9 if key == "bits_per_second" else 1e-6)
+                assert got[key] == pytest.approx(want), (tool, header, fmt, got)
+                pairs += 1
+            assert pairs, f"{tool}: no row format fits the header {header!r}"
+            checked.append(header)
+    assert any("t_min[usec]" in h for h in checked) and any("tps average" in h for h in checked)
+    assert any("Port2[Gb/sec]" in h for h in checked)
+
+
+def test_rdma_rate_limit_flags_reach_perftest(tools):
+    """The cap of --probe.max-bitrate becomes perftest's SW rate limiter in Gb/s, on both sides, and
+    Debian's ib_write_bw accepts the flags: it sets up the limiter ("Setting burst size") before
+    finding no device, where an unknown flag would stop it at parsing."""
+    from collectors.probe import ProbeConfig, ProbeService
+    from collectors.runner import CommandRunner
+
+    class Recording(CommandRunner):
+        argv: list = []
+
+        def run(self, argv, timeout=5.0, input=None):
+            self.argv.append(list(argv))
+            return super().run(argv, timeout=timeout, input=input)
+
+    runner = Recording()
+    svc = ProbeService(ProbeConfig(address=A, port=18515, max_seconds=10, max_bitrate=2.5e9, token=TOKEN,
+                                   basic_auth=False), runner=runner)
+    limit = ["--report_gbits", "--rate_limit_type=SW", "--rate_units=g", "--rate_limit=2.5"]
+    assert svc._server_argv("ib_write_bw", 3) == ["ib_write_bw", "-D", "3", *limit, "-p", "18515"]
+    assert svc._server_argv("ib_write_lat", 3) == ["ib_write_lat", "-D", "3", "-p", "18515"]  # one message at a time
+    svc._slot.acquire()  # as the HTTP guard does before run()
+    status, _, body, _ = svc.run({"tool": "ib_write_bw", "seconds": 3, "peer": B, "port": 18516})
+    assert runner.argv == [["ib_write_bw", "-D", "3", *limit, "-p", "18516", B]]
+    error = json.loads(body)["error"]
+    assert status == 503 and error.startswith("no RDMA device:") and "Setting burst size" in error, error
+    assert svc._slot.acquire(blocking=False)  # run() gave the slot back
+    svc.cfg.rdma_device = "mlx5_0"
+    assert svc._server_argv("ib_write_bw", 2)[:3] == ["ib_write_bw", "-d", "mlx5_0"]
+
+
 @pytest.mark.browser
 def test_probe_button_in_a_real_browser(agents, tmp_path):
-    """The stalled gang's page in Chromium: the button runs the probe between the two real agents
-    and the pair's bandwidth shows under the evidence."""
+    """The stalled gang's page in Chromium: the button runs the probe between the two real agents,
+    the pair's bandwidth shows under the evidence, and stays in the verdict's evidence after a reload."""
     from tests.test_dashboard_browser import CHROMIUM, serve
 
     if not os.path.exists(CHROMIUM):
@@ -352,6 +480,10 @@ def test_probe_button_in_a_real_browser(agents, tmp_path):
             sync_api.expect(result).to_contain_text("1 pair(s) measured with iperf3", timeout=30_000)
             sync_api.expect(result).to_contain_text(f"{NODES[0]}->{NODES[1]}")
             sync_api.expect(result).to_contain_text("Gb/s")
+            page.reload()  # serve kept the probe: the verdict's own evidence now holds the pair
+            evidence_rows = page.locator("#job-evidence")
+            sync_api.expect(evidence_rows).to_contain_text("link_probe_bandwidth_bits_per_second", timeout=15_000)
+            sync_api.expect(evidence_rows).to_contain_text(f"{NODES[0]}->{NODES[1]}")
             browser.close()
             assert not errors, errors
     finally:

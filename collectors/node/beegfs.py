@@ -9,6 +9,9 @@ it reads the client config and talks to the management daemon):
 - `beegfs-ctl --mount=<mnt> --serverstats --nodetype=storage --perserver --names`: per storage
   server, the last second's requests, bytes read/written, and the requests queued and being worked
   on now.
+- `beegfs-ctl --mount=<mnt> --serverstats --nodetype=meta --perserver --names` (mode `metastats`):
+  per metadata server, the same without bytes (beegfs-ctl's ModeIOStat prints reqs, qlen and bsy
+  only for meta and mgmtd nodes).
 - `beegfs-ctl --mount=<mnt> --listtargets --nodetype=storage|meta --state --longnodes`: each target's
   reachability (Online, Probably-offline, Offline) and consistency (Good, Needs-resync, Bad) and the
   server holding it.
@@ -21,6 +24,7 @@ Metrics:
 - `gangwatch_beegfs_client_{read,write}_bytes_total{fs}`, `gangwatch_beegfs_client_operations_total{fs,operation}`.
 - `gangwatch_beegfs_server_requests{fs,server,state=queued|active}`, `gangwatch_beegfs_server_requests_per_second{fs,server}`,
   `gangwatch_beegfs_server_{read,write}_bytes_per_second{fs,server}`.
+- `gangwatch_beegfs_meta_server_requests{fs,server,state}`, `gangwatch_beegfs_meta_server_requests_per_second{fs,server}`.
 - `gangwatch_beegfs_target_server_requests{fs,target,state}` and
   `gangwatch_beegfs_target_server_requests_per_second{fs,target}`: the figures of the server holding
   each storage target. BeeGFS reports load per server, not per target; by Little's law (requests
@@ -63,7 +67,7 @@ OPERATIONS = {
     "open": "opens", "close": "closes", "ops-rd": "reads", "ops-wr": "writes", "fsync": "fsyncs",
     "getFSize": "getfsizes", "sAttr": "setattrs", "statfs": "statfs", "trunc": "truncates", "unlnk": "unlinks",
 }
-MODES = ("clientstats", "serverstats", "listtargets", "listmeta")
+MODES = ("clientstats", "serverstats", "metastats", "listtargets", "listmeta")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,6 +256,7 @@ class BeegfsCollector(Collector):
         return base + {
             "clientstats": ["--clientstats", "--nodetype=storage", "--interval=0", "--rwunit=B", "--allstats"],
             "serverstats": ["--serverstats", "--nodetype=storage", "--perserver", "--names"],
+            "metastats": ["--serverstats", "--nodetype=meta", "--perserver", "--names"],
             "listtargets": ["--listtargets", "--nodetype=storage", "--state", "--longnodes"],
             "listmeta": ["--listtargets", "--nodetype=meta", "--state", "--longnodes"],
         }[mode]
@@ -330,8 +335,9 @@ class BeegfsCollector(Collector):
                     f.ops.add(total[name], base, operation=op)
         return bool(rows) or not text.strip()  # no client has done I/O yet: empty, not an error
 
-    def _serverstats(self, f: "_Families", fs: str, text: str, addresses: set[str]) -> bool:
+    def _serverstats(self, f: "_Families", fs: str, text: str, addresses: set[str], nodetype: str = "storage") -> bool:
         _, rows = parse_serverstats(text)
+        req, rate = (f.srv_req, f.srv_rate) if nodetype == "storage" else (f.meta_req, f.meta_rate)
         by_id = {}
         for r in rows:
             server = r.name or r.node_id
@@ -339,17 +345,21 @@ class BeegfsCollector(Collector):
             v = r.values
             base = {"fs": fs, "server": server}
             if "qlen" in v and "bsy" in v:
-                f.srv_req.add(v["qlen"], base, state="queued")
-                f.srv_req.add(v["bsy"], base, state="active")
+                req.add(v["qlen"], base, state="queued")
+                req.add(v["bsy"], base, state="active")
             if "reqs" in v:
-                f.srv_rate.add(v["reqs"], base)
+                rate.add(v["reqs"], base)
             if "read_KiB" in v:
                 f.srv_rb.add(v["read_KiB"] * 1024, base)
             if "write_KiB" in v:
                 f.srv_wb.add(v["write_KiB"] * 1024, base)
-        f.server_stats[fs] = by_id
-        f.join(fs)
+        if nodetype == "storage":
+            f.server_stats[fs] = by_id
+            f.join(fs)
         return bool(rows)
+
+    def _metastats(self, f: "_Families", fs: str, text: str, addresses: set[str]) -> bool:
+        return self._serverstats(f, fs, text, addresses, "meta")
 
     def _listtargets(self, f: "_Families", fs: str, text: str, addresses: set[str], nodetype: str = "storage") -> bool:
         targets = parse_listtargets(text)
@@ -392,6 +402,12 @@ class _Families:
                              "worker thread) (serverstats qlen, bsy).")
         self.srv_rate = gauge("gangwatch_beegfs_server_requests_per_second",
                               "Requests the BeeGFS storage server processed in the last second (serverstats reqs).")
+        self.meta_req = gauge("gangwatch_beegfs_meta_server_requests",
+                              "Requests at the BeeGFS metadata server now: queued, or active (being worked on by a "
+                              "worker thread) (serverstats --nodetype=meta qlen, bsy).")
+        self.meta_rate = gauge("gangwatch_beegfs_meta_server_requests_per_second",
+                               "Requests the BeeGFS metadata server processed in the last second (serverstats "
+                               "--nodetype=meta reqs).")
         self.srv_rb = gauge("gangwatch_beegfs_server_read_bytes_per_second",
                             "Bytes the BeeGFS storage server read from its targets in the last second.")
         self.srv_wb = gauge("gangwatch_beegfs_server_write_bytes_per_second",
@@ -435,5 +451,5 @@ class _Families:
                 self.tgt_rate.add(r.values["reqs"], base)
 
     def all(self) -> list[Family]:
-        return [self.rb, self.wb, self.ops, self.srv_req, self.srv_rate, self.srv_rb, self.srv_wb, self.tgt_req,
+        return [self.rb, self.wb, self.ops, self.srv_req, self.srv_rate, self.meta_req, self.meta_rate, self.srv_rb, self.srv_wb, self.tgt_req,
                 self.tgt_rate, self.reach, self.cons, self.info, self.error, self.timeout, self.duration]

@@ -50,6 +50,7 @@ class Evidence:
     z: float | None = None
     p: float | None = None
     note: str = ""
+    at: float | None = None  # when it was measured (unix s), for evidence not from the window (a link probe)
 
     def to_json(self) -> dict:
         d = {k: _clean(v) for k, v in asdict(self).items()}

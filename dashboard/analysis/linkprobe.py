@@ -61,13 +61,14 @@ def _gbps(x: float | None) -> str:
     return "unknown" if x is None else f"{x / 1e9:.3g} Gb/s"
 
 
-def evidence(results: Iterable[PairResult]) -> tuple[Evidence, ...]:
+def evidence(results: Iterable[PairResult], at: float | None = None) -> tuple[Evidence, ...]:
     """One bandwidth item per pair (value vs the rated speed, threshold SLOW_FRACTION of it), one
-    latency item where measured, and the reason where a pair could not be measured."""
+    latency item where measured, and the reason where a pair could not be measured; `at`: when the
+    probe ran (unix s), where known."""
     out: list[Evidence] = []
     for r in results:
         if r.error:
-            out.append(Evidence("link_probe", r.pair, None, r.rated_bits_per_second, None, note=f"{r.tool}: {r.error}"))
+            out.append(Evidence("link_probe", r.pair, None, r.rated_bits_per_second, None, note=f"{r.tool}: {r.error}", at=at))
             continue
         rated = r.rated_bits_per_second
         share = f", {r.bits_per_second / rated:.0%} of the rated {_gbps(rated)}" if rated and r.bits_per_second else \
@@ -75,14 +76,14 @@ def evidence(results: Iterable[PairResult]) -> tuple[Evidence, ...]:
         verdict = {True: "; slow", False: "", None: ""}[r.slow]
         out.append(Evidence("link_probe_bandwidth_bits_per_second", r.pair, r.bits_per_second, rated,
                             SLOW_FRACTION * rated if rated else None,
-                            note=f"{r.tool}: {_gbps(r.bits_per_second)}{share}{verdict}"))
+                            note=f"{r.tool}: {_gbps(r.bits_per_second)}{share}{verdict}", at=at))
         if r.latency_seconds is not None:
             out.append(Evidence("link_probe_latency_seconds", r.pair, r.latency_seconds, None, None,
-                                note=f"{r.tool}: {r.latency_seconds * 1e6:.1f} us"))
+                                note=f"{r.tool}: {r.latency_seconds * 1e6:.1f} us", at=at))
     return tuple(out)
 
 
-def attach(verdict: Verdict, results: Iterable[PairResult]) -> Verdict:
+def attach(verdict: Verdict, results: Iterable[PairResult], at: float | None = None) -> Verdict:
     """The verdict with the probe's evidence added after its own (earlier probe evidence replaced)."""
     kept = tuple(e for e in verdict.evidence if not e.signal.startswith("link_probe"))
-    return dataclasses.replace(verdict, evidence=kept + evidence(results))
+    return dataclasses.replace(verdict, evidence=kept + evidence(results, at))

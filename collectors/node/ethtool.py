@@ -3,7 +3,7 @@
 Sources: the ethtool ioctl (SIOCETHTOOL on an AF_INET datagram socket: ETHTOOL_GSSET_INFO for the
 count, ETHTOOL_GSTRINGS for the names, ETHTOOL_GSTATS for the values), no subprocess and no
 privileges (the kernel lets any user read driver stats). Interfaces are those under
-`<sysfs>/class/net`. With `--collector.ethtool.fixtures DIR` the values come instead from
+`<sysfs>/class/net`. With `--collector.ethtool.fixtures DIR[,DIR...]` the values come instead from
 `DIR/<device>/statistics`, text files holding `ethtool -S` output (node_exporter's fixture layout):
 tests and benchmarks read captured outputs of drivers this host lacks.
 
@@ -332,19 +332,18 @@ class _Changed(Exception):
 class FixtureReader:
     """`ethtool -S` text files (`DIR/<device>/statistics`) read in place of the ioctl."""
 
-    def __init__(self, root: str):
-        self.root = root
-        self._last: dict[str, tuple[list[str], list[int]]] = {}
+    def __init__(self, roots: str):
+        self.roots = [r for r in roots.split(",") if r]  # several capture folders may be merged
+        self._where: dict[str, str] = {}
 
     def _parse(self, device: str) -> tuple[list[str], list[int]]:
-        path = os.path.join(self.root, device, "statistics")
+        path = os.path.join(self._where.get(device, self.roots[0] if self.roots else ""), device, "statistics")
         try:
             with open(path, "rb") as f:
                 text = f.read(4 << 20).decode("utf-8", "replace")
         except FileNotFoundError:
             raise Unsupported("no statistics file") from None
-        parsed = self._last[device] = parse_stats_text(text)
-        return parsed
+        return parse_stats_text(text)
 
     def names(self, device: str) -> list[str]:
         return self._parse(device)[0]
@@ -356,10 +355,14 @@ class FixtureReader:
         return values
 
     def devices(self, _sysfs_net: str) -> list[str]:
-        try:
-            return sorted(d for d in os.listdir(self.root) if os.path.isdir(os.path.join(self.root, d)))
-        except OSError:
-            return []
+        where: dict[str, str] = {}
+        for root in reversed(self.roots):  # the first folder wins for a device in several
+            try:
+                where.update((d, root) for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+            except OSError:
+                continue
+        self._where = where
+        return sorted(where)
 
     def close(self) -> None:
         pass
@@ -393,8 +396,8 @@ class EthtoolCollector(Collector):
                             action="store_true", help="One series per queue for per-queue stats (label queue) "
                                                       "instead of their sum per device.")
         parser.add_argument("--collector.ethtool.fixtures", dest="collector_ethtool_fixtures", default=None,
-                            metavar="DIR", help="Read `ethtool -S` text from DIR/<device>/statistics instead of "
-                                                "the ioctl (tests, benchmarks, replaying a capture).")
+                            metavar="DIR[,DIR...]", help="Read `ethtool -S` text from DIR/<device>/statistics "
+                                                "instead of the ioctl (tests, benchmarks, replaying a capture).")
 
     def _plan(self, device: str) -> Plan | str:
         try:

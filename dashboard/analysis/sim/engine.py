@@ -85,6 +85,7 @@ class SimConfig:
     backfill_interval: float = 30.0  # Slurm's bf_interval
     nodes_per_leaf: int = 32
     osts: int | None = None
+    fabric: str = "ib"  # "ib" (InfiniBand: port_xmit_wait) or "roce" (RDMA over Ethernet: ECN, CNP, PFC)
 
 
 @dataclass
@@ -225,6 +226,15 @@ class Simulation:
         self.ib_downed = np.zeros((n, g))
         self.ib_symerr = np.zeros((n, g))
         self.ib_up = np.ones((n, g), bool)
+        # ---- RoCE (fabric "roce"): the same rails carry RDMA over Ethernet, whose congestion
+        # counters are the mlx5 hw_counters (ECN marks, CNPs) and the NIC's PFC pause frames
+        if cfg.fabric not in ("ib", "roce"):
+            raise ValueError(f"unknown fabric {cfg.fabric!r} (ib or roce)")
+        self.fabric = cfg.fabric
+        self.roce_ecn = np.full((n, g), 1e6)
+        self.roce_cnp = np.full((n, g), 1e6)
+        self.roce_err = np.full((n, g), 100.0)  # sequence errors, NAKs and ACK timeouts
+        self.eth_pause = np.full(n, 1e4)  # PFC pause frames received, all NICs of the node
         # ---- Lustre client, per node x OST
         o = self.o
         self.ost_read = self.rng_init.uniform(1e11, 1e12, (n, o))
@@ -985,6 +995,20 @@ class Simulation:
         if went_down.any():
             self.ib_symerr += went_down * self.rng_noise.integers(5, 50, self.rail_down.shape)
         self.ib_up[:] = ~self.rail_down
+        if self.fabric == "roce":
+            # DCQCN: a switch queue past its ECN threshold marks packets, the receiver answers each
+            # marked flow with CNPs and the sender cuts its rate; marks grow with queueing as IB's
+            # credit wait does (here 1/100 of its ticks, a trickle on healthy busy links). A queue
+            # past XOFF sends PFC pause frames to the nodes on a congested leaf. A link that drops
+            # throws every in-flight QP into retransmission (hundreds of sequence errors and
+            # timeouts); healthy links count one now and then.
+            cong = 0.01 * wait_rate
+            self.roce_ecn += 0.5 * cong * dt
+            self.roce_cnp += 0.5 * cong * dt
+            self.eth_pause += np.where(self.hot_leaf[self.cluster.leaf_of], 2e3, 1.0) * dt
+            self.roce_err += self.rng_noise.poisson(0.05, self.rail_down.shape)
+            if went_down.any():
+                self.roce_err += went_down * self.rng_noise.integers(50, 500, self.rail_down.shape)
         # ---- Lustre: reads spread over the job's stripe; checkpoints write there
         # checkpoints come every so many iterations: a job stalled on its input or its all-reduce
         # (or hung) does not reach one while the stall lasts

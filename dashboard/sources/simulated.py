@@ -148,11 +148,14 @@ def window_from_history(sim) -> Window:
     ids = np.moveaxis(h.window("gpu_job")[1], 0, -1)
     jobs = ids[..., -1] if len(times) else np.full((sim.n, sim.g), -1)
     job = {"psi_io": job_means(ids, arr("job_io_pressure"))} if len(times) else {}
+    rail, node = {"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")}, {}
+    if sim.fabric == "roce":  # no transmit wait on RoCE: ECN/CNP per rail, PFC pause per node
+        rail, node = {"ib_tx": rail["ib_tx"], "roce_cong": arr("roce_cong_rate")}, {"eth_pause": arr("eth_pause_rate")}
     return Window(times=np.asarray(times, np.float64), step=float(sim.dt), nodes=tuple(cl.names),
                   gpus=tuple(tuple(range(sim.g)) for _ in range(sim.n)),
                   rails=tuple(tuple(f"mlx5_{k}/1" for k in range(sim.g)) for _ in range(sim.n)), targets=tuple(cl.osts),
-                  gpu=gpu, rail={"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")},
-                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read, "latency": arr("ost_read_latency")}, job=job,
+                  gpu=gpu, rail=rail,
+                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure"), **node}, target={"read": read, "latency": arr("ost_read_latency")}, job=job,
                   gpu_jobs={(cl.names[i], int(k)): str(int(jobs[i, k])) for i, k in zip(*np.nonzero(jobs >= 0))},
                   **_facts(cl))
 

@@ -42,8 +42,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_exporter_us(args: list[str], scrapes: int) -> tuple[float, int]:
-    """CPU microseconds per scrape and the number of node_infiniband/node_filesystem samples."""
+def node_exporter_us(args: list[str], scrapes: int,
+                     prefixes: tuple[str, ...] = ("node_infiniband_", "node_filesystem_")) -> tuple[float, int]:
+    """CPU microseconds per scrape and the number of samples whose names start with `prefixes`."""
     port = free_port()
     proc = subprocess.Popen([NODE_EXPORTER, "--collector.disable-defaults", f"--web.listen-address=127.0.0.1:{port}",
                              *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -67,7 +68,7 @@ def node_exporter_us(args: list[str], scrapes: int) -> tuple[float, int]:
     finally:
         proc.terminate()
         proc.wait(5)
-    series = sum(1 for line in body.splitlines() if line.startswith(("node_infiniband_", "node_filesystem_")))
+    series = sum(1 for line in body.splitlines() if line.startswith(prefixes))
     return used * 1e6 / scrapes, series
 
 

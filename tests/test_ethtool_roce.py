@@ -38,7 +38,7 @@ def ne_ethtool(fixtures_dir) -> Path:
 
 
 def test_node_exporter_capture_normalised_with_its_names(ne_ethtool):
-    text = ethtool_text(ne_ethtool)
+    text = ethtool_text(ne_ethtool, collector_ethtool_metrics_include=".")
     eth0 = (("device", "eth0"),)
     # node_exporter's names for the same e1000e capture, with our prefix and _total
     assert series(text, "gangwatch_ethtool_received_packets_total") == {eth0: 1260062}
@@ -55,6 +55,7 @@ def test_node_exporter_capture_normalised_with_its_names(ne_ethtool):
 
 def test_device_and_metric_filters(ne_ethtool):
     text = ethtool_text(ne_ethtool, collector_ethtool_device_exclude="^bond", collector_ethtool_metrics_include="^rx_")
+    assert "gangwatch_ethtool_received_errors_total" in text
     names = {n for n, _, _ in iter_samples(text)}
     assert "gangwatch_ethtool_received_packets_total" in names
     assert "gangwatch_ethtool_transmitted_packets_total" not in names
@@ -64,8 +65,21 @@ def test_device_and_metric_filters(ne_ethtool):
                                           "collector_ethtool_device_include": "^nothing$"})).collect()
 
 
+def test_default_include_keeps_what_proc_net_dev_lacks(ne_ethtool):
+    names = {n for n, _, _ in iter_samples(ethtool_text(ne_ethtool))}
+    assert {"gangwatch_ethtool_port_received_dropped_total", "gangwatch_ethtool_received_missed_total",
+            "gangwatch_ethtool_received_errors_total", "gangwatch_ethtool_align_errors_total"} <= names
+    # traffic counters are the netdev collector's (/proc/net/dev): not repeated here by default
+    assert "gangwatch_ethtool_received_packets_total" not in names
+    mlx5 = {n for n, _, _ in iter_samples(ethtool_text(DATA))}
+    assert {"gangwatch_ethtool_prio_received_pause_total", "gangwatch_ethtool_received_out_of_buffer_total",
+            "gangwatch_ethtool_queue_transmitted_dropped_total", "gangwatch_ethtool_node_received_pause_frames_total",
+            "gangwatch_ethtool_link_down_events_phy_total"} <= mlx5
+    assert "gangwatch_ethtool_queue_received_bytes_total" not in mlx5
+
+
 def test_mlx5_queues_summed_priorities_and_rollups():
-    text = ethtool_text(DATA)
+    text = ethtool_text(DATA, collector_ethtool_metrics_include=".")
     d0 = ("device", "mlx5_0")
     # per-queue counters summed per device, never a series per queue unless asked for
     assert series(text, "gangwatch_ethtool_queue_received_packets_total")[(d0,)] == 1_000_000
@@ -90,7 +104,7 @@ def test_mlx5_queues_summed_priorities_and_rollups():
 
 
 def test_per_queue_flag_gives_bounded_queue_labels():
-    text = ethtool_text(DATA, collector_ethtool_per_queue=True)
+    text = ethtool_text(DATA, collector_ethtool_per_queue=True, collector_ethtool_metrics_include=".")
     got = series(text, "gangwatch_ethtool_queue_received_packets_total")
     assert got[(("device", "mlx5_0"), ("queue", "0"))] == 400000
     assert got[(("device", "mlx5_0"), ("queue", "1"))] == 600000
@@ -143,7 +157,7 @@ def test_ioctl_reader_on_real_interfaces():
         for dev in real_interfaces():
             try:
                 names = reader.names(dev)
-                values = reader.values(dev, len(names))
+                values = reader.values(dev, tuple(names))
             except et.Unsupported as exc:
                 unsupported[dev] = str(exc)
                 continue
@@ -241,3 +255,27 @@ def test_roce_without_devices_is_quiet(tmp_path):
     (tmp_path / "class/infiniband/mlx4_0/ports/1/counters").mkdir(parents=True)  # IB port, no hw_counters
     with pytest.raises(NoData):
         RoceCollector(Context(paths=Paths(sysfs=str(tmp_path)))).collect()
+
+
+def test_changed_capture_is_parsed_again(tmp_path):
+    dev = tmp_path / "eth7"
+    dev.mkdir()
+    (dev / "statistics").write_text("NIC statistics:\n     rx_discards_phy: 5\n")
+    c = EthtoolCollector(Context(options={"collector_ethtool_fixtures": str(tmp_path)}))
+    assert series(encode(c.collect()), "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 5}
+    (dev / "statistics").write_text("NIC statistics:\n     rx_discards_phy: 9\n")
+    assert series(encode(c.collect()), "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 9}
+    # the driver gained a stat (names changed): the plan is rebuilt, no stale or misaligned values
+    (dev / "statistics").write_text("NIC statistics:\n     rx_out_of_buffer: 1\n     rx_discards_phy: 11\n")
+    text = encode(c.collect())
+    assert series(text, "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 11}
+    assert series(text, "gangwatch_ethtool_received_out_of_buffer_total") == {(("device", "eth7"),): 1}
+    # same count, other names: re-planned, never misaligned
+    (dev / "statistics").write_text("NIC statistics:\n     rx_crc_errors_phy: 2\n     rx_discards_phy: 12\n")
+    text = encode(c.collect())
+    assert series(text, "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 12}
+    assert "out_of_buffer" not in text
+    # the file turns to garbage: the device reports no stats, the scrape goes on
+    (dev / "statistics").write_text("\x00\x01garbage")
+    text = encode(c.collect())
+    assert series(text, "gangwatch_ethtool_stats_supported") == {(("device", "eth7"),): 0}

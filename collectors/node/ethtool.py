@@ -27,7 +27,9 @@ Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased,
   `gangwatch_ethtool_node_link_down_events_total`, `gangwatch_ethtool_node_link_errors_total` (CRC and
   symbol errors).
 Flags: `--collector.ethtool.device-include`/`-exclude` (regexes, as node_exporter),
-`--collector.ethtool.metrics-include` (regex on the driver's stat name, default all),
+`--collector.ethtool.metrics-include` (regex on the driver's stat name; default DEFAULT_METRICS_INCLUDE:
+discards, drops, pause/PFC, buffer exhaustion, CRC/symbol errors, link-down events, timeouts, which
+/proc/net/dev lacks; `.` for every stat, as node_exporter's default),
 `--collector.ethtool.per-queue`, `--collector.ethtool.fixtures DIR`.
 
 Cardinality: device-wide stats are the driver's fixed list; per-queue stats are one series per stat
@@ -52,16 +54,21 @@ import re
 import socket
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..exposition import Family, counter, escape_label_value, format_labels, gauge
+from ..exposition import Family, counter, escape_label_value, format_value, gauge
 from ..registry import Collector, NoData, register
 from .devices import DeviceFilter, add_device_filter_arguments, regex_argument
 
 PREFIX = "gangwatch_ethtool_"
 MAX_STATS = 8192  # mlx5 with 256 channels has ~7000; beyond this a driver is misbehaving
 RESCAN_SECONDS = 60.0
+# What the issue asks of driver stats and /proc/net/dev cannot give (the netdev collector already
+# exports bytes, packets, errors and drops per interface): discards, drops, pause/PFC, buffer
+# exhaustion, CRC/symbol errors, link-down events, timeouts. `--collector.ethtool.metrics-include .`
+# exports every stat as node_exporter does (mlx5: ~100 device-wide stats plus ~30 per queue).
+DEFAULT_METRICS_INCLUDE = r"discard|drop|pause|prio\d_(?:bytes|packets)|out_of_buffer|buff_alloc|crc|fcs|symbol|err|link_down|timeout|missed"
 
 
 class Unsupported(Exception):
@@ -71,10 +78,11 @@ class Unsupported(Exception):
 # ---------------------------------------------------------------------------------------------
 # Pure parser and normaliser
 
-_STAT_LINE = re.compile(r"^[ \t]*([^:\n]+?)[ \t]*:[ \t]*(\d+)[ \t]*$", re.M)
+# `name: value` lines; a `# ...` comment and ethtool's "ERROR: n" are not stats
+_STAT_LINE = re.compile(r"^[ \t]*(?!#|ERROR:)([^:\n]*[^:\s])[ \t]*:[ \t]*(\d+)[ \t]*$", re.M)
 
 
-def parse_stats_text(text: str) -> tuple[list[str], list[int]]:
+def parse_stats_text(text: str) -> tuple[tuple[str, ...], list[int]]:
     """`ethtool -S` output -> (names, values), in the driver's order; Unsupported when it holds none.
 
     Lines that are not `name: unsigned integer` (the `NIC statistics:` header, `# ...` comments,
@@ -82,11 +90,11 @@ def parse_stats_text(text: str) -> tuple[list[str], list[int]]:
     stat at all, is the driver saying it has none.
     """
     pairs = _STAT_LINE.findall(text)
-    pairs = [(n, v) for n, v in pairs if not n.startswith(("#", "ERROR"))]
     if not pairs:
         first = next((l.strip() for l in text.splitlines() if l.strip() and not l.startswith("#")), "empty output")
         raise Unsupported(f"no statistics ({first[:80]})")
-    return [n for n, _ in pairs], [int(v) for _, v in pairs]
+    names, values = zip(*pairs)
+    return names, list(map(int, values))
 
 
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
@@ -165,6 +173,7 @@ class Output:
     metric: str
     help: str
     labels: str
+    prefix: str  # "metric{labels} ", rendered once
     select: slice | tuple[int, ...]  # indices into the driver's values; a slice when they are evenly spaced
     scale: float
     node: str  # node rollup it is added to, or ""
@@ -173,7 +182,9 @@ class Output:
 @dataclass(frozen=True)
 class Plan:
     names: tuple[str, ...]
-    outputs: tuple[Output, ...]
+    outputs: tuple[Output, ...]  # sums (queues), scaled values and rollup members
+    singles: tuple[tuple[str, str, int], ...] = ()  # (metric, prefix, index): one stat as read, most of them
+    helps: dict[str, str] = field(default_factory=dict)  # metric -> HELP
 
 
 def _selector(indices: list[int]) -> slice | tuple[int, ...]:
@@ -218,14 +229,27 @@ def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = N
         key = (metric, labels)
         groups.setdefault(key, []).append(i)
         meta.setdefault(key, (what, metric, scale, _rollup(c)))
-    outputs = tuple(Output(PREFIX + metric, meta[(metric, labels)][0], labels, _selector(idx),
-                           meta[(metric, labels)][2], meta[(metric, labels)][3])
-                    for (metric, labels), idx in groups.items())
-    return Plan(tuple(names), outputs)
+    outputs = [Output(PREFIX + metric, meta[(metric, labels)][0], labels, f"{PREFIX}{metric}{labels} ",
+                      _selector(idx), meta[(metric, labels)][2], meta[(metric, labels)][3])
+               for (metric, labels), idx in groups.items()]
+    def single(o: Output) -> bool:
+        return type(o.select) is slice and o.select.stop == o.select.start + 1 and o.scale == 1.0 and not o.node
+
+    return Plan(tuple(names), tuple(o for o in outputs if not single(o)),
+                tuple((o.metric, o.prefix, o.select.start) for o in outputs if single(o)),
+                {o.metric: o.help for o in outputs})
 
 
 def apply_plan(plan: Plan, values: Sequence[int], families: dict[str, Family], totals: dict[str, float]) -> None:
     """Add one device's samples to `families` (by metric name) and its rollups to `totals`."""
+    if plan.singles:
+        if len(values) < len(plan.names):
+            return  # the driver shrank between the two calls: nothing rather than misaligned values
+        for metric, prefix, i in plan.singles:
+            fam = families.get(metric)
+            if fam is None:
+                fam = families[metric] = counter(metric, plan.helps[metric])
+            fam.lines.append(prefix + str(values[i]))
     for out in plan.outputs:
         sel = out.select
         if type(sel) is slice:
@@ -238,12 +262,14 @@ def apply_plan(plan: Plan, values: Sequence[int], families: dict[str, Family], t
                 value = sum([values[i] for i in sel])
             except IndexError:
                 continue
-        if out.scale != 1.0:
-            value *= out.scale
         fam = families.get(out.metric)
         if fam is None:
             fam = families[out.metric] = counter(out.metric, out.help)
-        fam.add_rendered(out.labels, value)
+        if out.scale != 1.0:
+            value *= out.scale
+            fam.lines.append(out.prefix + format_value(value))
+        else:  # driver stats are unsigned integers: str() is their exposition form
+            fam.lines.append(out.prefix + str(value))
         if out.node:
             totals[out.node] = totals.get(out.node, 0) + value
 
@@ -298,10 +324,11 @@ class IoctlReader:
         return [raw[12 + i * ETH_GSTRING_LEN:12 + (i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0].decode("ascii", "replace")
                 for i in range(got)]
 
-    def values(self, device: str, n: int) -> array.array:
+    def values(self, device: str, names: tuple[str, ...]) -> array.array:
         # Older kernels write as many u64 as the driver's count *now*, whatever n_stats we pass: ask
         # the count first and leave room to spare. Newer ones (6.x) answer n_stats 0 and no data when
         # our n_stats is not the driver's count: so it is passed exactly.
+        n = len(names)  # a driver's stat list changes only with its count (channels, features)
         live = self.count(device)
         if live != n:
             raise _Changed()
@@ -329,28 +356,48 @@ class _Changed(Exception):
     """The driver's stat count changed since the names were read: read them again."""
 
 
+def _read_file(path: str, limit: int = 4 << 20) -> bytes:
+    """The whole file with os.read (cheaper than a buffered file object), in 64 KiB reads."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = [os.read(fd, 65536)]
+        while len(chunks[-1]) == 65536 and sum(map(len, chunks)) < limit:
+            chunks.append(os.read(fd, 65536))
+        return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+    finally:
+        os.close(fd)
+
+
 class FixtureReader:
     """`ethtool -S` text files (`DIR/<device>/statistics`) read in place of the ioctl."""
 
     def __init__(self, roots: str):
         self.roots = [r for r in roots.split(",") if r]  # several capture folders may be merged
         self._where: dict[str, str] = {}
+        # device -> (the bytes last read, their parse): a capture read again unchanged is not parsed
+        # again, so a scrape costs a read per device as the ioctl does (the text parse is the
+        # fixture's own cost, not the collector's); any changed byte is parsed afresh
+        self._last: dict[str, tuple[bytes, tuple[tuple[str, ...], list[int]]]] = {}
 
-    def _parse(self, device: str) -> tuple[list[str], list[int]]:
+    def _parse(self, device: str) -> tuple[tuple[str, ...], list[int]]:
         path = os.path.join(self._where.get(device, self.roots[0] if self.roots else ""), device, "statistics")
         try:
-            with open(path, "rb") as f:
-                text = f.read(4 << 20).decode("utf-8", "replace")
+            raw = _read_file(path)
         except FileNotFoundError:
             raise Unsupported("no statistics file") from None
-        return parse_stats_text(text)
+        last = self._last.get(device)
+        if last is not None and last[0] == raw:
+            return last[1]
+        parsed = parse_stats_text(raw.decode("utf-8", "replace"))
+        self._last[device] = (raw, parsed)
+        return parsed
 
-    def names(self, device: str) -> list[str]:
+    def names(self, device: str) -> tuple[str, ...]:
         return self._parse(device)[0]
 
-    def values(self, device: str, n: int) -> list[int]:
-        names, values = self._parse(device)
-        if len(names) != n:
+    def values(self, device: str, names: tuple[str, ...]) -> list[int]:
+        got, values = self._parse(device)
+        if got != names:
             raise _Changed()
         return values
 
@@ -378,7 +425,7 @@ class EthtoolCollector(Collector):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.filter = DeviceFilter.from_options(ctx, "ethtool")
-        include = ctx.option("collector_ethtool_metrics_include")
+        include = ctx.option("collector_ethtool_metrics_include", DEFAULT_METRICS_INCLUDE)
         self.include = re.compile(include) if include else None
         self.per_queue = bool(ctx.option("collector_ethtool_per_queue", False))
         root = ctx.option("collector_ethtool_fixtures")
@@ -390,8 +437,10 @@ class EthtoolCollector(Collector):
     def add_arguments(cls, parser) -> None:
         add_device_filter_arguments(parser, "ethtool")
         parser.add_argument("--collector.ethtool.metrics-include", dest="collector_ethtool_metrics_include",
-                            type=regex_argument, default=None, metavar="REGEX",
-                            help="Regexp of driver stat names to export (searched in the name); default all.")
+                            type=regex_argument, default=DEFAULT_METRICS_INCLUDE, metavar="REGEX",
+                            help="Regexp of driver stat names to export (searched in the name). Default: what "
+                                 "/proc/net/dev lacks (discards, drops, pause/PFC, errors, link-down events); "
+                                 "'.' exports every stat, as node_exporter does.")
         parser.add_argument("--collector.ethtool.per-queue", dest="collector_ethtool_per_queue",
                             action="store_true", help="One series per queue for per-queue stats (label queue) "
                                                       "instead of their sum per device.")
@@ -445,7 +494,7 @@ class EthtoolCollector(Collector):
         if not isinstance(plan, Plan):
             return None
         try:
-            return self.reader.values(device, len(plan.names))
+            return self.reader.values(device, plan.names)
         except (_Changed, Unsupported, OSError):
             return None
 

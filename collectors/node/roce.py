@@ -97,7 +97,7 @@ NODE_HELP = {
 @dataclass(frozen=True)
 class PortFiles:
     labels: str  # {device="..",port=".."}
-    files: tuple[tuple[str, Spec], ...]  # (path, spec)
+    files: tuple[tuple[str, Spec, str], ...]  # (path, spec, the sample's "name{labels} " prefix)
 
 
 def scan(base: str) -> tuple[list[str], list[PortFiles]]:
@@ -118,9 +118,10 @@ def scan(base: str) -> tuple[list[str], list[PortFiles]]:
                 names = sorted(os.listdir(hw))
             except OSError:
                 continue
-            files = tuple((f"{hw}/{n}", COUNTERS[n]) for n in names if n in COUNTERS)
+            labels = format_labels((("device", device), ("port", port)))
+            files = tuple((f"{hw}/{n}", COUNTERS[n], f"{PREFIX}{COUNTERS[n].metric}{labels} ") for n in names if n in COUNTERS)
             if files:
-                ports.append(PortFiles(format_labels((("device", device), ("port", port))), files))
+                ports.append(PortFiles(labels, files))
     return devices, ports
 
 
@@ -154,14 +155,14 @@ class RoceCollector(Collector):
         families: dict[str, Family] = {}
         totals: dict[str, int] = {}
         for port in self._ports:
-            for path, spec in port.files:
+            for path, spec, prefix in port.files:
                 value = parse_counter(read(path))
                 if value is None:
                     continue
                 fam = families.get(spec.metric)
                 if fam is None:
                     fam = families[spec.metric] = counter(PREFIX + spec.metric, spec.help)
-                fam.add_rendered(port.labels, value)
+                fam.lines.append(prefix + str(value))
                 if spec.node:
                     totals[spec.node] = totals.get(spec.node, 0) + value
         node = [counter(PREFIX + m, NODE_HELP[m]).add_rendered("", v) for m, v in totals.items()]

@@ -25,6 +25,8 @@ How a job is judged (thresholds in thresholds.py):
    the cluster and link_downed events per port (network). A member is named only when a one-sided
    robust z-test (median/MAD) rejects "same as its peers" at `alpha` after Bonferroni correction for
    the number of members tested; the evidence carries z and p. Otherwise the culprit stays empty.
+   On RoCE (no port_xmit_wait) ECN marks, CNPs and PFC pause take xmit_wait's place and transport
+   errors count as link events (`fabric_view`).
 5. Cluster sanity: if most nodes went silent, or most jobs "stall" within seconds of each other
    with no shared culprit, that is a collector or network outage: every job gets
    insufficient_data with that reason instead of a thousand stalls.

@@ -23,7 +23,6 @@ Usage: python bench/bench_ethtool_roce.py [--scrapes 300]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -34,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_ib_fs import NODE_EXPORTER, node_exporter_us, ours_us  # noqa: E402
+from bench_ib_fs import node_exporter_us, ours_us, parse_args, shared_fixtures  # noqa: E402
 
 NICS = 8
 CHANNELS = 16
@@ -71,17 +70,14 @@ def ethtool_tree(root: Path) -> tuple[Path, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scrapes", type=int, default=300)
-    args = ap.parse_args(argv)
-    if not os.access(NODE_EXPORTER, os.X_OK):
-        print("prometheus-node-exporter not found: apt-get install prometheus-node-exporter", file=sys.stderr)
+    args = parse_args(__doc__, argv)
+    if args is None:
         return 2
     from collectors.node.ethtool import EthtoolCollector
     from collectors.node.roce import RoceCollector
     from collectors.registry import Context, Paths
 
-    shared = Path(os.environ.get("GW_SHARED", REPO.parent / "shared")) / "fixtures"
+    shared = shared_fixtures()
     tmp = Path(tempfile.mkdtemp(prefix="gw-bench-ethtool-roce-"))
     try:
         sysfs = roce_tree(tmp / "sys", shared)

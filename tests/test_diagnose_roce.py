@@ -98,11 +98,7 @@ def test_agent_names_through_a_bundle(tmp_path):
     # seed 6: a 4-node gang on leaf00 (kept small: rendering and parsing every node's exposition is the cost)
     sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
                                faults="ib_congestion@8m+30m:leaf=leaf00"))
-    w = BundleWriter(sim)
-    w.capture()
-    for _ in range(56):
-        sim.step()
-        w.capture()
+    w = BundleWriter(sim).run(56)
     text = w.text()
     assert "gangwatch_roce_port_cnp_handled_total" in text and "gangwatch_ethtool_node_received_pause_frames_total" in text
     assert "transmit_wait" not in text

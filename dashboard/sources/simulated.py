@@ -248,6 +248,14 @@ class BundleWriter:
                     if job:
                         s.labels["hpc_job"] = job
 
+    def run(self, steps: int) -> "BundleWriter":
+        """Capture now and after each of `steps` simulation steps."""
+        self.capture()
+        for _ in range(steps):
+            self.sim.step()
+            self.capture()
+        return self
+
     def text(self) -> str:
         from .bundle import openmetrics
 

@@ -130,18 +130,15 @@ def test_text_without_stats_is_unsupported(text):
 
 
 def test_plan_selectors_sum_strided_queues():
-    names = [f"rx{q}_{s}" for q in range(64) for s in ("packets", "bytes", "drops")]
-    plan = et.build_plan("eth9", names)
-    by = {o.metric: o for o in plan.outputs}
-    assert by["gangwatch_ethtool_queue_received_drops_total"].select == slice(2, 192, 3)
-    fams, totals = {}, {}
-    et.apply_plan(plan, list(range(len(names))), fams, totals)
-    assert fams["gangwatch_ethtool_queue_received_drops_total"].lines == [
-        f'gangwatch_ethtool_queue_received_drops_total{{device="eth9"}} {sum(range(2, 192, 3))}']
+    names = [f"rx{q}_{s}" for q in range(64) for s in ("packets", "bytes", "drops")] + ["rx_prio3_pause_duration"]
+    plan = et.build_plan("eth9", names, include=None)
+    k = plan.metrics.index("gangwatch_ethtool_queue_received_drops_total")
+    assert plan.selects[k] == slice(2, 192, 3)
+    lines = et.apply_plan(plan, list(range(len(names))), {})
+    assert lines[k] == f'gangwatch_ethtool_queue_received_drops_total{{device="eth9"}} {sum(range(2, 192, 3))}'
+    assert lines[-1] == 'gangwatch_ethtool_prio_received_pause_duration_seconds_total{device="eth9",priority="3"} 0.000192'
     # fewer values than names (the driver shrank between the two calls): no crash, no partial lie
-    fams = {}
-    et.apply_plan(plan, [], fams, {})
-    assert fams == {}
+    assert et.apply_plan(plan, [1, 2], {}) is None
 
 
 # ---- the ioctl reader on this machine's real interfaces

@@ -54,10 +54,10 @@ import re
 import socket
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
-from ..exposition import Family, counter, escape_label_value, format_value, gauge
+from ..exposition import Family, counter, escape_label_value, gauge
 from ..registry import Collector, NoData, register
 from .devices import DeviceFilter, add_device_filter_arguments, regex_argument
 
@@ -167,24 +167,17 @@ def _rollup(c: Classified) -> str:
 
 
 @dataclass(frozen=True)
-class Output:
-    """One sample of a scrape: the family it goes to, its rendered labels, and which stats it sums."""
-
-    metric: str
-    help: str
-    labels: str
-    prefix: str  # "metric{labels} ", rendered once
-    select: slice | tuple[int, ...]  # indices into the driver's values; a slice when they are evenly spaced
-    scale: float
-    node: str  # node rollup it is added to, or ""
-
-
-@dataclass(frozen=True)
 class Plan:
+    """What each scrape of one device emits, decided once per (device, stat list); sample k sums the
+    driver's values at `selects[k]` (a slice when the indices are evenly spaced: queues)."""
+
     names: tuple[str, ...]
-    outputs: tuple[Output, ...]  # sums (queues), scaled values and rollup members
-    singles: tuple[tuple[str, str, int], ...] = ()  # (metric, prefix, index): one stat as read, most of them
-    helps: dict[str, str] = field(default_factory=dict)  # metric -> HELP
+    metrics: tuple[str, ...]  # per sample: its family's name
+    helps: tuple[str, ...]  # per sample: its family's HELP
+    prefixes: tuple[str, ...]  # per sample: "name{labels} ", rendered once
+    selects: tuple[slice | tuple[int, ...], ...]
+    scaled: tuple[tuple[int, float], ...] = ()  # (sample, factor): mlx5 pause durations, us -> s
+    rollups: tuple[tuple[int, str], ...] = ()  # (sample, node rollup it is added to)
 
 
 def _selector(indices: list[int]) -> slice | tuple[int, ...]:
@@ -200,7 +193,7 @@ def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = N
                per_queue: bool = False) -> Plan:
     """Decide once per (device, stat list) what each scrape emits: pure, cached by the collector."""
     groups: dict[tuple[str, str], list[int]] = {}
-    meta: dict[tuple[str, str], tuple[str, str, float, str]] = {}
+    meta: dict[tuple[str, str], tuple[str, float, str]] = {}
     seen: set[str] = set()
     dev = f'device="{escape_label_value(device)}"'
     for i, stat in enumerate(names[:MAX_STATS]):
@@ -228,50 +221,36 @@ def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = N
             what += " Converted from microseconds to seconds."
         key = (metric, labels)
         groups.setdefault(key, []).append(i)
-        meta.setdefault(key, (what, metric, scale, _rollup(c)))
-    outputs = [Output(PREFIX + metric, meta[(metric, labels)][0], labels, f"{PREFIX}{metric}{labels} ",
-                      _selector(idx), meta[(metric, labels)][2], meta[(metric, labels)][3])
-               for (metric, labels), idx in groups.items()]
-    def single(o: Output) -> bool:
-        return type(o.select) is slice and o.select.stop == o.select.start + 1 and o.scale == 1.0 and not o.node
-
-    return Plan(tuple(names), tuple(o for o in outputs if not single(o)),
-                tuple((o.metric, o.prefix, o.select.start) for o in outputs if single(o)),
-                {o.metric: o.help for o in outputs})
+        meta.setdefault(key, (what, scale, _rollup(c)))
+    keys = list(groups)
+    return Plan(tuple(names), tuple(PREFIX + m for m, _ in keys), tuple(meta[k][0] for k in keys),
+                tuple(f"{PREFIX}{m}{lbl} " for m, lbl in keys), tuple(_selector(groups[k]) for k in keys),
+                tuple((j, meta[k][1]) for j, k in enumerate(keys) if meta[k][1] != 1.0),
+                tuple((j, meta[k][2]) for j, k in enumerate(keys) if meta[k][2]))
 
 
-def apply_plan(plan: Plan, values: Sequence[int], families: dict[str, Family], totals: dict[str, float]) -> None:
-    """Add one device's samples to `families` (by metric name) and its rollups to `totals`."""
-    if plan.singles:
-        if len(values) < len(plan.names):
-            return  # the driver shrank between the two calls: nothing rather than misaligned values
-        for metric, prefix, i in plan.singles:
-            fam = families.get(metric)
-            if fam is None:
-                fam = families[metric] = counter(metric, plan.helps[metric])
-            fam.lines.append(prefix + str(values[i]))
-    for out in plan.outputs:
-        sel = out.select
-        if type(sel) is slice:
-            chunk = values[sel]
-            if not chunk:
-                continue  # fewer values than names: the driver shrank between the two calls
-            value = sum(chunk)
-        else:
-            try:
-                value = sum([values[i] for i in sel])
-            except IndexError:
-                continue
-        fam = families.get(out.metric)
+def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list[str] | None:
+    """One device's sample lines, in the plan's order, and its rollups added to `totals`; None when
+    there are fewer values than names (the driver shrank between the two calls)."""
+    if len(values) < len(plan.names):
+        return None
+    vals: list = [sum(values[sel]) if type(sel) is slice else sum([values[i] for i in sel]) for sel in plan.selects]
+    for k, factor in plan.scaled:
+        vals[k] *= factor
+    for k, node in plan.rollups:
+        totals[node] = totals.get(node, 0) + vals[k]
+    # driver stats are unsigned integers, scaled ones plain floats: str() is their exposition form
+    return list(map(str.__add__, plan.prefixes, map(str, vals)))
+
+
+def add_lines(families: dict[str, Family], plan: Plan, per_device: list[list[str]]) -> None:
+    """Lines of several devices with the same plan order into their families, one append per family
+    rather than per sample (8 NICs of one driver share the order)."""
+    for metric, help_, col in zip(plan.metrics, plan.helps, zip(*per_device)):
+        fam = families.get(metric)
         if fam is None:
-            fam = families[out.metric] = counter(out.metric, out.help)
-        if out.scale != 1.0:
-            value *= out.scale
-            fam.lines.append(out.prefix + format_value(value))
-        else:  # driver stats are unsigned integers: str() is their exposition form
-            fam.lines.append(out.prefix + str(value))
-        if out.node:
-            totals[out.node] = totals.get(out.node, 0) + value
+            fam = families[metric] = counter(metric, help_)
+        fam.lines.extend(col)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +384,8 @@ class FixtureReader:
         where: dict[str, str] = {}
         for root in reversed(self.roots):  # the first folder wins for a device in several
             try:
-                where.update((d, root) for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+                with os.scandir(root) as it:  # d_type: no stat per entry
+                    where.update((e.name, root) for e in it if e.is_dir())
             except OSError:
                 continue
         self._where = where
@@ -466,6 +446,7 @@ class EthtoolCollector(Collector):
             raise NoData("no network interface to read (or all filtered out)")
         families: dict[str, Family] = {}
         totals: dict[str, float] = {}
+        by_order: dict[tuple[str, ...], tuple[Plan, list[list[str]]]] = {}  # devices grouped by sample order
         supported = gauge(PREFIX + "stats_supported", "1 when the device's driver gives statistics through "
                                                       "ethtool, 0 when it has none (loopback, bonds, most "
                                                       "virtual devices).")
@@ -483,8 +464,13 @@ class EthtoolCollector(Collector):
                 if not isinstance(plan, Plan):
                     supported.add_rendered(self.filter(device), 0)
                 continue  # a device that vanished or changed twice in one scrape: nothing rather than a guess
+            lines = apply_plan(plan, values, totals)
+            if lines is None:
+                continue
             supported.add_rendered(self.filter(device), 1)
-            apply_plan(plan, values, families, totals)
+            by_order.setdefault(plan.metrics, (plan, []))[1].append(lines)
+        for plan, per_device in by_order.values():
+            add_lines(families, plan, per_device)
         if len(self._plans) > 4 * len(devices) + 64:  # veth churn must not grow the cache forever
             self._plans = {d: p for d, p in self._plans.items() if d in set(devices)}
         node = [counter(PREFIX + metric, NODE_HELP[metric]).add_rendered("", total) for metric, total in totals.items()]

@@ -122,3 +122,12 @@ def test_demo_history_window_on_roce():
 
     hit = network(diagnose(win, build_snapshot(sim).jobs).verdicts)
     assert hit and all(v.culprit == "leaf00" for v in hit.values())
+
+
+def test_demo_command_line_takes_the_fabric():
+    from dashboard.demo import build_parser, sim_config
+
+    assert sim_config(build_parser().parse_args(["--fabric", "roce"]), 1.8e9).fabric == "roce"
+    assert sim_config(build_parser().parse_args([]), 1.8e9).fabric == "ib"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--fabric", "omnipath"])

@@ -292,29 +292,38 @@ class IoctlReader:
         _, _, mask, n = struct.unpack("=IIQI", buf.tobytes())
         if not mask & (1 << ETH_SS_STATS) or n == 0:
             raise Unsupported("driver has no statistics (0 stats)")
-        return min(n, MAX_STATS)
+        if n > MAX_STATS:  # the kernel would write them all: never hand it a buffer sized below its count
+            raise Unsupported(f"driver reports {n} stats, more than the {MAX_STATS} read")
+        return n
+
+    @staticmethod
+    def _room(n: int) -> int:
+        # Older kernels write as many entries as the driver counts at the time of the call, whatever
+        # size we pass: room for a count that grew between two ioctls (channels added meanwhile).
+        return 2 * n + 64
 
     def names(self, device: str) -> list[str]:
         n = self.count(device)
-        buf = array.array("B", struct.pack("=III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n) + bytes(n * ETH_GSTRING_LEN))
+        buf = array.array("B", struct.pack("=III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n) + bytes(self._room(n) * ETH_GSTRING_LEN))
         self._ioctl(device, buf)
         raw = buf.tobytes()
-        got = min(struct.unpack_from("=I", raw, 8)[0], n)
+        got = struct.unpack_from("=I", raw, 8)[0]
+        if got != n:
+            raise _Changed()
         return [raw[12 + i * ETH_GSTRING_LEN:12 + (i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0].decode("ascii", "replace")
                 for i in range(got)]
 
     def values(self, device: str, names: tuple[str, ...]) -> array.array:
-        # Older kernels write as many u64 as the driver's count *now*, whatever n_stats we pass: ask
-        # the count first and leave room to spare. Newer ones (6.x) answer n_stats 0 and no data when
-        # our n_stats is not the driver's count: so it is passed exactly.
+        # Newer kernels (6.x) answer n_stats 0 and no data when our n_stats is not the driver's count:
+        # it is asked first and passed exactly; older ones ignore it (see _room).
         n = len(names)  # a driver's stat list changes only with its count (channels, features)
         live = self.count(device)
         if live != n:
             raise _Changed()
-        buf = array.array("Q", bytes(8 * (live + 17)))
-        struct.pack_into("=II", memoryview(buf).cast("B"), 0, ETHTOOL_GSTATS, live)
+        buf = array.array("Q", bytes(8 * (self._room(live) + 1)))
+        struct.pack_into("=II", buf, 0, ETHTOOL_GSTATS, live)
         self._ioctl(device, buf)
-        got = buf[0] >> 32  # the header's second u32 (little-endian hosts; the ioctl is host-order)
+        got = struct.unpack_from("=II", buf, 0)[1]  # host order, as the kernel wrote it
         if got != n:
             raise _Changed()
         return buf[1:1 + got]
@@ -428,9 +437,13 @@ class EthtoolCollector(Collector):
                             metavar="DIR[,DIR...]", help="Read `ethtool -S` text from DIR/<device>/statistics "
                                                 "instead of the ioctl (tests, benchmarks, replaying a capture).")
 
-    def _plan(self, device: str) -> Plan | str:
+    def _plan(self, device: str) -> Plan | str | None:
+        """The device's plan, why it has no stats, or None when its stat list changed while read
+        (not remembered: read again next scrape)."""
         try:
             return build_plan(device, self.reader.names(device), self.include, self.per_queue)
+        except _Changed:
+            return None
         except Unsupported as exc:
             return str(exc)
         except OSError as exc:
@@ -453,15 +466,15 @@ class EthtoolCollector(Collector):
         for device in devices:
             plan = self._plans.get(device)
             if plan is None:
-                plan = self._plans[device] = self._plan(device)
+                plan = self._remember(device)
             values = None
             if isinstance(plan, Plan):
                 values = self._values(device, plan)
                 if values is None:  # the stat list changed under us: one fresh read of names and values
-                    plan = self._plans[device] = self._plan(device)
+                    plan = self._remember(device)
                     values = self._values(device, plan) if isinstance(plan, Plan) else None
             if values is None:
-                if not isinstance(plan, Plan):
+                if isinstance(plan, str):
                     supported.add_rendered(self.filter(device), 0)
                 continue  # a device that vanished or changed twice in one scrape: nothing rather than a guess
             lines = apply_plan(plan, values, totals)
@@ -476,7 +489,15 @@ class EthtoolCollector(Collector):
         node = [counter(PREFIX + metric, NODE_HELP[metric]).add_rendered("", total) for metric, total in totals.items()]
         return [supported, *families.values(), *node]
 
-    def _values(self, device: str, plan: Plan | str) -> Sequence[int] | None:
+    def _remember(self, device: str) -> Plan | str | None:
+        plan = self._plan(device)
+        if plan is None:
+            self._plans.pop(device, None)
+        else:
+            self._plans[device] = plan
+        return plan
+
+    def _values(self, device: str, plan: Plan | str | None) -> Sequence[int] | None:
         if not isinstance(plan, Plan):
             return None
         try:

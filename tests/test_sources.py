@@ -229,7 +229,9 @@ def test_prometheus_query_budget_does_not_grow_with_nodes(nodes):
     calls: list = []
     src = PrometheusSource("http://prom:9090", client=_fake_prometheus(nodes, calls))
     win = src.window(T0, 600, 15)
-    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1 <= 20
+    # 20 range queries (one per signal; RoCE's congestion, transport errors and pause frames are 3 of
+    # them) + 1 instant query for facts
+    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1 <= 21
     assert len(win.nodes) == nodes and win.gpu["util"].shape == (nodes, 2, 41)
 
 

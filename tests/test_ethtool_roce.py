@@ -276,3 +276,15 @@ def test_changed_capture_is_parsed_again(tmp_path):
     (dev / "statistics").write_text("\x00\x01garbage")
     text = encode(c.collect())
     assert series(text, "gangwatch_ethtool_stats_supported") == {(("device", "eth7"),): 0}
+
+
+def test_exposition_passes_promtool_lint(ne_ethtool, procfs_tree, tmp_path):
+    from tests.support.golden import promtool_problems
+
+    path = tmp_path / "out.prom"
+    path.write_text(ethtool_text(f"{ne_ethtool},{DATA}", collector_ethtool_metrics_include=".",
+                                 collector_ethtool_per_queue=True) + roce_text(procfs_tree / "sys"))
+    problems = promtool_problems(path)
+    if problems is None:
+        pytest.skip("promtool not installed (Debian's prometheus package)")
+    assert problems == ""

@@ -33,8 +33,8 @@ discards, drops, pause/PFC, buffer exhaustion, CRC/symbol errors, link-down even
 `--collector.ethtool.per-queue`, `--collector.ethtool.fixtures DIR`.
 
 Cardinality: device-wide stats are the driver's fixed list; per-queue stats are one series per stat
-unless asked for; priorities are 0-7 (others are left as plain stats). At most MAX_STATS stats are
-read per device.
+unless asked for; priorities are 0-7 (others are left as plain stats). A driver reporting more than
+MAX_STATS stats is refused (unsupported, with its count) rather than read in part.
 
 Failure modes: a device whose driver has no stats (EOPNOTSUPP, a count of 0, `ethtool -S` answering
 "no stats available" or an error) reports stats_supported 0 and nothing else, never an error; a
@@ -45,7 +45,6 @@ counter reset. The names are re-read when the driver's stat count changes, and e
 
 from __future__ import annotations
 
-import argparse
 import array
 import errno
 import fcntl

@@ -54,6 +54,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Sequence
 
 from ..exposition import Family, counter, escape_label_value, gauge
@@ -67,7 +68,7 @@ RESCAN_SECONDS = 60.0
 # exports bytes, packets, errors and drops per interface): discards, drops, pause/PFC, buffer
 # exhaustion, CRC/symbol errors, link-down events, timeouts. `--collector.ethtool.metrics-include .`
 # exports every stat as node_exporter does (mlx5: ~100 device-wide stats plus ~30 per queue).
-DEFAULT_METRICS_INCLUDE = r"discard|drop|pause|prio\d_(?:bytes|packets)|out_of_buffer|buff_alloc|crc|fcs|symbol|err|link_down|timeout|missed"
+DEFAULT_METRICS_INCLUDE = r"discard|drop|pause|out_of_buffer|buff_alloc|crc|fcs|symbol|err|link_down|timeout|missed"
 
 
 class Unsupported(Exception):
@@ -175,8 +176,10 @@ class Plan:
     helps: tuple[str, ...]  # per sample: its family's HELP
     prefixes: tuple[str, ...]  # per sample: "name{labels} ", rendered once
     selects: tuple[slice | tuple[int, ...], ...]
+    singles: int = 0  # the first `singles` samples are one stat each, taken by one itemgetter call
     scaled: tuple[tuple[int, float], ...] = ()  # (sample, factor): mlx5 pause durations, us -> s
     rollups: tuple[tuple[int, str], ...] = ()  # (sample, node rollup it is added to)
+    pick: tuple[int, ...] = ()  # the driver's index of each of the first `singles` samples
 
 
 def _selector(indices: list[int]) -> slice | tuple[int, ...]:
@@ -221,11 +224,14 @@ def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = N
         key = (metric, labels)
         groups.setdefault(key, []).append(i)
         meta.setdefault(key, (what, scale, _rollup(c)))
-    keys = list(groups)
+    # samples of one stat first (most of them: picked by one itemgetter call), then the sums
+    keys = sorted(groups, key=lambda k: len(groups[k]) > 1)
     return Plan(tuple(names), tuple(PREFIX + m for m, _ in keys), tuple(meta[k][0] for k in keys),
                 tuple(f"{PREFIX}{m}{lbl} " for m, lbl in keys), tuple(_selector(groups[k]) for k in keys),
+                sum(len(groups[k]) == 1 for k in keys),
                 tuple((j, meta[k][1]) for j, k in enumerate(keys) if meta[k][1] != 1.0),
-                tuple((j, meta[k][2]) for j, k in enumerate(keys) if meta[k][2]))
+                tuple((j, meta[k][2]) for j, k in enumerate(keys) if meta[k][2]),
+                tuple(groups[k][0] for k in keys if len(groups[k]) == 1))
 
 
 def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list[str] | None:
@@ -233,7 +239,9 @@ def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> l
     there are fewer values than names (the driver shrank between the two calls)."""
     if len(values) < len(plan.names):
         return None
-    vals: list = [sum(values[sel]) if type(sel) is slice else sum([values[i] for i in sel]) for sel in plan.selects]
+    n = plan.singles
+    vals: list = [values[i] for i in plan.pick] if n < 2 else list(itemgetter(*plan.pick)(values))
+    vals += [sum(values[sel]) if type(sel) is slice else sum([values[i] for i in sel]) for sel in plan.selects[n:]]
     for k, factor in plan.scaled:
         vals[k] *= factor
     for k, node in plan.rollups:
@@ -361,6 +369,8 @@ class FixtureReader:
     def __init__(self, roots: str):
         self.roots = [r for r in roots.split(",") if r]  # several capture folders may be merged
         self._where: dict[str, str] = {}
+        self._stamp: list | None = None
+        self._devices: list[str] = []
         # device -> (the bytes last read, their parse): a capture read again unchanged is not parsed
         # again, so a scrape costs a read per device as the ioctl does (the text parse is the
         # fixture's own cost, not the collector's); any changed byte is parsed afresh
@@ -389,6 +399,15 @@ class FixtureReader:
         return values
 
     def devices(self, _sysfs_net: str) -> list[str]:
+        # listed again only when a folder's mtime moves (a device folder added or removed)
+        stamp = []
+        for root in self.roots:
+            try:
+                stamp.append(os.stat(root).st_mtime_ns)
+            except OSError:
+                stamp.append(None)
+        if stamp == self._stamp:
+            return self._devices
         where: dict[str, str] = {}
         for root in reversed(self.roots):  # the first folder wins for a device in several
             try:
@@ -396,8 +415,8 @@ class FixtureReader:
                     where.update((e.name, root) for e in it if e.is_dir())
             except OSError:
                 continue
-        self._where = where
-        return sorted(where)
+        self._where, self._stamp, self._devices = where, stamp, sorted(where)
+        return self._devices
 
     def close(self) -> None:
         pass

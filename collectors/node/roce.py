@@ -5,8 +5,8 @@ counter per file (mlx5 names; other drivers expose fewer or none). On RoCE there
 `port_xmit_wait`: congestion shows as ECN-marked packets at the receiver (`np_ecn_marked_roce_packets`),
 congestion notification packets it sends back (`np_cnp_sent`) and that senders act on
 (`rp_cnp_handled`, `rp_cnp_ignored`); a lossy or flapping link shows as sequence errors
-(`out_of_sequence`, `packet_seq_err`, `implied_nak_seq_err`), retransmissions (`roce_adp_retrans`,
-`roce_adp_retrans_to`, `local_ack_timeout_err`, `rnr_nak_retry_err`) and slow restarts.
+(`out_of_sequence`, `packet_seq_err`), retransmissions (`roce_adp_retrans`, `local_ack_timeout_err`,
+`rnr_nak_retry_err`) and slow restarts.
 
 Metrics (labels `device`, `port`): `gangwatch_roce_port_<counter>_total` for each counter in COUNTERS.
 Node rollups (no labels): `gangwatch_roce_node_{ecn_marked_packets,cnp_sent,cnp_handled,
@@ -15,9 +15,9 @@ in this scrape (left out when none did), as the InfiniBand collector's node roll
 and the diagnosis read these. A port that vanishes makes a sum drop, which Prometheus reads as a
 counter reset.
 
-hw_counters files this collector does not know (other drivers, newer kernels) are left to the
-infiniband collector's generic `gangwatch_infiniband_port_hw_stat_total{counter}`; they are never an
-error here. Files that are empty, truncated or not a number are left out one by one. Some mlx5
+Every other hw_counters file (`implied_nak_seq_err`, `roce_adp_retrans_to`, `out_of_buffer`,
+`duplicate_request`, other drivers' and newer kernels' files) is left to the infiniband collector's
+generic `gangwatch_infiniband_port_hw_stat_total{counter}`, never read twice, never an error here. Files that are empty, truncated or not a number are left out one by one. Some mlx5
 counters are 32-bit and wrap: the value is exported as read, and Prometheus takes the drop for a
 reset (rate() then misses at most the part before the wrap).
 
@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..exposition import Family, counter, format_labels
 from ..registry import Collector, NoData, register
-from .infiniband import OpenFiles, parse_counter
+from .infiniband import OpenFiles
 
 PREFIX = "gangwatch_roce_"
 RESCAN_SECONDS = 60.0
@@ -60,12 +59,8 @@ COUNTERS: dict[str, Spec] = {
                             "loss on the path (out_of_sequence).", "node_sequence_errors_total"),
     "packet_seq_err": Spec("port_packet_sequence_errors_total", "NAKs for packet sequence errors received "
                            "(packet_seq_err).", "node_sequence_errors_total"),
-    "implied_nak_seq_err": Spec("port_implied_nak_sequence_errors_total", "Implied NAK sequence errors: a response "
-                                "arrived for a later request than expected (implied_nak_seq_err)."),
     "roce_adp_retrans": Spec("port_adaptive_retransmissions_total", "Adaptive retransmissions of RoCE traffic "
                              "(roce_adp_retrans).", "node_retransmissions_total"),
-    "roce_adp_retrans_to": Spec("port_adaptive_retransmission_timeouts_total", "Adaptive retransmissions after a "
-                                "timeout (roce_adp_retrans_to)."),
     "roce_slow_restart": Spec("port_slow_restarts_total", "Times a QP entered slow restart after repeated "
                               "retransmissions (roce_slow_restart)."),
     "roce_slow_restart_cnps": Spec("port_slow_restart_cnps_total", "CNPs that triggered slow restart "
@@ -76,10 +71,6 @@ COUNTERS: dict[str, Spec] = {
                                   "retransmitted (local_ack_timeout_err).", "node_local_ack_timeouts_total"),
     "rnr_nak_retry_err": Spec("port_rnr_nak_retry_errors_total", "Receiver-not-ready NAKs that exhausted the "
                               "retry count (rnr_nak_retry_err)."),
-    "out_of_buffer": Spec("port_out_of_buffer_drops_total", "Packets dropped because no receive buffer was posted "
-                          "(out_of_buffer)."),
-    "duplicate_request": Spec("port_duplicate_requests_total", "Duplicate requests received, retransmissions seen "
-                              "from the responder's side (duplicate_request)."),
 }
 
 _SUM = ("summed over the node's ports that report it in this scrape; absent when none does; a port that "
@@ -94,19 +85,14 @@ NODE_HELP = {
 }
 
 
-@dataclass(frozen=True)
-class PortFiles:
-    labels: str  # {device="..",port=".."}
-    files: tuple[tuple[str, Spec, str], ...]  # (path, spec, the sample's "name{labels} " prefix)
-
-
-def scan(base: str) -> tuple[list[str], list[PortFiles]]:
-    """Devices under `base` and, per port, the hw_counters files this collector knows."""
+def scan(base: str) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
+    """Devices under `base`, and per counter this collector knows, the (file path, sample prefix
+    `name{device,port} `) of every port that has it: a scrape then goes counter by counter."""
     try:
         devices = sorted(os.listdir(base))
     except OSError:
-        return [], []
-    ports = []
+        return [], {}
+    by_counter: dict[str, list[tuple[str, str]]] = {}
     for device in devices:
         try:
             port_names = sorted(os.listdir(f"{base}/{device}/ports"), key=lambda p: (len(p), p))
@@ -115,14 +101,15 @@ def scan(base: str) -> tuple[list[str], list[PortFiles]]:
         for port in port_names:
             hw = f"{base}/{device}/ports/{port}/hw_counters"
             try:
-                names = sorted(os.listdir(hw))
+                names = os.listdir(hw)
             except OSError:
                 continue
             labels = format_labels((("device", device), ("port", port)))
-            files = tuple((f"{hw}/{n}", COUNTERS[n], f"{PREFIX}{COUNTERS[n].metric}{labels} ") for n in names if n in COUNTERS)
-            if files:
-                ports.append(PortFiles(labels, files))
-    return devices, ports
+            for n in names:
+                spec = COUNTERS.get(n)
+                if spec is not None:
+                    by_counter.setdefault(n, []).append((f"{hw}/{n}", f"{PREFIX}{spec.metric}{labels} "))
+    return devices, {n: by_counter[n] for n in COUNTERS if n in by_counter}
 
 
 @register
@@ -134,9 +121,9 @@ class RoceCollector(Collector):
     def __init__(self, ctx):
         super().__init__(ctx)
         self._devices: list[str] | None = None
-        self._ports: list[PortFiles] = []
+        self._files: dict[str, list[tuple[str, str]]] = {}
         self._scanned = 0.0
-        self._files = OpenFiles()
+        self._open = OpenFiles()
 
     def collect(self):
         base = self.ctx.paths.sys("class", "infiniband")
@@ -146,27 +133,35 @@ class RoceCollector(Collector):
         except OSError:
             listed = []
         if self._devices != listed or now - self._scanned > RESCAN_SECONDS:
-            self._files.close()
-            self._devices, self._ports = scan(base)
+            self._open.close()
+            self._devices, self._files = scan(base)
             self._scanned = now
-        if not self._ports:
+        if not self._files:
             raise NoData(f"no RDMA port with RoCE hw_counters under {base}")
-        read = self._files.read
-        families: dict[str, Family] = {}
+        read = self._open.read
+        out: list[Family] = []
         totals: dict[str, int] = {}
-        for port in self._ports:
-            for path, spec, prefix in port.files:
-                value = parse_counter(read(path))
-                if value is None:
+        for name, files in self._files.items():
+            spec = COUNTERS[name]
+            lines, total = [], 0
+            for path, prefix in files:
+                data = read(path)
+                # parse_counter inlined: this runs for every port's every counter on every scrape
+                if data is None:
                     continue
-                fam = families.get(spec.metric)
-                if fam is None:
-                    fam = families[spec.metric] = counter(PREFIX + spec.metric, spec.help)
-                fam.lines.append(prefix + str(value))
+                data = data.strip()
+                if not data.isdigit():  # "N/A (no PMA)", empty, negative, garbage: left out
+                    continue
+                value = int(data)
+                lines.append(prefix + str(value))
+                total += value
+            if lines:
+                fam = counter(PREFIX + spec.metric, spec.help)
+                fam.lines = lines
+                out.append(fam)
                 if spec.node:
-                    totals[spec.node] = totals.get(spec.node, 0) + value
-        node = [counter(PREFIX + m, NODE_HELP[m]).add_rendered("", v) for m, v in totals.items()]
-        return [*families.values(), *node]
+                    totals[spec.node] = totals.get(spec.node, 0) + total
+        return [*out, *(counter(PREFIX + m, NODE_HELP[m]).add_rendered("", v) for m, v in totals.items())]
 
     def close(self) -> None:
-        self._files.close()
+        self._open.close()

@@ -39,6 +39,7 @@ after each fault's onset, with a reliability table of the verdicts' confidence.
     python bench/bench_diagnosis_accuracy.py --quick      # 1 small scenario
     python bench/bench_diagnosis_accuracy.py --no-sm      # as a site without DCGM profiling metrics
     python bench/bench_diagnosis_accuracy.py --no-job-psi # as a site without the agent's jobs collector
+    python bench/bench_diagnosis_accuracy.py --fabric roce --catalogue-seeds 0   # a RoCE fabric (ECN/CNP/PFC)
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ RELIABILITY: Counter = Counter()  # (confidence bin, verdict right) over the sim
 NO_SM = False
 JOB_PSI = True
 EXPLAIN = False
+FABRIC = "ib"
 CAUSES = ("stalled_io", "stalled_network", "straggler", "hung", "idle_gpus")
 SKIP_CAUSES = {"node_failure", "scrape_timeout", "scrape_slow"}
 # One fault of each kind inside the judged period (the first hour fills the window).
@@ -153,7 +155,7 @@ def jobstats_rule(win, jobs) -> dict[str, str]:
 def run_scenario(nodes: int, seed: int, faults: str, hours: float, every: float, grace: float, tail: float,
                  conf: Counter, peer: Counter, latencies: dict, timing: list, classes: Counter,
                  culprits: Counter) -> None:
-    sim = Simulation(SimConfig(nodes=nodes, seed=seed, prefill=False, faults=faults))
+    sim = Simulation(SimConfig(nodes=nodes, seed=seed, prefill=False, faults=faults, fabric=FABRIC))
     rec = SimRecorder(sim, capacity=241, job_psi=JOB_PSI)
     rec.step(240)  # one hour of history before the first judgement
     steps = int(round(every / sim.dt))
@@ -314,8 +316,11 @@ def main(argv=None) -> int:
                     help="first catalogue seed (default 100: seeds nobody looked at while writing the rules; "
                          "0 for the ones the tests use)")
     ap.add_argument("--no-sim", action="store_true", help="only the scenario catalogue")
+    ap.add_argument("--fabric", choices=("ib", "roce"), default="ib",
+                    help="the simulated compute fabric: InfiniBand (port_xmit_wait) or RoCE (ECN, CNP, PFC pause)")
     args = ap.parse_args(argv)
-    global NO_SM, JOB_PSI, EXPLAIN
+    global NO_SM, JOB_PSI, EXPLAIN, FABRIC
+    FABRIC = args.fabric
     EXPLAIN = args.explain
     NO_SM = args.no_sm
     JOB_PSI = not args.no_job_psi
@@ -332,7 +337,7 @@ def main(argv=None) -> int:
     conf, peer, lat, timing, classes, culprits = Counter(), Counter(), {}, [], Counter(), Counter()
     t0 = time.time()
     for nodes, seed, faults, hours in scenarios:
-        print(f"scenario: {nodes} nodes, seed {seed}, faults {faults!r}, {hours} h judged", flush=True)
+        print(f"scenario: {nodes} nodes, seed {seed}, fabric {FABRIC}, faults {faults!r}, {hours} h judged", flush=True)
         run_scenario(nodes, seed, faults, hours, args.every, args.grace, args.tail, conf, peer, lat, timing, classes,
                      culprits)
     ours = report(conf, "gangwatch diagnosis")

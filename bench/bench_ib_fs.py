@@ -42,8 +42,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_exporter_us(args: list[str], scrapes: int) -> tuple[float, int]:
-    """CPU microseconds per scrape and the number of node_infiniband/node_filesystem samples."""
+def node_exporter_us(args: list[str], scrapes: int,
+                     prefixes: tuple[str, ...] = ("node_infiniband_", "node_filesystem_")) -> tuple[float, int]:
+    """CPU microseconds per scrape and the number of samples whose names start with `prefixes`."""
     port = free_port()
     proc = subprocess.Popen([NODE_EXPORTER, "--collector.disable-defaults", f"--web.listen-address=127.0.0.1:{port}",
                              *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -67,7 +68,7 @@ def node_exporter_us(args: list[str], scrapes: int) -> tuple[float, int]:
     finally:
         proc.terminate()
         proc.wait(5)
-    series = sum(1 for line in body.splitlines() if line.startswith(("node_infiniband_", "node_filesystem_")))
+    series = sum(1 for line in body.splitlines() if line.startswith(prefixes))
     return used * 1e6 / scrapes, series
 
 
@@ -85,19 +86,31 @@ def ours_us(collector, scrapes: int) -> tuple[float, int]:
     return used * 1e6 / scrapes, series
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(doc: str, argv: list[str] | None) -> argparse.Namespace | None:
+    """`--scrapes`; None (after saying why) when node_exporter, the peer, is not installed."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--scrapes", type=int, default=300)
     args = ap.parse_args(argv)
     if not os.access(NODE_EXPORTER, os.X_OK):
         print("prometheus-node-exporter not found: apt-get install prometheus-node-exporter", file=sys.stderr)
+        return None
+    return args
+
+
+def shared_fixtures() -> Path:
+    return Path(os.environ.get("GW_SHARED", REPO.parent / "shared")) / "fixtures"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(__doc__, argv)
+    if args is None:
         return 2
     from collectors.node.filesystem import DEFAULT_FS_TYPES_EXCLUDE, DEFAULT_MOUNT_POINTS_EXCLUDE, FilesystemCollector
     from collectors.node.infiniband import InfinibandCollector
     from collectors.registry import Context, Paths
     from tests.support import ttar
 
-    shared = Path(os.environ.get("GW_SHARED", REPO.parent / "shared")) / "fixtures"
+    shared = shared_fixtures()
     tmp = tempfile.mkdtemp(prefix="gw-bench-ibfs-")
     try:
         ttar.unpack(str(shared / "node_exporter" / "sys.ttar"), f"{tmp}/ne")

@@ -174,6 +174,8 @@ def run_one(cls: type[Collector], ctx: Context) -> list[Family]:
 def gather(roots: list[Paths], shared: Path, collectors: dict[str, type[Collector]]) -> dict[str, list[Metric]]:
     """collector name -> its metric families (sorted by name), over every fixture tree."""
     options = default_options()
+    # the ethtool ioctl would document this machine's NICs: read the captured `ethtool -S` texts instead
+    options["collector_ethtool_fixtures"] = f"{shared / 'node_exporter' / 'ethtool'},{REPO / 'tests' / 'data' / 'ethtool'}"
     out: dict[str, dict[str, Metric]] = {name: {} for name in collectors}
     for paths in roots:
         for name, cls in collectors.items():

@@ -301,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", choices=("showcase", "none"), default="showcase",
                    help="'showcase' adds big gangs waiting, dependency pipelines, a maintenance reservation and a "
                         "suspended job to the workload (default %(default)s)")
+    p.add_argument("--fabric", choices=("ib", "roce"), default="ib",
+                   help="compute fabric of the virtual nodes: InfiniBand (port_xmit_wait) or RoCE (ECN, CNP and "
+                        "PFC pause counters; no transmit wait) (default %(default)s)")
     p.add_argument("--policy", choices=("easy", "fcfs"), default="easy", help="scheduling policy (default %(default)s)")
     p.add_argument("--no-dashboard", action="store_true", help="serve only the simulator's endpoints (no Dash)")
     p.add_argument("--refresh", type=float, default=15.0, help="dashboard refresh interval in seconds (default %(default)s)")
@@ -313,7 +316,7 @@ def sim_config(args: argparse.Namespace, now: float) -> SimConfig:
     """The simulation the command line asks for, its history ending at `now`."""
     return SimConfig(nodes=args.nodes, seed=args.seed, start=now - args.history, history_seconds=args.history,
                      trace=args.trace, faults=args.faults, load=args.load, policy=args.policy,
-                     showcase=args.scenario == "showcase", priority="multifactor")
+                     showcase=args.scenario == "showcase", priority="multifactor", fabric=args.fabric)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from dashboard.sources.prometheus import QUERY_BUDGET
 from tests.conftest import which
 
 pytestmark = pytest.mark.skipif(not (which("promtool") and which("prometheus")), reason="needs promtool and prometheus")
@@ -81,7 +82,7 @@ def test_prometheus_source_matches_bundle(served):
     assert {s for s, _ in want.values()} - {"progressing", "insufficient_data"}
     src = PrometheusSource(url)
     win = src.window(b.end, b.end - b.start, 15.0)
-    assert src.queries_last_cycle <= 20 and not win.notes
+    assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
     assert _verdicts(diagnose(win, b.jobs)) == want
 
 
@@ -110,5 +111,5 @@ def test_diagnose_cli_against_prometheus(served, capsys):
     assert main(["--prometheus", url, "--snapshot", str(bundle / "squeue.json"), "--at", str(b.end),
                  "--span", str(b.end - b.start), "--topology", str(bundle / "topology.conf"), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert any(n.startswith("Prometheus: ") and int(n.split()[1]) <= 20 for n in doc["notes"])
+    assert any(n.startswith("Prometheus: ") and int(n.split()[1]) <= QUERY_BUDGET for n in doc["notes"])
     assert {v["state"] for v in doc["verdicts"]} - {"progressing", "insufficient_data"}

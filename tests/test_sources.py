@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dashboard.analysis.diagnose import diagnose
 from dashboard.sources.build import RawStore, SignalStore, align, counter_rate
 from dashboard.sources.exposition import iter_samples
-from dashboard.sources.prometheus import PrometheusSource, add_matrix, plan_queries
+from dashboard.sources.prometheus import QUERY_BUDGET, PrometheusSource, add_matrix, plan_queries
 from dashboard.sources.schema import NodeMatcher, short_host
 
 T0 = 1_767_225_600.0
@@ -229,7 +229,7 @@ def test_prometheus_query_budget_does_not_grow_with_nodes(nodes):
     calls: list = []
     src = PrometheusSource("http://prom:9090", client=_fake_prometheus(nodes, calls))
     win = src.window(T0, 600, 15)
-    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1 <= 20
+    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1 <= QUERY_BUDGET
     assert len(win.nodes) == nodes and win.gpu["util"].shape == (nodes, 2, 41)
 
 

@@ -25,6 +25,8 @@ How a job is judged (thresholds in thresholds.py):
    the cluster and link_downed events per port (network). A member is named only when a one-sided
    robust z-test (median/MAD) rejects "same as its peers" at `alpha` after Bonferroni correction for
    the number of members tested; the evidence carries z and p. Otherwise the culprit stays empty.
+   On RoCE (no port_xmit_wait) ECN marks, CNPs and PFC pause take xmit_wait's place and transport
+   errors count as link events (`fabric_view`).
 5. Cluster sanity: if most nodes went silent, or most jobs "stall" within seconds of each other
    with no shared culprit, that is a collector or network outage: every job gets
    insufficient_data with that reason instead of a thousand stalls.
@@ -241,6 +243,7 @@ def diagnose(win: Window, jobs: Sequence[Job], th: Thresholds = DEFAULT) -> Diag
         reason = "no metric samples in the window" if T == 0 else "the metric source knows no nodes"
         vs = tuple(_simple(j, "insufficient_data", reason) for j in held)
         return Diagnosis(now, vs, (), tuple(notes + [reason]), reason)
+    win, fabric = fabric_view(win, th)
     maps = _map_jobs(win, held)
     sig = _Signals(win, maps, th)
     sig.screen(maps)
@@ -256,7 +259,72 @@ def diagnose(win: Window, jobs: Sequence[Job], th: Thresholds = DEFAULT) -> Diag
     placement = placement_findings(win, maps)
     verdicts = [v if not placement.get(v.jobid) else _replace(v, placement=tuple(placement[v.jobid]))
                 for v in verdicts]
+    if fabric == "roce":
+        verdicts = [_roce_names(v) for v in verdicts]
     return Diagnosis(now, tuple(verdicts), tuple(incidents(verdicts)), tuple(notes), cluster_reason)
+
+
+# ------------------------------------------------------------------------------------ RoCE
+
+def _known(a: np.ndarray | None) -> bool:
+    return a is not None and bool(np.isfinite(a).any())
+
+
+def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
+    """A RoCE fabric seen through the InfiniBand signals the network tests read, and which fabric it is.
+
+    RoCE ports have no port_xmit_wait: congestion is ECN-marked packets, CNPs acted on (`roce_cong`,
+    per rail) and PFC pause frames the switch sent (`eth_pause`, per node, spread evenly over its
+    rails), all per second; they take the place of `ib_wait` and are judged by the same relative
+    tests (the cluster's typical busy node, the job's own median, the leaf, the port). Transport
+    errors (`roce_err`: sequence errors, NAKs, ACK timeouts per step) count as link events from
+    `roce_error_events` per step, beside link-down events. A window with any InfiniBand wait is
+    left as it is (InfiniBand): units of the two fabrics are not mixed in one cluster reference.
+    """
+    rail = win.rail
+    if _known(rail.get("ib_wait")) or not (_known(rail.get("roce_cong")) or _known(rail.get("roce_err"))):
+        return win, "ib"
+    out = dict(rail)
+    cong = rail.get("roce_cong")
+    pause = win.node.get("eth_pause")
+    if cong is not None or pause is not None:
+        N, T = len(win.nodes), win.n_steps
+        R = max((len(r) for r in win.rails), default=1) or 1
+        c = cong.astype(np.float64) if cong is not None else np.full((N, R, T), np.nan)
+        if pause is not None:
+            per_rail = np.broadcast_to((pause.astype(np.float64) / c.shape[1])[:, None, :], c.shape)
+            with np.errstate(invalid="ignore"):
+                c = np.where(np.isfinite(c) | np.isfinite(per_rail), np.nan_to_num(c) + np.nan_to_num(per_rail), np.nan)
+        out["ib_wait"] = c
+    err = rail.get("roce_err")
+    if err is not None:
+        with np.errstate(invalid="ignore"):
+            err = np.where(np.isfinite(err), np.where(err >= th.roce_error_events, err, 0.0), np.nan)
+        old = rail.get("ib_err")
+        out["ib_err"] = err if old is None else _link_events(old, err)
+    from dataclasses import replace
+
+    return replace(win, rail=out), "roce"
+
+
+_ROCE_SIGNALS = {"ib_wait": "roce_congestion", "ib_symbol_errors": "roce_transport_errors", "ib_tx": "roce_tx"}
+_ROCE_TEXT = (("InfiniBand transmit wait", "RoCE congestion (ECN marks, CNPs, PFC pause)"),
+              ("symbol error(s)", "transport error(s) (sequence errors, retransmissions)"),
+              ("InfiniBand traffic", "RoCE traffic"))
+
+
+def _roce_text(text: str) -> str:
+    for a, b in _ROCE_TEXT:
+        text = text.replace(a, b)
+    return text
+
+
+def _roce_names(v: Verdict) -> Verdict:
+    """Evidence and reasons in RoCE's words: the tests ran on its signals in InfiniBand's slots."""
+    from dataclasses import replace
+
+    ev = tuple(replace(e, signal=_ROCE_SIGNALS.get(e.signal, e.signal), note=_roce_text(e.note)) for e in v.evidence)
+    return _replace(v, evidence=ev, reason=_roce_text(v.reason))
 
 
 def _replace(v: Verdict, **kw) -> Verdict:

@@ -110,6 +110,16 @@ class Thresholds:
     # A hung gang moves (almost) nothing: below this fraction of its baseline traffic.
     ib_flat_fraction: float = 0.05
 
+    # RoCE (no port_xmit_wait): the congestion signal is ECN-marked packets plus CNPs acted on plus
+    # PFC pause frames received, per second, judged with wait_ratio against the cluster's typical
+    # busy node and the job's own, as xmit_wait is: DCQCN marks a trickle on a healthy loaded link
+    # and orders of magnitude more when a switch queue passes its ECN threshold (NVIDIA's RoCE
+    # congestion control notes; simulator 100x). Sequence errors, NAKs and ACK timeouts of one port
+    # count as a link event from this many per step: a healthy lossless fabric counts a handful per
+    # day (procfs' production mlx5 capture: 2 sequence errors and 131 ACK timeouts since boot), a
+    # link that drops takes every in-flight QP into retransmission at once (hundreds).
+    roce_error_events: float = 10.0
+
     # A link that went down keeps the gang suspect this long: a failing cable or transceiver flaps
     # again within minutes (ibdiagnet/UFM report flapping ports by repeated LinkDowned within a
     # sweep), and between drops the link retrains and retransmits.

@@ -84,6 +84,11 @@ def _family(metric: str) -> str:
     return "_".join(metric.split("_")[:2])
 
 
+# Queries per cycle, whatever the node count: one range query per signal (20, RoCE's three among
+# them) and the facts query. Tests hold the source to it.
+QUERY_BUDGET = 21
+
+
 INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gpu_nvlink_peer_info or "
               "gangwatch_gpu_affinity_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) "
               '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')

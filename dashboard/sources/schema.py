@@ -1,6 +1,6 @@
 """Which exporter metric feeds which diagnosis signal: the one mapping table, and host-name matching.
 
-Schemas: gangwatch's own agent (`gangwatch_*`), node_exporter (`node_*`), dcgm-exporter
+Schemas: gangwatch's own agent (`gangwatch_*`, RoCE from its roce and ethtool collectors), node_exporter (`node_*`), dcgm-exporter
 (`DCGM_FI_*`, host label `Hostname` or `hostname`, job label `hpc_job`), the Lustre exporters
 (`lustre_*`, HPE/GSI names) and gpfs_exporter (`gpfs_*`). Keys are metric names, never HELP texts
 (older dcgm-exporter HELP says "(in %)" for 0-1 ratios and "(in KB)" for byte rates).
@@ -66,6 +66,18 @@ MAPPINGS: tuple[Mapping, ...] = (
     # the rate the link trained at (width x speed): a degraded link paces a ring collective
     Mapping("ib_rate", "rail", "gangwatch_infiniband_port_rate_bytes_per_second"),
     Mapping("ib_rate", "rail", "node_infiniband_rate_bytes_per_second"),
+    # ---- RoCE (key: device/port, as InfiniBand): no port_xmit_wait there; congestion is ECN-marked
+    # packets plus the CNPs senders acted on (per second, summed), link trouble is sequence errors,
+    # NAKs and ACK timeouts (per step, summed); the diagnosis reads them in InfiniBand's place
+    Mapping("roce_cong", "rail", "gangwatch_roce_port_ecn_marked_packets_total", counter=True, combine="sum"),
+    Mapping("roce_cong", "rail", "gangwatch_roce_port_cnp_handled_total", counter=True, combine="sum"),
+    Mapping("roce_err", "rail", "gangwatch_roce_port_out_of_sequence_packets_total", counter=True, events=True, combine="sum"),
+    Mapping("roce_err", "rail", "gangwatch_roce_port_packet_sequence_errors_total", counter=True, events=True, combine="sum"),
+    Mapping("roce_err", "rail", "gangwatch_roce_port_local_ack_timeouts_total", counter=True, events=True, combine="sum"),
+    # PFC and global pause frames the node's NICs received (the ethtool collector's rollup; node_exporter's
+    # ethtool collector names mlx5's global pause counter this way, without _total)
+    Mapping("eth_pause", "node", "gangwatch_ethtool_node_received_pause_frames_total", counter=True),
+    Mapping("eth_pause", "node", "node_ethtool_received_pause_ctrl_phy", counter=True, combine="sum"),
     # ---- filesystem clients, per node (all targets summed)
     Mapping("fs_read", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
             filters=(("operation", "read"), ("type", "osc")), combine="sum"),

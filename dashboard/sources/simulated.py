@@ -17,6 +17,7 @@ from dashboard.analysis.window import Window
 
 GAUGES = ("util", "sm", "power", "clock", "mem_used")
 COUNTERS = ("ib_tx", "ib_wait", "ib_downed", "ost_read", "ost_write", "ost_read_ops", "ost_read_lat", "psi_io_some")
+ROCE_COUNTERS = ("roce_ecn", "roce_cnp", "roce_err", "eth_pause")  # fabric "roce" only
 
 
 def job_means(ids: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -53,6 +54,8 @@ class SimRecorder:
         lost = s.gpu_lost
         row = {k: np.where(lost, np.nan, getattr(s, k)).astype(np.float32) for k in GAUGES}
         row.update({k: np.array(getattr(s, k), np.float64, copy=True) for k in COUNTERS})
+        if s.fabric == "roce":
+            row.update({k: np.array(getattr(s, k), np.float64, copy=True) for k in ROCE_COUNTERS})
         row["gpu_job"] = s._job_ids_now().copy()
         # the job cgroup's io "some" seconds held by each GPU's share (the agent exports the sum per job and node)
         row["job_psi_io"] = s.job_psi[("io", "some")].copy()
@@ -91,12 +94,20 @@ class SimRecorder:
         down[..., 1:] = np.diff(stack("ib_downed"), axis=-1)
         rail = {"ib_tx": rate("ib_tx").astype(np.float32), "ib_wait": rate("ib_wait").astype(np.float32),
                 "ib_down": down.astype(np.float32)}
+        roce_node = {}
+        if s.fabric == "roce":
+            # what the roce and ethtool collectors export, as the schema maps them: no port_xmit_wait
+            err = np.full((s.n, s.g, T), np.nan)
+            err[..., 1:] = np.diff(stack("roce_err"), axis=-1)
+            rail = {"ib_tx": rail["ib_tx"], "ib_down": rail["ib_down"], "roce_err": err.astype(np.float32),
+                    "roce_cong": (rate("roce_ecn") + rate("roce_cnp")).astype(np.float32)}
+            roce_node = {"eth_pause": rate("eth_pause").astype(np.float32)}
         read = rate("ost_read")
         ops, lat = rate("ost_read_ops"), rate("ost_read_lat")
         with np.errstate(invalid="ignore", divide="ignore"):
             latency = np.where(ops > 0, lat / ops, np.nan)
         node = {"fs_read": read.sum(axis=1).astype(np.float32), "fs_write": rate("ost_write").sum(axis=1).astype(np.float32),
-                "psi_io": rate("psi_io_some").astype(np.float32)}
+                "psi_io": rate("psi_io_some").astype(np.float32), **roce_node}
         target = {"read": read.astype(np.float32), "latency": latency.astype(np.float32)}
         last = self.rows[-1]["gpu_job"]
         gpu_jobs = {(cl.names[i], k): str(int(last[i, k])) for i, k in zip(*np.nonzero(last >= 0))}
@@ -137,11 +148,14 @@ def window_from_history(sim) -> Window:
     ids = np.moveaxis(h.window("gpu_job")[1], 0, -1)
     jobs = ids[..., -1] if len(times) else np.full((sim.n, sim.g), -1)
     job = {"psi_io": job_means(ids, arr("job_io_pressure"))} if len(times) else {}
+    rail, node = {"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")}, {}
+    if sim.fabric == "roce":  # no transmit wait on RoCE: ECN/CNP per rail, PFC pause per node
+        rail, node = {"ib_tx": rail["ib_tx"], "roce_cong": arr("roce_cong_rate")}, {"eth_pause": arr("eth_pause_rate")}
     return Window(times=np.asarray(times, np.float64), step=float(sim.dt), nodes=tuple(cl.names),
                   gpus=tuple(tuple(range(sim.g)) for _ in range(sim.n)),
                   rails=tuple(tuple(f"mlx5_{k}/1" for k in range(sim.g)) for _ in range(sim.n)), targets=tuple(cl.osts),
-                  gpu=gpu, rail={"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")},
-                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure")}, target={"read": read, "latency": arr("ost_read_latency")}, job=job,
+                  gpu=gpu, rail=rail,
+                  node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure"), **node}, target={"read": read, "latency": arr("ost_read_latency")}, job=job,
                   gpu_jobs={(cl.names[i], int(k)): str(int(jobs[i, k])) for i, k in zip(*np.nonzero(jobs >= 0))},
                   **_facts(cl))
 
@@ -233,6 +247,14 @@ class BundleWriter:
                     job = gpu_job.get(s.labels.get("gpu")) if s.name.startswith("DCGM_") else None
                     if job:
                         s.labels["hpc_job"] = job
+
+    def run(self, steps: int) -> "BundleWriter":
+        """Capture now and after each of `steps` simulation steps."""
+        self.capture()
+        for _ in range(steps):
+            self.sim.step()
+            self.capture()
+        return self
 
     def text(self) -> str:
         from .bundle import openmetrics

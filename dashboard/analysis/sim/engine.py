@@ -85,6 +85,7 @@ class SimConfig:
     backfill_interval: float = 30.0  # Slurm's bf_interval
     nodes_per_leaf: int = 32
     osts: int | None = None
+    fabric: str = "ib"  # "ib" (InfiniBand: port_xmit_wait) or "roce" (RDMA over Ethernet: ECN, CNP, PFC)
 
 
 @dataclass
@@ -225,6 +226,17 @@ class Simulation:
         self.ib_downed = np.zeros((n, g))
         self.ib_symerr = np.zeros((n, g))
         self.ib_up = np.ones((n, g), bool)
+        # ---- RoCE (fabric "roce"): the same rails carry RDMA over Ethernet, whose congestion
+        # counters are the mlx5 hw_counters (ECN marks, CNPs) and the NIC's PFC pause frames
+        if cfg.fabric not in ("ib", "roce"):
+            raise ValueError(f"unknown fabric {cfg.fabric!r} (ib or roce)")
+        self.fabric = cfg.fabric
+        self.roce_ecn = np.full((n, g), 1e6)
+        self.roce_cnp = np.full((n, g), 1e6)
+        self.roce_err = np.full((n, g), 100.0)  # sequence errors, NAKs and ACK timeouts
+        self.eth_pause = np.full(n, 1e4)  # PFC pause frames received, all NICs of the node
+        self.roce_cong_rate = np.zeros((n, g), f32)
+        self.eth_pause_rate = np.zeros(n, f32)
         # ---- Lustre client, per node x OST
         o = self.o
         self.ost_read = self.rng_init.uniform(1e11, 1e12, (n, o))
@@ -256,6 +268,9 @@ class Simulation:
         h.add("gpu_job", (n, g), np.int32)
         h.add("ib_tx_rate", (n, g), f32)  # bytes/s per rail (rx mirrors it: ring all-reduce)
         h.add("ib_wait_rate", (n, g), f32)  # xmit_wait ticks/s
+        if self.fabric == "roce":
+            h.add("roce_cong_rate", (n, g), f32)  # ECN-marked packets + CNPs handled per second
+            h.add("eth_pause_rate", (n,), f32)  # PFC pause frames received per second, per node
         h.add("ost_read_rate", (n, o), f32)  # bytes/s per node and OST
         h.add("ost_read_latency", (n, o), np.float16)  # s per read RPC (float16: 3 digits do, and it is the biggest series)
         h.add("io_pressure", (n,), f32)  # fraction of the step with some task stalled on I/O
@@ -985,6 +1000,21 @@ class Simulation:
         if went_down.any():
             self.ib_symerr += went_down * self.rng_noise.integers(5, 50, self.rail_down.shape)
         self.ib_up[:] = ~self.rail_down
+        if self.fabric == "roce":
+            # DCQCN: a switch queue past its ECN threshold marks packets, the receiver answers each
+            # marked flow with CNPs and the sender cuts its rate; marks grow with queueing as IB's
+            # credit wait does (here 1/100 of its ticks, a trickle on healthy busy links). A queue
+            # past XOFF sends PFC pause frames to the nodes on a congested leaf. A link that drops
+            # throws every in-flight QP into retransmission (hundreds of sequence errors and
+            # timeouts); healthy links count one now and then.
+            cong = self.roce_cong_rate = 0.01 * wait_rate
+            self.eth_pause_rate = np.where(self.hot_leaf[self.cluster.leaf_of], 2e3, 1.0)
+            self.roce_ecn += 0.5 * cong * dt
+            self.roce_cnp += 0.5 * cong * dt
+            self.eth_pause += self.eth_pause_rate * dt
+            self.roce_err += self.rng_noise.poisson(0.05, self.rail_down.shape)
+            if went_down.any():
+                self.roce_err += went_down * self.rng_noise.integers(50, 500, self.rail_down.shape)
         # ---- Lustre: reads spread over the job's stripe; checkpoints write there
         # checkpoints come every so many iterations: a job stalled on its input or its all-reduce
         # (or hung) does not reach one while the stall lasts
@@ -1052,7 +1082,8 @@ class Simulation:
             "clock": self.clock, "mem_used": self.mem_used, "gpu_job": self._job_ids_now(),
             "ib_tx_rate": self.ib_rate, "ib_wait_rate": self.ib_wait_rate, "ost_read_rate": self.ost_rate,
             "ost_read_latency": self.ost_lat_now,
-            "io_pressure": self._io_pressure, "job_io_pressure": self.job_io_pressure})
+            "io_pressure": self._io_pressure, "job_io_pressure": self.job_io_pressure,
+            **({"roce_cong_rate": self.roce_cong_rate, "eth_pause_rate": self.eth_pause_rate} if self.fabric == "roce" else {})})
 
     def _job_ids_now(self) -> np.ndarray:
         """node x GPU -> Slurm job id (-1 free); history keeps ids, not slots, since slots are reused."""

@@ -42,6 +42,8 @@ from collectors.node.gpu_profiling import SPECS as PROF_SPECS
 from collectors.node.infiniband import COUNTERS as IB_COUNTERS, NODE_HELP as IB_NODE_HELP, PORTS_DOWN_HELP
 from collectors.node.infiniband import PREFIX as IB
 from collectors.node.jobs import JobFamilies
+from collectors.node.ethtool import NODE_HELP as ETH_NODE_HELP, PREFIX as ETH
+from collectors.node.roce import COUNTERS as ROCE_COUNTERS, NODE_HELP as ROCE_NODE_HELP, PREFIX as ROCE
 
 from . import cluster as C
 from .engine import THROTTLE_REASONS
@@ -53,6 +55,9 @@ IB_DATA = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_pac
 # the simulated port counters, in the order of _Step.ib's rows (the other IB_DATA counters stay 0)
 IB_ROWS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_xmit_wait",
            "symbol_error", "link_downed")
+# fabric "roce": the simulated hw_counters (in the order of _Step.roce's rows), and no port_xmit_wait
+ROCE_ROWS = ("np_ecn_marked_roce_packets", "rp_cnp_handled", "out_of_sequence")
+ETH_PAUSE = ETH + "node_received_pause_frames_total"
 # The simulator does not model metadata service time: a healthy MDS answers in well under a millisecond.
 MDC_WAIT_SECONDS = 0.0004
 LUSTRE_NID_BASE = 200  # OSS/MDS NIDs 10.1.0.<base + k>@o2ib, one server per target
@@ -103,6 +108,9 @@ def _agent_specs() -> dict[str, tuple[str, str]]:
     out.update((IB + c.metric, (COUNTER, c.help)) for c in IB_COUNTERS.values())
     out.update((IB + metric, (COUNTER, help_)) for metric, help_ in IB_NODE_HELP.items())
     out[IB + "node_ports_down"] = (GAUGE, PORTS_DOWN_HELP)
+    out.update((ROCE + c.metric, (COUNTER, c.help)) for c in ROCE_COUNTERS.values())
+    out.update((ROCE + metric, (COUNTER, help_)) for metric, help_ in ROCE_NODE_HELP.items())
+    out[ETH_PAUSE] = (COUNTER, ETH_NODE_HELP["node_received_pause_frames_total"])
     out.update((f.name, (f.kind, f.help)) for f in _lustre.families.values())
     out.update((f.name, (f.kind, f.help)) for f in JobFamilies().all())
     return out
@@ -178,6 +186,9 @@ class _Step:
         # rails (node, row, rail): IB_ROWS, then whether the port is up
         self.ib = np.stack([_ints(s.ib_tx), _ints(s.ib_rx), _ints(s.ib_tx / 4096), _ints(s.ib_rx / 4096), _ints(s.ib_wait),
                             _ints(s.ib_symerr), _ints(s.ib_downed), s.ib_up.astype(np.int64)], axis=1)
+        if s.fabric == "roce":
+            self.roce = np.stack([_ints(s.roce_ecn), _ints(s.roce_cnp), _ints(s.roce_err)], axis=1)
+            self.pause = _ints(s.eth_pause)
         # Lustre (node, row, OST)
         self.ost_i = np.stack([_ints(s.ost_read), _ints(s.ost_write), _ints(s.ost_read_ops), _ints(s.ost_write_ops),
                                _ints(s.ost_inflight)], axis=1)
@@ -233,6 +244,11 @@ class NodeRenderer:
         # (family, prefixes, the node rollup it is summed into or "") per row of _Step.ib
         self.ib_rows = [(IB + c.metric, _pre(IB + c.metric, rail_l), c.node and IB + c.node)
                         for c in (IB_COUNTERS[key] for key in IB_ROWS)]
+        self.roce = sim.fabric == "roce"
+        if self.roce:  # RoCE ports count no transmit wait
+            self.ib_rows[IB_ROWS.index("port_xmit_wait")] = None
+            self.roce_rows = [(ROCE + c.metric, _pre(ROCE + c.metric, rail_l), c.node and ROCE + c.node)
+                              for c in (ROCE_COUNTERS[key] for key in ROCE_ROWS)]
         zero = [IB + IB_COUNTERS[key].metric for key in IB_DATA if key not in IB_ROWS and key != "link_error_recovery"]
         self.ib_zero = [(name, [p + "0" for p in _pre(name, rail_l)]) for name in zero]
         self.ib_downed_again = _pre(IB + IB_COUNTERS["link_error_recovery"].metric, rail_l)
@@ -349,7 +365,20 @@ class NodeRenderer:
 
     def _changing(self, i: int) -> list[Series]:
         v = self.values()
-        return [*self._gpu(v, i), *self._infiniband(v, i), *self._lustre(v, i), *self._pressure(v, i), *self._jobs(v, i)]
+        roce = self._roce(v, i) if self.roce else []
+        return [*self._gpu(v, i), *self._infiniband(v, i), *roce, *self._lustre(v, i), *self._pressure(v, i), *self._jobs(v, i)]
+
+    def _roce(self, v: _Step, i: int) -> list[Series]:
+        """The roce collector's hw_counters and the ethtool collector's pause-frame rollup."""
+        out: list[Series] = []
+        node_sums: dict[str, int] = {}
+        for (name, prefixes, node), values in zip(self.roce_rows, v.roce[i].tolist()):
+            out.append((name, _lines(prefixes, values)))
+            if node:
+                node_sums[node] = node_sums.get(node, 0) + sum(values)
+        out += [(node, [f"{node} {total}"]) for node, total in node_sums.items()]
+        out.append((ETH_PAUSE, [f"{ETH_PAUSE} {int(v.pause[i])}"]))
+        return out
 
     def _gpu(self, v: _Step, i: int) -> list[Series]:
         """The gpu and gpu_profiling collectors; a lost GPU shows only in gangwatch_gpu_lost (and its XIDs)."""
@@ -398,7 +427,10 @@ class NodeRenderer:
         g = self.g
         table = v.ib[i].tolist()
         out = []
-        for (name, prefixes, node), values in zip(self.ib_rows, table):
+        for row, values in zip(self.ib_rows, table):
+            if row is None:
+                continue
+            name, prefixes, node = row
             out.append((name, _lines(prefixes, values)))
             if node:
                 out.append((node, [f"{node} {sum(values)}"]))

@@ -1,0 +1,531 @@
+"""NIC driver statistics (what `ethtool -S` prints), normalised with node_exporter's ethtool names.
+
+Sources: the ethtool ioctl (SIOCETHTOOL on an AF_INET datagram socket: ETHTOOL_GSSET_INFO for the
+count, ETHTOOL_GSTRINGS for the names, ETHTOOL_GSTATS for the values), no subprocess and no
+privileges (the kernel lets any user read driver stats). Interfaces are those under
+`<sysfs>/class/net`. With `--collector.ethtool.fixtures DIR[,DIR...]` the values come instead from
+`DIR/<device>/statistics`, text files holding `ethtool -S` output (node_exporter's fixture layout):
+tests and benchmarks read captured outputs of drivers this host lacks.
+
+Off by default: a driver answers GSTATS by reading its hardware counters (mlx5 reads several
+firmware pages for ~1000 stats), which is not free on every scrape.
+
+Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased, `rx` -> `received`,
+`tx` -> `transmitted`, plus `_total`):
+- `gangwatch_ethtool_<stat>_total`: each device-wide stat (`rx_discards_phy` ->
+  `gangwatch_ethtool_received_discards_phy_total`).
+- `gangwatch_ethtool_queue_<stat>_total`: per-queue stats (mlx5 `rx3_packets`, virtio/veth
+  `rx_queue_3_packets`, i40e `rx-3.packets`, ena `queue_3_tx_cnt`) summed over the queues; with
+  `--collector.ethtool.per-queue` one series per queue (label `queue`).
+- `gangwatch_ethtool_prio_<stat>_total{priority}`: per-priority stats (mlx5 `rx_prio3_pause`, PFC);
+  pause durations (`*_pause_duration`, microseconds in mlx5) are exported in seconds
+  (`..._pause_duration_seconds_total`).
+- `gangwatch_ethtool_stats_supported{device}`: 1 when the driver gave statistics, 0 when it has none
+  (loopback, bonding, most virtual devices).
+- Node rollups (no labels; sums over the devices that report them this scrape, absent when none does):
+  `gangwatch_ethtool_node_received_pause_frames_total` (global pause plus PFC per priority),
+  `gangwatch_ethtool_node_link_down_events_total`, `gangwatch_ethtool_node_link_errors_total` (CRC and
+  symbol errors).
+Flags: `--collector.ethtool.device-include`/`-exclude` (regexes, as node_exporter),
+`--collector.ethtool.metrics-include` (regex on the driver's stat name; default DEFAULT_METRICS_INCLUDE:
+discards, drops, pause/PFC, buffer exhaustion, CRC/symbol errors, link-down events, timeouts, which
+/proc/net/dev lacks; `.` for every stat, as node_exporter's default),
+`--collector.ethtool.per-queue`, `--collector.ethtool.fixtures DIR`.
+
+Cardinality: device-wide stats are the driver's fixed list; per-queue stats are one series per stat
+unless asked for; priorities are 0-7 (others are left as plain stats). A driver reporting more than
+MAX_STATS stats is refused (unsupported, with its count) rather than read in part.
+
+Failure modes: a device whose driver has no stats (EOPNOTSUPP, a count of 0, `ethtool -S` answering
+"no stats available" or an error) reports stats_supported 0 and nothing else, never an error; a
+device that vanishes between listing and reading costs only itself. Counters that go backwards (a
+driver reload, fewer queues after `ethtool -L`) are exported as read: Prometheus treats the drop as a
+counter reset. The names are re-read when the driver's stat count changes, and every RESCAN_SECONDS.
+"""
+
+from __future__ import annotations
+
+import array
+import errno
+import fcntl
+import os
+import re
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Sequence
+
+from ..exposition import Family, counter, escape_label_value, gauge
+from ..registry import Collector, NoData, register
+from .devices import DeviceFilter, add_device_filter_arguments, regex_argument
+
+PREFIX = "gangwatch_ethtool_"
+MAX_STATS = 8192  # mlx5 with 256 channels has ~7000; beyond this a driver is misbehaving
+RESCAN_SECONDS = 60.0
+# What the issue asks of driver stats and /proc/net/dev cannot give (the netdev collector already
+# exports bytes, packets, errors and drops per interface): discards, drops, pause/PFC, buffer
+# exhaustion, CRC/symbol errors, link-down events, timeouts. `--collector.ethtool.metrics-include .`
+# exports every stat as node_exporter does (mlx5: ~100 device-wide stats plus ~30 per queue).
+DEFAULT_METRICS_INCLUDE = r"discard|drop|pause|out_of_buffer|buff_alloc|crc|fcs|symbol|err|link_down|timeout|missed"
+
+
+class Unsupported(Exception):
+    """The device's driver gives no statistics (the reason is the message)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure parser and normaliser
+
+# `name: value` lines; a `# ...` comment and ethtool's "ERROR: n" are not stats
+_STAT_LINE = re.compile(r"^[ \t]*(?!#|ERROR:)([^:\n]*[^:\s])[ \t]*:[ \t]*(\d+)[ \t]*$", re.M)
+
+
+def parse_stats_text(text: str) -> tuple[tuple[str, ...], list[int]]:
+    """`ethtool -S` output -> (names, values), in the driver's order; Unsupported when it holds none.
+
+    Lines that are not `name: unsigned integer` (the `NIC statistics:` header, `# ...` comments,
+    negative or non-numeric values) are skipped; "no stats available" or an `ERROR:` line, with no
+    stat at all, is the driver saying it has none.
+    """
+    pairs = _STAT_LINE.findall(text)
+    if not pairs:
+        first = next((l.strip() for l in text.splitlines() if l.strip() and not l.startswith("#")), "empty output")
+        raise Unsupported(f"no statistics ({first[:80]})")
+    names, values = zip(*pairs)
+    return names, list(map(int, values))
+
+
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+_RX = re.compile(r"(^|_)rx(_|$)")
+_TX = re.compile(r"(^|_)tx(_|$)")
+_QUEUE_PATTERNS = (
+    re.compile(r"^(rx|tx)(\d+)_(.+)$"),  # mlx5: rx3_packets, tx3_dropped
+    re.compile(r"^(rx|tx)_queue_(\d+)_(.+)$"),  # virtio_net, veth, ixgbe: rx_queue_3_packets
+    re.compile(r"^(rx|tx)-(\d+)\.(.+)$"),  # i40e, ice: rx-3.packets
+    re.compile(r"^(ch)(\d+)_(.+)$"),  # mlx5 channels: ch3_events, ch3_arm
+)
+_ENA_QUEUE = re.compile(r"^queue_(\d+)_(rx|tx)_(.+)$")  # ena: queue_3_tx_cnt
+_PRIO = re.compile(r"^(rx|tx)_prio([0-7])_(.+)$")  # mlx5: rx_prio3_pause, tx_prio3_pause_duration
+
+
+def metric_name(stat: str) -> str:
+    """node_exporter's ethtool naming: lower case, non-alphanumerics to `_`, rx/tx spelled out."""
+    name = _NON_ALNUM.sub("_", stat.lower()).strip("_")
+    name = _RX.sub(r"\1received\2", name)
+    return _TX.sub(r"\1transmitted\2", name)
+
+
+@dataclass(frozen=True)
+class Classified:
+    kind: str  # "device", "queue" or "prio"
+    base: str  # the stat name without its queue or priority: "rx_packets", "rx_pause"
+    index: str  # the queue or priority, "" for device-wide stats
+
+
+def classify(stat: str) -> Classified:
+    for pattern in _QUEUE_PATTERNS:
+        m = pattern.match(stat)
+        if m:
+            return Classified("queue", f"{m.group(1)}_{m.group(3)}", m.group(2))
+    m = _ENA_QUEUE.match(stat)
+    if m:
+        return Classified("queue", f"{m.group(2)}_{m.group(3)}", m.group(1))
+    m = _PRIO.match(stat)
+    if m:
+        return Classified("prio", f"{m.group(1)}_{m.group(3)}", m.group(2))
+    return Classified("device", stat, "")
+
+
+# Stats folded into the node rollups (driver names: mlx5, ice/i40e, bnxt, ixgbe and the generic ones).
+PAUSE_STATS = frozenset({"rx_pause_ctrl_phy", "rx_pause", "rx_pause_frames", "rx_flow_control_xon",
+                         "rx_flow_control_xoff", "link_xon_rx", "link_xoff_rx", "rx_pause_frames_rcvd"})
+PRIO_PAUSE_BASES = frozenset({"rx_pause"})  # rx_prio<p>_pause (mlx5 PFC)
+LINK_DOWN_STATS = frozenset({"link_down_events_phy", "link_down_count", "link_down_events", "carrier_down"})
+LINK_ERROR_STATS = frozenset({"rx_crc_errors_phy", "rx_symbol_err_phy", "rx_crc_errors", "rx_symbol_errors",
+                              "rx_fcs_errors", "crc_errors", "rx_crc_errors_frames"})
+NODE_HELP = {
+    "node_received_pause_frames_total": "Pause frames received (global pause and PFC per priority), summed over "
+                                        "the node's NICs that report them: the switch asked this node to stop sending.",
+    "node_link_down_events_total": "Physical link-down events counted by the NIC drivers, summed over the node's NICs.",
+    "node_link_errors_total": "Frames received with CRC/FCS or symbol errors, summed over the node's NICs.",
+}
+
+
+def _rollup(c: Classified) -> str:
+    if c.kind == "device":
+        if c.base in PAUSE_STATS:
+            return "node_received_pause_frames_total"
+        if c.base in LINK_DOWN_STATS:
+            return "node_link_down_events_total"
+        if c.base in LINK_ERROR_STATS:
+            return "node_link_errors_total"
+    elif c.kind == "prio" and c.base in PRIO_PAUSE_BASES:
+        return "node_received_pause_frames_total"
+    return ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What each scrape of one device emits, decided once per (device, stat list); sample k sums the
+    driver's values at `selects[k]` (a slice when the indices are evenly spaced: queues)."""
+
+    names: tuple[str, ...]
+    metrics: tuple[str, ...]  # per sample: its family's name
+    helps: tuple[str, ...]  # per sample: its family's HELP
+    prefixes: tuple[str, ...]  # per sample: "name{labels} ", rendered once
+    selects: tuple[slice | tuple[int, ...], ...]
+    singles: int = 0  # the first `singles` samples are one stat each, taken by one itemgetter call
+    scaled: tuple[tuple[int, float], ...] = ()  # (sample, factor): mlx5 pause durations, us -> s
+    rollups: tuple[tuple[int, str], ...] = ()  # (sample, node rollup it is added to)
+    pick: tuple[int, ...] = ()  # the driver's index of each of the first `singles` samples
+
+
+def _selector(indices: list[int]) -> slice | tuple[int, ...]:
+    if len(indices) == 1:
+        return slice(indices[0], indices[0] + 1)
+    step = indices[1] - indices[0]
+    if step > 0 and all(b - a == step for a, b in zip(indices, indices[1:])):
+        return slice(indices[0], indices[-1] + 1, step)
+    return tuple(indices)
+
+
+def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = None,
+               per_queue: bool = False) -> Plan:
+    """Decide once per (device, stat list) what each scrape emits: pure, cached by the collector."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    meta: dict[tuple[str, str], tuple[str, float, str]] = {}
+    seen: set[str] = set()
+    dev = f'device="{escape_label_value(device)}"'
+    for i, stat in enumerate(names[:MAX_STATS]):
+        if include is not None and not include.search(stat):
+            continue
+        c = classify(stat)
+        base = metric_name(c.base)
+        scale = 1.0
+        if base.endswith("_pause_duration"):
+            base, scale = base + "_seconds", 1e-6  # mlx5 counts microseconds
+        if c.kind == "queue":
+            metric = f"queue_{base}_total"
+            labels = "{" + dev + (f',queue="{c.index}"' if per_queue else "") + "}"
+            what = f"Driver statistic {c.base} of {'one queue' if per_queue else 'all queues summed'} (ethtool -S)."
+        elif c.kind == "prio":
+            metric, labels = f"prio_{base}_total", "{" + dev + f',priority="{c.index}"' + "}"
+            what = f"Driver statistic {c.base} per 802.1p priority (ethtool -S {c.base.split('_')[0]}_prio<p>_...)."
+        else:
+            metric, labels = f"{base}_total", "{" + dev + "}"
+            what = f"Driver statistic {stat} (ethtool -S)."
+        if c.kind == "device" and (metric, labels) in groups or stat in seen:
+            continue  # two driver names that normalise alike ("a b", "a_b"): the first wins, as in node_exporter
+        seen.add(stat)
+        if scale != 1.0:
+            what += " Converted from microseconds to seconds."
+        key = (metric, labels)
+        groups.setdefault(key, []).append(i)
+        meta.setdefault(key, (what, scale, _rollup(c)))
+    # samples of one stat first (most of them: picked by one itemgetter call), then the sums
+    keys = sorted(groups, key=lambda k: len(groups[k]) > 1)
+    return Plan(tuple(names), tuple(PREFIX + m for m, _ in keys), tuple(meta[k][0] for k in keys),
+                tuple(f"{PREFIX}{m}{lbl} " for m, lbl in keys), tuple(_selector(groups[k]) for k in keys),
+                sum(len(groups[k]) == 1 for k in keys),
+                tuple((j, meta[k][1]) for j, k in enumerate(keys) if meta[k][1] != 1.0),
+                tuple((j, meta[k][2]) for j, k in enumerate(keys) if meta[k][2]),
+                tuple(groups[k][0] for k in keys if len(groups[k]) == 1))
+
+
+def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list[str] | None:
+    """One device's sample lines, in the plan's order, and its rollups added to `totals`; None when
+    there are fewer values than names (the driver shrank between the two calls)."""
+    if len(values) < len(plan.names):
+        return None
+    n = plan.singles
+    vals: list = [values[i] for i in plan.pick] if n < 2 else list(itemgetter(*plan.pick)(values))
+    vals += [sum(values[sel]) if type(sel) is slice else sum([values[i] for i in sel]) for sel in plan.selects[n:]]
+    for k, factor in plan.scaled:
+        vals[k] *= factor
+    for k, node in plan.rollups:
+        totals[node] = totals.get(node, 0) + vals[k]
+    # driver stats are unsigned integers, scaled ones plain floats: str() is their exposition form
+    return list(map(str.__add__, plan.prefixes, map(str, vals)))
+
+
+def add_lines(families: dict[str, Family], plan: Plan, per_device: list[list[str]]) -> None:
+    """Lines of several devices with the same plan order into their families, one append per family
+    rather than per sample (8 NICs of one driver share the order)."""
+    for metric, help_, col in zip(plan.metrics, plan.helps, zip(*per_device)):
+        fam = families.get(metric)
+        if fam is None:
+            fam = families[metric] = counter(metric, help_)
+        fam.lines.extend(col)
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers: the ioctl, and fixture text files in its place
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GSTRINGS = 0x1B
+ETHTOOL_GSTATS = 0x1D
+ETHTOOL_GSSET_INFO = 0x37
+ETH_SS_STATS = 1
+ETH_GSTRING_LEN = 32
+IFNAMSIZ = 16
+
+
+class IoctlReader:
+    """Driver stats through SIOCETHTOOL. One socket for the collector's life; buffers per call."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+
+    def _ioctl(self, device: str, buf: array.array) -> None:
+        if self._sock is None:
+            self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        name = device.encode()
+        if not name or len(name) >= IFNAMSIZ:
+            raise Unsupported(f"invalid interface name {device!r}")
+        # struct ifreq: the name, then ifr_data pointing at our buffer (padded to the union's 24 bytes)
+        ifreq = struct.pack(f"{IFNAMSIZ}sP", name, buf.buffer_info()[0]).ljust(40, b"\0")
+        fcntl.ioctl(self._sock.fileno(), SIOCETHTOOL, ifreq)
+
+    def count(self, device: str) -> int:
+        buf = array.array("B", struct.pack("=IIQI", ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_STATS, 0))
+        try:
+            self._ioctl(device, buf)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                raise Unsupported(f"driver has no statistics ({os.strerror(exc.errno)})") from None
+            raise
+        _, _, mask, n = struct.unpack("=IIQI", buf.tobytes())
+        if not mask & (1 << ETH_SS_STATS) or n == 0:
+            raise Unsupported("driver has no statistics (0 stats)")
+        if n > MAX_STATS:  # the kernel would write them all: never hand it a buffer sized below its count
+            raise Unsupported(f"driver reports {n} stats, more than the {MAX_STATS} read")
+        return n
+
+    @staticmethod
+    def _room(n: int) -> int:
+        # Older kernels write as many entries as the driver counts at the time of the call, whatever
+        # size we pass: room for a count that grew between two ioctls (channels added meanwhile).
+        return 2 * n + 64
+
+    def names(self, device: str) -> list[str]:
+        n = self.count(device)
+        buf = array.array("B", struct.pack("=III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n) + bytes(self._room(n) * ETH_GSTRING_LEN))
+        self._ioctl(device, buf)
+        raw = buf.tobytes()
+        got = struct.unpack_from("=I", raw, 8)[0]
+        if got != n:
+            raise _Changed()
+        return [raw[12 + i * ETH_GSTRING_LEN:12 + (i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0].decode("ascii", "replace")
+                for i in range(got)]
+
+    def values(self, device: str, names: tuple[str, ...]) -> array.array:
+        # Newer kernels (6.x) answer n_stats 0 and no data when our n_stats is not the driver's count:
+        # it is asked first and passed exactly; older ones ignore it (see _room).
+        n = len(names)  # a driver's stat list changes only with its count (channels, features)
+        live = self.count(device)
+        if live != n:
+            raise _Changed()
+        buf = array.array("Q", bytes(8 * (self._room(live) + 1)))
+        struct.pack_into("=II", buf, 0, ETHTOOL_GSTATS, live)
+        self._ioctl(device, buf)
+        got = struct.unpack_from("=II", buf, 0)[1]  # host order, as the kernel wrote it
+        if got != n:
+            raise _Changed()
+        return buf[1:1 + got]
+
+    def devices(self, sysfs_net: str) -> list[str]:
+        try:
+            return sorted(os.listdir(sysfs_net))
+        except OSError:
+            return []
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+class _Changed(Exception):
+    """The driver's stat count changed since the names were read: read them again."""
+
+
+def _read_file(path: str, limit: int = 4 << 20) -> bytes:
+    """The whole file with os.read (cheaper than a buffered file object), in 64 KiB reads."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = [os.read(fd, 65536)]
+        while len(chunks[-1]) == 65536 and sum(map(len, chunks)) < limit:
+            chunks.append(os.read(fd, 65536))
+        return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+    finally:
+        os.close(fd)
+
+
+class FixtureReader:
+    """`ethtool -S` text files (`DIR/<device>/statistics`) read in place of the ioctl."""
+
+    def __init__(self, roots: str):
+        self.roots = [r for r in roots.split(",") if r]  # several capture folders may be merged
+        self._where: dict[str, str] = {}
+        self._stamp: list | None = None
+        self._devices: list[str] = []
+        # device -> (the bytes last read, their parse): a capture read again unchanged is not parsed
+        # again, so a scrape costs a read per device as the ioctl does (the text parse is the
+        # fixture's own cost, not the collector's); any changed byte is parsed afresh
+        self._last: dict[str, tuple[bytes, tuple[tuple[str, ...], list[int]]]] = {}
+
+    def _parse(self, device: str) -> tuple[tuple[str, ...], list[int]]:
+        path = os.path.join(self._where.get(device, self.roots[0] if self.roots else ""), device, "statistics")
+        try:
+            raw = _read_file(path)
+        except FileNotFoundError:
+            raise Unsupported("no statistics file") from None
+        last = self._last.get(device)
+        if last is not None and last[0] == raw:
+            return last[1]
+        parsed = parse_stats_text(raw.decode("utf-8", "replace"))
+        self._last[device] = (raw, parsed)
+        return parsed
+
+    def names(self, device: str) -> tuple[str, ...]:
+        return self._parse(device)[0]
+
+    def values(self, device: str, names: tuple[str, ...]) -> list[int]:
+        got, values = self._parse(device)
+        if got != names:
+            raise _Changed()
+        return values
+
+    def devices(self, _sysfs_net: str) -> list[str]:
+        # listed again only when a folder's mtime moves (a device folder added or removed)
+        stamp = []
+        for root in self.roots:
+            try:
+                stamp.append(os.stat(root).st_mtime_ns)
+            except OSError:
+                stamp.append(None)
+        if stamp == self._stamp:
+            return self._devices
+        where: dict[str, str] = {}
+        for root in reversed(self.roots):  # the first folder wins for a device in several
+            try:
+                with os.scandir(root) as it:  # d_type: no stat per entry
+                    where.update((e.name, root) for e in it if e.is_dir())
+            except OSError:
+                continue
+        self._where, self._stamp, self._devices = where, stamp, sorted(where)
+        return self._devices
+
+    def close(self) -> None:
+        pass
+
+
+@register
+class EthtoolCollector(Collector):
+    """NIC driver statistics (`ethtool -S`) through the ethtool ioctl: drops, discards, pause/PFC, errors."""
+
+    name = "ethtool"
+    default_enabled = False
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.filter = DeviceFilter.from_options(ctx, "ethtool")
+        include = ctx.option("collector_ethtool_metrics_include", DEFAULT_METRICS_INCLUDE)
+        self.include = re.compile(include) if include else None
+        self.per_queue = bool(ctx.option("collector_ethtool_per_queue", False))
+        root = ctx.option("collector_ethtool_fixtures")
+        self.reader: IoctlReader | FixtureReader = FixtureReader(root) if root else IoctlReader()
+        self._plans: dict[str, Plan | str] = {}  # device -> plan, or the reason it has no stats
+        self._scanned = 0.0
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        add_device_filter_arguments(parser, "ethtool")
+        parser.add_argument("--collector.ethtool.metrics-include", dest="collector_ethtool_metrics_include",
+                            type=regex_argument, default=DEFAULT_METRICS_INCLUDE, metavar="REGEX",
+                            help="Regexp of driver stat names to export (searched in the name). Default: what "
+                                 "/proc/net/dev lacks (discards, drops, pause/PFC, errors, link-down events); "
+                                 "'.' exports every stat, as node_exporter does.")
+        parser.add_argument("--collector.ethtool.per-queue", dest="collector_ethtool_per_queue",
+                            action="store_true", help="One series per queue for per-queue stats (label queue) "
+                                                      "instead of their sum per device.")
+        parser.add_argument("--collector.ethtool.fixtures", dest="collector_ethtool_fixtures", default=None,
+                            metavar="DIR[,DIR...]", help="Read `ethtool -S` text from DIR/<device>/statistics "
+                                                "instead of the ioctl (tests, benchmarks, replaying a capture).")
+
+    def _plan(self, device: str) -> Plan | str | None:
+        """The device's plan, why it has no stats, or None when its stat list changed while read
+        (not remembered: read again next scrape)."""
+        try:
+            return build_plan(device, self.reader.names(device), self.include, self.per_queue)
+        except _Changed:
+            return None
+        except Unsupported as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"cannot read statistics: {os.strerror(exc.errno) if exc.errno else exc}"
+
+    def collect(self):
+        now = time.monotonic()
+        if now - self._scanned > RESCAN_SECONDS:
+            self._plans.clear()
+            self._scanned = now
+        devices = [d for d in self.reader.devices(self.ctx.paths.sys("class", "net")) if self.filter(d)]
+        if not devices:
+            raise NoData("no network interface to read (or all filtered out)")
+        families: dict[str, Family] = {}
+        totals: dict[str, float] = {}
+        by_order: dict[tuple[str, ...], tuple[Plan, list[list[str]]]] = {}  # devices grouped by sample order
+        supported = gauge(PREFIX + "stats_supported", "1 when the device's driver gives statistics through "
+                                                      "ethtool, 0 when it has none (loopback, bonds, most "
+                                                      "virtual devices).")
+        for device in devices:
+            plan = self._plans.get(device)
+            if plan is None:
+                plan = self._remember(device)
+            values = None
+            if isinstance(plan, Plan):
+                values = self._values(device, plan)
+                if values is None:  # the stat list changed under us: one fresh read of names and values
+                    plan = self._remember(device)
+                    values = self._values(device, plan) if isinstance(plan, Plan) else None
+            if values is None:
+                if isinstance(plan, str):
+                    supported.add_rendered(self.filter(device), 0)
+                continue  # a device that vanished or changed twice in one scrape: nothing rather than a guess
+            lines = apply_plan(plan, values, totals)
+            if lines is None:
+                continue
+            supported.add_rendered(self.filter(device), 1)
+            by_order.setdefault(plan.metrics, (plan, []))[1].append(lines)
+        for plan, per_device in by_order.values():
+            add_lines(families, plan, per_device)
+        if len(self._plans) > 4 * len(devices) + 64:  # veth churn must not grow the cache forever
+            self._plans = {d: p for d, p in self._plans.items() if d in set(devices)}
+        node = [counter(PREFIX + metric, NODE_HELP[metric]).add_rendered("", total) for metric, total in totals.items()]
+        return [supported, *families.values(), *node]
+
+    def _remember(self, device: str) -> Plan | str | None:
+        plan = self._plan(device)
+        if plan is None:
+            self._plans.pop(device, None)
+        else:
+            self._plans[device] = plan
+        return plan
+
+    def _values(self, device: str, plan: Plan | str | None) -> Sequence[int] | None:
+        if not isinstance(plan, Plan):
+            return None
+        try:
+            return self.reader.values(device, plan.names)
+        except (_Changed, Unsupported, OSError):
+            return None
+
+    def unsupported(self) -> dict[str, str]:
+        """Devices without stats and why (for `--log-level debug` and tests)."""
+        return {d: p for d, p in self._plans.items() if isinstance(p, str)}
+
+    def close(self) -> None:
+        self.reader.close()

@@ -1,0 +1,295 @@
+"""ethtool and RoCE collectors: the normaliser on node_exporter's real `ethtool -S` capture and on our
+mlx5-style text, the ioctl reader on this machine's real interfaces, RoCE hw_counters on procfs' real
+mlx5 tree, node rollups, and bad input (no stats, unknown files, garbage, vanished devices)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from collectors.exposition import encode, iter_samples
+from collectors.node import ethtool as et
+from collectors.node.ethtool import EthtoolCollector
+from collectors.node.roce import RoceCollector
+from collectors.registry import Context, NoData, Paths
+from tests.conftest import REPO
+
+DATA = REPO / "tests" / "data" / "ethtool"
+
+
+def series(text: str, name: str) -> dict[tuple, float]:
+    return {tuple(sorted(l.items())): v for n, l, v in iter_samples(text) if n == name}
+
+
+def ethtool_text(root: Path, **options) -> str:
+    c = EthtoolCollector(Context(options={"collector_ethtool_fixtures": str(root), **options}))
+    try:
+        return encode(c.collect())
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def ne_ethtool(fixtures_dir) -> Path:
+    return fixtures_dir / "node_exporter" / "ethtool"
+
+
+def test_node_exporter_capture_normalised_with_its_names(ne_ethtool):
+    text = ethtool_text(ne_ethtool, collector_ethtool_metrics_include=".")
+    eth0 = (("device", "eth0"),)
+    # node_exporter's names for the same e1000e capture, with our prefix and _total
+    assert series(text, "gangwatch_ethtool_received_packets_total") == {eth0: 1260062}
+    assert series(text, "gangwatch_ethtool_transmitted_packets_total") == {eth0: 961500}
+    assert series(text, "gangwatch_ethtool_port_received_dropped_total") == {eth0: 12028}
+    assert series(text, "gangwatch_ethtool_received_missed_total") == {eth0: 401}
+    # "duplicate metric" and "duplicate_metric" normalise alike: the first one wins, nothing crashes
+    assert series(text, "gangwatch_ethtool_duplicate_metric_total") == {eth0: 1}
+    # bond0 answers "ERROR: 1": a driver without stats is unsupported, not an error and not zeros
+    assert series(text, "gangwatch_ethtool_stats_supported") == {(("device", "bond0"),): 0, eth0: 1}
+    assert not any(("device", "bond0") in k for n, l, v in iter_samples(text) for k in [tuple(l.items())]
+                   if n != "gangwatch_ethtool_stats_supported")
+
+
+def test_device_and_metric_filters(ne_ethtool):
+    text = ethtool_text(ne_ethtool, collector_ethtool_device_exclude="^bond", collector_ethtool_metrics_include="^rx_")
+    assert "gangwatch_ethtool_received_errors_total" in text
+    names = {n for n, _, _ in iter_samples(text)}
+    assert "gangwatch_ethtool_received_packets_total" in names
+    assert "gangwatch_ethtool_transmitted_packets_total" not in names
+    assert series(text, "gangwatch_ethtool_stats_supported") == {(("device", "eth0"),): 1}
+    with pytest.raises(NoData):
+        EthtoolCollector(Context(options={"collector_ethtool_fixtures": str(ne_ethtool),
+                                          "collector_ethtool_device_include": "^nothing$"})).collect()
+
+
+def test_default_include_keeps_what_proc_net_dev_lacks(ne_ethtool):
+    names = {n for n, _, _ in iter_samples(ethtool_text(ne_ethtool))}
+    assert {"gangwatch_ethtool_port_received_dropped_total", "gangwatch_ethtool_received_missed_total",
+            "gangwatch_ethtool_received_errors_total", "gangwatch_ethtool_align_errors_total"} <= names
+    # traffic counters are the netdev collector's (/proc/net/dev): not repeated here by default
+    assert "gangwatch_ethtool_received_packets_total" not in names
+    mlx5 = {n for n, _, _ in iter_samples(ethtool_text(DATA))}
+    assert {"gangwatch_ethtool_prio_received_pause_total", "gangwatch_ethtool_received_out_of_buffer_total",
+            "gangwatch_ethtool_queue_transmitted_dropped_total", "gangwatch_ethtool_node_received_pause_frames_total",
+            "gangwatch_ethtool_link_down_events_phy_total"} <= mlx5
+    assert "gangwatch_ethtool_queue_received_bytes_total" not in mlx5
+    assert "gangwatch_ethtool_prio_received_bytes_total" not in mlx5  # traffic per class: `.` asks for it
+
+
+def test_mlx5_queues_summed_priorities_and_rollups():
+    text = ethtool_text(DATA, collector_ethtool_metrics_include=".")
+    d0 = ("device", "mlx5_0")
+    # per-queue counters summed per device, never a series per queue unless asked for
+    assert series(text, "gangwatch_ethtool_queue_received_packets_total")[(d0,)] == 1_000_000
+    assert series(text, "gangwatch_ethtool_queue_transmitted_dropped_total") == {(d0,): 3}
+    assert series(text, "gangwatch_ethtool_queue_ch_events_total") == {(d0,): 100}
+    assert not any("queue" in dict(l) for _, l, _ in iter_samples(text))
+    # the device-wide rx_packets stays apart from the queues' sum
+    assert series(text, "gangwatch_ethtool_received_packets_total")[(d0,)] == 1_000_000
+    # PFC per priority, durations in seconds (mlx5 counts microseconds)
+    assert series(text, "gangwatch_ethtool_prio_received_pause_total")[(d0, ("priority", "3"))] == 120
+    assert series(text, "gangwatch_ethtool_prio_received_pause_duration_seconds_total")[(d0, ("priority", "3"))] == 2.5
+    assert series(text, "gangwatch_ethtool_received_out_of_buffer_total") == {(d0,): 17}
+    assert series(text, "gangwatch_ethtool_link_down_events_phy_total")[(d0,)] == 2
+    # node rollups: pause = global 10 + PFC (0 + 120) on mlx5_0, global 0 + PFC 7 on mlx5_1
+    assert series(text, "gangwatch_ethtool_node_received_pause_frames_total") == {(): 137}
+    assert series(text, "gangwatch_ethtool_node_link_down_events_total") == {(): 2}
+    assert series(text, "gangwatch_ethtool_node_link_errors_total") == {(): 4}
+    # a u64 at its maximum is exported as read; a negative value and a garbage line are skipped
+    d1 = ("device", "mlx5_1")
+    assert series(text, "gangwatch_ethtool_received_packets_total")[(d1,)] == 2 ** 64 - 1
+    assert (d1,) not in series(text, "gangwatch_ethtool_transmitted_packets_total")
+
+
+def test_per_queue_flag_gives_bounded_queue_labels():
+    text = ethtool_text(DATA, collector_ethtool_per_queue=True, collector_ethtool_metrics_include=".")
+    got = series(text, "gangwatch_ethtool_queue_received_packets_total")
+    assert got[(("device", "mlx5_0"), ("queue", "0"))] == 400000
+    assert got[(("device", "mlx5_0"), ("queue", "1"))] == 600000
+
+
+@pytest.mark.parametrize("stat,kind,base,index", [
+    ("rx3_packets", "queue", "rx_packets", "3"),
+    ("rx_queue_12_bytes", "queue", "rx_bytes", "12"),
+    ("tx-7.packets", "queue", "tx_packets", "7"),
+    ("queue_2_tx_cnt", "queue", "tx_cnt", "2"),
+    ("rx_prio5_pause", "prio", "rx_pause", "5"),
+    ("rx_prio9_pause", "device", "rx_prio9_pause", ""),  # not an 802.1p priority: a plain stat
+    ("rx_discards_phy", "device", "rx_discards_phy", ""),
+])
+def test_classify(stat, kind, base, index):
+    assert et.classify(stat) == et.Classified(kind, base, index)
+
+
+@pytest.mark.parametrize("text", ["", "no stats available\n", "ERROR: 1", "NIC statistics:\n", "\x00\xff garbage"])
+def test_text_without_stats_is_unsupported(text):
+    with pytest.raises(et.Unsupported):
+        et.parse_stats_text(text)
+
+
+def test_plan_selectors_sum_strided_queues():
+    names = [f"rx{q}_{s}" for q in range(64) for s in ("packets", "bytes", "drops")] + ["rx_prio3_pause_duration"]
+    plan = et.build_plan("eth9", names, include=None)
+    k = plan.metrics.index("gangwatch_ethtool_queue_received_drops_total")
+    assert plan.selects[k] == slice(2, 192, 3)
+    lines = et.apply_plan(plan, list(range(len(names))), {})
+    assert lines[k] == f'gangwatch_ethtool_queue_received_drops_total{{device="eth9"}} {sum(range(2, 192, 3))}'
+    assert 'gangwatch_ethtool_prio_received_pause_duration_seconds_total{device="eth9",priority="3"} 0.000192' in lines
+    # fewer values than names (the driver shrank between the two calls): no crash, no partial lie
+    assert et.apply_plan(plan, [1, 2], {}) is None
+
+
+# ---- the ioctl reader on this machine's real interfaces
+
+def real_interfaces() -> list[str]:
+    return sorted(p.name for p in Path("/sys/class/net").iterdir())
+
+
+def test_ioctl_reader_on_real_interfaces():
+    reader = et.IoctlReader()
+    answered, unsupported = {}, {}
+    try:
+        for dev in real_interfaces():
+            try:
+                names = reader.names(dev)
+                values = reader.values(dev, tuple(names))
+            except et.Unsupported as exc:
+                unsupported[dev] = str(exc)
+                continue
+            assert len(values) == len(names) and all(v >= 0 for v in values)
+            assert all(re.fullmatch(r"[\x20-\x7e]+", n) for n in names)
+            answered[dev] = names
+        # loopback has no driver stats on any kernel: a clear "unsupported", not an exception
+        assert "lo" in unsupported and "no statistics" in unsupported["lo"]
+        if not answered:
+            pytest.skip("not applicable here: no interface of this machine has driver stats")
+        with pytest.raises(OSError):
+            reader.names("gwnosuchdev0")
+        with pytest.raises(et.Unsupported):
+            reader.names("x" * 20)  # longer than IFNAMSIZ: refused before the kernel sees it
+    finally:
+        reader.close()
+    c = EthtoolCollector(Context(options={}))
+    text = encode(c.collect())
+    c.close()
+    sup = series(text, "gangwatch_ethtool_stats_supported")
+    assert sup[(("device", "lo"),)] == 0
+    assert {k[0][1] for k, v in sup.items() if v == 1} == set(answered)
+
+
+def test_ethtool_is_off_by_default():
+    assert EthtoolCollector.default_enabled is False
+
+
+# ---- RoCE hw_counters
+
+def roce_text(sysfs: Path) -> str:
+    c = RoceCollector(Context(paths=Paths(sysfs=str(sysfs))))
+    try:
+        return encode(c.collect())
+    finally:
+        c.close()
+
+
+def test_roce_counters_on_procfs_mlx5_tree(procfs_tree):
+    text = roce_text(procfs_tree / "sys")
+    port = (("device", "mlx5_0"), ("port", "1"))
+    # values of procfs' real mlx5_0 hw_counters
+    assert series(text, "gangwatch_roce_port_adaptive_retransmissions_total") == {port: 99}
+    assert series(text, "gangwatch_roce_port_local_ack_timeouts_total") == {port: 131}
+    assert series(text, "gangwatch_roce_port_slow_restart_cnps_total") == {port: 131}
+    assert series(text, "gangwatch_roce_port_out_of_sequence_packets_total") == {port: 1}
+    assert series(text, "gangwatch_roce_node_sequence_errors_total") == {(): 2}  # out_of_sequence 1 + packet_seq_err 1
+    assert series(text, "gangwatch_roce_node_retransmissions_total") == {(): 99}
+    # this mlx5 does not have the ECN/CNP files: absent, not 0 (unknown is not zero)
+    assert not series(text, "gangwatch_roce_node_cnp_handled_total")
+    # mlx4 and hfi1 have no hw_counters of these names: no series for them
+    assert {dict(l)["device"] for n, l, _ in iter_samples(text) if "device" in l} == {"mlx5_0"}
+
+
+def make_roce_tree(root: Path, nics: int, source: Path | None = None) -> Path:
+    """`nics` mlx5 devices with the issue's congestion counters; procfs' real files copied in when given."""
+    for i in range(nics):
+        hw = root / "class" / "infiniband" / f"mlx5_{i}" / "ports" / "1" / "hw_counters"
+        hw.mkdir(parents=True)
+        if source is not None:
+            for f in source.iterdir():
+                shutil.copyfile(f, hw / f.name)
+        for name, value in (("np_ecn_marked_roce_packets", 1000 + i), ("np_cnp_sent", 500 + i),
+                            ("rp_cnp_handled", 200 + i), ("rp_cnp_ignored", 0)):
+            (hw / name).write_text(f"{value}\n")
+    return root
+
+
+def test_roce_rollups_and_bad_files(tmp_path):
+    sysfs = make_roce_tree(tmp_path, 2)
+    hw0 = sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters"
+    (hw0 / "np_cnp_sent").write_text("")  # truncated read
+    (hw0 / "rp_cnp_ignored").write_text("N/A (no PMA)\n")
+    (hw0 / "some_future_counter").write_text("5\n")  # unknown file: left to the infiniband collector
+    (hw0 / "rp_cnp_handled").write_text("4294967295\n")  # a 32-bit counter about to wrap: as read
+    c = RoceCollector(Context(paths=Paths(sysfs=str(sysfs))))
+    text = encode(c.collect())
+    assert series(text, "gangwatch_roce_node_ecn_marked_packets_total") == {(): 2001}
+    assert series(text, "gangwatch_roce_node_cnp_sent_total") == {(): 501}  # mlx5_0's unreadable file left out
+    assert series(text, "gangwatch_roce_node_cnp_handled_total") == {(): 4294967295 + 201}
+    assert (("device", "mlx5_0"), ("port", "1")) not in series(text, "gangwatch_roce_port_cnp_ignored_total")
+    assert "some_future_counter" not in text
+    # the counter wrapped (reads low again): exported as read, Prometheus sees a reset
+    (hw0 / "rp_cnp_handled").write_text("3\n")
+    assert series(encode(c.collect()), "gangwatch_roce_port_cnp_handled_total")[(("device", "mlx5_0"), ("port", "1"))] == 3
+    # a device that goes away (driver unload) costs only itself
+    shutil.rmtree(sysfs / "class/infiniband/mlx5_1")
+    assert series(encode(c.collect()), "gangwatch_roce_node_ecn_marked_packets_total") == {(): 1000}
+    c.close()
+
+
+def test_roce_without_devices_is_quiet(tmp_path):
+    with pytest.raises(NoData):
+        RoceCollector(Context(paths=Paths(sysfs=str(tmp_path)))).collect()
+    (tmp_path / "class/infiniband/mlx4_0/ports/1/counters").mkdir(parents=True)  # IB port, no hw_counters
+    with pytest.raises(NoData):
+        RoceCollector(Context(paths=Paths(sysfs=str(tmp_path)))).collect()
+
+
+def test_changed_capture_is_parsed_again(tmp_path):
+    dev = tmp_path / "eth7"
+    dev.mkdir()
+    (dev / "statistics").write_text("NIC statistics:\n     rx_discards_phy: 5\n")
+    c = EthtoolCollector(Context(options={"collector_ethtool_fixtures": str(tmp_path)}))
+    assert series(encode(c.collect()), "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 5}
+    (dev / "statistics").write_text("NIC statistics:\n     rx_discards_phy: 9\n")
+    assert series(encode(c.collect()), "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 9}
+    # the driver gained a stat (names changed): the plan is rebuilt, no stale or misaligned values
+    (dev / "statistics").write_text("NIC statistics:\n     rx_out_of_buffer: 1\n     rx_discards_phy: 11\n")
+    text = encode(c.collect())
+    assert series(text, "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 11}
+    assert series(text, "gangwatch_ethtool_received_out_of_buffer_total") == {(("device", "eth7"),): 1}
+    # same count, other names: re-planned, never misaligned
+    (dev / "statistics").write_text("NIC statistics:\n     rx_crc_errors_phy: 2\n     rx_discards_phy: 12\n")
+    text = encode(c.collect())
+    assert series(text, "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth7"),): 12}
+    assert "out_of_buffer" not in text
+    # a device folder added: listed from the next scrape
+    (tmp_path / "eth8").mkdir()
+    (tmp_path / "eth8" / "statistics").write_text("NIC statistics:\n     rx_discards_phy: 1\n")
+    assert (("device", "eth8"),) in series(encode(c.collect()), "gangwatch_ethtool_received_discards_phy_total")
+    # the file turns to garbage: the device reports no stats, the scrape goes on
+    (dev / "statistics").write_text("\x00\x01garbage")
+    text = encode(c.collect())
+    assert series(text, "gangwatch_ethtool_stats_supported")[(("device", "eth7"),)] == 0
+
+
+def test_exposition_passes_promtool_lint(ne_ethtool, procfs_tree, tmp_path):
+    from tests.support.golden import promtool_problems
+
+    path = tmp_path / "out.prom"
+    path.write_text(ethtool_text(f"{ne_ethtool},{DATA}", collector_ethtool_metrics_include=".",
+                                 collector_ethtool_per_queue=True) + roce_text(procfs_tree / "sys"))
+    problems = promtool_problems(path)
+    if problems is None:
+        pytest.skip("promtool not installed (Debian's prometheus package)")
+    assert problems == ""

@@ -25,21 +25,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    from dashboard.analysis.sim import SimConfig, Simulation
+def _serve(root, sim, steps: int):
+    """The simulator's bundle after `steps` steps, imported into a real Prometheus: (url, bundle)."""
     from dashboard.sources.simulated import BundleWriter
 
-    root = tmp_path_factory.mktemp("prom")
-    sim = Simulation(SimConfig(nodes=10, seed=3, prefill=False, nodes_per_leaf=4,
-                               faults="ost_slow@12m+20m,gpu_throttle@5m+40m,idle_gpus@8m+30m,nccl_hang@10m+30m"))
-    w = BundleWriter(sim)
-    w.capture()
-    for _ in range(72):
-        sim.step()
-        w.capture()
     bundle = root / "bundle"
-    w.write(str(bundle))
+    BundleWriter(sim).run(steps).write(str(bundle))
     data = root / "data"
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(bundle / "metrics.om"), str(data)],
                    check=True, capture_output=True, timeout=120)
@@ -57,7 +48,7 @@ def served(tmp_path_factory):
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        yield url, bundle, root
+        yield url, bundle
     finally:
         proc.terminate()
         try:
@@ -65,6 +56,17 @@ def served(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from dashboard.analysis.sim import SimConfig, Simulation
+
+    root = tmp_path_factory.mktemp("prom")
+    sim = Simulation(SimConfig(nodes=10, seed=3, prefill=False, nodes_per_leaf=4,
+                               faults="ost_slow@12m+20m,gpu_throttle@5m+40m,idle_gpus@8m+30m,nccl_hang@10m+30m"))
+    for url, bundle in _serve(root, sim, 72):
+        yield url, bundle, root
 
 
 def _verdicts(d):
@@ -113,3 +115,24 @@ def test_diagnose_cli_against_prometheus(served, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert any(n.startswith("Prometheus: ") and int(n.split()[1]) <= QUERY_BUDGET for n in doc["notes"])
     assert {v["state"] for v in doc["verdicts"]} - {"progressing", "insufficient_data"}
+
+
+def test_prometheus_source_matches_bundle_on_roce(tmp_path):
+    """RoCE's signals share one query (each part labelled with its signal) and its ECN marks and CNPs
+    are added up by PromQL as the bundle reader adds them: the same verdicts either way."""
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.prometheus import PrometheusSource
+
+    sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
+                               faults="ib_congestion@8m+30m:leaf=leaf00"))
+    for url, bundle in _serve(tmp_path, sim, 56):
+        b = load_bundle(str(bundle))
+        want = _verdicts(diagnose(b.window, b.jobs))
+        assert "stalled_network" in {s for s, _ in want.values()}
+        src = PrometheusSource(url)
+        win = src.window(b.end, b.end - b.start, 15.0)
+        assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
+        assert "roce_cong" in win.rail and "roce_err" in win.rail
+        assert _verdicts(diagnose(win, b.jobs)) == want

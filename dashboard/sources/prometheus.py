@@ -3,7 +3,7 @@
 One range query per diagnosis signal (`/api/v1/query_range`), aggregated on the server to one
 series per node (and GPU, port or target): `avg by (<host labels>, gpu) (...)`, `sum by (...)
 (rate(...[1m]))`. Every exporter schema a signal can come from (schema.MAPPINGS) is OR-ed into the
-same query, so the number of queries per cycle is fixed (`len(plan_queries())`, 17) whatever the
+same query, so the number of queries per cycle is fixed (`len(plan_queries())`, 19) whatever the
 node count or the schemas in use; plus one instant query for facts (GPU -> job, leaf switch,
 NVLink peers, NUMA). PromQL lives here and nowhere else.
 
@@ -38,6 +38,28 @@ def _selector(m: Mapping) -> str:
     return m.metric + ("{" + ",".join(parts) + "}" if parts else "")
 
 
+def _summed(ms: list[Mapping]) -> list[list[Mapping]]:
+    """Mappings of one signal that one exporter means to be added up (combine="sum", the same kind,
+    scale and filters: RoCE's ECN marks and CNPs) grouped, so PromQL adds them as the bundle reader
+    does instead of `or` keeping the first; every other mapping alone."""
+    out: list[list[Mapping]] = []
+    groups: dict[tuple, list[Mapping]] = defaultdict(list)
+    for m in ms:
+        if m.combine == "sum" and m.counter:
+            groups[(_family(m.metric), m.events, m.scale, m.filters, m.key)].append(m)
+        else:
+            out.append([m])
+    return out + list(groups.values())
+
+
+def _sum_expr(ms: list[Mapping], by: str, rate_window: float, step: float) -> str:
+    if len(ms) == 1:
+        return _expr(ms[0], by, rate_window, step)
+    # each part labelled apart so `or` keeps them all, then added up where any is present
+    return f"sum by ({by}) (" + " or ".join(
+        f'label_replace({_expr(m, by, rate_window, step)}, "gw_part", "{i}", "", "")' for i, m in enumerate(ms)) + ")"
+
+
 def _expr(m: Mapping, by: str, rate_window: float, step: float) -> str:
     sel = _selector(m)
     if m.events:
@@ -64,7 +86,7 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
         if signal in parts:
             continue
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
-        out.append((signal, level, " or ".join(f"({_expr(m, by, rate_window, step)})" for m in ms)))
+        out.append((signal, level, " or ".join(f"({_sum_expr(g, by, rate_window, step)})" for g in _summed(ms))))
     for signal, (num, den, level) in RATIOS.items():
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
         nums = [m for m in mappings if m.signal == num]
@@ -77,6 +99,24 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
             if d is not None:
                 exprs.append(f"({_expr(n, by, rate_window, step)}) / ({_expr(d, by, rate_window, step)})")
         out.append((signal, level, " or ".join(f"({e})" for e in exprs)))
+    return _shared(out)
+
+
+# Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
+# no transmit wait) share one query: each part is labelled with its signal, which add_matrix reads.
+SHARED_QUERIES = {"roce": ("roce_cong", "roce_err")}
+SIGNAL_LABEL = "gw_signal"
+
+
+def _shared(plan: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    by_signal = {signal: (level, q) for signal, level, q in plan}
+    grouped = {s for members in SHARED_QUERIES.values() for s in members}
+    out = [row for row in plan if row[0] not in grouped]
+    for name, members in SHARED_QUERIES.items():
+        parts = [(s, *by_signal[s]) for s in members if s in by_signal]
+        if parts:
+            out.append((name, parts[0][1], " or ".join(
+                f'label_replace({q}, "{SIGNAL_LABEL}", "{s}", "", "")' for s, _, q in parts)))
     return out
 
 
@@ -84,9 +124,9 @@ def _family(metric: str) -> str:
     return "_".join(metric.split("_")[:2])
 
 
-# Queries per cycle, whatever the node count: one range query per signal (20, RoCE's three among
-# them) and the facts query. Tests hold the source to it.
-QUERY_BUDGET = 21
+# Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals
+# sharing one) and the facts query. Tests hold the source to it.
+QUERY_BUDGET = 20
 
 
 INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gpu_nvlink_peer_info or "
@@ -155,6 +195,7 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
     probe = Mapping(signal, level, "")
     for series in data.get("result") or []:
         labels = series.get("metric") or {}
+        part = labels.get(SIGNAL_LABEL) or signal  # a shared query's part
         node = matcher(labels)
         key = sub_key(probe, labels)
         if node is None or key is None:
@@ -165,7 +206,7 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
             vs = np.array([float(v[1]) for v in vals])
         except (TypeError, ValueError, IndexError):
             continue
-        store.add(signal, level, node, key, ts, vs, "mean")
+        store.add(part, level, node, key, ts, vs, "mean")
 
 
 def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:

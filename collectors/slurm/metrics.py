@@ -310,11 +310,11 @@ def poller_families(poller, now: float) -> list[Family]:
     return [fam for fam in f.values() if fam.lines]
 
 
-def metric_table_markdown() -> str:
-    """docs/slurm-exporter.md's metric table, generated from METRICS."""
+def metric_table_markdown(metrics: dict | None = None, prefix: str = P) -> str:
+    """docs/slurm-exporter.md's metric table, generated from METRICS (or another exporter's list)."""
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
-    for name, (kind, labels, help_) in METRICS.items():
-        rows.append(f"| `{P}{name}` | {kind} | {labels.replace(',', ', ') or '–'} | {help_} |")
+    for name, (kind, labels, help_) in (METRICS if metrics is None else metrics).items():
+        rows.append(f"| `{prefix}{name}` | {kind} | {labels.replace(',', ', ') or '–'} | {help_} |")
     return "\n".join(rows)
 
 

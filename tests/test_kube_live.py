@@ -131,6 +131,9 @@ def populate(srv: ApiServer, fixtures):
     o.create(vq, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "research"},
                   "spec": {"weight": 1, "capability": {GPU: "64"}, "deserved": {GPU: "16"}}},
              {"state": "Open", "allocated": {GPU: "20"}})
+    # Volcano's installer creates the default queue
+    o.create(vq, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
+                  "spec": {"weight": 1, "reclaimable": True}}, {"state": "Open"})
     o.create(vq, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "closed-q"},
                   "spec": {"weight": 1}}, {"state": "Closed"})
     o.create(vq, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "small"},
@@ -332,7 +335,7 @@ def test_hostile_names_are_inert_data(cache):
     s, v = cache.current()
     text = encode(snapshot_families(s, v, time.time()))
     infos = [lb for name, lb, _ in iter_samples(text) if name == "gangwatch_kube_gang_info" and lb["name"] == "evil-pg"]
-    assert infos and infos[0]["reason"] == "Unschedulable"  # the exposition still parses around it
+    assert infos and infos[0]["reason"] == "QueueClosed"  # the exposition still parses around it
 
 
 def test_rbac_forbidden_resource_is_absent_and_named(apiserver):

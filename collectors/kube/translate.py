@@ -214,7 +214,8 @@ def build_nodes(nodes: list[dict], pods: list[dict], queues: tuple[str, ...]) ->
 
 def fit_gap(free: dict[str, dict], per_pod: dict[str, float], pods: int) -> tuple[int, list[tuple[str, float]]]:
     """How many of `pods` identical pods fit the free resources now, first fit, and what is missing
-    (per resource, for the pods that do not fit). A hint beside the scheduler's own words."""
+    (per resource, for the pods that do not fit). A hint beside the scheduler's own words.
+    `free` is only read."""
     need = {k: v for k, v in per_pod.items() if v > 0}
     if not need or pods <= 0:
         return pods, []
@@ -265,7 +266,8 @@ class _Draft:
     owner: str = ""
 
 
-def _volcano(pg: dict, pods: list[dict], queues: dict[str, dict], queues_known: bool, free: dict) -> _Draft:
+def _volcano(pg: dict, pods: list[dict], queues: dict[str, dict], queues_known: bool, free: dict,
+             fit_memo: dict) -> _Draft:
     m, spec, st = _d(pg.get("metadata")), _d(pg.get("spec")), _d(pg.get("status"))
     owner = next((str(_d(o).get("name")) for o in _l(m.get("ownerReferences")) if _d(o).get("controller")), "")
     d = _Draft(VOLCANO, pg, str(m.get("namespace") or ""), str(m.get("name") or ""), str(m.get("uid") or ""),
@@ -322,7 +324,11 @@ def _volcano(pg: dict, pods: list[dict], queues: dict[str, dict], queues_known: 
         d.why.insert(0, f"unschedulable: {msg}" if msg else "unschedulable (the scheduler gave no message)")
         named = _INSUFFICIENT.findall(msg)
         waiting = max(1, (d.size or 1) - len([p for p in pods if p["phase"] == "Running"]))
-        fits, missing = fit_gap({k: dict(v) for k, v in free.items()}, d.per_pod, waiting)
+        # gangs of one shape share the answer: thousands of pending gangs cost one fit each shape
+        memo_key = (tuple(sorted(d.per_pod.items())), waiting)
+        if memo_key not in fit_memo:
+            fit_memo[memo_key] = fit_gap(free, d.per_pod, waiting)
+        fits, missing = fit_memo[memo_key]
         for res, amount in missing:
             d.blocking.append((res, "", amount))
         if missing:
@@ -554,10 +560,11 @@ def build(objects: dict[str, list[dict]], status: dict[str, dict], now: float, c
     nodes, free = build_nodes(get("nodes"), pods, queue_names)
     by_group, by_owner = _group_pods(pods)
     drafts: list[_Draft] = []
+    fit_memo: dict = {}
     for pg in get("podgroups"):
         m = _d(pg.get("metadata"))
         drafts.append(_volcano(pg, by_group.get((str(m.get("namespace") or ""), str(m.get("name") or "")), []),
-                               vq, known("queues"), free))
+                               vq, known("queues"), free, fit_memo))
     by_uid: dict[str, _Draft] = {}
     workloads = get("workloads")
     for wl in workloads:

@@ -156,7 +156,7 @@ class Objects:
         for name in names:
             for _ in range(300):
                 st = self.check(self.c.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"))
-                if any(c["type"] == "Established" and c["status"] == "True" for c in st.get("status", {}).get("conditions", [])):
+                if any(c["type"] == "Established" and c["status"] == "True" for c in (st.get("status") or {}).get("conditions") or []):
                     break
                 time.sleep(0.1)
         time.sleep(1.0)  # discovery of the new groups follows the Established condition

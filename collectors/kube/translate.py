@@ -266,7 +266,7 @@ class _Draft:
     owner: str = ""
 
 
-def _volcano(pg: dict, pods: list[dict], queues: dict[str, dict], queues_known: bool, free: dict,
+def _volcano(pg: dict, pods: list[dict], queues: dict[str, tuple], queues_known: bool, free: dict,
              fit_memo: dict) -> _Draft:
     m, spec, st = _d(pg.get("metadata")), _d(pg.get("spec")), _d(pg.get("status"))
     owner = next((str(_d(o).get("name")) for o in _l(m.get("ownerReferences")) if _d(o).get("controller")), "")
@@ -298,12 +298,10 @@ def _volcano(pg: dict, pods: list[dict], queues: dict[str, dict], queues_known: 
         d.reason = d.reason or "QueueMissing"
         d.why.append(f"queue {d.queue} does not exist")
     elif q is not None:
-        qstate = str(_d(q.get("status")).get("state") or "")
+        qstate, cap, alloc, deserved = q
         if qstate and qstate != "Open":
             d.reason = "QueueClosed"
             d.why.append(f"queue {d.queue} is {qstate.lower()}: it admits no new gangs")
-        cap = _resources(_d(q.get("spec")).get("capability"))
-        alloc = _resources(_d(q.get("status")).get("allocated"))
         for res, need in sorted(d.total.items()):
             if res in cap and alloc.get(res, 0.0) + need > cap[res]:
                 room = max(0.0, cap[res] - alloc.get(res, 0.0))
@@ -312,7 +310,6 @@ def _volcano(pg: dict, pods: list[dict], queues: dict[str, dict], queues_known: 
                 d.why.append(f"queue {d.queue} is at its capability for {res}: the gang needs {format_amount(res, need)}, "
                              f"capability {format_amount(res, cap[res])} with {format_amount(res, alloc.get(res, 0.0))} "
                              f"allocated ({format_amount(res, room)} free, {format_amount(res, need - room)} missing)")
-        deserved = _resources(_d(q.get("spec")).get("deserved"))
         over = [r for r, v in deserved.items() if alloc.get(r, 0.0) >= v > 0]
         if over:
             d.why.append(f"queue {d.queue} already uses its deserved share of {', '.join(sorted(over))}: "
@@ -327,14 +324,16 @@ def _volcano(pg: dict, pods: list[dict], queues: dict[str, dict], queues_known: 
         # gangs of one shape share the answer: thousands of pending gangs cost one fit each shape
         memo_key = (tuple(sorted(d.per_pod.items())), waiting)
         if memo_key not in fit_memo:
-            fit_memo[memo_key] = fit_gap(free, d.per_pod, waiting)
-        fits, missing = fit_memo[memo_key]
-        for res, amount in missing:
-            d.blocking.append((res, "", amount))
+            fits, missing = fit_gap(free, d.per_pod, waiting)
+            short = {r for r, _ in missing}
+            need = ", ".join(f"{format_amount(r, v)} {r}" for r, v in sorted(d.per_pod.items()) if r in short)
+            text = (f"{waiting} pod(s) of {need} each wait; the nodes have room for {fits} now: missing "
+                    + ", ".join(f"{format_amount(r, a)} {r}" for r, a in missing)) if missing else ""
+            fit_memo[memo_key] = (missing, text)
+        missing, text = fit_memo[memo_key]
+        d.blocking.extend((res, "", amount) for res, amount in missing)
         if missing:
-            need = ", ".join(f"{format_amount(r, v)} {r}" for r, v in sorted(d.per_pod.items()) if r in dict(missing))
-            d.why.insert(1, f"{waiting} pod(s) of {need} each wait; the nodes have room for {fits} now: missing "
-                         + ", ".join(f"{format_amount(r, a)} {r}" for r, a in missing))
+            d.why.insert(1, text)
         elif named:
             for count, res in named:
                 d.blocking.append((res, "", float(count)))
@@ -485,10 +484,11 @@ def _positions(drafts: list[_Draft]) -> dict[int, tuple[int, int, tuple[Ahead, .
     for idxs in by_queue.values():
         idxs.sort(key=lambda i: (-(drafts[i].priority or 0), drafts[i].created or 0.0, drafts[i].name))
         local_seen: dict[str, int] = {}
+        entries = [Ahead(f"{drafts[j].namespace}/{drafts[j].name}", drafts[j].owner or drafts[j].namespace,
+                         drafts[j].size, drafts[j].priority) for j in idxs]
         for pos, i in enumerate(idxs):
             d = drafts[i]
-            ahead = tuple(Ahead(f"{drafts[j].namespace}/{drafts[j].name}", drafts[j].owner or drafts[j].namespace,
-                                drafts[j].size, drafts[j].priority) for j in idxs[max(0, pos - AHEAD_MAX):pos])
+            ahead = tuple(entries[max(0, pos - AHEAD_MAX):pos])
             local = None
             if d.local_queue:
                 local = local_seen[d.local_queue] = local_seen.get(d.local_queue, 0) + 1
@@ -561,10 +561,14 @@ def build(objects: dict[str, list[dict]], status: dict[str, dict], now: float, c
     by_group, by_owner = _group_pods(pods)
     drafts: list[_Draft] = []
     fit_memo: dict = {}
+    # (state, capability, allocated, deserved) per Volcano queue, parsed once for all its gangs
+    vq_parsed = {name: (str(_d(q.get("status")).get("state") or ""), _resources(_d(q.get("spec")).get("capability")),
+                        _resources(_d(q.get("status")).get("allocated")), _resources(_d(q.get("spec")).get("deserved")))
+                 for name, q in vq.items()}
     for pg in get("podgroups"):
         m = _d(pg.get("metadata"))
         drafts.append(_volcano(pg, by_group.get((str(m.get("namespace") or ""), str(m.get("name") or "")), []),
-                               vq, known("queues"), free, fit_memo))
+                               vq_parsed, known("queues"), free, fit_memo))
     by_uid: dict[str, _Draft] = {}
     workloads = get("workloads")
     for wl in workloads:

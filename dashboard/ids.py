@@ -76,3 +76,8 @@ NETWORK_TABLES = "network-tables"
 NETWORK_SWITCHES = "network-switches"
 NETWORK_PORTS = "network-ports"
 STORAGE_TARGETS = "storage-targets"
+
+# Kubernetes (/kubernetes)
+KUBE_SCHEDULER = "kube-scheduler"
+KUBE_CONTENT = "kube-content"
+KUBE_GANGS = "kube-gangs"

@@ -355,6 +355,98 @@ def test_rbac_forbidden_resource_is_absent_and_named(apiserver):
         c.stop()
 
 
+@pytest.fixture(scope="module")
+def exporter_url(apiserver, cache):
+    """The kube-exporter's HTTP endpoints over the module's watch cache, on a free loopback port."""
+    from collectors.web import make_server, serve_in_thread
+
+    routes = {"/api/v1/snapshot": exporter.snapshot_handler(cache)}
+    srv = make_server("127.0.0.1:0", routes)
+    serve_in_thread(srv)
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def _site(argv):
+    import threading
+
+    from werkzeug.serving import make_server as wz
+
+    from dashboard.app import build_app
+    from dashboard.serve import build_parser, make_datasource
+
+    ds = make_datasource(build_parser().parse_args(argv))
+    srv = wz("127.0.0.1", 0, build_app(ds, refresh_seconds=3600).server, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_port}"
+
+
+def test_feed_merges_slurm_and_kubernetes(exporter_url, tmp_path):
+    from dashboard.kube_feed import KubeFeed, merged
+    from tests.support import dashboard_fake
+
+    feed = KubeFeed(exporter_url)
+    both = merged(dashboard_fake.snapshot, feed)()
+    kinds = {j.flags[0] if j.flags and j.flags[0] in ("volcano", "kueue") else "slurm" for j in both.jobs}
+    assert kinds == {"slurm", "volcano", "kueue"}
+    assert {g["name"] for g in feed.view()["gangs"]} >= {"train-pending", "wl-quota"}
+    feed_down = KubeFeed("http://127.0.0.1:9")  # nothing listens: Slurm still served, marked stale
+    only = merged(dashboard_fake.snapshot, feed_down)()
+    assert only.stale and {j.job_id for j in only.jobs} == {j.job_id for j in dashboard_fake.snapshot().jobs}
+    assert any(e.source == "kubernetes" for e in only.errors)
+
+
+@pytest.mark.browser
+def test_dashboard_renders_kubernetes_only_and_mixed_in_chromium(exporter_url, tmp_path):
+    import json
+    import os
+
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip package playwright not installed")
+    chromium = os.environ.get("GW_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        pytest.skip(f"Chromium not installed at {chromium}")
+    from tests.support import dashboard_fake
+
+    slurm_file = tmp_path / "slurm.json"
+    slurm_file.write_text(json.dumps(dashboard_fake.snapshot().to_dict()))
+    sites = [_site(["--kube-exporter", exporter_url]),
+             _site(["--snapshot", str(slurm_file), "--kube-exporter", exporter_url])]
+    try:
+        with playwright.sync_playwright() as p:
+            b = p.chromium.launch(executable_path=chromium)
+            pg = b.new_page()
+            errors, dialogs = [], []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            # Kubernetes only
+            pg.goto(sites[0][1] + "/kubernetes")
+            gangs = pg.locator("#kube-gangs")
+            gangs.wait_for(timeout=20_000)
+            text = gangs.inner_text()
+            assert "team-a/train-pending" in text and "missing 32 nvidia.com/gpu" in text
+            assert "team-a/wl-quota" in text and "blocked by cpu in flavor default-flavor" in text
+            assert "<script>alert(1)</script>" in text and not dialogs  # the hostile message is text
+            body = pg.locator("main").inner_text()
+            assert "Kueue ClusterQueue cluster-queue" in body and "Volcano queue research" in body
+            # mixed: both schedulers, then the selector narrows to one
+            pg.goto(sites[1][1] + "/kubernetes")
+            pg.locator("#kube-gangs").wait_for(timeout=20_000)
+            mixed = pg.locator("#kube-gangs").inner_text()
+            assert "slurm" in mixed and "volcano" in mixed and "kueue" in mixed
+            pg.get_by_label("Slurm").check()
+            pg.wait_for_function("!document.querySelector('#kube-gangs').innerText.includes('volcano')", timeout=20_000)
+            only = pg.locator("#kube-gangs").inner_text()
+            assert "slurm" in only and "kueue" not in only
+            os.makedirs(REPO / "tests" / "artifacts" / "dashboard", exist_ok=True)
+            pg.screenshot(path=str(REPO / "tests" / "artifacts" / "dashboard" / "kubernetes-mixed.png"), full_page=True)
+            assert not errors, errors
+            b.close()
+    finally:
+        for srv, _ in sites:
+            srv.shutdown()
+
+
 def test_apiserver_gone_serves_stale_with_age(apiserver, cache):
     # last in the module: it stops the API server
     apiserver.stop()

@@ -78,6 +78,6 @@ NETWORK_PORTS = "network-ports"
 STORAGE_TARGETS = "storage-targets"
 
 # Kubernetes (/kubernetes)
-KUBE_SCHEDULER = "kube-scheduler"
-KUBE_CONTENT = "kube-content"
-KUBE_GANGS = "kube-gangs"
+KUBE_SCHEDULER = "kubernetes-scheduler"
+KUBE_CONTENT = "kubernetes-content"
+KUBE_GANGS = "kubernetes-gangs"

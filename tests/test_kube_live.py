@@ -421,7 +421,7 @@ def test_dashboard_renders_kubernetes_only_and_mixed_in_chromium(exporter_url, t
             pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             # Kubernetes only
             pg.goto(sites[0][1] + "/kubernetes")
-            gangs = pg.locator("#kube-gangs")
+            gangs = pg.locator("#kubernetes-gangs")
             gangs.wait_for(timeout=20_000)
             text = gangs.inner_text()
             assert "team-a/train-pending" in text and "missing 32 nvidia.com/gpu" in text
@@ -431,12 +431,12 @@ def test_dashboard_renders_kubernetes_only_and_mixed_in_chromium(exporter_url, t
             assert "Kueue ClusterQueue cluster-queue" in body and "Volcano queue research" in body
             # mixed: both schedulers, then the selector narrows to one
             pg.goto(sites[1][1] + "/kubernetes")
-            pg.locator("#kube-gangs").wait_for(timeout=20_000)
-            mixed = pg.locator("#kube-gangs").inner_text()
+            pg.locator("#kubernetes-gangs").wait_for(timeout=20_000)
+            mixed = pg.locator("#kubernetes-gangs").inner_text()
             assert "slurm" in mixed and "volcano" in mixed and "kueue" in mixed
             pg.get_by_label("Slurm").check()
-            pg.wait_for_function("!document.querySelector('#kube-gangs').innerText.includes('volcano')", timeout=20_000)
-            only = pg.locator("#kube-gangs").inner_text()
+            pg.wait_for_function("!document.querySelector('#kubernetes-gangs').innerText.includes('volcano')", timeout=20_000)
+            only = pg.locator("#kubernetes-gangs").inner_text()
             assert "slurm" in only and "kueue" not in only
             os.makedirs(REPO / "tests" / "artifacts" / "dashboard", exist_ok=True)
             pg.screenshot(path=str(REPO / "tests" / "artifacts" / "dashboard" / "kubernetes-mixed.png"), full_page=True)

@@ -300,6 +300,68 @@ def test_watch_follows_changes_and_deletions(apiserver, cache):
     assert "late" not in gangs(cache)[1]
 
 
+def test_pagination_and_steady_state_requests(apiserver):
+    c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), watch_timeout=60,
+                  page_size=2, retry=2.0, min_rebuild=0.0)
+    c.start()
+    try:
+        assert c.wait_synced(30)
+        h = c.health(time.time())
+        # 9 podgroups at 2 a page: 5 LIST requests for that resource alone
+        assert h["resources"]["podgroups"]["objects"] == 9 and h["resources"]["pods"]["objects"] == 9
+        before = c.client.counters.copy()
+        assert before["list"] >= 5 + 5 + 3  # podgroups, pods (9 -> 5 pages), workloads (6 -> 3 pages), ...
+        time.sleep(3.0)
+        c.current()
+        c.current()
+        # steady state: no request at all while nothing changes (one open WATCH per resource)
+        assert c.client.counters.copy() == before
+        assert before["watch"] == len(c.reflectors)
+    finally:
+        c.stop()
+
+
+def test_watch_from_a_compacted_version_relists(apiserver, cache):
+    refl = cache.reflectors["queues"]
+    relists, gone = refl.relists, refl.gone
+    admin = Objects(apiserver.http("admin"))
+    for i in range(3):  # history to compact away
+        admin.create("/apis/scheduling.volcano.sh/v1beta1/queues", {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"churn-{i}"},
+            "spec": {"weight": 1}})
+    apiserver.compact_etcd()
+    # older than anything the API server's watch cache still holds (it started when the CRD was installed)
+    events = list(cache.client.watch(refl.resource.path(refl.version), "2", 2))
+    assert events and events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 410
+    assert refl._apply(events[0]) is False  # the reflector's answer to 410: list again
+    assert refl.gone == gone + 1
+    refl.list_once()
+    assert refl.relists == relists + 1 and {"/churn-0", "/churn-1", "/churn-2"} <= {
+        f"/{q['metadata']['name']}" for q in refl.items()}
+    for i in range(3):
+        admin.check(admin.c.delete(f"/apis/scheduling.volcano.sh/v1beta1/queues/churn-{i}"))
+
+
+def test_unknown_versions_are_absent_and_named(apiserver):
+    from collectors.kube.resources import Resource
+
+    odd = (Resource("nodes", "", "nodes", ("v1",), namespaced=False, critical=True),
+           Resource("pods", "", "pods", ("v1",), critical=True),
+           Resource("workloads", "kueue.x-k8s.io", "workloads", ("v1alpha9",)),
+           Resource("podgroups", "scheduling.volcano.sh", "podgroups", ("v1beta1",)))
+    c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), resources=odd, retry=30.0)
+    c.start()
+    try:
+        assert c.wait_synced(30)
+        err = c.reflectors["workloads"].error
+        assert "unknown version" in err and "serves versions v1beta2, v1beta1" in err and "v1alpha9" in err
+        snap, view = c.current()
+        assert any(e.source == "kube workloads" and e.severity == "warning" for e in snap.errors)
+        assert {g.kind for g in view.gangs} == {"volcano"}
+    finally:
+        c.stop()
+
+
 def test_exporter_http_snapshot_and_metrics(apiserver, cache):
     args = exporter.build_parser().parse_args(["--kube.config", str(apiserver.kubeconfig("exporter"))])
     _, scraper, routes = exporter.build_app(args, client=cache.client)

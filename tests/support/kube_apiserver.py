@@ -72,7 +72,8 @@ class ApiServer:
             subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
         (d / "tokens.csv").write_text(f"{TOKENS['admin']},admin,1,system:masters\n"
                                       f"{TOKENS['exporter']},gw-exporter,2\n{TOKENS['limited']},gw-limited,3\n")
-        etcd_port, peer, self.port = _port(), _port(), _port()
+        self.etcd_port, peer, self.port = _port(), _port(), _port()
+        etcd_port = self.etcd_port
         self.procs.append(subprocess.Popen(
             ["etcd", "--name", "t", "--data-dir", str(d / "etcd-data"),
              "--listen-client-urls", f"http://127.0.0.1:{etcd_port}", "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
@@ -120,6 +121,15 @@ class ApiServer:
     def http(self, who: str = "admin") -> httpx.Client:
         return httpx.Client(base_url=self.url, verify=str(self.dir / "apiserver.crt"), timeout=30,
                             headers={"Authorization": f"Bearer {TOKENS[who]}"})
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to now (what the API server does every 5 min): older
+        resourceVersions are gone and a watch from one answers 410. -> the revision compacted to."""
+        etcd = httpx.Client(base_url=f"http://127.0.0.1:{self.etcd_port}", timeout=10)
+        rev = int(etcd.post("/v3/kv/range", json={"key": "AA=="}).json()["header"]["revision"])
+        r = etcd.post("/v3/kv/compaction", json={"revision": str(rev), "physical": True})
+        r.raise_for_status()
+        return rev
 
     def stop(self) -> None:
         for p in reversed(self.procs):

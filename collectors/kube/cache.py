@@ -30,6 +30,7 @@ class KubeCache:
                                             watch_timeout=watch_timeout, retry=retry, clock=clock) for r in resources}
         self._lock = threading.Lock()
         self._built: tuple[int, bool, float, Snapshot, KubeView] | None = None
+        self._memo: dict = {}  # translate.build's per-gang results, reused for unchanged objects
 
     def start(self) -> None:
         for r in self.reflectors.values():
@@ -84,4 +85,5 @@ class KubeCache:
                   for k, r in self.reflectors.items()}
         taken = now if up else min((r.last_ok or now) for r in crit)
         failing = None if up else min((r.failing_since or now) for r in crit)
-        return build(objects, status, now, self.cluster, stale=not up, taken_at=taken, failing_since=failing)
+        return build(objects, status, now, self.cluster, stale=not up, taken_at=taken, failing_since=failing,
+                     memo=self._memo)

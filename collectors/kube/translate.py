@@ -264,6 +264,13 @@ class _Draft:
     preempted_by: str = ""
     preemptor_queue: str = ""
     owner: str = ""
+    _entry: "Ahead | None" = None
+
+    def entry(self) -> "Ahead":
+        """How this gang is listed among those ahead of another (made once per draft)."""
+        if self._entry is None:
+            self._entry = Ahead(f"{self.namespace}/{self.name}", self.owner or self.namespace, self.size, self.priority)
+        return self._entry
 
 
 def _volcano(pg: dict, pods: list[dict], queues: dict[str, tuple], queues_known: bool, free: dict,
@@ -484,8 +491,7 @@ def _positions(drafts: list[_Draft]) -> dict[int, tuple[int, int, tuple[Ahead, .
     for idxs in by_queue.values():
         idxs.sort(key=lambda i: (-(drafts[i].priority or 0), drafts[i].created or 0.0, drafts[i].name))
         local_seen: dict[str, int] = {}
-        entries = [Ahead(f"{drafts[j].namespace}/{drafts[j].name}", drafts[j].owner or drafts[j].namespace,
-                         drafts[j].size, drafts[j].priority) for j in idxs]
+        entries = [drafts[j].entry() for j in idxs]
         for pos, i in enumerate(idxs):
             d = drafts[i]
             ahead = tuple(entries[max(0, pos - AHEAD_MAX):pos])
@@ -537,13 +543,50 @@ def _group_pods(pods: list[dict]) -> tuple[dict, dict]:
     return by_group, by_owner
 
 
+def _same(before: list | None, now: list) -> bool:
+    """The same cached objects in the same order (an unchanged watch cache)."""
+    return before is not None and len(before) == len(now) and all(a is b for a, b in zip(before, now))
+
+
+def _reuse(hit, refs: tuple, flags: tuple) -> "_Draft | None":
+    """The previous build's draft when every input is the same object (and the flags equal)."""
+    if hit is None or hit[1] != flags or len(hit[0]) != len(refs):
+        return None
+    return hit[2] if all(a is b for a, b in zip(hit[0], refs)) else None
+
+
+def _finish(d: _Draft, pos, qlen: int, ahead: tuple, local) -> tuple[Job, Gang]:
+    """The Job and the Gang of a draft at its place in the queue (the draft is left as it is)."""
+    s = _summarise(d.pods)
+    partial = d.state == "RUNNING" and bool(s.pending or s.failing or (d.min_member and len(s.running) + s.done < d.min_member))
+    why = list(d.why)
+    if partial:
+        why.append(f"partial gang: {len(s.running)} of {d.min_member or d.size or '?'} pods running, "
+                   f"{len(s.pending)} pending, {len(s.failing)} failing or crash-looping; "
+                   "its GPUs are held without progress")
+        for p in (s.pending + s.failing)[:3]:
+            why.append(f"pod {p['name']}: " + (p["unschedulable"] or ", ".join(p["waiting"]) or p["phase"] or "no status"))
+    if pos is not None:
+        why.append(f"position {pos} of {qlen} pending in {'queue' if d.kind == VOLCANO else 'ClusterQueue'} {d.queue}"
+                   + (f" ({pos - 1} ahead)" if pos > 1 else ""))
+    gid = gang_id(d.uid, f"{d.kind}/{d.namespace}/{d.name}")
+    gang = Gang(job_id=gid, kind=d.kind, namespace=d.namespace, name=d.name, queue=d.queue,
+                local_queue=d.local_queue, min_member=d.min_member, pods_running=len(s.running),
+                pods_pending=len(s.pending), pods_failing=len(s.failing), why=tuple(why), position=pos,
+                queue_pending=qlen, ahead=ahead, local_position=local, blocking=tuple(d.blocking),
+                preempted_by=d.preempted_by, preemptor_queue=d.preemptor_queue, partial=partial)
+    return _job(d, gid, partial), gang
+
+
 def build(objects: dict[str, list[dict]], status: dict[str, dict], now: float, cluster: str = "",
-          stale: bool = False, taken_at: float | None = None, failing_since: float | None = None) -> tuple[Snapshot, KubeView]:
+          stale: bool = False, taken_at: float | None = None, failing_since: float | None = None,
+          memo: dict | None = None) -> tuple[Snapshot, KubeView]:
     """The snapshot and the Kubernetes view from the cached objects of each resource.
 
     `status[key]` = {"ok": bool, "error": str, "version": str, "absent": bool}: a resource that is not
     ok is named in the snapshot's errors and its part is left out (a queue we cannot read is not an
-    open queue: the reasons that need it are not guessed)."""
+    open queue: the reasons that need it are not guessed). `memo`, a dict the caller keeps between
+    builds, makes a rebuild cost only the gangs whose objects changed."""
     def get(key: str) -> list[dict]:
         return objects.get(key) or []
 
@@ -557,54 +600,75 @@ def build(objects: dict[str, list[dict]], status: dict[str, dict], now: float, c
     lqs = {f"{_d(q.get('metadata')).get('namespace')}/{_d(q.get('metadata')).get('name')}": q for q in get("localqueues")}
     pods = get("pods")
     queue_names = tuple(sorted(vq) + sorted(set(cqs) - set(vq)))
-    nodes, free = build_nodes(get("nodes"), pods, queue_names)
-    by_group, by_owner = _group_pods(pods)
+    # memo: what the previous build made of each object, reused while its inputs are the very same
+    # cached objects (the watch cache replaces an object on every change), so a rebuild after one
+    # event costs a lookup per unchanged gang instead of its whole translation
+    memo = {} if memo is None else memo
+    node_objs = get("nodes")
+    same_pods = _same(memo.get("pods"), pods)
+    if same_pods and _same(memo.get("nodes"), node_objs) and memo.get("queue_names") == queue_names:
+        nodes, free = memo["nodes_built"]
+    else:
+        nodes, free = build_nodes(node_objs, pods, queue_names)
+    by_group, by_owner = memo["grouped"] if same_pods else _group_pods(pods)
+    memo.update(pods=list(pods), nodes=list(node_objs), queue_names=queue_names, nodes_built=(nodes, free),
+                grouped=(by_group, by_owner))
+    prev_drafts, new_drafts = memo.get("drafts", {}), {}
+    # the free capacity enters the fit hint of pending Volcano gangs
+    free_version = hash(tuple(sorted((n, tuple(sorted(r.items()))) for n, r in free.items())))
     drafts: list[_Draft] = []
     fit_memo: dict = {}
     # (state, capability, allocated, deserved) per Volcano queue, parsed once for all its gangs
     vq_parsed = {name: (str(_d(q.get("status")).get("state") or ""), _resources(_d(q.get("spec")).get("capability")),
                         _resources(_d(q.get("status")).get("allocated")), _resources(_d(q.get("spec")).get("deserved")))
                  for name, q in vq.items()}
+    q_known = known("queues")
     for pg in get("podgroups"):
         m = _d(pg.get("metadata"))
-        drafts.append(_volcano(pg, by_group.get((str(m.get("namespace") or ""), str(m.get("name") or "")), []),
-                               vq_parsed, known("queues"), free, fit_memo))
+        gpods = by_group.get((str(m.get("namespace") or ""), str(m.get("name") or "")), [])
+        refs = (pg, vq.get(str(_d(pg.get("spec")).get("queue") or "default")), *gpods)
+        d = _reuse(prev_drafts.get(id(pg)), refs, (q_known, free_version))
+        if d is None:
+            d = _volcano(pg, gpods, vq_parsed, q_known, free, fit_memo)
+        new_drafts[id(pg)] = (refs, (q_known, free_version), d)
+        drafts.append(d)
     by_uid: dict[str, _Draft] = {}
-    workloads = get("workloads")
-    for wl in workloads:
+    lq_known = known("localqueues")
+    for wl in get("workloads"):
         m = _d(wl.get("metadata"))
         owners = [str(_d(o).get("uid")) for o in _l(m.get("ownerReferences"))]
         wpods = by_group.get((str(m.get("namespace") or ""), str(m.get("name") or ""))) or \
             [p for o in owners for p in by_owner.get(o, [])]
-        d = _kueue(wl, wpods, lqs, cqs, known("localqueues"), by_uid)
+        spec = _d(wl.get("spec"))
+        lq = lqs.get(f"{m.get('namespace')}/{spec.get('queueName')}")
+        cq_name = _d(_d(wl.get("status")).get("admission")).get("clusterQueue") or _d(_d(lq).get("spec")).get("clusterQueue")
+        refs = (wl, lq, cqs.get(str(cq_name)), *wpods)
+        d = _reuse(prev_drafts.get(id(wl)), refs, (lq_known, bool(cqs)))
+        if d is None or d.reason == "Preempted":  # the preemptor is looked up among this build's gangs
+            d = _kueue(wl, wpods, lqs, cqs, lq_known, by_uid)
+        new_drafts[id(wl)] = (refs, (lq_known, bool(cqs)), d)
         by_uid[d.uid] = d
         drafts.append(d)
     # preemptors named by UID may come later in the list than the workloads they preempted
     for i, d in enumerate(drafts):
         if d.kind == KUEUE and d.reason == "Preempted" and not d.preempted_by and _PREEMPTOR_UID.search(" ".join(d.why)):
-            drafts[i] = _kueue(d.obj, d.pods, lqs, cqs, known("localqueues"), by_uid)
+            drafts[i] = _kueue(d.obj, d.pods, lqs, cqs, lq_known, by_uid)
+            new_drafts[id(d.obj)] = (new_drafts[id(d.obj)][0], new_drafts[id(d.obj)][1], drafts[i])
     positions = _positions(drafts)
+    prev_final, new_final = memo.get("final", {}), {}
     jobs, gangs = [], []
     for i, d in enumerate(drafts):
-        s = _summarise(d.pods)
-        partial = d.state == "RUNNING" and bool(s.pending or s.failing or (d.min_member and len(s.running) + s.done < d.min_member))
-        if partial:
-            d.why.append(f"partial gang: {len(s.running)} of {d.min_member or d.size or '?'} pods running, "
-                         f"{len(s.pending)} pending, {len(s.failing)} failing or crash-looping; "
-                         "its GPUs are held without progress")
-            for p in (s.pending + s.failing)[:3]:
-                d.why.append(f"pod {p['name']}: " + (p["unschedulable"] or ", ".join(p["waiting"]) or p["phase"] or "no status"))
-        gid = gang_id(d.uid, f"{d.kind}/{d.namespace}/{d.name}")
         pos, qlen, ahead, local = positions.get(i, (None, 0, (), None))
-        if pos is not None:
-            d.why.append(f"position {pos} of {qlen} pending in {'queue' if d.kind == VOLCANO else 'ClusterQueue'} {d.queue}"
-                         + (f" ({pos - 1} ahead)" if pos > 1 else ""))
-        jobs.append(_job(d, gid, partial))
-        gangs.append(Gang(job_id=gid, kind=d.kind, namespace=d.namespace, name=d.name, queue=d.queue,
-                          local_queue=d.local_queue, min_member=d.min_member, pods_running=len(s.running),
-                          pods_pending=len(s.pending), pods_failing=len(s.failing), why=tuple(d.why), position=pos,
-                          queue_pending=qlen, ahead=ahead, local_position=local, blocking=tuple(d.blocking),
-                          preempted_by=d.preempted_by, preemptor_queue=d.preemptor_queue, partial=partial))
+        key = (pos, qlen, local, tuple(map(id, ahead)))
+        hit = prev_final.get(id(d))
+        if hit is not None and hit[0] is d and hit[1] == key:
+            job, gang = hit[2], hit[3]
+        else:
+            job, gang = _finish(d, pos, qlen, ahead, local)
+        new_final[id(d)] = (d, key, job, gang)
+        jobs.append(job)
+        gangs.append(gang)
+    memo["drafts"], memo["final"] = new_drafts, new_final
     queues = _queues(vq, cqs, lqs, jobs)
     partitions = tuple(Partition(name=q.name, state="UP" if q.state in ("Open", "Active", "") else "DOWN",
                                  nodes=tuple(n.name for n in nodes), total_nodes=len(nodes)) for q in queues)

@@ -1,0 +1,94 @@
+"""The kube-exporter's pure parts: quantities, the snapshot built with and without its memo, the
+ClusterRole against the resources read, the generated metric table in docs/kube-exporter.md."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collectors.kube.metrics import metric_table_markdown
+from collectors.kube.quantity import parse_quantity
+from collectors.kube.resources import RESOURCES
+from collectors.kube.translate import build, fit_gap
+from collectors.kube.trim import trim_pod
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+
+@pytest.mark.parametrize("text,value", [("3500m", 3.5), ("16Gi", 16 * 2 ** 30), ("4", 4.0), ("1e3", 1000.0),
+                                        ("100M", 1e8), (8, 8.0), ("", None), ("lots", None), (None, None), (True, None)])
+def test_quantities(text, value):
+    assert parse_quantity(text) == value
+
+
+def test_fit_gap_names_what_is_missing():
+    free = {"a": {"nvidia.com/gpu": 8.0}, "b": {"nvidia.com/gpu": 4.0}}
+    assert fit_gap(free, {"nvidia.com/gpu": 8.0}, 3) == (1, [("nvidia.com/gpu", 12.0)])
+    # enough in total but fragmented: 2 pods of 6 on nodes with 8 and 4 free
+    assert fit_gap(free, {"nvidia.com/gpu": 6.0}, 2) == (1, [("nvidia.com/gpu", 6.0)])
+    assert free == {"a": {"nvidia.com/gpu": 8.0}, "b": {"nvidia.com/gpu": 4.0}}  # only read
+
+
+def _dump(snap, view):
+    return snap.to_dict(), [g for g in view.gangs]
+
+
+def test_memoised_rebuild_equals_a_fresh_build():
+    import bench_kube
+
+    bench_kube.GROUPS, bench_kube.NODES = 300, 60
+    cache = bench_kube.warm_cache()
+    status = bench_kube.STATUS
+    memo: dict = {}
+    first = build(cache, status, 1000.0, memo=memo)
+    assert _dump(*first) == _dump(*build(cache, status, 1000.0))
+    # a pod of a pending gang is scheduled and crash-loops; a running group's pod is deleted
+    pods = list(cache["pods"])
+    i = next(k for k, p in enumerate(pods) if not p["node"])
+    pods[i] = dict(pods[i], node="n0", phase="Running", waiting=("CrashLoopBackOff",))
+    del pods[0]
+    cache = dict(cache, pods=pods)
+    again = build(cache, status, 1000.0, memo=memo)
+    fresh = build(cache, status, 1000.0)
+    assert _dump(*again) == _dump(*fresh)
+    assert _dump(*again) != _dump(*first)
+    partial = [g for g in again[1].gangs if g.partial]
+    assert len(partial) == 1 and partial[0].name == "pg0"
+
+
+def test_trim_pod_keeps_what_is_read_and_survives_junk():
+    p = trim_pod({"metadata": {"name": "x", "namespace": "n", "annotations": {"scheduling.k8s.io/group-name": "g"}},
+                  "spec": {"nodeName": "a", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                                                          "junk", {"resources": {"requests": {"cpu": "500m"}}}]},
+                  "status": {"phase": "Running", "containerStatuses": [{"restartCount": 3}, None]}})
+    assert (p["group"], p["node"], p["requests"], p["restarts"]) == ("g", "a", {"nvidia.com/gpu": 2.0, "cpu": 0.5}, 3)
+    assert trim_pod({"metadata": None, "spec": "x", "status": []})["name"] == ""
+
+
+def test_clusterrole_grants_exactly_the_resources_read():
+    role = next(yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "clusterrole.yaml").read_text()))
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == {(r.group, r.plural) for r in RESOURCES}
+    assert all(sorted(rule["verbs"]) == ["get", "list", "watch"] for rule in role["rules"])
+    doc = (REPO / "docs" / "kube-exporter.md").read_text()
+    assert yaml.safe_dump(role["rules"]) == yaml.safe_dump(
+        yaml.safe_load(doc.split("```yaml")[1].split("```")[0])["rules"])
+
+
+def test_docs_metric_table_is_generated():
+    assert metric_table_markdown() in (REPO / "docs" / "kube-exporter.md").read_text()
+
+
+def test_build_without_status_or_queues_never_raises():
+    objs = {"nodes": [], "pods": [], "podgroups": [{"metadata": {"name": "a", "namespace": "n"}, "spec": {}},
+                                                   {"metadata": "junk"}, {}],
+            "workloads": [{"metadata": {"name": "w", "namespace": "n"}, "spec": {"podSets": "junk"}}]}
+    status = {"podgroups": {"ok": True}, "workloads": {"ok": True}, "queues": {"ok": False, "error": "queues: forbidden: x", "absent": True}}
+    snap, view = build(objs, status, time.time())
+    assert [j.reason for j in snap.jobs] == ["NoStatus", "NoStatus", "NoStatus", "NoStatus"]
+    assert [(e.source, e.severity) for e in snap.errors] == [("kube queues", "warning")]

@@ -92,3 +92,42 @@ def test_build_without_status_or_queues_never_raises():
     snap, view = build(objs, status, time.time())
     assert [j.reason for j in snap.jobs] == ["NoStatus", "NoStatus", "NoStatus", "NoStatus"]
     assert [(e.source, e.severity) for e in snap.errors] == [("kube queues", "warning")]
+
+
+def test_a_kubernetes_gang_gets_the_same_verdict_as_the_slurm_job_on_its_nodes():
+    """Gang health joins the node metrics: a PodGroup whose pods run on a simulated Slurm job's nodes,
+    holding the same GPUs, is judged from the same window exactly as that job is."""
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.simulated import SimRecorder
+
+    sim = Simulation(SimConfig(nodes=16, seed=3, start=1_767_225_600.0, prefill=False,
+                               faults="ost_slow@10m+30m,ib_congestion@12m+30m"))
+    rec = SimRecorder(sim, capacity=81)
+    rec.step(60)
+    win = rec.window()
+    running = [j for j in rec.jobs() if j.state == "RUNNING" and len(j.nodes) >= 2 and j.gpus]
+    taken_at = sim.t
+    slurm_verdicts = {v.jobid: v for v in diagnose(win, running).verdicts}
+    judged = [j for j in running if slurm_verdicts[str(j.job_id)].state != "insufficient_data"]
+    assert {slurm_verdicts[str(j.job_id)].state for j in judged} - {"progressing"}, "the fault shows in some job"
+    objs = {"nodes": [], "pods": [], "podgroups": [], "queues": []}
+    for j in judged:
+        name = f"job{j.job_id}"
+        objs["podgroups"].append({"metadata": {"name": name, "namespace": "ml", "uid": name},
+                                  "spec": {"minMember": len(j.allocations), "queue": "default"},
+                                  "status": {"phase": "Running"}})
+        for a in j.allocations:
+            objs["pods"].append(trim_pod({
+                "metadata": {"name": f"{name}-{a.node}", "namespace": "ml",
+                             "annotations": {"scheduling.k8s.io/group-name": name}},
+                "spec": {"nodeName": a.node, "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(a.gpus or 0)}}}]},
+                "status": {"phase": "Running"}}))
+    kube_snap, view = build(objs, {"pods": {"ok": True}, "podgroups": {"ok": True}}, taken_at)
+    by_name = {j.name: j for j in kube_snap.jobs}
+    kube_verdicts = {v.jobid: v for v in diagnose(win, list(kube_snap.jobs)).verdicts}
+    for j in judged:
+        kj = by_name[f"ml/job{j.job_id}"]
+        assert (kj.nodes, kj.gpus) == (tuple(sorted(j.nodes)), j.gpus)
+        ours, theirs = kube_verdicts[str(kj.job_id)], slurm_verdicts[str(j.job_id)]
+        assert (ours.state, ours.culprit) == (theirs.state, theirs.culprit)

@@ -40,8 +40,19 @@ READ_TIMEOUT = 60.0  # per read; the guard's deadlines bound whole requests
 log = logging.getLogger(__name__)
 
 
+class _Parser(argparse.ArgumentParser):
+    """One scheduler source is required, and --kube-exporter may go beside a Slurm one: more than
+    a mutually exclusive group can say."""
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        if not (ns.slurm_exporter or ns.slurm_cli or ns.snapshot or ns.kube_exporter):
+            self.error("one scheduler source is required: --slurm-exporter, --slurm-cli, --snapshot or --kube-exporter")
+        return ns
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gangwatch serve", description="The gangwatch dashboard, findings and backfill plan.")
+    p = _Parser(prog="gangwatch serve", description="The gangwatch dashboard, findings and backfill plan.")
     p.add_argument("--web.listen-address", dest="listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
     p.add_argument("--web.config.file", dest="web_config", default=None,
                    help="exporter-toolkit web config: TLS and basic auth with bcrypt hashes")
@@ -216,10 +227,7 @@ def run_server(app, listen: str, web_config: WebConfig | None = None, banner: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not (args.slurm_exporter or args.slurm_cli or args.snapshot or args.kube_exporter):
-        parser.error("one scheduler source is required: --slurm-exporter, --slurm-cli, --snapshot or --kube-exporter")
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.log_level != "debug":
         # werkzeug logs every request (each browser refresh is several) and httpx every Prometheus

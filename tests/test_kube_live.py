@@ -11,10 +11,11 @@ import time
 import pytest
 import yaml
 
-from collectors.exposition import iter_samples
+from collectors.exposition import encode, iter_samples
 from collectors.kube import exporter
 from collectors.kube.api import Client, load_kubeconfig
 from collectors.kube.cache import KubeCache
+from collectors.kube.metrics import cache_families, snapshot_families
 from collectors.slurm.model import Snapshot
 from tests.conftest import FIXTURES, REPO
 from tests.support.kube_apiserver import ApiServer, Objects, wait_for_binary
@@ -362,29 +363,38 @@ def test_unknown_versions_are_absent_and_named(apiserver):
         c.stop()
 
 
-def test_exporter_http_snapshot_and_metrics(apiserver, cache):
-    args = exporter.build_parser().parse_args(["--kube.config", str(apiserver.kubeconfig("exporter"))])
-    _, scraper, routes = exporter.build_app(args, client=cache.client)
+def test_exporter_http_snapshot_and_metrics(apiserver, cache, tmp_path):
+    import json
+    import shutil
+    import subprocess
+
     from collectors.web import Request
 
-    exporter_cache = routes["/api/v1/snapshot"]
+    args = exporter.build_parser().parse_args(["--kube.config", str(apiserver.kubeconfig("exporter"))])
+    _, scraper, routes = exporter.build_app(args, client=cache.client)
     status, ctype, body, _ = exporter.snapshot_handler(cache)(Request("/api/v1/snapshot", {}, {}))
     assert status == 200
     snap = Snapshot.from_json(body)  # the scheduler snapshot schema, read back by the dashboard's reader
     assert snap.source == "kubernetes" and any(j.name == "team-a/train-pending" for j in snap.jobs)
-    import json
     doc = json.loads(body)
     assert any(g["name"] == "train-pending" and g["position"] == 1 for g in doc["kube"]["gangs"])
-    from collectors.kube.metrics import cache_families, snapshot_families
-    from collectors.exposition import encode
-    s, v = cache.current()
-    text = encode(cache_families(cache, time.time()) + snapshot_families(s, v, time.time()))
+    # the exporter's own /metrics: the scrape framework over a fresh build of the app (not yet started:
+    # only the health series until its caches list), then over the module's synced cache
+    text = encode(cache_families(cache, time.time()) + snapshot_families(*cache.current(), time.time()))
     samples = list(iter_samples(text))
-    missing = {(lb["resource"], lb["flavor"]): val for name, lb, val in samples
+    missing = {(lb["jobid"], lb["resource"], lb["flavor"]): val for name, lb, val in samples
                if name == "gangwatch_kube_gang_blocking_resource_missing"}
-    assert missing[("cpu", "default-flavor")] in (2.0, 9.0)
+    jid = {g["name"]: str(g["job_id"]) for g in doc["kube"]["gangs"]}
+    assert missing[(jid["wl-quota"], "cpu", "default-flavor")] == 2.0
+    assert missing[(jid["train-pending"], "nvidia.com/gpu", "")] == 32.0
     assert ("gangwatch_kube_up", {}, 1.0) in samples
-    assert exporter_cache is not None
+    assert b"gangwatch_kube_up" in scraper.scrape().body()
+    scraper.close()
+    if shutil.which("promtool"):
+        out = tmp_path / "kube.prom"
+        out.write_text(text)
+        lint = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True)
+        assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
 
 
 def test_hostile_names_are_inert_data(cache):
@@ -392,8 +402,6 @@ def test_hostile_names_are_inert_data(cache):
     evil = g["evil-pg"][1]
     assert evil.why[0] == "unschedulable: " + HOSTILE + '\n{x="y"} 1'  # kept verbatim, as data
     assert g["evil-wl"][0].reason == "Inadmissible"
-    from collectors.kube.metrics import snapshot_families
-    from collectors.exposition import encode
     s, v = cache.current()
     text = encode(snapshot_families(s, v, time.time()))
     infos = [lb for name, lb, _ in iter_samples(text) if name == "gangwatch_kube_gang_info" and lb["name"] == "evil-pg"]

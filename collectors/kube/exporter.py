@@ -25,7 +25,7 @@ import time
 from ..exposition import Family
 from ..registry import Collector, Context, NoData
 from ..scrape import Scraper, build_info
-from ..slurm.exporter import dumps_json
+from ..slurm.exporter import add_exporter_arguments, dumps_json
 from ..web import Request, landing_handler, metrics_handler, run_exporter
 from .api import Client, in_cluster, load_kubeconfig
 from .cache import KubeCache
@@ -66,11 +66,7 @@ def build_parser(prog: str = "gangwatch kube-exporter") -> argparse.ArgumentPars
         prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Volcano PodGroups and Kueue Workloads (gang jobs on Kubernetes) as Prometheus metrics and "
                     "as the gangwatch scheduler snapshot, with why each pending gang waits.")
-    p.add_argument("--web.listen-address", dest="web_listen_address", default=DEFAULT_LISTEN,
-                   help="Address to serve on, HOST:PORT or :PORT (all interfaces).")
-    p.add_argument("--web.config.file", dest="web_config_file", default=None,
-                   help="Exporter-toolkit style YAML enabling TLS and/or basic auth (bcrypt hashes).")
-    p.add_argument("--web.telemetry-path", dest="web_telemetry_path", default="/metrics", help="Path of the metrics.")
+    add_exporter_arguments(p, DEFAULT_LISTEN)
     p.add_argument("--kube.config", dest="kube_config", default=os.environ.get("KUBECONFIG", ""),
                    help="kubeconfig file; empty: the pod's service account (in-cluster).")
     p.add_argument("--kube.context", dest="kube_context", default="", help="kubeconfig context (default: current).")
@@ -86,9 +82,6 @@ def build_parser(prog: str = "gangwatch kube-exporter") -> argparse.ArgumentPars
                    help="Seconds between tries of a forbidden, absent or failing resource (backoff up to this).")
     p.add_argument("--kube.top-pending", dest="kube_top_pending", type=int, default=100,
                    help="Per-gang series for the first this many pending gangs of each queue.")
-    p.add_argument("--scrape.timeout", dest="scrape_timeout", type=float, default=5.0,
-                   help="Seconds one scrape waits for rendering.")
-    p.add_argument("--log-level", dest="log_level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
 

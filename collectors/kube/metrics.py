@@ -15,7 +15,6 @@ from ..slurm.model import Snapshot
 from .translate import KubeView
 
 P = "gangwatch_kube_"
-LABEL_MAX = 256
 
 METRICS: dict[str, tuple[str, str, str]] = {
     "up": (GAUGE, "", "Whether the watch caches of pods and nodes follow the API server (1) or not (0); on 0 the last objects are served, stale."),
@@ -47,12 +46,10 @@ METRICS: dict[str, tuple[str, str, str]] = {
 
 
 def _fam(name: str) -> Family:
-    kind, _, help_ = METRICS[name]
-    return Family(P + name, kind, help_)
+    return slurm_metrics.family(name, METRICS, P)
 
 
-def _cut(text: str) -> str:
-    return text[:LABEL_MAX]
+_cut = slurm_metrics.cut_label
 
 
 def snapshot_families(snap: Snapshot, view: KubeView, now: float, top_pending: int = 100) -> list[Family]:

@@ -96,14 +96,23 @@ METRICS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def family(name: str, metrics: dict | None = None, prefix: str = P) -> Family:
+    """An empty family of a metric in METRICS (or another exporter's list of the same shape)."""
+    kind, _labels, help_ = (METRICS if metrics is None else metrics)[name]
+    return Family(prefix + name, kind, help_)
+
+
 def _fam(name: str) -> Family:
-    kind, _labels, help_ = METRICS[name]
-    return Family(P + name, kind, help_)
+    return family(name)
 
 
-def _cut(value: object) -> str:
+def cut_label(value: object) -> str:
+    """A label value no longer than LABEL_MAX characters (the full text stays in the JSON)."""
     s = str(value)
     return s if len(s) <= LABEL_MAX else s[: LABEL_MAX - 1] + "…"
+
+
+_cut = cut_label
 
 
 def selected_jobs(snap: Snapshot, top_pending: int) -> tuple[list[Job], list[Job]]:

@@ -344,7 +344,7 @@ def test_watch_from_a_compacted_version_relists(apiserver, cache):
 
 
 def test_unknown_versions_are_absent_and_named(apiserver):
-    from collectors.kube.resources import Resource
+    from collectors.kube.resources import RESOURCES, Resource
 
     odd = (Resource("nodes", "", "nodes", ("v1",), namespaced=False, critical=True),
            Resource("pods", "", "pods", ("v1",), critical=True),
@@ -359,6 +359,20 @@ def test_unknown_versions_are_absent_and_named(apiserver):
         snap, view = c.current()
         assert any(e.source == "kube workloads" and e.severity == "warning" for e in snap.errors)
         assert {g.kind for g in view.gangs} == {"volcano"}
+    finally:
+        c.stop()
+    # a reader of the older served version (Kueue v1beta1) reads the same gangs the same way
+    old = tuple(Resource(r.key, r.group, r.plural, ("v1beta1",) if r.group == "kueue.x-k8s.io" else r.versions,
+                         r.namespaced, r.critical) for r in RESOURCES)
+    c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), resources=old)
+    c.start()
+    try:
+        assert c.wait_synced(30) and c.reflectors["workloads"].version == "v1beta1"
+        _, g, _ = gangs(c)
+        assert {n: (j.state, j.reason, j.partition) for n, (j, _) in g.items() if n.startswith("wl-")} == {
+            "wl-admitted": ("RUNNING", "None", "cluster-queue"), "wl-quota": ("PENDING", "InsufficientQuota", "cluster-queue"),
+            "wl-preempted": ("PENDING", "Preempted", "cluster-queue"), "wl-checks": ("PENDING", "AdmissionCheck", "cluster-queue"),
+            "wl-nolq": ("PENDING", "Inadmissible", "")}
     finally:
         c.stop()
 
@@ -517,7 +531,53 @@ def test_dashboard_renders_kubernetes_only_and_mixed_in_chromium(exporter_url, t
             srv.shutdown()
 
 
-def test_apiserver_gone_serves_stale_with_age(apiserver, cache):
+@pytest.fixture(scope="module")
+def exporter_process(apiserver):
+    """`gangwatch kube-exporter` itself, as operators run it, against the API server."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "kube-exporter", "--kube.config",
+                             str(apiserver.kubeconfig("exporter")), "--web.listen-address", f"127.0.0.1:{port}",
+                             "--kube.retry-interval", "1", "--kube.request-timeout", "3"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    yield f"http://127.0.0.1:{port}", proc
+    proc.terminate()
+    proc.wait(10)
+
+
+def _get(url: str):
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=5)
+    except httpx.HTTPError:
+        return None
+
+
+def test_the_exporter_command_serves_snapshot_and_metrics(exporter_process):
+    url, proc = exporter_process
+    deadline = time.time() + 30
+    r = None
+    while time.time() < deadline and proc.poll() is None:
+        r = _get(url + "/api/v1/snapshot")
+        if r is not None and r.status_code == 200:
+            break
+        time.sleep(0.3)
+    assert r is not None and r.status_code == 200, proc.stderr.read1().decode() if proc.poll() is not None else r
+    doc = r.json()
+    assert doc["source"] == "kubernetes" and doc["stale"] is False
+    assert {g["name"]: g["position"] for g in doc["kube"]["gangs"] if g["queue"] == "research" and g["position"]} == \
+        {"train-pending": 1, "train-pending-2": 2}
+    m = _get(url + "/metrics").text
+    assert "gangwatch_kube_up 1" in m and 'gangwatch_scrape_collector_success{collector="kube"} 1' in m
+
+
+def test_apiserver_gone_serves_stale_with_age(apiserver, cache, exporter_process):
     # last in the module: it stops the API server
     apiserver.stop()
     deadline = time.time() + 15
@@ -530,3 +590,10 @@ def test_apiserver_gone_serves_stale_with_age(apiserver, cache):
     assert snap.stale is True and snap.failing_since is not None and snap.age(time.time()) >= 1.0
     assert any(j.name == "team-a/train-running" for j in snap.jobs)  # the last objects, not an empty cluster
     assert any("unreachable" in e.message or "broke" in e.message for e in snap.errors)
+    # the command keeps serving: stale, with its age, and says so in its metrics
+    url, proc = exporter_process
+    doc = _get(url + "/api/v1/snapshot").json()
+    assert doc["stale"] is True and doc["age_seconds"] >= 1.0 and doc["failing_since"] is not None
+    assert any(j["name"] == "team-a/train-pending" for j in doc["jobs"])
+    m = _get(url + "/metrics").text
+    assert "gangwatch_kube_up 0" in m and proc.poll() is None

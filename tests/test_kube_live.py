@@ -20,7 +20,8 @@ from collectors.slurm.model import Snapshot
 from tests.conftest import FIXTURES, REPO
 from tests.support.kube_apiserver import ApiServer, Objects, wait_for_binary
 
-pytestmark = pytest.mark.kube
+# the first test's setup may wait for the background build of the API server (tests/run-all.sh)
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]
 GPU = "nvidia.com/gpu"
 HOSTILE = "evil-<script>alert(1)</script>"
 

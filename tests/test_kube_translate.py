@@ -131,3 +131,27 @@ def test_a_kubernetes_gang_gets_the_same_verdict_as_the_slurm_job_on_its_nodes()
         assert (kj.nodes, kj.gpus) == (tuple(sorted(j.nodes)), j.gpus)
         ours, theirs = kube_verdicts[str(kj.job_id)], slurm_verdicts[str(j.job_id)]
         assert (ours.state, ours.culprit) == (theirs.state, theirs.culprit)
+
+
+def test_kubeconfig_inline_data_token_file_and_in_cluster(tmp_path):
+    import base64
+
+    from collectors.kube.api import in_cluster, load_kubeconfig
+
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    (tmp_path / "tok").write_text("s3cret\n")
+    cfg = tmp_path / "config"
+    cfg.write_text(yaml.safe_dump({
+        "current-context": "b", "contexts": [{"name": "a", "context": {"cluster": "x", "user": "u"}},
+                                             {"name": "b", "context": {"cluster": "y", "user": "v"}}],
+        "clusters": [{"name": "y", "cluster": {"server": "https://10.0.0.1:6443/",
+                                               "certificate-authority-data": base64.b64encode(pem).decode()}}],
+        "users": [{"name": "v", "user": {"tokenFile": "tok"}}]}))
+    c = load_kubeconfig(str(cfg))
+    assert (c.server, c.token, Path(c.ca_file).read_bytes()) == ("https://10.0.0.1:6443", "s3cret", pem)
+    with pytest.raises(ValueError, match="no cluster named 'x'"):
+        load_kubeconfig(str(cfg), "a")
+    with pytest.raises(ValueError, match="KUBERNETES_SERVICE_HOST"):
+        in_cluster(str(tmp_path), env={})
+    (tmp_path / "token").write_text("sa")
+    assert in_cluster(str(tmp_path), env={"KUBERNETES_SERVICE_HOST": "fd00::1"}).server == "https://[fd00::1]:443"

@@ -9,6 +9,7 @@ stale, `taken_at` being when they were last known current and `failing_since` wh
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Callable
@@ -19,6 +20,20 @@ from .reflector import Reflector
 from .resources import RESOURCES, Resource
 from .translate import KubeView, build
 from .trim import trimmer
+
+
+def build_snapshot(objects: dict, status: dict, now: float, **kw) -> tuple[Snapshot, KubeView]:
+    """translate.build with the cyclic garbage collector paused: the build allocates tens of
+    thousands of small objects, which would trigger full collections that walk every cached
+    object (measured: about half the time of a rebuild after one event at 20,000 pods); it makes
+    no reference cycles, so nothing is left for the collector afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return build(objects, status, now, **kw)
+    finally:
+        if was:
+            gc.enable()
 
 
 class KubeCache:
@@ -85,5 +100,5 @@ class KubeCache:
                   for k, r in self.reflectors.items()}
         taken = now if up else min((r.last_ok or now) for r in crit)
         failing = None if up else min((r.failing_since or now) for r in crit)
-        return build(objects, status, now, self.cluster, stale=not up, taken_at=taken, failing_since=failing,
-                     memo=self._memo)
+        return build_snapshot(objects, status, now, cluster=self.cluster, stale=not up, taken_at=taken,
+                              failing_since=failing, memo=self._memo)

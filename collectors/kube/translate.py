@@ -174,17 +174,28 @@ def _holding(p: dict) -> bool:
     return bool(p["node"]) and p["phase"] not in ("Succeeded", "Failed")
 
 
-def build_nodes(nodes: list[dict], pods: list[dict], queues: tuple[str, ...]) -> tuple[list[Node], dict[str, dict]]:
-    """(Nodes, {node: free resources}) from Node objects and the requests of the pods bound to them."""
+def build_nodes(nodes: list[dict], pods: list[dict], queues: tuple[str, ...],
+                memo: dict | None = None) -> tuple[list[Node], dict[str, dict]]:
+    """(Nodes, {node: free resources}) from Node objects and the requests of the pods bound to them.
+    `memo` ({name: (node object, used, Node)}) keeps the Node of an unchanged node with unchanged use."""
     used: dict[str, dict[str, float]] = {}
     for p in pods:
-        if _holding(p):
-            u = used.setdefault(p["node"], {})
+        if p["node"] and p["phase"] not in ("Succeeded", "Failed"):
+            u = used.get(p["node"])
+            if u is None:
+                u = used[p["node"]] = {}
             for k, v in p["requests"].items():
                 u[k] = u.get(k, 0.0) + v
     out, free = [], {}
+    memo = {} if memo is None else memo
     for n in nodes:
         alloc, u = n["allocatable"], used.get(n["name"], {})
+        if n["ready"] and not n["unschedulable"]:
+            free[n["name"]] = {k: v - u.get(k, 0.0) for k, v in alloc.items()}
+        hit = memo.get(n["name"])
+        if hit is not None and hit[0] is n and hit[1] == u:
+            out.append(hit[2])
+            continue
         gpus, gpus_used = alloc.get(GPU), u.get(GPU, 0.0)
         if n["ready"] is False or n["ready"] is None:
             state = "DOWN" if n["ready"] is False else "UNKNOWN"
@@ -195,8 +206,6 @@ def build_nodes(nodes: list[dict], pods: list[dict], queues: tuple[str, ...]) ->
         else:
             state = "MIXED"
         flags = ("DRAIN",) if n["unschedulable"] else ()
-        if n["ready"] and not n["unschedulable"]:
-            free[n["name"]] = {k: v - u.get(k, 0.0) for k, v in alloc.items()}
         mem = alloc.get("memory")
         out.append(Node(
             name=n["name"], state=state, state_flags=flags,
@@ -209,6 +218,11 @@ def build_nodes(nodes: list[dict], pods: list[dict], queues: tuple[str, ...]) ->
             gpu_types=tuple(v for k, v in n["labels"].items() if k == "nvidia.com/gpu.product"),
             gres=f"gpu:{int(gpus)}" if gpus else "",
             features=tuple(f"{k}={v}" for k, v in sorted(n["labels"].items())), partitions=queues))
+        memo[n["name"]] = (n, u, out[-1])
+    if len(memo) > len(nodes):  # deleted nodes
+        names = {n["name"] for n in nodes}
+        for gone in [k for k in memo if k not in names]:
+            del memo[gone]
     return out, free
 
 
@@ -609,7 +623,9 @@ def build(objects: dict[str, list[dict]], status: dict[str, dict], now: float, c
     if same_pods and _same(memo.get("nodes"), node_objs) and memo.get("queue_names") == queue_names:
         nodes, free = memo["nodes_built"]
     else:
-        nodes, free = build_nodes(node_objs, pods, queue_names)
+        if memo.get("queue_names") != queue_names:
+            memo["node_memo"] = {}
+        nodes, free = build_nodes(node_objs, pods, queue_names, memo.setdefault("node_memo", {}))
     by_group, by_owner = memo["grouped"] if same_pods else _group_pods(pods)
     memo.update(pods=list(pods), nodes=list(node_objs), queue_names=queue_names, nodes_built=(nodes, free),
                 grouped=(by_group, by_owner))

@@ -514,6 +514,14 @@ def test_dashboard_renders_kubernetes_only_and_mixed_in_chromium(exporter_url, t
             assert "<script>alert(1)</script>" in text and not dialogs  # the hostile message is text
             body = pg.locator("main").inner_text()
             assert "Kueue ClusterQueue cluster-queue" in body and "Volcano queue research" in body
+            # the other pages take the Kubernetes snapshot as they take Slurm's
+            for path, expect in (("/jobs", "team-a/train-running"), ("/nodes", "gpu-node-3"), ("/queue", "research")):
+                pg.goto(sites[0][1] + path)
+                try:
+                    pg.wait_for_function(f"document.querySelector('main') && "
+                                         f"document.querySelector('main').innerText.includes({json.dumps(expect)})", timeout=20_000)
+                except playwright.TimeoutError:
+                    raise AssertionError(f"{path}: {expect!r} not shown; errors {errors}; page: {pg.content()[:3000]}")
             # mixed: both schedulers, then the selector narrows to one
             pg.goto(sites[1][1] + "/kubernetes")
             pg.locator("#kubernetes-gangs").wait_for(timeout=20_000)

@@ -278,6 +278,7 @@ class _Draft:
     preempted_by: str = ""
     preemptor_queue: str = ""
     owner: str = ""
+    limit: int | None = None  # seconds (Kueue maximumExecutionTimeSeconds)
     _entry: "Ahead | None" = None
 
     def entry(self) -> "Ahead":
@@ -374,6 +375,7 @@ def _kueue(wl: dict, pods: list[dict], lqs: dict[str, dict], cqs: dict[str, dict
     owner = next((str(_d(o).get("name")) for o in _l(m.get("ownerReferences")) if _d(o).get("controller")), "")
     d = _Draft(KUEUE, wl, ns, str(m.get("name") or ""), str(m.get("uid") or ""), cq,
                local_queue=f"{ns}/{lq_name}" if lq_name else "", owner=owner, priority=_int(spec.get("priority")),
+               limit=_int(spec.get("maximumExecutionTimeSeconds")),
                created=ts(m.get("creationTimestamp")), pods=pods)
     sets = [_d(s) for s in _l(spec.get("podSets"))]
     counts = [_int(s.get("count")) for s in sets]
@@ -536,6 +538,8 @@ def _job(d: _Draft, gid: int, partial: bool) -> Job:
         job_id=gid, name=f"{d.namespace}/{d.name}", account=d.namespace, partition=d.queue, qos=d.local_queue,
         state=d.state, state_flags=flags, reason=d.reason or ("PartialGang" if partial else "None"),
         priority=d.priority, submit_time=d.created, eligible_time=d.created,
+        # pods run until they end; Kueue's maximumExecutionTimeSeconds is the only limit there is
+        time_limit_seconds=d.limit, time_limit_infinite=d.limit is None,
         start_time=d.started if running else None,
         node_count=len(nodes) if running and nodes else d.size, cpus=cpus, gpus=gpus,
         nodes=nodes if running else (), allocations=tuple(

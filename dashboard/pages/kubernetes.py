@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dash import Input, Output, dcc, html
 
+from collectors.kube.quantity import format_amount
 from dashboard import ids, ui
 from dashboard.datasource import Datasource
 from dashboard.kube_feed import is_kube
@@ -22,10 +23,9 @@ def available(ds: Datasource) -> bool:
     return getattr(ds, "kube_feed", None) is not None
 
 
-def _amount(v) -> str:
-    if v is None:
-        return "—"
-    return ui.fmt_num(v, 0) if float(v).is_integer() else ui.fmt_num(v, 2)
+def _amount(resource: str, v) -> str:
+    """Memory in GiB, counts as counts; "—" where the queue sets nothing (no limit, not 0)."""
+    return "—" if not isinstance(v, (int, float)) else format_amount(resource, float(v))
 
 
 def gang_rows(ds: Datasource, ctx: ui.Ctx, choice: str) -> list[list]:
@@ -65,8 +65,9 @@ def queue_blocks(ds: Datasource) -> list:
         head = f"{kind} {q.get('name')}: {q.get('state') or 'state unknown'}; {q.get('pending', 0)} pending, {q.get('running', 0)} running"
         if q.get("cohort"):
             head += f"; cohort {q['cohort']}"
-        rows = [[r.get("resource", ""), r.get("flavor") or "—", _amount(r.get("quota")), _amount(r.get("reserved")),
-                 _amount(r.get("used")), _amount(r.get("deserved"))] for r in q.get("rows") or [] if isinstance(r, dict)]
+        rows = [[str(r.get("resource", "")), r.get("flavor") or "—"]
+                + [_amount(str(r.get("resource", "")), r.get(k)) for k in ("quota", "reserved", "used", "deserved")]
+                for r in q.get("rows") or [] if isinstance(r, dict)]
         local = ", ".join(q.get("local_queues") or [])
         out.append(html.Div([html.H3(head), html.P(f"LocalQueues: {local}", className="gw-muted") if local else None,
                              ui.table(["resource", "flavor", "quota (capability / nominal)", "reserved", "used", "deserved"],

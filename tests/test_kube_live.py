@@ -160,6 +160,19 @@ def populate(srv: ApiServer, fixtures):
         for k in ("creationTimestamp", "generation", "resourceVersion", "uid", "selfLink"):
             real["metadata"].pop(k, None)
         o.create("/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups", real)
+    # Volcano Jobs: the real tutorial job (running), and one whose controller restarts it, owning a group
+    vj = fixture_yaml("volcano/objects/vcjob-running.website-tutorial.yaml")
+    o.create("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs", {k: v for k, v in vj.items() if k != "status"},
+             vj["status"])
+    restarting = dict(vj, metadata={"name": "restarting-job", "namespace": "team-a"})
+    made = o.create("/apis/batch.volcano.sh/v1alpha1/namespaces/team-a/jobs",
+                    {k: v for k, v in restarting.items() if k != "status"},
+                    {"state": {"phase": "Restarting", "reason": "PodFailed", "message": "pod worker-1 failed"},
+                     "retryCount": 2, "minAvailable": 3})
+    owned = podgroup("restarting-job-pg", "team-a", "default", 3, 0, None)
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "restarting-job",
+                                             "uid": made["metadata"]["uid"], "controller": True}]
+    o.create(pg.replace("team-a", "team-a"), owned, {"phase": "Running", "running": 3})
     pods = [pod("run-0", "team-a", 8, "gpu-node-1", "train-running"), pod("run-1", "team-a", 8, "gpu-node-2", "train-running"),
             pod("part-0", "team-a", 4, "gpu-node-3", "train-partial"),
             pod("part-1", "team-a", 4, "gpu-node-3", "train-partial", phase="Running", waiting="CrashLoopBackOff")]
@@ -229,7 +242,7 @@ def test_every_resource_read_under_the_clusterrole(cache):
     assert h["up"] is True
     assert {k: (r["ok"], r["error"]) for k, r in h["resources"].items() if not r["ok"]} == {}
     assert h["resources"]["workloads"]["version"] == "v1beta2"
-    assert h["resources"]["podgroups"]["objects"] == 9
+    assert h["resources"]["podgroups"]["objects"] == 10 and h["resources"]["vcjobs"]["objects"] == 2
 
 
 def test_volcano_gangs_state_size_queue_reason_position(cache):
@@ -261,6 +274,8 @@ def test_volcano_gangs_state_size_queue_reason_position(cache):
     assert (real.state, real.reason, real.node_count, real.partition) == ("PENDING", "Unschedulable", 4, "default")
     assert "3/4 tasks in gang unschedulable" in realg.why[0]
     assert g["test"][0].state == "RUNNING"
+    # what the owning Volcano Job's controller does with a group is said with the group
+    assert "Volcano job restarting-job is restarting (retry 2): pod worker-1 failed" in g["restarting-job-pg"][1].why
 
 
 def test_kueue_workloads_state_quota_checks_preemption_position(cache):
@@ -309,8 +324,8 @@ def test_pagination_and_steady_state_requests(apiserver):
     try:
         assert c.wait_synced(30)
         h = c.health(time.time())
-        # 9 podgroups at 2 a page: 5 LIST requests for that resource alone
-        assert h["resources"]["podgroups"]["objects"] == 9 and h["resources"]["pods"]["objects"] == 9
+        # 10 podgroups at 2 a page: 5 LIST requests for that resource alone
+        assert h["resources"]["podgroups"]["objects"] == 10 and h["resources"]["pods"]["objects"] == 9
         before = c.client.counters.copy()
         assert before["list"] >= 5 + 5 + 3  # podgroups, pods (9 -> 5 pages), workloads (6 -> 3 pages), ...
         time.sleep(3.0)

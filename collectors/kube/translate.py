@@ -288,10 +288,14 @@ class _Draft:
         return self._entry
 
 
+def _controller(m: dict) -> dict:
+    return next((_d(o) for o in _l(m.get("ownerReferences")) if _d(o).get("controller")), {})
+
+
 def _volcano(pg: dict, pods: list[dict], queues: dict[str, tuple], queues_known: bool, free: dict,
-             fit_memo: dict) -> _Draft:
+             fit_memo: dict, vcjob: dict | None = None) -> _Draft:
     m, spec, st = _d(pg.get("metadata")), _d(pg.get("spec")), _d(pg.get("status"))
-    owner = next((str(_d(o).get("name")) for o in _l(m.get("ownerReferences")) if _d(o).get("controller")), "")
+    owner = str(_controller(m).get("name") or "")
     d = _Draft(VOLCANO, pg, str(m.get("namespace") or ""), str(m.get("name") or ""), str(m.get("uid") or ""),
                str(spec.get("queue") or "default"), owner=owner, min_member=_int(spec.get("minMember")),
                created=ts(m.get("creationTimestamp")), pods=pods)
@@ -309,6 +313,14 @@ def _volcano(pg: dict, pods: list[dict], queues: dict[str, tuple], queues_known:
     sched = conds.get("Scheduled")
     if sched and sched.get("status") == "True":
         d.started = ts(sched.get("lastTransitionTime"))
+    # the Volcano Job that owns the group says what its controller is doing with it
+    jst = _d(_d(vcjob).get("status"))
+    jphase = str(_d(jst.get("state")).get("phase") or "")
+    if jphase and jphase not in ("Pending", "Running", "Completed", "Completing"):
+        retries = _int(jst.get("retryCount"))
+        msg = str(_d(jst.get("state")).get("message") or _d(jst.get("state")).get("reason") or "")
+        d.why.append(f"Volcano job {owner} is {jphase.lower()}" + (f" (retry {retries})" if retries else "")
+                     + (f": {msg}" if msg else ""))
     if d.state != "PENDING":
         return d
     if not st:
@@ -643,13 +655,17 @@ def build(objects: dict[str, list[dict]], status: dict[str, dict], now: float, c
                         _resources(_d(q.get("status")).get("allocated")), _resources(_d(q.get("spec")).get("deserved")))
                  for name, q in vq.items()}
     q_known = known("queues")
+    vcjobs = {(str(_d(j.get("metadata")).get("namespace") or ""), str(_d(j.get("metadata")).get("name") or "")): j
+              for j in get("vcjobs")}
     for pg in get("podgroups"):
         m = _d(pg.get("metadata"))
         gpods = by_group.get((str(m.get("namespace") or ""), str(m.get("name") or "")), [])
-        refs = (pg, vq.get(str(_d(pg.get("spec")).get("queue") or "default")), *gpods)
+        ctl = _controller(m)
+        job = vcjobs.get((str(m.get("namespace") or ""), str(ctl.get("name") or ""))) if ctl.get("kind") == "Job" else None
+        refs = (pg, vq.get(str(_d(pg.get("spec")).get("queue") or "default")), job, *gpods)
         d = _reuse(prev_drafts.get(id(pg)), refs, (q_known, free_version))
         if d is None:
-            d = _volcano(pg, gpods, vq_parsed, q_known, free, fit_memo)
+            d = _volcano(pg, gpods, vq_parsed, q_known, free, fit_memo, job)
         new_drafts[id(pg)] = (refs, (q_known, free_version), d)
         drafts.append(d)
     by_uid: dict[str, _Draft] = {}

@@ -155,3 +155,30 @@ def test_kubeconfig_inline_data_token_file_and_in_cluster(tmp_path):
         in_cluster(str(tmp_path), env={})
     (tmp_path / "token").write_text("sa")
     assert in_cluster(str(tmp_path), env={"KUBERNETES_SERVICE_HOST": "fd00::1"}).server == "https://[fd00::1]:443"
+
+
+def test_preemptor_named_with_its_queue():
+    """Kueue (0.9+) names the preemptor's UID in the Preempted condition: the gang says who and from which queue."""
+    def wl(name, uid, queue, conds, admitted_cq=None):
+        st = {"conditions": conds}
+        if admitted_cq:
+            st["admission"] = {"clusterQueue": admitted_cq}
+        return {"metadata": {"name": name, "namespace": "ml", "uid": uid, "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"queueName": queue, "podSets": [{"name": "main", "count": 2, "requests": {"cpu": 4.0}}]}, "status": st}
+
+    victim = wl("victim", "u-1", "lq-a", [
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a workload"},
+        {"type": "Preempted", "status": "True", "reason": "InCohortReclamation",
+         "message": "Preempted to accommodate a workload (UID: 0f3c9a2e-1111-2222-3333-444455556666, JobUID: x) due to "
+                    "reclamation within the cohort"}])
+    winner = wl("winner", "0f3c9a2e-1111-2222-3333-444455556666", "lq-b",
+                [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": ""}], admitted_cq="cq-b")
+    lqs = [{"metadata": {"name": "lq-a", "namespace": "ml"}, "spec": {"clusterQueue": "cq-a"}},
+           {"metadata": {"name": "lq-b", "namespace": "ml"}, "spec": {"clusterQueue": "cq-b"}}]
+    ok = {k: {"ok": True} for k in ("workloads", "localqueues", "pods")}
+    snap, view = build({"workloads": [victim, winner], "localqueues": lqs}, ok, 0.0)
+    g = {x.name: x for x in view.gangs}
+    assert (g["victim"].preempted_by, g["victim"].preemptor_queue) == ("ml/winner", "cq-b")
+    assert g["victim"].why[0].endswith("(by ml/winner in ClusterQueue cq-b)")
+    assert {j.name: (j.state, j.reason, j.node_count) for j in snap.jobs} == {
+        "ml/victim": ("PENDING", "Preempted", 2), "ml/winner": ("RUNNING", "None", 2)}

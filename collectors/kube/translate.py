@@ -588,7 +588,9 @@ def _reuse(hit, refs: tuple, flags: tuple) -> "_Draft | None":
 def _finish(d: _Draft, pos, qlen: int, ahead: tuple, local) -> tuple[Job, Gang]:
     """The Job and the Gang of a draft at its place in the queue (the draft is left as it is)."""
     s = _summarise(d.pods)
-    partial = d.state == "RUNNING" and bool(s.pending or s.failing or (d.min_member and len(s.running) + s.done < d.min_member))
+    # without any pod joined to the gang nothing is known about its progress: not "partial"
+    partial = d.state == "RUNNING" and bool(d.pods) and bool(
+        s.pending or s.failing or (d.min_member and len(s.running) + s.done < d.min_member))
     why = list(d.why)
     if partial:
         why.append(f"partial gang: {len(s.running)} of {d.min_member or d.size or '?'} pods running, "

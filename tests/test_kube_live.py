@@ -182,7 +182,8 @@ def populate(srv: ApiServer, fixtures):
         o.create("/api/v1/namespaces/team-a/pods", body, st)
     # Kueue: a flavor, a ClusterQueue with its usage, a LocalQueue, and Workloads with the real statuses
     o.create("/apis/kueue.x-k8s.io/v1beta2/resourceflavors", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-                                                               "metadata": {"name": "default-flavor"}, "spec": {}})
+                                                               "metadata": {"name": "default-flavor"},
+                                                               "spec": {"nodeLabels": {"topology.kubernetes.io/zone": "z1"}}})
     o.create("/apis/kueue.x-k8s.io/v1beta2/clusterqueues", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cluster-queue"},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
@@ -299,6 +300,7 @@ def test_kueue_workloads_state_quota_checks_preemption_position(cache):
     assert n.reason == "Inadmissible" and "LocalQueue user-queue does not exist in namespace team-b" in ng.why
     cq = next(x for x in view.queues if x.name == "cluster-queue")
     cpu = next(r for r in cq.rows if r.resource == "cpu")
+    assert view.flavors == {"default-flavor": {"topology.kubernetes.io/zone": "z1"}}
     assert (cpu.flavor, cpu.quota, cpu.reserved, cpu.used, cq.pending, cq.running, cq.local_queues) == \
         ("default-flavor", 9.0, 8.0, 6.0, 3, 1, ("team-a/user-queue",))
 
@@ -529,6 +531,7 @@ def test_dashboard_renders_kubernetes_only_and_mixed_in_chromium(exporter_url, t
             assert "<script>alert(1)</script>" in text and not dialogs  # the hostile message is text
             body = pg.locator("main").inner_text()
             assert "Kueue ClusterQueue cluster-queue" in body and "Volcano queue research" in body
+            assert "Flavors select nodes by label: default-flavor: topology.kubernetes.io/zone=z1" in body
             # the other pages take the Kubernetes snapshot as they take Slurm's
             for path, expect in (("/jobs", "team-a/train-running"), ("/nodes", "gpu-node-3"), ("/queue", "research")):
                 pg.goto(sites[0][1] + path)

@@ -101,6 +101,7 @@ class KubeView:
     gangs: tuple[Gang, ...] = ()
     queues: tuple[KubeQueue, ...] = ()
     resources: dict = field(default_factory=dict)  # resource key -> {"version", "ok", "error", "objects"}
+    flavors: dict = field(default_factory=dict)  # Kueue ResourceFlavor -> the node labels it selects
 
 
 def gang_id(uid: str, fallback: str) -> int:
@@ -714,7 +715,9 @@ def build(objects: dict[str, list[dict]], status: dict[str, dict], now: float, c
     snap = Snapshot(taken_at=now if taken_at is None else taken_at, source="kubernetes", cluster=cluster,
                     data_parser=versions, jobs=tuple(jobs), nodes=tuple(nodes), partitions=partitions,
                     errors=tuple(errors), stale=stale, last_attempt=now, failing_since=failing_since)
-    view = KubeView(gangs=tuple(gangs), queues=queues,
+    flavors = {str(_d(f.get("metadata")).get("name")): {str(k): str(v) for k, v in _d(_d(f.get("spec")).get("nodeLabels")).items()}
+               for f in get("resourceflavors")}
+    view = KubeView(gangs=tuple(gangs), queues=queues, flavors=flavors,
                     resources={k: {"version": s.get("version", ""), "ok": bool(s.get("ok")), "error": s.get("error", ""),
                                    "objects": len(get(k))} for k, s in sorted(status.items())})
     return snap, view

@@ -56,7 +56,9 @@ def gang_rows(ds: Datasource, ctx: ui.Ctx, choice: str) -> list[list]:
 
 def queue_blocks(ds: Datasource) -> list:
     feed = getattr(ds, "kube_feed", None)
-    queues = (feed.view() if feed else {}).get("queues") or []
+    view = feed.view() if feed else {}
+    queues = view.get("queues") or []
+    flavors = view.get("flavors") if isinstance(view.get("flavors"), dict) else {}
     out = []
     for q in queues:
         if not isinstance(q, dict):
@@ -69,7 +71,11 @@ def queue_blocks(ds: Datasource) -> list:
                 + [_amount(str(r.get("resource", "")), r.get(k)) for k in ("quota", "reserved", "used", "deserved")]
                 for r in q.get("rows") or [] if isinstance(r, dict)]
         local = ", ".join(q.get("local_queues") or [])
+        used_flavors = sorted({str(r.get("flavor")) for r in q.get("rows") or [] if isinstance(r, dict) and r.get("flavor")})
+        selects = "; ".join(f"{f}: " + (", ".join(f"{k}={v}" for k, v in sorted((flavors.get(f) or {}).items()))
+                                          or "any node") for f in used_flavors if f in flavors)
         out.append(html.Div([html.H3(head), html.P(f"LocalQueues: {local}", className="gw-muted") if local else None,
+                             html.P(f"Flavors select nodes by label: {selects}", className="gw-muted") if selects else None,
                              ui.table(["resource", "flavor", "quota (capability / nominal)", "reserved", "used", "deserved"],
                                       rows, empty="No quota set: the queue limits nothing.")], className="gw-partition"))
     return out

@@ -11,6 +11,8 @@ BIN=$CACHE/kubernetes-1.20.2/_output/bin/kube-apiserver
 mkdir -p "$CACHE" || exit 1
 rm -f "$CACHE/build.done" "$CACHE/build.failed"
 if [ -x "$BIN" ]; then echo "$BIN" > "$CACHE/build.done"; exit 0; fi
+echo $$ > "$CACHE/build.pid"   # the tests wait only while this build lives
+trap 'rm -f "$CACHE/build.pid"' EXIT
 if "$SHARED/recipes/kubernetes/build-kube-apiserver-from-debian.sh" "$CACHE" > "$CACHE/build.log" 2>&1 && [ -x "$BIN" ]; then
   echo "$BIN" > "$CACHE/build.done"
 else

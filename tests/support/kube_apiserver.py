@@ -25,17 +25,24 @@ CRDS = ("volcano/crd/scheduling.volcano.sh_podgroups.yaml", "volcano/crd/schedul
         "kueue/crd/kueue.x-k8s.io_resourceflavors.yaml")
 
 
+def _building() -> bool:
+    """A build started by tests/kube/ensure-apiserver.sh is still running."""
+    try:
+        os.kill(int((CACHE / "build.pid").read_text().strip()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def wait_for_binary(timeout: float = 1500.0) -> tuple[Path | None, str]:
     """(binary, "") once built; (None, why) when the build failed or nothing builds it."""
     deadline = time.monotonic() + timeout
     while True:
         if (CACHE / "build.failed").exists():
             return None, "kube-apiserver build failed: " + (CACHE / "build.failed").read_text()[-800:]
-        if (CACHE / "build.done").exists() and BINARY.exists():
+        if BINARY.exists() and ((CACHE / "build.done").exists() or not _building()):
             return BINARY, ""
-        if not (CACHE / "build.log").exists() or time.monotonic() > deadline:
-            if BINARY.exists():
-                return BINARY, ""
+        if not _building() or time.monotonic() > deadline:
             return None, f"no kube-apiserver at {BINARY} (run tests/kube/ensure-apiserver.sh)"
         time.sleep(2)
 

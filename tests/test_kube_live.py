@@ -341,6 +341,18 @@ def test_pagination_and_steady_state_requests(apiserver):
         c.stop()
 
 
+def test_namespace_limit(apiserver):
+    c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), namespace="team-b")
+    c.start()
+    try:
+        assert c.wait_synced(30)
+        snap, g, view = gangs(c)
+        assert sorted(g) == ["evil-wl", "wl-nolq"]  # namespaced objects of team-b only
+        assert len(snap.nodes) == 4 and {q.name for q in view.queues} >= {"research", "cluster-queue"}  # cluster-wide
+    finally:
+        c.stop()
+
+
 def test_watch_from_a_compacted_version_relists(apiserver, cache):
     refl = cache.reflectors["queues"]
     relists, gone = refl.relists, refl.gone

@@ -36,7 +36,7 @@ from flask import Response, has_request_context, request
 
 from dashboard import ids, probe_button, ui
 from dashboard.datasource import Datasource, fmt_age
-from dashboard.pages import job, jobs, network, node, nodes, overview, queue, storage
+from dashboard.pages import job, jobs, kubernetes, network, node, nodes, overview, queue, storage
 
 log = logging.getLogger(__name__)
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
@@ -50,10 +50,11 @@ ROUTES = [
     (re.compile(r"^queue/?$"), queue),
     (re.compile(r"^storage/?$"), storage),
     (re.compile(r"^network/?$"), network),
+    (re.compile(r"^kubernetes/?$"), kubernetes),
 ]
 NAV = [("Overview", "/", overview), ("Jobs", "/jobs", jobs), ("Nodes", "/nodes", nodes), ("Queue", "/queue", queue),
-       ("Storage", "/storage", storage), ("Network", "/network", network)]
-PAGES = [overview, jobs, job, nodes, node, queue, storage, network]
+       ("Storage", "/storage", storage), ("Network", "/network", network), ("Kubernetes", "/kubernetes", kubernetes)]
+PAGES = [overview, jobs, job, nodes, node, queue, storage, network, kubernetes]
 # what dcc loads on demand once a graph mounts, as it names them (window._dashPlotlyJSURL, its graph chunk)
 PLOTLY_JS = "plotly/package_data/plotly.min.js"
 GRAPH_CHUNK = "dash/dcc/async-graph.js"

@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "agent": ("collectors.agent", "main", "node collectors, Prometheus /metrics (default :9810)"),
     "slurm-exporter": ("collectors.slurm.exporter", "main", "Slurm state as metrics and a JSON snapshot (:9811)"),
+    "kube-exporter": ("collectors.kube.exporter", "main", "Volcano and Kueue gangs on Kubernetes as metrics and a snapshot (:9812)"),
     "serve": ("dashboard.serve", "main", "dashboard, analysis and findings as metrics (127.0.0.1:8050)"),
     "demo": ("dashboard.demo", "main", "a simulated GPU cluster plus serve, in one process (127.0.0.1:8050)"),
     "diagnose": ("dashboard.diagnose_cli", "main", "one-shot verdicts for running jobs"),

@@ -78,3 +78,8 @@ NETWORK_TABLES = "network-tables"
 NETWORK_SWITCHES = "network-switches"
 NETWORK_PORTS = "network-ports"
 STORAGE_TARGETS = "storage-targets"
+
+# Kubernetes (/kubernetes)
+KUBE_SCHEDULER = "kubernetes-scheduler"
+KUBE_CONTENT = "kubernetes-content"
+KUBE_GANGS = "kubernetes-gangs"

@@ -1,9 +1,11 @@
 """`gangwatch serve`: the dashboard, the findings as metrics and JSON, the backfill plan.
 
-Sources (one scheduler source is required):
+Sources (one scheduler source is required; --kube-exporter may also go beside a Slurm one):
   --slurm-exporter URL   a `gangwatch slurm-exporter`'s /api/v1/snapshot (polled)
   --slurm-cli            the local Slurm commands (squeue, sinfo, scontrol, sprio, sshare, sdiag)
   --snapshot FILE        a snapshot JSON file (the slurm-exporter's /api/v1/snapshot), re-read when polled
+  --kube-exporter URL    a `gangwatch kube-exporter` (Volcano, Kueue): alone, or merged beside Slurm
+                         (dashboard/kube_feed.py), with the Kubernetes page (/kubernetes)
   --prometheus URL       a Prometheus-compatible HTTP API (dashboard/sources/prometheus.py: aggregated
                          range queries, a fixed number per cycle whatever the node count)
   --targets FILE         agent endpoints (one host:port or URL per line) scraped by serve itself
@@ -39,16 +41,29 @@ READ_TIMEOUT = 60.0  # per read; the guard's deadlines bound whole requests
 log = logging.getLogger(__name__)
 
 
+class _Parser(argparse.ArgumentParser):
+    """One scheduler source is required, and --kube-exporter may go beside a Slurm one: more than
+    a mutually exclusive group can say."""
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        if not (ns.slurm_exporter or ns.slurm_cli or ns.snapshot or ns.kube_exporter):
+            self.error("one scheduler source is required: --slurm-exporter, --slurm-cli, --snapshot or --kube-exporter")
+        return ns
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gangwatch serve", description="The gangwatch dashboard, findings and backfill plan.")
+    p = _Parser(prog="gangwatch serve", description="The gangwatch dashboard, findings and backfill plan.")
     p.add_argument("--web.listen-address", dest="listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
     p.add_argument("--web.config.file", dest="web_config", default=None,
                    help="exporter-toolkit web config: TLS and basic auth with bcrypt hashes")
     p.add_argument("--path-prefix", default="/", help="serve under this path, e.g. /gw/ behind a reverse proxy")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--slurm-exporter", metavar="URL", help="base URL of a gangwatch slurm-exporter")
     src.add_argument("--slurm-cli", action="store_true", help="poll the local Slurm commands")
     src.add_argument("--snapshot", metavar="FILE", help="a scheduler snapshot JSON file")
+    p.add_argument("--kube-exporter", metavar="URL",
+                   help="base URL of a gangwatch kube-exporter (Volcano/Kueue); alone or beside one Slurm source")
     met = p.add_mutually_exclusive_group()
     met.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible HTTP API for node metrics")
     met.add_argument("--targets", metavar="FILE", help="agent endpoints to scrape directly (embedded metric source)")
@@ -85,7 +100,14 @@ def make_datasource(args: argparse.Namespace):
     from dashboard.datasource.live import LiveDatasource, snapshot_from_file, snapshot_from_url
 
     metrics = make_metrics(args)
-    if args.snapshot:
+    feed = None
+    if args.kube_exporter:
+        from dashboard.kube_feed import KubeFeed
+
+        feed = KubeFeed(args.kube_exporter)
+    if feed is not None and not (args.snapshot or args.slurm_exporter or args.slurm_cli):
+        fn, name, every = feed.fetch, f"kube-exporter {args.kube_exporter}", args.poll_interval
+    elif args.snapshot:
         fn, name, every = snapshot_from_file(args.snapshot), f"snapshot file {args.snapshot}", args.poll_interval
     elif args.slurm_exporter:
         fn, name, every = snapshot_from_url(args.slurm_exporter), f"slurm-exporter {args.slurm_exporter}", args.poll_interval
@@ -95,7 +117,13 @@ def make_datasource(args: argparse.Namespace):
         poller = Poller(CliSource(), interval=args.poll_interval)
         poller.start()
         fn, name, every = poller.current, "slurm CLI", 1.0
-    return LiveDatasource(fn, name, every, metrics=metrics, metrics_interval=args.poll_interval)
+    if feed is not None and fn is not feed.fetch:
+        from dashboard.kube_feed import merged
+
+        fn, name = merged(fn, feed), f"{name} + kube-exporter {args.kube_exporter}"
+    ds = LiveDatasource(fn, name, every, metrics=metrics, metrics_interval=args.poll_interval)
+    ds.kube_feed = feed  # the Kubernetes page reads the exporter's `kube` section through it
+    return ds
 
 
 class _HeadTooLarge(Exception):

@@ -37,6 +37,8 @@ class Ctx:
 def fmt_time(t: float | None) -> str:
     if t is None:
         return "—"
+    if t != t or t in (float("inf"), float("-inf")):  # a job without a time limit ends "never"
+        return "no limit"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC"
 
 

@@ -47,6 +47,11 @@ def pytest_make_collect_report(collector):
     _fail_skip(outcome.get_result())
 
 
+def pytest_collection_modifyitems(config, items):
+    # the kube-apiserver is built in the background while the rest runs (tests/run-all.sh): its tests go last
+    items.sort(key=lambda item: item.get_closest_marker("kube") is not None)
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="Rewrite golden files from the current output instead of comparing.")

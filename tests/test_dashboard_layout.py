@@ -18,7 +18,7 @@ from tests.support.dashboard_fake import XSS
 pytestmark = pytest.mark.filterwarnings(r"ignore:\s*The dash_table.DataTable will be removed:DeprecationWarning")
 
 PATHS = ["", "jobs", "jobs/4001", "jobs/4004", "jobs/4003", "jobs/999", "nodes", "nodes/gpu001", "nodes/gpu008",
-         "nodes/nope", "queue", "storage", "network"]
+         "nodes/nope", "queue", "storage", "network", "kubernetes"]
 ALL_IDS = {v for k, v in vars(ids).items() if k.isupper()}
 
 
@@ -53,7 +53,7 @@ def app_ctx():
 def test_ids_module_has_no_duplicates():
     values = [v for k, v in vars(ids).items() if k.isupper()]
     assert len(values) == len(set(values))
-    prefixes = {"app", "overview", "jobs", "job", "nodes", "node", "queue", "storage", "network"}
+    prefixes = {"app", "overview", "jobs", "job", "nodes", "node", "queue", "storage", "network", "kubernetes"}
     assert all(v.split("-")[0] in prefixes and v == v.lower() for v in values)
 
 
@@ -85,8 +85,8 @@ def test_shell_says_simulated_and_links_pages(app_ctx):
     text = " ".join(strings(shell))
     assert "SIMULATED" in text
     hrefs = {c.href for c in walk(shell) if isinstance(c, dcc.Link)}
-    # the fake has scheduler data and node series, but no per-target or per-switch series
-    assert hrefs == {href for _, href, _ in NAV} - {"/storage", "/network"}
+    # the fake has scheduler data and node series, but no per-target or per-switch series, no kube-exporter
+    assert hrefs == {href for _, href, _ in NAV} - {"/storage", "/network", "/kubernetes"}
     real = build_app(dashboard_fake.datasource(simulated=False)).layout()
     assert "SIMULATED" not in " ".join(strings(real))
 

@@ -74,11 +74,7 @@ def build_parser(prog: str = "gangwatch slurm-exporter") -> argparse.ArgumentPar
         prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Slurm state (jobs, nodes, GPUs, reservations, fairshare, sdiag) as Prometheus metrics "
                     "and as a JSON snapshot for the gangwatch dashboard and backfill planner.")
-    p.add_argument("--web.listen-address", dest="web_listen_address", default=DEFAULT_LISTEN,
-                   help="Address to serve on, HOST:PORT or :PORT (all interfaces).")
-    p.add_argument("--web.config.file", dest="web_config_file", default=None,
-                   help="Exporter-toolkit style YAML enabling TLS and/or basic auth (bcrypt hashes).")
-    p.add_argument("--web.telemetry-path", dest="web_telemetry_path", default="/metrics", help="Path of the metrics.")
+    add_exporter_arguments(p, DEFAULT_LISTEN)
     p.add_argument("--slurm.poll-interval", dest="slurm_poll_interval", type=float, default=15.0,
                    help="Seconds between polls of Slurm; every scrape in between is served from the latest poll.")
     p.add_argument("--slurm.command-timeout", dest="slurm_command_timeout", type=float, default=10.0,
@@ -107,10 +103,19 @@ def build_parser(prog: str = "gangwatch slurm-exporter") -> argparse.ArgumentPar
                    help="Do not read the network topology at all (no gangwatch_slurm_node_switch_info).")
     p.add_argument("--slurm.top-pending", dest="slurm_top_pending", type=int, default=100,
                    help="Per-job series for at most this many pending jobs (highest priority first); running jobs always.")
+    return p
+
+
+def add_exporter_arguments(p: argparse.ArgumentParser, default_listen: str) -> None:
+    """The flags every scheduler exporter shares (node_exporter's names)."""
+    p.add_argument("--web.listen-address", dest="web_listen_address", default=default_listen,
+                   help="Address to serve on, HOST:PORT or :PORT (all interfaces).")
+    p.add_argument("--web.config.file", dest="web_config_file", default=None,
+                   help="Exporter-toolkit style YAML enabling TLS and/or basic auth (bcrypt hashes).")
+    p.add_argument("--web.telemetry-path", dest="web_telemetry_path", default="/metrics", help="Path of the metrics.")
     p.add_argument("--scrape.timeout", dest="scrape_timeout", type=float, default=5.0,
                    help="Seconds one scrape waits for rendering the snapshot.")
     p.add_argument("--log-level", dest="log_level", default="info", choices=["debug", "info", "warning", "error"])
-    return p
 
 
 def make_source(args: argparse.Namespace, runner: CommandRunner | None = None):

@@ -96,14 +96,23 @@ METRICS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def family(name: str, metrics: dict | None = None, prefix: str = P) -> Family:
+    """An empty family of a metric in METRICS (or another exporter's list of the same shape)."""
+    kind, _labels, help_ = (METRICS if metrics is None else metrics)[name]
+    return Family(prefix + name, kind, help_)
+
+
 def _fam(name: str) -> Family:
-    kind, _labels, help_ = METRICS[name]
-    return Family(P + name, kind, help_)
+    return family(name)
 
 
-def _cut(value: object) -> str:
+def cut_label(value: object) -> str:
+    """A label value no longer than LABEL_MAX characters (the full text stays in the JSON)."""
     s = str(value)
     return s if len(s) <= LABEL_MAX else s[: LABEL_MAX - 1] + "…"
+
+
+_cut = cut_label
 
 
 def selected_jobs(snap: Snapshot, top_pending: int) -> tuple[list[Job], list[Job]]:
@@ -310,11 +319,11 @@ def poller_families(poller, now: float) -> list[Family]:
     return [fam for fam in f.values() if fam.lines]
 
 
-def metric_table_markdown() -> str:
-    """docs/slurm-exporter.md's metric table, generated from METRICS."""
+def metric_table_markdown(metrics: dict | None = None, prefix: str = P) -> str:
+    """docs/slurm-exporter.md's metric table, generated from METRICS (or another exporter's list)."""
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
-    for name, (kind, labels, help_) in METRICS.items():
-        rows.append(f"| `{P}{name}` | {kind} | {labels.replace(',', ', ') or '–'} | {help_} |")
+    for name, (kind, labels, help_) in (METRICS if metrics is None else metrics).items():
+        rows.append(f"| `{prefix}{name}` | {kind} | {labels.replace(',', ', ') or '–'} | {help_} |")
     return "\n".join(rows)
 
 

@@ -15,7 +15,7 @@ from dashboard.datasource import Datasource
 from dashboard.kube_feed import is_kube
 
 TITLE = "Kubernetes"
-ROWS = 200
+PAGE_SIZE = 200
 CHOICES = (("all", "all schedulers"), ("slurm", "Slurm"), ("kubernetes", "Kubernetes"))
 
 
@@ -49,7 +49,7 @@ def gang_rows(ds: Datasource, ctx: ui.Ctx, choice: str) -> list[list]:
                      j.state + (" (partial)" if "PARTIAL" in j.state_flags else ""),
                      "—" if j.gpus is None else str(j.gpus), str(j.gang_size), pos,
                      html.Ul([html.Li(w) for w in why[:4]], className="gw-why") if why else ""])
-        if len(rows) >= ROWS:
+        if len(rows) >= PAGE_SIZE:
             break
     return rows
 

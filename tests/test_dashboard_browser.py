@@ -262,4 +262,13 @@ def test_roce_demo_network_shows_its_congestion(page, roce_demo):
     others = sorted(v for k, v in rows.items() if k != leaf)
     assert rows[leaf] > TH.wait_ratio * others[len(others) // 2], rows
     shot(page, "network-roce")
+    # a node on that leaf: its ports' congestion and the ECN+CNP and PFC pause series, named for RoCE
+    node = next(n for i, n in enumerate(sim.cluster.names) if sim.cluster.leaves[int(sim.cluster.leaf_of[i])] == leaf)
+    page.goto(f"{base}/nodes/{node}")
+    expect(page.locator("h2", has_text="RoCE ports")).to_be_visible(timeout=T)
+    expect(page.locator("#node-ports")).to_contain_text("ECN+CNP")
+    expect(page.locator("#node-graphs .gtitle", has_text="RoCE congestion (ECN+CNP)")).to_be_visible(timeout=T)
+    expect(page.locator("#node-graphs .gtitle", has_text="PFC pause frames received")).to_be_visible()
+    expect(page.locator("#node-graphs .gtitle", has_text="transmit wait")).to_have_count(0)
+    shot(page, "node-roce")
     assert not page.errors, page.errors

@@ -221,3 +221,54 @@ def test_hostile_names_stay_inert_and_long_names_wrap(page, hostile_site):
     expect(page.locator("h1")).to_contain_text(f"Node {HOSTILE_NODE}", timeout=T)
     assert not foreign, f"a node name made the browser fetch {foreign}"
     assert not page.errors, page.errors
+
+
+@pytest.fixture(scope="module")
+def roce_demo():
+    """`gangwatch demo --fabric roce` (its showcase faults, 128 nodes: four leaf switches) on a free port."""
+    from dashboard.analysis.sim import Simulation
+    from dashboard.demo import Demo, build_dashboard, build_parser, sim_config
+
+    sim = Simulation(sim_config(build_parser().parse_args(["--fabric", "roce", "--nodes", "128"]), 1_767_225_600.0))
+    demo = Demo(sim, speed=0)
+    app, ds = build_dashboard(demo, refresh_seconds=3600)
+    srv, th = serve(app)
+    yield f"http://127.0.0.1:{srv.server_port}", sim
+    srv.shutdown()
+    th.join(5)
+    ds.close()
+
+
+# each row's mean over the heatmap's last four columns, as drawn (nulls are unknown: skipped)
+RECENT_ROWS = """el => { const d = el.data[0]; return d.y.map((y, i) => {
+    const v = d.z[i].slice(-4).filter(x => x !== null); return [y, v.length ? v.reduce((a, b) => a + b) / v.length : null]; }); }"""
+
+
+def test_roce_demo_network_shows_its_congestion(page, roce_demo):
+    """On RoCE (no transmit wait) the leaf heatmap is titled for ECN+CNP and the congested leaf stands out."""
+    from dashboard.analysis.thresholds import DEFAULT as TH
+
+    expect = playwright_api.expect
+    base, sim = roce_demo
+    (leaf,) = {g["culprit"] for g in sim.ground_truth() if g["cause"] == "stalled_network" and g["culprit"].startswith("leaf")}
+    page.goto(base + "/network")
+    expect(page.locator("h2", has_text="RoCE congestion (ECN+CNP) per leaf switch")).to_be_visible(timeout=T)
+    expect(page.locator("#network-heatmap .gtitle")).to_have_text("RoCE congestion (ECN+CNP)", timeout=T)
+    expect(page.locator("#network-heatmap .cbtitle")).to_contain_text("packets/s")
+    expect(page.locator("#network-switches")).to_contain_text("ECN+CNP")
+    expect(page.locator("#network-gangs")).to_contain_text(f"Congested now: {leaf}.", timeout=T)
+    rows = dict(page.locator("#network-heatmap .js-plotly-plot").evaluate(RECENT_ROWS))
+    assert len(rows) == 4 and all(v is not None for v in rows.values()), rows  # drawn, not an empty chart
+    others = sorted(v for k, v in rows.items() if k != leaf)
+    assert rows[leaf] > TH.wait_ratio * others[len(others) // 2], rows
+    shot(page, "network-roce")
+    # a node on that leaf: its ports' congestion and the ECN+CNP and PFC pause series, named for RoCE
+    node = next(n for i, n in enumerate(sim.cluster.names) if sim.cluster.leaves[int(sim.cluster.leaf_of[i])] == leaf)
+    page.goto(f"{base}/nodes/{node}")
+    expect(page.locator("h2", has_text="RoCE ports")).to_be_visible(timeout=T)
+    expect(page.locator("#node-ports")).to_contain_text("ECN+CNP")
+    expect(page.locator("#node-graphs .gtitle", has_text="RoCE congestion (ECN+CNP)")).to_be_visible(timeout=T)
+    expect(page.locator("#node-graphs .gtitle", has_text="PFC pause frames received")).to_be_visible()
+    expect(page.locator("#node-graphs .gtitle", has_text="transmit wait")).to_have_count(0)
+    shot(page, "node-roce")
+    assert not page.errors, page.errors

@@ -103,7 +103,7 @@ def test_pages_without_data_are_not_linked():
     storage = " ".join(strings(render_page(ds, ctx, "storage")))
     network = " ".join(strings(render_page(ds, ctx, "network")))
     assert "Not found" not in storage + network  # real pages whose source is absent say which source
-    assert "No Lustre or GPFS source reports" in storage and "No InfiniBand source reports" in network
+    assert "No Lustre or GPFS source reports" in storage and "No InfiniBand or RoCE source reports" in network
     assert "Not found" in " ".join(strings(render_page(ds, ctx, "no-such-page")))
     # no topology maps the job's nodes: the switch count is unknown, not 0
     placement = " ".join(strings(render_page(ds, ctx, "jobs/4001")))

@@ -32,14 +32,14 @@ from dashboard.datasource.convert import convert_diagnosis
 from dashboard.datasource.live import LiveDatasource, outage_text, partly_down, snapshot_from_file, snapshot_from_url, source_down
 from dashboard.datasource.memory import MemoryDatasource
 from dashboard.datasource.protocol import Datasource
-from dashboard.datasource.records import (FLAGGED, SIGNALS, STALE_AFTER_SECONDS, SUMMED, Findings, GpuNow, GpuTopology,
+from dashboard.datasource.records import (CONGESTION, FLAGGED, SIGNALS, STALE_AFTER_SECONDS, SUMMED, Findings, GpuNow, GpuTopology,
                                           Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Signal, SourceStatus,
                                           Status, SwitchStat, Target, fmt_age, group_incidents, job_verdict_label)
 from dashboard.datasource.simulator import SimDatasource
 from dashboard.datasource.window_series import WindowSeries
 
 __all__ = [
-    "FLAGGED", "SIGNALS", "STALE_AFTER_SECONDS", "SUMMED", "BaseDatasource", "Datasource", "Evidence", "Findings", "GpuNow",
+    "CONGESTION", "FLAGGED", "SIGNALS", "STALE_AFTER_SECONDS", "SUMMED", "BaseDatasource", "Datasource", "Evidence", "Findings", "GpuNow",
     "GpuTopology", "Heatmap", "Incident", "LiveDatasource", "MemoryDatasource", "Mount", "Network", "NodeInventory",
     "NodeSeries", "Placement", "Port", "Signal", "SimDatasource", "SourceStatus", "Status", "SwitchStat", "Target", "Verdict",
     "WindowSeries", "aggregate_rows", "build_network", "convert_diagnosis", "downsample_cols", "finite", "fmt_age",

@@ -16,7 +16,10 @@ from dashboard.analysis.findings import Incident, Verdict
 # The verdict states that flag a job (dashboard/analysis/findings.py holds them all).
 FLAGGED = model.STALL_STATES
 # Node-level value of a per-rail or per-target signal: the sum over rails / targets (traffic adds up).
-SUMMED = frozenset({"ib_tx", "ib_wait", "io_read"})
+SUMMED = frozenset({"ib_tx", "ib_wait", "roce_cong", "io_read"})
+# The fabric's congestion signal, in order of preference: InfiniBand's transmit wait, else RoCE's
+# ECN marks + CNPs (a RoCE port counts no port_xmit_wait; the diagnosis reads the same pair).
+CONGESTION = ("ib_wait", "roce_cong")
 # A source whose data is older than this many seconds is shown as stale (a few missed polls).
 STALE_AFTER_SECONDS = 120.0
 
@@ -38,6 +41,9 @@ SIGNALS: dict[str, Signal] = {s.key: s for s in (
     Signal("gpu_temp", "GPU temperature", "°C", 1.0, True, "gangwatch_gpu_temperature_celsius"),
     Signal("ib_tx", "InfiniBand transmit", "B/s", 1.0, False, "gangwatch_infiniband_port_transmit_bytes_total"),
     Signal("ib_wait", "InfiniBand transmit wait", "ticks/s", 1.0, False, "gangwatch_infiniband_port_transmit_wait_total"),
+    Signal("roce_cong", "RoCE congestion (ECN+CNP)", "packets/s", 1.0, False, "gangwatch_roce_port_ecn_marked_packets_total"),
+    Signal("eth_pause", "PFC pause frames received", "frames/s", 1.0, False,
+           "gangwatch_ethtool_node_received_pause_frames_total"),
     Signal("io_read", "Lustre read", "B/s", 1.0, False, "gangwatch_lustre_client_target_io_bytes_total"),
     Signal("io_pressure", "I/O pressure (some)", "%", 100.0, False, "gangwatch_pressure_waiting_seconds_total"),
 )}
@@ -141,7 +147,7 @@ class Status:
 
 @dataclass(frozen=True)
 class Port:
-    """One InfiniBand port (an HCA's port, "mlx5_0/1") as the node's agent reports it; None = unknown."""
+    """One InfiniBand or RoCE port (an HCA's port, "mlx5_0/1") as the node's agent reports it; None = unknown."""
 
     node: str
     device: str
@@ -149,7 +155,7 @@ class Port:
     up: bool | None = None
     rate_bytes: float | None = None  # the link's trained data rate, bytes/s
     tx_bps: float | None = None  # transmit, bytes/s now
-    wait_per_s: float | None = None  # port_xmit_wait ticks/s now (congestion)
+    wait_per_s: float | None = None  # congestion now: the fabric's CONGESTION signal (the record's `congestion`)
     symbol_errors: float | None = None  # counter since boot
     link_downed: float | None = None  # counter since boot
     errors_recent: float | None = None  # symbol errors + link downs in the last interval
@@ -174,6 +180,7 @@ class Network:
     ports: tuple[Port, ...]  # the ports worth a look: most congested, down, with new errors (bounded)
     total_ports: int
     note: str = ""
+    congestion: str = "ib_wait"  # the signal wait_per_s holds (CONGESTION)
 
 
 @dataclass(frozen=True)
@@ -258,6 +265,7 @@ class NodeInventory:
     disks: tuple[tuple[str, float | None, float | None], ...] | None = None  # (device, read B/s, write B/s)
     topology: GpuTopology = GpuTopology()
     note: str = ""
+    congestion: str = "ib_wait"  # the signal the ports' wait_per_s holds (CONGESTION)
 
 
 def fmt_age(seconds: float | None) -> str:

@@ -32,7 +32,8 @@ class SimDatasource(BaseDatasource):
     HEATMAP = ("gpu_util", 3600.0, 400, 240)  # what the overview asks for: precomputed in background mode
     # signal -> the simulator's history series it is read from
     HISTORY = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power", "gpu_temp": "temp", "ib_tx": "ib_tx_rate",
-               "ib_wait": "ib_wait_rate", "io_read": "ost_read_rate", "io_pressure": "io_pressure"}
+               "ib_wait": "ib_wait_rate", "roce_cong": "roce_cong_rate", "eth_pause": "eth_pause_rate",
+               "io_read": "ost_read_rate", "io_pressure": "io_pressure"}
 
     def __init__(self, sim, lock=None, snapshot_fn: Callable[[], Snapshot] | None = None,
                  clock: Callable[[], float] = time.monotonic, background: bool = False):
@@ -76,6 +77,17 @@ class SimDatasource(BaseDatasource):
 
     def now(self) -> float:
         return float(self.sim.t)
+
+    @property
+    def congestion(self) -> str:
+        """The congestion signal the simulated fabric's agents export (CONGESTION)."""
+        return "roce_cong" if self.sim.fabric == "roce" else "ib_wait"
+
+    def _exports(self, signal: str) -> bool:
+        """Whether the simulated agents export `signal`: a RoCE port counts no transmit wait (the
+        physics keeps one to derive ECN marks from, which no real RoCE agent could show)."""
+        return (self.HISTORY.get(signal) in self.sim.history.series
+                and not (signal == "ib_wait" and self.congestion != "ib_wait"))
 
     def version(self) -> str:
         return str(self._warm_step if self._background else self.sim.steps)
@@ -141,6 +153,8 @@ class SimDatasource(BaseDatasource):
         return Heatmap(signal, labels, members, times, zz, len(names))
 
     def heatmap(self, signal="gpu_util", window=3600.0, max_rows=400, max_cols=240):
+        if not self._exports(signal):
+            return None
         key = (signal, float(window), max_rows, max_cols)
         return self._memo.get("heatmap:%s:%s:%s:%s" % key, self.sim.steps,
                               lambda: self._heatmap(*key), self._background and key == self.HEATMAP)
@@ -148,7 +162,7 @@ class SimDatasource(BaseDatasource):
     def job_series(self, jobid, signal, window=3600.0, max_cols=240):
         snap = self.snapshot()
         job = snap.job(int(jobid)) if str(jobid).isdigit() else None
-        if job is None or not job.nodes:
+        if job is None or not job.nodes or not self._exports(signal):
             return None
         cl = self.sim.cluster
         idx = np.array([cl.index(n) for n in job.nodes])
@@ -168,7 +182,7 @@ class SimDatasource(BaseDatasource):
             return None
         t0 = self.now() - window
         values, chans, times = {}, {}, np.zeros(0)
-        for s in signals:
+        for s in (s for s in signals if self._exports(s)):
             times, data = self._window(self.HISTORY[s], t0, np.array([i]))
             data = data[:, 0].astype(np.float32)  # time x (GPUs | OSTs) or time
             sig = SIGNALS[s]
@@ -190,14 +204,14 @@ class SimDatasource(BaseDatasource):
         return Heatmap("io_read", osts, tuple((o,) for o in osts), times, z, len(osts))
 
     def leaf_series(self, window=3600.0):
-        """Leaf switch x time: transmit wait ticks/s summed over the leaf's nodes (congestion)."""
-        times, data = self._window("ib_wait_rate", self.now() - window)
+        """Leaf switch x time: the fabric's congestion signal summed over the leaf's nodes."""
+        times, data = self._window(self.HISTORY[self.congestion], self.now() - window)
         node_sum = data.astype(np.float64).sum(axis=2)  # time x node
         leaf_of = self.sim.cluster.leaf_of
         leaves = tuple(self.sim.cluster.leaves)
         z = np.vstack([node_sum[:, leaf_of == k].sum(axis=1) for k in range(len(leaves))])
         times, z = downsample_cols(times, z, 240)
-        return Heatmap("ib_wait", leaves, tuple((lf,) for lf in leaves), times, z, len(leaves))
+        return Heatmap(self.congestion, leaves, tuple((lf,) for lf in leaves), times, z, len(leaves))
 
     def leaf_of(self, node: str) -> str:
         cl = self.sim.cluster
@@ -258,7 +272,8 @@ class SimDatasource(BaseDatasource):
 
         s = self.sim
         with self.lock:
-            arrays = {"tx": s.ib_rate[rows].copy(), "wait": s.ib_wait_rate[rows].copy(), "up": s.ib_up[rows].copy(),
+            wait = s.roce_cong_rate if self.congestion == "roce_cong" else s.ib_wait_rate
+            arrays = {"tx": s.ib_rate[rows].copy(), "wait": wait[rows].copy(), "up": s.ib_up[rows].copy(),
                       "symerr": s.ib_symerr[rows].copy(), "downed": s.ib_downed[rows].copy()}
         cur, prev = self._counters()
         arrays["recent"] = None if prev is None else (cur["errors"] - prev["errors"])[rows]
@@ -274,7 +289,7 @@ class SimDatasource(BaseDatasource):
         net = build_network(cl.leaf_of, list(cl.leaves), np.ones(a["tx"].shape, bool), a["tx"], a["wait"],
                             lambda i, k: self._port(i, k, a), up=a["up"], recent=a["recent"])
         return Network(net.switches, net.ports, net.total_ports, "Per-switch figures are sums over the switch's "
-                       "nodes' HCA ports (simulated); spine switches are not scraped.")
+                       "nodes' HCA ports (simulated); spine switches are not scraped.", self.congestion)
 
     def storage_targets(self):
         return self._memo.get("targets", self.sim.steps, self._targets)
@@ -319,7 +334,7 @@ class SimDatasource(BaseDatasource):
         write = self._rate("node_write")
         nt = len(cl.osts) + len(cl.mdts)
         fs = (Mount(C.FS_NAME, "lustre", nt, nt, read, None if write is None else float(write[i])),)
-        return NodeInventory(node, gpus, ports, fs, None, self.gpu_topology(node), self.SIM_NOTE)
+        return NodeInventory(node, gpus, ports, fs, None, self.gpu_topology(node), self.SIM_NOTE, self.congestion)
 
     # ---- findings
 
@@ -364,7 +379,7 @@ class SimDatasource(BaseDatasource):
 
     def _evidence(self, jobid: str, nodes: tuple[str, ...], cause: str, since: float) -> tuple[Evidence, ...]:
         """Each node's signal since the stall began against the job's level before it."""
-        signal = {"stalled_io": "io_pressure", "stalled_network": "ib_wait"}.get(cause, "gpu_sm")
+        signal = {"stalled_io": "io_pressure", "stalled_network": self.congestion}.get(cause, "gpu_sm")
         cl = self.sim.cluster
         idx = np.array([cl.index(n) for n in nodes])
         t0 = since - 900

@@ -6,7 +6,7 @@ import numpy as np
 
 from dashboard.analysis.findings import finite
 from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean, nansum
-from dashboard.datasource.records import SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target
+from dashboard.datasource.records import CONGESTION, SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target
 
 
 def _since(win, z: np.ndarray, t0: float, max_cols: int = 240) -> tuple[np.ndarray, np.ndarray]:
@@ -15,11 +15,18 @@ def _since(win, z: np.ndarray, t0: float, max_cols: int = 240) -> tuple[np.ndarr
     return downsample_cols(win.times[keep], z[:, keep], max_cols)
 
 
+def _congestion(win) -> str | None:
+    """The fabric's congestion signal the window holds (InfiniBand's first), None when neither."""
+    return next((s for s in CONGESTION if s in win.rail), None)
+
+
 class WindowSeries:
     """Series for the pages from a diagnosis `Window` (dashboard/analysis/window.py), which every
     metric source builds (Prometheus, embedded scraper, bundle). Mixed into LiveDatasource."""
 
     _GPU = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power"}
+    _RAIL = ("ib_tx", *CONGESTION)
+    _NODE = {"io_read": "fs_read", "io_pressure": "psi_io", "eth_pause": "eth_pause"}
 
     def window(self):  # -> Window | None
         return None
@@ -36,13 +43,13 @@ class WindowSeries:
             else:
                 z = np.vstack([nanmean(a[r][cols], axis=0) if cols else np.full(a.shape[2], np.nan)
                                for r, cols in zip(rows, gpu_cols)]) if rows else np.zeros((0, a.shape[2]))
-        elif signal in ("ib_tx", "ib_wait"):
+        elif signal in self._RAIL:
             a = win.rail.get(signal)
             if a is None:
                 return None
             z = nansum(a[rows], axis=1)
         else:
-            a = win.node.get({"io_read": "fs_read", "io_pressure": "psi_io"}.get(signal, ""))
+            a = win.node.get(self._NODE.get(signal, ""))
             if a is None:
                 return None
             z = a[rows]
@@ -90,11 +97,11 @@ class WindowSeries:
                 cols = [k for k, g in enumerate(win.gpus[i]) if g >= 0] if win.gpus else []
                 values[s] = win.gpu[self._GPU[s]][i][cols][:, keep].astype(np.float64) * sig.scale
                 chans[s] = tuple(f"GPU {win.gpus[i][k]}" for k in cols)
-            elif s in ("ib_tx", "ib_wait") and s in win.rail:
+            elif s in self._RAIL and s in win.rail:
                 cols = [k for k, r in enumerate(win.rails[i]) if r] if win.rails else []
                 values[s] = win.rail[s][i][cols][:, keep].astype(np.float64)
                 chans[s] = tuple(win.rails[i][k] for k in cols)
-            elif s in ("io_read", "io_pressure"):
+            elif s in self._NODE:
                 z = self._node_rows(win, s, [i])
                 if z is not None:
                     values[s], chans[s] = z[:, keep], (node,)
@@ -110,15 +117,16 @@ class WindowSeries:
 
     def leaf_series(self, window=3600.0):
         win = self.window()
-        a = win.rail.get("ib_wait") if win is not None else None
-        if a is None or not win.leaf_of:
+        signal = _congestion(win) if win is not None else None
+        if signal is None or not win.leaf_of:
             return None
+        a = win.rail[signal]
         per_node = nansum(a, axis=1)
         leaves = sorted(set(win.leaf_of.values()))
         z = np.vstack([nansum(per_node[[k for k, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf]], axis=0)
                        for lf in leaves]).astype(np.float64)
         times, z = _since(win, z, win.end - window)
-        return Heatmap("ib_wait", tuple(leaves), tuple((lf,) for lf in leaves), times, z, len(leaves))
+        return Heatmap(signal, tuple(leaves), tuple((lf,) for lf in leaves), times, z, len(leaves))
 
     def leaf_of(self, node: str) -> str:
         """The switch the metric source labels the node with, else Slurm's topology/tree."""
@@ -149,7 +157,8 @@ class WindowSeries:
         leaf_idx = np.array([pos.get(win.leaf_of.get(n, ""), -1) for n in win.nodes])
         valid = np.array([[bool(r) for r in rails] for rails in win.rails])
         tx = self._last(win.rail["ib_tx"])
-        wait = self._last(win.rail["ib_wait"]) if "ib_wait" in win.rail else np.full(tx.shape, np.nan)
+        signal = _congestion(win)
+        wait = self._last(win.rail[signal]) if signal else np.full(tx.shape, np.nan)
 
         def port(i, k):
             node = win.nodes[i]
@@ -157,7 +166,7 @@ class WindowSeries:
 
         net = build_network(leaf_idx, leaves, valid, tx, wait, port)
         return Network(net.switches, net.ports, net.total_ports, "Port state and error counters are not in the metric "
-                       "window: unknown. Per-switch figures are sums over the switch's nodes' ports.")
+                       "window: unknown. Per-switch figures are sums over the switch's nodes' ports.", signal or "ib_wait")
 
     def storage_targets(self):
         win = self.window()
@@ -191,10 +200,10 @@ class WindowSeries:
             util = self._last(win.gpu["util"][i])
             power = self._last(win.gpu["power"][i]) if "power" in win.gpu else np.full(util.shape, np.nan)
             gpus = tuple(GpuNow(g, finite(util[k]), finite(power[k])) for k, g in enumerate(win.gpus[i]) if g >= 0)
-        ports = None
+        ports, signal = None, _congestion(win)
         if win.rails and "ib_tx" in win.rail:
             tx = self._last(win.rail["ib_tx"][i])
-            wait = self._last(win.rail["ib_wait"][i]) if "ib_wait" in win.rail else np.full(tx.shape, np.nan)
+            wait = self._last(win.rail[signal][i]) if signal else np.full(tx.shape, np.nan)
             ports = tuple(Port(node, r, win.leaf_of.get(node, ""), None, None, finite(tx[k]), finite(wait[k]))
                           for k, r in enumerate(win.rails[i]) if r)
         fs = None
@@ -209,4 +218,4 @@ class WindowSeries:
                              finite(np.nansum(write[js])) if np.isfinite(write[js]).any() else None)
                        for name, js in sorted(by_fs.items()))
         return NodeInventory(node, gpus, ports, fs, None, self.gpu_topology(node),
-                             "Disks and local filesystems are not in the metric window: unknown.")
+                             "Disks and local filesystems are not in the metric window: unknown.", signal or "ib_wait")

@@ -1,8 +1,9 @@
-"""Network (`/network`): per leaf switch now (ports, ports down, transmit throughput, transmit wait
-= congestion, new errors), the ports worth a look (most congested, down, with new errors), the
-congestion per leaf switch over the last hour (transmit wait summed over the switch's nodes), and
-the gangs spanning the congested switches. "unknown" where the source has no series. Linked only
-where a metric source provides per-port series."""
+"""Network (`/network`): per leaf switch now (ports, ports down, transmit throughput, congestion,
+new errors), the ports worth a look (most congested, down, with new errors), the congestion per
+leaf switch over the last hour (summed over the switch's nodes), and the gangs spanning the
+congested switches. Congestion is the fabric's own signal: InfiniBand's transmit wait, or on RoCE
+(which counts none) ECN-marked packets + CNPs, named as such. "unknown" where the source has no
+series. Linked only where a metric source provides per-port series."""
 
 from __future__ import annotations
 
@@ -11,14 +12,28 @@ from dash import html
 
 from dashboard import figures, ids, ui
 from dashboard.analysis.thresholds import DEFAULT as TH
-from dashboard.datasource import Datasource, nanmean
+from dashboard.datasource import SIGNALS, Datasource, nanmean
 
 TITLE = "Network"
+# congestion signal -> (table column, what the heatmap's numbers count)
+COLUMNS = {"ib_wait": ("transmit wait", "Transmit wait counts the ticks a port had data but no credits: congestion."),
+           "roce_cong": ("ECN+CNP", "ECN-marked packets received plus congestion notification packets handled per "
+                         "second (DCQCN): switch queues past their ECN threshold. RoCE ports count no transmit wait.")}
 
 
-UNAVAILABLE = ("No InfiniBand source reports here: no agent's infiniband collector appears in the metric source "
+UNAVAILABLE = ("No InfiniBand or RoCE source reports here: no agent's infiniband or roce collector appears in the metric source "
                "(or serve runs without one), or no node maps to a leaf switch, so links, congestion and errors are "
                "unknown.")
+
+
+def congestion_column(signal: str) -> tuple[str, str]:
+    """(table column, unit) of a congestion signal (records.CONGESTION)."""
+    return COLUMNS.get(signal, COLUMNS["ib_wait"])[0], SIGNALS[signal].unit
+
+
+def leaf_heatmap(ds: Datasource, theme):
+    hm = ds.leaf_series()
+    return figures.heatmap(hm, theme, SIGNALS[hm.signal].label if hm else "", colorscale="Inferno")
 
 
 def available(ds: Datasource) -> bool:
@@ -55,6 +70,7 @@ def switches(ds: Datasource, ctx: ui.Ctx):
     net = ds.network()
     if net is None:
         return html.P("Switches and ports unknown: no per-port series.", className="gw-muted")
+    col, unit = congestion_column(net.congestion)
     waits = [sw.wait_per_s for sw in net.switches if sw.wait_per_s is not None]
     med = (float(np.median(waits)) or 1.0) if waits else None
     sw_rows = []
@@ -62,30 +78,31 @@ def switches(ds: Datasource, ctx: ui.Ctx):
         hot = med is not None and sw.wait_per_s is not None and sw.wait_per_s > TH.wait_ratio * med
         sw_rows.append([sw.switch, str(sw.nodes), str(sw.ports), ui.fmt_known(sw.ports_down, 0),
                         ui.fmt_si(sw.tx_bps, "B/s"),
-                        html.Span(ui.fmt_si(sw.wait_per_s, "ticks/s") + (" (congested)" if hot else ""),
+                        html.Span(ui.fmt_si(sw.wait_per_s, unit) + (" (congested)" if hot else ""),
                                   className="gw-sev-error" if hot else ""), ui.fmt_known(sw.errors_recent, 0)])
     port_rows = [[ui.node_link(ctx, p.node), p.device, p.switch or ui.UNKNOWN, ui.fmt_state(p.up),
-                  ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, "ticks/s"), ui.fmt_known(p.symbol_errors, 0),
+                  ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, unit), ui.fmt_known(p.symbol_errors, 0),
                   ui.fmt_known(p.link_downed, 0), ui.fmt_known(p.errors_recent, 0)] for p in net.ports]
     return html.Div([
-        ui.section("Leaf switches now", ui.table(["switch", "nodes", "ports", "ports down", "transmit", "transmit wait",
+        ui.section("Leaf switches now", ui.table(["switch", "nodes", "ports", "ports down", "transmit", col,
                                                   "new errors (last interval)"], sw_rows, cid=ids.NETWORK_SWITCHES),
                    note=net.note),
         ui.section(f"Ports worth a look (of {net.total_ports:,}): most congested, down, or with new errors",
-                   ui.table(["node", "port", "leaf switch", "state", "transmit", "transmit wait", "symbol errors",
+                   ui.table(["node", "port", "leaf switch", "state", "transmit", col, "symbol errors",
                              "link downed", "new errors"], port_rows, empty="No port data.", cid=ids.NETWORK_PORTS)),
     ])
 
 
 def layout(ds: Datasource, ctx: ui.Ctx):
+    hm = ds.leaf_series(60.0)
+    title, note = ((SIGNALS[hm.signal].label, COLUMNS[hm.signal][1]) if hm is not None and hm.signal in COLUMNS else
+                   ("Congestion", "Unknown: the metric source has neither InfiniBand transmit wait nor RoCE ECN/CNP series."))
     return html.Div([html.H1("Network"),
                      html.Div(switches(ds, ctx), id=ids.NETWORK_TABLES),
-                     ui.section("InfiniBand transmit wait per leaf switch (last hour)",
-                                ui.graph(id=ids.NETWORK_HEATMAP),
-                                note="Transmit wait counts the ticks a port had data but no credits: congestion."),
+                     ui.section(f"{title} per leaf switch (last hour)", ui.graph(id=ids.NETWORK_HEATMAP), note=note),
                      ui.section("Gangs spanning congested switches", html.Div(gangs(ds, ctx), id=ids.NETWORK_GANGS))])
 
 
 def register(app, ds: Datasource, ctx: ui.Ctx) -> None:
-    ui.refresh_on_tick(app, {ids.NETWORK_HEATMAP: lambda theme: figures.heatmap(ds.leaf_series(), theme, colorscale="Inferno")},
+    ui.refresh_on_tick(app, {ids.NETWORK_HEATMAP: lambda theme: leaf_heatmap(ds, theme)},
                        {ids.NETWORK_TABLES: lambda: switches(ds, ctx), ids.NETWORK_GANGS: lambda: gangs(ds, ctx)})

@@ -1,8 +1,9 @@
 """Node (`/nodes/<name>`): state and reason, GPUs (now, with the job on each and their NVLink/NUMA
-topology where the agent reports it), InfiniBand ports (state, rate, traffic, congestion, errors),
+topology where the agent reports it), InfiniBand or RoCE ports (state, rate, traffic, congestion in
+the fabric's own signal, errors),
 filesystems and disks where the metric source has them ("unknown" otherwise, never 0), leaf
-switch, the jobs on it, and its GPUs', InfiniBand rails' and Lustre client's series over the last
-hour."""
+switch, the jobs on it, and its GPUs', rails' (transmit wait, or RoCE's ECN+CNP and PFC pause)
+and Lustre client's series over the last hour."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from dash import Input, Output, State, dcc, html
 
 from dashboard import figures, ids, ui
 from dashboard.datasource import Datasource
+from dashboard.pages.network import congestion_column
 
 TITLE = "Node"
-SIGNALS = ("gpu_util", "gpu_sm", "gpu_power", "gpu_temp", "ib_tx", "ib_wait", "io_read", "io_pressure")
+# a source has either fabric's congestion signals, not both: graphs are drawn for the ones it has
+SIGNALS = ("gpu_util", "gpu_sm", "gpu_power", "gpu_temp", "ib_tx", "ib_wait", "roce_cong", "eth_pause", "io_read",
+           "io_pressure")
 
 
 def layout(ds: Datasource, ctx: ui.Ctx, name: str = ""):
@@ -62,8 +66,9 @@ def inventory(ds: Datasource, ctx: ui.Ctx, name: str, gpu_job: dict):
                  if topo.nvlink_peers is not None else ui.UNKNOWN,
                  str(topo.numa[g.index]) if topo.numa is not None and g.index in topo.numa else ui.UNKNOWN]
                 for g in inv.gpus or ()]
+    col, unit = congestion_column(inv.congestion)
     port_rows = [[p.device, p.switch or ui.UNKNOWN, ui.fmt_state(p.up), ui.fmt_si(p.rate_bytes, "B/s"),
-                  ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, "ticks/s"), ui.fmt_known(p.symbol_errors, 0),
+                  ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, unit), ui.fmt_known(p.symbol_errors, 0),
                   ui.fmt_known(p.link_downed, 0), ui.fmt_known(p.errors_recent, 0)] for p in inv.ports or ()]
     fs_rows = [[m.fs, m.kind, str(m.targets), ui.fmt_known(m.connected, 0), ui.fmt_si(m.read_bps, "B/s"),
                 ui.fmt_si(m.write_bps, "B/s")] for m in inv.filesystems or ()]
@@ -74,10 +79,11 @@ def inventory(ds: Datasource, ctx: ui.Ctx, name: str, gpu_job: dict):
         ui.section("GPUs now", ui.table(["GPU", "job", "utilisation", "power", "temperature", "NVLink peers", "NUMA node"],
                                         gpu_rows, empty="GPUs unknown: no GPU series for this node.", cid=ids.NODE_GPUS),
                    note=topo_note),
-        ui.section("InfiniBand ports", ui.table(["port", "leaf switch", "state", "link rate", "transmit", "transmit wait",
-                                                 "symbol errors", "link downed", "new errors (last interval)"],
-                                                port_rows, empty="Ports unknown: no InfiniBand series for this node.",
-                                                cid=ids.NODE_PORTS)),
+        ui.section("RoCE ports" if inv.congestion == "roce_cong" else "InfiniBand ports",
+                   ui.table(["port", "leaf switch", "state", "link rate", "transmit", col,
+                             "symbol errors", "link downed", "new errors (last interval)"],
+                            port_rows, empty="Ports unknown: no InfiniBand or RoCE series for this node.",
+                            cid=ids.NODE_PORTS)),
         ui.section("Filesystems", ui.table(["filesystem", "type", "targets", "targets connected", "read", "write"], fs_rows,
                                            empty="Filesystems unknown: no filesystem client series for this node.",
                                            cid=ids.NODE_FILESYSTEMS)),

@@ -1,0 +1,126 @@
+"""The dashboard on both fabrics: wherever it shows InfiniBand's transmit wait, a window without one
+but with RoCE's counters shows RoCE's congestion (ECN-marked packets + CNPs per second; PFC pause
+per node) named as such, from the simulator read in place and from a bundle the simulated agents'
+expositions were written to; a source with neither shows unknown, never an empty chart or a zero."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dashboard.analysis.sim import SimConfig, Simulation
+from dashboard.analysis.thresholds import DEFAULT as TH
+from dashboard.datasource import LiveDatasource, SimDatasource
+from dashboard.ui import Ctx
+
+CONGESTED = "leaf00"
+LABEL = {"ib": "InfiniBand transmit wait", "roce": "RoCE congestion (ECN+CNP)"}
+
+
+def simulation(fabric: str, history: float = 900.0, nodes: int = 8) -> Simulation:
+    # seed 6, 4 nodes per leaf: a gang runs on leaf00 when its congestion starts (test_diagnose_roce.py)
+    return Simulation(SimConfig(nodes=nodes, seed=6, history_seconds=history, nodes_per_leaf=4, load=1.3, fabric=fabric,
+                                faults=f"ib_congestion@8m+30m:leaf={CONGESTED}"))
+
+
+def bundle_datasource(sim: Simulation, tmp_path) -> LiveDatasource:
+    """A LiveDatasource over the window `load_bundle` reads from the simulated agents' expositions."""
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.simulated import BundleWriter
+
+    BundleWriter(sim).run(56).write(str(tmp_path))
+    b = load_bundle(str(tmp_path))
+
+    class Metrics:
+        name = "bundle"
+
+        def window(self):
+            return b.window
+
+    ds = LiveDatasource(lambda: None, "no scheduler", clock=lambda: b.window.end, metrics=Metrics())
+    ds.refresh_metrics()
+    return ds
+
+
+def stands_out(hm) -> list[str]:
+    """The leaves whose latest congestion is over TH.wait_ratio x the other leaves' median (the Network
+    page's threshold; against the others, as two leaves' median would include the hot one)."""
+    recent = np.nanmean(hm.z[:, -4:], axis=1)
+    return [leaf for k, (leaf, v) in enumerate(zip(hm.rows, recent))
+            if v > TH.wait_ratio * float(np.nanmedian(np.delete(recent, k)))]
+
+
+def check_fabric(ds, fabric: str) -> None:
+    signal, other = ("roce_cong", "ib_wait") if fabric == "roce" else ("ib_wait", "roce_cong")
+    hm = ds.leaf_series()
+    assert hm is not None and hm.signal == signal and np.isfinite(hm.z).any()
+    assert stands_out(hm) == [CONGESTED]
+    net = ds.network()
+    assert net.congestion == signal and any(sw.wait_per_s for sw in net.switches)
+    hot = max(net.switches, key=lambda sw: sw.wait_per_s or 0.0)
+    assert hot.switch == CONGESTED
+    node = next(n for n in ds.window().nodes if ds.leaf_of(n) == CONGESTED) if isinstance(ds, LiveDatasource) \
+        else ds.sim.cluster.names[0]
+    inv = ds.node_inventory(node)
+    assert inv.congestion == signal and inv.ports and all(p.wait_per_s is not None for p in inv.ports)
+    ns = ds.node_series(node, ("ib_tx", "ib_wait", "roce_cong", "eth_pause"))
+    # the other fabric's signal is absent, not a row of zeros
+    assert signal in ns.values and other not in ns.values and ("eth_pause" in ns.values) == (fabric == "roce")
+
+
+@pytest.mark.parametrize("fabric", ["ib", "roce"])
+def test_simulator_shows_the_fabrics_congestion(fabric):
+    sim = simulation(fabric)
+    ds = SimDatasource(sim)
+    check_fabric(ds, fabric)
+    if fabric == "roce":  # the physics' internal transmit wait is not something a RoCE agent exports
+        assert ds.heatmap("ib_wait") is None and ds.job_series(next(iter(sim.running)), "ib_wait") is None
+
+
+@pytest.mark.parametrize("fabric", ["ib", "roce"])
+def test_bundle_window_shows_the_fabrics_congestion(fabric, tmp_path):
+    sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric=fabric, load=1.3,
+                               faults=f"ib_congestion@8m+30m:leaf={CONGESTED}"))
+    ds = bundle_datasource(sim, tmp_path)
+    assert ("ib_wait" in ds.window().rail) == (fabric == "ib")
+    check_fabric(ds, fabric)
+
+
+def test_window_without_either_is_unknown():
+    ds = SimDatasource(simulation("roce", 300.0))
+    from dashboard.sources.simulated import window_from_history
+
+    win = window_from_history(ds.sim)
+    bare = dataclasses.replace(win, rail={k: v for k, v in win.rail.items() if k not in ("ib_wait", "roce_cong")})
+
+    class Metrics:
+        name = "bare"
+
+        def window(self):
+            return bare
+
+    live = LiveDatasource(lambda: None, "no scheduler", clock=lambda: bare.end, metrics=Metrics())
+    live.refresh_metrics()
+    assert live.leaf_series() is None
+    net = live.network()
+    assert net is not None and all(p.wait_per_s is None for p in net.ports)  # unknown, not 0
+    assert all(sw.wait_per_s is None for sw in net.switches)
+
+
+@pytest.mark.parametrize("fabric", ["ib", "roce"])
+def test_pages_name_the_signal(fabric):
+    from dashboard.app import build_app, render_page
+    from tests.test_dashboard_layout import strings
+
+    ds = SimDatasource(simulation(fabric, nodes=16))  # 4 leaves: the page's median is a healthy one
+    ctx = Ctx(build_app(ds).get_relative_path)
+    net = " ".join(strings(render_page(ds, ctx, "network")))
+    node = " ".join(strings(render_page(ds, ctx, f"nodes/{ds.sim.cluster.names[0]}")))
+    assert f"{LABEL[fabric]} per leaf switch" in net and f"Congested now: {CONGESTED}." in net
+    if fabric == "roce":
+        assert "ECN+CNP" in net and "InfiniBand" not in net and "ticks/s" not in net and "packets/s" in net
+        assert "RoCE ports" in node and "ECN+CNP" in node and "InfiniBand ports" not in node
+    else:
+        assert "transmit wait" in net and "ECN" not in net and "InfiniBand ports" in node

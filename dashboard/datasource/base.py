@@ -38,6 +38,7 @@ class BaseDatasource:
     data version. Subclasses provide snapshot(), now(), status() and the series."""
 
     simulated = False
+    kube_feed = None  # set by serve when a kube-exporter is configured
 
     def __init__(self):
         self._memo = _Memo()

@@ -9,6 +9,10 @@ from dashboard.datasource.records import Findings, GpuTopology, Heatmap, Network
 
 
 class Datasource(Protocol):
+    # the Kubernetes exporter's own view (queues, why pending; dashboard.kube_feed.KubeFeed), None
+    # where no Kubernetes source is configured
+    kube_feed: object | None
+
     def now(self) -> float: ...
     def status(self) -> Status: ...
     def snapshot(self) -> Snapshot | None: ...

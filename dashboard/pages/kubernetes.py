@@ -20,7 +20,7 @@ CHOICES = (("all", "all schedulers"), ("slurm", "Slurm"), ("kubernetes", "Kubern
 
 
 def available(ds: Datasource) -> bool:
-    return getattr(ds, "kube_feed", None) is not None
+    return ds.kube_feed is not None
 
 
 def _amount(resource: str, v) -> str:
@@ -32,7 +32,7 @@ def gang_rows(ds: Datasource, ctx: ui.Ctx, choice: str) -> list[list]:
     snap = ds.snapshot()
     if snap is None:
         return []
-    feed = getattr(ds, "kube_feed", None)
+    feed = ds.kube_feed
     gangs = {g.get("job_id"): g for g in ((feed.view() if feed else {}).get("gangs") or []) if isinstance(g, dict)}
     rows = []
     order = {"RUNNING": 0, "PENDING": 1}
@@ -55,7 +55,7 @@ def gang_rows(ds: Datasource, ctx: ui.Ctx, choice: str) -> list[list]:
 
 
 def queue_blocks(ds: Datasource) -> list:
-    feed = getattr(ds, "kube_feed", None)
+    feed = ds.kube_feed
     view = feed.view() if feed else {}
     queues = view.get("queues") or []
     flavors = view.get("flavors") if isinstance(view.get("flavors"), dict) else {}
@@ -82,7 +82,7 @@ def queue_blocks(ds: Datasource) -> list:
 
 
 def content(ds: Datasource, ctx: ui.Ctx, choice: str):
-    feed = getattr(ds, "kube_feed", None)
+    feed = ds.kube_feed
     problems = [f"{k}: {v.get('error')}" for k, v in ((feed.view() if feed else {}).get("resources") or {}).items()
                 if isinstance(v, dict) and not v.get("ok")]
     return html.Div([

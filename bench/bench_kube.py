@@ -1,11 +1,21 @@
-"""kube-exporter at 5,000 PodGroups / 20,000 pods / 1,000 nodes: snapshot build from a warm watch
-cache (target <= 100 ms) beside a floor (one pass over the cached pods and groups that only sums their
-GPUs), the RSS of the cache holding the trimmed objects (target <= 300 MB, measured in a child process
-with psutil), and API requests per minute in steady state (watch, not polling: one WATCH per resource
-per --kube.watch-timeout, whatever the object count).
+"""kube-exporter at 5,000 PodGroups / 20,000 pods / 1,000 nodes, each figure beside a peer measured in
+the same run.
 
-Objects are built as the API server would send them (full Pod specs, PodGroup status), then trimmed
-by the exporter's own trimmers, as the reflector stores them. Run: .venv/bin/python bench/bench_kube.py
+--live (the default when tests/kube/ensure-apiserver.sh has built kube-apiserver): a real API server
+with etcd on loopback and the real Volcano/Kueue CRDs; the objects are created concurrently (status
+written through /status as the controllers would), first 1,000 objects, then up to 25,000; the real
+`gangwatch kube-exporter` runs as its own process. Measured: seconds from its start to the first
+snapshot holding every gang (paginated LISTs), GET /api/v1/snapshot latency from the warm cache
+(goal <= 100 ms), its VmHWM and VmRSS (/proc/PID/status, goal <= 300 MB), and requests per minute over
+a quiet window counted by the API server itself (apiserver_request_total for the resources read) at
+1,000 and 25,000 objects. Peer: one poller round (every resource LISTed in full, page size 500) in a
+process of its own, its time and VmHWM; a 15 s poller pays that round 4 times a minute.
+
+--offline: in-process, objects built as the API server sends them and trimmed by the exporter's own
+trimmers: snapshot build from a warm watch cache beside a floor (one pass over the cached pods and
+groups), the handler's latency, the RSS of a child holding the trimmed cache (psutil).
+
+Run: .venv/bin/python bench/bench_kube.py [--live|--offline] [--groups N] [--quiet S]
 """
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ NETWORK = D("gangwatch-network", "gangwatch / network", "InfiniBand ports, links
     )),
 ), tags=("gangwatch",))
 
-QUEUE = D("gangwatch-queue", "gangwatch / queue", "Slurm's queue: pending gangs, idle GPUs, backfill and the scheduler.", (
+QUEUE = D("gangwatch-queue", "gangwatch / queue", "Slurm's queue: pending gangs, idle GPUs, backfill and the scheduler; Kubernetes gangs (Volcano, Kueue).", (
     Row("Queue", (
         ts("Pending jobs by reason", Q("partition_reason:gangwatch_slurm_jobs_pending:sum", "{{partition}} {{reason}}")),
         ts("Running jobs", Q('sum by (partition) (gangwatch_slurm_jobs{state="RUNNING"})', "{{partition}}")),
@@ -303,6 +303,19 @@ QUEUE = D("gangwatch-queue", "gangwatch / queue", "Slurm's queue: pending gangs,
         ts("Backfill depth", Q("gangwatch_slurm_scheduler_backfill_depth_last", "jobs examined")),
         ts("Slurm reachable and snapshot age", Q("gangwatch_slurm_up", "up"),
            Q("gangwatch_slurm_snapshot_age_seconds", "age (s)")),
+    )),
+    # gangwatch kube-exporter (docs/kube-exporter.md): Volcano PodGroups and Kueue Workloads.
+    Row("Kubernetes gangs", (
+        ts("Gangs by state", Q("sum by (scheduler, queue, state) (gangwatch_kube_gangs)", "{{scheduler}} {{queue}} {{state}}")),
+        ts("Queue quota and use", Q("gangwatch_kube_queue_quota", "quota {{queue}} {{flavor}} {{resource}}"),
+           Q("gangwatch_kube_queue_used", "used {{queue}} {{flavor}} {{resource}}"),
+           description="Volcano capability against allocated, Kueue nominal quota against admitted use."),
+        ts("Partial gangs (GPUs held, no progress)", Q("sum by (instance) (gangwatch_kube_gang_partial)", "{{instance}}")),
+        ts("API server reachable and snapshot age", Q("gangwatch_kube_up", "up"),
+           Q("gangwatch_kube_snapshot_age_seconds", "age (s)")),
+        ts("API requests by verb", Q("sum by (verb) (rate(gangwatch_kube_api_requests_total[$__rate_interval]))", "{{verb}}"),
+           unit="reqps", description="Steady state is one WATCH per resource per watch timeout, whatever the object count."),
+        table("Pending gangs: resource missing", Q("sort_desc(gangwatch_kube_gang_blocking_resource_missing)"), width=12),
     )),
     Row("Selected jobs and nodes", (
         table("Jobs", Q(f"gangwatch_slurm_job_info{{{JOB}}}"), width=12),

@@ -470,6 +470,54 @@ def test_rbac_forbidden_resource_is_absent_and_named(apiserver):
         c.stop()
 
 
+def _kept(sent, stored, path="") -> list[str]:
+    """Where the stored object lost or changed what was sent: 1.20 drops unknown fields silently."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [path]
+        return [p for k, v in sent.items() for p in _kept(v, stored.get(k), f"{path}.{k}")]
+    if isinstance(sent, list):
+        if not isinstance(stored, list) or len(stored) != len(sent):
+            return [path]
+        return [p for i, v in enumerate(sent) for p in _kept(v, stored[i], f"{path}[{i}]")]
+    return [] if str(sent) == str(stored) else [path]
+
+
+def test_deploy_manifests_are_schema_valid_and_bound(apiserver):
+    """deploy/kubernetes/: created on the real API server (no controller runs them: creation is the
+    schema check), every field kept; the Deployment's service account may read exactly the role."""
+    admin = Objects(apiserver.http("admin"))
+    admin.check(admin.c.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": "monitoring"}}))
+    path = REPO / "deploy" / "kubernetes" / "exporter.yaml"
+    sent = list(yaml.safe_load_all(path.read_text()))
+    stored = admin.apply_yaml(path)
+    assert [d["kind"] for d in stored] == ["ServiceAccount", "Deployment", "Service"]
+    for doc, got in zip(sent, stored):
+        assert _kept(doc, got) == [], doc["kind"]
+    pod = stored[1]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["resources"]["limits"]["memory"] and c["resources"]["requests"]["cpu"]
+    # the binding in clusterrole.yaml names this service account
+    sa = f"system:serviceaccount:monitoring:{pod['serviceAccountName']}"
+
+    def allowed(verb, resource, group=""):
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                  "spec": {"user": sa, "groups": ["system:serviceaccounts"],
+                           "resourceAttributes": {"verb": verb, "resource": resource, "group": group}}}
+        return admin.check(admin.c.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json=review))["status"]["allowed"]
+
+    assert allowed("watch", "pods") and allowed("list", "workloads", "kueue.x-k8s.io")
+    assert not allowed("create", "pods") and not allowed("list", "secrets")
+    # the server does check: a wrong type is refused, not kept
+    bad = copy.deepcopy(sent[1])
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["template"]["spec"]["securityContext"]["runAsUser"] = "nobody"
+    r = admin.c.post("/apis/apps/v1/namespaces/monitoring/deployments", json=bad)
+    assert r.status_code in (400, 422), r.text[:300]
+
+
 @pytest.fixture(scope="module")
 def exporter_url(apiserver, cache):
     """The kube-exporter's HTTP endpoints over the module's watch cache, on a free loopback port."""

@@ -110,10 +110,8 @@ class Reflector:
 
     def list_once(self) -> None:
         path = self.resource.path(self.version, self.namespace)
-        raw, rv = self.client.list_all(path, self.page_size)
-        fresh = {}
-        for obj in raw:
-            fresh[object_key(obj)] = self.trim(obj)
+        pairs, rv = self.client.list_all(path, self.page_size, each=lambda obj: (object_key(obj), self.trim(obj)))
+        fresh = dict(pairs)
         with self._lock:
             self._items = fresh
             self.resource_version = rv

@@ -178,11 +178,23 @@ class Objects:
                 time.sleep(0.1)
         time.sleep(1.0)  # discovery of the new groups follows the Established condition
 
-    def apply_yaml(self, path: Path) -> None:
+    # kind -> (collection path, namespaced): the kinds deploy/kubernetes/ holds
+    KINDS = {"ClusterRole": ("/apis/rbac.authorization.k8s.io/v1/clusterroles", False),
+             "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", False),
+             "Namespace": ("/api/v1/namespaces", False),
+             "ServiceAccount": ("/api/v1/namespaces/{ns}/serviceaccounts", True),
+             "Service": ("/api/v1/namespaces/{ns}/services", True),
+             "Deployment": ("/apis/apps/v1/namespaces/{ns}/deployments", True)}
+
+    def apply_yaml(self, path: Path) -> list[dict]:
+        """POST each document of the file -> the objects as the API server stored them."""
+        stored = []
         for doc in yaml.safe_load_all(path.read_text()):
-            kind = doc["kind"]
-            plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}[kind]
-            self.check(self.c.post(f"/apis/rbac.authorization.k8s.io/v1/{plural}", json=doc))
+            collection, namespaced = self.KINDS[doc["kind"]]
+            if namespaced:
+                collection = collection.format(ns=doc["metadata"]["namespace"])
+            stored.append(self.check(self.c.post(collection, json=doc)))
+        return stored
 
     def create(self, path: str, obj: dict, status: dict | None = None) -> dict:
         """POST the object; with `status`, PUT it through /status (the controllers' way); for a

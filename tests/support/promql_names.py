@@ -52,7 +52,9 @@ def declared_metrics() -> set[str]:
     names: set[str] = set()
     for path in (p for pattern in DECLARING_SOURCES for p in REPO.glob(pattern)):
         names.update(re.findall(r"[\"'](gangwatch_[a-z0-9_]+)[\"']", path.read_text()))
-    return names
+    # The kube-exporter declares its names as suffixes of one prefix (collectors/kube/metrics.py).
+    from collectors.kube.metrics import METRICS as KUBE_METRICS, P as KUBE_PREFIX
+    return names | {KUBE_PREFIX + suffix for suffix in KUBE_METRICS}
 
 
 def rule_groups(name: str) -> list[dict]:

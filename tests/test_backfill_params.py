@@ -104,7 +104,9 @@ def test_every_tested_job_gets_a_reservation():
     slurm = plan(slurm_snap(nodes, run, pending))
     assert slurm.policy == "slurm-backfill" and startable_ids(slurm) == []
     why201 = slurm.why("201")
-    assert why201.state == "waiting" and "reserved" in why201.codes and why201.expected_start == NOW + 3 * H
+    # 200's reservation ends at +3 h rounded down to bf_resolution (backfill.c's node map), when 201 starts
+    assert why201.state == "waiting" and "reserved" in why201.codes
+    assert why201.expected_start == (NOW + 3 * H) // 60 * 60 != NOW + 3 * H
     assert slurm.partition("gpu").top_job.job_id == "200"
     doc = slurm.to_json()
     assert doc["policy"] == "slurm-backfill" and doc["scheduler"]["parameters"]["bf_max_job_test"] == 500
@@ -228,3 +230,18 @@ def test_plan_is_deterministic(policy):
     pending = [job("200", nodes=3, hours=2), job("201", hours=10), job("202", hours=1)]
     mk = (lambda: snap(nodes, run, pending)) if policy == "easy" else (lambda: slurm_snap(nodes, run, pending))
     assert plan(mk()).to_json() == plan(mk()).to_json()
+
+
+def test_top_job_start_as_slurms_will_run_test_batches_running_jobs():
+    # Jobs end at +100, +1000, +1100 and +1500 s; the 3-node job fits from +1100. Slurm's will-run test
+    # removes running jobs in batches (30 s barrier after the first end, window doubled per batch):
+    # {+100}, {+1000} (window 960 s), then {+1100, +1500} (1920 s), so Slurm plans it at +1500.
+    nodes = [busy(1), busy(2), busy(3), busy(4)]
+    run = [running("100", [1], 100), running("101", [2], 1000), running("102", [3], 1100), running("103", [4], 1500)]
+    pending = [job("200", nodes=3, hours=1)]
+    assert plan(snap(nodes, run, pending)).partition("gpu").top_job.shadow_time == NOW + 1100
+    top = plan(slurm_snap(nodes, run, pending)).partition("gpu").top_job
+    assert top.shadow_time == NOW + 1500 and len(top.nodes) == 3
+    # one job fewer in the last batch: the exact start again
+    run = run[:3] + [running("103", [4], 9000)]
+    assert plan(slurm_snap(nodes, run, pending)).partition("gpu").top_job.shadow_time == NOW + 1100

@@ -328,6 +328,7 @@ class _Cluster:
         self.planned = [n.planned for n in nodes]
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
+        self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
         self.ct = [_nonneg(n.cpus_total) for n in nodes]
         self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
         self.gt = [_nonneg(n.gpus_total) for n in nodes]
@@ -603,9 +604,16 @@ class _Cluster:
     def hold(self, nodes: list[int], start: float, req: _Req, job_id: str) -> None:
         # Slurm's backfill reserves whole nodes (its plan is a map of node bitmaps over time)
         whole = req.exclusive or self.slurm
+        end = start + req.duration
+        if self.resolution > 0:
+            # backfill.c rounds both ends of a reservation in its node map down to bf_resolution
+            # (at least one bf_resolution long): a later job may start at the rounded end
+            res = self.resolution
+            start, end = (start // res) * res, (end // res) * res
+            end = max(end, start + res)
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
-            self.holds[i].append((start, start + req.duration, c, m, g, job_id))
+            self.holds[i].append((start, end, c, m, g, job_id))
             self.marked.add(i)
             for p in self.node_parts[i]:
                 self.version[p] += 1
@@ -819,6 +827,39 @@ class _Cluster:
             got = self._arrays_memo[key] = self._pick(p, req, tau_raw, all_special, t0, when, chosen_spec)
         return when, got
 
+    def slurm_earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+        """`earliest` as Slurm's will-run test reports it (select/cons_tres `_will_run_test`): it does
+        not try the job after every running job's end but removes running jobs in batches, the first
+        ending at the first job's end rounded up to a 30 s barrier plus 30 s, each later batch's
+        window doubled until it reaches the next job's end; the start is the end of the last job of
+        the first batch after which the job fits. Large gangs, which need many jobs gone, therefore
+        get a later start than the exact one. A start set by a reservation or a hold is not batched."""
+        when, nodes = self.earliest(p, req, t0)
+        if when is None or when <= t0:
+            return when, nodes
+        later = _will_run_start(self._running_ends(p, req, t0, when), when)
+        if later > when:
+            got, again = self.earliest(p, req, later)
+            if got is not None:
+                return got, again
+        return when, nodes
+
+    def _running_ends(self, p: str, req: _Req, t0: float, when: float) -> list[float]:
+        """Distinct end times of the running jobs on the nodes the will-run test is given: usable
+        nodes of p the request may use, less those a reservation or hold covers within the window."""
+        allowed = self.allowed(p, req)
+        end = when + req.duration
+        ends = set()
+        now = self.now
+        for i in self.part_usable[p]:
+            if allowed is not None and i not in allowed:
+                continue
+            if any(r != req.resv and s < end and e > t0 for s, e, r in self.blocks[i]) or \
+                    any(s < end and e > t0 for s, e, *_ in self.holds[i]):
+                continue
+            ends.update(t for t, *_ in self.releases[i] if t > now)
+        return sorted(ends)
+
     def slurm_choose(self, cands: list[int], need: int) -> list[int]:
         """Nodes as Slurm's select/cons_tres picks them among those that can take the job: the lowest
         node weights that suffice; among them, runs of consecutive nodes (Slurm's node order): the
@@ -898,6 +939,31 @@ class _Cluster:
             if e > now and (req.exclusive or c - hc < req.cpus or m - hm < req.mem or g - hg < req.gpus):
                 until = min(until, s)
         return until
+
+
+# cons_tres `_will_run_test`: the first batch's window, doubled after every batch that fails
+WILL_RUN_WINDOW_S = 30
+
+
+def _will_run_start(ends: list[float], when: float) -> float:
+    """Slurm's will-run start for a job that fits once the running jobs ending by `when` are gone:
+    the end of the last job of the first batch that reaches `when` (see `slurm_earliest`)."""
+    if not ends or when not in ends:
+        return when
+    first = ends[0]
+    barrier = first + (WILL_RUN_WINDOW_S - first % WILL_RUN_WINDOW_S)
+    window = WILL_RUN_WINDOW_S
+    k = 0
+    while True:
+        cut = barrier + window
+        while k < len(ends) and ends[k] <= cut:
+            k += 1
+        last = ends[k - 1]
+        if last >= when or k == len(ends):
+            return max(last, when)
+        window *= 2
+        while ends[k] > barrier + window:
+            window *= 2
 
 
 def _shape(cpus: int, mem: int, gpus: int) -> str:
@@ -1248,7 +1314,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
             if untested is not None:
                 rec.reasons.append(untested)
                 return rec
-        when, nodes = cl.earliest(p, req, now)
+        when, nodes = (cl.slurm_earliest if policy.slurm else cl.earliest)(p, req, now)
         if when is None:
             continue
         if policy.slurm:

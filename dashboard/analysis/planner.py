@@ -183,17 +183,23 @@ class JobWhy:
 class _Whys(Sequence):
     """A partition's `why` records, built when first read: a plan of 10,000 pending jobs is read a
     few rows at a time (the Queue page, one job's page), and building every record up front cost more
-    than the plan itself. Rows are JobWhy's fields in order."""
+    than the plan itself. A row is JobWhy's fields in order (a tuple), or a list that `resolve`
+    completes from the finished plan (a waiting job's reasons, expected start and what-if)."""
 
-    __slots__ = ("_rows", "_built")
+    __slots__ = ("_rows", "_built", "_resolve")
 
-    def __init__(self, rows) -> None:
+    def __init__(self, rows, resolve=None) -> None:
         self._rows = rows
         self._built: tuple[JobWhy, ...] | None = None
+        self._resolve = resolve
+
+    def _row(self, r) -> JobWhy:
+        return JobWhy(*r) if type(r) is tuple else self._resolve(r)
 
     def _all(self) -> tuple[JobWhy, ...]:
         if self._built is None:
-            self._built = tuple(JobWhy(*r) for r in self._rows)
+            row = self._row
+            self._built = tuple(row(r) for r in self._rows)
             self._rows = ()
         return self._built
 
@@ -217,9 +223,9 @@ class _Whys(Sequence):
 
     def find(self, job_id: str) -> JobWhy | None:
         if self._built is None:
-            for k, r in enumerate(self._rows):
+            for r in self._rows:
                 if r[0].job_id == job_id:
-                    return JobWhy(*r)
+                    return self._row(r)
             return None
         return next((w for w in self._built if w.job_id == job_id), None)
 
@@ -307,35 +313,28 @@ class _Arrays(NamedTuple):
     gpus_total: np.ndarray
 
 
-def _nonneg(value: int) -> int:
-    return value if value > 0 else 0
-
-
 class _Cluster:
     def __init__(self, inp: PlannerInput) -> None:
         self.now = now = float(inp.now)
-        self.names: list[str] = []
-        self.index: dict[str, int] = {}
-        nodes = []
-        for node in inp.nodes:
-            if node.name not in self.index:
-                self.index[node.name] = len(nodes)
-                self.names.append(node.name)
-                nodes.append(node)
-        self.nodes = nodes
+        first: dict[str, object] = {}
+        for node in inp.nodes:  # a name listed twice: the first record counts
+            first.setdefault(node.name, node)
+        self.nodes = nodes = list(first.values())
+        self.names: list[str] = list(first)
+        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self.usable = [n.usable for n in nodes]
         self.weight = [n.weight for n in nodes]
         self.planned = [n.planned for n in nodes]
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
-        self.ct = [_nonneg(n.cpus_total) for n in nodes]
-        self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
-        self.gt = [_nonneg(n.gpus_total) for n in nodes]
-        # free never above total: a snapshot taken mid-update must not invent resources
-        self.cf = [min(_nonneg(n.cpus_free), t) for n, t in zip(nodes, self.ct)]
-        self.mf = [min(_nonneg(n.mem_free_mb), t) for n, t in zip(nodes, self.mt)]
-        self.gf = [min(_nonneg(n.gpus_free), t) for n, t in zip(nodes, self.gt)]
+        self.ct = [v if v > 0 else 0 for v in map(attrgetter("cpus_total"), nodes)]
+        self.mt = [v if v > 0 else 0 for v in map(attrgetter("mem_total_mb"), nodes)]
+        self.gt = [v if v > 0 else 0 for v in map(attrgetter("gpus_total"), nodes)]
+        # free never above total (a snapshot taken mid-update must not invent resources), never below 0
+        self.cf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("cpus_free"), nodes), self.ct)]
+        self.mf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("mem_free_mb"), nodes), self.mt)]
+        self.gf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("gpus_free"), nodes), self.gt)]
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
         for job in inp.running:
             end = max(job.expected_end, now)
@@ -344,7 +343,8 @@ class _Cluster:
                 if i is not None:
                     self.releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
         for rel in self.releases:
-            rel.sort()
+            if len(rel) > 1:
+                rel.sort()
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [[] for _ in nodes]
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
@@ -361,7 +361,7 @@ class _Cluster:
             for p in n.partitions:
                 self.part_nodes.setdefault(p, []).append(i)
         for p in self.part_nodes:
-            self.part_nodes[p].sort(key=lambda i: self.names[i])
+            self.part_nodes[p].sort(key=self.names.__getitem__)
         self.part_usable = {p: [i for i in idx if self.usable[i]] for p, idx in self.part_nodes.items()}
         self.part_info = {p.name: p for p in inp.partitions}
         for p in self.part_info:
@@ -369,27 +369,30 @@ class _Cluster:
             self.part_usable.setdefault(p, [])
         # A partition's version changes whenever one of its nodes does: it keys the memo tables.
         self.version = dict.fromkeys(self.part_nodes, 0)
+        self.changes: dict[str, list[int]] = {p: [] for p in self.part_nodes}  # changes[p][v:]: nodes changed since v
         self._fit_memo: dict = {}
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
-        self.node_parts = [tuple(dict.fromkeys(n.partitions)) for n in nodes]  # every one is in part_usable
+        distinct: dict[tuple, tuple] = {}  # a node's partitions, each once (every one is in part_usable)
+        self.node_parts = [distinct.get(ps) or distinct.setdefault(ps, tuple(dict.fromkeys(ps)))
+                           for ps in map(attrgetter("partitions"), nodes)]
         self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
-        self.marked = {i for i in range(len(nodes)) if self.blocks[i]}
+        self.marked = {i for i, b in enumerate(self.blocks) if b}
         # Candidates for "fits now": per partition, the usable nodes with at least k GPUs free (k >= 1),
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
         self.pool: dict[str, list[set[int]]] = {}
         for p, idx in self.part_usable.items():
             sets = [set() for _ in range(self.max_gpus + 2)]
-            for i in idx:
-                if self.cf[i] > 0:
-                    sets[0].add(i)
-                    for k in range(1, self.gf[i] + 1):
-                        sets[k].add(i)
+            cf, gf = self.cf, self.gf
+            sets[0].update(i for i in idx if cf[i] > 0)
+            for i in sets[0]:
+                for k in range(1, gf[i] + 1):
+                    sets[k].add(i)
             self.pool[p] = sets
 
     # --- requests and static checks -----------------------------------------------------------
@@ -545,24 +548,32 @@ class _Cluster:
         """N nodes that can run the job from now for its whole time limit, best fit first, or None."""
         key = (p, req)
         memo = self._fit_memo.get(key)
+        version = self.version[p]
         # Room only shrinks while a plan is made (starts and reservations take, nothing gives back),
-        # so "does not fit" stays true; a fit must be checked again once the partition changed.
-        if memo is not None and (memo[1] is None or memo[0] == self.version[p]):
+        # so "does not fit" stays true; a fit is brought up to date from the nodes changed since.
+        if memo is not None and (memo[1] is None or memo[0] == version):
             return memo[1]
         sets = self.pool[p]
         cands = sets[min(req.gpus, len(sets) - 1)]
         if len(cands) < req.nodes:
-            self._fit_memo[key] = (self.version[p], None)
+            self._fit_memo[key] = (version, None, None)
             return None
         allowed = self.allowed(p, req)
         end = self.now + req.duration
-        ok = []
-        for i in cands:
+        if memo is None:
+            todo = cands
+            ok = []
+        else:
+            todo = set(self.changes[p][memo[0]:])
+            ok = [t for t in memo[2] if t[-1] not in todo]
+            todo = todo & cands
+        weight, names, room_now = self.weight, self.names, self._room_now
+        for i in todo:
             if allowed is not None and i not in allowed:
                 continue
-            room = self._room_now(i, req, end)
+            room = room_now(i, req, end)
             if room is not None:
-                ok.append((self.weight[i], room[2], room[0], room[1], self.names[i], i))
+                ok.append((weight[i], room[2], room[0], room[1], names[i], i))
         result = None
         if len(ok) >= req.nodes:
             if self.slurm:
@@ -570,7 +581,7 @@ class _Cluster:
             else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
                 ok.sort()
                 result = [t[-1] for t in ok[:req.nodes]]
-        self._fit_memo[key] = (self.version[p], result)
+        self._fit_memo[key] = (version, result, ok)
         return result
 
     def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
@@ -598,6 +609,7 @@ class _Cluster:
                     for k in range(0, old_g + 1):
                         sets[k].discard(i)
                 self.version[p] += 1
+                self.changes[p].append(i)
                 self._update_row(p, i)
         return taken
 
@@ -617,6 +629,7 @@ class _Cluster:
             self.marked.add(i)
             for p in self.node_parts[i]:
                 self.version[p] += 1
+                self.changes[p].append(i)
 
     # --- over time ----------------------------------------------------------------------------
 
@@ -667,16 +680,19 @@ class _Cluster:
             return
         r = self.row[p][i]
         c, m, g = self.cf[i], self.mf[i], self.gf[i]
-        arr.times[r, 0] = self.now
-        arr.cpus[r, 0], arr.mem[r, 0], arr.gpus[r, 0] = c, m, g
-        for k in range(1, width):
-            if k <= len(rel):
-                t, dc, dm, dg = rel[k - 1]
-                c, m, g = c + dc, m + dm, g + dg
-            else:
-                t = INF
-            arr.times[r, k] = t
-            arr.cpus[r, k], arr.mem[r, k], arr.gpus[r, k] = c, m, g
+        ts, cs, ms, gs = [self.now], [c], [m], [g]
+        for t, dc, dm, dg in rel:
+            c, m, g = c + dc, m + dm, g + dg
+            ts.append(t)
+            cs.append(c)
+            ms.append(m)
+            gs.append(g)
+        pad = width - len(ts)
+        # whole-row writes: numpy's per-item assignment costs more than building the row in Python
+        arr.times[r] = ts + [INF] * pad
+        arr.cpus[r] = cs + [c] * pad
+        arr.mem[r] = ms + [m] * pad
+        arr.gpus[r] = gs + [g] * pad
 
     def special(self, p: str, req: _Req) -> list[int]:
         """Nodes of p (allowed for req) whose room over time is not just free-now plus releases."""
@@ -1145,61 +1161,53 @@ def plan(inp: PlannerInput) -> BackfillPlan:
         jobs.append(_plan_job(cl, job, tops, starts, backfilled, policy))
     windows = _windows(cl, backfilled)
     # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
-    # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs.
+    # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs,
+    # when a row is first read (the plan is complete by then and no longer changes).
     memo: dict = {}
-    rows: dict[str, list[tuple]] = {}
-    ranked: dict[str, int] = {}
-
-    def rank(part: str, state: str) -> int | None:
-        """Queue position among the jobs that can run at all (a never-runnable job has none)."""
-        if state == "never":
-            return None
-        ranked[part] = ranked.get(part, 0) + 1
-        return ranked[part]
-
+    rows: dict[str, list] = {}
+    ranked: dict[str, int] = {}  # queue position among the jobs that can run at all (never: none)
     for job, rec in zip(inp.pending, jobs):
-        if type(rec) is tuple and len(rec) == 2:  # blocked: (partition, reasons)
-            part_rows = rows.get(rec[0])
-            if part_rows is None:
-                part_rows = rows[rec[0]] = []
-            part_rows.append((job, rec[0], rank(rec[0], "blocked"), "blocked", rec[1], None, (), None))
-            continue
-        if type(rec) is tuple:  # the fast path: (requests, reasons, home, down), waiting from now
-            home, req = rec[0][0]
-            key = (home, req, now)
-            got = memo.get(key)
-            if got is None:
-                got = memo[key] = _waiting_reasons(cl, home, req, now, tops.get(home))
-            part_rows = rows.get(home)
-            if part_rows is None:
-                part_rows = rows[home] = []
-            state = "waiting" if got[0] is not None else "blocked"
-            part_rows.append((job, home, rank(home, state), state,
-                              rec[1] + got[2] if rec[1] else got[2], got[0], got[1], got[3]))
-            continue
-        if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
-            key = (rec.partition, rec.req, rec.t0)
-            got = memo.get(key)
-            if got is None:
-                got = memo[key] = _waiting_reasons(cl, rec.partition, rec.req, rec.t0, tops.get(rec.partition))
-            rec.expected, rec.nodes = got[0], got[1]
-            if rec.state == "waiting":
-                rec.reasons.extend(got[2])
-                rec.what_if = got[3]
-                if got[0] is None:
-                    rec.state = "blocked"
-        part_rows = rows.get(rec.partition)
+        if type(rec) is tuple:
+            part = rec[0] if len(rec) == 2 else rec[0][0][0]
+            n = ranked[part] = ranked.get(part, 0) + 1
+            # blocked: (partition, reasons); the fast path: (requests, reasons, home, down), waiting from now
+            row = (job, part, n, "blocked", rec[1], None, (), None) if len(rec) == 2 else \
+                [job, part, n, "waiting", rec[1], rec[0][0][1], now, False]
+        else:
+            part = rec.partition
+            if rec.state == "never":
+                n = None
+            else:
+                n = ranked[part] = ranked.get(part, 0) + 1
+            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
+                row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
+            else:
+                row = (rec.job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
+        part_rows = rows.get(part)
         if part_rows is None:
-            part_rows = rows[rec.partition] = []
-        part_rows.append((rec.job, rec.partition, rank(rec.partition, rec.state), rec.state, tuple(rec.reasons), rec.expected,
-                          rec.nodes, rec.what_if))
+            part_rows = rows[part] = []
+        part_rows.append(row)
+
+    def resolve(r: list) -> JobWhy:
+        """A lazy row [job, partition, rank, state, reasons, request, earliest start, estimate only]:
+        reasons, expected start and what-if once per (partition, request, earliest start)."""
+        job, part, n, state, reasons, req, t0, estimate_only = r
+        key = (part, req, t0)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _waiting_reasons(cl, part, req, t0, tops.get(part))
+        if estimate_only:  # blocked until a known time (begin time, reservation start)
+            return JobWhy(job, part, n, state, reasons, got[0], got[1], None)
+        return JobWhy(job, part, n, "waiting" if got[0] is not None else "blocked",
+                      reasons + got[2] if reasons else got[2], got[0], got[1], got[3])
+
     parts = []
     for p in sorted(set(cl.part_nodes) | set(rows)):
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
-            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()))))
+            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()), resolve)))
     return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe())
 
 

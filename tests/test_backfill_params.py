@@ -245,3 +245,17 @@ def test_top_job_start_as_slurms_will_run_test_batches_running_jobs():
     # one job fewer in the last batch: the exact start again
     run = run[:3] + [running("103", [4], 9000)]
     assert plan(slurm_snap(nodes, run, pending)).partition("gpu").top_job.shadow_time == NOW + 1100
+
+
+def test_will_run_batches_close_on_jobs_of_other_nodes_too():
+    # gpu001-004 free at +100, +1000, +3000, +3100 s; the 3-node job fits from +3000. Batches: {+100},
+    # {+1000}, then the window grows to reach +3000 and takes +3100 too: Slurm plans +3100. A job on
+    # gpu005 (another partition) ending at +1500 closes the second batch early: Slurm looks at the
+    # next job in its whole list, so the window stays small and the next batch is {+3000}.
+    nodes = [busy(1), busy(2), busy(3), busy(4)]
+    run = [running("100", [1], 100), running("101", [2], 1000), running("102", [3], 3000), running("103", [4], 3100)]
+    pending = [job("200", nodes=3, hours=1)]
+    assert plan(slurm_snap(nodes, run, pending)).partition("gpu").top_job.shadow_time == NOW + 3100
+    other = dataclasses.replace(busy(5), partitions=("other",))
+    got = plan(slurm_snap(nodes + [other], run + [running("104", [5], 1500)], pending))
+    assert got.partition("gpu").top_job.shadow_time == NOW + 3000

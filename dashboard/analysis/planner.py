@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -336,12 +336,17 @@ class _Cluster:
         self.mf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("mem_free_mb"), nodes), self.mt)]
         self.gf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("gpus_free"), nodes), self.gt)]
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
+        self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
+        index = self.index
         for job in inp.running:
             end = max(job.expected_end, now)
+            on = []
             for a in job.allocations:
-                i = self.index.get(a.node)
+                i = index.get(a.node)
                 if i is not None:
                     self.releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
+                    on.append(i)
+            self.job_ends.append((end, tuple(on)))
         for rel in self.releases:
             if len(rel) > 1:
                 rel.sort()
@@ -587,6 +592,7 @@ class _Cluster:
     def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
         """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
         end = self.now + req.duration
+        self.job_ends.append((end, tuple(nodes)))
         taken = []
         for i in nodes:
             if req.exclusive:
@@ -860,21 +866,22 @@ class _Cluster:
                 return got, again
         return when, nodes
 
-    def _running_ends(self, p: str, req: _Req, t0: float, when: float) -> list[float]:
-        """Distinct end times of the running jobs on the nodes the will-run test is given: usable
-        nodes of p the request may use, less those a reservation or hold covers within the window."""
+    def _running_ends(self, p: str, req: _Req, t0: float, when: float) -> list[tuple[float, bool]]:
+        """Every running job's end, in end order, and whether it runs on a node the will-run test is
+        given (usable nodes of p the request may use, less those a reservation or hold covers within
+        the window). The others matter too: Slurm peeks at them when it closes a batch."""
         allowed = self.allowed(p, req)
         end = when + req.duration
-        ends = set()
-        now = self.now
+        avail = set()
         for i in self.part_usable[p]:
             if allowed is not None and i not in allowed:
                 continue
             if any(r != req.resv and s < end and e > t0 for s, e, r in self.blocks[i]) or \
                     any(s < end and e > t0 for s, e, *_ in self.holds[i]):
                 continue
-            ends.update(t for t, *_ in self.releases[i] if t > now)
-        return sorted(ends)
+            avail.add(i)
+        self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
+        return [(e, not avail.isdisjoint(nodes)) for e, nodes in self.job_ends]
 
     def slurm_choose(self, cands: list[int], need: int) -> list[int]:
         """Nodes as Slurm's select/cons_tres picks them among those that can take the job: the lowest
@@ -961,24 +968,35 @@ class _Cluster:
 WILL_RUN_WINDOW_S = 30
 
 
-def _will_run_start(ends: list[float], when: float) -> float:
-    """Slurm's will-run start for a job that fits once the running jobs ending by `when` are gone:
-    the end of the last job of the first batch that reaches `when` (see `slurm_earliest`)."""
-    if not ends or when not in ends:
-        return when
-    first = ends[0]
-    barrier = first + (WILL_RUN_WINDOW_S - first % WILL_RUN_WINDOW_S)
-    window = WILL_RUN_WINDOW_S
+def _will_run_start(jobs: list[tuple[float, bool]], when: float) -> float:
+    """Slurm's will-run start for a job that fits once the running jobs on its nodes that end by
+    `when` are gone. `jobs`: every running job's (end, on the job's nodes), in end order. As
+    cons_tres's `_will_run_test`: jobs on the nodes are removed one batch at a time; a batch closes
+    when the next job in the list (on any node) ends after the barrier (the first end rounded up
+    to 30 s) plus the window, which then doubles until it reaches that job; after each batch the
+    job is tried, and the start is the end of the batch's last job."""
+    if not any(ov and e == when for e, ov in jobs):
+        return when  # set by a reservation, a hold or the earliest allowed start: not batched
+    n = len(jobs)
     k = 0
+    barrier = None
+    window = WILL_RUN_WINDOW_S
     while True:
-        cut = barrier + window
-        while k < len(ends) and ends[k] <= cut:
+        last = None
+        while k < n:
+            e, ov = jobs[k]
             k += 1
-        last = ends[k - 1]
-        if last >= when or k == len(ends):
-            return max(last, when)
+            if not ov:
+                continue  # skipped without looking ahead, as Slurm does
+            if barrier is None:
+                barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
+            last = e
+            if k < n and jobs[k][0] > barrier + window:
+                break
+        if last is None or last >= when or k >= n:
+            return when if last is None or last < when else last
         window *= 2
-        while ends[k] > barrier + window:
+        while jobs[k][0] > barrier + window:
             window *= 2
 
 

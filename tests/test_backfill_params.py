@@ -259,3 +259,18 @@ def test_will_run_batches_close_on_jobs_of_other_nodes_too():
     other = dataclasses.replace(busy(5), partitions=("other",))
     got = plan(slurm_snap(nodes + [other], run + [running("104", [5], 1500)], pending))
     assert got.partition("gpu").top_job.shadow_time == NOW + 3000
+
+
+def test_top_job_start_as_the_next_cycle_reports_it_with_backfilled_jobs_running():
+    # gpu001-002 free at +1000 s, gpu003-006 at +5000 s: the 6-node job is reserved at +5000. The
+    # 1-node job starts now on a node the reservation does not need. In Slurm's next cycle it runs,
+    # and the will-run batch that frees gpu003-006 also takes its end (+5500): squeue --start says +5500.
+    nodes = [busy(i) for i in range(1, 7)] + [gpu_node(7), gpu_node(8)]
+    run = [running("100", [1, 2], 1000), running("101", [3, 4, 5, 6], 5000)]
+    pending = [job("200", nodes=6, hours=1), job("201", nodes=1, hours=5500 / H)]
+    easy = plan(snap(nodes, run, pending))
+    assert startable_ids(easy) == ["201"] and easy.partition("gpu").top_job.shadow_time == NOW + 5000
+    got = plan(slurm_snap(nodes, run, pending))
+    assert startable_ids(got) == ["201"]
+    assert got.partition("gpu").top_job.shadow_time == NOW + 5500 == got.why("200").expected_start
+    assert "Slurm's next backfill cycle" in next(r.message for r in got.why("200").reasons if r.code == "top_job")

@@ -522,6 +522,9 @@ class _Cluster:
         if c < req.cpus or m < req.mem or g < req.gpus:
             return None
         if with_holds and self.holds[i]:
+            if self.resolution > 0:  # Slurm mode: whole-node holds, compared at bf_resolution
+                lo, hi = self.span(now, end - now)
+                return None if any(s < hi and e > lo for s, e, *_ in self.holds[i]) else (c, m, g)
             # A hold takes its share from what the node has when the hold starts: the resources free
             # now plus every release by then (all jobs ending at the shadow time, not only those the
             # top job needed), less the other holds active then.
@@ -619,16 +622,23 @@ class _Cluster:
                 self._update_row(p, i)
         return taken
 
+    def span(self, start: float, duration: float) -> tuple[float, float]:
+        """A job's interval as backfill.c compares it with its reservations: both ends rounded down to
+        bf_resolution, at least one bf_resolution long (a job ending within the slot a reservation
+        starts in does not collide with it)."""
+        res = self.resolution
+        lo = (start // res) * res
+        hi = ((start + duration) // res) * res
+        return lo, hi if hi > lo else lo + res
+
     def hold(self, nodes: list[int], start: float, req: _Req, job_id: str) -> None:
         # Slurm's backfill reserves whole nodes (its plan is a map of node bitmaps over time)
         whole = req.exclusive or self.slurm
         end = start + req.duration
         if self.resolution > 0:
-            # backfill.c rounds both ends of a reservation in its node map down to bf_resolution
-            # (at least one bf_resolution long): a later job may start at the rounded end
-            res = self.resolution
-            start, end = (start // res) * res, (end // res) * res
-            end = max(end, start + res)
+            # backfill.c's node map keeps a reservation rounded down to bf_resolution at both ends: a
+            # later job may start at the rounded end
+            start, end = self.span(start, req.duration)
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
             self.holds[i].append((start, end, c, m, g, job_id))
@@ -732,6 +742,14 @@ class _Cluster:
             if r != req.resv and s < end and e > t:
                 return False
         holds = self.holds[i]
+        if self.resolution > 0:  # Slurm mode: whole-node holds, compared at bf_resolution
+            lo, hi = self.span(t, req.duration)
+            if any(s < hi and e > lo for s, e, *_ in holds):
+                return False
+            c, m, g = self.free_at(i, t)
+            if req.exclusive:
+                return c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]
+            return c >= req.cpus and m >= req.mem and g >= req.gpus
         # the room at t and at the start of every hold within [t, end): releases only add room
         for u in [t] + [s for s, e, *_ in holds if t < s < end]:
             c, m, g = self.free_at(i, u)
@@ -859,17 +877,18 @@ class _Cluster:
         when, nodes = self.earliest(p, req, t0)
         if when is None or when <= t0:
             return when, nodes
-        later = _will_run_start(self._running_ends(p, req, t0, when), when)
+        later = _will_run_start(self.running_ends(p, req, t0, when), when)
         if later > when:
             got, again = self.earliest(p, req, later)
             if got is not None:
                 return got, again
         return when, nodes
 
-    def _running_ends(self, p: str, req: _Req, t0: float, when: float) -> list[tuple[float, bool]]:
+    def running_ends(self, p: str, req: _Req, t0: float, when: float, own: str = "") -> list[tuple[float, bool]]:
         """Every running job's end, in end order, and whether it runs on a node the will-run test is
-        given (usable nodes of p the request may use, less those a reservation or hold covers within
-        the window). The others matter too: Slurm peeks at them when it closes a batch."""
+        given (usable nodes of p the request may use, less those a reservation or a hold other than
+        job `own`'s covers within the window). The others matter too: Slurm peeks at them when it
+        closes a batch."""
         allowed = self.allowed(p, req)
         end = when + req.duration
         avail = set()
@@ -877,7 +896,7 @@ class _Cluster:
             if allowed is not None and i not in allowed:
                 continue
             if any(r != req.resv and s < end and e > t0 for s, e, r in self.blocks[i]) or \
-                    any(s < end and e > t0 for s, e, *_ in self.holds[i]):
+                    any(s < end and e > t0 and h[-1] != own for s, e, *h in self.holds[i]):
                 continue
             avail.add(i)
         self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
@@ -1177,6 +1196,8 @@ def plan(inp: PlannerInput) -> BackfillPlan:
                 if job.dependency == "pending" else ())))
             continue
         jobs.append(_plan_job(cl, job, tops, starts, backfilled, policy))
+    if policy.slurm and backfilled:
+        _next_cycle(cl, tops, jobs)
     windows = _windows(cl, backfilled)
     # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
     # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs,
@@ -1367,6 +1388,27 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
         rec.reasons += [r for r in now_reasons if r.code != "expected_start"]
         return rec
     return rec  # waiting; explained once the plan is complete
+
+
+def _next_cycle(cl: _Cluster, tops: dict, jobs: list) -> None:
+    """Slurm mode: the top jobs' starts as the next backfill cycle reports them (what `squeue --start`
+    shows once the jobs started now run). The jobs backfilled in this cycle are running then, and
+    they take part in the will-run test's batches: a batch can now end with one of them, which
+    moves the start to its end even though the top job does not need its nodes."""
+    recs = {r.job.job_id: r for r in jobs if type(r) is _Job and r.state == "top"}
+    for p, (job_id, when, nodes) in list(tops.items()):
+        rec = recs.get(job_id)
+        if rec is None or rec.req is None:
+            continue
+        later = _will_run_start(cl.running_ends(p, rec.req, cl.now, when, job_id), when)
+        if later > when:
+            tops[p] = (job_id, later, nodes)
+            rec.expected = later
+            rec.reasons = [Reason("top_job", f"it is the top job of partition {p}: reserved from {_fmt_ts(later)} "
+                                  f"on {compress(rec.nodes)} (Slurm's next backfill cycle, with the jobs started now "
+                                  f"running: its will-run test ends the batch that frees the nodes at a later job's "
+                                  f"end; this cycle: {_fmt_ts(when)})") if r.code == "top_job" else r
+                           for r in rec.reasons]
 
 
 @lru_cache(maxsize=4096)

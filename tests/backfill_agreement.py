@@ -35,10 +35,10 @@ import time
 from dataclasses import dataclass, field
 
 from collectors.runner import CommandRunner
-from collectors.slurm.sched_config import parse_sacctmgr_qos, parse_scontrol_config
+from collectors.slurm.sched_config import QOS_FORMAT, parse_sacctmgr_qos, parse_scontrol_config
 from collectors.slurm.sources import CliSource, Poller
 from dashboard.backfill_api import backfill_json
-from dashboard.backfill_cli import QOS_FORMAT, parse_squeue_start
+from dashboard.backfill_cli import parse_squeue_start
 
 BF_INTERVAL = 2
 BF_RESOLUTION = 60

@@ -313,6 +313,18 @@ class Qos:
 
 
 @dataclass(frozen=True)
+class LicensePool:
+    """One of the cluster's licenses (`scontrol show licenses`). None: not reported."""
+
+    name: str
+    total: int | None = None
+    used: int | None = None
+    free: int | None = None
+    reserved: int | None = None
+    remote: bool = False
+
+
+@dataclass(frozen=True)
 class Reservation:
     name: str
     nodes: tuple[str, ...] = ()
@@ -419,6 +431,7 @@ class Snapshot:
     switches: tuple[Switch, ...] = ()  # empty: no topology/tree (or it could not be read)
     config: SchedulerConfig | None = None  # None: `scontrol show config` was not read
     qos: tuple[Qos, ...] = ()  # empty: no QOS read (no slurmdbd, or not polled)
+    licenses: tuple[LicensePool, ...] | None = None  # None: not read; (): none configured
     errors: tuple[SourceError, ...] = ()
     stale: bool = False  # True when the latest poll failed and this is the last good snapshot
     last_attempt: float | None = None  # unix s of the latest poll, good or not

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import parse_json, parse_text, topology
+from . import parse_json, parse_text, sched_config, topology
 from .model import Job, Snapshot, SourceError
 
 # logical sources whose absence makes a snapshot worthless
@@ -38,10 +38,14 @@ class PollFailed(Exception):
         self.errors = errors
 
 
+CONFIG_KINDS = frozenset({"config", "qos", "licenses"})  # read on the slow interval (sources.SLOW_PLAN)
+
+
 def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict | None = None):
     """-> parsed value for the kind, or None (with an error recorded)."""
     if raw.text is None:
-        errors.append(SourceError(raw.source, raw.error or "no output"))
+        # without Slurm's configuration the plan is plain EASY: worth a warning, not a failed poll
+        errors.append(SourceError(raw.source, raw.error or "no output", "warning" if raw.kind in CONFIG_KINDS else "error"))
         return None
     try:
         if raw.kind == "topology":
@@ -71,6 +75,14 @@ def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict
                 return None  # "Unable to contact slurm controller": not an empty cluster
             meta_out.setdefault(raw.kind, meta)
             return value
+        if raw.kind == "config":
+            if "SchedulerType" not in raw.text:
+                raise ValueError("not `scontrol show config` output (no SchedulerType line)")
+            return sched_config.parse_scontrol_config(raw.text)
+        if raw.kind == "qos":
+            return sched_config.parse_sacctmgr_qos(raw.text)
+        if raw.kind == "licenses":
+            return sched_config.parse_scontrol_licenses(raw.text)
         if raw.kind == "jobs":
             return parse_text.parse_scontrol_jobs(raw.text)
         if raw.kind == "nodes":
@@ -119,5 +131,7 @@ def build_snapshot(raws: list[RawOutput], taken_at: float, source: str) -> Snaps
         partitions=tuple(parsed.get("partitions") or ()), reservations=tuple(parsed.get("reservations") or ()),
         fairshare=tuple(parsed.get("fairshare") or ()), scheduler=parsed.get("scheduler"),
         switches=tuple(parsed.get("topology") or ()),
+        config=parsed.get("config"), qos=tuple(parsed.get("qos") or ()),
+        licenses=tuple(parsed["licenses"]) if parsed.get("licenses") is not None else None,
         errors=tuple(errors), last_attempt=taken_at,
     )

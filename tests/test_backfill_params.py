@@ -18,7 +18,7 @@ from collectors.slurm.sched_config import (
 from collectors.slurm.parse_text import parse_scontrol_partitions
 from dashboard.analysis.planner import plan
 from dashboard.analysis.planner_model import BackfillConfig, PartitionInfo, QosLimit
-from dashboard.analysis.snapshot_to_planner import backfill_config, qos_limit, snapshot_to_planner
+from dashboard.analysis.snapshot_to_planner import backfill_config, constraint_features, qos_limit, snapshot_to_planner
 from dashboard.backfill_cli import main as backfill_main
 from tests.test_backfill import NOW_2205, snap2205  # noqa: F401 - the 22.05 snapshot fixture
 from tests.test_planner import H, NOW, busy, gpu_node, job, running, snap, startable_ids
@@ -274,3 +274,29 @@ def test_top_job_start_as_the_next_cycle_reports_it_with_backfilled_jobs_running
     assert startable_ids(got) == ["201"]
     assert got.partition("gpu").top_job.shadow_time == NOW + 5500 == got.why("200").expected_start
     assert "Slurm's next backfill cycle" in next(r.message for r in got.why("200").reasons if r.code == "top_job")
+
+
+def test_feature_alternatives():
+    # --constraint="h100|a100&nvlink": each node has h100, or both a100 and nvlink
+    nodes = [gpu_node(1, features=frozenset({"h100"})), gpu_node(2, features=frozenset({"a100", "nvlink"})),
+             gpu_node(3, features=frozenset({"a100"}))]
+    alts = (("h100",), ("a100", "nvlink"))
+    r = plan(snap(nodes, (), [job("200", nodes=2, feature_alternatives=alts)]))
+    assert startable_ids(r) == ["200"] and set(r.why("200").expected_nodes) == {"gpu001", "gpu002"}
+    r = plan(snap(nodes, (), [job("201", nodes=3, feature_alternatives=alts)]))
+    assert r.why("201").state == "never" and "too_large" in r.why("201").codes
+    r = plan(snap(nodes, (), [job("202", feature_alternatives=(("v100",), ("a100", "ib")))]))
+    why = next(x for x in r.why("202").reasons if x.code == "no_such_feature")
+    assert why.message.endswith("has the features (a100&ib|v100)")
+
+
+@pytest.mark.parametrize("expr,features,alternatives", [
+    ("ib&nvlink", ("ib", "nvlink"), ()),
+    ("ib,nvlink", ("ib", "nvlink"), ()),
+    ("h100|a100&nvlink", (), (("h100",), ("a100", "nvlink"))),
+    ("[h100|a100]", (), (("h100",), ("a100",))),
+    ("h100*2", (), ()),  # counts: not modelled (no constraint)
+    ("", (), ()),
+])
+def test_constraint_expressions(expr, features, alternatives):
+    assert constraint_features(expr) == (features, alternatives)

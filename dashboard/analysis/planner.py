@@ -279,7 +279,8 @@ class BackfillPlan:
 # ---------------------------------------------------------------------------------------- internal
 
 # The fields of a pending job that decide its request in a partition (the memo key of `request`).
-_REQUEST_FIELDS = attrgetter("time_limit_s", "reservation", "gpu_type", "features", "min_nodes", "gpus_per_node",
+_REQUEST_FIELDS = attrgetter("time_limit_s", "reservation", "gpu_type", "features", "feature_alternatives",
+                             "min_nodes", "gpus_per_node",
                              "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb",
                              "exclusive")
 
@@ -351,6 +352,7 @@ class _Cluster:
             if len(rel) > 1:
                 rel.sort()
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [[] for _ in nodes]
+        self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [[] for _ in nodes]
@@ -427,6 +429,8 @@ class _Cluster:
                 return Reason("reservation_access", f"user {job.user or '?'} / account {job.account or '?'} "
                               f"may not use reservation {r.name}", "error")
         features = frozenset(job.features)
+        if job.feature_alternatives:  # one term: the node has every feature of one alternative
+            features |= {frozenset(frozenset(a) for a in job.feature_alternatives)}
         got = self._matching(p, resv, job.gpu_type, features)
         if isinstance(got, Reason):
             return got
@@ -474,10 +478,10 @@ class _Cluster:
             if not idx:
                 got = Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {gpu_type}", "error")
         if features and not isinstance(got, Reason):
-            idx = [i for i in idx if features <= self.nodes[i].features]
+            idx = [i for i in idx if _has_features(features, self.nodes[i].features)]
             if not idx:
                 got = Reason("no_such_feature", f"no node in partition {p} has the features "
-                             f"{'&'.join(sorted(features))}", "error")
+                             f"{_feature_text(features)}", "error")
         if got is None and not idx:
             got = Reason("too_large", f"partition {p} has no nodes", "error")
         if got is None:
@@ -497,7 +501,7 @@ class _Cluster:
             if req.gpu_type is not None:
                 idx = [i for i in idx if self.nodes[i].gpu_type == req.gpu_type]
             if req.features:
-                idx = [i for i in idx if req.features <= self.nodes[i].features]
+                idx = [i for i in idx if _has_features(req.features, self.nodes[i].features)]
             if req.resv >= 0:
                 names = set(self.reservations[req.resv].nodes)
                 idx = [i for i in idx if self.names[i] in names]
@@ -522,9 +526,11 @@ class _Cluster:
         if c < req.cpus or m < req.mem or g < req.gpus:
             return None
         if with_holds and self.holds[i]:
-            if self.resolution > 0:  # Slurm mode: whole-node holds, compared at bf_resolution
-                lo, hi = self.span(now, end - now)
-                return None if any(s < hi and e > lo for s, e, *_ in self.holds[i]) else (c, m, g)
+            if self.resolution > 0:
+                # Slurm mode: whole-node holds. A job that would start now is kept off a node whose
+                # hold (rounded down to bf_resolution) begins by its exact end, inclusive: backfill.c
+                # takes the nodes free in every slot of its map that begins at or before the end
+                return None if any(s <= end and e > now for s, e, *_ in self.holds[i]) else (c, m, g)
             # A hold takes its share from what the node has when the hold starts: the resources free
             # now plus every release by then (all jobs ending at the shadow time, not only those the
             # top job needed), less the other holds active then.
@@ -639,6 +645,7 @@ class _Cluster:
             # backfill.c's node map keeps a reservation rounded down to bf_resolution at both ends: a
             # later job may start at the rounded end
             start, end = self.span(start, req.duration)
+        self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
             self.holds[i].append((start, end, c, m, g, job_id))
@@ -742,7 +749,9 @@ class _Cluster:
             if r != req.resv and s < end and e > t:
                 return False
         holds = self.holds[i]
-        if self.resolution > 0:  # Slurm mode: whole-node holds, compared at bf_resolution
+        if self.resolution > 0:
+            # Slurm mode: whole-node holds; a later start is checked as backfill.c's _test_resv_overlap
+            # does, both intervals rounded down to bf_resolution
             lo, hi = self.span(t, req.duration)
             if any(s < hi and e > lo for s, e, *_ in holds):
                 return False
@@ -886,9 +895,11 @@ class _Cluster:
 
     def running_ends(self, p: str, req: _Req, t0: float, when: float, own: str = "") -> list[tuple[float, bool]]:
         """Every running job's end, in end order, and whether it runs on a node the will-run test is
-        given (usable nodes of p the request may use, less those a reservation or a hold other than
-        job `own`'s covers within the window). The others matter too: Slurm peeks at them when it
+        given (usable nodes of p the request may use, less those a reservation, or a hold made before
+        job `own`'s, covers within the window). The others matter too: Slurm peeks at them when it
         closes a batch."""
+        seq = self.hold_seq
+        first = seq.get(own, len(seq))
         allowed = self.allowed(p, req)
         end = when + req.duration
         avail = set()
@@ -896,7 +907,7 @@ class _Cluster:
             if allowed is not None and i not in allowed:
                 continue
             if any(r != req.resv and s < end and e > t0 for s, e, r in self.blocks[i]) or \
-                    any(s < end and e > t0 and h[-1] != own for s, e, *h in self.holds[i]):
+                    any(s < end and e > t0 and seq[h[-1]] < first for s, e, *h in self.holds[i]):
                 continue
             avail.add(i)
         self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
@@ -1017,6 +1028,19 @@ def _will_run_start(jobs: list[tuple[float, bool]], when: float) -> float:
         window *= 2
         while jobs[k][0] > barrier + window:
             window *= 2
+
+
+def _has_features(wanted: frozenset, node: frozenset) -> bool:
+    """Every term of a request on a node: a feature name, or a set of alternatives (Slurm's a|b),
+    each the features all of which the node must have (a&b)."""
+    return all(t in node if type(t) is str else any(a <= node for a in t) for t in wanted)
+
+
+def _feature_text(wanted: frozenset) -> str:
+    """A request's features as Slurm writes a constraint: "ib&(h100|a100&nvlink)"."""
+    terms = sorted(t for t in wanted if type(t) is str)
+    terms += ["(" + "|".join(sorted("&".join(sorted(a)) for a in t)) + ")" for t in wanted if type(t) is not str]
+    return "&".join(terms)
 
 
 def _shape(cpus: int, mem: int, gpus: int) -> str:

@@ -95,7 +95,10 @@ class PendingJob:
     gpus_per_job: int = 0  # --gpus: spread over the nodes (ceil per node)
     gpu_type: str | None = None
     exclusive: bool = False
-    features: tuple[str, ...] = ()  # all required (Slurm's "a&b"; "|" alternatives are not modelled)
+    features: tuple[str, ...] = ()  # all required (Slurm's "a&b")
+    # Slurm's "a|b&c": each node has every feature of one of these (with `features` as well);
+    # ((),) never occurs. "[a|b]" (one alternative for all nodes) is planned as "a|b".
+    feature_alternatives: tuple[tuple[str, ...], ...] = ()
     dependency: str = "none"
     dependency_text: str = ""
     begin_time: float | None = None

@@ -141,11 +141,20 @@ def node_unusable_reason(node: Node, reserved_known: bool) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _features(expr: str) -> tuple[str, ...]:
-    expr = (expr or "").strip()
-    if not expr or any(c in expr for c in "|[]*"):
-        return ()  # alternatives and counts are not modelled: optimistic, no constraint
-    return tuple(f.strip() for f in expr.replace(",", "&").split("&") if f.strip())
+def constraint_features(expr: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Slurm's --constraint as (features every node needs, alternatives one of which each node has):
+    "ib&nvlink" -> (("ib", "nvlink"), ()); "h100|a100&nvlink" -> ((), (("h100",), ("a100", "nvlink")));
+    "[h100|a100]" (all nodes alike) is planned as "h100|a100". Counts ("a*2") are not modelled:
+    no constraint (optimistic)."""
+    expr = (expr or "").strip().replace(",", "&")
+    if not expr or "*" in expr:
+        return (), ()
+    expr = expr.replace("[", "").replace("]", "").replace("(", "").replace(")", "")
+    alts = [tuple(f.strip() for f in alt.split("&") if f.strip()) for alt in expr.split("|")]
+    alts = [a for a in alts if a]
+    if len(alts) <= 1:
+        return (alts[0] if alts else ()), ()
+    return (), tuple(alts)
 
 
 def _dependency_state(job: Job) -> str:
@@ -255,7 +264,8 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
         min_nodes=_count(nodes), tasks=1, cpus_per_task=1, cpus_per_node=max(1, _count(cpus)),
         mem_per_node_mb=mem_per_node, gpus_per_node=_count(gpus_per_node), gpus_per_job=_count(gpus_per_job),
         gpu_type=tres.gpu_type,
-        exclusive=bool(job.exclusive), features=_features(job.features),
+        exclusive=bool(job.exclusive), features=constraint_features(job.features)[0],
+        feature_alternatives=constraint_features(job.features)[1],
         dependency=_dependency_state(job), dependency_text=job.dependency,
         begin_time=begin, held=held, user=job.user, account=job.account, qos=job.qos,
         reservation=job.reservation or None,

@@ -300,3 +300,17 @@ def test_feature_alternatives():
 ])
 def test_constraint_expressions(expr, features, alternatives):
     assert constraint_features(expr) == (features, alternatives)
+
+
+def test_licenses_free_now_limit_what_starts():
+    # `scontrol show licenses`: 1 matlab free. Two jobs ask for it on idle nodes: the first starts, the
+    # second waits for it (without the pool, both would start).
+    nodes = [gpu_node(1), gpu_node(2)]
+    pending = [job("200", licenses=(("matlab", 1),)), job("201", licenses=(("matlab", 1),)), job("202")]
+    assert startable_ids(plan(snap(nodes, (), pending))) == ["200", "201"]
+    got = plan(dataclasses.replace(snap(nodes, (), pending), licenses=(("matlab", 1),)))
+    assert startable_ids(got) == ["200", "202"]
+    why = next(r for r in got.why("201").reasons if r.code == "licenses")
+    assert why.message.startswith("it needs 1 license(s) matlab, 0 free")
+    none = plan(dataclasses.replace(snap(nodes, (), pending[:1]), licenses=()))
+    assert "(no such license)" in next(r.message for r in none.why("200").reasons if r.code == "licenses")

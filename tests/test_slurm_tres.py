@@ -68,3 +68,16 @@ def test_typed_tres_stays_out_of_the_snapshot_json(snap):
     assert '"tres":{' not in text and '"max_per_user"' not in text
     back = Snapshot.from_json(text)
     assert [j.tres for j in back.jobs] == [j.tres for j in snap.jobs]
+
+
+def test_license_requests_and_pools():
+    from collectors.slurm.sched_config import parse_scontrol_licenses
+
+    assert Job(1, licenses="matlab:2,ansys@db:1,comsol").tres.licenses == (
+        License("matlab", 2), License("ansys@db", 1), License("comsol", 1))
+    assert Job(1, licenses="(null)").tres.licenses == ()
+    # 22.05 without Licenses= (captured from the test cluster); and the configured form
+    none = (Path(__file__).parent / "data" / "slurm-licenses" / "scontrol_-o_show_licenses.none.txt").read_text()
+    assert parse_scontrol_licenses(none) == []
+    pools = parse_scontrol_licenses("LicenseName=matlab Total=4 Used=1 Free=3 Reserved=0 Remote=no\n")
+    assert [(p.name, p.total, p.used, p.free, p.remote) for p in pools] == [("matlab", 4, 1, 3, False)]

@@ -160,6 +160,7 @@ class Job:
     tres_per_node: str = ""
     tres_per_job: str = ""
     tres_alloc: str = ""
+    licenses: str = ""  # the licenses it asks for, as Slurm writes them ("matlab:2,ansys@db:1")
     exit_code: int | None = None
     scheduler: str = ""  # "Main" or "Backfill" (text form only)
     flags: tuple[str, ...] = ()
@@ -169,7 +170,7 @@ class Job:
         if self.tres is None:
             from .tres import job_tres  # tres imports this module
             object.__setattr__(self, "tres", job_tres(self.tres_per_node or "", self.tres_per_job or "",
-                                                      self.tres_alloc or ""))
+                                                      self.tres_alloc or "", self.licenses or ""))
 
     @property
     def gang_size(self) -> int:

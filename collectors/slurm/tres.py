@@ -82,13 +82,26 @@ def limit_tres(spec: str) -> Tres:
 
 
 @lru_cache(maxsize=4096)
-def job_tres(per_node: str, per_job: str, alloc: str) -> Tres:
-    """A job's typed TRES: the request per node and per job, and the allocation (or request) totals."""
+def license_request(spec: str) -> tuple[License, ...]:
+    """ "matlab:2,ansys@db:1" (squeue's and scontrol's Licenses=) -> licenses; a name alone is one."""
+    out = []
+    for item in (spec or "").replace("(null)", "").split(","):
+        name, _, count = item.strip().partition(":")
+        n = integer(count) if count else 1
+        if name and n is not None:
+            out.append(License(name, n))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def job_tres(per_node: str, per_job: str, alloc: str, licenses: str = "") -> Tres:
+    """A job's typed TRES: the request per node and per job, and the allocation (or request) totals;
+    licenses from its Licenses= request where the TRES string has none."""
     total = limit_tres(alloc) if alloc else Tres()
     node_gres, job_gres = _gres_request(per_node), _gres_request(per_job)
     gpn, type_n = _gpus(node_gres)
     gpj, type_j = _gpus(job_gres)
     return Tres(cpus=total.cpus, mem_bytes=total.mem_bytes, nodes=total.nodes, gpus=total.gpus,
-                gpu_type=type_n or type_j, gres=total.gres, licenses=total.licenses,
+                gpu_type=type_n or type_j, gres=total.gres, licenses=total.licenses or license_request(licenses),
                 billing=total.billing, gpus_per_node=gpn, gpus_per_job=gpj, gres_per_node=node_gres,
                 gres_per_job=job_gres)

@@ -1089,6 +1089,7 @@ class _Policy:
         self.per_part: dict[str, int] = {}
         self.per_user: dict[str, int] = {}
         self.qos = {q.name: q for q in inp.qos}
+        self.licenses = dict(inp.licenses) if inp.licenses is not None else None  # free now
         # running usage per (qos, user) and per qos: [jobs, GPUs, CPUs, nodes]
         self.used: dict = {}
         if self.qos:
@@ -1135,7 +1136,21 @@ class _Policy:
                               "ends, and gets no reservation meanwhile", "warning")
         return None
 
+    def no_licenses(self, job: PendingJob) -> Reason | None:
+        """Why the job cannot start now for want of licenses, or None (unknown pools: not checked)."""
+        if self.licenses is None or not job.licenses:
+            return None
+        short = [(name, n, self.licenses.get(name, 0)) for name, n in job.licenses if n > self.licenses.get(name, 0)]
+        if not short:
+            return None
+        return Reason("licenses", "it needs " + ", ".join(
+            f"{n} license(s) {name}, {free} free" + ("" if name in self.licenses else " (no such license)")
+            for name, n, free in short) + " (scontrol show licenses); it starts when they are released")
+
     def started(self, job: PendingJob, req: _Req) -> None:
+        if self.licenses is not None:
+            for name, n in job.licenses:
+                self.licenses[name] = self.licenses.get(name, 0) - n
         q = job.qos or "normal"
         if q in self.qos:
             self._add(q, job.user, req.gpus * req.nodes, req.cpus * req.nodes, req.nodes)
@@ -1345,6 +1360,12 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
     held_by = policy.limit(job, req0)
     if held_by is not None:
         rec.reasons.append(held_by)
+        rec.state = "blocked"
+        return rec
+    no_licenses = policy.no_licenses(job)
+    if no_licenses is not None:
+        # licenses are not planned over time: like a QOS limit, it holds no nodes meanwhile
+        rec.reasons.append(no_licenses)
         rec.state = "blocked"
         return rec
     untested: Reason | None = None

@@ -107,6 +107,7 @@ class PendingJob:
     account: str = ""
     qos: str = ""
     reservation: str | None = None
+    licenses: tuple[tuple[str, int], ...] = ()  # (name, count) it asks for
     slurm_reason: str = ""
     priority: float | None = None
     priority_factors: Mapping[str, float] = field(default_factory=dict)
@@ -167,6 +168,8 @@ class PlannerInput:
     partitions: tuple[PartitionInfo, ...] = ()  # optional limits; partitions also come from the nodes
     config: BackfillConfig | None = None  # None: plain EASY
     qos: tuple[QosLimit, ...] = ()
+    # licenses free now, (name, free) (`scontrol show licenses`); None: not known, not checked
+    licenses: tuple[tuple[str, int], ...] | None = None
 
 
 # Slurm's pending reasons (squeue %r) in plain words; those not listed are shown as Slurm writes them.

@@ -269,6 +269,7 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
         dependency=_dependency_state(job), dependency_text=job.dependency,
         begin_time=begin, held=held, user=job.user, account=job.account, qos=job.qos,
         reservation=job.reservation or None,
+        licenses=tuple((lic.name, lic.count) for lic in tres.licenses),
         slurm_reason=job.reason, priority=float(job.priority) if job.priority is not None else None,
         priority_factors=_priority_factors(job), slurm_expected_start=slurm_start,
     )
@@ -372,4 +373,6 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
     return PlannerInput(now=now, nodes=tuple(nodes), running=tuple(running), reservations=resvs,
                         pending=tuple(_pending(j, now, parts, slurm_starts, cfg) for j in pend),
                         partitions=partitions, config=backfill_config(cfg) if cfg is not None else None,
-                        qos=tuple(qos_limit(q) for q in snap.qos))
+                        qos=tuple(qos_limit(q) for q in snap.qos),
+                        licenses=None if snap.licenses is None else tuple(
+                            (lic.name, lic.free) for lic in snap.licenses if lic.free is not None))

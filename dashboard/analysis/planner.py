@@ -877,41 +877,82 @@ class _Cluster:
         return when, got
 
     def slurm_earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
-        """`earliest` as Slurm's will-run test reports it (select/cons_tres `_will_run_test`): it does
-        not try the job after every running job's end but removes running jobs in batches, the first
-        ending at the first job's end rounded up to a 30 s barrier plus 30 s, each later batch's
-        window doubled until it reaches the next job's end; the start is the end of the last job of
-        the first batch after which the job fits. Large gangs, which need many jobs gone, therefore
-        get a later start than the exact one. A start set by a reservation or a hold is not batched."""
+        """`earliest` as Slurm's backfill reports it: the later of the exact earliest start (which
+        reservations and holds may set) and the start select/cons_tres's will-run test gives on the
+        nodes free of reservations over the job's window (`will_run`). Large gangs, which need many
+        running jobs gone, therefore get a later start than the exact one."""
         when, nodes = self.earliest(p, req, t0)
         if when is None or when <= t0:
             return when, nodes
-        later = _will_run_start(self.running_ends(p, req, t0, when), when)
+        later = self.will_run(p, req, when)
         if later > when:
             got, again = self.earliest(p, req, later)
             if got is not None:
                 return got, again
         return when, nodes
 
-    def running_ends(self, p: str, req: _Req, t0: float, when: float, own: str = "") -> list[tuple[float, bool]]:
-        """Every running job's end, in end order, and whether it runs on a node the will-run test is
-        given (usable nodes of p the request may use, less those a reservation, or a hold made before
-        job `own`'s, covers within the window). The others matter too: Slurm peeks at them when it
-        closes a batch."""
+    def will_run(self, p: str, req: _Req, when: float, own: str = "") -> float:
+        """Slurm's start for a job planned from `when` (cons_tres `_will_run_test`, as backfill.c calls
+        it): on the usable nodes of p the request may use that no reservation, nor a hold made before
+        job `own`'s, covers from `when` to its end (inclusive: backfill.c's node map), it removes the
+        running jobs in end order, one batch at a time, and tries the job after each batch; the start
+        is the end of the batch's last job, or `when` if later. A batch closes when the next job in
+        the whole list (on any node) ends after the barrier (the first end on these nodes rounded up
+        to 30 s) plus the window, which then doubles until it reaches that job; a job on other nodes
+        is passed over without that look ahead."""
         seq = self.hold_seq
         first = seq.get(own, len(seq))
         allowed = self.allowed(p, req)
         end = when + req.duration
-        avail = set()
+        avail = []
         for i in self.part_usable[p]:
             if allowed is not None and i not in allowed:
                 continue
-            if any(r != req.resv and s < end and e > t0 for s, e, r in self.blocks[i]) or \
-                    any(s < end and e > t0 and seq[h[-1]] < first for s, e, *h in self.holds[i]):
+            if any(r != req.resv and s <= end and e > when for s, e, r in self.blocks[i]) or \
+                    any(s <= end and e > when and seq[h[-1]] < first for s, e, *h in self.holds[i]):
                 continue
-            avail.add(i)
+            avail.append(i)
+        on = set(avail)
+
+        def fits_after(t: float) -> bool:  # enough nodes once the running jobs ending by t are gone
+            n = 0
+            for i in avail:
+                c, m, g = self.free_at(i, t)
+                if (c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]) if req.exclusive else \
+                        (c >= req.cpus and m >= req.mem and g >= req.gpus):
+                    n += 1
+                    if n >= req.nodes:
+                        return True
+            return False
+
+        if fits_after(self.now):
+            return when
         self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
-        return [(e, not avail.isdisjoint(nodes)) for e, nodes in self.job_ends]
+        jobs = self.job_ends
+        k, n = 0, len(jobs)
+        barrier = None
+        window = WILL_RUN_WINDOW_S
+        while True:
+            last = None
+            while k < n:
+                e, nodes = jobs[k]
+                k += 1
+                if on.isdisjoint(nodes):
+                    continue  # passed over without looking ahead, as Slurm does
+                if barrier is None:
+                    barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
+                last = e
+                if k < n and jobs[k][0] > barrier + window:
+                    break
+            if last is None:
+                return when  # it never fits on these nodes: the exact answer stands
+            if fits_after(last):
+                return last if last > when else when
+            if k >= n:
+                return when
+            window *= 2
+            while jobs[k][0] > barrier + window:
+                window *= 2
 
     def slurm_choose(self, cands: list[int], need: int) -> list[int]:
         """Nodes as Slurm's select/cons_tres picks them among those that can take the job: the lowest
@@ -996,38 +1037,6 @@ class _Cluster:
 
 # cons_tres `_will_run_test`: the first batch's window, doubled after every batch that fails
 WILL_RUN_WINDOW_S = 30
-
-
-def _will_run_start(jobs: list[tuple[float, bool]], when: float) -> float:
-    """Slurm's will-run start for a job that fits once the running jobs on its nodes that end by
-    `when` are gone. `jobs`: every running job's (end, on the job's nodes), in end order. As
-    cons_tres's `_will_run_test`: jobs on the nodes are removed one batch at a time; a batch closes
-    when the next job in the list (on any node) ends after the barrier (the first end rounded up
-    to 30 s) plus the window, which then doubles until it reaches that job; after each batch the
-    job is tried, and the start is the end of the batch's last job."""
-    if not any(ov and e == when for e, ov in jobs):
-        return when  # set by a reservation, a hold or the earliest allowed start: not batched
-    n = len(jobs)
-    k = 0
-    barrier = None
-    window = WILL_RUN_WINDOW_S
-    while True:
-        last = None
-        while k < n:
-            e, ov = jobs[k]
-            k += 1
-            if not ov:
-                continue  # skipped without looking ahead, as Slurm does
-            if barrier is None:
-                barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
-            last = e
-            if k < n and jobs[k][0] > barrier + window:
-                break
-        if last is None or last >= when or k >= n:
-            return when if last is None or last < when else last
-        window *= 2
-        while jobs[k][0] > barrier + window:
-            window *= 2
 
 
 def _has_features(wanted: frozenset, node: frozenset) -> bool:
@@ -1445,7 +1454,7 @@ def _next_cycle(cl: _Cluster, tops: dict, jobs: list) -> None:
         rec = recs.get(job_id)
         if rec is None or rec.req is None:
             continue
-        later = _will_run_start(cl.running_ends(p, rec.req, cl.now, when, job_id), when)
+        later = cl.will_run(p, rec.req, when, job_id)
         if later > when:
             tops[p] = (job_id, later, nodes)
             rec.expected = later

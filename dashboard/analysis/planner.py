@@ -63,6 +63,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from collectors.slurm.hostlist import compress
+from dashboard.analysis.lazy import LazyRecords
 from dashboard.analysis.planner_model import (
     DEPENDENCY_BLOCKING,
     PendingJob,
@@ -180,46 +181,28 @@ class JobWhy:
         }
 
 
-class _Whys(Sequence):
+class _Whys(LazyRecords):
     """A partition's `why` records, built when first read: a plan of 10,000 pending jobs is read a
     few rows at a time (the Queue page, one job's page), and building every record up front cost more
     than the plan itself. A row is JobWhy's fields in order (a tuple), or a list that `resolve`
     completes from the finished plan (a waiting job's reasons, expected start and what-if)."""
 
-    __slots__ = ("_rows", "_built", "_resolve")
+    __slots__ = ("_rows", "_resolve")
 
     def __init__(self, rows, resolve=None) -> None:
+        super().__init__()
         self._rows = rows
-        self._built: tuple[JobWhy, ...] | None = None
         self._resolve = resolve
 
     def _row(self, r) -> JobWhy:
         return JobWhy(*r) if type(r) is tuple else self._resolve(r)
 
-    def _all(self) -> tuple[JobWhy, ...]:
-        if self._built is None:
-            row = self._row
-            self._built = tuple(row(r) for r in self._rows)
-            self._rows = ()
-        return self._built
+    def _raw_len(self) -> int:
+        return len(self._rows)
 
-    def __len__(self) -> int:
-        return len(self._built) if self._built is not None else len(self._rows)
-
-    def __getitem__(self, index):
-        return self._all()[index]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    def __hash__(self) -> int:
-        return hash(self._all())
-
-    def __repr__(self) -> str:
-        return repr(self._all())
+    def _build(self) -> tuple:
+        rows, self._rows = self._rows, ()
+        return tuple(self._row(r) for r in rows)
 
     def find(self, job_id: str) -> JobWhy | None:
         if self._built is None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from operator import add, mul
 from typing import NamedTuple, Sequence
 
+from dashboard.analysis.lazy import LazyRecords
 from dashboard.analysis.swf import SwfJob
 
 POLICIES = ("fcfs", "easy", "conservative")
@@ -366,42 +367,24 @@ def _run_conservative(submit, req, dur, size, procs, start, first_res):
         queue = kept
 
 
-class _Starts(Sequence):
+class _Starts(LazyRecords):
     """The per-job starts of a replay, made into JobStart records when first read: building 200,000
     named tuples cost more than replaying the trace, and the summary needs none of them."""
 
-    __slots__ = ("_cols", "_built")
+    __slots__ = ("_cols",)
 
     def __init__(self, job_ids, submit, start, dur, size) -> None:
+        super().__init__()
         self._cols = (job_ids, submit, start, dur, size)
-        self._built: tuple[JobStart, ...] | None = None
 
-    def _all(self) -> tuple[JobStart, ...]:
-        if self._built is None:
-            job_ids, submit, start, dur, size = self._cols
-            new = tuple.__new__
-            self._built = tuple(new(JobStart, (j, u, s, s + d, p))
-                                for j, u, s, d, p in zip(job_ids, submit, start, dur, size))
-            self._cols = ()
-        return self._built
+    def _raw_len(self) -> int:
+        return len(self._cols[0])
 
-    def __len__(self) -> int:
-        return len(self._built) if self._built is not None else len(self._cols[0])
-
-    def __getitem__(self, index):
-        return self._all()[index]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    def __hash__(self) -> int:
-        return hash(self._all())
-
-    def __repr__(self) -> str:
-        return repr(self._all())
+    def _build(self) -> tuple:
+        job_ids, submit, start, dur, size = self._cols
+        self._cols = ((),)
+        new = tuple.__new__
+        return tuple(new(JobStart, (j, u, s, s + d, p)) for j, u, s, d, p in zip(job_ids, submit, start, dur, size))
 
 
 def _result(policy, procs, records, submit, dur, size, start, counts, first_res) -> ReplayResult:

@@ -860,56 +860,82 @@ class _Cluster:
         return when, got
 
     def slurm_earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
-        """`earliest` as Slurm's backfill reports it: the later of the exact earliest start (which
-        reservations and holds may set) and the start select/cons_tres's will-run test gives on the
-        nodes free of reservations over the job's window (`will_run`). Large gangs, which need many
-        running jobs gone, therefore get a later start than the exact one."""
-        when, nodes = self.earliest(p, req, t0)
-        if when is None or when <= t0:
-            return when, nodes
-        later = self.will_run(p, req, when)
-        if later > when:
-            got, again = self.earliest(p, req, later)
-            if got is not None:
-                return got, again
-        return when, nodes
+        """A reserved job's start and nodes as Slurm's backfill finds them (backfill.c, one job): from
+        start_res = t0, the nodes no reservation covers from start_res to its end (`_avail`) go to
+        the will-run test (`will_run_on`); the start is the later of its answer and start_res. If
+        that is after the next time a covered node frees up (later_start), or the nodes it picks
+        collide with a reservation at bf_resolution (`_test_resv_overlap`), it tries again from
+        there. Large gangs, which need many running jobs gone, get a later start than the exact one."""
+        start_res = t0
+        for _ in range(200):
+            avail, later_start = self._avail(p, req, start_res)
+            got = self.will_run_on(avail, req)
+            if got is None:
+                if later_start is None:
+                    return None, []
+                start_res = later_start
+                continue
+            at, cands = got
+            start = at if at > start_res else start_res
+            if later_start is not None and start > later_start:
+                start_res = later_start
+                continue
+            nodes = self.slurm_choose(cands, req.nodes)
+            lo, hi = self.span(start, req.duration)
+            if start > self.now and any(s < hi and e > lo for i in nodes for s, e, *_ in self.holds[i]):
+                start_res = start
+                continue
+            return start, nodes
+        return None, []
 
-    def will_run(self, p: str, req: _Req, when: float, own: str = "") -> float:
-        """Slurm's start for a job planned from `when` (cons_tres `_will_run_test`, as backfill.c calls
-        it): on the usable nodes of p the request may use that no reservation, nor a hold made before
-        job `own`'s, covers from `when` to its end (inclusive: backfill.c's node map), it removes the
-        running jobs in end order, one batch at a time, and tries the job after each batch; the start
-        is the end of the batch's last job, or `when` if later. A batch closes when the next job in
-        the whole list (on any node) ends after the barrier (the first end on these nodes rounded up
-        to 30 s) plus the window, which then doubles until it reaches that job; a job on other nodes
-        is passed over without that look ahead."""
+    def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[list[int], float | None]:
+        """The usable nodes of p the request may use that no reservation, nor a hold made before job
+        `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and the
+        first time after start_res that one of the others frees up (None: never)."""
         seq = self.hold_seq
         first = seq.get(own, len(seq))
         allowed = self.allowed(p, req)
-        end = when + req.duration
-        avail = []
+        end = start_res + req.duration
+        avail: list[int] = []
+        later = INF
         for i in self.part_usable[p]:
             if allowed is not None and i not in allowed:
                 continue
-            if any(r != req.resv and s <= end and e > when for s, e, r in self.blocks[i]) or \
-                    any(s <= end and e > when and seq[h[-1]] < first for s, e, *h in self.holds[i]):
-                continue
-            avail.append(i)
+            ends = [e for s, e, r in self.blocks[i] if r != req.resv and s <= end and e > start_res]
+            ends += [e for s, e, *h in self.holds[i] if s <= end and e > start_res and seq[h[-1]] < first]
+            if ends:
+                later = min(later, max(ends))
+            else:
+                avail.append(i)
+        return avail, (None if later == INF else later)
+
+    def will_run(self, p: str, req: _Req, when: float, own: str = "") -> float:
+        """Slurm's start for a job planned from `when` on the nodes `_avail` leaves it (`will_run_on`),
+        or `when` if later or if it never fits there."""
+        got = self.will_run_on(self._avail(p, req, when, own)[0], req)
+        return got[0] if got is not None and got[0] > when else when
+
+    def will_run_on(self, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
+        """select/cons_tres `_will_run_test` on these nodes: (start, nodes that fit then) or None. Now
+        if it fits now; else it removes the running jobs in end order, one batch at a time, and tries
+        the job after each batch: the start is the end of the batch's last job. A batch closes when
+        the next job in the whole list (on any node) ends after the barrier (the first end on these
+        nodes rounded up to 30 s) plus the window, which then doubles until it reaches that job; a job
+        on other nodes is passed over without that look ahead."""
         on = set(avail)
 
-        def fits_after(t: float) -> bool:  # enough nodes once the running jobs ending by t are gone
-            n = 0
+        def fitting(t: float) -> list[int]:  # nodes with room once the running jobs ending by t are gone
+            out = []
             for i in avail:
                 c, m, g = self.free_at(i, t)
                 if (c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]) if req.exclusive else \
                         (c >= req.cpus and m >= req.mem and g >= req.gpus):
-                    n += 1
-                    if n >= req.nodes:
-                        return True
-            return False
+                    out.append(i)
+            return out
 
-        if fits_after(self.now):
-            return when
+        got = fitting(self.now)
+        if len(got) >= req.nodes:
+            return self.now, got
         self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
         jobs = self.job_ends
         k, n = 0, len(jobs)
@@ -928,11 +954,12 @@ class _Cluster:
                 if k < n and jobs[k][0] > barrier + window:
                     break
             if last is None:
-                return when  # it never fits on these nodes: the exact answer stands
-            if fits_after(last):
-                return last if last > when else when
+                return None
+            got = fitting(last)
+            if len(got) >= req.nodes:
+                return last, got
             if k >= n:
-                return when
+                return None
             window *= 2
             while jobs[k][0] > barrier + window:
                 window *= 2

@@ -1052,7 +1052,7 @@ WILL_RUN_WINDOW_S = 30
 def _has_features(wanted: frozenset, node: frozenset) -> bool:
     """Every term of a request on a node: a feature name, or a set of alternatives (Slurm's a|b),
     each the features all of which the node must have (a&b)."""
-    return all(t in node if type(t) is str else any(a <= node for a in t) for t in wanted)
+    return wanted <= node or all(t in node if type(t) is str else any(a <= node for a in t) for t in wanted)
 
 
 def _feature_text(wanted: frozenset) -> str:

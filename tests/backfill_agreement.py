@@ -295,14 +295,14 @@ class Harness:
                     rule = (f"(likely) higher-priority job(s) {', '.join(limited)} held by a QOS limit: Slurm's "
                             "backfill appears to keep nodes for them, gangwatch reserves nothing for a limit-held job")
                 elif t_slurm is not None and t_slurm > t_ours:
-                    rule = ("(likely) backfill.c's TRY_LATER: when the nodes Slurm selects collide with a reservation "
-                            "of a higher-priority job (_test_resv_overlap), it retries from the next change of its "
-                            "node map (later_start) with only the nodes free over the whole window, and it keeps an "
-                            "estimate from an earlier cycle (orig_start_time); gangwatch models the will-run batches "
-                            "and the rounding to bf_resolution, not these retries")
+                    rule = ("(likely) backfill.c keeps a job's estimate from an earlier cycle when a later one is "
+                            "worse (orig_start_time), or its will-run test stopped early (more than 200 jobs in a "
+                            "batch, 2 s): neither is modelled; gangwatch models the will-run batches, the node "
+                            "map's rounding to bf_resolution, the later_start retries and the next cycle")
                 else:
-                    rule = ("gangwatch plans it later than Slurm: a reservation of a higher-priority job that "
-                            "Slurm's node map (rounded to bf_resolution) does not hold there")
+                    rule = ("gangwatch plans it later than Slurm: a higher-priority job's reservation sits on "
+                            "nodes where Slurm's node selection put it elsewhere (node weight, consecutive runs "
+                            "among the nodes free at its start)")
                 out.disagreements.append(
                     f"seed {wl.seed} top job {jid} of {part}: gangwatch reserves {t_ours - now:+.0f} s from now on "
                     f"{ours_nodes}, " + ("Slurm gives no expected start" if t_slurm is None else

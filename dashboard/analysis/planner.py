@@ -38,13 +38,19 @@ Semantics (EASY, one reservation per partition, gang-aware):
   plans), within bf_window, bf_max_job_test/_part/_user and bf_min_prio_reserve; nodes are chosen
   as select/cons_tres does (node weight, then runs of consecutive nodes); sched/builtin never
   backfills. QOS limits (`PlannerInput.qos`) hold jobs in both modes. Nodes Slurm marked PLANNED
-  are taken first by reservations.
+  are taken first by reservations. A reservation's start and nodes follow backfill.c's search and
+  cons_tres's will-run test (`_Cluster.slurm_earliest`: batches of running jobs, reservations kept
+  rounded to bf_resolution, later_start retries), and a top job's start is the one the next cycle
+  reports, with the jobs backfilled now running (`_next_cycle`).
+- Licenses (`PlannerInput.licenses`, free now): a job that needs more than are free is blocked.
+- Features: every one of `features` on each node, and one of `feature_alternatives` (a|b&c).
 
 How it stays fast (10,000 jobs on 4,096 nodes in well under 100 ms): "fits now" scans only the nodes
-with enough GPUs free, memoised per distinct request until a node of the partition changes; times
-come from per-partition numpy arrays of each node's cumulative free resources after each release
-(updated in place when a job is committed), with the few nodes under a reservation or hold checked
-one by one; reasons are computed once per distinct (partition, request, earliest start).
+with enough GPUs free, memoised per distinct request and brought up to date from the nodes changed
+since; times come from per-partition numpy arrays of each node's cumulative free resources after each
+release (updated in place when a job is committed), with the few nodes under a reservation or hold
+checked one by one; reasons are computed once per distinct (partition, request, earliest start), when
+a waiting job's row is first read.
 
 Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
 are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on

@@ -314,3 +314,21 @@ def test_licenses_free_now_limit_what_starts():
     assert why.message.startswith("it needs 1 license(s) matlab, 0 free")
     none = plan(dataclasses.replace(snap(nodes, (), pending[:1]), licenses=()))
     assert "(no such license)" in next(r.message for r in none.why("200").reasons if r.code == "licenses")
+
+
+def test_qos_limit_used_up_by_jobs_started_now_holds_a_reserved_job():
+    # QOS lim allows 2 running jobs per user; one runs on gpu001 for 1 h. A (lim, 3 nodes) cannot
+    # start and is reserved at +1 h; C (lim, 30 min) starts now on gpu002, so user u has 2 lim jobs:
+    # Slurm's main scheduler starts C before its backfill cycle, which then holds A (QOS limit) and
+    # reserves nothing for it, so D (10 h) starts on gpu003 as well. Plain EASY keeps A's reservation.
+    nodes = [busy(1), gpu_node(2), gpu_node(3)]
+    run = [dataclasses.replace(running("100", [1], H), user="u", qos="lim")]
+    qos = [QosLimit("lim", max_jobs_per_user=2)]
+    pending = [job("A", nodes=3, user="u", qos="lim"), job("C", hours=0.5, user="u", qos="lim"),
+               job("D", hours=10, user="v")]
+    easy = plan(dataclasses.replace(snap(nodes, run, pending), qos=tuple(qos)))
+    assert startable_ids(easy) == ["C"] and easy.partition("gpu").top_job.job_id == "A"
+    got = plan(slurm_snap(nodes, run, pending, SLURM, qos))
+    assert startable_ids(got) == ["C", "D"] and got.partition("gpu").top_job is None
+    a = got.why("A")
+    assert a.state == "blocked" and "use up a limit of this QOS" in a.reasons[-1].message

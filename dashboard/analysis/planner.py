@@ -1104,7 +1104,8 @@ class _Policy:
     nothing backfills: jobs start in priority order only. A job held by a QOS limit neither starts
     nor gets a reservation (Slurm does the same)."""
 
-    def __init__(self, inp: PlannerInput) -> None:
+    def __init__(self, inp: PlannerInput, later_held: frozenset = frozenset()) -> None:
+        self.later_held = later_held  # jobs the QOS usage after this cycle's starts holds back
         cfg = inp.config
         self.cfg = cfg
         self.slurm = cfg is not None
@@ -1172,6 +1173,13 @@ class _Policy:
             f"{n} license(s) {name}, {free} free" + ("" if name in self.licenses else " (no such license)")
             for name, n, free in short) + " (scontrol show licenses); it starts when they are released")
 
+    def held_later(self, job: PendingJob) -> Reason | None:
+        if job.job_id not in self.later_held:
+            return None
+        return Reason("qos_limit", f"QOS {job.qos or 'normal'}: the jobs that start now (some of lower priority, "
+                      "which Slurm's main scheduler starts before its backfill cycle) use up a limit of this "
+                      "QOS, so Slurm holds it and gets it no reservation until one ends", "warning")
+
     def started(self, job: PendingJob, req: _Req) -> None:
         if self.licenses is not None:
             for name, n in job.licenses:
@@ -1225,13 +1233,24 @@ class _Policy:
 def plan(inp: PlannerInput) -> BackfillPlan:
     """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
     for every pending job (see the module docstring for the semantics)."""
+    got, later_held = _plan(inp, frozenset())
+    if later_held:
+        # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
+        # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
+        # cycle, which then makes no reservation for the held job. Planned again with it held.
+        got, _ = _plan(inp, later_held)
+    return got
+
+
+def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, frozenset]:
+    """One planning pass; also the reserved jobs that the QOS usage at its end holds back."""
     cl = _Cluster(inp)
     now = cl.now
     tops: dict[str, tuple[str, float, list[int]]] = {}
     starts: dict[str, list[Startable]] = {}
     backfilled: list[tuple[int, int, int]] = []
     fit_memo, version, request_memo = cl._fit_memo, cl.version, cl._request_memo
-    policy = _Policy(inp)
+    policy = _Policy(inp, later_held)
     fast = not policy.slurm and not policy.qos
     # Most jobs of a long queue wait: eligible now, their request already known not to fit in any of
     # their partitions, and every such partition already has its top job.
@@ -1311,7 +1330,11 @@ def plan(inp: PlannerInput) -> BackfillPlan:
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
             windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()), resolve)))
-    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe())
+    held = frozenset()
+    if policy.slurm and policy.qos and not later_held:
+        held = frozenset(r.job.job_id for r in jobs if type(r) is _Job and (r.state == "top" or r.reserved)
+                         and r.req is not None and policy.limit(r.job, r.req) is not None)
+    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe()), held
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
@@ -1382,7 +1405,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
         rec.state = "blocked"
         rec.estimate = not (job.held or job.dependency == "pending" or down)
         return rec
-    held_by = policy.limit(job, req0)
+    held_by = policy.limit(job, req0) or policy.held_later(job)
     if held_by is not None:
         rec.reasons.append(held_by)
         rec.state = "blocked"

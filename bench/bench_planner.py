@@ -145,6 +145,13 @@ def main() -> int:
         result = plan(inp)
         best = min(best, time.perf_counter() - t)
         best_cpu = min(best_cpu, time.process_time() - c)
+    # plan() completes a waiting job's `why` row when it is first read; reading every row costs this more
+    best_rows = float("inf")
+    for _ in range(REPEATS):
+        c = time.process_time()
+        for p in plan(inp).partitions:
+            len(tuple(p.why))
+        best_rows = min(best_rows, time.process_time() - c)
     t = time.perf_counter()
     naive(inp, NAIVE_JOBS)
     naive_per_job = (time.perf_counter() - t) / NAIVE_JOBS
@@ -158,6 +165,7 @@ def main() -> int:
     print(f"gangwatch plan (best of {REPEATS}): {best * 1000:.1f} ms wall, {best_cpu * 1000:.1f} ms CPU for"
           f" {len(inp.pending)} jobs = {len(inp.pending) / best:,.0f} jobs/s | target {TARGET_S * 1000:.0f} ms:"
           f" {'met' if best <= TARGET_S else 'MISSED'} (load average {os.getloadavg()[0]:.1f})")
+    print(f"plan and every job's why row read (what /api/v1/backfill serialises): {best_rows * 1000:.1f} ms CPU")
     print(f"naive per-job rescan: {naive_per_job * 1e3:.2f} ms/job on the first {NAIVE_JOBS} jobs,"
           f" ~{naive_est:.1f} s for all {len(inp.pending)} | ratio ~{naive_est / best:.0f}x")
     return 0 if best <= TARGET_S else 1

@@ -186,20 +186,6 @@ def slurm_starts(runner, timeout: float) -> dict[str, float] | None:
     return parse_squeue_start(res.stdout) if res.ok else None
 
 
-QOS_FORMAT = "format=Name,Priority,MaxJobsPU,MaxSubmitPU,MaxTRESPU,MaxTRES,GrpTRES,GrpJobs,MaxWall"
-
-
-def slurm_scheduling(runner, timeout: float):
-    """(SchedulerConfig or None, QOS list) from the live Slurm; what cannot be read is left out."""
-    from collectors.slurm.sched_config import parse_sacctmgr_qos, parse_scontrol_config
-
-    res = runner.run(["scontrol", "show", "config"], timeout=timeout)
-    cfg = parse_scontrol_config(res.stdout) if res.ok and "SchedulerType" in res.stdout else None
-    res = runner.run(["sacctmgr", "-P", "show", "qos", QOS_FORMAT], timeout=timeout)
-    qos = parse_sacctmgr_qos(res.stdout) if res.ok else []
-    return cfg, qos
-
-
 def read_scheduling_files(config_path: str | None, qos_path: str | None):
     from collectors.slurm.sched_config import parse_sacctmgr_qos, parse_scontrol_config
 
@@ -388,9 +374,7 @@ def main(argv: list[str] | None = None, runner=None) -> int:
             snap = fetch_exporter(args.slurm_exporter, args.timeout)
         else:
             snap = poll_slurm(runner, args.timeout)
-            starts = slurm_starts(runner, args.timeout)
-            if not (args.slurm_config or args.qos or args.easy):
-                cfg, qos = slurm_scheduling(runner, args.timeout)
+            starts = slurm_starts(runner, args.timeout)  # the poll read Slurm's configuration and QOS too
         if args.easy:
             snap = dataclasses.replace(snap, config=None, qos=())
         elif cfg is not None or qos:

@@ -35,10 +35,10 @@ import time
 from dataclasses import dataclass, field
 
 from collectors.runner import CommandRunner
-from collectors.slurm.sched_config import parse_sacctmgr_qos, parse_scontrol_config
+from collectors.slurm.sched_config import QOS_FORMAT, parse_sacctmgr_qos, parse_scontrol_config
 from collectors.slurm.sources import CliSource, Poller
 from dashboard.backfill_api import backfill_json
-from dashboard.backfill_cli import QOS_FORMAT, parse_squeue_start
+from dashboard.backfill_cli import parse_squeue_start
 
 BF_INTERVAL = 2
 BF_RESOLUTION = 60
@@ -294,10 +294,15 @@ class Harness:
                 elif limited:
                     rule = (f"(likely) higher-priority job(s) {', '.join(limited)} held by a QOS limit: Slurm's "
                             "backfill appears to keep nodes for them, gangwatch reserves nothing for a limit-held job")
+                elif t_slurm is not None and t_slurm > t_ours:
+                    rule = ("(likely) backfill.c keeps a job's estimate from an earlier cycle when a later one is "
+                            "worse (orig_start_time), or its will-run test stopped early (more than 200 jobs in a "
+                            "batch, 2 s): neither is modelled; gangwatch models the will-run batches, the node "
+                            "map's rounding to bf_resolution, the later_start retries and the next cycle")
                 else:
-                    rule = ("(likely) Slurm's will-run test (select/cons_tres) tries the job after each running job's "
-                            "end and passes over nodes gangwatch uses (node weight, consecutive runs), which moves "
-                            "the start later")
+                    rule = ("gangwatch plans it later than Slurm: a higher-priority job's reservation sits on "
+                            "nodes where Slurm's node selection put it elsewhere (node weight, consecutive runs "
+                            "among the nodes free at its start)")
                 out.disagreements.append(
                     f"seed {wl.seed} top job {jid} of {part}: gangwatch reserves {t_ours - now:+.0f} s from now on "
                     f"{ours_nodes}, " + ("Slurm gives no expected start" if t_slurm is None else

@@ -18,7 +18,7 @@ from collectors.slurm.sched_config import (
 from collectors.slurm.parse_text import parse_scontrol_partitions
 from dashboard.analysis.planner import plan
 from dashboard.analysis.planner_model import BackfillConfig, PartitionInfo, QosLimit
-from dashboard.analysis.snapshot_to_planner import backfill_config, qos_limit, snapshot_to_planner
+from dashboard.analysis.snapshot_to_planner import backfill_config, constraint_features, qos_limit, snapshot_to_planner
 from dashboard.backfill_cli import main as backfill_main
 from tests.test_backfill import NOW_2205, snap2205  # noqa: F401 - the 22.05 snapshot fixture
 from tests.test_planner import H, NOW, busy, gpu_node, job, running, snap, startable_ids
@@ -104,7 +104,9 @@ def test_every_tested_job_gets_a_reservation():
     slurm = plan(slurm_snap(nodes, run, pending))
     assert slurm.policy == "slurm-backfill" and startable_ids(slurm) == []
     why201 = slurm.why("201")
-    assert why201.state == "waiting" and "reserved" in why201.codes and why201.expected_start == NOW + 3 * H
+    # 200's reservation ends at +3 h rounded down to bf_resolution (backfill.c's node map), when 201 starts
+    assert why201.state == "waiting" and "reserved" in why201.codes
+    assert why201.expected_start == (NOW + 3 * H) // 60 * 60 != NOW + 3 * H
     assert slurm.partition("gpu").top_job.job_id == "200"
     doc = slurm.to_json()
     assert doc["policy"] == "slurm-backfill" and doc["scheduler"]["parameters"]["bf_max_job_test"] == 500
@@ -228,3 +230,105 @@ def test_plan_is_deterministic(policy):
     pending = [job("200", nodes=3, hours=2), job("201", hours=10), job("202", hours=1)]
     mk = (lambda: snap(nodes, run, pending)) if policy == "easy" else (lambda: slurm_snap(nodes, run, pending))
     assert plan(mk()).to_json() == plan(mk()).to_json()
+
+
+def test_top_job_start_as_slurms_will_run_test_batches_running_jobs():
+    # Jobs end at +100, +1000, +1100 and +1500 s; the 3-node job fits from +1100. Slurm's will-run test
+    # removes running jobs in batches (30 s barrier after the first end, window doubled per batch):
+    # {+100}, {+1000} (window 960 s), then {+1100, +1500} (1920 s), so Slurm plans it at +1500.
+    nodes = [busy(1), busy(2), busy(3), busy(4)]
+    run = [running("100", [1], 100), running("101", [2], 1000), running("102", [3], 1100), running("103", [4], 1500)]
+    pending = [job("200", nodes=3, hours=1)]
+    assert plan(snap(nodes, run, pending)).partition("gpu").top_job.shadow_time == NOW + 1100
+    top = plan(slurm_snap(nodes, run, pending)).partition("gpu").top_job
+    assert top.shadow_time == NOW + 1500 and len(top.nodes) == 3
+    # one job fewer in the last batch: the exact start again
+    run = run[:3] + [running("103", [4], 9000)]
+    assert plan(slurm_snap(nodes, run, pending)).partition("gpu").top_job.shadow_time == NOW + 1100
+
+
+def test_will_run_batches_close_on_jobs_of_other_nodes_too():
+    # gpu001-004 free at +100, +1000, +3000, +3100 s; the 3-node job fits from +3000. Batches: {+100},
+    # {+1000}, then the window grows to reach +3000 and takes +3100 too: Slurm plans +3100. A job on
+    # gpu005 (another partition) ending at +1500 closes the second batch early: Slurm looks at the
+    # next job in its whole list, so the window stays small and the next batch is {+3000}.
+    nodes = [busy(1), busy(2), busy(3), busy(4)]
+    run = [running("100", [1], 100), running("101", [2], 1000), running("102", [3], 3000), running("103", [4], 3100)]
+    pending = [job("200", nodes=3, hours=1)]
+    assert plan(slurm_snap(nodes, run, pending)).partition("gpu").top_job.shadow_time == NOW + 3100
+    other = dataclasses.replace(busy(5), partitions=("other",))
+    got = plan(slurm_snap(nodes + [other], run + [running("104", [5], 1500)], pending))
+    assert got.partition("gpu").top_job.shadow_time == NOW + 3000
+
+
+def test_top_job_start_as_the_next_cycle_reports_it_with_backfilled_jobs_running():
+    # gpu001-002 free at +1000 s, gpu003-006 at +5000 s: the 6-node job is reserved at +5000. The
+    # 1-node job starts now on a node the reservation does not need. In Slurm's next cycle it runs,
+    # and the will-run batch that frees gpu003-006 also takes its end (+5500): squeue --start says +5500.
+    nodes = [busy(i) for i in range(1, 7)] + [gpu_node(7), gpu_node(8)]
+    run = [running("100", [1, 2], 1000), running("101", [3, 4, 5, 6], 5000)]
+    pending = [job("200", nodes=6, hours=1), job("201", nodes=1, hours=5500 / H)]
+    easy = plan(snap(nodes, run, pending))
+    assert startable_ids(easy) == ["201"] and easy.partition("gpu").top_job.shadow_time == NOW + 5000
+    got = plan(slurm_snap(nodes, run, pending))
+    assert startable_ids(got) == ["201"]
+    assert got.partition("gpu").top_job.shadow_time == NOW + 5500 == got.why("200").expected_start
+    assert "Slurm's next backfill cycle" in next(r.message for r in got.why("200").reasons if r.code == "top_job")
+
+
+def test_feature_alternatives():
+    # --constraint="h100|a100&nvlink": each node has h100, or both a100 and nvlink
+    nodes = [gpu_node(1, features=frozenset({"h100"})), gpu_node(2, features=frozenset({"a100", "nvlink"})),
+             gpu_node(3, features=frozenset({"a100"}))]
+    alts = (("h100",), ("a100", "nvlink"))
+    r = plan(snap(nodes, (), [job("200", nodes=2, feature_alternatives=alts)]))
+    assert startable_ids(r) == ["200"] and set(r.why("200").expected_nodes) == {"gpu001", "gpu002"}
+    r = plan(snap(nodes, (), [job("201", nodes=3, feature_alternatives=alts)]))
+    assert r.why("201").state == "never" and "too_large" in r.why("201").codes
+    r = plan(snap(nodes, (), [job("202", feature_alternatives=(("v100",), ("a100", "ib")))]))
+    why = next(x for x in r.why("202").reasons if x.code == "no_such_feature")
+    assert why.message.endswith("has the features (a100&ib|v100)")
+
+
+@pytest.mark.parametrize("expr,features,alternatives", [
+    ("ib&nvlink", ("ib", "nvlink"), ()),
+    ("ib,nvlink", ("ib", "nvlink"), ()),
+    ("h100|a100&nvlink", (), (("h100",), ("a100", "nvlink"))),
+    ("[h100|a100]", (), (("h100",), ("a100",))),
+    ("h100*2", (), ()),  # counts: not modelled (no constraint)
+    ("", (), ()),
+])
+def test_constraint_expressions(expr, features, alternatives):
+    assert constraint_features(expr) == (features, alternatives)
+
+
+def test_licenses_free_now_limit_what_starts():
+    # `scontrol show licenses`: 1 matlab free. Two jobs ask for it on idle nodes: the first starts, the
+    # second waits for it (without the pool, both would start).
+    nodes = [gpu_node(1), gpu_node(2)]
+    pending = [job("200", licenses=(("matlab", 1),)), job("201", licenses=(("matlab", 1),)), job("202")]
+    assert startable_ids(plan(snap(nodes, (), pending))) == ["200", "201"]
+    got = plan(dataclasses.replace(snap(nodes, (), pending), licenses=(("matlab", 1),)))
+    assert startable_ids(got) == ["200", "202"]
+    why = next(r for r in got.why("201").reasons if r.code == "licenses")
+    assert why.message.startswith("it needs 1 license(s) matlab, 0 free")
+    none = plan(dataclasses.replace(snap(nodes, (), pending[:1]), licenses=()))
+    assert "(no such license)" in next(r.message for r in none.why("200").reasons if r.code == "licenses")
+
+
+def test_qos_limit_used_up_by_jobs_started_now_holds_a_reserved_job():
+    # QOS lim allows 2 running jobs per user; one runs on gpu001 for 1 h. A (lim, 3 nodes) cannot
+    # start and is reserved at +1 h; C (lim, 30 min) starts now on gpu002, so user u has 2 lim jobs:
+    # Slurm's main scheduler starts C before its backfill cycle, which then holds A (QOS limit) and
+    # reserves nothing for it, so D (10 h) starts on gpu003 as well. Plain EASY keeps A's reservation.
+    nodes = [busy(1), gpu_node(2), gpu_node(3)]
+    run = [dataclasses.replace(running("100", [1], H), user="u", qos="lim")]
+    qos = [QosLimit("lim", max_jobs_per_user=2)]
+    pending = [job("A", nodes=3, user="u", qos="lim"), job("C", hours=0.5, user="u", qos="lim"),
+               job("D", hours=10, user="v")]
+    easy = plan(dataclasses.replace(snap(nodes, run, pending), qos=tuple(qos)))
+    assert startable_ids(easy) == ["C"] and easy.partition("gpu").top_job.job_id == "A"
+    got = plan(slurm_snap(nodes, run, pending, SLURM, qos))
+    assert startable_ids(got) == ["C", "D"] and got.partition("gpu").top_job is None
+    a = got.why("A")
+    assert a.state == "blocked" and "use up a limit of this QOS" in a.reasons[-1].message

@@ -20,6 +20,7 @@ from collectors.runner import CommandRunner
 from collectors.slurm import exporter
 from collectors.slurm.metrics import LABEL_MAX, METRICS, metric_table_markdown
 from collectors.slurm.model import Snapshot
+from collectors.slurm.sched_config import QOS_ARGV
 from collectors.slurm.sources import CliSource, Poller, cli_plan
 from collectors.web import make_server, serve_in_thread
 from tests.slurm.fakes import FileRunner, failing_result, slow_result, text_result, timeout_result
@@ -83,13 +84,39 @@ def test_poll_2205_commands(runner):
     poller = Poller(CliSource(runner=runner), clock=Clock())
     assert poller.poll_once()
     assert runner.calls == ["squeue --version", "squeue --json", "sinfo --json", "scontrol -o show partition",
-                            "scontrol -o show reservation", "sdiag", "sprio", "sshare -l -a -P", "scontrol show topology"]
+                            "scontrol -o show reservation", "sdiag", "sprio", "sshare -l -a -P", "scontrol show topology",
+                            "scontrol show config", " ".join(QOS_ARGV), "scontrol -o show licenses"]
     snap = poller.current()
     assert (len(snap.jobs), len(snap.nodes), len(snap.partitions), len(snap.reservations)) == (27, 8, 3, 2)
     assert snap.data_parser == "v0.0.38" and snap.slurm_version == "22.05.8" and snap.errors == ()
     assert snap.job(15).priority_factors.nice == 1000  # sprio joined onto the job
     assert snap.scheduler.backfill_jobs_total == 3 and len(snap.fairshare) == 10
     assert not snap.stale and poller.up
+    # Slurm's configuration, read on the slow interval: what the dashboard's backfill plan follows
+    assert snap.config.scheduler_type == "sched/backfill" and snap.config.bf_resolution_s == 60
+    assert {q.name for q in snap.qos} == {"normal", "high", "low"} and snap.licenses == ()
+
+
+def test_configuration_is_read_on_its_own_interval_and_kept(runner):
+    t = [0.0]
+    poller = Poller(CliSource(runner=runner, slow_interval=300, clock=lambda: t[0]), clock=Clock())
+    assert poller.poll_once()
+    runner.calls.clear()
+    t[0] = 100.0  # within the interval: not asked again, still in the snapshot
+    runner.override("scontrol show config", failing_result())
+    assert poller.poll_once()
+    assert "scontrol show config" not in runner.calls and poller.current().config.bf_window_s == 4320 * 60
+    t[0] = 400.0  # asked again; it fails: the last good read stays, the failure is reported
+    assert poller.poll_once()
+    snap = poller.current()
+    assert "scontrol show config" in runner.calls and snap.config.bf_window_s == 4320 * 60
+    assert not poller.health()["statuses"]["scontrol_config"].ok
+    runner.override("scontrol show config", text_result("garbage\n"))  # not config output: an error, not a config
+    t[0] = 800.0
+    assert poller.poll_once()
+    assert poller.current().config.bf_window_s == 4320 * 60
+    runner.calls.clear()
+    assert CliSource(runner=runner, slow_interval=0).poll()[0] and "scontrol show config" not in runner.calls
 
 
 def test_metrics_golden(runner, update_golden):
@@ -242,7 +269,9 @@ def test_one_deadline_per_poll_not_one_per_command(runner):
     start = time.monotonic()
     assert not poller.poll_once()
     assert time.monotonic() - start < 1.5  # serial timeouts would take 8 x 0.5 s
-    assert all(not st.ok for name, st in poller.statuses.items() if name != "squeue_version")
+    # (the configuration, read on its own slower interval, was not asked again)
+    assert all(not st.ok for name, st in poller.statuses.items()
+               if name not in ("squeue_version", "scontrol_config", "sacctmgr_qos", "scontrol_licenses"))
 
 
 def test_exporter_caps_the_poll_deadline_at_the_interval():

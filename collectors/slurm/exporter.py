@@ -95,7 +95,12 @@ def build_parser(prog: str = "gangwatch slurm-exporter") -> argparse.ArgumentPar
     p.add_argument("--slurm.rest-with-cli", dest="slurm_rest_with_cli", action=argparse.BooleanOptionalAction,
                    default=False, help="With slurmrestd, still run sprio and sshare locally (slurmrestd has neither).")
     p.add_argument("--slurm.no-fairshare", dest="slurm_no_fairshare", action="store_true",
-                   help="Do not run sshare (clusters without slurmdbd).")
+                   help="Do not run sshare nor sacctmgr (clusters without slurmdbd).")
+    p.add_argument("--slurm.config-interval", dest="slurm_config_interval", type=float, default=300.0,
+                   help="Seconds between reads of Slurm's configuration (`scontrol show config`: SchedulerType and "
+                        "SchedulerParameters; QOS limits from `sacctmgr show qos`; `scontrol show licenses`), "
+                        "within a poll and under its deadline; the snapshot carries the last good read, so the "
+                        "dashboard's backfill plan follows Slurm's parameters. 0: never.")
     p.add_argument("--slurm.topology-file", dest="slurm_topology_file", default="",
                    help="Read the node -> switch tree from this topology.conf at every poll instead of running "
                         "`scontrol show topology` (for slurmrestd, or a controller without topology/tree).")
@@ -120,10 +125,11 @@ def add_exporter_arguments(p: argparse.ArgumentParser, default_listen: str) -> N
 
 def make_source(args: argparse.Namespace, runner: CommandRunner | None = None):
     no_topology, topology_file = args.slurm_no_topology, args.slurm_topology_file
-    skip = tuple(kind for kind, off in (("fairshare", args.slurm_no_fairshare),
+    skip = tuple(kind for kind, off in (("fairshare", args.slurm_no_fairshare), ("qos", args.slurm_no_fairshare),
                                         ("topology", no_topology or topology_file)) if off)
     deadline = min(args.slurm_command_timeout, args.slurm_poll_interval)
-    cli = CliSource(runner=runner, timeout=deadline, bin_dir=args.slurm_bin_dir, skip=skip)
+    cli = CliSource(runner=runner, timeout=deadline, bin_dir=args.slurm_bin_dir, skip=skip,
+                    slow_interval=getattr(args, "slurm_config_interval", 300.0))
     source = cli if not args.slurm_rest_url else _rest_source(args, cli)
     if topology_file and not no_topology:
         source = TopologyFile(source, topology_file)

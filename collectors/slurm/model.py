@@ -79,6 +79,48 @@ class PriorityFactors:
 
 
 @dataclass(frozen=True)
+class Gres:
+    """One generic resource: name ("gpu", "shard", "mps"), type ("h100"; None: any), count."""
+
+    name: str
+    type: str | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class License:
+    name: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Tres:
+    """Trackable resources as typed fields, parsed once from Slurm's TRES strings
+    (collectors/slurm/tres.py). For a job: `gpus_per_node`/`gres_per_node` from its per-node request
+    (--gres, --gpus-per-node), `gpus_per_job`/`gres_per_job` from --gpus, and the totals (cpus,
+    mem_bytes, nodes, gpus, gres, licenses, billing) from tres_alloc: the allocation, or for a
+    pending job in scontrol's text the request. For a QOS limit only the totals. None: not given."""
+
+    cpus: int | None = None
+    mem_bytes: int | None = None
+    nodes: int | None = None
+    gpus: int | None = None
+    gpu_type: str | None = None  # the GPU type a job's request names (a total: the first typed term)
+    gres: tuple[Gres, ...] = ()
+    licenses: tuple[License, ...] = ()
+    billing: int | None = None
+    gpus_per_node: int | None = None
+    gpus_per_job: int | None = None
+    gres_per_node: tuple[Gres, ...] = ()
+    gres_per_job: tuple[Gres, ...] = ()
+
+
+# Fields computed from others when a record is built: not written to the snapshot JSON (a reader
+# computes them again), so the schema does not change.
+DERIVED = {"derived": True}
+
+
+@dataclass(frozen=True)
 class Job:
     job_id: int
     name: str = ""
@@ -118,9 +160,17 @@ class Job:
     tres_per_node: str = ""
     tres_per_job: str = ""
     tres_alloc: str = ""
+    licenses: str = ""  # the licenses it asks for, as Slurm writes them ("matlab:2,ansys@db:1")
     exit_code: int | None = None
     scheduler: str = ""  # "Main" or "Backfill" (text form only)
     flags: tuple[str, ...] = ()
+    tres: Tres = dataclasses.field(default=None, compare=False, repr=False, metadata=DERIVED)  # type: ignore
+
+    def __post_init__(self) -> None:
+        if self.tres is None:
+            from .tres import job_tres  # tres imports this module
+            object.__setattr__(self, "tres", job_tres(self.tres_per_node or "", self.tres_per_job or "",
+                                                      self.tres_alloc or "", self.licenses or ""))
 
     @property
     def gang_size(self) -> int:
@@ -252,6 +302,27 @@ class Qos:
     grp_tres: str = ""
     grp_jobs: int | None = None
     max_wall_seconds: int | None = None
+    max_per_user: Tres = dataclasses.field(default=None, compare=False, repr=False, metadata=DERIVED)  # type: ignore
+    grp: Tres = dataclasses.field(default=None, compare=False, repr=False, metadata=DERIVED)  # type: ignore
+
+    def __post_init__(self) -> None:
+        from .tres import limit_tres  # tres imports this module
+        if self.max_per_user is None:
+            object.__setattr__(self, "max_per_user", limit_tres(self.max_tres_per_user or ""))
+        if self.grp is None:
+            object.__setattr__(self, "grp", limit_tres(self.grp_tres or ""))
+
+
+@dataclass(frozen=True)
+class LicensePool:
+    """One of the cluster's licenses (`scontrol show licenses`). None: not reported."""
+
+    name: str
+    total: int | None = None
+    used: int | None = None
+    free: int | None = None
+    reserved: int | None = None
+    remote: bool = False
 
 
 @dataclass(frozen=True)
@@ -361,6 +432,7 @@ class Snapshot:
     switches: tuple[Switch, ...] = ()  # empty: no topology/tree (or it could not be read)
     config: SchedulerConfig | None = None  # None: `scontrol show config` was not read
     qos: tuple[Qos, ...] = ()  # empty: no QOS read (no slurmdbd, or not polled)
+    licenses: tuple[LicensePool, ...] | None = None  # None: not read; (): none configured
     errors: tuple[SourceError, ...] = ()
     stale: bool = False  # True when the latest poll failed and this is the last good snapshot
     last_attempt: float | None = None  # unix s of the latest poll, good or not
@@ -418,7 +490,7 @@ def _to_plain(obj: Any) -> Any:
     t = type(obj)
     names = _FIELD_NAMES.get(t)
     if names is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(obj))
+        names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(obj) if not f.metadata.get("derived"))
     if names is not None:
         return {n: _to_plain(getattr(obj, n)) for n in names}
     if t is tuple or t is list:
@@ -455,7 +527,7 @@ def _converter(tp: Any):
             conv = lambda v: None if v is None else tuple(inner(x) for x in v)  # noqa: E731
     elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp, vars(sys.modules[tp.__module__]))
-        fields = {f.name: _converter(hints[f.name]) for f in dataclasses.fields(tp)}
+        fields = {f.name: _converter(hints[f.name]) for f in dataclasses.fields(tp) if not f.metadata.get("derived")}
 
         def conv(v, _tp=tp, _fields=fields):
             if v is None:

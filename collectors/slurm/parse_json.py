@@ -306,7 +306,7 @@ def parse_job(j: dict, priority_factors: dict | None = None) -> Job | None:
         comment=text(j.get("comment")),
         tres_per_node=text(j.get("tres_per_node")),
         tres_per_job=text(j.get("tres_per_job")),
-        tres_alloc=text(j.get("tres_alloc_str")),
+        tres_alloc=text(j.get("tres_alloc_str")), licenses=text(j.get("licenses")),
         exit_code=_exit_code(j.get("exit_code")),
         flags=str_list(j.get("flags")),
     )

@@ -137,6 +137,7 @@ def parse_scontrol_job(record: str) -> Job | None:
         exclusive=(d.get("OverSubscribe") == "NO") if "OverSubscribe" in d else None,
         restarts=integer(d.get("Restarts")), batch_host=_nz(d.get("BatchHost")), comment=_nz(d.get("Comment")),
         tres_per_node=_nz(d.get("TresPerNode")), tres_per_job=_nz(d.get("TresPerJob")), tres_alloc=tres,
+        licenses=_nz(d.get("Licenses")),
         exit_code=integer(exit_code.split(":", 1)[0]) if exit_code else None,
         scheduler=d.get("Scheduler", "").split(":", 1)[0],
     )

@@ -16,7 +16,9 @@ Failure modes: none raised; unparsable values are left unset (None) and the para
 
 from __future__ import annotations
 
-from .model import Qos, SchedulerConfig
+import re
+
+from .model import LicensePool, Qos, SchedulerConfig
 from .parse_common import duration_seconds, integer, memory_bytes
 
 # Slurm 22.05's defaults (slurm.conf(5)) for the SchedulerParameters the planner honours.
@@ -141,4 +143,28 @@ def parse_sacctmgr_qos(text: str) -> list[Qos]:
                        max_submit_per_user=num("MaxSubmitPU"), max_tres_per_user=(row.get("MaxTRESPU") or "").strip(),
                        max_tres_per_job=(row.get("MaxTRES") or "").strip(), grp_tres=(row.get("GrpTRES") or "").strip(),
                        grp_jobs=num("GrpJobs"), max_wall_seconds=duration_seconds(wall) if wall else None))
+    return out
+
+
+# The columns `gangwatch backfill` and the slurm-exporter ask sacctmgr for (any order parses).
+QOS_FORMAT = "format=Name,Priority,MaxJobsPU,MaxSubmitPU,MaxTRESPU,MaxTRES,GrpTRES,GrpJobs,MaxWall"
+QOS_ARGV = ["sacctmgr", "-P", "show", "qos", QOS_FORMAT]
+
+
+def parse_scontrol_licenses(text: str) -> list[LicensePool]:
+    """`scontrol -o show licenses` ("LicenseName=matlab Total=4 Used=1 Free=3 Reserved=0 Remote=no",
+    one per line) -> the cluster's license pools. "No licenses configured" gives none."""
+    out = []
+    for line in text.splitlines():
+        d = dict(re.findall(r"(\w+)=(\S*)", line))
+        name = d.get("LicenseName")
+        if not name:
+            continue
+
+        def num(key: str) -> int | None:
+            v = d.get(key, "")
+            return int(v) if v.isdecimal() else None
+
+        out.append(LicensePool(name, num("Total"), num("Used"), num("Free"), num("Reserved"),
+                               d.get("Remote", "").lower() == "yes"))
     return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import parse_json, parse_text, topology
+from . import parse_json, parse_text, sched_config, topology
 from .model import Job, Snapshot, SourceError
 
 # logical sources whose absence makes a snapshot worthless
@@ -25,7 +25,9 @@ JSON_PARSERS = {"jobs": parse_json.parse_jobs, "nodes": parse_json.parse_nodes, 
                 "reservations": parse_json.parse_reservations, "scheduler": parse_json.parse_diag}
 TEXT_PARSERS = {"jobs": parse_text.parse_scontrol_jobs, "nodes": parse_text.parse_scontrol_nodes,
                 "partitions": parse_text.parse_scontrol_partitions, "reservations": parse_text.parse_scontrol_reservations,
-                "priority": parse_text.parse_sprio, "fairshare": parse_text.parse_sshare, "scheduler": parse_text.parse_sdiag}
+                "priority": parse_text.parse_sprio, "fairshare": parse_text.parse_sshare, "scheduler": parse_text.parse_sdiag,
+                "config": sched_config.parse_scontrol_config, "qos": sched_config.parse_sacctmgr_qos,
+                "licenses": sched_config.parse_scontrol_licenses}
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,14 @@ class PollFailed(Exception):
         self.errors = errors
 
 
+CONFIG_KINDS = frozenset({"config", "qos", "licenses"})  # read on the slow interval (sources.SLOW_PLAN)
+
+
 def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict | None = None):
     """-> parsed value for the kind, or None (with an error recorded)."""
     if raw.text is None:
-        errors.append(SourceError(raw.source, raw.error or "no output"))
+        # without Slurm's configuration the plan is plain EASY: worth a warning, not a failed poll
+        errors.append(SourceError(raw.source, raw.error or "no output", "warning" if raw.kind in CONFIG_KINDS else "error"))
         return None
     try:
         if raw.kind == "topology":
@@ -69,6 +75,8 @@ def _parse(raw: RawOutput, errors: list[SourceError], meta_out: dict, prio: dict
                 return None  # "Unable to contact slurm controller": not an empty cluster
             meta_out.setdefault(raw.kind, meta)
             return value
+        if raw.kind == "config" and "SchedulerType" not in raw.text:
+            raise ValueError("not `scontrol show config` output (no SchedulerType line)")
         if raw.kind not in TEXT_PARSERS:
             raise ValueError(f"unknown kind {raw.kind}")
         return TEXT_PARSERS[raw.kind](raw.text)
@@ -101,5 +109,7 @@ def build_snapshot(raws: list[RawOutput], taken_at: float, source: str) -> Snaps
         partitions=tuple(parsed.get("partitions") or ()), reservations=tuple(parsed.get("reservations") or ()),
         fairshare=tuple(parsed.get("fairshare") or ()), scheduler=parsed.get("scheduler"),
         switches=tuple(parsed.get("topology") or ()),
+        config=parsed.get("config"), qos=tuple(parsed.get("qos") or ()),
+        licenses=tuple(parsed["licenses"]) if parsed.get("licenses") is not None else None,
         errors=tuple(errors), last_attempt=taken_at,
     )

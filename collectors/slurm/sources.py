@@ -34,6 +34,7 @@ from typing import Callable, Protocol
 from ..runner import CommandRunner
 from .model import Snapshot, SourceError
 from .parse_text import SPRIO_FORMAT
+from .sched_config import QOS_ARGV
 from .snapshot import PollFailed, RawOutput, build_snapshot
 from .topology import NO_TOPOLOGY
 
@@ -87,6 +88,15 @@ def cli_plan(version: tuple[int, int] | None) -> list[tuple[str, str, list[str],
     return plan
 
 
+# Slurm's configuration changes rarely: read every `slow_interval` seconds, not every poll. Kinds:
+# config (`scontrol show config`: SchedulerType, SchedulerParameters, job defaults), qos (QOS limits,
+# needs slurmdbd), licenses.
+SLOW_PLAN = [("config", "scontrol_config", ["scontrol", "show", "config"], "config"),
+             ("qos", "sacctmgr_qos", QOS_ARGV, "qos"),
+             ("licenses", "scontrol_licenses", ["scontrol", "-o", "show", "licenses"], "licenses")]
+SLOW_KINDS = frozenset(k for k, *_ in SLOW_PLAN)
+
+
 def _describe_failure(res) -> str:
     if res.error:
         return res.error
@@ -100,11 +110,15 @@ class CliSource:
     name = "cli"
 
     def __init__(self, runner: CommandRunner | None = None, timeout: float = 10.0, bin_dir: str = "",
-                 skip: tuple[str, ...] = ()):
+                 skip: tuple[str, ...] = (), slow_interval: float = 300.0, clock: Callable[[], float] = time.monotonic):
         self.runner = runner or CommandRunner()
         self.timeout = timeout
         self.bin_dir = bin_dir.rstrip("/")
         self.skip = set(skip)  # kinds not to poll, e.g. {"fairshare"} on a cluster without slurmdbd
+        self.slow_interval = slow_interval  # <= 0: never read the configuration
+        self.clock = clock
+        self._slow_at: float | None = None  # when the configuration was last read
+        self._slow: dict[str, RawOutput] = {}  # its last good outputs, added to every poll
         self.version: tuple[int, int] | None = None
         self.version_text = ""
 
@@ -131,6 +145,11 @@ class CliSource:
                 # without a version we do not know which forms to ask for; the poll fails visibly
                 return [RawOutput("jobs", "squeue --version", "json", None, statuses[-1].error)], statuses
         plan = [p for p in cli_plan(self.version) if p[0] not in self.skip]
+        now = self.clock()
+        slow = self.slow_interval > 0 and (self._slow_at is None or now - self._slow_at >= self.slow_interval)
+        if slow:  # in the same poll, under the same deadline
+            self._slow_at = now
+            plan += [p for p in SLOW_PLAN if p[0] not in self.skip]
         # one thread per command, all under the same deadline: a poll costs the slowest command
         with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="slurm-cmd") as pool:
             results = list(pool.map(lambda p: self._run(p[2], deadline), plan))
@@ -146,6 +165,8 @@ class CliSource:
                 # dead controller ("slurm_load_topo error: Unable to contact slurm controller")
                 said = res.stderr.strip().splitlines()[-1][:300]
                 res = replace(res, returncode=None, error=f"exit status 0 but: {said}")
+            if kind == "config" and res.ok and "SchedulerType" not in res.stdout:
+                res = replace(res, returncode=None, error="not `scontrol show config` output (no SchedulerType line)")
             if res.ok:
                 raws.append(RawOutput(kind, shown, fmt, res.stdout, duration=res.duration, label=label))
                 statuses.append(CommandStatus(label, True, res.duration))
@@ -153,7 +174,14 @@ class CliSource:
                 why = _describe_failure(res)
                 raws.append(RawOutput(kind, shown, fmt, None, why, res.duration, label))
                 statuses.append(CommandStatus(label, False, res.duration, why))
-        return raws, statuses
+        if slow:
+            for raw in raws:
+                if raw.kind in SLOW_KINDS and (raw.text is not None or raw.kind not in self._slow):
+                    self._slow[raw.kind] = raw
+            # a configuration read that failed keeps the last good one (older, not absent); its
+            # status still says it failed
+            raws = [r for r in raws if r.kind not in SLOW_KINDS]
+        return raws + list(self._slow.values()), statuses
 
 
 class TopologyFile:

@@ -38,13 +38,19 @@ Semantics (EASY, one reservation per partition, gang-aware):
   plans), within bf_window, bf_max_job_test/_part/_user and bf_min_prio_reserve; nodes are chosen
   as select/cons_tres does (node weight, then runs of consecutive nodes); sched/builtin never
   backfills. QOS limits (`PlannerInput.qos`) hold jobs in both modes. Nodes Slurm marked PLANNED
-  are taken first by reservations.
+  are taken first by reservations. A reservation's start and nodes follow backfill.c's search and
+  cons_tres's will-run test (`_Cluster.slurm_earliest`: batches of running jobs, reservations kept
+  rounded to bf_resolution, later_start retries), and a top job's start is the one the next cycle
+  reports, with the jobs backfilled now running (`_next_cycle`).
+- Licenses (`PlannerInput.licenses`, free now): a job that needs more than are free is blocked.
+- Features: every one of `features` on each node, and one of `feature_alternatives` (a|b&c).
 
 How it stays fast (10,000 jobs on 4,096 nodes in well under 100 ms): "fits now" scans only the nodes
-with enough GPUs free, memoised per distinct request until a node of the partition changes; times
-come from per-partition numpy arrays of each node's cumulative free resources after each release
-(updated in place when a job is committed), with the few nodes under a reservation or hold checked
-one by one; reasons are computed once per distinct (partition, request, earliest start).
+with enough GPUs free, memoised per distinct request and brought up to date from the nodes changed
+since; times come from per-partition numpy arrays of each node's cumulative free resources after each
+release (updated in place when a job is committed), with the few nodes under a reservation or hold
+checked one by one; reasons are computed once per distinct (partition, request, earliest start), when
+a waiting job's row is first read.
 
 Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
 are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on
@@ -57,12 +63,13 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from collectors.slurm.hostlist import compress
+from dashboard.analysis.lazy import LazyRecords
 from dashboard.analysis.planner_model import (
     DEPENDENCY_BLOCKING,
     PendingJob,
@@ -180,46 +187,34 @@ class JobWhy:
         }
 
 
-class _Whys(Sequence):
+class _Whys(LazyRecords):
     """A partition's `why` records, built when first read: a plan of 10,000 pending jobs is read a
     few rows at a time (the Queue page, one job's page), and building every record up front cost more
-    than the plan itself. Rows are JobWhy's fields in order."""
+    than the plan itself. A row is JobWhy's fields in order (a tuple), or a list that `resolve`
+    completes from the finished plan (a waiting job's reasons, expected start and what-if)."""
 
-    __slots__ = ("_rows", "_built")
+    __slots__ = ("_rows", "_resolve")
 
-    def __init__(self, rows) -> None:
+    def __init__(self, rows, resolve=None) -> None:
+        super().__init__()
         self._rows = rows
-        self._built: tuple[JobWhy, ...] | None = None
+        self._resolve = resolve
 
-    def _all(self) -> tuple[JobWhy, ...]:
-        if self._built is None:
-            self._built = tuple(JobWhy(*r) for r in self._rows)
-            self._rows = ()
-        return self._built
+    def _row(self, r) -> JobWhy:
+        return JobWhy(*r) if type(r) is tuple else self._resolve(r)
 
-    def __len__(self) -> int:
-        return len(self._built) if self._built is not None else len(self._rows)
+    def _raw_len(self) -> int:
+        return len(self._rows)
 
-    def __getitem__(self, index):
-        return self._all()[index]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    def __hash__(self) -> int:
-        return hash(self._all())
-
-    def __repr__(self) -> str:
-        return repr(self._all())
+    def _build(self) -> tuple:
+        rows, self._rows = self._rows, ()
+        return tuple(self._row(r) for r in rows)
 
     def find(self, job_id: str) -> JobWhy | None:
         if self._built is None:
-            for k, r in enumerate(self._rows):
+            for r in self._rows:
                 if r[0].job_id == job_id:
-                    return JobWhy(*r)
+                    return self._row(r)
             return None
         return next((w for w in self._built if w.job_id == job_id), None)
 
@@ -273,7 +268,8 @@ class BackfillPlan:
 # ---------------------------------------------------------------------------------------- internal
 
 # The fields of a pending job that decide its request in a partition (the memo key of `request`).
-_REQUEST_FIELDS = attrgetter("time_limit_s", "reservation", "gpu_type", "features", "min_nodes", "gpus_per_node",
+_REQUEST_FIELDS = attrgetter("time_limit_s", "reservation", "gpu_type", "features", "feature_alternatives",
+                             "min_nodes", "gpus_per_node",
                              "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb",
                              "exclusive")
 
@@ -307,44 +303,45 @@ class _Arrays(NamedTuple):
     gpus_total: np.ndarray
 
 
-def _nonneg(value: int) -> int:
-    return value if value > 0 else 0
-
-
 class _Cluster:
     def __init__(self, inp: PlannerInput) -> None:
         self.now = now = float(inp.now)
-        self.names: list[str] = []
-        self.index: dict[str, int] = {}
-        nodes = []
-        for node in inp.nodes:
-            if node.name not in self.index:
-                self.index[node.name] = len(nodes)
-                self.names.append(node.name)
-                nodes.append(node)
-        self.nodes = nodes
+        first: dict[str, object] = {}
+        for node in inp.nodes:  # a name listed twice: the first record counts
+            first.setdefault(node.name, node)
+        self.nodes = nodes = list(first.values())
+        self.names: list[str] = list(first)
+        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self.usable = [n.usable for n in nodes]
         self.weight = [n.weight for n in nodes]
         self.planned = [n.planned for n in nodes]
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
-        self.ct = [_nonneg(n.cpus_total) for n in nodes]
-        self.mt = [_nonneg(n.mem_total_mb) for n in nodes]
-        self.gt = [_nonneg(n.gpus_total) for n in nodes]
-        # free never above total: a snapshot taken mid-update must not invent resources
-        self.cf = [min(_nonneg(n.cpus_free), t) for n, t in zip(nodes, self.ct)]
-        self.mf = [min(_nonneg(n.mem_free_mb), t) for n, t in zip(nodes, self.mt)]
-        self.gf = [min(_nonneg(n.gpus_free), t) for n, t in zip(nodes, self.gt)]
+        self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
+        self.ct = [v if v > 0 else 0 for v in map(attrgetter("cpus_total"), nodes)]
+        self.mt = [v if v > 0 else 0 for v in map(attrgetter("mem_total_mb"), nodes)]
+        self.gt = [v if v > 0 else 0 for v in map(attrgetter("gpus_total"), nodes)]
+        # free never above total (a snapshot taken mid-update must not invent resources), never below 0
+        self.cf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("cpus_free"), nodes), self.ct)]
+        self.mf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("mem_free_mb"), nodes), self.mt)]
+        self.gf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("gpus_free"), nodes), self.gt)]
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
+        self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
+        index = self.index
         for job in inp.running:
             end = max(job.expected_end, now)
+            on = []
             for a in job.allocations:
-                i = self.index.get(a.node)
+                i = index.get(a.node)
                 if i is not None:
                     self.releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
+                    on.append(i)
+            self.job_ends.append((end, tuple(on)))
         for rel in self.releases:
-            rel.sort()
+            if len(rel) > 1:
+                rel.sort()
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [[] for _ in nodes]
+        self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [[] for _ in nodes]
@@ -360,7 +357,7 @@ class _Cluster:
             for p in n.partitions:
                 self.part_nodes.setdefault(p, []).append(i)
         for p in self.part_nodes:
-            self.part_nodes[p].sort(key=lambda i: self.names[i])
+            self.part_nodes[p].sort(key=self.names.__getitem__)
         self.part_usable = {p: [i for i in idx if self.usable[i]] for p, idx in self.part_nodes.items()}
         self.part_info = {p.name: p for p in inp.partitions}
         for p in self.part_info:
@@ -368,27 +365,30 @@ class _Cluster:
             self.part_usable.setdefault(p, [])
         # A partition's version changes whenever one of its nodes does: it keys the memo tables.
         self.version = dict.fromkeys(self.part_nodes, 0)
+        self.changes: dict[str, list[int]] = {p: [] for p in self.part_nodes}  # changes[p][v:]: nodes changed since v
         self._fit_memo: dict = {}
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
-        self.node_parts = [tuple(dict.fromkeys(n.partitions)) for n in nodes]  # every one is in part_usable
+        distinct: dict[tuple, tuple] = {}  # a node's partitions, each once (every one is in part_usable)
+        self.node_parts = [distinct.get(ps) or distinct.setdefault(ps, tuple(dict.fromkeys(ps)))
+                           for ps in map(attrgetter("partitions"), nodes)]
         self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
-        self.marked = {i for i in range(len(nodes)) if self.blocks[i]}
+        self.marked = {i for i, b in enumerate(self.blocks) if b}
         # Candidates for "fits now": per partition, the usable nodes with at least k GPUs free (k >= 1),
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
         self.pool: dict[str, list[set[int]]] = {}
         for p, idx in self.part_usable.items():
             sets = [set() for _ in range(self.max_gpus + 2)]
-            for i in idx:
-                if self.cf[i] > 0:
-                    sets[0].add(i)
-                    for k in range(1, self.gf[i] + 1):
-                        sets[k].add(i)
+            cf, gf = self.cf, self.gf
+            sets[0].update(i for i in idx if cf[i] > 0)
+            for i in sets[0]:
+                for k in range(1, gf[i] + 1):
+                    sets[k].add(i)
             self.pool[p] = sets
 
     # --- requests and static checks -----------------------------------------------------------
@@ -418,6 +418,8 @@ class _Cluster:
                 return Reason("reservation_access", f"user {job.user or '?'} / account {job.account or '?'} "
                               f"may not use reservation {r.name}", "error")
         features = frozenset(job.features)
+        if job.feature_alternatives:  # one term: the node has every feature of one alternative
+            features |= {frozenset(frozenset(a) for a in job.feature_alternatives)}
         got = self._matching(p, resv, job.gpu_type, features)
         if isinstance(got, Reason):
             return got
@@ -465,10 +467,10 @@ class _Cluster:
             if not idx:
                 got = Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {gpu_type}", "error")
         if features and not isinstance(got, Reason):
-            idx = [i for i in idx if features <= self.nodes[i].features]
+            idx = [i for i in idx if _has_features(features, self.nodes[i].features)]
             if not idx:
                 got = Reason("no_such_feature", f"no node in partition {p} has the features "
-                             f"{'&'.join(sorted(features))}", "error")
+                             f"{_feature_text(features)}", "error")
         if got is None and not idx:
             got = Reason("too_large", f"partition {p} has no nodes", "error")
         if got is None:
@@ -488,7 +490,7 @@ class _Cluster:
             if req.gpu_type is not None:
                 idx = [i for i in idx if self.nodes[i].gpu_type == req.gpu_type]
             if req.features:
-                idx = [i for i in idx if req.features <= self.nodes[i].features]
+                idx = [i for i in idx if _has_features(req.features, self.nodes[i].features)]
             if req.resv >= 0:
                 names = set(self.reservations[req.resv].nodes)
                 idx = [i for i in idx if self.names[i] in names]
@@ -513,6 +515,11 @@ class _Cluster:
         if c < req.cpus or m < req.mem or g < req.gpus:
             return None
         if with_holds and self.holds[i]:
+            if self.resolution > 0:
+                # Slurm mode: whole-node holds. A job that would start now is kept off a node whose
+                # hold (rounded down to bf_resolution) begins by its exact end, inclusive: backfill.c
+                # takes the nodes free in every slot of its map that begins at or before the end
+                return None if any(s <= end and e > now for s, e, *_ in self.holds[i]) else (c, m, g)
             # A hold takes its share from what the node has when the hold starts: the resources free
             # now plus every release by then (all jobs ending at the shadow time, not only those the
             # top job needed), less the other holds active then.
@@ -544,24 +551,32 @@ class _Cluster:
         """N nodes that can run the job from now for its whole time limit, best fit first, or None."""
         key = (p, req)
         memo = self._fit_memo.get(key)
+        version = self.version[p]
         # Room only shrinks while a plan is made (starts and reservations take, nothing gives back),
-        # so "does not fit" stays true; a fit must be checked again once the partition changed.
-        if memo is not None and (memo[1] is None or memo[0] == self.version[p]):
+        # so "does not fit" stays true; a fit is brought up to date from the nodes changed since.
+        if memo is not None and (memo[1] is None or memo[0] == version):
             return memo[1]
         sets = self.pool[p]
         cands = sets[min(req.gpus, len(sets) - 1)]
         if len(cands) < req.nodes:
-            self._fit_memo[key] = (self.version[p], None)
+            self._fit_memo[key] = (version, None, None)
             return None
         allowed = self.allowed(p, req)
         end = self.now + req.duration
-        ok = []
-        for i in cands:
+        if memo is None:
+            todo = cands
+            ok = []
+        else:
+            todo = set(self.changes[p][memo[0]:])
+            ok = [t for t in memo[2] if t[-1] not in todo]
+            todo = todo & cands
+        weight, names, room_now = self.weight, self.names, self._room_now
+        for i in todo:
             if allowed is not None and i not in allowed:
                 continue
-            room = self._room_now(i, req, end)
+            room = room_now(i, req, end)
             if room is not None:
-                ok.append((self.weight[i], room[2], room[0], room[1], self.names[i], i))
+                ok.append((weight[i], room[2], room[0], room[1], names[i], i))
         result = None
         if len(ok) >= req.nodes:
             if self.slurm:
@@ -569,12 +584,13 @@ class _Cluster:
             else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
                 ok.sort()
                 result = [t[-1] for t in ok[:req.nodes]]
-        self._fit_memo[key] = (self.version[p], result)
+        self._fit_memo[key] = (version, result, ok)
         return result
 
     def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
         """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
         end = self.now + req.duration
+        self.job_ends.append((end, tuple(nodes)))
         taken = []
         for i in nodes:
             if req.exclusive:
@@ -597,18 +613,35 @@ class _Cluster:
                     for k in range(0, old_g + 1):
                         sets[k].discard(i)
                 self.version[p] += 1
+                self.changes[p].append(i)
                 self._update_row(p, i)
         return taken
+
+    def span(self, start: float, duration: float) -> tuple[float, float]:
+        """A job's interval as backfill.c compares it with its reservations: both ends rounded down to
+        bf_resolution, at least one bf_resolution long (a job ending within the slot a reservation
+        starts in does not collide with it)."""
+        res = self.resolution
+        lo = (start // res) * res
+        hi = ((start + duration) // res) * res
+        return lo, hi if hi > lo else lo + res
 
     def hold(self, nodes: list[int], start: float, req: _Req, job_id: str) -> None:
         # Slurm's backfill reserves whole nodes (its plan is a map of node bitmaps over time)
         whole = req.exclusive or self.slurm
+        end = start + req.duration
+        if self.resolution > 0:
+            # backfill.c's node map keeps a reservation rounded down to bf_resolution at both ends: a
+            # later job may start at the rounded end
+            start, end = self.span(start, req.duration)
+        self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
-            self.holds[i].append((start, start + req.duration, c, m, g, job_id))
+            self.holds[i].append((start, end, c, m, g, job_id))
             self.marked.add(i)
             for p in self.node_parts[i]:
                 self.version[p] += 1
+                self.changes[p].append(i)
 
     # --- over time ----------------------------------------------------------------------------
 
@@ -659,16 +692,19 @@ class _Cluster:
             return
         r = self.row[p][i]
         c, m, g = self.cf[i], self.mf[i], self.gf[i]
-        arr.times[r, 0] = self.now
-        arr.cpus[r, 0], arr.mem[r, 0], arr.gpus[r, 0] = c, m, g
-        for k in range(1, width):
-            if k <= len(rel):
-                t, dc, dm, dg = rel[k - 1]
-                c, m, g = c + dc, m + dm, g + dg
-            else:
-                t = INF
-            arr.times[r, k] = t
-            arr.cpus[r, k], arr.mem[r, k], arr.gpus[r, k] = c, m, g
+        ts, cs, ms, gs = [self.now], [c], [m], [g]
+        for t, dc, dm, dg in rel:
+            c, m, g = c + dc, m + dm, g + dg
+            ts.append(t)
+            cs.append(c)
+            ms.append(m)
+            gs.append(g)
+        pad = width - len(ts)
+        # whole-row writes: numpy's per-item assignment costs more than building the row in Python
+        arr.times[r] = ts + [INF] * pad
+        arr.cpus[r] = cs + [c] * pad
+        arr.mem[r] = ms + [m] * pad
+        arr.gpus[r] = gs + [g] * pad
 
     def special(self, p: str, req: _Req) -> list[int]:
         """Nodes of p (allowed for req) whose room over time is not just free-now plus releases."""
@@ -702,6 +738,16 @@ class _Cluster:
             if r != req.resv and s < end and e > t:
                 return False
         holds = self.holds[i]
+        if self.resolution > 0:
+            # Slurm mode: whole-node holds; a later start is checked as backfill.c's _test_resv_overlap
+            # does, both intervals rounded down to bf_resolution
+            lo, hi = self.span(t, req.duration)
+            if any(s < hi and e > lo for s, e, *_ in holds):
+                return False
+            c, m, g = self.free_at(i, t)
+            if req.exclusive:
+                return c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]
+            return c >= req.cpus and m >= req.mem and g >= req.gpus
         # the room at t and at the start of every hold within [t, end): releases only add room
         for u in [t] + [s for s, e, *_ in holds if t < s < end]:
             c, m, g = self.free_at(i, u)
@@ -819,6 +865,111 @@ class _Cluster:
             got = self._arrays_memo[key] = self._pick(p, req, tau_raw, all_special, t0, when, chosen_spec)
         return when, got
 
+    def slurm_earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+        """A reserved job's start and nodes as Slurm's backfill finds them (backfill.c, one job): from
+        start_res = t0, the nodes no reservation covers from start_res to its end (`_avail`) go to
+        the will-run test (`will_run_on`); the start is the later of its answer and start_res. If
+        that is after the next time a covered node frees up (later_start), or the nodes it picks
+        collide with a reservation at bf_resolution (`_test_resv_overlap`), it tries again from
+        there. Large gangs, which need many running jobs gone, get a later start than the exact one."""
+        start_res = t0
+        for _ in range(200):
+            avail, later_start = self._avail(p, req, start_res)
+            got = self.will_run_on(avail, req)
+            if got is None:
+                if later_start is None:
+                    return None, []
+                start_res = later_start
+                continue
+            at, cands = got
+            start = at if at > start_res else start_res
+            if later_start is not None and start > later_start:
+                start_res = later_start
+                continue
+            nodes = self.slurm_choose(cands, req.nodes)
+            lo, hi = self.span(start, req.duration)
+            if start > self.now and any(s < hi and e > lo for i in nodes for s, e, *_ in self.holds[i]):
+                start_res = start
+                continue
+            return start, nodes
+        return None, []
+
+    def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[list[int], float | None]:
+        """The usable nodes of p the request may use that no reservation, nor a hold made before job
+        `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and the
+        first time after start_res that one of the others frees up (None: never)."""
+        seq = self.hold_seq
+        first = seq.get(own, len(seq))
+        allowed = self.allowed(p, req)
+        end = start_res + req.duration
+        avail: list[int] = []
+        later = INF
+        for i in self.part_usable[p]:
+            if allowed is not None and i not in allowed:
+                continue
+            ends = [e for s, e, r in self.blocks[i] if r != req.resv and s <= end and e > start_res]
+            ends += [e for s, e, *h in self.holds[i] if s <= end and e > start_res and seq[h[-1]] < first]
+            if ends:
+                later = min(later, max(ends))
+            else:
+                avail.append(i)
+        return avail, (None if later == INF else later)
+
+    def will_run(self, p: str, req: _Req, when: float, own: str = "") -> float:
+        """Slurm's start for a job planned from `when` on the nodes `_avail` leaves it (`will_run_on`),
+        or `when` if later or if it never fits there."""
+        got = self.will_run_on(self._avail(p, req, when, own)[0], req)
+        return got[0] if got is not None and got[0] > when else when
+
+    def will_run_on(self, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
+        """select/cons_tres `_will_run_test` on these nodes: (start, nodes that fit then) or None. Now
+        if it fits now; else it removes the running jobs in end order, one batch at a time, and tries
+        the job after each batch: the start is the end of the batch's last job. A batch closes when
+        the next job in the whole list (on any node) ends after the barrier (the first end on these
+        nodes rounded up to 30 s) plus the window, which then doubles until it reaches that job; a job
+        on other nodes is passed over without that look ahead."""
+        on = set(avail)
+
+        def fitting(t: float) -> list[int]:  # nodes with room once the running jobs ending by t are gone
+            out = []
+            for i in avail:
+                c, m, g = self.free_at(i, t)
+                if (c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]) if req.exclusive else \
+                        (c >= req.cpus and m >= req.mem and g >= req.gpus):
+                    out.append(i)
+            return out
+
+        got = fitting(self.now)
+        if len(got) >= req.nodes:
+            return self.now, got
+        self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
+        jobs = self.job_ends
+        k, n = 0, len(jobs)
+        barrier = None
+        window = WILL_RUN_WINDOW_S
+        while True:
+            last = None
+            while k < n:
+                e, nodes = jobs[k]
+                k += 1
+                if on.isdisjoint(nodes):
+                    continue  # passed over without looking ahead, as Slurm does
+                if barrier is None:
+                    barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
+                last = e
+                if k < n and jobs[k][0] > barrier + window:
+                    break
+            if last is None:
+                return None
+            got = fitting(last)
+            if len(got) >= req.nodes:
+                return last, got
+            if k >= n:
+                return None
+            window *= 2
+            while jobs[k][0] > barrier + window:
+                window *= 2
+
     def slurm_choose(self, cands: list[int], need: int) -> list[int]:
         """Nodes as Slurm's select/cons_tres picks them among those that can take the job: the lowest
         node weights that suffice; among them, runs of consecutive nodes (Slurm's node order): the
@@ -900,6 +1051,23 @@ class _Cluster:
         return until
 
 
+# cons_tres `_will_run_test`: the first batch's window, doubled after every batch that fails
+WILL_RUN_WINDOW_S = 30
+
+
+def _has_features(wanted: frozenset, node: frozenset) -> bool:
+    """Every term of a request on a node: a feature name, or a set of alternatives (Slurm's a|b),
+    each the features all of which the node must have (a&b)."""
+    return wanted <= node or all(t in node if type(t) is str else any(a <= node for a in t) for t in wanted)
+
+
+def _feature_text(wanted: frozenset) -> str:
+    """A request's features as Slurm writes a constraint: "ib&(h100|a100&nvlink)"."""
+    terms = sorted(t for t in wanted if type(t) is str)
+    terms += ["(" + "|".join(sorted("&".join(sorted(a)) for a in t)) + ")" for t in wanted if type(t) is not str]
+    return "&".join(terms)
+
+
 def _shape(cpus: int, mem: int, gpus: int) -> str:
     parts = [f"{cpus} CPU{'s' if cpus != 1 else ''}"]
     if mem:
@@ -936,7 +1104,8 @@ class _Policy:
     nothing backfills: jobs start in priority order only. A job held by a QOS limit neither starts
     nor gets a reservation (Slurm does the same)."""
 
-    def __init__(self, inp: PlannerInput) -> None:
+    def __init__(self, inp: PlannerInput, later_held: frozenset = frozenset()) -> None:
+        self.later_held = later_held  # jobs the QOS usage after this cycle's starts holds back
         cfg = inp.config
         self.cfg = cfg
         self.slurm = cfg is not None
@@ -946,6 +1115,7 @@ class _Policy:
         self.per_part: dict[str, int] = {}
         self.per_user: dict[str, int] = {}
         self.qos = {q.name: q for q in inp.qos}
+        self.licenses = dict(inp.licenses) if inp.licenses is not None else None  # free now
         # running usage per (qos, user) and per qos: [jobs, GPUs, CPUs, nodes]
         self.used: dict = {}
         if self.qos:
@@ -992,7 +1162,28 @@ class _Policy:
                               "ends, and gets no reservation meanwhile", "warning")
         return None
 
+    def no_licenses(self, job: PendingJob) -> Reason | None:
+        """Why the job cannot start now for want of licenses, or None (unknown pools: not checked)."""
+        if self.licenses is None or not job.licenses:
+            return None
+        short = [(name, n, self.licenses.get(name, 0)) for name, n in job.licenses if n > self.licenses.get(name, 0)]
+        if not short:
+            return None
+        return Reason("licenses", "it needs " + ", ".join(
+            f"{n} license(s) {name}, {free} free" + ("" if name in self.licenses else " (no such license)")
+            for name, n, free in short) + " (scontrol show licenses); it starts when they are released")
+
+    def held_later(self, job: PendingJob) -> Reason | None:
+        if job.job_id not in self.later_held:
+            return None
+        return Reason("qos_limit", f"QOS {job.qos or 'normal'}: the jobs that start now (some of lower priority, "
+                      "which Slurm's main scheduler starts before its backfill cycle) use up a limit of this "
+                      "QOS, so Slurm holds it and gets it no reservation until one ends", "warning")
+
     def started(self, job: PendingJob, req: _Req) -> None:
+        if self.licenses is not None:
+            for name, n in job.licenses:
+                self.licenses[name] = self.licenses.get(name, 0) - n
         q = job.qos or "normal"
         if q in self.qos:
             self._add(q, job.user, req.gpus * req.nodes, req.cpus * req.nodes, req.nodes)
@@ -1042,13 +1233,24 @@ class _Policy:
 def plan(inp: PlannerInput) -> BackfillPlan:
     """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
     for every pending job (see the module docstring for the semantics)."""
+    got, later_held = _plan(inp, frozenset())
+    if later_held:
+        # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
+        # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
+        # cycle, which then makes no reservation for the held job. Planned again with it held.
+        got, _ = _plan(inp, later_held)
+    return got
+
+
+def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, frozenset]:
+    """One planning pass; also the reserved jobs that the QOS usage at its end holds back."""
     cl = _Cluster(inp)
     now = cl.now
     tops: dict[str, tuple[str, float, list[int]]] = {}
     starts: dict[str, list[Startable]] = {}
     backfilled: list[tuple[int, int, int]] = []
     fit_memo, version, request_memo = cl._fit_memo, cl.version, cl._request_memo
-    policy = _Policy(inp)
+    policy = _Policy(inp, later_held)
     fast = not policy.slurm and not policy.qos
     # Most jobs of a long queue wait: eligible now, their request already known not to fit in any of
     # their partitions, and every such partition already has its top job.
@@ -1077,64 +1279,62 @@ def plan(inp: PlannerInput) -> BackfillPlan:
                 if job.dependency == "pending" else ())))
             continue
         jobs.append(_plan_job(cl, job, tops, starts, backfilled, policy))
+    if policy.slurm and backfilled:
+        _next_cycle(cl, tops, jobs)
     windows = _windows(cl, backfilled)
     # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
-    # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs.
+    # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs,
+    # when a row is first read (the plan is complete by then and no longer changes).
     memo: dict = {}
-    rows: dict[str, list[tuple]] = {}
-    ranked: dict[str, int] = {}
-
-    def rank(part: str, state: str) -> int | None:
-        """Queue position among the jobs that can run at all (a never-runnable job has none)."""
-        if state == "never":
-            return None
-        ranked[part] = ranked.get(part, 0) + 1
-        return ranked[part]
-
+    rows: dict[str, list] = {}
+    ranked: dict[str, int] = {}  # queue position among the jobs that can run at all (never: none)
     for job, rec in zip(inp.pending, jobs):
-        if type(rec) is tuple and len(rec) == 2:  # blocked: (partition, reasons)
-            part_rows = rows.get(rec[0])
-            if part_rows is None:
-                part_rows = rows[rec[0]] = []
-            part_rows.append((job, rec[0], rank(rec[0], "blocked"), "blocked", rec[1], None, (), None))
-            continue
-        if type(rec) is tuple:  # the fast path: (requests, reasons, home, down), waiting from now
-            home, req = rec[0][0]
-            key = (home, req, now)
-            got = memo.get(key)
-            if got is None:
-                got = memo[key] = _waiting_reasons(cl, home, req, now, tops.get(home))
-            part_rows = rows.get(home)
-            if part_rows is None:
-                part_rows = rows[home] = []
-            state = "waiting" if got[0] is not None else "blocked"
-            part_rows.append((job, home, rank(home, state), state,
-                              rec[1] + got[2] if rec[1] else got[2], got[0], got[1], got[3]))
-            continue
-        if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
-            key = (rec.partition, rec.req, rec.t0)
-            got = memo.get(key)
-            if got is None:
-                got = memo[key] = _waiting_reasons(cl, rec.partition, rec.req, rec.t0, tops.get(rec.partition))
-            rec.expected, rec.nodes = got[0], got[1]
-            if rec.state == "waiting":
-                rec.reasons.extend(got[2])
-                rec.what_if = got[3]
-                if got[0] is None:
-                    rec.state = "blocked"
-        part_rows = rows.get(rec.partition)
+        if type(rec) is tuple:
+            part = rec[0] if len(rec) == 2 else rec[0][0][0]
+            n = ranked[part] = ranked.get(part, 0) + 1
+            # blocked: (partition, reasons); the fast path: (requests, reasons, home, down), waiting from now
+            row = (job, part, n, "blocked", rec[1], None, (), None) if len(rec) == 2 else \
+                [job, part, n, "waiting", rec[1], rec[0][0][1], now, False]
+        else:
+            part = rec.partition
+            if rec.state == "never":
+                n = None
+            else:
+                n = ranked[part] = ranked.get(part, 0) + 1
+            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
+                row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
+            else:
+                row = (rec.job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
+        part_rows = rows.get(part)
         if part_rows is None:
-            part_rows = rows[rec.partition] = []
-        part_rows.append((rec.job, rec.partition, rank(rec.partition, rec.state), rec.state, tuple(rec.reasons), rec.expected,
-                          rec.nodes, rec.what_if))
+            part_rows = rows[part] = []
+        part_rows.append(row)
+
+    def resolve(r: list) -> JobWhy:
+        """A lazy row [job, partition, rank, state, reasons, request, earliest start, estimate only]:
+        reasons, expected start and what-if once per (partition, request, earliest start)."""
+        job, part, n, state, reasons, req, t0, estimate_only = r
+        key = (part, req, t0)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _waiting_reasons(cl, part, req, t0, tops.get(part))
+        if estimate_only:  # blocked until a known time (begin time, reservation start)
+            return JobWhy(job, part, n, state, reasons, got[0], got[1], None)
+        return JobWhy(job, part, n, "waiting" if got[0] is not None else "blocked",
+                      reasons + got[2] if reasons else got[2], got[0], got[1], got[3])
+
     parts = []
     for p in sorted(set(cl.part_nodes) | set(rows)):
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
-            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()))))
-    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe())
+            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()), resolve)))
+    held = frozenset()
+    if policy.slurm and policy.qos and not later_held:
+        held = frozenset(r.job.job_id for r in jobs if type(r) is _Job and (r.state == "top" or r.reserved)
+                         and r.req is not None and policy.limit(r.job, r.req) is not None)
+    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe()), held
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
@@ -1205,9 +1405,15 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
         rec.state = "blocked"
         rec.estimate = not (job.held or job.dependency == "pending" or down)
         return rec
-    held_by = policy.limit(job, req0)
+    held_by = policy.limit(job, req0) or policy.held_later(job)
     if held_by is not None:
         rec.reasons.append(held_by)
+        rec.state = "blocked"
+        return rec
+    no_licenses = policy.no_licenses(job)
+    if no_licenses is not None:
+        # licenses are not planned over time: like a QOS limit, it holds no nodes meanwhile
+        rec.reasons.append(no_licenses)
         rec.state = "blocked"
         return rec
     untested: Reason | None = None
@@ -1248,7 +1454,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
             if untested is not None:
                 rec.reasons.append(untested)
                 return rec
-        when, nodes = cl.earliest(p, req, now)
+        when, nodes = (cl.slurm_earliest if policy.slurm else cl.earliest)(p, req, now)
         if when is None:
             continue
         if policy.slurm:
@@ -1275,6 +1481,27 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
         rec.reasons += [r for r in now_reasons if r.code != "expected_start"]
         return rec
     return rec  # waiting; explained once the plan is complete
+
+
+def _next_cycle(cl: _Cluster, tops: dict, jobs: list) -> None:
+    """Slurm mode: the top jobs' starts as the next backfill cycle reports them (what `squeue --start`
+    shows once the jobs started now run). The jobs backfilled in this cycle are running then, and
+    they take part in the will-run test's batches: a batch can now end with one of them, which
+    moves the start to its end even though the top job does not need its nodes."""
+    recs = {r.job.job_id: r for r in jobs if type(r) is _Job and r.state == "top"}
+    for p, (job_id, when, nodes) in list(tops.items()):
+        rec = recs.get(job_id)
+        if rec is None or rec.req is None:
+            continue
+        later = cl.will_run(p, rec.req, when, job_id)
+        if later > when:
+            tops[p] = (job_id, later, nodes)
+            rec.expected = later
+            rec.reasons = [Reason("top_job", f"it is the top job of partition {p}: reserved from {_fmt_ts(later)} "
+                                  f"on {compress(rec.nodes)} (Slurm's next backfill cycle, with the jobs started now "
+                                  f"running: its will-run test ends the batch that frees the nodes at a later job's "
+                                  f"end; this cycle: {_fmt_ts(when)})") if r.code == "top_job" else r
+                           for r in rec.reasons]
 
 
 @lru_cache(maxsize=4096)

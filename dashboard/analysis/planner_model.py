@@ -95,7 +95,10 @@ class PendingJob:
     gpus_per_job: int = 0  # --gpus: spread over the nodes (ceil per node)
     gpu_type: str | None = None
     exclusive: bool = False
-    features: tuple[str, ...] = ()  # all required (Slurm's "a&b"; "|" alternatives are not modelled)
+    features: tuple[str, ...] = ()  # all required (Slurm's "a&b")
+    # Slurm's "a|b&c": each node has every feature of one of these (with `features` as well);
+    # ((),) never occurs. "[a|b]" (one alternative for all nodes) is planned as "a|b".
+    feature_alternatives: tuple[tuple[str, ...], ...] = ()
     dependency: str = "none"
     dependency_text: str = ""
     begin_time: float | None = None
@@ -104,6 +107,7 @@ class PendingJob:
     account: str = ""
     qos: str = ""
     reservation: str | None = None
+    licenses: tuple[tuple[str, int], ...] = ()  # (name, count) it asks for
     slurm_reason: str = ""
     priority: float | None = None
     priority_factors: Mapping[str, float] = field(default_factory=dict)
@@ -164,6 +168,8 @@ class PlannerInput:
     partitions: tuple[PartitionInfo, ...] = ()  # optional limits; partitions also come from the nodes
     config: BackfillConfig | None = None  # None: plain EASY
     qos: tuple[QosLimit, ...] = ()
+    # licenses free now, (name, free) (`scontrol show licenses`); None: not known, not checked
+    licenses: tuple[tuple[str, int], ...] | None = None
 
 
 # Slurm's pending reasons (squeue %r) in plain words; those not listed are shown as Slurm writes them.

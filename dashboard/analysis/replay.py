@@ -38,8 +38,10 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
+from operator import add, mul
 from typing import NamedTuple, Sequence
 
+from dashboard.analysis.lazy import LazyRecords
 from dashboard.analysis.swf import SwfJob
 
 POLICIES = ("fcfs", "easy", "conservative")
@@ -82,7 +84,7 @@ class ReplayResult:
     utilisation: float
     makespan_s: int
     counts: SkipCounts
-    starts: tuple[JobStart, ...] = field(repr=False)
+    starts: Sequence[JobStart] = field(repr=False)  # a tuple, or the replay's lazily built _Starts
     # job id -> the first start time promised to it (EASY: as top job; conservative: at submission)
     first_reservation: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -204,7 +206,7 @@ def simulate(jobs: Sequence[SwfJob], procs: int, policy: str = "easy") -> Replay
         _run_conservative(submit, req, dur, size, procs, start, first_res)
     else:
         _run_queue(submit, req, dur, size, procs, start, first_res, policy == "easy")
-    return _result(policy, procs, records, start, counts, first_res)
+    return _result(policy, procs, records, submit, dur, size, start, counts, first_res)
 
 
 def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
@@ -361,36 +363,43 @@ def _run_conservative(submit, req, dur, size, procs, start, first_res):
         queue = kept
 
 
-def _result(policy, procs, records, start, counts, first_res) -> ReplayResult:
-    starts = []
-    total_wait = 0
-    total_bsld = 0.0
-    work = 0
-    first_submit = None
-    last_end = 0
-    for k, (job_id, sub, _, d, p) in enumerate(records):
-        s = start[k]
-        wait = s - sub
-        total_wait += wait
-        total_bsld += max(1.0, (wait + d) / max(d, BSLD_BOUND_S))
-        work += p * d
-        end = s + d
-        if end > last_end:
-            last_end = end
-        if first_submit is None:
-            first_submit = sub
-        starts.append(JobStart(job_id, sub, s, end, p))
+class _Starts(LazyRecords):
+    """The per-job starts of a replay, made into JobStart records when first read: building 200,000
+    named tuples cost more than replaying the trace, and the summary needs none of them."""
+
+    __slots__ = ("_cols",)
+
+    def __init__(self, job_ids, submit, start, dur, size) -> None:
+        super().__init__()
+        self._cols = (job_ids, submit, start, dur, size)
+
+    def _raw_len(self) -> int:
+        return len(self._cols[0])
+
+    def _build(self) -> tuple:
+        job_ids, submit, start, dur, size = self._cols
+        self._cols = ((),)
+        new = tuple.__new__
+        return tuple(new(JobStart, (j, u, s, s + d, p)) for j, u, s, d, p in zip(job_ids, submit, start, dur, size))
+
+
+def _result(policy, procs, records, submit, dur, size, start, counts, first_res) -> ReplayResult:
     n = len(records)
-    makespan = last_end - first_submit if n else 0
+    total_bsld = 0.0
+    for s, u, d in zip(start, submit, dur):
+        x = (s - u + d) / (d if d > BSLD_BOUND_S else BSLD_BOUND_S)
+        total_bsld += x if x > 1.0 else 1.0
+    makespan = max(0, max(map(add, start, dur))) - submit[0] if n else 0
+    work = sum(map(mul, size, dur))
     return ReplayResult(
         policy=policy,
         procs=procs,
         jobs=n,
-        avg_wait_s=total_wait / n if n else 0.0,
+        avg_wait_s=(sum(start) - sum(submit)) / n if n else 0.0,
         avg_bounded_slowdown=total_bsld / n if n else 0.0,
         utilisation=work / (procs * makespan) if makespan > 0 else 0.0,
         makespan_s=makespan,
         counts=counts,
-        starts=tuple(starts),
+        starts=_Starts([r[0] for r in records], submit, start, dur, size),
         first_reservation={records[k][0]: t for k, t in first_res.items()},
     )

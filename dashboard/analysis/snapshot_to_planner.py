@@ -51,14 +51,11 @@ none, so it is never used); NaN, infinite or out-of-range times in a record are 
 from __future__ import annotations
 
 import math
-import re
 from functools import lru_cache
 from typing import Mapping
 
 from collectors.slurm.model import Job, Node, Qos, SchedulerConfig, Snapshot
-from collectors.slurm.parse_common import integer, parse_tres, tres_request_gpus
 from collectors.slurm.sched_config import DEFAULTS
-from collectors.slurm.parse_common import memory_bytes as _memory_bytes
 from dashboard.analysis.planner_model import (
     Allocation,
     BackfillConfig,
@@ -144,30 +141,20 @@ def node_unusable_reason(node: Node, reserved_known: bool) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _gpu_type(spec: str) -> str | None:
-    """The type of a typed GPU request: "gres:gpu:h100:4", "gres/gpu:h100=4" -> "h100"."""
-    for item in (spec or "").split(","):
-        parts = re.split(r"[:/=]", item.strip())
-        if "gpu" in parts:
-            tail = parts[parts.index("gpu") + 1:]
-            if len(tail) >= 2 and not tail[0].isdecimal():
-                return tail[0]
-    return None
-
-
-@lru_cache(maxsize=4096)
-def _features(expr: str) -> tuple[str, ...]:
-    expr = (expr or "").strip()
-    if not expr or any(c in expr for c in "|[]*"):
-        return ()  # alternatives and counts are not modelled: optimistic, no constraint
-    return tuple(f.strip() for f in expr.replace(",", "&").split("&") if f.strip())
-
-
-@lru_cache(maxsize=4096)
-def _tres_memory(tres: str) -> int | None:
-    """Bytes of `mem=` in a TRES string ("cpu=8,mem=64G,node=1"), None when absent."""
-    value = parse_tres(tres).get("mem")
-    return _memory_bytes(value) if value is not None else None
+def constraint_features(expr: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Slurm's --constraint as (features every node needs, alternatives one of which each node has):
+    "ib&nvlink" -> (("ib", "nvlink"), ()); "h100|a100&nvlink" -> ((), (("h100",), ("a100", "nvlink")));
+    "[h100|a100]" (all nodes alike) is planned as "h100|a100". Counts ("a*2") are not modelled:
+    no constraint (optimistic)."""
+    expr = (expr or "").strip().replace(",", "&")
+    if not expr or "*" in expr:
+        return (), ()
+    expr = expr.replace("[", "").replace("]", "").replace("(", "").replace(")", "")
+    alts = [tuple(f.strip() for f in alt.split("&") if f.strip()) for alt in expr.split("|")]
+    alts = [a for a in alts if a]
+    if len(alts) <= 1:
+        return (alts[0] if alts else ()), ()
+    return (), tuple(alts)
 
 
 def _dependency_state(job: Job) -> str:
@@ -200,7 +187,7 @@ def _allocations(job: Job) -> tuple[Allocation, ...]:
     if not nodes:
         return ()
     n = len(nodes)
-    mem_total = _tres_memory(job.tres_alloc)
+    mem_total = job.tres.mem_bytes
     by_node = {a.node: a for a in job.allocations}
     out = []
     for name in nodes:
@@ -239,8 +226,9 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
              cfg: SchedulerConfig | None = None) -> PendingJob:
     names = tuple(p.strip() for p in job.partition.split(",") if p.strip())
     nodes = max(1, job.node_count or 1)
-    per_node = tres_request_gpus(job.tres_per_node)
-    per_job = tres_request_gpus(job.tres_per_job)
+    tres = job.tres  # typed once by the model (collectors/slurm/tres.py)
+    per_node = tres.gpus_per_node
+    per_job = tres.gpus_per_job
     gpus_per_node = per_node or 0
     gpus_per_job = per_job or 0
     if not gpus_per_node and not gpus_per_job and job.gpus:
@@ -251,7 +239,7 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
     per_gpu = _default(part, cfg, "def_cpu_per_gpu")
     if per_gpu and gpn:
         cpus = max(cpus, per_gpu * gpn)  # Slurm gives a --gpus job DefCpuPerGPU CPUs per GPU
-    mem = _tres_memory(job.tres_alloc)  # scontrol text: a pending job's TRES is its request
+    mem = tres.mem_bytes  # scontrol text: a pending job's TRES is its request
     mem_per_node = _mib(mem) // nodes if mem else 0
     if not mem and cfg is not None and "MEMORY" in cfg.select_type_parameters.upper():
         by_gpu, by_cpu = _default(part, cfg, "def_mem_per_gpu_bytes"), _default(part, cfg, "def_mem_per_cpu_bytes")
@@ -275,11 +263,13 @@ def _pending(job: Job, now: float, parts: Mapping, slurm_starts: Mapping[str, fl
         job_id=did, partitions=names, time_limit_s=_time_limit(job, part),
         min_nodes=_count(nodes), tasks=1, cpus_per_task=1, cpus_per_node=max(1, _count(cpus)),
         mem_per_node_mb=mem_per_node, gpus_per_node=_count(gpus_per_node), gpus_per_job=_count(gpus_per_job),
-        gpu_type=_gpu_type(job.tres_per_node) or _gpu_type(job.tres_per_job),
-        exclusive=bool(job.exclusive), features=_features(job.features),
+        gpu_type=tres.gpu_type,
+        exclusive=bool(job.exclusive), features=constraint_features(job.features)[0],
+        feature_alternatives=constraint_features(job.features)[1],
         dependency=_dependency_state(job), dependency_text=job.dependency,
         begin_time=begin, held=held, user=job.user, account=job.account, qos=job.qos,
         reservation=job.reservation or None,
+        licenses=tuple((lic.name, lic.count) for lic in tres.licenses),
         slurm_reason=job.reason, priority=float(job.priority) if job.priority is not None else None,
         priority_factors=_priority_factors(job), slurm_expected_start=slurm_start,
     )
@@ -311,18 +301,11 @@ def backfill_config(cfg: SchedulerConfig) -> BackfillConfig:
         bf_busy_nodes=cfg.bf_busy_nodes, not_modelled=tuple(not_modelled))
 
 
-def _tres_count(tres: str, key: str) -> int | None:
-    v = parse_tres(tres).get(key)
-    return integer(v) if v is not None else None
-
-
 def qos_limit(q: Qos) -> QosLimit:
     return QosLimit(q.name, max_jobs_per_user=q.max_jobs_per_user,
-                    max_gpus_per_user=_tres_count(q.max_tres_per_user, "gres/gpu"),
-                    max_cpus_per_user=_tres_count(q.max_tres_per_user, "cpu"),
-                    max_nodes_per_user=_tres_count(q.max_tres_per_user, "node"),
-                    grp_gpus=_tres_count(q.grp_tres, "gres/gpu"), grp_cpus=_tres_count(q.grp_tres, "cpu"),
-                    grp_nodes=_tres_count(q.grp_tres, "node"), grp_jobs=q.grp_jobs,
+                    max_gpus_per_user=q.max_per_user.gpus, max_cpus_per_user=q.max_per_user.cpus,
+                    max_nodes_per_user=q.max_per_user.nodes,
+                    grp_gpus=q.grp.gpus, grp_cpus=q.grp.cpus, grp_nodes=q.grp.nodes, grp_jobs=q.grp_jobs,
                     max_wall_s=float(q.max_wall_seconds) if q.max_wall_seconds else None)
 
 
@@ -390,4 +373,6 @@ def snapshot_to_planner(snap: Snapshot, now: float | None = None,
     return PlannerInput(now=now, nodes=tuple(nodes), running=tuple(running), reservations=resvs,
                         pending=tuple(_pending(j, now, parts, slurm_starts, cfg) for j in pend),
                         partitions=partitions, config=backfill_config(cfg) if cfg is not None else None,
-                        qos=tuple(qos_limit(q) for q in snap.qos))
+                        qos=tuple(qos_limit(q) for q in snap.qos),
+                        licenses=None if snap.licenses is None else tuple(
+                            (lic.name, lic.free) for lic in snap.licenses if lic.free is not None))

@@ -109,22 +109,25 @@ def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
     jobs: list[SwfJob] = []
     problems: list[SwfProblem] = []
     for number, raw in enumerate(lines, start=1):
-        text = raw.strip()
-        if not text:
-            continue
-        if text[0] == ";":
-            key, sep, value = text[1:].partition(":")
-            if sep and key.strip() and key.strip() not in header:
-                header[key.strip()] = value.strip()
+        parts = raw.split()
+        # The common case first (a job record): no strip, one split; headers and blank lines below.
+        if len(parts) != FIELDS or parts[0][0] == ";":
+            text = raw.strip()
+            if not text:
+                continue
+            if text[0] == ";":
+                key, sep, value = text[1:].partition(":")
+                if sep and key.strip() and key.strip() not in header:
+                    header[key.strip()] = value.strip()
+                continue
+            if limit is not None and len(jobs) >= limit:
+                break
+            problems.append(SwfProblem(number, f"expected {FIELDS} fields, got {len(parts)}", text[:200]))
             continue
         if limit is not None and len(jobs) >= limit:
             break  # the header comes first, so it is read in full even with limit 0
-        parts = text.split()
-        if len(parts) != FIELDS:
-            problems.append(SwfProblem(number, f"expected {FIELDS} fields, got {len(parts)}", text[:200]))
-            continue
-        # The common cases first: every field a plain integer, or numbers where the integer fields are
-        # integral (1.0). Anything else takes the careful path below, which says what is wrong.
+        # Every field a plain integer, or numbers where the integer fields are integral (1.0).
+        # Anything else takes the careful path below, which says what is wrong.
         try:
             v = list(map(int, parts))
         except ValueError:
@@ -151,7 +154,7 @@ def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
             req_mem = float(_number(parts[9]))
             tail = [_int(p) for p in parts[10:]]
         except ValueError as exc:
-            problems.append(SwfProblem(number, f"bad field: {exc}", text[:200]))
+            problems.append(SwfProblem(number, f"bad field: {exc}", raw.strip()[:200]))
             continue
         jobs.append(SwfJob(ints[0], ints[1], ints[2], ints[3], ints[4], avg_cpu, used_mem, req_procs,
                            req_time, req_mem, *tail, line=number))
@@ -169,9 +172,10 @@ def parse_swf(lines: Iterable[str], limit: int | None = None) -> SwfTrace:
 MAX_LINE_CHARS = 64 * 1024
 
 
-def _lines(path: Path, errors: list[str]) -> Iterator[str]:
+def _lines(path: Path, errors: list[str], count: list[int]) -> Iterator[str]:
     """Lines of the (possibly gzip) file, read in large blocks: a line iterator over a text wrapper
-    costs more than the parse itself on a 200,000-record trace."""
+    costs more than the parse itself on a 200,000-record trace. count[0]: lines handed out, counted
+    per block (exact whenever an error ends the reading, as every line before it was read)."""
     with open(path, "rb") as fh:
         magic = fh.read(2)
     raw = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
@@ -191,9 +195,11 @@ def _lines(path: Path, errors: list[str]) -> Iterator[str]:
             if len(rest) > MAX_LINE_CHARS:
                 errors.append(f"a line longer than {MAX_LINE_CHARS} characters: not an SWF trace; reading stopped")
                 return
+            count[0] += len(lines)
             yield from lines
     rest += decoder.decode(b"", final=True)
     if rest:
+        count[0] += 1
         yield rest
 
 
@@ -203,20 +209,8 @@ def read_swf(path: str | Path, limit: int | None = None) -> SwfTrace:
     A truncated or corrupt gzip stream keeps what was read before the damage and reports it as a
     problem on the line after the last one read."""
     errors: list[str] = []
-    counted = _Counted(_lines(Path(path), errors))
-    trace = parse_swf(counted, limit=limit)
+    count = [0]
+    trace = parse_swf(_lines(Path(path), errors, count), limit=limit)
     if errors:
-        trace = replace(trace, problems=trace.problems + (SwfProblem(counted.n + 1, errors[0], ""),))
+        trace = replace(trace, problems=trace.problems + (SwfProblem(count[0] + 1, errors[0], ""),))
     return trace
-
-
-class _Counted:
-    __slots__ = ("it", "n")
-
-    def __init__(self, it: Iterator[str]) -> None:
-        self.it, self.n = it, 0
-
-    def __iter__(self) -> Iterator[str]:
-        for line in self.it:
-            self.n += 1
-            yield line

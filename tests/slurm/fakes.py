@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from collectors.runner import CommandResult
+from collectors.slurm.sched_config import QOS_ARGV
 
 # argv (joined) -> file name in a slurm-22.05-style capture folder (see capture.sh)
 FILES_2205 = {
@@ -18,6 +19,11 @@ FILES_2205 = {
     "sprio": "sprio_-l.txt",
     "sshare -l -a -P": "sshare_-l_-a_-P.txt",
     "scontrol -o show job -d": "scontrol_-o_show_job_-d.txt",
+    "scontrol show config": "scontrol_show_config.txt",
+    " ".join(QOS_ARGV): "sacctmgr_show_qos_-P.txt",
+    # 22.05's answer without Licenses= (captured from the test cluster of tests/slurm_cluster.py)
+    "scontrol -o show licenses": str(Path(__file__).parent.parent / "data" / "slurm-licenses"
+                                     / "scontrol_-o_show_licenses.none.txt"),
 }
 
 

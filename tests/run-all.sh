@@ -11,7 +11,7 @@ APT_PACKAGES=(
   python3-venv curl ca-certificates openssl systemd util-linux
   prometheus prometheus-node-exporter prometheus-alertmanager
   slurm-wlm slurmdbd slurmrestd slurm-wlm-mysql-plugin slurm-wlm-jwt-plugin munge mariadb-server
-  chromium
+  chromium victoria-metrics
 )
 # npm builds Grafana's dashboard schema; take Debian's only where no npm is on the PATH already.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)

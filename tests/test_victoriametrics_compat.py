@@ -1,0 +1,269 @@
+"""Query compatibility: the same data in a real Prometheus and a real VictoriaMetrics (Debian's 1.79),
+every recording rule, alert expression, Grafana query and diagnosis query evaluated on both.
+
+The data is what a scraper given the demo's /sim/prometheus.yml stores over 15 simulated minutes
+of an 8-node cluster with six injected faults (tests/support/scrape_capture.py): loaded into
+Prometheus with `promtool tsdb create-blocks-from openmetrics`, into VictoriaMetrics through
+`/api/v1/import/prometheus`. Each expression is a range query at the scrape step over the whole
+span, on both engines; every point is compared (same series, values within 1e-6 relative).
+
+Two differences are real and documented in docs/victoriametrics.md#where-metricsql-differs:
+- staleness of a series that vanished without a staleness marker (imported data has none): Prometheus
+  keeps it for its lookback (5 min), VictoriaMetrics for about two sample intervals. Live scrapes
+  write markers and both end the series at the next scrape; here Prometheus runs with
+  `--query.lookback-delta=29s` (just under two steps) and then every point agrees;
+- `rate`/`increase` over a window that holds a series' first sample: Prometheus extrapolates from
+  the samples inside, VictoriaMetrics also counts the step into the first sample. Such points are
+  allowed to differ only within the expression's longest range of the series' first point (or of
+  its return after a gap: a requeued job's counters), and the
+  test checks that they do exist (the difference is real) and that every later point agrees.
+
+Recording rules that read other recording rules are compared with those inlined (both engines
+then compute the whole chain from raw data); tests/test_victoriametrics_e2e.py runs vmalert's own
+chained evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.conftest import which
+from tests.support import vmstack
+from tests.support.promql_names import alerting_rules, grafana_to_promql, recording_rules
+from tests.support.promstack import Prometheus
+
+pytestmark = [
+    pytest.mark.prometheus, pytest.mark.victoriametrics,
+    pytest.mark.skipif(not (which("prometheus") and which("promtool") and vmstack.available()),
+                       reason="needs Debian's prometheus and victoria-metrics (tests/run-all.sh installs them)"),
+]
+
+STEP = 15.0
+FAULTS = "ost_slow@16m+20m,gpu_throttle@15m+40m,idle_gpus@15m+30m,nccl_hang@16m+30m,link_flap@17m+10m,xid79@18m"
+UNIT = {"s": 1, "m": 60, "h": 3600}
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+    from dashboard.demo import Demo
+    from tests.support.scrape_capture import capture
+
+    root = tmp_path_factory.mktemp("vmcompat")
+    sim = Simulation(SimConfig(nodes=8, seed=3, history_seconds=900, nodes_per_leaf=4, load=1.2, faults=FAULTS))
+    demo = Demo(sim)
+    om = root / "metrics.om"
+    first, last = capture(demo, 60, om)
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(root / "prom-data")],
+                   check=True, capture_output=True, timeout=120)
+    started = []
+    try:
+        prom = Prometheus(root, [], extra_flags=["--storage.tsdb.retention.time=100y", "--query.lookback-delta=29s"])
+        started.append(prom)
+        vm = vmstack.VictoriaMetrics(root)
+        started.append(vm)
+        vm.import_openmetrics(om)
+        yield {"prom": prom.url, "vm": vm.url, "first": first, "last": last, "sim": sim,
+               "snapshot": build_snapshot(sim)}
+    finally:
+        for p in reversed(started):
+            p.stop()
+
+
+def query_range(url: str, expr: str, start: float, end: float, step: float = STEP) -> dict:
+    """{(labels without __name__, t): value}; raises with the engine's error text."""
+    q = urllib.parse.urlencode({"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query_range?{q}", timeout=60) as r:
+            doc = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{url} rejects {expr!r}: {exc.read()[:400]!r}") from None
+    out = {}
+    for series in doc["data"]["result"]:
+        key = tuple(sorted((k, v) for k, v in series["metric"].items() if k != "__name__"))
+        for t, v in series["values"]:
+            out[(key, float(t))] = float(v)
+    return out
+
+
+_CHAIN = re.compile(r"\b([a-z_]+:[a-zA-Z0-9_]+:[a-zA-Z0-9_]+)(\{([^}]*)\})?")
+
+
+def inline(expr: str, rules: dict[str, str]) -> str:
+    """`expr` with every recording rule it reads replaced by that rule's expression (recursively);
+    an equality matcher on a recorded series becomes an `and on (label)` with a one-label vector."""
+    expr = re.sub(r"(group_(?:left|right))\s+(?=[a-z_]+:)", r"\1 () ", expr)
+
+    def sub(m):
+        if m.group(1) not in rules:
+            return m.group(0)
+        inner = f"({inline(rules[m.group(1)], rules)})"
+        for k, v in re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""):
+            inner = f'({inner} and on ({k}) label_replace(vector(1), "{k}", "{v}", "", ""))'
+        return inner
+
+    return _CHAIN.sub(sub, expr)
+
+
+SELECTOR = re.compile(r"(\w+)\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\[(\d+)([smh])\]")
+
+
+def same(x, y) -> bool:
+    """Equal within rounding; NaN (0/0: a latency with no operations) equals NaN, and equals no
+    point at all, since VictoriaMetrics leaves NaN points out of its answers (documented)."""
+    if x is None or y is None:
+        return (x if y is None else y) is None or math.isnan(x if y is None else y)
+    return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(x) and math.isnan(y))
+
+
+class RateEdges:
+    """Where the engines' `rate` or `increase` differs on the raw series an expression reads, and whether each
+    such point has a window the series does not fill: it began, ended or paused inside it (the
+    documented difference). A full window must agree."""
+
+    def __init__(self, engines):
+        self.engines = engines
+        self.cache: dict = {}
+        self.unexplained: list = []
+
+    def points(self, fn: str, selector: str, seconds: int) -> dict:
+        """{t: [labels of the raw series whose `fn` (rate, increase) differs at t]}"""
+        key = (fn, selector, seconds)
+        if key not in self.cache:
+            e = self.engines
+            present = set(query_range(e["prom"], selector, e["first"] - seconds, e["last"]))
+            found: dict = {}
+            expr = f"{fn}({selector}[{seconds}s])"
+            a = query_range(e["prom"], expr, e["first"], e["last"])
+            b = query_range(e["vm"], expr, e["first"], e["last"])
+            for k in set(a) | set(b):
+                if same(a.get(k), b.get(k)):
+                    continue
+                found.setdefault(k[1], []).append(dict(k[0]))
+                if all((k[0], k[1] - d) in present for d in range(0, seconds + 1, int(STEP))):
+                    self.unexplained.append((expr, k, a.get(k), b.get(k)))
+            self.cache[key] = found
+        return self.cache[key]
+
+    def explains(self, expr: str, labels: tuple, t: float) -> bool:
+        """Whether a raw series the expression reads, with labels agreeing with `labels` where both
+        have them, has a rate difference at `t`."""
+        mine = dict(labels)
+        for fn, selector, n, unit in SELECTOR.findall(expr):
+            for raw in self.points(fn, selector, int(n) * UNIT[unit]).get(t, []):
+                if all(raw[k] == v for k, v in mine.items() if k in raw):
+                    return True
+        return False
+
+
+def compare(a: dict, b: dict, expr: str, edges: RateEdges) -> tuple[list, list]:
+    """(points that differ unexplained, points that differ where a raw rate differs)."""
+    bad, edge = [], []
+    for k in set(a) | set(b):
+        if not same(a.get(k), b.get(k)):
+            (edge if edges.explains(expr, k[0], k[1]) else bad).append((k, a.get(k), b.get(k)))
+    return bad, edge
+
+
+def all_expressions() -> list[tuple[str, str]]:
+    rules = recording_rules()
+    out = [(f"record {name}", inline(expr, rules)) for name, expr in rules.items()]
+    out += [(f"alert {r['alert']}", inline(r["expr"], rules)) for r in alerting_rules()]
+    return out
+
+
+def test_rules_agree(engines):
+    """Every recording rule and alert expression: the same series and values on both engines, but
+    for the rate-at-a-series'-start difference, which must show up (it is real) and stay inside it."""
+    nonempty, early_total, problems = 0, 0, []
+    edges = RateEdges(engines)
+    for name, expr in all_expressions():
+        a = query_range(engines["prom"], expr, engines["first"], engines["last"])
+        b = query_range(engines["vm"], expr, engines["first"], engines["last"])
+        nonempty += bool(a)
+        late, early = compare(a, b, expr, edges)
+        early_total += len(early)
+        if late:
+            problems.append(f"{name}: {len(late)} points differ, e.g. {late[:2]}")
+    assert not problems, "\n".join(problems)
+    assert not edges.unexplained, f"raw rates differ outside a series' first window: {edges.unexplained[:3]}"
+    assert nonempty >= 30, f"only {nonempty} expressions had data: the comparison proves little"
+    assert early_total > 0, "no rate differed at a series' start: docs/victoriametrics.md says it does"
+
+
+def test_alerts_fire_alike(engines):
+    """Alerts with data in the window: the same firing series at every step (no rate inside them
+    differs after their first window)."""
+    fired = {r["alert"] for r in alerting_rules()
+             if query_range(engines["prom"], inline(r["expr"], recording_rules()), engines["first"], engines["last"])}
+    assert {"GPUXidError", "GPUFallenOffBus", "InfinibandLinkFlapping", "GangJobStalled"} <= fired
+
+
+def test_grafana_queries_agree(engines):
+    from tests.support.demo_stack import DemoStack
+
+    rules = recording_rules()
+    problems, nonempty = [], 0
+    edges = RateEdges(engines)
+    for where, expr in DemoStack.grafana_queries():
+        q = inline(grafana_to_promql(expr.replace("$node", ".*").replace("$job", ".*")), rules)
+        a = query_range(engines["prom"], q, engines["first"], engines["last"])
+        b = query_range(engines["vm"], q, engines["first"], engines["last"])
+        nonempty += bool(a)
+        late, _ = compare(a, b, q, edges)
+        if late:
+            problems.append(f"{where}: {len(late)} points differ, e.g. {late[:2]}")
+    assert not problems, "\n".join(problems)
+    assert not edges.unexplained, edges.unexplained[:3]
+    assert nonempty >= 10
+
+
+def test_diagnosis_queries_agree(engines):
+    """Every query one diagnosis cycle sends (dashboard/sources/prometheus.py), at its own step and
+    rate window, plus the instant facts query."""
+    from dashboard.sources.prometheus import INFO_QUERY, plan_queries
+
+    problems, nonempty = [], 0
+    edges = RateEdges(engines)
+    for signal, _, q in plan_queries(60.0, STEP):
+        a = query_range(engines["prom"], q, engines["first"], engines["last"])
+        b = query_range(engines["vm"], q, engines["first"], engines["last"])
+        nonempty += bool(a)
+        late, _ = compare(a, b, q, edges)
+        if late:
+            problems.append(f"{signal}: {len(late)} points differ, e.g. {late[:2]}")
+    end = engines["last"]
+    a = query_range(engines["prom"], INFO_QUERY, end, end)
+    b = query_range(engines["vm"], INFO_QUERY, end, end)
+    assert a and set(a) == set(b), f"facts differ: {sorted(set(a) ^ set(b))[:3]}"
+    assert not problems, "\n".join(problems)
+    assert not edges.unexplained, edges.unexplained[:3]
+    assert nonempty >= 12
+
+
+def test_same_verdicts(engines):
+    """`gangwatch diagnose`'s path (PrometheusSource -> diagnose) over each engine: the same
+    verdicts, culprits and GPU-hours for the fault seeds."""
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.prometheus import PrometheusSource
+
+    jobs = [j for j in engines["snapshot"].jobs if j.state in ("RUNNING", "SUSPENDED")]
+    span = engines["last"] - engines["first"]
+    got = {}
+    for name in ("prom", "vm"):
+        src = PrometheusSource(engines[name], timeout=30)
+        win = src.window(engines["last"], span, STEP)
+        assert not win.notes, win.notes
+        got[name] = {v.jobid: (v.state, v.culprit, round(v.gpu_hours_lost, 6)) for v in diagnose(win, jobs).verdicts}
+    assert got["vm"] == got["prom"]
+    states = {s for s, _, _ in got["prom"].values()}
+    assert states - {"progressing", "insufficient_data"}, states

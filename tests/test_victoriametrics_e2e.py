@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
-import time
 
 import pytest
 import yaml
@@ -130,3 +130,44 @@ def test_sharded_scrape_alert_and_dashboard(stack, browser):  # noqa: F811
     assert job in truth["jobs"], (found, truth)
     text = page_text(browser, f"{stack['serve']}/jobs/{job}", "stalled")
     assert job in text and "stalled" in text.lower()
+
+
+def test_shard_down_then_victoriametrics_restart(stack):
+    """One vmagent shard stopped: serve names its nodes stale and judges the others as before;
+    VictoriaMetrics stopped: serve keeps the last findings, saying since when; started again: fresh."""
+    serve, vm = stack["serve"], stack["vm"]
+    # the shard with fewer nodes: one holding 60 % or more of them is a monitoring outage to the
+    # diagnosis (thresholds.outage_fraction), which then judges nothing (docs/victoriametrics.md)
+    shares = [{t["labels"]["instance"] for t in s.targets()["activeTargets"] if t["labels"]["job"] == "gangwatch-agent"}
+              for s in stack["shards"]]
+    victim = min(range(2), key=lambda i: len(shares[i]))
+    dead = shares[victim]
+    judged = {v["jobid"]: v for v in _findings(serve)["verdicts"] if v["state"] not in ("insufficient_data", "suspended")}
+    assert dead and judged
+    stack["shards"][victim].stop()
+
+    def stale_note():
+        return [n for n in _findings(serve).get("notes", []) if "nodes stale" in n]
+
+    note = wait_for(stale_note, 120, "serve naming the dead shard's nodes stale", interval=1,
+                    context=lambda: json.dumps(_findings(serve).get("notes"))[:2000])[0]
+    named = set(re.findall(r"node\d{4}", note))
+    assert named and named <= dead, (note, dead)
+    after = {v["jobid"]: v for v in _findings(serve)["verdicts"]}
+    live_jobs = [j for j, v in judged.items() if not set(v["nodes"]) & dead and j in after]
+    dead_jobs = [j for j, v in judged.items() if set(v["nodes"]) <= dead and j in after]
+    assert live_jobs, "no judged job on the live shard's nodes: the check proves nothing"
+    for j in live_jobs:  # the others are judged
+        assert after[j]["state"] != "insufficient_data", (after[j]["reason"], after[j]["nodes"], sorted(dead))
+    for j in dead_jobs:  # unknown, not healthy and not stalled, and the node named
+        v = after[j]
+        assert v["state"] == "insufficient_data" and any(n in v["reason"] for n in v["nodes"]), v
+
+    vm.stop()
+    kept = wait_for(lambda: [n for n in _findings(serve).get("notes", []) if "metric source down" in n], 60,
+                    "serve marking its findings stale while VictoriaMetrics is down", interval=1)
+    assert "findings from" in kept[0]
+    assert _findings(serve)["verdicts"], "the last findings must stay on screen"
+    vm.start()
+    wait_for(lambda: not [n for n in _findings(serve).get("notes", []) if "metric source down" in n], 60,
+             "fresh findings after VictoriaMetrics restarted", interval=1)

@@ -8,8 +8,9 @@ Debian's Prometheus 2.42 (rules/recording.yml and alerts.yml loaded) and by two 
 same rule files (the layout of deploy/victoriametrics/). After `--warmup` seconds it prints, for both:
 
 - active series and resident memory: bytes per series = (RSS now - RSS just after start) / series;
-- disk: bytes per sample = data directory size / samples written (Prometheus: WAL and head
-  chunks, not yet compacted; VictoriaMetrics: after a flush, before its background merges);
+- disk: bytes per sample once compressed, as the growth between two measurements half the warm-up
+  apart: Prometheus' head written as a block (admin snapshot API), VictoriaMetrics' data directory
+  after a flush and a forced merge;
 - rule evaluation: the longest group and the sum over groups (Prometheus' last duration per group
   from /api/v1/rules; vmalert's last iteration duration per group from its /api/v1/groups);
 - one diagnosis cycle's queries (dashboard/sources/prometheus.py over the last hour): wall time,
@@ -32,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -85,6 +87,27 @@ def diagnosis_cycle(url: str) -> tuple[float, int, int]:
     return time.perf_counter() - t0, src.queries_last_cycle, got["bytes"]
 
 
+def prom_block(prom) -> tuple[int, int]:
+    """(bytes, samples) of the head written as a compacted block: what it costs on disk once
+    Prometheus compacts it (the WAL holds it uncompressed until then)."""
+    doc = json.loads(urllib.request.urlopen(urllib.request.Request(
+        prom.url + "/api/v1/admin/tsdb/snapshot", method="POST"), timeout=300).read())
+    snap = Path(prom.workdir) / "prom-data" / "snapshots" / doc["data"]["name"]
+    size = samples = 0
+    for meta in snap.glob("*/meta.json"):
+        samples += json.loads(meta.read_text())["stats"]["numSamples"]
+        size += du(meta.parent)
+    return size, samples
+
+
+def vm_disk(vm) -> tuple[int, float]:
+    """(bytes, rows) of VictoriaMetrics' data after a flush and a forced merge of this month's
+    partition (the compressed form its background merges reach within minutes anyway)."""
+    http_get(vm.url + "/internal/force_flush", timeout=60)
+    http_get(vm.url + "/internal/force_merge?partition_prefix=" + time.strftime("%Y_%m", time.gmtime()), timeout=300)
+    return du(vm.data), metric(vm.url, "vm_rows_added_to_storage_total")
+
+
 def prom_rule_times(prom) -> dict[str, float]:
     groups = json.loads(http_get(prom.url + "/api/v1/rules"))["data"]["groups"]
     return {g["name"]: float(g.get("evaluationTime", 0.0)) for g in groups}
@@ -92,10 +115,11 @@ def prom_rule_times(prom) -> dict[str, float]:
 
 def vmalert_rule_times(alert) -> dict[str, float]:
     # vmalert's groups API has no per-group duration in 1.79; its /metrics has the iteration summary
+    # (median over its recent iterations: the first ones, before the caches warm, would dominate a max)
     body = (http_get(alert.url + "/metrics", timeout=30) or b"").decode()
     out = {}
     for line in body.splitlines():
-        if line.startswith("vmalert_iteration_duration_seconds{") and 'quantile="1"' in line:
+        if line.startswith("vmalert_iteration_duration_seconds{") and 'quantile="0.5"' in line:
             group = line.split('group="', 1)[1].split('"', 1)[0]
             out[group] = max(out.get(group, 0.0), float(line.rsplit(" ", 1)[1]))
     return out
@@ -135,7 +159,8 @@ def main(argv=None) -> int:
         prom_dir.mkdir()
         vm_dir.mkdir()
         prom = Prometheus(prom_dir, scrape, [RULES / "recording.yml", RULES / "alerts.yml"], interval=iv,
-                          scrape_timeout="10s")
+                          scrape_timeout="10s", extra_flags=["--web.enable-admin-api"])
+        prom.workdir = prom_dir
         started.append(prom)
         prom_rss0 = rss(prom.process)
         vm = vmstack.VictoriaMetrics(vm_dir)
@@ -149,28 +174,33 @@ def main(argv=None) -> int:
         print(f"{args.nodes} nodes, scraped every {args.interval} s; warm-up {args.warmup:.0f} s ...", flush=True)
         cpu0 = [psutil.Process(s.process.proc.pid).cpu_times() for s in shards]
         t0 = time.monotonic()
-        time.sleep(args.warmup)
+        time.sleep(args.warmup / 2)
+        # disk is measured twice, the cost per sample being the growth between: one measurement
+        # of a short run is mostly per-series index and block overhead, not sample data
+        p_disk0, p_block0 = prom_block(prom)
+        v_disk0, v_samples0 = vm_disk(vm)
+        time.sleep(args.warmup / 2)
         shard_cpu = sum(sum(psutil.Process(s.process.proc.pid).cpu_times()[:2]) - sum(c[:2])
                         for s, c in zip(shards, cpu0)) / (time.monotonic() - t0)
 
         p_series = metric(prom.url, "prometheus_tsdb_head_series")
-        p_samples = metric(prom.url, "prometheus_tsdb_head_samples_appended_total")
         p_mem = rss(prom.process) - prom_rss0
-        p_disk = du(prom_dir / "prom-data")
-        http_get(vm.url + "/internal/force_flush", timeout=60)
+        p_disk, p_block_samples = prom_block(prom)
+        v_disk, v_samples = vm_disk(vm)
+        p_per_sample = (p_disk - p_disk0) / max(p_block_samples - p_block0, 1)
+        v_per_sample = (v_disk - v_disk0) / max(v_samples - v_samples0, 1)
         v_series = float(json.loads(http_get(vm.url + "/api/v1/query?query=" + "count(%7B__name__!%3D%22%22%7D)",
                                              timeout=120))["data"]["result"][0]["value"][1])
-        v_samples = metric(vm.url, "vm_rows_added_to_storage_total")
         v_mem = rss(vm.process) - vm_rss0
-        v_disk = du(vm.data)
         p_rules, v_rules = prom_rule_times(prom), vmalert_rule_times(alert)
         p_diag, v_diag = diagnosis_cycle(prom.url), diagnosis_cycle(vm.url)
 
         rows = [("active series", f"{p_series:,.0f}", f"{v_series:,.0f}"),
                 ("memory (RSS growth)", f"{p_mem / GIB:.2f} GiB", f"{v_mem / GIB:.2f} GiB"),
                 ("bytes per active series", f"{p_mem / p_series:,.0f}", f"{v_mem / v_series:,.0f}"),
-                ("samples written", f"{p_samples:,.0f}", f"{v_samples:,.0f}"),
-                ("disk bytes per sample", f"{p_disk / max(p_samples, 1):.2f}", f"{v_disk / max(v_samples, 1):.2f}"),
+                ("samples stored", f"{p_block_samples:,.0f}", f"{v_samples:,.0f}"),
+                ("disk bytes per sample (growth)", f"{p_per_sample:.2f}", f"{v_per_sample:.2f}"),
+                ("disk now", f"{p_disk / 2**20:.1f} MiB", f"{v_disk / 2**20:.1f} MiB"),
                 ("rules: longest group", f"{max(p_rules.values(), default=0):.3f} s", f"{max(v_rules.values(), default=0):.3f} s"),
                 ("rules: sum over groups", f"{sum(p_rules.values()):.3f} s", f"{sum(v_rules.values()):.3f} s"),
                 ("diagnosis cycle: wall", f"{p_diag[0]:.3f} s", f"{v_diag[0]:.3f} s"),
@@ -183,8 +213,8 @@ def main(argv=None) -> int:
         spn = p_series / args.nodes
         print(f"\nextrapolated ({spn:,.0f} series per node, {args.interval} s scrapes):")
         for nodes in (4096, 16384, 65536):
-            pm, pd = plan(spn, p_mem / p_series, p_disk / max(p_samples, 1), args.interval, nodes)
-            vmm, vmd = plan(spn, v_mem / v_series, v_disk / max(v_samples, 1), args.interval, nodes)
+            pm, pd = plan(spn, p_mem / p_series, p_per_sample, args.interval, nodes)
+            vmm, vmd = plan(spn, v_mem / v_series, v_per_sample, args.interval, nodes)
             need_p = "one Prometheus" if pm <= HOST_RAM / 2 / GIB else "sharded Prometheus + Thanos/Mimir"
             need_v = "VictoriaMetrics single node" if vmm <= HOST_RAM / 2 / GIB else "VictoriaMetrics cluster"
             print(f"  {nodes:>6} nodes: {spn * nodes / 1e6:6.1f} M series; Prometheus {pm:7.1f} GiB, {pd:7.1f} GiB/day "

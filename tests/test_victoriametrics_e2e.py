@@ -117,6 +117,9 @@ def test_sharded_scrape_alert_and_dashboard(stack, browser):  # noqa: F811
     assert truth and {a["labels"]["jobid"] for a in fired} <= set(truth["jobs"]), (fired, truth)
     assert {a["labels"].get("culprit") for a in fired} == {truth["culprit"]}
     assert fired[0]["labels"]["cluster"] == "demo"
+    # vmalert renders the rule's template query: how old serve's verdict was when it judged it
+    age = fired[0]["annotations"]["data_age"]
+    assert re.fullmatch(r"(\d+m )?\d+(\.\d+)?(s|ms)", age), age
     # recording rules evaluated by vmalert and written back (the chained ones too)
     assert vm.query("jobid:gangwatch_job_nodes:count") and vm.query("node_jobid:gangwatch_job_info:max")
 

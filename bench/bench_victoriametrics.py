@@ -189,8 +189,8 @@ def main(argv=None) -> int:
         v_disk, v_samples = vm_disk(vm)
         p_per_sample = (p_disk - p_disk0) / max(p_block_samples - p_block0, 1)
         v_per_sample = (v_disk - v_disk0) / max(v_samples - v_samples0, 1)
-        v_series = float(json.loads(http_get(vm.url + "/api/v1/query?query=" + "count(%7B__name__!%3D%22%22%7D)",
-                                             timeout=120))["data"]["result"][0]["value"][1])
+        # series active this hour (a count() over every series hits -search.maxUniqueTimeseries)
+        v_series = metric(vm.url, "vm_cache_entries", type="storage/hour_metric_ids")
         v_mem = rss(vm.process) - vm_rss0
         p_rules, v_rules = prom_rule_times(prom), vmalert_rule_times(alert)
         p_diag, v_diag = diagnosis_cycle(prom.url), diagnosis_cycle(vm.url)

@@ -267,3 +267,52 @@ def test_same_verdicts(engines):
     assert got["vm"] == got["prom"]
     states = {s for s, _, _ in got["prom"].values()}
     assert states - {"progressing", "insufficient_data"}, states
+
+
+def test_one_diagnosis_query_timing_out(engines):
+    """VictoriaMetrics behind a proxy that holds one diagnosis query (GPU clocks) past its share of
+    the cycle's deadline: that signal is absent and named, every other signal arrives, and the
+    diagnosis still judges."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.prometheus import PrometheusSource, plan_queries
+
+    slow = next(q for signal, _, q in plan_queries(60.0, STEP) if signal == "clock")
+    release = threading.Event()
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_GET(self):
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("query", [""])[0]
+            if query == slow:
+                release.wait(30)  # held until the test is done: a hung query
+            with urllib.request.urlopen(engines["vm"] + self.path, timeout=30) as r:
+                body = r.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        src = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout=8.0)
+        t0 = time.monotonic()
+        win = src.window(engines["last"], engines["last"] - engines["first"], STEP)
+        took = time.monotonic() - t0
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert src.failed_last_cycle == 1, win.notes
+    assert any("1 query failed: clock" in n for n in win.notes), win.notes
+    assert "clock" not in win.gpu and "util" in win.gpu and win.gpu_jobs
+    assert took < 8.0
+    jobs = [j for j in engines["snapshot"].jobs if j.state == "RUNNING"]
+    assert {v.state for v in diagnose(win, jobs).verdicts} - {"insufficient_data"}

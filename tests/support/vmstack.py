@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import yaml
 
-from tests.support.promstack import Process, free_port, http_get, wait_for
+from tests.support.promstack import Process, Prometheus, free_port, http_get, wait_for
 
 BINARIES = ("victoria-metrics", "vmagent", "vmalert")
 
@@ -52,15 +51,8 @@ class VictoriaMetrics:
             r.read()
         http_get(self.url + "/internal/force_flush", timeout=60)
 
-    def query(self, expr: str, at: float | None = None) -> list[dict]:
-        params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
-        body = http_get(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=30)
-        if body is None:
-            raise RuntimeError(f"query failed: {expr}")
-        doc = json.loads(body)
-        if doc.get("status") != "success":
-            raise RuntimeError(f"query {expr!r}: {doc}")
-        return doc["data"]["result"]
+    # the same Prometheus query API: promstack's client works unchanged
+    query = Prometheus.query
 
     def stop(self) -> None:
         self.process.stop()

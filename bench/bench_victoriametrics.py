@@ -87,6 +87,22 @@ def diagnosis_cycle(url: str) -> tuple[float, int, int]:
     return time.perf_counter() - t0, src.queries_last_cycle, got["bytes"]
 
 
+def heaviest_queries(url: str) -> list[tuple[str, float, int]]:
+    """The diagnosis queries, most response bytes first: (signal, seconds, bytes), fetched
+    raw (no JSON decoding), so the time is the engine's and the transfer's."""
+    from dashboard.sources.prometheus import plan_queries
+
+    end = time.time()
+    out = []
+    with httpx.Client(timeout=120) as client:
+        for signal, _, q in plan_queries(60.0, 15.0):
+            t0 = time.perf_counter()
+            r = client.get(url + "/api/v1/query_range", params={"query": q, "start": f"{end - 3600:.0f}",
+                                                                 "end": f"{end:.0f}", "step": "15"})
+            out.append((signal, time.perf_counter() - t0, len(r.content)))
+    return sorted(out, key=lambda x: -x[2])
+
+
 def prom_block(prom) -> tuple[int, int]:
     """(bytes, samples) of the head written as a compacted block: what it costs on disk once
     Prometheus compacts it (the WAL holds it uncompressed until then)."""
@@ -194,6 +210,7 @@ def main(argv=None) -> int:
         v_mem = rss(vm.process) - vm_rss0
         p_rules, v_rules = prom_rule_times(prom), vmalert_rule_times(alert)
         p_diag, v_diag = diagnosis_cycle(prom.url), diagnosis_cycle(vm.url)
+        p_heavy, v_heavy = heaviest_queries(prom.url), heaviest_queries(vm.url)
 
         rows = [("active series", f"{p_series:,.0f}", f"{v_series:,.0f}"),
                 ("memory (RSS growth)", f"{p_mem / GIB:.2f} GiB", f"{v_mem / GIB:.2f} GiB"),
@@ -208,6 +225,10 @@ def main(argv=None) -> int:
         print(f"\n{'':34} {'Prometheus 2.42':>18} {'VictoriaMetrics 1.79':>22}")
         for name, a, b in rows:
             print(f"{name:34} {a:>18} {b:>22}")
+        v_by = {sig: (t, b) for sig, t, b in v_heavy}
+        for sig, pt, pb in p_heavy[:3]:
+            vt, vb = v_by[sig]
+            print(f"{'  heaviest: ' + sig:34} {pt:8.3f} s {pb / 1e6:6.1f} MB {vt:12.3f} s {vb / 1e6:6.1f} MB")
         ratio = (v_mem / v_series) / (p_mem / p_series)
         print(f"\nVictoriaMetrics' memory per series / Prometheus': {ratio:.2f} (goal <= 0.33)")
         spn = p_series / args.nodes

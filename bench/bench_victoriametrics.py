@@ -8,9 +8,10 @@ Debian's Prometheus 2.42 (rules/recording.yml and alerts.yml loaded) and by two 
 same rule files (the layout of deploy/victoriametrics/). After `--warmup` seconds it prints, for both:
 
 - active series and resident memory: bytes per series = (RSS now - RSS just after start) / series;
-- disk: bytes per sample once compressed, as the growth between two measurements half the warm-up
-  apart: Prometheus' head written as a block (admin snapshot API), VictoriaMetrics' data directory
-  after a flush and a forced merge;
+- disk once compressed, samples and series apart: Prometheus' head written as a block (admin
+  snapshot API): chunks per sample, index per series; VictoriaMetrics after a flush and a forced
+  merge: data/ per row, indexdb/ per series. A short run's per-sample figure is an upper bound
+  (chunks of few samples compress less than the 2-hour ones of a long run);
 - rule evaluation: the longest group and the sum over groups (Prometheus' last duration per group
   from /api/v1/rules; vmalert's last iteration duration per group from its /api/v1/groups);
 - one diagnosis cycle's queries (dashboard/sources/prometheus.py over the last hour): wall time,
@@ -103,25 +104,29 @@ def heaviest_queries(url: str) -> list[tuple[str, float, int]]:
     return sorted(out, key=lambda x: -x[2])
 
 
-def prom_block(prom) -> tuple[int, int]:
-    """(bytes, samples) of the head written as a compacted block: what it costs on disk once
-    Prometheus compacts it (the WAL holds it uncompressed until then)."""
+def prom_block(prom) -> tuple[int, int, int]:
+    """(chunk bytes, index bytes, samples) of the head written as a compacted block (admin snapshot
+    API): what it costs on disk once Prometheus compacts it (the WAL holds it uncompressed until
+    then). Chunks grow with samples, the index with series."""
     doc = json.loads(urllib.request.urlopen(urllib.request.Request(
         prom.url + "/api/v1/admin/tsdb/snapshot", method="POST"), timeout=300).read())
     snap = Path(prom.workdir) / "prom-data" / "snapshots" / doc["data"]["name"]
-    size = samples = 0
+    chunks = index = samples = 0
     for meta in snap.glob("*/meta.json"):
         samples += json.loads(meta.read_text())["stats"]["numSamples"]
-        size += du(meta.parent)
-    return size, samples
+        chunks += du(meta.parent / "chunks")
+        index += (meta.parent / "index").stat().st_size
+    return chunks, index, samples
 
 
-def vm_disk(vm) -> tuple[int, float]:
-    """(bytes, rows) of VictoriaMetrics' data after a flush and a forced merge of this month's
-    partition (the compressed form its background merges reach within minutes anyway)."""
+def vm_disk(vm) -> tuple[int, int, float]:
+    """(data bytes, index bytes, rows) of VictoriaMetrics after a flush and a forced merge of this
+    month's partition (the compressed form its background merges reach within minutes anyway),
+    waited for until no merge is running. `data/` grows with samples, `indexdb/` with series."""
     http_get(vm.url + "/internal/force_flush", timeout=60)
     http_get(vm.url + "/internal/force_merge?partition_prefix=" + time.strftime("%Y_%m", time.gmtime()), timeout=300)
-    return du(vm.data), metric(vm.url, "vm_rows_added_to_storage_total")
+    wait_for(lambda: metric(vm.url, "vm_active_merges") == 0, 300, "VictoriaMetrics' merges", interval=1)
+    return du(vm.data / "data"), du(vm.data / "indexdb"), metric(vm.url, "vm_rows_added_to_storage_total")
 
 
 def prom_rule_times(prom) -> dict[str, float]:
@@ -190,21 +195,15 @@ def main(argv=None) -> int:
         print(f"{args.nodes} nodes, scraped every {args.interval} s; warm-up {args.warmup:.0f} s ...", flush=True)
         cpu0 = [psutil.Process(s.process.proc.pid).cpu_times() for s in shards]
         t0 = time.monotonic()
-        time.sleep(args.warmup / 2)
-        # disk is measured twice, the cost per sample being the growth between: one measurement
-        # of a short run is mostly per-series index and block overhead, not sample data
-        p_disk0, p_block0 = prom_block(prom)
-        v_disk0, v_samples0 = vm_disk(vm)
-        time.sleep(args.warmup / 2)
+        time.sleep(args.warmup)
         shard_cpu = sum(sum(psutil.Process(s.process.proc.pid).cpu_times()[:2]) - sum(c[:2])
                         for s, c in zip(shards, cpu0)) / (time.monotonic() - t0)
 
         p_series = metric(prom.url, "prometheus_tsdb_head_series")
         p_mem = rss(prom.process) - prom_rss0
-        p_disk, p_block_samples = prom_block(prom)
-        v_disk, v_samples = vm_disk(vm)
-        p_per_sample = (p_disk - p_disk0) / max(p_block_samples - p_block0, 1)
-        v_per_sample = (v_disk - v_disk0) / max(v_samples - v_samples0, 1)
+        p_chunks, p_index, p_block_samples = prom_block(prom)
+        v_data, v_index, v_samples = vm_disk(vm)
+        p_per_sample, v_per_sample = p_chunks / max(p_block_samples, 1), v_data / max(v_samples, 1)
         # series active this hour (a count() over every series hits -search.maxUniqueTimeseries)
         v_series = metric(vm.url, "vm_cache_entries", type="storage/hour_metric_ids")
         v_mem = rss(vm.process) - vm_rss0
@@ -216,8 +215,8 @@ def main(argv=None) -> int:
                 ("memory (RSS growth)", f"{p_mem / GIB:.2f} GiB", f"{v_mem / GIB:.2f} GiB"),
                 ("bytes per active series", f"{p_mem / p_series:,.0f}", f"{v_mem / v_series:,.0f}"),
                 ("samples stored", f"{p_block_samples:,.0f}", f"{v_samples:,.0f}"),
-                ("disk bytes per sample (growth)", f"{p_per_sample:.2f}", f"{v_per_sample:.2f}"),
-                ("disk now", f"{p_disk / 2**20:.1f} MiB", f"{v_disk / 2**20:.1f} MiB"),
+                ("disk bytes per sample (chunks/data)", f"{p_per_sample:.2f}", f"{v_per_sample:.2f}"),
+                ("disk index bytes per series", f"{p_index / p_series:.0f}", f"{v_index / v_series:.0f}"),
                 ("rules: longest group", f"{max(p_rules.values(), default=0):.3f} s", f"{max(v_rules.values(), default=0):.3f} s"),
                 ("rules: sum over groups", f"{sum(p_rules.values()):.3f} s", f"{sum(v_rules.values()):.3f} s"),
                 ("diagnosis cycle: wall", f"{p_diag[0]:.3f} s", f"{v_diag[0]:.3f} s"),
@@ -229,6 +228,11 @@ def main(argv=None) -> int:
         for sig, pt, pb in p_heavy[:3]:
             vt, vb = v_by[sig]
             print(f"{'  heaviest: ' + sig:34} {pt:8.3f} s {pb / 1e6:6.1f} MB {vt:12.3f} s {vb / 1e6:6.1f} MB")
+        # a diagnosis cycle asks for the last hour: its answer grows with nodes x samples held
+        points = min(args.warmup, 3600.0) / 15.0
+        scale = 4096 / args.nodes * 240 / points
+        print(f"{'  at 4,096 nodes, 1 h held (x' + format(scale, '.0f') + ')':34} {p_diag[0] * scale:8.0f} s "
+              f"{p_diag[2] * scale / 1e9:6.2f} GB {v_diag[0] * scale:12.0f} s {v_diag[2] * scale / 1e9:6.2f} GB")
         ratio = (v_mem / v_series) / (p_mem / p_series)
         print(f"\nVictoriaMetrics' memory per series / Prometheus': {ratio:.2f} (goal <= 0.33)")
         spn = p_series / args.nodes

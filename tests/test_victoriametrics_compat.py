@@ -32,6 +32,7 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 
 import pytest
 
@@ -51,18 +52,18 @@ FAULTS = "ost_slow@16m+20m,gpu_throttle@15m+40m,idle_gpus@15m+30m,nccl_hang@16m+
 UNIT = {"s": 1, "m": 60, "h": 3600}
 
 
-@pytest.fixture(scope="module")
-def engines(tmp_path_factory):
+@contextmanager
+def both_engines(root, seed: int, faults: str, steps: int = 60):
+    """A capture of the simulated cluster (8 nodes, `seed`, `faults`) in a Prometheus and a
+    VictoriaMetrics: {"prom", "vm": URLs, "first", "last": its span, "snapshot": Slurm at the end}."""
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.analysis.sim.slurm_view import build_snapshot
     from dashboard.demo import Demo
     from tests.support.scrape_capture import capture
 
-    root = tmp_path_factory.mktemp("vmcompat")
-    sim = Simulation(SimConfig(nodes=8, seed=3, history_seconds=900, nodes_per_leaf=4, load=1.2, faults=FAULTS))
-    demo = Demo(sim)
+    sim = Simulation(SimConfig(nodes=8, seed=seed, history_seconds=900, nodes_per_leaf=4, load=1.2, faults=faults))
     om = root / "metrics.om"
-    first, last = capture(demo, 60, om)
+    first, last = capture(Demo(sim), steps, om)
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(root / "prom-data")],
                    check=True, capture_output=True, timeout=120)
     started = []
@@ -72,11 +73,16 @@ def engines(tmp_path_factory):
         vm = vmstack.VictoriaMetrics(root)
         started.append(vm)
         vm.import_openmetrics(om)
-        yield {"prom": prom.url, "vm": vm.url, "first": first, "last": last, "sim": sim,
-               "snapshot": build_snapshot(sim)}
+        yield {"prom": prom.url, "vm": vm.url, "first": first, "last": last, "snapshot": build_snapshot(sim)}
     finally:
         for p in reversed(started):
             p.stop()
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    with both_engines(tmp_path_factory.mktemp("vmcompat"), 3, FAULTS) as e:
+        yield e
 
 
 def query_range(url: str, expr: str, start: float, end: float, step: float = STEP) -> dict:
@@ -243,9 +249,8 @@ def test_diagnosis_queries_agree(engines):
     assert nonempty >= 12
 
 
-def test_same_verdicts(engines):
-    """`gangwatch diagnose`'s path (PrometheusSource -> diagnose) over each engine: the same
-    verdicts, culprits and GPU-hours for the fault seeds."""
+def verdicts_on_both(engines) -> dict[str, dict]:
+    """`gangwatch diagnose`'s path (PrometheusSource -> diagnose) over each engine."""
     from dashboard.analysis.diagnose import diagnose
     from dashboard.sources.prometheus import PrometheusSource
 
@@ -257,6 +262,24 @@ def test_same_verdicts(engines):
         win = src.window(engines["last"], span, STEP)
         assert not win.notes, win.notes
         got[name] = {v.jobid: (v.state, v.culprit, round(v.gpu_hours_lost, 6)) for v in diagnose(win, jobs).verdicts}
+    return got
+
+
+def test_same_verdicts(engines):
+    """The same verdicts, culprits and GPU-hours over either engine for the first fault seed."""
+    got = verdicts_on_both(engines)
+    assert got["vm"] == got["prom"]
+    states = {s for s, _, _ in got["prom"].values()}
+    assert states - {"progressing", "insufficient_data"}, states
+
+
+def test_same_verdicts_network_and_straggler_faults(tmp_path):
+    """A second seed with the fault kinds the first lacks: a thermally throttled node (a straggler
+    verdict), with leaf congestion, a flapping link and a slow scrape endpoint alongside (in 10
+    minutes of 8 nodes these leave their gangs progressing, on both engines alike)."""
+    faults = "ib_congestion@15m+30m,slow_node@15m+40m,link_flap@16m+20m,scrape_slow@15m+30m"
+    with both_engines(tmp_path, 11, faults, steps=40) as e:
+        got = verdicts_on_both(e)
     assert got["vm"] == got["prom"]
     states = {s for s, _, _ in got["prom"].values()}
     assert states - {"progressing", "insufficient_data"}, states

@@ -11,7 +11,7 @@ APT_PACKAGES=(
   python3-venv curl ca-certificates openssl systemd util-linux
   prometheus prometheus-node-exporter prometheus-alertmanager
   slurm-wlm slurmdbd slurmrestd slurm-wlm-mysql-plugin slurm-wlm-jwt-plugin munge mariadb-server
-  chromium
+  chromium victoria-metrics
   iperf3 perftest
   golang-go etcd-server golang-github-modern-go-reflect2-dev rsync jq make bc
 )

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Prometheus against VictoriaMetrics on the same targets, side by side, in one run.
+
+`gangwatch demo --nodes N --no-dashboard` (every virtual node's agent metrics and the
+slurm-exporter's) is scraped every `--interval` seconds, with the demo's own /sim/prometheus.yml, by
+Debian's Prometheus 2.42 (rules/recording.yml and alerts.yml loaded) and by two vmagent shards
+(1.79, -promscrape.cluster.membersCount=2) writing to VictoriaMetrics, with vmalert evaluating the
+same rule files (the layout of deploy/victoriametrics/). After `--warmup` seconds it prints, for both:
+
+- active series and resident memory: bytes per series = (RSS now - RSS just after start) / series;
+- disk once compressed, samples and series apart: Prometheus' head written as a block (admin
+  snapshot API): chunks per sample, index per series; VictoriaMetrics after a flush and a forced
+  merge: data/ per row, indexdb/ per series. A short run's per-sample figure is an upper bound
+  (chunks of few samples compress less than the 2-hour ones of a long run);
+- rule evaluation: the longest group and the sum over groups (Prometheus' last duration per group
+  from /api/v1/rules; vmalert's last iteration duration per group from its /api/v1/groups);
+- one diagnosis cycle's queries (dashboard/sources/prometheus.py over the last hour): wall time,
+  query count and response bytes;
+
+then extrapolates the per-series and per-sample costs to 4,096, 16,384 and 65,536 nodes (the
+series per node measured here) and says which deployment each needs. The ratio printed is
+VictoriaMetrics' memory per series against Prometheus' (issue 16's goal: <= 1/3 at 4,096 nodes).
+
+Usage: python bench/bench_victoriametrics.py [--nodes 256] [--interval 15] [--warmup 240]
+Needs: Debian's prometheus and victoria-metrics packages, psutil (the [test] extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+import psutil  # noqa: E402
+import yaml  # noqa: E402
+
+from tests.support import vmstack  # noqa: E402
+from tests.support.promstack import RULES, Process, Prometheus, free_port, http_get, wait_for  # noqa: E402
+
+GIB = 1024 ** 3
+# A host the size sites buy for monitoring: a deployment "fits one node" when its TSDB needs at most
+# half of this (the rest: queries, page cache, rule evaluation).
+HOST_RAM = 256 * GIB
+
+
+def metric(url: str, name: str, **labels) -> float:
+    """Sum of one metric's samples on an exporter page, matching `labels`."""
+    body = (http_get(url + "/metrics", timeout=30) or b"").decode()
+    total = 0.0
+    for line in body.splitlines():
+        if not line.startswith(name) or line[len(name):len(name) + 1] not in ("{", " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def rss(proc: Process) -> int:
+    return psutil.Process(proc.proc.pid).memory_info().rss
+
+
+def diagnosis_cycle(url: str) -> tuple[float, int, int]:
+    """(seconds, queries, response bytes) of one PrometheusSource window over the last hour."""
+    from dashboard.sources.prometheus import PrometheusSource
+
+    got = {"bytes": 0}
+
+    def count(response):
+        response.read()
+        got["bytes"] += len(response.content)
+
+    src = PrometheusSource(url, timeout=30, client=httpx.Client(timeout=30, event_hooks={"response": [count]}))
+    t0 = time.perf_counter()
+    src.window(time.time(), 3600.0, 15.0)
+    return time.perf_counter() - t0, src.queries_last_cycle, got["bytes"]
+
+
+def heaviest_queries(url: str) -> list[tuple[str, float, int]]:
+    """The diagnosis queries, most response bytes first: (signal, seconds, bytes), fetched
+    raw (no JSON decoding), so the time is the engine's and the transfer's."""
+    from dashboard.sources.prometheus import plan_queries
+
+    end = time.time()
+    out = []
+    with httpx.Client(timeout=120) as client:
+        for signal, _, q in plan_queries(60.0, 15.0):
+            t0 = time.perf_counter()
+            r = client.get(url + "/api/v1/query_range", params={"query": q, "start": f"{end - 3600:.0f}",
+                                                                 "end": f"{end:.0f}", "step": "15"})
+            out.append((signal, time.perf_counter() - t0, len(r.content)))
+    return sorted(out, key=lambda x: -x[2])
+
+
+def prom_block(prom) -> tuple[int, int, int]:
+    """(chunk bytes, index bytes, samples) of the head written as a compacted block (admin snapshot
+    API): what it costs on disk once Prometheus compacts it (the WAL holds it uncompressed until
+    then). Chunks grow with samples, the index with series."""
+    doc = json.loads(urllib.request.urlopen(urllib.request.Request(
+        prom.url + "/api/v1/admin/tsdb/snapshot", method="POST"), timeout=300).read())
+    snap = Path(prom.workdir) / "prom-data" / "snapshots" / doc["data"]["name"]
+    chunks = index = samples = 0
+    for meta in snap.glob("*/meta.json"):
+        samples += json.loads(meta.read_text())["stats"]["numSamples"]
+        chunks += du(meta.parent / "chunks")
+        index += (meta.parent / "index").stat().st_size
+    return chunks, index, samples
+
+
+def vm_disk(vm) -> tuple[int, int, float]:
+    """(data bytes, index bytes, rows) of VictoriaMetrics after a flush and a forced merge of this
+    month's partition (the compressed form its background merges reach within minutes anyway),
+    waited for until no merge is running. `data/` grows with samples, `indexdb/` with series."""
+    http_get(vm.url + "/internal/force_flush", timeout=60)
+    http_get(vm.url + "/internal/force_merge?partition_prefix=" + time.strftime("%Y_%m", time.gmtime()), timeout=300)
+    wait_for(lambda: metric(vm.url, "vm_active_merges") == 0, 300, "VictoriaMetrics' merges", interval=1)
+    return du(vm.data / "data"), du(vm.data / "indexdb"), metric(vm.url, "vm_rows_added_to_storage_total")
+
+
+def prom_rule_times(prom) -> dict[str, float]:
+    groups = json.loads(http_get(prom.url + "/api/v1/rules"))["data"]["groups"]
+    return {g["name"]: float(g.get("evaluationTime", 0.0)) for g in groups}
+
+
+def vmalert_rule_times(alert) -> dict[str, float]:
+    # vmalert's groups API has no per-group duration in 1.79; its /metrics has the iteration summary
+    # (median over its recent iterations: the first ones, before the caches warm, would dominate a max)
+    body = (http_get(alert.url + "/metrics", timeout=30) or b"").decode()
+    out = {}
+    for line in body.splitlines():
+        if line.startswith("vmalert_iteration_duration_seconds{") and 'quantile="0.5"' in line:
+            group = line.split('group="', 1)[1].split('"', 1)[0]
+            out[group] = max(out.get(group, 0.0), float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def plan(series_per_node: float, bytes_per_series: float, bytes_per_sample: float, interval: float,
+         nodes: int) -> tuple[float, float]:
+    """(GiB of memory, GiB of disk per day) for `nodes`."""
+    series = series_per_node * nodes
+    return series * bytes_per_series / GIB, series * (86400 / interval) * bytes_per_sample / GIB
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=256)
+    ap.add_argument("--interval", type=int, default=15)
+    ap.add_argument("--warmup", type=float, default=240.0)
+    args = ap.parse_args(argv)
+    if not (shutil.which("prometheus") and vmstack.available()):
+        print("needs Debian's prometheus and victoria-metrics")
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-vm-"))
+    started = []
+    iv = f"{args.interval}s"
+    try:
+        demo = f"127.0.0.1:{free_port()}"
+        started.append(Process([sys.executable, "-m", "dashboard.cli", "demo", f"--nodes={args.nodes}", "--no-dashboard",
+                                f"--web.listen-address={demo}", "--log-level=warning"], work / "demo.log",
+                               cwd=Path(__file__).resolve().parents[1]))
+        wait_for(lambda: started[0].check_alive() or http_get(f"http://{demo}/healthz"), 300, "gangwatch demo")
+        scrape = [c for c in yaml.safe_load(http_get(f"http://{demo}/sim/prometheus.yml"))["scrape_configs"]
+                  if c["job_name"] != "gangwatch-serve"]  # as bench_rules.py: no N-node diagnosis per scrape
+        for c in scrape:
+            c["scrape_timeout"] = "10s"
+        prom_dir = work / "prom"
+        vm_dir = work / "vm"
+        prom_dir.mkdir()
+        vm_dir.mkdir()
+        prom = Prometheus(prom_dir, scrape, [RULES / "recording.yml", RULES / "alerts.yml"], interval=iv,
+                          scrape_timeout="10s", extra_flags=["--web.enable-admin-api"])
+        prom.workdir = prom_dir
+        started.append(prom)
+        prom_rss0 = rss(prom.process)
+        vm = vmstack.VictoriaMetrics(vm_dir)
+        started.append(vm)
+        vm_rss0 = rss(vm.process)
+        shards = [vmstack.VMAgent(vm_dir, scrape, vm.url, member=i, members=2, interval=iv) for i in range(2)]
+        started.extend(shards)
+        alert = vmstack.VMAlert(vm_dir, [RULES / "recording.yml", RULES / "alerts.yml"], vm.url,
+                                "http://127.0.0.1:9", interval=iv)  # a notifier nobody listens on
+        started.append(alert)
+        print(f"{args.nodes} nodes, scraped every {args.interval} s; warm-up {args.warmup:.0f} s ...", flush=True)
+        cpu0 = [psutil.Process(s.process.proc.pid).cpu_times() for s in shards]
+        t0 = time.monotonic()
+        time.sleep(args.warmup)
+        shard_cpu = sum(sum(psutil.Process(s.process.proc.pid).cpu_times()[:2]) - sum(c[:2])
+                        for s, c in zip(shards, cpu0)) / (time.monotonic() - t0)
+
+        p_series = metric(prom.url, "prometheus_tsdb_head_series")
+        p_mem = rss(prom.process) - prom_rss0
+        p_chunks, p_index, p_block_samples = prom_block(prom)
+        v_data, v_index, v_samples = vm_disk(vm)
+        p_per_sample, v_per_sample = p_chunks / max(p_block_samples, 1), v_data / max(v_samples, 1)
+        # series active this hour (a count() over every series hits -search.maxUniqueTimeseries)
+        v_series = metric(vm.url, "vm_cache_entries", type="storage/hour_metric_ids")
+        v_mem = rss(vm.process) - vm_rss0
+        p_rules, v_rules = prom_rule_times(prom), vmalert_rule_times(alert)
+        p_diag, v_diag = diagnosis_cycle(prom.url), diagnosis_cycle(vm.url)
+        p_heavy, v_heavy = heaviest_queries(prom.url), heaviest_queries(vm.url)
+
+        rows = [("active series", f"{p_series:,.0f}", f"{v_series:,.0f}"),
+                ("memory (RSS growth)", f"{p_mem / GIB:.2f} GiB", f"{v_mem / GIB:.2f} GiB"),
+                ("bytes per active series", f"{p_mem / p_series:,.0f}", f"{v_mem / v_series:,.0f}"),
+                ("samples stored", f"{p_block_samples:,.0f}", f"{v_samples:,.0f}"),
+                ("disk bytes per sample (chunks/data)", f"{p_per_sample:.2f}", f"{v_per_sample:.2f}"),
+                ("disk index bytes per series", f"{p_index / p_series:.0f}", f"{v_index / v_series:.0f}"),
+                ("rules: longest group", f"{max(p_rules.values(), default=0):.3f} s", f"{max(v_rules.values(), default=0):.3f} s"),
+                ("rules: sum over groups", f"{sum(p_rules.values()):.3f} s", f"{sum(v_rules.values()):.3f} s"),
+                ("diagnosis cycle: wall", f"{p_diag[0]:.3f} s", f"{v_diag[0]:.3f} s"),
+                ("diagnosis cycle: queries, bytes", f"{p_diag[1]}, {p_diag[2]:,}", f"{v_diag[1]}, {v_diag[2]:,}")]
+        print(f"\n{'':34} {'Prometheus 2.42':>18} {'VictoriaMetrics 1.79':>22}")
+        for name, a, b in rows:
+            print(f"{name:34} {a:>18} {b:>22}")
+        v_by = {sig: (t, b) for sig, t, b in v_heavy}
+        for sig, pt, pb in p_heavy[:3]:
+            vt, vb = v_by[sig]
+            print(f"{'  heaviest: ' + sig:34} {pt:8.3f} s {pb / 1e6:6.1f} MB {vt:12.3f} s {vb / 1e6:6.1f} MB")
+        # a diagnosis cycle asks for the last hour: its answer grows with nodes x samples held
+        points = min(args.warmup, 3600.0) / 15.0
+        scale = 4096 / args.nodes * 240 / points
+        print(f"{'  at 4,096 nodes, 1 h held (x' + format(scale, '.0f') + ')':34} {p_diag[0] * scale:8.0f} s "
+              f"{p_diag[2] * scale / 1e9:6.2f} GB {v_diag[0] * scale:12.0f} s {v_diag[2] * scale / 1e9:6.2f} GB")
+        ratio = (v_mem / v_series) / (p_mem / p_series)
+        print(f"\nVictoriaMetrics' memory per series / Prometheus': {ratio:.2f} (goal <= 0.33)")
+        spn = p_series / args.nodes
+        print(f"\nextrapolated ({spn:,.0f} series per node, {args.interval} s scrapes):")
+        for nodes in (4096, 16384, 65536):
+            pm, pd = plan(spn, p_mem / p_series, p_per_sample, args.interval, nodes)
+            vmm, vmd = plan(spn, v_mem / v_series, v_per_sample, args.interval, nodes)
+            need_p = "one Prometheus" if pm <= HOST_RAM / 2 / GIB else "sharded Prometheus + Thanos/Mimir"
+            need_v = "VictoriaMetrics single node" if vmm <= HOST_RAM / 2 / GIB else "VictoriaMetrics cluster"
+            print(f"  {nodes:>6} nodes: {spn * nodes / 1e6:6.1f} M series; Prometheus {pm:7.1f} GiB, {pd:7.1f} GiB/day "
+                  f"({need_p}); VictoriaMetrics {vmm:7.1f} GiB, {vmd:7.1f} GiB/day ({need_v})")
+        per_core = args.nodes / max(shard_cpu, 1e-9)
+        print(f"  (a deployment fits one node when its TSDB needs at most half of a {HOST_RAM // GIB} GiB host)")
+        print(f"vmagent: {shard_cpu:.3f} cores for {args.nodes} nodes (both shards): one core scrapes about "
+              f"{per_core:,.0f} nodes; 65,536 nodes need about {65536 / per_core:.0f} cores of vmagent shards")
+        return 0
+    finally:
+        for p in reversed(started):
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

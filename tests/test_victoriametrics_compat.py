@@ -1,0 +1,334 @@
+"""Query compatibility: the same data in a real Prometheus and a real VictoriaMetrics (Debian's 1.79),
+every recording rule, alert expression, Grafana query and diagnosis query evaluated on both.
+
+The data is what a scraper given the demo's /sim/prometheus.yml stores over 15 simulated minutes
+of an 8-node cluster with six injected faults (tests/support/scrape_capture.py): loaded into
+Prometheus with `promtool tsdb create-blocks-from openmetrics`, into VictoriaMetrics through
+`/api/v1/import/prometheus`. Each expression is a range query at the scrape step over the whole
+span, on both engines; every point is compared (same series, values within 1e-6 relative).
+
+Two differences are real and documented in docs/victoriametrics.md#where-metricsql-differs:
+- staleness of a series that vanished without a staleness marker (imported data has none): Prometheus
+  keeps it for its lookback (5 min), VictoriaMetrics for about two sample intervals. Live scrapes
+  write markers and both end the series at the next scrape; here Prometheus runs with
+  `--query.lookback-delta=29s` (just under two steps) and then every point agrees;
+- `rate`/`increase` over a window that holds a series' first sample: Prometheus extrapolates from
+  the samples inside, VictoriaMetrics also counts the step into the first sample. Such points are
+  allowed to differ only within the expression's longest range of the series' first point (or of
+  its return after a gap: a requeued job's counters), and the
+  test checks that they do exist (the difference is real) and that every later point agrees.
+
+Recording rules that read other recording rules are compared with those inlined (both engines
+then compute the whole chain from raw data); tests/test_victoriametrics_e2e.py runs vmalert's own
+chained evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from contextlib import contextmanager
+
+import pytest
+
+from tests.conftest import which
+from tests.support import vmstack
+from tests.support.promql_names import alerting_rules, grafana_to_promql, recording_rules
+from tests.support.promstack import Prometheus
+
+pytestmark = [
+    pytest.mark.prometheus, pytest.mark.victoriametrics,
+    pytest.mark.skipif(not (which("prometheus") and which("promtool") and vmstack.available()),
+                       reason="needs Debian's prometheus and victoria-metrics (tests/run-all.sh installs them)"),
+]
+
+STEP = 15.0
+FAULTS = "ost_slow@16m+20m,gpu_throttle@15m+40m,idle_gpus@15m+30m,nccl_hang@16m+30m,link_flap@17m+10m,xid79@18m"
+UNIT = {"s": 1, "m": 60, "h": 3600}
+
+
+@contextmanager
+def both_engines(root, seed: int, faults: str, steps: int = 60):
+    """A capture of the simulated cluster (8 nodes, `seed`, `faults`) in a Prometheus and a
+    VictoriaMetrics: {"prom", "vm": URLs, "first", "last": its span, "snapshot": Slurm at the end}."""
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+    from dashboard.demo import Demo
+    from tests.support.scrape_capture import capture
+
+    sim = Simulation(SimConfig(nodes=8, seed=seed, history_seconds=900, nodes_per_leaf=4, load=1.2, faults=faults))
+    om = root / "metrics.om"
+    first, last = capture(Demo(sim), steps, om)
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(root / "prom-data")],
+                   check=True, capture_output=True, timeout=120)
+    started = []
+    try:
+        prom = Prometheus(root, [], extra_flags=["--storage.tsdb.retention.time=100y", "--query.lookback-delta=29s"])
+        started.append(prom)
+        vm = vmstack.VictoriaMetrics(root)
+        started.append(vm)
+        vm.import_openmetrics(om)
+        yield {"prom": prom.url, "vm": vm.url, "first": first, "last": last, "snapshot": build_snapshot(sim)}
+    finally:
+        for p in reversed(started):
+            p.stop()
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    with both_engines(tmp_path_factory.mktemp("vmcompat"), 3, FAULTS) as e:
+        yield e
+
+
+def query_range(url: str, expr: str, start: float, end: float, step: float = STEP) -> dict:
+    """{(labels without __name__, t): value}; raises with the engine's error text."""
+    q = urllib.parse.urlencode({"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query_range?{q}", timeout=60) as r:
+            doc = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{url} rejects {expr!r}: {exc.read()[:400]!r}") from None
+    out = {}
+    for series in doc["data"]["result"]:
+        key = tuple(sorted((k, v) for k, v in series["metric"].items() if k != "__name__"))
+        for t, v in series["values"]:
+            out[(key, float(t))] = float(v)
+    return out
+
+
+_CHAIN = re.compile(r"\b([a-z_]+:[a-zA-Z0-9_]+:[a-zA-Z0-9_]+)(\{([^}]*)\})?")
+
+
+def inline(expr: str, rules: dict[str, str]) -> str:
+    """`expr` with every recording rule it reads replaced by that rule's expression (recursively);
+    an equality matcher on a recorded series becomes an `and on (label)` with a one-label vector."""
+    expr = re.sub(r"(group_(?:left|right))\s+(?=[a-z_]+:)", r"\1 () ", expr)
+
+    def sub(m):
+        if m.group(1) not in rules:
+            return m.group(0)
+        inner = f"({inline(rules[m.group(1)], rules)})"
+        for k, v in re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""):
+            inner = f'({inner} and on ({k}) label_replace(vector(1), "{k}", "{v}", "", ""))'
+        return inner
+
+    return _CHAIN.sub(sub, expr)
+
+
+SELECTOR = re.compile(r"(\w+)\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\[(\d+)([smh])\]")
+
+
+def same(x, y) -> bool:
+    """Equal within rounding; NaN (0/0: a latency with no operations) equals NaN, and equals no
+    point at all, since VictoriaMetrics leaves NaN points out of its answers (documented)."""
+    if x is None or y is None:
+        return (x if y is None else y) is None or math.isnan(x if y is None else y)
+    return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(x) and math.isnan(y))
+
+
+class RateEdges:
+    """Where the engines' `rate` or `increase` differs on the raw series an expression reads, and whether each
+    such point has a window the series does not fill: it began, ended or paused inside it (the
+    documented difference). A full window must agree."""
+
+    def __init__(self, engines):
+        self.engines = engines
+        self.cache: dict = {}
+        self.unexplained: list = []
+
+    def points(self, fn: str, selector: str, seconds: int) -> dict:
+        """{t: [labels of the raw series whose `fn` (rate, increase) differs at t]}"""
+        key = (fn, selector, seconds)
+        if key not in self.cache:
+            e = self.engines
+            present = set(query_range(e["prom"], selector, e["first"] - seconds, e["last"]))
+            found: dict = {}
+            expr = f"{fn}({selector}[{seconds}s])"
+            a = query_range(e["prom"], expr, e["first"], e["last"])
+            b = query_range(e["vm"], expr, e["first"], e["last"])
+            for k in set(a) | set(b):
+                if same(a.get(k), b.get(k)):
+                    continue
+                found.setdefault(k[1], []).append(dict(k[0]))
+                if all((k[0], k[1] - d) in present for d in range(0, seconds + 1, int(STEP))):
+                    self.unexplained.append((expr, k, a.get(k), b.get(k)))
+            self.cache[key] = found
+        return self.cache[key]
+
+    def explains(self, expr: str, labels: tuple, t: float) -> bool:
+        """Whether a raw series the expression reads, with labels agreeing with `labels` where both
+        have them, has a rate difference at `t`."""
+        mine = dict(labels)
+        for fn, selector, n, unit in SELECTOR.findall(expr):
+            for raw in self.points(fn, selector, int(n) * UNIT[unit]).get(t, []):
+                if all(raw[k] == v for k, v in mine.items() if k in raw):
+                    return True
+        return False
+
+
+def compare(a: dict, b: dict, expr: str, edges: RateEdges) -> tuple[list, list]:
+    """(points that differ unexplained, points that differ where a raw rate differs)."""
+    bad, edge = [], []
+    for k in set(a) | set(b):
+        if not same(a.get(k), b.get(k)):
+            (edge if edges.explains(expr, k[0], k[1]) else bad).append((k, a.get(k), b.get(k)))
+    return bad, edge
+
+
+def disagreements(engines, named: list[tuple[str, str]]) -> tuple[list[str], int, list, RateEdges]:
+    """Each (name, expr) on both engines over the whole span: (problems: points that differ and no
+    raw rate edge explains, how many expressions had data, the explained points, the edges)."""
+    problems, nonempty, explained = [], 0, []
+    edges = RateEdges(engines)
+    for name, expr in named:
+        a = query_range(engines["prom"], expr, engines["first"], engines["last"])
+        b = query_range(engines["vm"], expr, engines["first"], engines["last"])
+        nonempty += bool(a)
+        bad, edge = compare(a, b, expr, edges)
+        explained += edge
+        if bad:
+            problems.append(f"{name}: {len(bad)} points differ, e.g. {bad[:2]}")
+    return problems, nonempty, explained, edges
+
+
+def all_expressions() -> list[tuple[str, str]]:
+    rules = recording_rules()
+    out = [(f"record {name}", inline(expr, rules)) for name, expr in rules.items()]
+    out += [(f"alert {r['alert']}", inline(r["expr"], rules)) for r in alerting_rules()]
+    return out
+
+
+def test_rules_agree(engines):
+    """Every recording rule and alert expression: the same series and values on both engines, but
+    for rates over windows a series does not fill, which must show up (the difference is real) and
+    be the only one."""
+    problems, nonempty, explained, edges = disagreements(engines, all_expressions())
+    assert not problems, "\n".join(problems)
+    assert not edges.unexplained, f"raw rates differ outside a series' first window: {edges.unexplained[:3]}"
+    assert nonempty >= 30, f"only {nonempty} expressions had data: the comparison proves little"
+    assert explained, "no rate differed at a series' start: docs/victoriametrics.md says it does"
+
+
+def test_faults_fire_alerts(engines):
+    """The capture is not a quiet one: the injected faults make these alerts' expressions true, so
+    test_rules_agree compares firing alerts, not only empty answers."""
+    fired = {r["alert"] for r in alerting_rules()
+             if query_range(engines["prom"], inline(r["expr"], recording_rules()), engines["first"], engines["last"])}
+    assert {"GPUXidError", "GPUFallenOffBus", "InfinibandLinkFlapping", "GangJobStalled"} <= fired
+
+
+def test_grafana_queries_agree(engines):
+    from tests.support.demo_stack import DemoStack
+
+    rules = recording_rules()
+    named = [(where, inline(grafana_to_promql(expr.replace("$node", ".*").replace("$job", ".*")), rules))
+             for where, expr in DemoStack.grafana_queries()]
+    problems, nonempty, _, edges = disagreements(engines, named)
+    assert not problems, "\n".join(problems)
+    assert not edges.unexplained, edges.unexplained[:3]
+    assert nonempty >= 10
+
+
+def test_diagnosis_queries_agree(engines):
+    """Every query one diagnosis cycle sends (dashboard/sources/prometheus.py), at its own step and
+    rate window, plus the instant facts query."""
+    from dashboard.sources.prometheus import INFO_QUERY, plan_queries
+
+    problems, nonempty, _, edges = disagreements(engines, [(signal, q) for signal, _, q in plan_queries(60.0, STEP)])
+    end = engines["last"]
+    a = query_range(engines["prom"], INFO_QUERY, end, end)
+    b = query_range(engines["vm"], INFO_QUERY, end, end)
+    assert a and set(a) == set(b), f"facts differ: {sorted(set(a) ^ set(b))[:3]}"
+    assert not problems, "\n".join(problems)
+    assert not edges.unexplained, edges.unexplained[:3]
+    assert nonempty >= 12
+
+
+def verdicts_on_both(engines) -> dict[str, dict]:
+    """`gangwatch diagnose`'s path (PrometheusSource -> diagnose) over each engine."""
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.prometheus import PrometheusSource
+
+    jobs = [j for j in engines["snapshot"].jobs if j.state in ("RUNNING", "SUSPENDED")]
+    span = engines["last"] - engines["first"]
+    got = {}
+    for name in ("prom", "vm"):
+        src = PrometheusSource(engines[name], timeout=30)
+        win = src.window(engines["last"], span, STEP)
+        assert not win.notes, win.notes
+        got[name] = {v.jobid: (v.state, v.culprit, round(v.gpu_hours_lost, 6)) for v in diagnose(win, jobs).verdicts}
+    return got
+
+
+def test_same_verdicts(engines):
+    """The same verdicts, culprits and GPU-hours over either engine for the first fault seed."""
+    got = verdicts_on_both(engines)
+    assert got["vm"] == got["prom"]
+    states = {s for s, _, _ in got["prom"].values()}
+    assert states - {"progressing", "insufficient_data"}, states
+
+
+def test_same_verdicts_network_and_straggler_faults(tmp_path):
+    """A second seed with the fault kinds the first lacks: a thermally throttled node (a straggler
+    verdict), with leaf congestion, a flapping link and a slow scrape endpoint alongside (in 10
+    minutes of 8 nodes these leave their gangs progressing, on both engines alike)."""
+    faults = "ib_congestion@15m+30m,slow_node@15m+40m,link_flap@16m+20m,scrape_slow@15m+30m"
+    with both_engines(tmp_path, 11, faults, steps=40) as e:
+        got = verdicts_on_both(e)
+    assert got["vm"] == got["prom"]
+    states = {s for s, _, _ in got["prom"].values()}
+    assert states - {"progressing", "insufficient_data"}, states
+
+
+def test_one_diagnosis_query_timing_out(engines):
+    """VictoriaMetrics behind a proxy that holds one diagnosis query (GPU clocks) past its share of
+    the cycle's deadline: that signal is absent and named, every other signal arrives, and the
+    diagnosis still judges."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.prometheus import PrometheusSource, plan_queries
+
+    slow = next(q for signal, _, q in plan_queries(60.0, STEP) if signal == "clock")
+    release = threading.Event()
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_GET(self):
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("query", [""])[0]
+            if query == slow:
+                release.wait(30)  # held until the test is done: a hung query
+            with urllib.request.urlopen(engines["vm"] + self.path, timeout=30) as r:
+                body = r.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        src = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout=8.0)
+        t0 = time.monotonic()
+        win = src.window(engines["last"], engines["last"] - engines["first"], STEP)
+        took = time.monotonic() - t0
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert src.failed_last_cycle == 1, win.notes
+    assert any("1 query failed: clock" in n for n in win.notes), win.notes
+    assert "clock" not in win.gpu and "util" in win.gpu and win.gpu_jobs
+    assert took < 8.0
+    jobs = [j for j in engines["snapshot"].jobs if j.state == "RUNNING"]
+    assert {v.state for v in diagnose(win, jobs).verdicts} - {"insufficient_data"}

@@ -78,6 +78,11 @@ MAPPINGS: tuple[Mapping, ...] = (
     # ethtool collector names mlx5's global pause counter this way, without _total)
     Mapping("eth_pause", "node", "gangwatch_ethtool_node_received_pause_frames_total", counter=True),
     Mapping("eth_pause", "node", "node_ethtool_received_pause_ctrl_phy", counter=True, combine="sum"),
+    # physical link-down events of the node's NICs (the ethtool collector's rollup; node_exporter's
+    # ethtool collector names mlx5's counter this way): on RoCE the link events beside the transport
+    # errors, as link_downed is on InfiniBand
+    Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, events=True),
+    Mapping("eth_down", "node", "node_ethtool_link_down_events_phy", counter=True, events=True, combine="sum"),
     # ---- filesystem clients, per node (all targets summed)
     Mapping("fs_read", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
             filters=(("operation", "read"), ("type", "osc")), combine="sum"),

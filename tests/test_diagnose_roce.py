@@ -242,3 +242,20 @@ def test_demo_command_line_takes_the_fabric():
     assert sim_config(build_parser().parse_args([]), 1.8e9).fabric == "ib"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--fabric", "omnipath"])
+
+
+def test_transport_errors_add_sequence_errors_timeouts_and_retransmissions(tmp_path):
+    """The window's roce_err is the per-step sum of the port's sequence errors, ACK timeouts and
+    adaptive retransmissions, as the agent exports them (a bundle read back)."""
+    from dashboard.sources.bundle import load_bundle, squeue_json, write_bundle
+
+    t0 = 1767225600
+    rows = {"out_of_sequence_packets": (10, 12, 12), "packet_sequence_errors": (0, 1, 1),
+            "local_ack_timeouts": (5, 5, 8), "adaptive_retransmissions": (100, 150, 150)}
+    text = "".join(f"# TYPE gangwatch_roce_port_{name} counter\n" + "".join(
+        f'gangwatch_roce_port_{name}_total{{node="n1",device="mlx5_0",port="1"}} {v} {t0 + 15 * k}\n'
+        for k, v in enumerate(values)) for name, values in rows.items())
+    write_bundle(str(tmp_path), text, squeue_json([], t0 + 30), start=t0, end=t0 + 30)
+    win = load_bundle(str(tmp_path)).window
+    err = win.rail["roce_err"][win.nodes.index("n1"), 0]
+    assert err[-2:].tolist() == [2 + 1 + 0 + 50, 0 + 0 + 3 + 0]

@@ -279,7 +279,7 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     per rail) and PFC pause frames the switch sent (`eth_pause`, per node, spread evenly over its
     rails), all per second; they take the place of `ib_wait` and are judged by the same relative
     tests (the cluster's typical busy node, the job's own median, the leaf, the port). Transport
-    errors (`roce_err`: sequence errors, NAKs, ACK timeouts per step) count as link events from
+    errors (`roce_err`: sequence errors, NAKs, ACK timeouts, retransmissions per step) count as link events from
     `roce_error_events` per step, beside link-down events of the ports and of the nodes' NICs
     (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event). A window with any
     InfiniBand wait is judged as InfiniBand: units of the two fabrics are not mixed in one cluster

@@ -8,7 +8,8 @@ metric source knows, already turned into rates and aligned to a common step:
 * per node x rail x step (`rail[signal]`, (N, R, T)): `ib_tx` (bytes/s), `ib_wait`
   (port_xmit_wait ticks/s), `ib_down` (link_downed events per step), `ib_err` (symbol errors per
   step), `ib_rate` (the rate the link trained at, bytes/s); on RoCE `roce_cong` (ECN-marked packets
-  plus CNPs acted on, per second) and `roce_err` (sequence errors, NAKs and ACK timeouts per step);
+  plus CNPs acted on, per second) and `roce_err` (sequence errors, NAKs, ACK timeouts and
+  adaptive retransmissions per step);
 * per node x step (`node[signal]`, (N, T)): `fs_read`, `fs_write` (filesystem client bytes/s, all
   targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
   `eth_pause` (PFC/pause frames received by the node's NICs per second), `eth_down` (physical

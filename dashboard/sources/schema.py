@@ -68,12 +68,15 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("ib_rate", "rail", "node_infiniband_rate_bytes_per_second"),
     # ---- RoCE (key: device/port, as InfiniBand): no port_xmit_wait there; congestion is ECN-marked
     # packets plus the CNPs senders acted on (per second, summed), link trouble is sequence errors,
-    # NAKs and ACK timeouts (per step, summed); the diagnosis reads them in InfiniBand's place
+    # NAKs, ACK timeouts and retransmissions (per step, summed); the diagnosis reads them in
+    # InfiniBand's place
     Mapping("roce_cong", "rail", "gangwatch_roce_port_ecn_marked_packets_total", counter=True, combine="sum"),
     Mapping("roce_cong", "rail", "gangwatch_roce_port_cnp_handled_total", counter=True, combine="sum"),
     Mapping("roce_err", "rail", "gangwatch_roce_port_out_of_sequence_packets_total", counter=True, events=True, combine="sum"),
     Mapping("roce_err", "rail", "gangwatch_roce_port_packet_sequence_errors_total", counter=True, events=True, combine="sum"),
     Mapping("roce_err", "rail", "gangwatch_roce_port_local_ack_timeouts_total", counter=True, events=True, combine="sum"),
+    # retransmissions the NIC made on loss (adaptive retransmission, on by default on ConnectX-5 and later)
+    Mapping("roce_err", "rail", "gangwatch_roce_port_adaptive_retransmissions_total", counter=True, events=True, combine="sum"),
     # PFC and global pause frames the node's NICs received (the ethtool collector's rollup; node_exporter's
     # ethtool collector names mlx5's global pause counter this way, without _total)
     Mapping("eth_pause", "node", "gangwatch_ethtool_node_received_pause_frames_total", counter=True),

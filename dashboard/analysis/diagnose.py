@@ -279,11 +279,11 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     per rail) and PFC pause frames the switch sent (`eth_pause`, per node, spread evenly over its
     rails), all per second; they take the place of `ib_wait` and are judged by the same relative
     tests (the cluster's typical busy node, the job's own median, the leaf, the port). Transport
-    errors (`roce_err`: sequence errors, NAKs, ACK timeouts, retransmissions per step) count as link events from
-    `roce_error_events` per step, beside link-down events of the ports and of the nodes' NICs
-    (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event). A window with any
-    InfiniBand wait is judged as InfiniBand: units of the two fabrics are not mixed in one cluster
-    reference, and its `eth_down` (the management Ethernet there) is dropped.
+    errors (`roce_err`: sequence errors, NAKs, ACK timeouts, retransmissions per step) count as
+    link events from `roce_error_events` per step, beside link-down events of the ports and of the
+    nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event). A window
+    with any InfiniBand wait is judged as InfiniBand: units of the two fabrics are not mixed in one
+    cluster reference, and its `eth_down` (the management Ethernet there) is dropped.
     """
     rail = win.rail
     if _known(rail.get("ib_wait")) or not (_known(rail.get("roce_cong")) or _known(rail.get("roce_err"))):
@@ -1202,8 +1202,8 @@ def _nic_down_culprit(win: Window, jm: _JobMap, span: slice):
     None when none of the job's nodes had one. Named only when it stands out: a leaf switch when
     the nodes that went down anywhere in the cluster all hang off it and fill at least half of it
     (a switch that reboots or flaps takes its links down together), else the node when it is the
-    only one of the job's; several of the job's nodes with no leaf in common are left unnamed (a
-    shared cause the window cannot place), with their evidence."""
+    only one of the job's; several of the job's nodes short of that are left unnamed (a shared
+    cause the window cannot place), with their evidence."""
     a = win.node.get("eth_down")
     if a is None:
         return None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -151,7 +152,11 @@ def bad_input_part(args, sysfs: Path, eth_root: Path, tmp: Path) -> bool:
     (tmp / "token").write_text(token + "\n")
     (tmp / "token").chmod(0o600)
     hang = tmp / "beegfs-ctl"
-    hang.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(3600)\n")  # beegfs-ctl stuck on a dead server
+    pids = tmp / "beegfs-ctl.pids"
+    # beegfs-ctl stuck on a dead server; each run notes its pid: the agent kills the runs at their
+    # timeout, but those in flight when it is stopped outlive it (under systemd its cgroup goes)
+    hang.write_text(f"#!{sys.executable}\nimport os, time\nwith open({str(pids)!r}, 'a') as f:\n"
+                    f"    f.write(f'{{os.getpid()}}\\n')\ntime.sleep(3600)\n")
     hang.chmod(0o755)
     keep = ("ethtool", "roce", "beegfs")
     port = free_port()
@@ -235,6 +240,12 @@ def bad_input_part(args, sysfs: Path, eth_root: Path, tmp: Path) -> bool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+        for pid in (pids.read_text().split() if pids.exists() else []):
+            try:  # only if that pid is still our script (those killed at their timeout are gone, the pid maybe reused)
+                if str(hang).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(int(pid), signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
 
 
 def main(argv: list[str] | None = None) -> int:

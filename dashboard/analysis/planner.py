@@ -69,6 +69,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from collectors.slurm.hostlist import compress
+from dashboard.analysis.gcpause import gc_paused
 from dashboard.analysis.lazy import LazyRecords
 from dashboard.analysis.planner_model import (
     DEPENDENCY_BLOCKING,
@@ -208,7 +209,8 @@ class _Whys(LazyRecords):
 
     def _build(self) -> tuple:
         rows, self._rows = self._rows, ()
-        return tuple(self._row(r) for r in rows)
+        with gc_paused():
+            return tuple(self._row(r) for r in rows)
 
     def find(self, job_id: str) -> JobWhy | None:
         if self._built is None:
@@ -1233,12 +1235,13 @@ class _Policy:
 def plan(inp: PlannerInput) -> BackfillPlan:
     """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
     for every pending job (see the module docstring for the semantics)."""
-    got, later_held = _plan(inp, frozenset())
-    if later_held:
-        # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
-        # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
-        # cycle, which then makes no reservation for the held job. Planned again with it held.
-        got, _ = _plan(inp, later_held)
+    with gc_paused():  # tens of thousands of short-lived tuples, no cycles (see gcpause)
+        got, later_held = _plan(inp, frozenset())
+        if later_held:
+            # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
+            # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
+            # cycle, which then makes no reservation for the held job. Planned again with it held.
+            got, _ = _plan(inp, later_held)
     return got
 
 

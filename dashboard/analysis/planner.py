@@ -63,6 +63,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
+from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, Sequence
 
@@ -98,7 +99,11 @@ class Window:
     gpus_per_node: int
     cpus: int  # free CPUs on each of these nodes
     until: float | None  # None: no reservation limits it
-    node_list: str
+    names: tuple[str, ...] | str  # the nodes, or their hostlist; compressed when read (few plans are)
+
+    @property
+    def node_list(self) -> str:
+        return self.names if type(self.names) is str else compress(self.names)
 
     def to_json(self) -> dict:
         return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "cpus": self.cpus,
@@ -192,29 +197,35 @@ class _Whys(LazyRecords):
     """A partition's `why` records, built when first read: a plan of 10,000 pending jobs is read a
     few rows at a time (the Queue page, one job's page), and building every record up front cost more
     than the plan itself. A row is JobWhy's fields in order (a tuple), or a list that `resolve`
-    completes from the finished plan (a waiting job's reasons, expected start and what-if)."""
+    completes from the finished plan (a waiting job's reasons, expected start and what-if). The rows
+    themselves come from `rows()`, which groups the whole queue by partition on its first call."""
 
     __slots__ = ("_rows", "_resolve")
 
     def __init__(self, rows, resolve=None) -> None:
         super().__init__()
-        self._rows = rows
+        self._rows = rows  # a sequence of rows, or a callable returning it
         self._resolve = resolve
+
+    def _raw(self):
+        if callable(self._rows):
+            self._rows = self._rows()
+        return self._rows
 
     def _row(self, r) -> JobWhy:
         return JobWhy(*r) if type(r) is tuple else self._resolve(r)
 
     def _raw_len(self) -> int:
-        return len(self._rows)
+        return len(self._raw())
 
     def _build(self) -> tuple:
-        rows, self._rows = self._rows, ()
+        rows, self._rows = self._raw(), ()
         with gc_paused():
             return tuple(self._row(r) for r in rows)
 
     def find(self, job_id: str) -> JobWhy | None:
         if self._built is None:
-            for r in self._rows:
+            for r in self._raw():
                 if r[0].job_id == job_id:
                     return self._row(r)
             return None
@@ -269,11 +280,12 @@ class BackfillPlan:
 
 # ---------------------------------------------------------------------------------------- internal
 
-# The fields of a pending job that decide its request in a partition (the memo key of `request`).
-_REQUEST_FIELDS = attrgetter("time_limit_s", "reservation", "gpu_type", "features", "feature_alternatives",
-                             "min_nodes", "gpus_per_node",
-                             "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb",
-                             "exclusive")
+# The fields of a pending job that decide its request in a partition (the memo key of `request`), and
+# those of them that decide its shape (all but the time limit; the memo key of `_shape`).
+_SHAPE_NAMES = ("reservation", "gpu_type", "features", "feature_alternatives", "min_nodes", "gpus_per_node",
+                "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb", "exclusive")
+_REQUEST_FIELDS = attrgetter("time_limit_s", *_SHAPE_NAMES)
+_SHAPE_FIELDS = attrgetter(*_SHAPE_NAMES)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -317,6 +329,8 @@ class _Cluster:
         self.usable = [n.usable for n in nodes]
         self.weight = [n.weight for n in nodes]
         self.planned = [n.planned for n in nodes]
+        self.gpu_types = [n.gpu_type for n in nodes]
+        self.features = [n.features for n in nodes]
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
@@ -374,12 +388,14 @@ class _Cluster:
         self._arrays_memo: dict = {}
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
+        self._shape_memo: dict = {}
         distinct: dict[tuple, tuple] = {}  # a node's partitions, each once (every one is in part_usable)
         self.node_parts = [distinct.get(ps) or distinct.setdefault(ps, tuple(dict.fromkeys(ps)))
                            for ps in map(attrgetter("partitions"), nodes)]
         self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
-        self.marked = {i for i, b in enumerate(self.blocks) if b}
+        self.reserved_nodes = [i for i, b in enumerate(self.blocks) if b]
+        self.marked = set(self.reserved_nodes)
         # Candidates for "fits now": per partition, the usable nodes with at least k GPUs free (k >= 1),
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
@@ -407,6 +423,20 @@ class _Cluster:
         if info is not None and info.max_time_s is not None and job.time_limit_s > info.max_time_s:
             return Reason("too_large", f"its time limit {format_duration(job.time_limit_s)} exceeds partition "
                           f"{p}'s limit {format_duration(info.max_time_s)}", "error")
+        # Requests that differ only in their time limit (most of a queue) share the rest of the checks
+        key = (p, _SHAPE_FIELDS(job), (job.user, job.account) if job.reservation else None)
+        shape = self._shape_memo.get(key)
+        if shape is None:
+            shape = self._shape_memo[key] = self._shape(job, p, info)
+        if isinstance(shape, Reason):
+            return shape
+        if not job.time_limit_s > 0:  # also NaN; an infinite limit is Slurm's UNLIMITED and allowed
+            return Reason("bad_time_limit", f"its time limit ({job.time_limit_s} s) is not positive", "error")
+        return _Req(*shape[:5], float(job.time_limit_s), *shape[5:])
+
+    def _shape(self, job: PendingJob, p: str, info) -> tuple | Reason:
+        """A request's per-node shape in p, (nodes, CPUs, memory, GPUs, exclusive, GPU type, features,
+        reservation index), or why p can never take it; everything of `_request` but the time limit."""
         if info is not None and info.max_nodes is not None and job.min_nodes > info.max_nodes:
             return Reason("partition_node_limit", f"it asks for {job.min_nodes} nodes but partition {p} allows "
                           f"{info.max_nodes} (MaxNodes; Slurm: PartitionNodeLimit)", "error")
@@ -449,10 +479,7 @@ class _Cluster:
         if big < nodes:
             return Reason("too_large", f"it needs {nodes} node(s) with {_shape(cpus, mem, gpus)} each, but only "
                           f"{big} node(s) in partition {p} are that large", "error")
-        if not job.time_limit_s > 0:  # also NaN; an infinite limit is Slurm's UNLIMITED and allowed
-            return Reason("bad_time_limit", f"its time limit ({job.time_limit_s} s) is not positive", "error")
-        return _Req(nodes, cpus, mem, gpus, bool(job.exclusive), float(job.time_limit_s), job.gpu_type,
-                    features, resv)
+        return nodes, cpus, mem, gpus, bool(job.exclusive), job.gpu_type, features, resv
 
     def _matching(self, p: str, resv: int, gpu_type: str | None, features: frozenset):
         """Totals (CPUs, memory, GPUs) of every node of p, usable or not, that the request could use."""
@@ -465,11 +492,11 @@ class _Cluster:
             in_resv = set(self.index[n] for n in self.reservations[resv].nodes if n in self.index)
             idx = [i for i in idx if i in in_resv]
         if gpu_type:
-            idx = [i for i in idx if self.nodes[i].gpu_type == gpu_type]
+            idx = self._of_type(idx, gpu_type)
             if not idx:
                 got = Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {gpu_type}", "error")
         if features and not isinstance(got, Reason):
-            idx = [i for i in idx if _has_features(features, self.nodes[i].features)]
+            idx = self._with_features(idx, features)
             if not idx:
                 got = Reason("no_such_feature", f"no node in partition {p} has the features "
                              f"{_feature_text(features)}", "error")
@@ -490,13 +517,44 @@ class _Cluster:
         if got is None:
             idx = self.part_usable[p]
             if req.gpu_type is not None:
-                idx = [i for i in idx if self.nodes[i].gpu_type == req.gpu_type]
+                idx = self._of_type(idx, req.gpu_type)
             if req.features:
-                idx = [i for i in idx if _has_features(req.features, self.nodes[i].features)]
+                idx = self._with_features(idx, req.features)
             if req.resv >= 0:
                 names = set(self.reservations[req.resv].nodes)
                 idx = [i for i in idx if self.names[i] in names]
             got = self._allowed_memo[key] = set(idx)
+        return got
+
+    def _of_type(self, idx: list[int], gpu_type: str) -> list[int]:
+        gpu_types = self.gpu_types
+        return [i for i in idx if gpu_types[i] == gpu_type]
+
+    def _with_features(self, idx: list[int], wanted: frozenset) -> list[int]:
+        # nodes share a few distinct feature sets: each is matched once
+        has: dict[frozenset, bool] = {}
+        out = []
+        for i in idx:
+            fs = self.features[i]
+            ok = has.get(fs)
+            if ok is None:
+                ok = has[fs] = _has_features(wanted, fs)
+            if ok:
+                out.append(i)
+        return out
+
+    def name_array(self) -> np.ndarray:
+        got = self._allowed_memo.get("names")
+        if got is None:
+            got = self._allowed_memo["names"] = np.array(self.names, dtype=object)
+        return got
+
+    def part_pos(self, p: str) -> np.ndarray:
+        """The usable nodes of p, in name order, as an array of node indices."""
+        key = ("pos", p)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = self._allowed_memo[key] = np.array(self.part_usable[p], dtype=np.int64)
         return got
 
     def earliest_allowed_start(self, req: _Req) -> float:
@@ -654,28 +712,25 @@ class _Cluster:
             return got
         pos = self.part_usable[p]
         n = len(pos)
+        rel = [self.releases[i] for i in pos]
+        counts = np.fromiter(map(len, rel), np.int64, count=n)
         # two spare columns, so that committing a job to the busiest node rarely forces a rebuild
-        width = 3 + max((len(self.releases[i]) for i in pos), default=0)
+        width = 3 + int(counts.max(initial=0))
         times = np.full((n, width), INF)
         deltas = np.zeros((3, n, width), dtype=np.int64)
         times[:, 0] = self.now
         deltas[0, :, 0] = [self.cf[i] for i in pos]
         deltas[1, :, 0] = [self.mf[i] for i in pos]
         deltas[2, :, 0] = [self.gf[i] for i in pos]
-        rows, cols, ts, cs, ms, gs = [], [], [], [], [], []
-        for r, i in enumerate(pos):
-            for k, (t, c, m, g) in enumerate(self.releases[i], start=1):
-                rows.append(r)
-                cols.append(k)
-                ts.append(t)
-                cs.append(c)
-                ms.append(m)
-                gs.append(g)
-        if rows:
-            times[rows, cols] = ts
-            deltas[0, rows, cols] = cs
-            deltas[1, rows, cols] = ms
-            deltas[2, rows, cols] = gs
+        total = int(counts.sum())
+        if total:
+            # every release (time, CPUs, memory, GPUs) of these nodes in one flat array: row r's k-th
+            # release goes to column k (column 0 is now)
+            flat = np.fromiter(chain.from_iterable(chain.from_iterable(rel)), float, count=4 * total).reshape(-1, 4)
+            rows = np.repeat(np.arange(n), counts)
+            cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + 1
+            times[rows, cols] = flat[:, 0]
+            deltas[:, rows, cols] = flat[:, 1:].T.astype(np.int64)
         cum = np.cumsum(deltas, axis=2)
         arr = _Arrays(np.array(pos, dtype=np.int64), times, cum[0], cum[1], cum[2],
                       np.array([self.ct[i] for i in pos]), np.array([self.mt[i] for i in pos]),
@@ -1034,8 +1089,12 @@ class _Cluster:
         key = ("blocked_now", p, resv)
         got = self._allowed_memo.get(key)
         if got is None:
-            got = np.array([any(s <= self.now < e and k != resv for s, e, k in self.blocks[i])
-                            for i in self.part_usable[p]], dtype=bool)
+            got = np.zeros(len(self.part_usable[p]), dtype=bool)
+            row = self.row[p]
+            for i in self.reserved_nodes:  # few: only they can be blocked
+                r = row.get(i)
+                if r is not None and any(s <= self.now < e and k != resv for s, e, k in self.blocks[i]):
+                    got[r] = True
             self._allowed_memo[key] = got
         return got
 
@@ -1094,6 +1153,7 @@ class _Job:
     nodes: tuple[str, ...] = ()
     what_if: WhatIf | None = None
     reserved: bool = False  # Slurm mode: holds its own reservation (expected start = its start)
+    behind: str | None = None  # startable by backfill: the top job it does not delay
 
 
 class _Policy:
@@ -1259,11 +1319,19 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     # their partitions, and every such partition already has its top job.
     # Those take the fast path below (a tuple, no planning); the others are planned one by one.
     jobs: list = []
+    homes: set[str] = set()
+    # Requests (by their memo entry's id) known to wait: each partition has its top job and the
+    # request does not fit now there. Both stay true for the rest of the pass (tops are only added,
+    # and room only shrinks), so a request is checked until it first qualifies, then never again.
+    waits: set[int] = set()
     for job in inp.pending:
         prep = request_memo.get((job.partitions, _REQUEST_FIELDS(job),
                                  (job.user, job.account) if job.reservation else None))
         if fast and prep is not None and prep[0] and not prep[3] and not job.held \
                 and job.dependency not in DEPENDENCY_BLOCKING and (job.begin_time is None or job.begin_time <= now):
+            if id(prep) in waits:
+                jobs.append(prep)
+                continue
             for p, req in prep[0]:
                 if req.resv >= 0 or p not in tops:
                     break
@@ -1271,6 +1339,7 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                 if m is None or m[1] is not None:  # "does not fit" stays true (see fit_now)
                     break
             else:
+                waits.add(id(prep))
                 jobs.append(prep)
                 continue
         elif prep is not None and prep[0] and not prep[3] and job.dependency != "never" \
@@ -1281,7 +1350,9 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                 "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
                 if job.dependency == "pending" else ())))
             continue
-        jobs.append(_plan_job(cl, job, tops, starts, backfilled, policy))
+        rec = _plan_job(cl, job, tops, starts, backfilled, policy)
+        homes.add(rec.partition)  # the others' partitions exist: they had a request there
+        jobs.append(rec)
     if policy.slurm and backfilled:
         _next_cycle(cl, tops, jobs)
     windows = _windows(cl, backfilled)
@@ -1289,29 +1360,14 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs,
     # when a row is first read (the plan is complete by then and no longer changes).
     memo: dict = {}
-    rows: dict[str, list] = {}
-    ranked: dict[str, int] = {}  # queue position among the jobs that can run at all (never: none)
-    for job, rec in zip(inp.pending, jobs):
-        if type(rec) is tuple:
-            part = rec[0] if len(rec) == 2 else rec[0][0][0]
-            n = ranked[part] = ranked.get(part, 0) + 1
-            # blocked: (partition, reasons); the fast path: (requests, reasons, home, down), waiting from now
-            row = (job, part, n, "blocked", rec[1], None, (), None) if len(rec) == 2 else \
-                [job, part, n, "waiting", rec[1], rec[0][0][1], now, False]
-        else:
-            part = rec.partition
-            if rec.state == "never":
-                n = None
-            else:
-                n = ranked[part] = ranked.get(part, 0) + 1
-            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
-                row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
-            else:
-                row = (rec.job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
-        part_rows = rows.get(part)
-        if part_rows is None:
-            part_rows = rows[part] = []
-        part_rows.append(row)
+    grouped: list[dict] = []
+
+    def rows() -> dict[str, list]:
+        """Every job's row, grouped by partition: made once, when the first partition's `why` is read."""
+        if not grouped:
+            with gc_paused():
+                grouped.append(_rows(inp.pending, jobs, now))
+        return grouped[0]
 
     def resolve(r: list) -> JobWhy:
         """A lazy row [job, partition, rank, state, reasons, request, earliest start, estimate only]:
@@ -1327,17 +1383,50 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                       reasons + got[2] if reasons else got[2], got[0], got[1], got[3])
 
     parts = []
-    for p in sorted(set(cl.part_nodes) | set(rows)):
+    for p in sorted(set(cl.part_nodes) | homes):
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
-            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()), resolve)))
+            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(lambda p=p: rows().get(p, ()), resolve)))
     held = frozenset()
     if policy.slurm and policy.qos and not later_held:
         held = frozenset(r.job.job_id for r in jobs if type(r) is _Job and (r.state == "top" or r.reserved)
                          and r.req is not None and policy.limit(r.job, r.req) is not None)
     return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe()), held
+
+
+def _rows(pending, jobs: list, now: float) -> dict[str, list]:
+    """The `why` rows of a plan, per partition, in queue order (see _Whys and `resolve` in _plan)."""
+    rows: dict[str, list] = {}
+    ranked: dict[str, int] = {}  # queue position among the jobs that can run at all (never: none)
+    for job, rec in zip(pending, jobs):
+        if type(rec) is tuple:
+            part = rec[0] if len(rec) == 2 else rec[0][0][0]
+            n = ranked[part] = ranked.get(part, 0) + 1
+            # blocked: (partition, reasons); the fast path: (requests, reasons, home, down), waiting from now
+            row = (job, part, n, "blocked", rec[1], None, (), None) if len(rec) == 2 else \
+                [job, part, n, "waiting", rec[1], rec[0][0][1], now, False]
+        else:
+            part = rec.partition
+            if rec.state == "never":
+                n = None
+            else:
+                n = ranked[part] = ranked.get(part, 0) + 1
+            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
+                row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
+            elif rec.state == "startable":  # its reason's node list is compressed only now, when read
+                row = (rec.job, part, n, rec.state, (*rec.reasons, Reason(
+                    "startable", f"it can start now on {compress(rec.nodes)}" + (
+                        f" without delaying top job {rec.behind}" if rec.behind is not None else ""))),
+                    rec.expected, rec.nodes, rec.what_if)
+            else:
+                row = (rec.job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
+        part_rows = rows.get(part)
+        if part_rows is None:
+            part_rows = rows[part] = []
+        part_rows.append(row)
+    return rows
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
@@ -1439,8 +1528,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
             starts.setdefault(p, []).append(Startable(job.job_id, names, now + req.duration, by))
             rec.partition, rec.req, rec.state = p, req, "startable"
             rec.expected, rec.nodes = now, names
-            rec.reasons.append(Reason("startable", f"it can start now on {compress(names)}" + (
-                f" without delaying top job {tops[p][0]}" if by == "backfill" else "")))
+            rec.behind = tops[p][0] if by == "backfill" else None  # its reason is written by _rows
             return rec
     if untested is not None:
         rec.reasons.append(untested)
@@ -1634,31 +1722,37 @@ def _now_facts(cl: _Cluster, p: str, req: _Req):
 
 def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
     """showbf: per partition, free resources now (before backfilled jobs take them) and until when."""
-    cf, gf = list(cl.cf), list(cl.gf)
+    cf, gf = np.array(cl.cf), np.array(cl.gf)
     for i, c, g in backfilled:
         cf[i] += c
         gf[i] += g
     now = cl.now
+    # Only nodes under a reservation or a hold have an `until`, or are closed now: few, one by one.
+    until = np.full(len(cf), INF)
+    as_given: dict[float, float] = {}  # each `until` as the input wrote it (an int stays an int in JSON)
+    for i in cl.marked:
+        if any(s <= now < e for s, e, _ in cl.blocks[i]):
+            cf[i] = 0  # reserved now: not free for the jobs of this partition
+            continue
+        t = min([s for s, e, _ in cl.blocks[i] if s > now] + [s for s, *_ in cl.holds[i]], default=INF)
+        until[i] = as_given.setdefault(t, t)
+    names = cl.name_array()
     out = {}
     for p, idx in cl.part_usable.items():
-        groups: dict[tuple[int, int, float], list[str]] = {}
-        for i in idx:
-            c = cf[i]
-            if c <= 0:
-                continue
-            until = INF
-            if cl.blocks[i] or cl.holds[i]:
-                if any(s <= now < e for s, e, _ in cl.blocks[i]):
-                    continue  # reserved now: not free for the jobs of this partition
-                until = min([s for s, e, _ in cl.blocks[i] if s > now] + [s for s, *_ in cl.holds[i]], default=INF)
-            key = (gf[i], c, until)
-            names = groups.get(key)
-            if names is None:
-                groups[key] = [cl.names[i]]
-            else:
-                names.append(cl.names[i])
-        ws = [Window(len(names), g, c, None if until == INF else until, compress(names))
-              for (g, c, until), names in groups.items()]
-        ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus, w.node_list))
+        pos = cl.part_pos(p)
+        pos = pos[cf[pos] > 0]
+        if not len(pos):
+            out[p] = ()
+            continue
+        # one window per distinct (free GPUs, free CPUs, until); its nodes in name order (pos is)
+        keys = np.stack([gf[pos].astype(float), cf[pos].astype(float), until[pos]], axis=1)
+        uniq, group = np.unique(keys, axis=0, return_inverse=True)
+        group = group.reshape(-1)
+        order = np.argsort(group, kind="stable")
+        cuts = np.cumsum(np.bincount(group, minlength=len(uniq)))[:-1]
+        ws = [Window(len(members), int(g), int(c), None if t == INF else as_given[t], tuple(names[members].tolist()))
+              for (g, c, t), members in zip(uniq.tolist(), np.split(pos[order], cuts))]
+        # (GPUs, until, CPUs) is unique per window, so this order needs no tie-break
+        ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus))
         out[p] = tuple(ws)
     return out

@@ -60,10 +60,12 @@ every job.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
-from itertools import chain
+from functools import lru_cache, partial
+from heapq import merge
+from itertools import chain, islice
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, Sequence
 
@@ -320,17 +322,22 @@ class _Arrays(NamedTuple):
 class _Cluster:
     def __init__(self, inp: PlannerInput) -> None:
         self.now = now = float(inp.now)
-        first: dict[str, object] = {}
-        for node in inp.nodes:  # a name listed twice: the first record counts
-            first.setdefault(node.name, node)
-        self.nodes = nodes = list(first.values())
-        self.names: list[str] = list(first)
-        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
+        names = [n.name for n in inp.nodes]
+        index = dict(zip(names, range(len(names))))
+        if len(index) == len(names):
+            nodes = list(inp.nodes)
+        else:  # a name listed twice: the first record counts
+            first: dict[str, object] = {}
+            for node in inp.nodes:
+                first.setdefault(node.name, node)
+            nodes, names = list(first.values()), list(first)
+            index = {name: i for i, name in enumerate(names)}
+        self.nodes = nodes
+        self.names: list[str] = names
+        self.index: dict[str, int] = index
         self.usable = [n.usable for n in nodes]
         self.weight = [n.weight for n in nodes]
         self.planned = [n.planned for n in nodes]
-        self.gpu_types = [n.gpu_type for n in nodes]
-        self.features = [n.features for n in nodes]
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
@@ -343,31 +350,35 @@ class _Cluster:
         self.gf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("gpus_free"), nodes), self.gt)]
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
         self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
-        index = self.index
+        releases, job_ends = self.releases, self.job_ends
         for job in inp.running:
             end = max(job.expected_end, now)
             on = []
             for a in job.allocations:
                 i = index.get(a.node)
                 if i is not None:
-                    self.releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
+                    releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
                     on.append(i)
-            self.job_ends.append((end, tuple(on)))
+            job_ends.append((end, tuple(on)))
         for rel in self.releases:
             if len(rel) > 1:
                 rel.sort()
-        self.holds: list[list[tuple[float, float, int, int, int, str]]] = [[] for _ in nodes]
+        # a node's holds and reservations: most nodes have none and share one empty tuple; a list is
+        # made for a node when it gets its first
+        self.holds: list[list[tuple[float, float, int, int, int, str]]] = [()] * len(nodes)
         self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
-        self.blocks: list[list[tuple[float, float, int]]] = [[] for _ in nodes]
+        self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
+        reserved: set[int] = set()
         for k, r in enumerate(self.reservations):
             if r.end <= now:
                 continue
             for name in r.nodes:
                 i = self.index.get(name)
                 if i is not None:
-                    self.blocks[i].append((r.start, r.end, k))
+                    self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
+                    reserved.add(i)
         self.part_nodes: dict[str, list[int]] = {}
         for i, n in enumerate(nodes):
             for p in n.partitions:
@@ -383,6 +394,7 @@ class _Cluster:
         self.version = dict.fromkeys(self.part_nodes, 0)
         self.changes: dict[str, list[int]] = {p: [] for p in self.part_nodes}  # changes[p][v:]: nodes changed since v
         self._fit_memo: dict = {}
+        self._plain_memo: dict = {}
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
@@ -394,7 +406,7 @@ class _Cluster:
                            for ps in map(attrgetter("partitions"), nodes)]
         self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
-        self.reserved_nodes = [i for i, b in enumerate(self.blocks) if b]
+        self.reserved_nodes = sorted(reserved)
         self.marked = set(self.reserved_nodes)
         # Candidates for "fits now": per partition, the usable nodes with at least k GPUs free (k >= 1),
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
@@ -503,8 +515,8 @@ class _Cluster:
         if got is None and not idx:
             got = Reason("too_large", f"partition {p} has no nodes", "error")
         if got is None:
-            got = (np.array([self.ct[i] for i in idx]), np.array([self.mt[i] for i in idx]),
-                   np.array([self.gt[i] for i in idx]))
+            totals = self.totals()
+            got = tuple(totals[:, idx])
         self._allowed_memo[key] = got
         return got
 
@@ -526,22 +538,36 @@ class _Cluster:
             got = self._allowed_memo[key] = set(idx)
         return got
 
+    def _codes(self, attr: str) -> tuple[list, np.ndarray]:
+        """A node attribute's distinct values and, per node, the index of its value: nodes share a
+        few GPU types and feature sets, so a request is matched against each once."""
+        key = ("codes", attr)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            seen: dict = {}
+            codes = np.fromiter((seen.setdefault(v, len(seen)) for v in map(attrgetter(attr), self.nodes)),
+                                np.int64, count=len(self.nodes))
+            got = self._allowed_memo[key] = (list(seen), codes)
+        return got
+
+    def _matching_values(self, idx: list[int], attr: str, ok) -> list[int]:
+        values, codes = self._codes(attr)
+        good = np.array([ok(v) for v in values], dtype=bool)
+        arr = np.array(idx, dtype=np.int64)
+        return arr[good[codes[arr]]].tolist()
+
     def _of_type(self, idx: list[int], gpu_type: str) -> list[int]:
-        gpu_types = self.gpu_types
-        return [i for i in idx if gpu_types[i] == gpu_type]
+        return self._matching_values(idx, "gpu_type", lambda v: v == gpu_type)
 
     def _with_features(self, idx: list[int], wanted: frozenset) -> list[int]:
-        # nodes share a few distinct feature sets: each is matched once
-        has: dict[frozenset, bool] = {}
-        out = []
-        for i in idx:
-            fs = self.features[i]
-            ok = has.get(fs)
-            if ok is None:
-                ok = has[fs] = _has_features(wanted, fs)
-            if ok:
-                out.append(i)
-        return out
+        return self._matching_values(idx, "features", lambda fs: _has_features(wanted, fs))
+
+    def totals(self) -> np.ndarray:
+        """(CPUs, memory, GPUs) x node: each node's totals as an array."""
+        got = self._allowed_memo.get("totals")
+        if got is None:
+            got = self._allowed_memo["totals"] = np.array([self.ct, self.mt, self.gt], dtype=np.int64)
+        return got
 
     def name_array(self) -> np.ndarray:
         got = self._allowed_memo.get("names")
@@ -621,31 +647,52 @@ class _Cluster:
         if len(cands) < req.nodes:
             self._fit_memo[key] = (version, None, None)
             return None
-        allowed = self.allowed(p, req)
-        end = self.now + req.duration
+        # Plain nodes (no reservation, no hold) have the same room whatever the time limit: they are
+        # kept, sorted, per request shape; only the few marked nodes are checked per time limit.
+        plain = self._plain_fits(p, req, cands, version)
+        marked = self.marked
+        todo = marked if memo is None else marked.intersection(self.changes[p][memo[0]:])
+        special = [] if memo is None else [t for t in memo[2] if t[-1] not in todo]
+        self._fits(todo & cands, req, self.allowed(p, req), special.append)
+        result = None
+        if len(plain) + len(special) >= req.nodes:
+            if self.slurm:
+                result = self.slurm_choose([t[-1] for t in chain(plain, special)], req.nodes)
+            else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
+                special.sort()
+                result = [t[-1] for t in islice(merge(plain, special), req.nodes)]
+        self._fit_memo[key] = (version, result, special)
+        return result
+
+    def _plain_fits(self, p: str, req: _Req, cands: set[int], version: int) -> list[tuple]:
+        """The unmarked candidates with room for one node of req, as fit_now's sort keys, sorted."""
+        key = (p, req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type, req.features, req.resv)
+        memo = self._plain_memo.get(key)
+        if memo is not None and memo[0] == version:
+            return memo[1]
         if memo is None:
-            todo = cands
-            ok = []
+            todo, ok, add = cands, [], None
         else:
-            todo = set(self.changes[p][memo[0]:])
-            ok = [t for t in memo[2] if t[-1] not in todo]
-            todo = todo & cands
+            changed = set(self.changes[p][memo[0]:])
+            ok = [t for t in memo[1] if t[-1] not in changed]
+            todo, add = changed & cands, partial(insort, ok)
+        marked = self.marked
+        self._fits([i for i in todo if i not in marked], req, self.allowed(p, req), add or ok.append)
+        if add is None:
+            ok.sort()
+        self._plain_memo[key] = (version, ok)
+        return ok
+
+    def _fits(self, nodes, req: _Req, allowed: set[int] | None, add) -> None:
+        """add(sort key) for each of these nodes with room for one node of req from now to its end."""
+        end = self.now + req.duration
         weight, names, room_now = self.weight, self.names, self._room_now
-        for i in todo:
+        for i in nodes:
             if allowed is not None and i not in allowed:
                 continue
             room = room_now(i, req, end)
             if room is not None:
-                ok.append((weight[i], room[2], room[0], room[1], names[i], i))
-        result = None
-        if len(ok) >= req.nodes:
-            if self.slurm:
-                result = self.slurm_choose([t[-1] for t in ok], req.nodes)
-            else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
-                ok.sort()
-                result = [t[-1] for t in ok[:req.nodes]]
-        self._fit_memo[key] = (version, result, ok)
-        return result
+                add((weight[i], room[2], room[0], room[1], names[i], i))
 
     def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
         """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
@@ -697,7 +744,7 @@ class _Cluster:
         self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
-            self.holds[i].append((start, end, c, m, g, job_id))
+            self.holds[i] = [*self.holds[i], (start, end, c, m, g, job_id)]
             self.marked.add(i)
             for p in self.node_parts[i]:
                 self.version[p] += 1

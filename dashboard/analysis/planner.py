@@ -544,10 +544,11 @@ class _Cluster:
         key = ("codes", attr)
         got = self._allowed_memo.get(key)
         if got is None:
-            seen: dict = {}
-            codes = np.fromiter((seen.setdefault(v, len(seen)) for v in map(attrgetter(attr), self.nodes)),
-                                np.int64, count=len(self.nodes))
-            got = self._allowed_memo[key] = (list(seen), codes)
+            values = list(map(attrgetter(attr), self.nodes))
+            distinct = list(dict.fromkeys(values))
+            code = dict(zip(distinct, range(len(distinct))))
+            got = self._allowed_memo[key] = (distinct, np.fromiter(map(code.__getitem__, values), np.int64,
+                                                                   count=len(values)))
         return got
 
     def _matching_values(self, idx: list[int], attr: str, ok) -> list[int]:
@@ -1791,14 +1792,17 @@ def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
         if not len(pos):
             out[p] = ()
             continue
-        # one window per distinct (free GPUs, free CPUs, until); its nodes in name order (pos is)
-        keys = np.stack([gf[pos].astype(float), cf[pos].astype(float), until[pos]], axis=1)
-        uniq, group = np.unique(keys, axis=0, return_inverse=True)
-        group = group.reshape(-1)
-        order = np.argsort(group, kind="stable")
-        cuts = np.cumsum(np.bincount(group, minlength=len(uniq)))[:-1]
-        ws = [Window(len(members), int(g), int(c), None if t == INF else as_given[t], tuple(names[members].tolist()))
-              for (g, c, t), members in zip(uniq.tolist(), np.split(pos[order], cuts))]
+        # one window per distinct (free GPUs, free CPUs, until), as one integer key; its nodes in
+        # name order (pos is)
+        g, c = gf[pos], cf[pos]
+        times, t = np.unique(until[pos], return_inverse=True)
+        t = t.reshape(-1)
+        key = (g * (int(c.max()) + 1) + c) * len(times) + t
+        first, group, size = np.unique(key, return_index=True, return_inverse=True, return_counts=True)[1:]
+        order = np.argsort(group.reshape(-1), kind="stable")
+        ws = [Window(n, int(g[k]), int(c[k]), None if times[t[k]] == INF else as_given[float(times[t[k]])],
+                     tuple(names[members].tolist()))
+              for k, n, members in zip(first.tolist(), size.tolist(), np.split(pos[order], np.cumsum(size)[:-1]))]
         # (GPUs, until, CPUs) is unique per window, so this order needs no tie-break
         ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus))
         out[p] = tuple(ws)

@@ -66,7 +66,8 @@ from datetime import datetime, timezone
 from functools import lru_cache, partial
 from heapq import merge
 from itertools import chain, islice
-from operator import attrgetter, itemgetter
+from itertools import compress as select
+from operator import attrgetter, itemgetter, le
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -341,13 +342,13 @@ class _Cluster:
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
-        self.ct = [v if v > 0 else 0 for v in map(attrgetter("cpus_total"), nodes)]
-        self.mt = [v if v > 0 else 0 for v in map(attrgetter("mem_total_mb"), nodes)]
-        self.gt = [v if v > 0 else 0 for v in map(attrgetter("gpus_total"), nodes)]
+        self.ct = _clamped(nodes, "cpus_total")
+        self.mt = _clamped(nodes, "mem_total_mb")
+        self.gt = _clamped(nodes, "gpus_total")
         # free never above total (a snapshot taken mid-update must not invent resources), never below 0
-        self.cf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("cpus_free"), nodes), self.ct)]
-        self.mf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("mem_free_mb"), nodes), self.mt)]
-        self.gf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("gpus_free"), nodes), self.gt)]
+        self.cf = _clamped(nodes, "cpus_free", self.ct)
+        self.mf = _clamped(nodes, "mem_free_mb", self.mt)
+        self.gf = _clamped(nodes, "gpus_free", self.gt)
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
         self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
         releases, job_ends = self.releases, self.job_ends
@@ -385,7 +386,8 @@ class _Cluster:
                 self.part_nodes.setdefault(p, []).append(i)
         for p in self.part_nodes:
             self.part_nodes[p].sort(key=self.names.__getitem__)
-        self.part_usable = {p: [i for i in idx if self.usable[i]] for p, idx in self.part_nodes.items()}
+        self.part_usable = {p: list(select(idx, map(self.usable.__getitem__, idx)))
+                            for p, idx in self.part_nodes.items()}
         self.part_info = {p.name: p for p in inp.partitions}
         for p in self.part_info:
             self.part_nodes.setdefault(p, [])
@@ -404,7 +406,7 @@ class _Cluster:
         distinct: dict[tuple, tuple] = {}  # a node's partitions, each once (every one is in part_usable)
         self.node_parts = [distinct.get(ps) or distinct.setdefault(ps, tuple(dict.fromkeys(ps)))
                            for ps in map(attrgetter("partitions"), nodes)]
-        self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
+        self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.reserved_nodes = sorted(reserved)
         self.marked = set(self.reserved_nodes)
@@ -412,14 +414,12 @@ class _Cluster:
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
         self.pool: dict[str, list[set[int]]] = {}
+        cf, gf = np.array(self.cf), np.array(self.gf)
         for p, idx in self.part_usable.items():
-            sets = [set() for _ in range(self.max_gpus + 2)]
-            cf, gf = self.cf, self.gf
-            sets[0].update(i for i in idx if cf[i] > 0)
-            for i in sets[0]:
-                for k in range(1, gf[i] + 1):
-                    sets[k].add(i)
-            self.pool[p] = sets
+            pos = np.array(idx, dtype=np.int64)
+            pos = pos[cf[pos] > 0] if len(pos) else pos
+            g = gf[pos]
+            self.pool[p] = [set(pos.tolist())] + [set(pos[g >= k].tolist()) for k in range(1, self.max_gpus + 2)]
 
     # --- requests and static checks -----------------------------------------------------------
 
@@ -1158,6 +1158,17 @@ class _Cluster:
             if e > now and (req.exclusive or c - hc < req.cpus or m - hm < req.mem or g - hg < req.gpus):
                 until = min(until, s)
         return until
+
+
+def _clamped(nodes: list, attr: str, cap: list | None = None) -> list:
+    """A node attribute per node, at least 0 and at most cap (when given); most snapshots need no
+    change, which C-level checks find without a Python loop."""
+    values = list(map(attrgetter(attr), nodes))
+    if (not values or min(values) >= 0) and (cap is None or all(map(le, values, cap))):
+        return values
+    if cap is None:
+        return [v if v > 0 else 0 for v in values]
+    return [0 if v < 0 else v if v < t else t for v, t in zip(values, cap)]
 
 
 # cons_tres `_will_run_test`: the first batch's window, doubled after every batch that fails

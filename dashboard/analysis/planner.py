@@ -40,17 +40,22 @@ Semantics (EASY, one reservation per partition, gang-aware):
   backfills. QOS limits (`PlannerInput.qos`) hold jobs in both modes. Nodes Slurm marked PLANNED
   are taken first by reservations. A reservation's start and nodes follow backfill.c's search and
   cons_tres's will-run test (`_Cluster.slurm_earliest`: batches of running jobs, reservations kept
-  rounded to bf_resolution, later_start retries), and a top job's start is the one the next cycle
-  reports, with the jobs backfilled now running (`_next_cycle`).
+  rounded to bf_resolution, later_start retries as backfill.c's walk of its node map sets them, and
+  no reservation at all where that walk finds no later_start), and a top job's start is the one the
+  next cycle reports, searched again from now with the jobs backfilled now running (`_next_cycle`).
 - Licenses (`PlannerInput.licenses`, free now): a job that needs more than are free is blocked.
 - Features: every one of `features` on each node, and one of `feature_alternatives` (a|b&c).
 
-How it stays fast (10,000 jobs on 4,096 nodes in well under 100 ms): "fits now" scans only the nodes
-with enough GPUs free, memoised per distinct request and brought up to date from the nodes changed
-since; times come from per-partition numpy arrays of each node's cumulative free resources after each
-release (updated in place when a job is committed), with the few nodes under a reservation or hold
-checked one by one; reasons are computed once per distinct (partition, request, earliest start), when
-a waiting job's row is first read.
+How it stays fast (10,000 jobs on 4,096 nodes in tens of milliseconds, bench/bench_planner.py): the
+cyclic GC is paused while a plan is made; "fits now" scans only the nodes with enough GPUs free,
+kept sorted per request shape for the nodes without reservation or hold (the few others are checked
+per time limit) and brought up to date from the nodes changed since; a request that waits is
+known to wait for the rest of the pass; request checks are memoised per shape; times come from
+per-partition numpy arrays of each node's cumulative free resources after each release (updated in
+place when a job is committed), with the few nodes under a reservation or hold checked one by one;
+windows are grouped with numpy; the `why` rows are grouped by partition when first read, and a
+waiting job's reasons are computed once per distinct (partition, request, earliest start), when its
+row is first read.
 
 Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
 are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on
@@ -368,6 +373,7 @@ class _Cluster:
         # made for a node when it gets its first
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [()] * len(nodes)
         self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
+        self.hold_list: list[tuple[float, float, str, frozenset]] = []  # (start, end, job, nodes), in that order
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
@@ -743,6 +749,7 @@ class _Cluster:
             # later job may start at the rounded end
             start, end = self.span(start, req.duration)
         self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
+        self.hold_list.append((start, end, job_id, frozenset(nodes)))
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
             self.holds[i] = [*self.holds[i], (start, end, c, m, g, job_id)]
@@ -970,16 +977,19 @@ class _Cluster:
             got = self._arrays_memo[key] = self._pick(p, req, tau_raw, all_special, t0, when, chosen_spec)
         return when, got
 
-    def slurm_earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+    def slurm_earliest(self, p: str, req: _Req, t0: float, own: str = "") -> tuple[float | None, list[int]]:
         """A reserved job's start and nodes as Slurm's backfill finds them (backfill.c, one job): from
         start_res = t0, the nodes no reservation covers from start_res to its end (`_avail`) go to
         the will-run test (`will_run_on`); the start is the later of its answer and start_res. If
         that is after the next time a covered node frees up (later_start), or the nodes it picks
         collide with a reservation at bf_resolution (`_test_resv_overlap`), it tries again from
-        there. Large gangs, which need many running jobs gone, get a later start than the exact one."""
+        there. Large gangs, which need many running jobs gone, get a later start than the exact one.
+        With `own`, only the holds made before job own's count (its search in a later cycle)."""
         start_res = t0
+        seq = self.hold_seq
+        first = seq.get(own, len(seq))
         for _ in range(200):
-            avail, later_start = self._avail(p, req, start_res)
+            avail, later_start = self._avail(p, req, start_res, own)
             got = self.will_run_on(avail, req)
             if got is None:
                 if later_start is None:
@@ -993,7 +1003,8 @@ class _Cluster:
                 continue
             nodes = self.slurm_choose(cands, req.nodes)
             lo, hi = self.span(start, req.duration)
-            if start > self.now and any(s < hi and e > lo for i in nodes for s, e, *_ in self.holds[i]):
+            if start > self.now and any(s < hi and e > lo and seq[h[-1]] < first
+                                        for i in nodes for s, e, *h in self.holds[i]):
                 start_res = start
                 continue
             return start, nodes
@@ -1001,30 +1012,80 @@ class _Cluster:
 
     def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[list[int], float | None]:
         """The usable nodes of p the request may use that no reservation, nor a hold made before job
-        `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and the
-        first time after start_res that one of the others frees up (None: never)."""
+        `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and when to
+        try again if they do not suffice (later_start; None: never, Slurm makes no reservation)."""
         seq = self.hold_seq
         first = seq.get(own, len(seq))
         allowed = self.allowed(p, req)
         end = start_res + req.duration
-        avail: list[int] = []
+        base: list[int] = []
         later = INF
         for i in self.part_usable[p]:
             if allowed is not None and i not in allowed:
                 continue
             ends = [e for s, e, r in self.blocks[i] if r != req.resv and s <= end and e > start_res]
-            ends += [e for s, e, *h in self.holds[i] if s <= end and e > start_res and seq[h[-1]] < first]
-            if ends:
+            if ends:  # an advanced reservation: job_test_resv leaves the node out until it ends
                 later = min(later, max(ends))
             else:
-                avail.append(i)
+                base.append(i)
+        avail, slot_later = self._node_space(base, start_res, end, first)
+        if slot_later is not None:
+            later = min(later, slot_later)
         return avail, (None if later == INF else later)
 
-    def will_run(self, p: str, req: _Req, when: float, own: str = "") -> float:
-        """Slurm's start for a job planned from `when` on the nodes `_avail` leaves it (`will_run_on`),
-        or `when` if later or if it never fits there."""
-        got = self.will_run_on(self._avail(p, req, when, own)[0], req)
-        return got[0] if got is not None and got[0] > when else when
+    def _node_space(self, base: list[int], start_res: float, end: float, first: int):
+        """backfill.c's walk of its node map (the holds made before the job's, as time slots of
+        free nodes, split at every hold's rounded start and end on any node) for a job from
+        start_res to end: the nodes of `base` free in every slot it overlaps, and later_start: the
+        end of the first slot, from start_res on and up to the first that begins after `end`, whose
+        successor frees a node of `base` that is not free now in it (None: no such slot; if the
+        nodes then do not suffice, Slurm gives the job no reservation and no expected start)."""
+        slots = self._slots(first)
+        if not slots:
+            return base, None
+        tmp = frozenset(base)
+        avail = set(base)
+        later = None
+        for k, (b, b2, held) in enumerate(slots):
+            if later is None and b2 > start_res and k + 1 < len(slots):
+                if not (tmp - slots[k + 1][2]) <= (avail - held):
+                    later = b2
+            if b2 <= start_res:
+                continue
+            if b > end:
+                break
+            avail -= held
+        return [i for i in base if i in avail], later
+
+    def _slots(self, first: int) -> list[tuple[float, float, frozenset]]:
+        """The node map of the holds made before the first-th: (begin, end, nodes held) per time
+        slot, from now on, split at every hold's start and end. Holds are only added, so the
+        number of them keys the memo (a job's search asks for the same map many times)."""
+        key = ("slots", first, len(self.hold_list))
+        got = self._arrays_memo.get(key)
+        if got is not None:
+            return got
+        now = self.now
+        seq = self.hold_seq
+        holds = [(max(s, now), e, nodes) for s, e, job_id, nodes in self.hold_list if seq[job_id] < first and e > now]
+        got = []
+        if holds:
+            # a sweep over the starts and ends: how many holds cover each node in each slot
+            events: dict[float, list] = {}
+            for s, e, nodes in holds:
+                events.setdefault(s, []).append((1, nodes))
+                if e < INF:
+                    events.setdefault(e, []).append((-1, nodes))
+            events.setdefault(now, [])
+            times = sorted(events)
+            count: dict[int, int] = {}
+            for b, b2 in zip(times, times[1:] + [INF]):
+                for d, nodes in events[b]:
+                    for i in nodes:
+                        count[i] = count.get(i, 0) + d
+                got.append((b, b2, frozenset(i for i, c in count.items() if c > 0)))
+        self._arrays_memo[key] = got
+        return got
 
     def will_run_on(self, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
         """select/cons_tres `_will_run_test` on these nodes: (start, nodes that fit then) or None. Now
@@ -1592,6 +1653,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
     if untested is not None:
         rec.reasons.append(untested)
         return rec
+    unplanned = False
     for p, req in reqs:
         if p in tops and not policy.slurm:
             continue
@@ -1606,6 +1668,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
                 return rec
         when, nodes = (cl.slurm_earliest if policy.slurm else cl.earliest)(p, req, now)
         if when is None:
+            unplanned = unplanned or policy.slurm
             continue
         if policy.slurm:
             why_not = policy.no_reservation(job, when, now)
@@ -1630,28 +1693,35 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
                                   f"{_fmt_ts(when)} on {compress(rec.nodes)}"))
         rec.reasons += [r for r in now_reasons if r.code != "expected_start"]
         return rec
+    if unplanned:
+        rec.reasons.append(Reason("no_reservation", "Slurm's backfill makes no reservation for it: the nodes that "
+                                  "the reservations of higher-priority jobs leave free do not suffice, and none of "
+                                  "them frees up within its time limit (backfill.c finds no later_start); "
+                                  "lower-priority jobs may take its nodes meanwhile"))
     return rec  # waiting; explained once the plan is complete
 
 
 def _next_cycle(cl: _Cluster, tops: dict, jobs: list) -> None:
     """Slurm mode: the top jobs' starts as the next backfill cycle reports them (what `squeue --start`
-    shows once the jobs started now run). The jobs backfilled in this cycle are running then, and
-    they take part in the will-run test's batches: a batch can now end with one of them, which
-    moves the start to its end even though the top job does not need its nodes."""
+    shows once the jobs started now run). That cycle searches again from its own start, now, with
+    the jobs backfilled in this one running and only the reservations made before the top job's:
+    they take part in the will-run test's batches, which can end at one of their ends (later than
+    this cycle's start, though the top job does not need their nodes), or start earlier (their ends
+    align the batches differently, or an advanced reservation that this cycle's retry from a later
+    start ran into is not in the way from now)."""
     recs = {r.job.job_id: r for r in jobs if type(r) is _Job and r.state == "top"}
     for p, (job_id, when, nodes) in list(tops.items()):
         rec = recs.get(job_id)
         if rec is None or rec.req is None:
             continue
-        later = cl.will_run(p, rec.req, when, job_id)
-        if later > when:
-            tops[p] = (job_id, later, nodes)
-            rec.expected = later
-            rec.reasons = [Reason("top_job", f"it is the top job of partition {p}: reserved from {_fmt_ts(later)} "
+        again, _ = cl.slurm_earliest(p, rec.req, rec.t0, job_id)
+        if again is not None and again != when:
+            tops[p] = (job_id, again, nodes)
+            rec.expected = again
+            rec.reasons = [Reason("top_job", f"it is the top job of partition {p}: reserved from {_fmt_ts(again)} "
                                   f"on {compress(rec.nodes)} (Slurm's next backfill cycle, with the jobs started now "
-                                  f"running: its will-run test ends the batch that frees the nodes at a later job's "
-                                  f"end; this cycle: {_fmt_ts(when)})") if r.code == "top_job" else r
-                           for r in rec.reasons]
+                                  f"running, searches again from now; this cycle: {_fmt_ts(when)})")
+                           if r.code == "top_job" else r for r in rec.reasons]
 
 
 @lru_cache(maxsize=4096)

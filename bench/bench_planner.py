@@ -11,11 +11,15 @@ partition for room now and walk every node's releases for its earliest start, wi
 aggregation. It is measured in the same run on the first NAIVE_JOBS jobs and its per-job time is
 scaled to 10,000 (running it on all of them would take minutes on a shared machine).
 
-    /tmp/gwvenv/bin/python bench/bench_planner.py
+`--baseline DIR` also times DIR's dashboard/analysis/planner.py (another checkout, e.g. main) on the
+same snapshot, alternating with ours, for a before/after figure under the same load.
+
+    .venv/bin/python bench/bench_planner.py [--baseline ../main]
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import sys
@@ -135,16 +139,32 @@ def naive(inp: PlannerInput, limit: int) -> int:
     return startable
 
 
+def baseline_plan(root: str):
+    """`plan` of another checkout's planner module (its other modules are ours: they did not change)."""
+    spec = importlib.util.spec_from_file_location("baseline_planner",
+                                                  os.path.join(root, "dashboard", "analysis", "planner.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the classes are made
+    spec.loader.exec_module(module)
+    return module.plan
+
+
 def main() -> int:
+    other = baseline_plan(sys.argv[sys.argv.index("--baseline") + 1]) if "--baseline" in sys.argv else None
     began = time.perf_counter()
     inp = snapshot()
     built = time.perf_counter() - began
-    best = best_cpu = float("inf")
+    best = best_cpu = base = base_cpu = float("inf")
     for _ in range(REPEATS):
         t, c = time.perf_counter(), time.process_time()
         result = plan(inp)
         best = min(best, time.perf_counter() - t)
         best_cpu = min(best_cpu, time.process_time() - c)
+        if other is not None:
+            t, c = time.perf_counter(), time.process_time()
+            other(inp)
+            base = min(base, time.perf_counter() - t)
+            base_cpu = min(base_cpu, time.process_time() - c)
     # plan() completes a waiting job's `why` row when it is first read; reading every row costs this more
     best_rows = float("inf")
     for _ in range(REPEATS):
@@ -165,6 +185,9 @@ def main() -> int:
     print(f"gangwatch plan (best of {REPEATS}): {best * 1000:.1f} ms wall, {best_cpu * 1000:.1f} ms CPU for"
           f" {len(inp.pending)} jobs = {len(inp.pending) / best:,.0f} jobs/s | target {TARGET_S * 1000:.0f} ms:"
           f" {'met' if best <= TARGET_S else 'MISSED'} (load average {os.getloadavg()[0]:.1f})")
+    if other is not None:
+        print(f"baseline planner (--baseline), same snapshot, alternating: {base * 1000:.1f} ms wall, "
+              f"{base_cpu * 1000:.1f} ms CPU | ours/baseline CPU {best_cpu / base_cpu:.2f}")
     print(f"plan and every job's why row read (what /api/v1/backfill serialises): {best_rows * 1000:.1f} ms CPU")
     print(f"naive per-job rescan: {naive_per_job * 1e3:.2f} ms/job on the first {NAIVE_JOBS} jobs,"
           f" ~{naive_est:.1f} s for all {len(inp.pending)} | ratio ~{naive_est / best:.0f}x")

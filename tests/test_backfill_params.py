@@ -276,6 +276,26 @@ def test_top_job_start_as_the_next_cycle_reports_it_with_backfilled_jobs_running
     assert "Slurm's next backfill cycle" in next(r.message for r in got.why("200").reasons if r.code == "top_job")
 
 
+def test_no_reservation_when_backfills_node_map_walk_finds_no_later_start():
+    # gpu001 and gpu003 busy for 400 min, gpu002 half busy for 10 min, gpu004 (partition other) for
+    # 15. Job 201 (1 node, 5 h) is reserved on gpu002 from +10 min; 202 and 203 one after the other
+    # on gpu004. The 3-node job 204 (20 min) finds gpu002 reserved within its time; backfill.c walks
+    # its node map up to the first slot beginning after the job's end, and no slot there frees a
+    # node (gpu002 only at +5 h 10 min, gpu004 is not in its partition), so later_start stays unset:
+    # Slurm gives it no reservation (squeue --start: N/A) instead of one at +400 min.
+    other = [dataclasses.replace(busy(4), partitions=("other",))]
+    nodes = [busy(1), busy(2, gpus=4, cpus=32), busy(3)] + other
+    run = [running("100", [1], 400 * 60), running("101", [2], 600, gpus=4, cpus=32), running("102", [3], 400 * 60),
+           running("103", [4], 900)]
+    pending = [job("201", hours=5), job("202", hours=1 / 6, partitions=("other",)),
+               job("203", hours=1 / 6, partitions=("other",)), job("204", nodes=3, hours=1 / 3)]
+    got = plan(slurm_snap(nodes, run, pending))
+    assert got.why("201").state == "top" and got.why("202").state == "top"
+    assert "reserved" in got.why("203").codes
+    why = got.why("204")
+    assert "no_reservation" in why.codes and "reserved" not in why.codes and why.state == "waiting"
+
+
 def test_feature_alternatives():
     # --constraint="h100|a100&nvlink": each node has h100, or both a100 and nvlink
     nodes = [gpu_node(1, features=frozenset({"h100"})), gpu_node(2, features=frozenset({"a100", "nvlink"})),

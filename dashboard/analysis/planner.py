@@ -40,17 +40,22 @@ Semantics (EASY, one reservation per partition, gang-aware):
   backfills. QOS limits (`PlannerInput.qos`) hold jobs in both modes. Nodes Slurm marked PLANNED
   are taken first by reservations. A reservation's start and nodes follow backfill.c's search and
   cons_tres's will-run test (`_Cluster.slurm_earliest`: batches of running jobs, reservations kept
-  rounded to bf_resolution, later_start retries), and a top job's start is the one the next cycle
-  reports, with the jobs backfilled now running (`_next_cycle`).
+  rounded to bf_resolution, later_start retries as backfill.c's walk of its node map sets them, and
+  no reservation at all where that walk finds no later_start), and a top job's start is the one the
+  next cycle reports, searched again from now with the jobs backfilled now running (`_next_cycle`).
 - Licenses (`PlannerInput.licenses`, free now): a job that needs more than are free is blocked.
 - Features: every one of `features` on each node, and one of `feature_alternatives` (a|b&c).
 
-How it stays fast (10,000 jobs on 4,096 nodes in well under 100 ms): "fits now" scans only the nodes
-with enough GPUs free, memoised per distinct request and brought up to date from the nodes changed
-since; times come from per-partition numpy arrays of each node's cumulative free resources after each
-release (updated in place when a job is committed), with the few nodes under a reservation or hold
-checked one by one; reasons are computed once per distinct (partition, request, earliest start), when
-a waiting job's row is first read.
+How it stays fast (10,000 jobs on 4,096 nodes in tens of milliseconds, bench/bench_planner.py): the
+cyclic GC is paused while a plan is made; "fits now" scans only the nodes with enough GPUs free,
+kept sorted per request shape for the nodes without reservation or hold (the few others are checked
+per time limit) and brought up to date from the nodes changed since; a request that waits is
+known to wait for the rest of the pass; request checks are memoised per shape; times come from
+per-partition numpy arrays of each node's cumulative free resources after each release (updated in
+place when a job is committed), with the few nodes under a reservation or hold checked one by one;
+windows are grouped with numpy; the `why` rows are grouped by partition when first read, and a
+waiting job's reasons are computed once per distinct (partition, request, earliest start), when its
+row is first read.
 
 Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
 are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on
@@ -60,15 +65,20 @@ every job.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
-from operator import attrgetter, itemgetter
+from functools import lru_cache, partial
+from heapq import merge
+from itertools import chain, islice
+from itertools import compress as select
+from operator import attrgetter, itemgetter, le
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from collectors.slurm.hostlist import compress
+from dashboard.analysis.gcpause import gc_paused
 from dashboard.analysis.lazy import LazyRecords
 from dashboard.analysis.planner_model import (
     DEPENDENCY_BLOCKING,
@@ -97,7 +107,11 @@ class Window:
     gpus_per_node: int
     cpus: int  # free CPUs on each of these nodes
     until: float | None  # None: no reservation limits it
-    node_list: str
+    names: tuple[str, ...] | str  # the nodes, or their hostlist; compressed when read (few plans are)
+
+    @property
+    def node_list(self) -> str:
+        return self.names if type(self.names) is str else compress(self.names)
 
     def to_json(self) -> dict:
         return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "cpus": self.cpus,
@@ -191,28 +205,35 @@ class _Whys(LazyRecords):
     """A partition's `why` records, built when first read: a plan of 10,000 pending jobs is read a
     few rows at a time (the Queue page, one job's page), and building every record up front cost more
     than the plan itself. A row is JobWhy's fields in order (a tuple), or a list that `resolve`
-    completes from the finished plan (a waiting job's reasons, expected start and what-if)."""
+    completes from the finished plan (a waiting job's reasons, expected start and what-if). The rows
+    themselves come from `rows()`, which groups the whole queue by partition on its first call."""
 
     __slots__ = ("_rows", "_resolve")
 
     def __init__(self, rows, resolve=None) -> None:
         super().__init__()
-        self._rows = rows
+        self._rows = rows  # a sequence of rows, or a callable returning it
         self._resolve = resolve
+
+    def _raw(self):
+        if callable(self._rows):
+            self._rows = self._rows()
+        return self._rows
 
     def _row(self, r) -> JobWhy:
         return JobWhy(*r) if type(r) is tuple else self._resolve(r)
 
     def _raw_len(self) -> int:
-        return len(self._rows)
+        return len(self._raw())
 
     def _build(self) -> tuple:
-        rows, self._rows = self._rows, ()
-        return tuple(self._row(r) for r in rows)
+        rows, self._rows = self._raw(), ()
+        with gc_paused():
+            return tuple(self._row(r) for r in rows)
 
     def find(self, job_id: str) -> JobWhy | None:
         if self._built is None:
-            for r in self._rows:
+            for r in self._raw():
                 if r[0].job_id == job_id:
                     return self._row(r)
             return None
@@ -267,11 +288,12 @@ class BackfillPlan:
 
 # ---------------------------------------------------------------------------------------- internal
 
-# The fields of a pending job that decide its request in a partition (the memo key of `request`).
-_REQUEST_FIELDS = attrgetter("time_limit_s", "reservation", "gpu_type", "features", "feature_alternatives",
-                             "min_nodes", "gpus_per_node",
-                             "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb",
-                             "exclusive")
+# The fields of a pending job that decide its request in a partition (the memo key of `request`), and
+# those of them that decide its shape (all but the time limit; the memo key of `_shape`).
+_SHAPE_NAMES = ("reservation", "gpu_type", "features", "feature_alternatives", "min_nodes", "gpus_per_node",
+                "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb", "exclusive")
+_REQUEST_FIELDS = attrgetter("time_limit_s", *_SHAPE_NAMES)
+_SHAPE_FIELDS = attrgetter(*_SHAPE_NAMES)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -306,59 +328,72 @@ class _Arrays(NamedTuple):
 class _Cluster:
     def __init__(self, inp: PlannerInput) -> None:
         self.now = now = float(inp.now)
-        first: dict[str, object] = {}
-        for node in inp.nodes:  # a name listed twice: the first record counts
-            first.setdefault(node.name, node)
-        self.nodes = nodes = list(first.values())
-        self.names: list[str] = list(first)
-        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
+        names = [n.name for n in inp.nodes]
+        index = dict(zip(names, range(len(names))))
+        if len(index) == len(names):
+            nodes = list(inp.nodes)
+        else:  # a name listed twice: the first record counts
+            first: dict[str, object] = {}
+            for node in inp.nodes:
+                first.setdefault(node.name, node)
+            nodes, names = list(first.values()), list(first)
+            index = {name: i for i, name in enumerate(names)}
+        self.nodes = nodes
+        self.names: list[str] = names
+        self.index: dict[str, int] = index
         self.usable = [n.usable for n in nodes]
         self.weight = [n.weight for n in nodes]
         self.planned = [n.planned for n in nodes]
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
-        self.ct = [v if v > 0 else 0 for v in map(attrgetter("cpus_total"), nodes)]
-        self.mt = [v if v > 0 else 0 for v in map(attrgetter("mem_total_mb"), nodes)]
-        self.gt = [v if v > 0 else 0 for v in map(attrgetter("gpus_total"), nodes)]
+        self.ct = _clamped(nodes, "cpus_total")
+        self.mt = _clamped(nodes, "mem_total_mb")
+        self.gt = _clamped(nodes, "gpus_total")
         # free never above total (a snapshot taken mid-update must not invent resources), never below 0
-        self.cf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("cpus_free"), nodes), self.ct)]
-        self.mf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("mem_free_mb"), nodes), self.mt)]
-        self.gf = [0 if v < 0 else v if v < t else t for v, t in zip(map(attrgetter("gpus_free"), nodes), self.gt)]
+        self.cf = _clamped(nodes, "cpus_free", self.ct)
+        self.mf = _clamped(nodes, "mem_free_mb", self.mt)
+        self.gf = _clamped(nodes, "gpus_free", self.gt)
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
         self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
-        index = self.index
+        releases, job_ends = self.releases, self.job_ends
         for job in inp.running:
             end = max(job.expected_end, now)
             on = []
             for a in job.allocations:
                 i = index.get(a.node)
                 if i is not None:
-                    self.releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
+                    releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
                     on.append(i)
-            self.job_ends.append((end, tuple(on)))
+            job_ends.append((end, tuple(on)))
         for rel in self.releases:
             if len(rel) > 1:
                 rel.sort()
-        self.holds: list[list[tuple[float, float, int, int, int, str]]] = [[] for _ in nodes]
+        # a node's holds and reservations: most nodes have none and share one empty tuple; a list is
+        # made for a node when it gets its first
+        self.holds: list[list[tuple[float, float, int, int, int, str]]] = [()] * len(nodes)
         self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
+        self.hold_list: list[tuple[float, float, str, frozenset]] = []  # (start, end, job, nodes), in that order
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
-        self.blocks: list[list[tuple[float, float, int]]] = [[] for _ in nodes]
+        self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
+        reserved: set[int] = set()
         for k, r in enumerate(self.reservations):
             if r.end <= now:
                 continue
             for name in r.nodes:
                 i = self.index.get(name)
                 if i is not None:
-                    self.blocks[i].append((r.start, r.end, k))
+                    self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
+                    reserved.add(i)
         self.part_nodes: dict[str, list[int]] = {}
         for i, n in enumerate(nodes):
             for p in n.partitions:
                 self.part_nodes.setdefault(p, []).append(i)
         for p in self.part_nodes:
             self.part_nodes[p].sort(key=self.names.__getitem__)
-        self.part_usable = {p: [i for i in idx if self.usable[i]] for p, idx in self.part_nodes.items()}
+        self.part_usable = {p: list(select(idx, map(self.usable.__getitem__, idx)))
+                            for p, idx in self.part_nodes.items()}
         self.part_info = {p.name: p for p in inp.partitions}
         for p in self.part_info:
             self.part_nodes.setdefault(p, [])
@@ -367,29 +402,30 @@ class _Cluster:
         self.version = dict.fromkeys(self.part_nodes, 0)
         self.changes: dict[str, list[int]] = {p: [] for p in self.part_nodes}  # changes[p][v:]: nodes changed since v
         self._fit_memo: dict = {}
+        self._plain_memo: dict = {}
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
+        self._shape_memo: dict = {}
         distinct: dict[tuple, tuple] = {}  # a node's partitions, each once (every one is in part_usable)
         self.node_parts = [distinct.get(ps) or distinct.setdefault(ps, tuple(dict.fromkeys(ps)))
                            for ps in map(attrgetter("partitions"), nodes)]
-        self.row = {p: {i: r for r, i in enumerate(idx)} for p, idx in self.part_usable.items()}
+        self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
-        self.marked = {i for i, b in enumerate(self.blocks) if b}
+        self.reserved_nodes = sorted(reserved)
+        self.marked = set(self.reserved_nodes)
         # Candidates for "fits now": per partition, the usable nodes with at least k GPUs free (k >= 1),
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
         self.pool: dict[str, list[set[int]]] = {}
+        cf, gf = np.array(self.cf), np.array(self.gf)
         for p, idx in self.part_usable.items():
-            sets = [set() for _ in range(self.max_gpus + 2)]
-            cf, gf = self.cf, self.gf
-            sets[0].update(i for i in idx if cf[i] > 0)
-            for i in sets[0]:
-                for k in range(1, gf[i] + 1):
-                    sets[k].add(i)
-            self.pool[p] = sets
+            pos = np.array(idx, dtype=np.int64)
+            pos = pos[cf[pos] > 0] if len(pos) else pos
+            g = gf[pos]
+            self.pool[p] = [set(pos.tolist())] + [set(pos[g >= k].tolist()) for k in range(1, self.max_gpus + 2)]
 
     # --- requests and static checks -----------------------------------------------------------
 
@@ -405,6 +441,20 @@ class _Cluster:
         if info is not None and info.max_time_s is not None and job.time_limit_s > info.max_time_s:
             return Reason("too_large", f"its time limit {format_duration(job.time_limit_s)} exceeds partition "
                           f"{p}'s limit {format_duration(info.max_time_s)}", "error")
+        # Requests that differ only in their time limit (most of a queue) share the rest of the checks
+        key = (p, _SHAPE_FIELDS(job), (job.user, job.account) if job.reservation else None)
+        shape = self._shape_memo.get(key)
+        if shape is None:
+            shape = self._shape_memo[key] = self._shape(job, p, info)
+        if isinstance(shape, Reason):
+            return shape
+        if not job.time_limit_s > 0:  # also NaN; an infinite limit is Slurm's UNLIMITED and allowed
+            return Reason("bad_time_limit", f"its time limit ({job.time_limit_s} s) is not positive", "error")
+        return _Req(*shape[:5], float(job.time_limit_s), *shape[5:])
+
+    def _shape(self, job: PendingJob, p: str, info) -> tuple | Reason:
+        """A request's per-node shape in p, (nodes, CPUs, memory, GPUs, exclusive, GPU type, features,
+        reservation index), or why p can never take it; everything of `_request` but the time limit."""
         if info is not None and info.max_nodes is not None and job.min_nodes > info.max_nodes:
             return Reason("partition_node_limit", f"it asks for {job.min_nodes} nodes but partition {p} allows "
                           f"{info.max_nodes} (MaxNodes; Slurm: PartitionNodeLimit)", "error")
@@ -447,10 +497,7 @@ class _Cluster:
         if big < nodes:
             return Reason("too_large", f"it needs {nodes} node(s) with {_shape(cpus, mem, gpus)} each, but only "
                           f"{big} node(s) in partition {p} are that large", "error")
-        if not job.time_limit_s > 0:  # also NaN; an infinite limit is Slurm's UNLIMITED and allowed
-            return Reason("bad_time_limit", f"its time limit ({job.time_limit_s} s) is not positive", "error")
-        return _Req(nodes, cpus, mem, gpus, bool(job.exclusive), float(job.time_limit_s), job.gpu_type,
-                    features, resv)
+        return nodes, cpus, mem, gpus, bool(job.exclusive), job.gpu_type, features, resv
 
     def _matching(self, p: str, resv: int, gpu_type: str | None, features: frozenset):
         """Totals (CPUs, memory, GPUs) of every node of p, usable or not, that the request could use."""
@@ -463,19 +510,19 @@ class _Cluster:
             in_resv = set(self.index[n] for n in self.reservations[resv].nodes if n in self.index)
             idx = [i for i in idx if i in in_resv]
         if gpu_type:
-            idx = [i for i in idx if self.nodes[i].gpu_type == gpu_type]
+            idx = self._of_type(idx, gpu_type)
             if not idx:
                 got = Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {gpu_type}", "error")
         if features and not isinstance(got, Reason):
-            idx = [i for i in idx if _has_features(features, self.nodes[i].features)]
+            idx = self._with_features(idx, features)
             if not idx:
                 got = Reason("no_such_feature", f"no node in partition {p} has the features "
                              f"{_feature_text(features)}", "error")
         if got is None and not idx:
             got = Reason("too_large", f"partition {p} has no nodes", "error")
         if got is None:
-            got = (np.array([self.ct[i] for i in idx]), np.array([self.mt[i] for i in idx]),
-                   np.array([self.gt[i] for i in idx]))
+            totals = self.totals()
+            got = tuple(totals[:, idx])
         self._allowed_memo[key] = got
         return got
 
@@ -488,13 +535,59 @@ class _Cluster:
         if got is None:
             idx = self.part_usable[p]
             if req.gpu_type is not None:
-                idx = [i for i in idx if self.nodes[i].gpu_type == req.gpu_type]
+                idx = self._of_type(idx, req.gpu_type)
             if req.features:
-                idx = [i for i in idx if _has_features(req.features, self.nodes[i].features)]
+                idx = self._with_features(idx, req.features)
             if req.resv >= 0:
                 names = set(self.reservations[req.resv].nodes)
                 idx = [i for i in idx if self.names[i] in names]
             got = self._allowed_memo[key] = set(idx)
+        return got
+
+    def _codes(self, attr: str) -> tuple[list, np.ndarray]:
+        """A node attribute's distinct values and, per node, the index of its value: nodes share a
+        few GPU types and feature sets, so a request is matched against each once."""
+        key = ("codes", attr)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            values = list(map(attrgetter(attr), self.nodes))
+            distinct = list(dict.fromkeys(values))
+            code = dict(zip(distinct, range(len(distinct))))
+            got = self._allowed_memo[key] = (distinct, np.fromiter(map(code.__getitem__, values), np.int64,
+                                                                   count=len(values)))
+        return got
+
+    def _matching_values(self, idx: list[int], attr: str, ok) -> list[int]:
+        values, codes = self._codes(attr)
+        good = np.array([ok(v) for v in values], dtype=bool)
+        arr = np.array(idx, dtype=np.int64)
+        return arr[good[codes[arr]]].tolist()
+
+    def _of_type(self, idx: list[int], gpu_type: str) -> list[int]:
+        return self._matching_values(idx, "gpu_type", lambda v: v == gpu_type)
+
+    def _with_features(self, idx: list[int], wanted: frozenset) -> list[int]:
+        return self._matching_values(idx, "features", lambda fs: _has_features(wanted, fs))
+
+    def totals(self) -> np.ndarray:
+        """(CPUs, memory, GPUs) x node: each node's totals as an array."""
+        got = self._allowed_memo.get("totals")
+        if got is None:
+            got = self._allowed_memo["totals"] = np.array([self.ct, self.mt, self.gt], dtype=np.int64)
+        return got
+
+    def name_array(self) -> np.ndarray:
+        got = self._allowed_memo.get("names")
+        if got is None:
+            got = self._allowed_memo["names"] = np.array(self.names, dtype=object)
+        return got
+
+    def part_pos(self, p: str) -> np.ndarray:
+        """The usable nodes of p, in name order, as an array of node indices."""
+        key = ("pos", p)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = self._allowed_memo[key] = np.array(self.part_usable[p], dtype=np.int64)
         return got
 
     def earliest_allowed_start(self, req: _Req) -> float:
@@ -561,31 +654,52 @@ class _Cluster:
         if len(cands) < req.nodes:
             self._fit_memo[key] = (version, None, None)
             return None
-        allowed = self.allowed(p, req)
-        end = self.now + req.duration
+        # Plain nodes (no reservation, no hold) have the same room whatever the time limit: they are
+        # kept, sorted, per request shape; only the few marked nodes are checked per time limit.
+        plain = self._plain_fits(p, req, cands, version)
+        marked = self.marked
+        todo = marked if memo is None else marked.intersection(self.changes[p][memo[0]:])
+        special = [] if memo is None else [t for t in memo[2] if t[-1] not in todo]
+        self._fits(todo & cands, req, self.allowed(p, req), special.append)
+        result = None
+        if len(plain) + len(special) >= req.nodes:
+            if self.slurm:
+                result = self.slurm_choose([t[-1] for t in chain(plain, special)], req.nodes)
+            else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
+                special.sort()
+                result = [t[-1] for t in islice(merge(plain, special), req.nodes)]
+        self._fit_memo[key] = (version, result, special)
+        return result
+
+    def _plain_fits(self, p: str, req: _Req, cands: set[int], version: int) -> list[tuple]:
+        """The unmarked candidates with room for one node of req, as fit_now's sort keys, sorted."""
+        key = (p, req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type, req.features, req.resv)
+        memo = self._plain_memo.get(key)
+        if memo is not None and memo[0] == version:
+            return memo[1]
         if memo is None:
-            todo = cands
-            ok = []
+            todo, ok, add = cands, [], None
         else:
-            todo = set(self.changes[p][memo[0]:])
-            ok = [t for t in memo[2] if t[-1] not in todo]
-            todo = todo & cands
+            changed = set(self.changes[p][memo[0]:])
+            ok = [t for t in memo[1] if t[-1] not in changed]
+            todo, add = changed & cands, partial(insort, ok)
+        marked = self.marked
+        self._fits([i for i in todo if i not in marked], req, self.allowed(p, req), add or ok.append)
+        if add is None:
+            ok.sort()
+        self._plain_memo[key] = (version, ok)
+        return ok
+
+    def _fits(self, nodes, req: _Req, allowed: set[int] | None, add) -> None:
+        """add(sort key) for each of these nodes with room for one node of req from now to its end."""
+        end = self.now + req.duration
         weight, names, room_now = self.weight, self.names, self._room_now
-        for i in todo:
+        for i in nodes:
             if allowed is not None and i not in allowed:
                 continue
             room = room_now(i, req, end)
             if room is not None:
-                ok.append((weight[i], room[2], room[0], room[1], names[i], i))
-        result = None
-        if len(ok) >= req.nodes:
-            if self.slurm:
-                result = self.slurm_choose([t[-1] for t in ok], req.nodes)
-            else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
-                ok.sort()
-                result = [t[-1] for t in ok[:req.nodes]]
-        self._fit_memo[key] = (version, result, ok)
-        return result
+                add((weight[i], room[2], room[0], room[1], names[i], i))
 
     def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
         """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
@@ -635,9 +749,10 @@ class _Cluster:
             # later job may start at the rounded end
             start, end = self.span(start, req.duration)
         self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
+        self.hold_list.append((start, end, job_id, frozenset(nodes)))
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
-            self.holds[i].append((start, end, c, m, g, job_id))
+            self.holds[i] = [*self.holds[i], (start, end, c, m, g, job_id)]
             self.marked.add(i)
             for p in self.node_parts[i]:
                 self.version[p] += 1
@@ -652,28 +767,25 @@ class _Cluster:
             return got
         pos = self.part_usable[p]
         n = len(pos)
+        rel = [self.releases[i] for i in pos]
+        counts = np.fromiter(map(len, rel), np.int64, count=n)
         # two spare columns, so that committing a job to the busiest node rarely forces a rebuild
-        width = 3 + max((len(self.releases[i]) for i in pos), default=0)
+        width = 3 + int(counts.max(initial=0))
         times = np.full((n, width), INF)
         deltas = np.zeros((3, n, width), dtype=np.int64)
         times[:, 0] = self.now
         deltas[0, :, 0] = [self.cf[i] for i in pos]
         deltas[1, :, 0] = [self.mf[i] for i in pos]
         deltas[2, :, 0] = [self.gf[i] for i in pos]
-        rows, cols, ts, cs, ms, gs = [], [], [], [], [], []
-        for r, i in enumerate(pos):
-            for k, (t, c, m, g) in enumerate(self.releases[i], start=1):
-                rows.append(r)
-                cols.append(k)
-                ts.append(t)
-                cs.append(c)
-                ms.append(m)
-                gs.append(g)
-        if rows:
-            times[rows, cols] = ts
-            deltas[0, rows, cols] = cs
-            deltas[1, rows, cols] = ms
-            deltas[2, rows, cols] = gs
+        total = int(counts.sum())
+        if total:
+            # every release (time, CPUs, memory, GPUs) of these nodes in one flat array: row r's k-th
+            # release goes to column k (column 0 is now)
+            flat = np.fromiter(chain.from_iterable(chain.from_iterable(rel)), float, count=4 * total).reshape(-1, 4)
+            rows = np.repeat(np.arange(n), counts)
+            cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + 1
+            times[rows, cols] = flat[:, 0]
+            deltas[:, rows, cols] = flat[:, 1:].T.astype(np.int64)
         cum = np.cumsum(deltas, axis=2)
         arr = _Arrays(np.array(pos, dtype=np.int64), times, cum[0], cum[1], cum[2],
                       np.array([self.ct[i] for i in pos]), np.array([self.mt[i] for i in pos]),
@@ -865,16 +977,19 @@ class _Cluster:
             got = self._arrays_memo[key] = self._pick(p, req, tau_raw, all_special, t0, when, chosen_spec)
         return when, got
 
-    def slurm_earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+    def slurm_earliest(self, p: str, req: _Req, t0: float, own: str = "") -> tuple[float | None, list[int]]:
         """A reserved job's start and nodes as Slurm's backfill finds them (backfill.c, one job): from
         start_res = t0, the nodes no reservation covers from start_res to its end (`_avail`) go to
         the will-run test (`will_run_on`); the start is the later of its answer and start_res. If
         that is after the next time a covered node frees up (later_start), or the nodes it picks
         collide with a reservation at bf_resolution (`_test_resv_overlap`), it tries again from
-        there. Large gangs, which need many running jobs gone, get a later start than the exact one."""
+        there. Large gangs, which need many running jobs gone, get a later start than the exact one.
+        With `own`, only the holds made before job own's count (its search in a later cycle)."""
         start_res = t0
+        seq = self.hold_seq
+        first = seq.get(own, len(seq))
         for _ in range(200):
-            avail, later_start = self._avail(p, req, start_res)
+            avail, later_start = self._avail(p, req, start_res, own)
             got = self.will_run_on(avail, req)
             if got is None:
                 if later_start is None:
@@ -888,7 +1003,8 @@ class _Cluster:
                 continue
             nodes = self.slurm_choose(cands, req.nodes)
             lo, hi = self.span(start, req.duration)
-            if start > self.now and any(s < hi and e > lo for i in nodes for s, e, *_ in self.holds[i]):
+            if start > self.now and any(s < hi and e > lo and seq[h[-1]] < first
+                                        for i in nodes for s, e, *h in self.holds[i]):
                 start_res = start
                 continue
             return start, nodes
@@ -896,30 +1012,80 @@ class _Cluster:
 
     def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[list[int], float | None]:
         """The usable nodes of p the request may use that no reservation, nor a hold made before job
-        `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and the
-        first time after start_res that one of the others frees up (None: never)."""
+        `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and when to
+        try again if they do not suffice (later_start; None: never, Slurm makes no reservation)."""
         seq = self.hold_seq
         first = seq.get(own, len(seq))
         allowed = self.allowed(p, req)
         end = start_res + req.duration
-        avail: list[int] = []
+        base: list[int] = []
         later = INF
         for i in self.part_usable[p]:
             if allowed is not None and i not in allowed:
                 continue
             ends = [e for s, e, r in self.blocks[i] if r != req.resv and s <= end and e > start_res]
-            ends += [e for s, e, *h in self.holds[i] if s <= end and e > start_res and seq[h[-1]] < first]
-            if ends:
+            if ends:  # an advanced reservation: job_test_resv leaves the node out until it ends
                 later = min(later, max(ends))
             else:
-                avail.append(i)
+                base.append(i)
+        avail, slot_later = self._node_space(base, start_res, end, first)
+        if slot_later is not None:
+            later = min(later, slot_later)
         return avail, (None if later == INF else later)
 
-    def will_run(self, p: str, req: _Req, when: float, own: str = "") -> float:
-        """Slurm's start for a job planned from `when` on the nodes `_avail` leaves it (`will_run_on`),
-        or `when` if later or if it never fits there."""
-        got = self.will_run_on(self._avail(p, req, when, own)[0], req)
-        return got[0] if got is not None and got[0] > when else when
+    def _node_space(self, base: list[int], start_res: float, end: float, first: int):
+        """backfill.c's walk of its node map (the holds made before the job's, as time slots of
+        free nodes, split at every hold's rounded start and end on any node) for a job from
+        start_res to end: the nodes of `base` free in every slot it overlaps, and later_start: the
+        end of the first slot, from start_res on and up to the first that begins after `end`, whose
+        successor frees a node of `base` that is not free now in it (None: no such slot; if the
+        nodes then do not suffice, Slurm gives the job no reservation and no expected start)."""
+        slots = self._slots(first)
+        if not slots:
+            return base, None
+        tmp = frozenset(base)
+        avail = set(base)
+        later = None
+        for k, (b, b2, held) in enumerate(slots):
+            if later is None and b2 > start_res and k + 1 < len(slots):
+                if not (tmp - slots[k + 1][2]) <= (avail - held):
+                    later = b2
+            if b2 <= start_res:
+                continue
+            if b > end:
+                break
+            avail -= held
+        return [i for i in base if i in avail], later
+
+    def _slots(self, first: int) -> list[tuple[float, float, frozenset]]:
+        """The node map of the holds made before the first-th: (begin, end, nodes held) per time
+        slot, from now on, split at every hold's start and end. Holds are only added, so the
+        number of them keys the memo (a job's search asks for the same map many times)."""
+        key = ("slots", first, len(self.hold_list))
+        got = self._arrays_memo.get(key)
+        if got is not None:
+            return got
+        now = self.now
+        seq = self.hold_seq
+        holds = [(max(s, now), e, nodes) for s, e, job_id, nodes in self.hold_list if seq[job_id] < first and e > now]
+        got = []
+        if holds:
+            # a sweep over the starts and ends: how many holds cover each node in each slot
+            events: dict[float, list] = {}
+            for s, e, nodes in holds:
+                events.setdefault(s, []).append((1, nodes))
+                if e < INF:
+                    events.setdefault(e, []).append((-1, nodes))
+            events.setdefault(now, [])
+            times = sorted(events)
+            count: dict[int, int] = {}
+            for b, b2 in zip(times, times[1:] + [INF]):
+                for d, nodes in events[b]:
+                    for i in nodes:
+                        count[i] = count.get(i, 0) + d
+                got.append((b, b2, frozenset(i for i, c in count.items() if c > 0)))
+        self._arrays_memo[key] = got
+        return got
 
     def will_run_on(self, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
         """select/cons_tres `_will_run_test` on these nodes: (start, nodes that fit then) or None. Now
@@ -1032,8 +1198,12 @@ class _Cluster:
         key = ("blocked_now", p, resv)
         got = self._allowed_memo.get(key)
         if got is None:
-            got = np.array([any(s <= self.now < e and k != resv for s, e, k in self.blocks[i])
-                            for i in self.part_usable[p]], dtype=bool)
+            got = np.zeros(len(self.part_usable[p]), dtype=bool)
+            row = self.row[p]
+            for i in self.reserved_nodes:  # few: only they can be blocked
+                r = row.get(i)
+                if r is not None and any(s <= self.now < e and k != resv for s, e, k in self.blocks[i]):
+                    got[r] = True
             self._allowed_memo[key] = got
         return got
 
@@ -1049,6 +1219,17 @@ class _Cluster:
             if e > now and (req.exclusive or c - hc < req.cpus or m - hm < req.mem or g - hg < req.gpus):
                 until = min(until, s)
         return until
+
+
+def _clamped(nodes: list, attr: str, cap: list | None = None) -> list:
+    """A node attribute per node, at least 0 and at most cap (when given); most snapshots need no
+    change, which C-level checks find without a Python loop."""
+    values = list(map(attrgetter(attr), nodes))
+    if (not values or min(values) >= 0) and (cap is None or all(map(le, values, cap))):
+        return values
+    if cap is None:
+        return [v if v > 0 else 0 for v in values]
+    return [0 if v < 0 else v if v < t else t for v, t in zip(values, cap)]
 
 
 # cons_tres `_will_run_test`: the first batch's window, doubled after every batch that fails
@@ -1092,6 +1273,7 @@ class _Job:
     nodes: tuple[str, ...] = ()
     what_if: WhatIf | None = None
     reserved: bool = False  # Slurm mode: holds its own reservation (expected start = its start)
+    behind: str | None = None  # startable by backfill: the top job it does not delay
 
 
 class _Policy:
@@ -1233,12 +1415,13 @@ class _Policy:
 def plan(inp: PlannerInput) -> BackfillPlan:
     """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
     for every pending job (see the module docstring for the semantics)."""
-    got, later_held = _plan(inp, frozenset())
-    if later_held:
-        # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
-        # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
-        # cycle, which then makes no reservation for the held job. Planned again with it held.
-        got, _ = _plan(inp, later_held)
+    with gc_paused():  # tens of thousands of short-lived tuples, no cycles (see gcpause)
+        got, later_held = _plan(inp, frozenset())
+        if later_held:
+            # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
+            # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
+            # cycle, which then makes no reservation for the held job. Planned again with it held.
+            got, _ = _plan(inp, later_held)
     return got
 
 
@@ -1256,11 +1439,19 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     # their partitions, and every such partition already has its top job.
     # Those take the fast path below (a tuple, no planning); the others are planned one by one.
     jobs: list = []
+    homes: set[str] = set()
+    # Requests (by their memo entry's id) known to wait: each partition has its top job and the
+    # request does not fit now there. Both stay true for the rest of the pass (tops are only added,
+    # and room only shrinks), so a request is checked until it first qualifies, then never again.
+    waits: set[int] = set()
     for job in inp.pending:
         prep = request_memo.get((job.partitions, _REQUEST_FIELDS(job),
                                  (job.user, job.account) if job.reservation else None))
         if fast and prep is not None and prep[0] and not prep[3] and not job.held \
                 and job.dependency not in DEPENDENCY_BLOCKING and (job.begin_time is None or job.begin_time <= now):
+            if id(prep) in waits:
+                jobs.append(prep)
+                continue
             for p, req in prep[0]:
                 if req.resv >= 0 or p not in tops:
                     break
@@ -1268,6 +1459,7 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                 if m is None or m[1] is not None:  # "does not fit" stays true (see fit_now)
                     break
             else:
+                waits.add(id(prep))
                 jobs.append(prep)
                 continue
         elif prep is not None and prep[0] and not prep[3] and job.dependency != "never" \
@@ -1278,7 +1470,9 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                 "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
                 if job.dependency == "pending" else ())))
             continue
-        jobs.append(_plan_job(cl, job, tops, starts, backfilled, policy))
+        rec = _plan_job(cl, job, tops, starts, backfilled, policy)
+        homes.add(rec.partition)  # the others' partitions exist: they had a request there
+        jobs.append(rec)
     if policy.slurm and backfilled:
         _next_cycle(cl, tops, jobs)
     windows = _windows(cl, backfilled)
@@ -1286,29 +1480,14 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs,
     # when a row is first read (the plan is complete by then and no longer changes).
     memo: dict = {}
-    rows: dict[str, list] = {}
-    ranked: dict[str, int] = {}  # queue position among the jobs that can run at all (never: none)
-    for job, rec in zip(inp.pending, jobs):
-        if type(rec) is tuple:
-            part = rec[0] if len(rec) == 2 else rec[0][0][0]
-            n = ranked[part] = ranked.get(part, 0) + 1
-            # blocked: (partition, reasons); the fast path: (requests, reasons, home, down), waiting from now
-            row = (job, part, n, "blocked", rec[1], None, (), None) if len(rec) == 2 else \
-                [job, part, n, "waiting", rec[1], rec[0][0][1], now, False]
-        else:
-            part = rec.partition
-            if rec.state == "never":
-                n = None
-            else:
-                n = ranked[part] = ranked.get(part, 0) + 1
-            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
-                row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
-            else:
-                row = (rec.job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
-        part_rows = rows.get(part)
-        if part_rows is None:
-            part_rows = rows[part] = []
-        part_rows.append(row)
+    grouped: list[dict] = []
+
+    def rows() -> dict[str, list]:
+        """Every job's row, grouped by partition: made once, when the first partition's `why` is read."""
+        if not grouped:
+            with gc_paused():
+                grouped.append(_rows(inp.pending, jobs, now))
+        return grouped[0]
 
     def resolve(r: list) -> JobWhy:
         """A lazy row [job, partition, rank, state, reasons, request, earliest start, estimate only]:
@@ -1324,17 +1503,50 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                       reasons + got[2] if reasons else got[2], got[0], got[1], got[3])
 
     parts = []
-    for p in sorted(set(cl.part_nodes) | set(rows)):
+    for p in sorted(set(cl.part_nodes) | homes):
         top = tops.get(p)
         parts.append(PartitionPlan(
             p, p in cl.part_nodes, len(cl.part_nodes.get(p, ())), len(cl.part_usable.get(p, ())),
             TopJob(top[0], top[1], tuple(cl.names[i] for i in top[2])) if top else None,
-            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(rows.get(p, ()), resolve)))
+            windows.get(p, ()), tuple(starts.get(p, ())), _Whys(lambda p=p: rows().get(p, ()), resolve)))
     held = frozenset()
     if policy.slurm and policy.qos and not later_held:
         held = frozenset(r.job.job_id for r in jobs if type(r) is _Job and (r.state == "top" or r.reserved)
                          and r.req is not None and policy.limit(r.job, r.req) is not None)
     return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe()), held
+
+
+def _rows(pending, jobs: list, now: float) -> dict[str, list]:
+    """The `why` rows of a plan, per partition, in queue order (see _Whys and `resolve` in _plan)."""
+    rows: dict[str, list] = {}
+    ranked: dict[str, int] = {}  # queue position among the jobs that can run at all (never: none)
+    for job, rec in zip(pending, jobs):
+        if type(rec) is tuple:
+            part = rec[0] if len(rec) == 2 else rec[0][0][0]
+            n = ranked[part] = ranked.get(part, 0) + 1
+            # blocked: (partition, reasons); the fast path: (requests, reasons, home, down), waiting from now
+            row = (job, part, n, "blocked", rec[1], None, (), None) if len(rec) == 2 else \
+                [job, part, n, "waiting", rec[1], rec[0][0][1], now, False]
+        else:
+            part = rec.partition
+            if rec.state == "never":
+                n = None
+            else:
+                n = ranked[part] = ranked.get(part, 0) + 1
+            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
+                row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
+            elif rec.state == "startable":  # its reason's node list is compressed only now, when read
+                row = (rec.job, part, n, rec.state, (*rec.reasons, Reason(
+                    "startable", f"it can start now on {compress(rec.nodes)}" + (
+                        f" without delaying top job {rec.behind}" if rec.behind is not None else ""))),
+                    rec.expected, rec.nodes, rec.what_if)
+            else:
+                row = (rec.job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
+        part_rows = rows.get(part)
+        if part_rows is None:
+            part_rows = rows[part] = []
+        part_rows.append(row)
+    return rows
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
@@ -1436,12 +1648,12 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
             starts.setdefault(p, []).append(Startable(job.job_id, names, now + req.duration, by))
             rec.partition, rec.req, rec.state = p, req, "startable"
             rec.expected, rec.nodes = now, names
-            rec.reasons.append(Reason("startable", f"it can start now on {compress(names)}" + (
-                f" without delaying top job {tops[p][0]}" if by == "backfill" else "")))
+            rec.behind = tops[p][0] if by == "backfill" else None  # its reason is written by _rows
             return rec
     if untested is not None:
         rec.reasons.append(untested)
         return rec
+    unplanned = False
     for p, req in reqs:
         if p in tops and not policy.slurm:
             continue
@@ -1456,6 +1668,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
                 return rec
         when, nodes = (cl.slurm_earliest if policy.slurm else cl.earliest)(p, req, now)
         if when is None:
+            unplanned = unplanned or policy.slurm
             continue
         if policy.slurm:
             why_not = policy.no_reservation(job, when, now)
@@ -1480,28 +1693,35 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
                                   f"{_fmt_ts(when)} on {compress(rec.nodes)}"))
         rec.reasons += [r for r in now_reasons if r.code != "expected_start"]
         return rec
+    if unplanned:
+        rec.reasons.append(Reason("no_reservation", "Slurm's backfill makes no reservation for it: the nodes that "
+                                  "the reservations of higher-priority jobs leave free do not suffice, and none of "
+                                  "them frees up within its time limit (backfill.c finds no later_start); "
+                                  "lower-priority jobs may take its nodes meanwhile"))
     return rec  # waiting; explained once the plan is complete
 
 
 def _next_cycle(cl: _Cluster, tops: dict, jobs: list) -> None:
     """Slurm mode: the top jobs' starts as the next backfill cycle reports them (what `squeue --start`
-    shows once the jobs started now run). The jobs backfilled in this cycle are running then, and
-    they take part in the will-run test's batches: a batch can now end with one of them, which
-    moves the start to its end even though the top job does not need its nodes."""
+    shows once the jobs started now run). That cycle searches again from its own start, now, with
+    the jobs backfilled in this one running and only the reservations made before the top job's:
+    they take part in the will-run test's batches, which can end at one of their ends (later than
+    this cycle's start, though the top job does not need their nodes), or start earlier (their ends
+    align the batches differently, or an advanced reservation that this cycle's retry from a later
+    start ran into is not in the way from now)."""
     recs = {r.job.job_id: r for r in jobs if type(r) is _Job and r.state == "top"}
     for p, (job_id, when, nodes) in list(tops.items()):
         rec = recs.get(job_id)
         if rec is None or rec.req is None:
             continue
-        later = cl.will_run(p, rec.req, when, job_id)
-        if later > when:
-            tops[p] = (job_id, later, nodes)
-            rec.expected = later
-            rec.reasons = [Reason("top_job", f"it is the top job of partition {p}: reserved from {_fmt_ts(later)} "
+        again, _ = cl.slurm_earliest(p, rec.req, rec.t0, job_id)
+        if again is not None and again != when:
+            tops[p] = (job_id, again, nodes)
+            rec.expected = again
+            rec.reasons = [Reason("top_job", f"it is the top job of partition {p}: reserved from {_fmt_ts(again)} "
                                   f"on {compress(rec.nodes)} (Slurm's next backfill cycle, with the jobs started now "
-                                  f"running: its will-run test ends the batch that frees the nodes at a later job's "
-                                  f"end; this cycle: {_fmt_ts(when)})") if r.code == "top_job" else r
-                           for r in rec.reasons]
+                                  f"running, searches again from now; this cycle: {_fmt_ts(when)})")
+                           if r.code == "top_job" else r for r in rec.reasons]
 
 
 @lru_cache(maxsize=4096)
@@ -1631,31 +1851,40 @@ def _now_facts(cl: _Cluster, p: str, req: _Req):
 
 def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
     """showbf: per partition, free resources now (before backfilled jobs take them) and until when."""
-    cf, gf = list(cl.cf), list(cl.gf)
+    cf, gf = np.array(cl.cf), np.array(cl.gf)
     for i, c, g in backfilled:
         cf[i] += c
         gf[i] += g
     now = cl.now
+    # Only nodes under a reservation or a hold have an `until`, or are closed now: few, one by one.
+    until = np.full(len(cf), INF)
+    as_given: dict[float, float] = {}  # each `until` as the input wrote it (an int stays an int in JSON)
+    for i in cl.marked:
+        if any(s <= now < e for s, e, _ in cl.blocks[i]):
+            cf[i] = 0  # reserved now: not free for the jobs of this partition
+            continue
+        t = min([s for s, e, _ in cl.blocks[i] if s > now] + [s for s, *_ in cl.holds[i]], default=INF)
+        until[i] = as_given.setdefault(t, t)
+    names = cl.name_array()
     out = {}
     for p, idx in cl.part_usable.items():
-        groups: dict[tuple[int, int, float], list[str]] = {}
-        for i in idx:
-            c = cf[i]
-            if c <= 0:
-                continue
-            until = INF
-            if cl.blocks[i] or cl.holds[i]:
-                if any(s <= now < e for s, e, _ in cl.blocks[i]):
-                    continue  # reserved now: not free for the jobs of this partition
-                until = min([s for s, e, _ in cl.blocks[i] if s > now] + [s for s, *_ in cl.holds[i]], default=INF)
-            key = (gf[i], c, until)
-            names = groups.get(key)
-            if names is None:
-                groups[key] = [cl.names[i]]
-            else:
-                names.append(cl.names[i])
-        ws = [Window(len(names), g, c, None if until == INF else until, compress(names))
-              for (g, c, until), names in groups.items()]
-        ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus, w.node_list))
+        pos = cl.part_pos(p)
+        pos = pos[cf[pos] > 0]
+        if not len(pos):
+            out[p] = ()
+            continue
+        # one window per distinct (free GPUs, free CPUs, until), as one integer key; its nodes in
+        # name order (pos is)
+        g, c = gf[pos], cf[pos]
+        times, t = np.unique(until[pos], return_inverse=True)
+        t = t.reshape(-1)
+        key = (g * (int(c.max()) + 1) + c) * len(times) + t
+        first, group, size = np.unique(key, return_index=True, return_inverse=True, return_counts=True)[1:]
+        order = np.argsort(group.reshape(-1), kind="stable")
+        ws = [Window(n, int(g[k]), int(c[k]), None if times[t[k]] == INF else as_given[float(times[t[k]])],
+                     tuple(names[members].tolist()))
+              for k, n, members in zip(first.tolist(), size.tolist(), np.split(pos[order], np.cumsum(size)[:-1]))]
+        # (GPUs, until, CPUs) is unique per window, so this order needs no tie-break
+        ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus))
         out[p] = tuple(ws)
     return out

@@ -14,8 +14,6 @@ simulated scenarios can be replayed through exactly the path a real capture take
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import math
 import os
@@ -27,6 +25,7 @@ from collectors.slurm.hostlist import compress
 from collectors.slurm.model import Job
 from collectors.slurm.parse_json import loads, parse_jobs
 
+from dashboard.analysis.gcpause import gc_paused
 from dashboard.analysis.topology import parse_topology_conf
 from dashboard.analysis.window import Window
 
@@ -85,7 +84,7 @@ def load_bundle(path: str, step: float = 15.0, span: float | None = None, matche
     # travel with the window to the verdicts
     job_notes: list[str] = []
     jobs = read_jobs(_read(os.path.join(path, "squeue.json")), job_notes)
-    with _gc_paused():
+    with gc_paused():
         cols = Columns()
         try:
             with open(os.path.join(path, "metrics.om"), "rb") as f:
@@ -111,19 +110,6 @@ def load_bundle(path: str, step: float = 15.0, span: float | None = None, matche
                              keep_nodes={n for j in jobs for n in j.nodes}, max_nodes=max_nodes)
         win = Window(**{**win.__dict__, "notes": tuple(win.notes) + tuple(notes)})
         return Bundle(win, tuple(jobs), start, end, str(meta.get("cluster", "")), tuple(notes))
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Reading makes no reference cycles, but its growing series table and window items would be
-    rescanned at every full collection the chunks' short-lived objects trigger (~5 % of the time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _num(x, default: float) -> float:

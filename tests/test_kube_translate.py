@@ -78,6 +78,11 @@ def test_clusterrole_grants_exactly_the_resources_read():
     doc = (REPO / "docs" / "kube-exporter.md").read_text()
     assert yaml.safe_dump(role["rules"]) == yaml.safe_dump(
         yaml.safe_load(doc.split("```yaml")[1].split("```")[0])["rules"])
+    # the README's deployment step names the same resources per API group
+    readme = " ".join((REPO / "README.md").read_text().split())
+    for group in dict.fromkeys(r.group for r in RESOURCES):
+        plurals = ", ".join(r.plural for r in RESOURCES if r.group == group)
+        assert f"`{group or chr(34) * 2}`: {plurals}" in readme, (group, plurals)
 
 
 def test_docs_metric_table_is_generated():

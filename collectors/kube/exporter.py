@@ -25,7 +25,7 @@ import time
 from ..exposition import Family
 from ..registry import Collector, Context, NoData
 from ..scrape import Scraper, build_info
-from ..slurm.exporter import add_exporter_arguments, dumps_json
+from ..slurm.exporter import SnapshotBody, add_exporter_arguments
 from ..web import Request, landing_handler, metrics_handler, run_exporter
 from .api import Client, in_cluster, load_kubeconfig
 from .cache import KubeCache
@@ -98,7 +98,7 @@ def snapshot_document(snap, view, now: float) -> dict:
 
 
 def snapshot_handler(cache: KubeCache, clock=time.time):
-    memo: dict = {}
+    body = SnapshotBody()
 
     def handle(req: Request):
         got = cache.current()
@@ -108,10 +108,8 @@ def snapshot_handler(cache: KubeCache, clock=time.time):
                                "resources": {k: v["error"] for k, v in h["resources"].items() if v["error"]}})
             return 503, "application/json", body.encode(), {"Retry-After": "5"}
         snap, view = got
-        if memo.get("snap") is not snap:  # the dict is built once per snapshot, each request adds the age
-            memo["snap"], memo["doc"] = snap, snapshot_document(snap, view, snap.taken_at)
-        doc = dict(memo["doc"], age_seconds=round(snap.age(clock()), 3))
-        return 200, "application/json", dumps_json(doc, pretty="pretty" in req.query), {}
+        return 200, "application/json", body.render(snap, lambda: snapshot_document(snap, view, snap.taken_at),
+                                                    snap.age(clock()), "pretty" in req.query), {}
     return handle
 
 

@@ -418,6 +418,25 @@ def test_namespace_limit(apiserver):
         c.stop()
 
 
+def test_stop_ends_every_watch_at_once_and_then_closes(apiserver):
+    """stop() wakes the watching threads (they would otherwise block until the next event or the
+    watch timeout) and closes the connections only once no thread reads them."""
+    c = make_cache(apiserver, "exporter")
+    threads = [r._thread for r in c.reflectors.values()]
+    t = time.monotonic()
+    c.stop()
+    took = time.monotonic() - t
+    assert not [th.name for th in threads if th.is_alive()] and took < 5.0, took  # watch timeout: 30 s
+    assert c.client._http.is_closed
+    # events on what the stopped cache watched, over fresh connections: nothing reads them but their own
+    admin = Objects(apiserver.http("admin"))
+    for i in range(5):
+        admin.create("/apis/scheduling.volcano.sh/v1beta1/queues", {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"after-stop-{i}"},
+            "spec": {"weight": 1}})
+        admin.check(admin.c.delete(f"/apis/scheduling.volcano.sh/v1beta1/queues/after-stop-{i}"))
+
+
 def test_watch_from_a_compacted_version_relists(apiserver, cache):
     refl = cache.reflectors["queues"]
     relists, gone = refl.relists, refl.gone

@@ -52,9 +52,14 @@ class KubeCache:
             r.start()
 
     def stop(self) -> None:
+        """End every reflector's thread, then close the connections. A thread still inside a
+        request (a LIST page, up to the request timeout) keeps the client open: closing a socket
+        another thread reads lets a new connection reuse its descriptor (see api.end_watch)."""
         for r in self.reflectors.values():
             r.stop()
-        self.client.close()
+        deadline = time.monotonic() + self.client.timeout + 2.0
+        if all(r.join(max(0.0, deadline - time.monotonic())) for r in self.reflectors.values()):
+            self.client.close()
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

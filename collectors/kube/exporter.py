@@ -104,9 +104,9 @@ def snapshot_handler(cache: KubeCache, clock=time.time):
         got = cache.current()
         if got is None:
             h = cache.health(clock())
-            body = json.dumps({"error": "pods and nodes not listed yet",
-                               "resources": {k: v["error"] for k, v in h["resources"].items() if v["error"]}})
-            return 503, "application/json", body.encode(), {"Retry-After": "5"}
+            doc = json.dumps({"error": "pods and nodes not listed yet",
+                              "resources": {k: v["error"] for k, v in h["resources"].items() if v["error"]}})
+            return 503, "application/json", doc.encode(), {"Retry-After": "5"}
         snap, view = got
         return 200, "application/json", body.render(snap, lambda: snapshot_document(snap, view, snap.taken_at),
                                                     snap.age(clock()), "pretty" in req.query), {}

@@ -385,6 +385,27 @@ def test_missing_status_and_objects_deleted_mid_watch(apiserver, cache):
     assert gangs(cache)[1]["wl-preempted"][1].position == 3
 
 
+def test_rebuilt_in_the_background_after_a_change(apiserver):
+    """A request after a watch event gets the last build at once; the new one follows."""
+    c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), watch_timeout=30,
+                  retry=2.0, min_rebuild=0.2)
+    c.start()
+    admin = Objects(apiserver.http("admin"))
+    path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
+    try:
+        assert c.wait_synced(30)
+        first = c.current()
+        gen = c.reflectors["podgroups"].generation
+        admin.create(path, podgroup("bg-late", "team-a", "research", 1, 8, None), {"phase": "Pending"})
+        assert _until(lambda: c.reflectors["podgroups"].generation > gen)
+        time.sleep(0.3)  # past min_rebuild
+        assert c.current()[0] is first[0]  # served from the last build while the next is made
+        assert _until(lambda: "bg-late" in {g.name for g in c.current()[1].gangs})
+    finally:
+        admin.check(admin.c.delete(f"{path}/bg-late"))
+        c.stop()
+
+
 def test_pagination_and_steady_state_requests(apiserver):
     c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), watch_timeout=60,
                   page_size=2, retry=2.0, min_rebuild=0.0)

@@ -149,6 +149,8 @@ def main() -> int:
     from collectors.web import Request
 
     class Warm:
+        on_built: list = []
+
         def current(self):
             return snap, view
 

@@ -394,13 +394,15 @@ def test_rebuilt_in_the_background_after_a_change(apiserver):
     path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
     try:
         assert c.wait_synced(30)
-        first = c.current()
+        first, prepared = c.current(), []
+        c.on_built.append(lambda snap, view: prepared.append(snap))
         gen = c.reflectors["podgroups"].generation
         admin.create(path, podgroup("bg-late", "team-a", "research", 1, 8, None), {"phase": "Pending"})
         assert _until(lambda: c.reflectors["podgroups"].generation > gen)
         time.sleep(0.3)  # past min_rebuild
         assert c.current()[0] is first[0]  # served from the last build while the next is made
         assert _until(lambda: "bg-late" in {g.name for g in c.current()[1].gangs})
+        assert prepared[-1] is c.current()[0]  # handed to the exporter's encoder before it was served
     finally:
         admin.check(admin.c.delete(f"{path}/bg-late"))
         c.stop()

@@ -10,6 +10,7 @@ stale, `taken_at` being when they were last known current and `failing_since` wh
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 from typing import Callable
@@ -20,6 +21,8 @@ from .reflector import Reflector
 from .resources import RESOURCES, Resource
 from .translate import KubeView, build
 from .trim import trimmer
+
+log = logging.getLogger(__name__)
 
 
 def build_snapshot(objects: dict, status: dict, now: float, **kw) -> tuple[Snapshot, KubeView]:
@@ -47,6 +50,9 @@ class KubeCache:
         self._build_lock = threading.Lock()  # one build at a time: they share the memo
         self._builder: threading.Thread | None = None
         self._built: tuple[int, bool, float, Snapshot, KubeView] | None = None
+        # called with each snapshot built in the background, in that thread: the exporter encodes
+        # its JSON there, so no request waits for it
+        self.on_built: list[Callable[[Snapshot, KubeView], None]] = []
         self._memo: dict = {}  # translate.build's per-gang results, reused for unchanged objects
 
     def start(self) -> None:
@@ -114,6 +120,11 @@ class KubeCache:
         up = all(r.current() for r in crit)
         with self._build_lock:
             snap, view = self.build(now, up)
+        for prepare in self.on_built:  # before it is served; a failing one only costs the time saved
+            try:
+                prepare(snap, view)
+            except Exception:
+                log.exception("kube snapshot: preparing the built snapshot failed")
         with self._lock:
             if self._built is None or self._built[2] <= now:  # never replace a newer synchronous build
                 self._built = (gen, up, now, snap, view)

@@ -126,6 +126,14 @@ def snapshot_document(snap, view, now: float, memo: PlainMemo | None = None) -> 
 def snapshot_handler(cache: KubeCache, clock=time.time):
     body, memo = SnapshotBody(), PlainMemo()
 
+    def document(snap, view):
+        return lambda: snapshot_document(snap, view, snap.taken_at, memo)
+
+    def prepare(snap, view) -> None:
+        body.prepare(snap, document(snap, view))
+
+    cache.on_built.append(prepare)
+
     def handle(req: Request):
         got = cache.current()
         if got is None:
@@ -134,8 +142,7 @@ def snapshot_handler(cache: KubeCache, clock=time.time):
                               "resources": {k: v["error"] for k, v in h["resources"].items() if v["error"]}})
             return 503, "application/json", doc.encode(), {"Retry-After": "5"}
         snap, view = got
-        return 200, "application/json", body.render(snap, lambda: snapshot_document(snap, view, snap.taken_at, memo),
-                                                    snap.age(clock()), "pretty" in req.query), {}
+        return 200, "application/json", body.render(snap, document(snap, view), snap.age(clock()), "pretty" in req.query), {}
     return handle
 
 

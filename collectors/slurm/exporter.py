@@ -159,12 +159,17 @@ class SnapshotBody:
     def __init__(self):
         self._cur: tuple = (None, {}, b"")  # (snapshot, doc without its age, doc encoded); one tuple: threads see all or nothing
 
-    def render(self, snap, make_doc: Callable[[], dict], age: float, pretty: bool = False) -> bytes:
+    def prepare(self, snap, make_doc: Callable[[], dict]) -> tuple:
+        """Make and encode the document of `snap` unless that is done (callable ahead of requests)."""
         cur = self._cur
         if cur[0] is not snap:
             doc = make_doc()
             doc.pop("age_seconds", None)
             cur = self._cur = (snap, doc, dumps_json(doc))
+        return cur
+
+    def render(self, snap, make_doc: Callable[[], dict], age: float, pretty: bool = False) -> bytes:
+        cur = self.prepare(snap, make_doc)
         age = round(age, 3)
         if pretty or not cur[1]:
             return dumps_json(dict(cur[1], age_seconds=age), pretty=pretty)

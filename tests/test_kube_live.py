@@ -16,6 +16,7 @@ from collectors.kube import exporter
 from collectors.kube.api import Client, load_kubeconfig
 from collectors.kube.cache import KubeCache
 from collectors.kube.metrics import cache_families, snapshot_families
+from collectors.slurm.metrics import cut_label
 from collectors.slurm.model import Snapshot
 from tests.conftest import FIXTURES, REPO
 from tests.support.kube_apiserver import ApiServer, Objects, wait_for_binary
@@ -24,6 +25,8 @@ from tests.support.kube_apiserver import ApiServer, Objects, wait_for_binary
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]
 GPU = "nvidia.com/gpu"
 HOSTILE = "evil-<script>alert(1)</script>"
+# a ResourceList key: the CRDs validate names and quantities, not the keys of a resource map
+HOSTILE_RESOURCE = 'evil.io/<img src=x onerror=alert(2)>"} 1\n# TYPE x counter\\' + "x" * 300
 
 
 def fixture_yaml(rel: str) -> dict:
@@ -141,6 +144,9 @@ def populate(srv: ApiServer, fixtures):
                   "spec": {"weight": 1}}, {"state": "Closed"})
     o.create(vq, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "small"},
                   "spec": {"weight": 1, "capability": {GPU: "8"}}}, {"state": "Open", "allocated": {GPU: "8"}})
+    o.create(vq, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "odd-q"},
+                  "spec": {"weight": 1, "capability": {HOSTILE_RESOURCE: "2"}}},
+             {"state": "Open", "allocated": {HOSTILE_RESOURCE: "1"}})
     pg = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
     o.create(pg, podgroup("train-running", "team-a", "research", 2, 16, None),
              {"phase": "Running", "running": 2, "conditions": [{"type": "Scheduled", "status": "True",
@@ -320,6 +326,88 @@ def test_watch_follows_changes_and_deletions(apiserver, cache):
     assert "late" not in gangs(cache)[1]
 
 
+def _until(cond, timeout: float = 10.0) -> bool:
+    deadline = time.time() + timeout
+    while not cond() and time.time() < deadline:
+        time.sleep(0.1)
+    return cond()
+
+
+def test_missing_status_and_objects_deleted_mid_watch(apiserver, cache):
+    """Gangs as users create them before any controller looked (no status at all: the server drops a
+    status sent with the object), a queue and a running gang's pod deleted while watched, and back."""
+    admin = Objects(apiserver.http("admin"))
+    pgs = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
+    wls = "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads"
+    vq = "/apis/scheduling.volcano.sh/v1beta1/queues"
+    fresh_pg = admin.create(pgs, podgroup("fresh-pg", "team-a", "default", 2, 16, None))
+    fresh_wl = admin.create(wls, workload("wl-fresh", "team-a", "user-queue", 1, 0, "00000000-0000-0000-0000-000000000009"))
+    assert "status" not in fresh_pg and "status" not in fresh_wl
+    assert _until(lambda: {"fresh-pg", "wl-fresh"} <= set(gangs(cache)[1]))
+    _, g, _ = gangs(cache)
+    (pj, pg), (wj, wg) = g["fresh-pg"], g["wl-fresh"]
+    assert (pj.state, pj.reason, pj.node_count, pj.gpus, pg.min_member) == ("PENDING", "NoStatus", 2, 16, 2)
+    assert pg.why[0].startswith("no status yet: the Volcano scheduler has not looked at this PodGroup")
+    # queue default holds one other pending gang, the real daocloud one created earlier
+    assert (pg.position, [a.name for a in pg.ahead]) == (2, ["default/lm-mpi-job-9c571015-37c7-4a1a-9604-eaa2248613f2"])
+    assert (wj.state, wj.reason, wj.partition, wj.qos) == ("PENDING", "NoStatus", "cluster-queue", "team-a/user-queue")
+    assert wg.why[0].startswith("no status yet: Kueue has not looked at this Workload")
+    # priority 0, newest: behind wl-quota (100), wl-checks (20), wl-preempted (10) in both queues
+    assert (wg.position, wg.local_position) == (4, 4)
+
+    # a queue deleted mid-watch: its gangs wait on a queue that does not exist, then it comes back
+    admin.check(admin.c.delete(f"{vq}/closed-q"))
+    assert _until(lambda: gangs(cache)[1]["wait-closed"][0].reason == "QueueMissing")
+    assert "queue closed-q does not exist" in gangs(cache)[1]["wait-closed"][1].why
+    admin.create(vq, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "closed-q"},
+                      "spec": {"weight": 1}}, {"state": "Closed"})
+    assert _until(lambda: gangs(cache)[1]["wait-closed"][0].reason == "QueueClosed")
+
+    # a running gang's pod deleted mid-watch: the gang is partial and the node's GPUs are free
+    # a pod bound to a node goes only when its kubelet confirms, or at once with grace period 0
+    admin.check(admin.c.delete("/api/v1/namespaces/team-a/pods/run-1", params={"gracePeriodSeconds": 0}))
+
+    def node_gpus(name):
+        return next(n.gpus_allocated for n in cache.current()[0].nodes if n.name == name)
+
+    assert _until(lambda: gangs(cache)[1]["train-running"][1].partial)
+    run, rg = gangs(cache)[1]["train-running"]
+    assert (run.state, run.state_flags, run.nodes, rg.pods_running) == ("RUNNING", ("PARTIAL",), ("gpu-node-1",), 1)
+    assert any(w.startswith("partial gang: 1 of 2 pods running") for w in rg.why), rg.why
+    assert node_gpus("gpu-node-2") == 0
+    admin.create("/api/v1/namespaces/team-a/pods", *pod("run-1", "team-a", 8, "gpu-node-2", "train-running"))
+    assert _until(lambda: not gangs(cache)[1]["train-running"][1].partial)
+    assert gangs(cache)[1]["train-running"][0].nodes == ("gpu-node-1", "gpu-node-2") and node_gpus("gpu-node-2") == 8
+
+    for path in (f"{pgs}/fresh-pg", f"{wls}/wl-fresh"):
+        admin.check(admin.c.delete(path))
+    assert _until(lambda: not {"fresh-pg", "wl-fresh"} & set(gangs(cache)[1]))
+    assert gangs(cache)[1]["wl-preempted"][1].position == 3
+
+
+def test_rebuilt_in_the_background_after_a_change(apiserver):
+    """A request after a watch event gets the last build at once; the new one follows."""
+    c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), watch_timeout=30,
+                  retry=2.0, min_rebuild=0.2)
+    c.start()
+    admin = Objects(apiserver.http("admin"))
+    path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
+    try:
+        assert c.wait_synced(30)
+        first, prepared = c.current(), []
+        c.on_built.append(lambda snap, view: prepared.append(snap))
+        gen = c.reflectors["podgroups"].generation
+        admin.create(path, podgroup("bg-late", "team-a", "research", 1, 8, None), {"phase": "Pending"})
+        assert _until(lambda: c.reflectors["podgroups"].generation > gen)
+        time.sleep(0.3)  # past min_rebuild
+        assert c.current()[0] is first[0]  # served from the last build while the next is made
+        assert _until(lambda: "bg-late" in {g.name for g in c.current()[1].gangs})
+        assert prepared[-1] is c.current()[0]  # handed to the exporter's encoder before it was served
+    finally:
+        admin.check(admin.c.delete(f"{path}/bg-late"))
+        c.stop()
+
+
 def test_pagination_and_steady_state_requests(apiserver):
     c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), watch_timeout=60,
                   page_size=2, retry=2.0, min_rebuild=0.0)
@@ -353,6 +441,25 @@ def test_namespace_limit(apiserver):
         c.stop()
 
 
+def test_stop_ends_every_watch_at_once_and_then_closes(apiserver):
+    """stop() wakes the watching threads (they would otherwise block until the next event or the
+    watch timeout) and closes the connections only once no thread reads them."""
+    c = make_cache(apiserver, "exporter")
+    threads = [r._thread for r in c.reflectors.values()]
+    t = time.monotonic()
+    c.stop()
+    took = time.monotonic() - t
+    assert not [th.name for th in threads if th.is_alive()] and took < 5.0, took  # watch timeout: 30 s
+    assert c.client._http.is_closed
+    # events on what the stopped cache watched, over fresh connections: nothing reads them but their own
+    admin = Objects(apiserver.http("admin"))
+    for i in range(5):
+        admin.create("/apis/scheduling.volcano.sh/v1beta1/queues", {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"after-stop-{i}"},
+            "spec": {"weight": 1}})
+        admin.check(admin.c.delete(f"/apis/scheduling.volcano.sh/v1beta1/queues/after-stop-{i}"))
+
+
 def test_watch_from_a_compacted_version_relists(apiserver, cache):
     refl = cache.reflectors["queues"]
     relists, gone = refl.relists, refl.gone
@@ -380,7 +487,8 @@ def test_unknown_versions_are_absent_and_named(apiserver):
     odd = (Resource("nodes", "", "nodes", ("v1",), namespaced=False, critical=True),
            Resource("pods", "", "pods", ("v1",), critical=True),
            Resource("workloads", "kueue.x-k8s.io", "workloads", ("v1alpha9",)),
-           Resource("podgroups", "scheduling.volcano.sh", "podgroups", ("v1beta1",)))
+           Resource("podgroups", "scheduling.volcano.sh", "podgroups", ("v1beta1",)),
+           Resource("queues", "scheduling.volcano.sh", "queues", ("v2",), namespaced=False))
     c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), resources=odd, retry=30.0)
     c.start()
     try:
@@ -390,6 +498,10 @@ def test_unknown_versions_are_absent_and_named(apiserver):
         snap, view = c.current()
         assert any(e.source == "kube workloads" and e.severity == "warning" for e in snap.errors)
         assert {g.kind for g in view.gangs} == {"volcano"}
+        # a Volcano CRD in a version we do not read: named, and its queues not guessed closed or missing
+        assert "serves versions v1beta1; gangwatch reads v2" in c.reflectors["queues"].error
+        reasons = {g.name: j.reason for j in snap.jobs for g in view.gangs if g.job_id == j.job_id}
+        assert (reasons["wait-closed"], reasons["train-pending"]) == ("Priority", "Unschedulable")
     finally:
         c.stop()
     # a reader of the older served version (Kueue v1beta1) reads the same gangs the same way
@@ -451,6 +563,12 @@ def test_hostile_names_are_inert_data(cache):
     text = encode(snapshot_families(s, v, time.time()))
     infos = [lb for name, lb, _ in iter_samples(text) if name == "gangwatch_kube_gang_info" and lb["name"] == "evil-pg"]
     assert infos and infos[0]["reason"] == "QueueClosed"  # the exposition still parses around it
+    # a hostile resource key: verbatim in the view, one escaped label value cut to LABEL_MAX in metrics
+    odd = next(q for q in v.queues if q.name == "odd-q")
+    assert [(r.resource, r.quota, r.used) for r in odd.rows] == [(HOSTILE_RESOURCE, 2.0, 1.0)]
+    quota = [(lb["resource"], val) for name, lb, val in iter_samples(text)
+             if name == "gangwatch_kube_queue_quota" and lb["queue"] == "odd-q"]
+    assert quota == [(cut_label(HOSTILE_RESOURCE), 2.0)]
 
 
 def test_rbac_forbidden_resource_is_absent_and_named(apiserver):
@@ -592,6 +710,7 @@ def test_dashboard_renders_kubernetes_only_and_mixed_in_chromium(exporter_url, t
             assert "<script>alert(1)</script>" in text and not dialogs  # the hostile message is text
             body = pg.locator("main").inner_text()
             assert "Kueue ClusterQueue cluster-queue" in body and "Volcano queue research" in body
+            assert HOSTILE_RESOURCE[:40] in body  # the hostile resource key is text, not markup
             assert "Flavors select nodes by label: default-flavor: topology.kubernetes.io/zone=z1" in body
             # the other pages take the Kubernetes snapshot as they take Slurm's
             for path, expect in (("/jobs", "team-a/train-running"), ("/nodes", "gpu-node-3"), ("/queue", "research")):

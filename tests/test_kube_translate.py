@@ -59,6 +59,19 @@ def test_memoised_rebuild_equals_a_fresh_build():
     assert _dump(*again) != _dump(*first)
     partial = [g for g in again[1].gangs if g.partial]
     assert len(partial) == 1 and partial[0].name == "pg0"
+    # the served document: converted again only where the objects changed, equal to a fresh one
+    import dataclasses
+    import json
+
+    from collectors.kube.exporter import PlainMemo, snapshot_document
+
+    doc_memo = PlainMemo()
+    before = snapshot_document(*first, 1000.0, doc_memo)
+    after = snapshot_document(*again, 1000.0, doc_memo)
+    plain = dict(again[0].to_dict(1000.0), kube=dataclasses.asdict(again[1]))
+    assert json.dumps(after) == json.dumps(plain) == json.dumps(snapshot_document(*again, 1000.0))
+    kept = sum(a is b for a, b in zip(before["kube"]["gangs"], after["kube"]["gangs"]))
+    assert 0 < kept < len(after["kube"]["gangs"])  # unchanged gangs reuse their dicts, changed ones do not
 
 
 def test_trim_pod_keeps_what_is_read_and_survives_junk():
@@ -78,6 +91,11 @@ def test_clusterrole_grants_exactly_the_resources_read():
     doc = (REPO / "docs" / "kube-exporter.md").read_text()
     assert yaml.safe_dump(role["rules"]) == yaml.safe_dump(
         yaml.safe_load(doc.split("```yaml")[1].split("```")[0])["rules"])
+    # the README's deployment step names the same resources per API group
+    readme = " ".join((REPO / "README.md").read_text().split())
+    for group in dict.fromkeys(r.group for r in RESOURCES):
+        plurals = ", ".join(r.plural for r in RESOURCES if r.group == group)
+        assert f"`{group or chr(34) * 2}`: {plurals}" in readme, (group, plurals)
 
 
 def test_docs_metric_table_is_generated():

@@ -174,6 +174,27 @@ def test_snapshot_json_roundtrip(runner):
     assert Snapshot.from_dict(doc) == snap
 
 
+def test_snapshot_body_encoded_once_per_snapshot_with_each_requests_age(runner):
+    clock = Clock()
+    poller = Poller(CliSource(runner=runner), clock=clock)
+    poller.poll_once()
+    snap, handle = poller.current(), exporter.snapshot_handler(poller, clock)
+    bodies = []
+    for dt in (0.0, 2.5):
+        clock.t = T0 + dt
+        bodies.append(handle(exporter.Request("/api/v1/snapshot", {}, {}))[2])
+    pretty = handle(exporter.Request("/api/v1/snapshot", {"pretty": [""]}, {}))[2]
+    first, second = (json.loads(b) for b in bodies)
+    assert (first["age_seconds"], second["age_seconds"]) == (0.0, 2.5)
+    assert dict(first, age_seconds=2.5) == second == json.loads(pretty) == json.loads(snap.to_json(now=T0 + 2.5))
+    assert b"\n  " in pretty
+    made = []
+    body = exporter.SnapshotBody()
+    for age in (1.0, 2.0):  # the document is made and encoded once per snapshot, not per request
+        body.render(snap, lambda: made.append(1) or snap.to_dict(), age)
+    assert len(made) == 1
+
+
 def test_docs_table_lists_every_metric():
     table = metric_table_markdown()
     assert all(f"`gangwatch_slurm_{name}`" in table for name in METRICS)

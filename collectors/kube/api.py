@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import ssl
 import tempfile
 import threading
@@ -168,9 +169,12 @@ class Client:
                 return items, str(meta.get("resourceVersion") or "")
             params = {"limit": page_size, "continue": meta["continue"]}
 
-    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[dict]:
+    def watch(self, path: str, resource_version: str, timeout_seconds: int,
+              opened: Callable[[socket.socket | None], None] | None = None) -> Iterator[dict]:
         """The events of one WATCH from `resource_version`, until the server ends it (after about
-        timeout_seconds). Yields the decoded event objects; raises ApiError on a refused watch."""
+        timeout_seconds). Yields the decoded event objects; raises ApiError on a refused watch.
+        `opened` gets the stream's socket once it is open and None once it is done, so another
+        thread can end the watch with `end_watch` instead of waiting for the next event."""
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout_seconds)}
         self.counters.add("watch")
@@ -179,11 +183,31 @@ class Client:
             with self._http.stream("GET", path, params=params, timeout=timeout) as r:
                 if r.status_code != 200:
                     raise _error(r.status_code, r.read())
+                if opened is not None:
+                    stream = r.extensions.get("network_stream")
+                    opened(stream.get_extra_info("socket") if stream is not None else None)
                 for line in r.iter_lines():
                     if line.strip():
                         yield json.loads(line)
         except httpx.HTTPError as exc:
             raise ApiError(0, f"{self.creds.server}: watch broke: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if opened is not None:
+                opened(None)
+
+
+def end_watch(sock: socket.socket | None) -> None:
+    """Wake a thread blocked reading a WATCH from another thread. Closing the socket there instead
+    would free its descriptor while the reader may still use the number: the next connection
+    opened gets it and both read each other's TLS records ("bad record mac", seen in the suite).
+    A shutdown only ends the stream; the reading thread sees EOF and closes it itself. The plain
+    socket's shutdown, not SSLSocket's, which would also drop the TLS object under the reader."""
+    if sock is None:
+        return
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed or never connected: nothing to wake
 
 
 def _error(status: int, body: bytes) -> ApiError:

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from .api import ApiError, Client
+from .api import ApiError, Client, end_watch
 from .resources import Resource
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ class Reflector:
         self.events = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watch_sock = None  # the open WATCH's socket, for stop() to end it
 
     # ---------------------------------------------------------------- readers
     def items(self) -> list[dict]:
@@ -72,6 +73,19 @@ class Reflector:
 
     def stop(self) -> None:
         self._stop.set()
+        end_watch(self._watch_sock)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread to end -> whether it did (or never started)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def _opened(self, sock) -> None:
+        self._watch_sock = sock
+        if sock is not None and self._stop.is_set():
+            end_watch(sock)  # stopped while this watch was being opened
 
     def run(self) -> None:
         backoff = 1.0
@@ -83,10 +97,14 @@ class Reflector:
                 backoff = 1.0
                 self._watch_until_broken()
             except ApiError as exc:
+                if self._stop.is_set():
+                    return  # the watch was ended by stop(), not by a failure
                 wait = self._failed(exc, backoff)
                 backoff = min(backoff * 2, self.retry)
                 self._stop.wait(wait)
             except Exception as exc:  # a bug or an answer we never saw: this resource only, and retried
+                if self._stop.is_set():
+                    return
                 log.exception("kube %s: unexpected failure", self.resource.key)
                 self._failed(ApiError(0, f"{type(exc).__name__}: {exc}"), backoff)
                 self._stop.wait(self.retry)
@@ -126,7 +144,7 @@ class Reflector:
     def _watch_until_broken(self) -> None:
         path = self.resource.path(self.version, self.namespace)
         while not self._stop.is_set():
-            for ev in self.client.watch(path, self.resource_version, self.watch_timeout):
+            for ev in self.client.watch(path, self.resource_version, self.watch_timeout, opened=self._opened):
                 if self._stop.is_set():
                     return
                 if not self._apply(ev):

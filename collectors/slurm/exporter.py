@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+from typing import Callable
 
 from ..exposition import Family, encode
 from ..registry import Collector, Context, NoData
@@ -149,21 +150,42 @@ def _rest_source(args: argparse.Namespace, cli: CliSource) -> RestSource:
                       timeout=min(args.slurm_command_timeout, args.slurm_poll_interval), extras=cli if args.slurm_rest_with_cli else None)
 
 
+class SnapshotBody:
+    """The JSON body of the served snapshot, made once per snapshot: building the plain dict (10k
+    Slurm jobs: ~0.5 s) and encoding it (5,000 Kubernetes gangs: 8.8 MiB, 20 ms on a quiet core,
+    over 100 ms on a busy one) are paid when the snapshot changes, not per request. A request
+    splices its own age in front of the encoded rest; `?pretty` (for people) encodes in full."""
+
+    def __init__(self):
+        self._cur: tuple = (None, {}, b"")  # (snapshot, doc without its age, doc encoded); one tuple: threads see all or nothing
+
+    def prepare(self, snap, make_doc: Callable[[], dict]) -> tuple:
+        """Make and encode the document of `snap` unless that is done (callable ahead of requests)."""
+        cur = self._cur
+        if cur[0] is not snap:
+            doc = make_doc()
+            doc.pop("age_seconds", None)
+            cur = self._cur = (snap, doc, dumps_json(doc))
+        return cur
+
+    def render(self, snap, make_doc: Callable[[], dict], age: float, pretty: bool = False) -> bytes:
+        cur = self.prepare(snap, make_doc)
+        age = round(age, 3)
+        if pretty or not cur[1]:
+            return dumps_json(dict(cur[1], age_seconds=age), pretty=pretty)
+        return b'{"age_seconds":' + dumps_json(age) + b"," + cur[2][1:]
+
+
 def snapshot_handler(poller: Poller, clock=time.time):
-    # the plain dict of the served snapshot is built once per snapshot (10k jobs: ~0.5 s); each
-    # request only adds its age and encodes
-    cache: dict = {}
+    body = SnapshotBody()
 
     def handle(req: Request):
         snap = poller.current()
         if snap is None:
-            body = json.dumps({"error": "no successful poll of Slurm yet",
-                               "statuses": {k: {"ok": v.ok, "error": v.error} for k, v in poller.health()["statuses"].items()}})
-            return 503, "application/json", body.encode(), {"Retry-After": "5"}
-        if cache.get("snap") is not snap:
-            cache["snap"], cache["doc"] = snap, snap.to_dict()
-        doc = dict(cache["doc"], age_seconds=round(snap.age(clock()), 3))
-        return 200, "application/json", dumps_json(doc, pretty="pretty" in req.query), {}
+            doc = json.dumps({"error": "no successful poll of Slurm yet",
+                              "statuses": {k: {"ok": v.ok, "error": v.error} for k, v in poller.health()["statuses"].items()}})
+            return 503, "application/json", doc.encode(), {"Retry-After": "5"}
+        return 200, "application/json", body.render(snap, snap.to_dict, snap.age(clock()), "pretty" in req.query), {}
     return handle
 
 

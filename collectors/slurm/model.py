@@ -486,6 +486,11 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 _SCALARS = (str, int, bool, type(None))
 
 
+def to_plain(obj: Any) -> Any:
+    """A model object (or a tuple of them) as the plain JSON values `to_dict` writes."""
+    return _to_plain(obj)
+
+
 def _to_plain(obj: Any) -> Any:
     t = type(obj)
     names = _FIELD_NAMES.get(t)

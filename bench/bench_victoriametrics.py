@@ -242,6 +242,10 @@ def main(argv=None) -> int:
         shard_cpu = sum(sum(psutil.Process(s.process.proc.pid).cpu_times()[:2]) - sum(c[:2])
                         for s, c in zip(shards, cpu0)) / (time.monotonic() - t0)
 
+        # a size this host sustains: every target scraped in time by both (the demo renders every
+        # node once per scraper per interval)
+        p_up, v_up = (float(e.query("avg(up)")[0]["value"][1]) for e in (prom, vm))
+        p_took = float(prom.query("max(scrape_duration_seconds)")[0]["value"][1])
         p_series = metric(prom.url, "prometheus_tsdb_head_series")
         p_mem = rss(prom.process) - prom_rss0
         p_chunks, p_index, p_block_samples = prom_block(prom)
@@ -255,7 +259,9 @@ def main(argv=None) -> int:
         p_diag, v_diag = diagnosis_cycles(prom.url), diagnosis_cycles(vm.url)
         p_heavy, v_heavy = heaviest_queries(prom.url), heaviest_queries(vm.url)
 
-        rows = [("active series", f"{p_series:,.0f}", f"{v_series:,.0f}"),
+        rows = [("targets up (avg of up)", f"{p_up:.3f}", f"{v_up:.3f}"),
+                ("slowest scrape", f"{p_took:.1f} s", ""),
+                ("active series", f"{p_series:,.0f}", f"{v_series:,.0f}"),
                 ("memory (RSS growth)", f"{p_mem / GIB:.2f} GiB", f"{v_mem / GIB:.2f} GiB"),
                 ("bytes per active series", f"{p_mem / p_series:,.0f}", f"{v_mem / v_series:,.0f}"),
                 ("samples stored", f"{p_block_samples:,.0f}", f"{v_samples:,.0f}"),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -114,28 +115,12 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
     return {"cold": cold, "steady": min(rows)}
 
 
-def heaviest_queries(url: str) -> list[tuple[str, float, int]]:
-    """The diagnosis queries, most response bytes first: (signal, seconds, bytes), fetched
-    raw (no JSON decoding), so the time is the engine's and the transfer's."""
-    from dashboard.sources.prometheus import plan_queries
-
-    end = time.time()
-    out = []
-    with httpx.Client(timeout=120) as client:
-        for signal, _, q in plan_queries(60.0, 15.0):
-            t0 = time.perf_counter()
-            r = client.get(url + "/api/v1/query_range", params={"query": q, "start": f"{end - 3600:.0f}",
-                                                                 "end": f"{end:.0f}", "step": "15"})
-            out.append((signal, time.perf_counter() - t0, len(r.content)))
-    return sorted(out, key=lambda x: -x[2])
-
-
 def prom_block(prom) -> tuple[int, int, int]:
     """(chunk bytes, index bytes, samples) of the head written as a compacted block (admin snapshot
     API): what it costs on disk once Prometheus compacts it (the WAL holds it uncompressed until
     then). Chunks grow with samples, the index with series."""
     doc = json.loads(urllib.request.urlopen(urllib.request.Request(
-        prom.url + "/api/v1/admin/tsdb/snapshot", method="POST"), timeout=300).read())
+        prom.url + "/api/v1/admin/tsdb/snapshot", method="POST"), timeout=900).read())
     snap = Path(prom.workdir) / "prom-data" / "snapshots" / doc["data"]["name"]
     chunks = index = samples = 0
     for meta in snap.glob("*/meta.json"):
@@ -248,16 +233,22 @@ def main(argv=None) -> int:
         p_took = float(prom.query("max(scrape_duration_seconds)")[0]["value"][1])
         p_series = metric(prom.url, "prometheus_tsdb_head_series")
         p_mem = rss(prom.process) - prom_rss0
-        p_chunks, p_index, p_block_samples = prom_block(prom)
-        v_data, v_index, v_samples = vm_disk(vm)
-        p_per_sample, v_per_sample = p_chunks / max(p_block_samples, 1), v_data / max(v_samples, 1)
         # series active this hour (a count() over every series hits -search.maxUniqueTimeseries)
         v_series = metric(vm.url, "vm_cache_entries", type="storage/hour_metric_ids")
         v_mem = rss(vm.process) - vm_rss0
         p_rules, v_rules = prom_rule_times(prom), vmalert_rule_times(alert)
+        print("rules and diagnosis cycles ...", flush=True)
         p_costs, v_costs = rule_costs(prom.url), rule_costs(vm.url)
         p_diag, v_diag = diagnosis_cycles(prom.url), diagnosis_cycles(vm.url)
-        p_heavy, v_heavy = heaviest_queries(prom.url), heaviest_queries(vm.url)
+        print("disk ...", flush=True)
+        try:  # last: a snapshot of a large head under load can take minutes
+            p_chunks, p_index, p_block_samples = prom_block(prom)
+            v_data, v_index, v_samples = vm_disk(vm)
+        except OSError as exc:
+            print(f"  disk not measured: {exc}")
+            p_chunks = p_index = v_data = v_index = math.nan
+            p_block_samples = v_samples = 1
+        p_per_sample, v_per_sample = p_chunks / max(p_block_samples, 1), v_data / max(v_samples, 1)
 
         rows = [("targets up (avg of up)", f"{p_up:.3f}", f"{v_up:.3f}"),
                 ("slowest scrape", f"{p_took:.1f} s", ""),
@@ -284,10 +275,6 @@ def main(argv=None) -> int:
             print(f"{'  group ' + g:34} {p_rules[g]:16.3f} s {v_rules.get(g, 0.0):20.3f} s")
         for r in sorted(p_costs, key=lambda r: -max(p_costs[r], v_costs[r]))[:4]:
             print(f"{'  rule ' + r.split('/', 1)[1][:27]:34} {p_costs[r]:16.3f} s {v_costs[r]:20.3f} s")
-        v_by = {sig: (t, b) for sig, t, b in v_heavy}
-        for sig, pt, pb in p_heavy[:3]:
-            vt, vb = v_by[sig]
-            print(f"{'  heaviest: ' + sig:34} {pt:8.3f} s {pb / 1e6:6.1f} MB {vt:12.3f} s {vb / 1e6:6.1f} MB")
         # a cold cycle asks for the last hour: its answer grows with nodes x samples held; a steady
         # one asks for a fixed span (SETTLE_SECONDS and one interval) and grows with nodes only
         points = min(args.warmup, 3600.0) / 15.0

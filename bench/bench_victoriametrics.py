@@ -221,11 +221,17 @@ def main(argv=None) -> int:
                                 "http://127.0.0.1:9", interval=iv)  # a notifier nobody listens on
         started.append(alert)
         print(f"{args.nodes} nodes, scraped every {args.interval} s; warm-up {args.warmup:.0f} s ...", flush=True)
-        cpu0 = [psutil.Process(s.process.proc.pid).cpu_times() for s in shards]
+        # cores each side used during the warm-up: what limits the size this host sustains
+        sides = {"demo": [started[0]], "Prometheus": [prom.process], "VictoriaMetrics": [vm.process, alert.process],
+                 "vmagents": [s.process for s in shards]}
+        cpu0 = {k: [sum(psutil.Process(p.proc.pid).cpu_times()[:2]) for p in ps] for k, ps in sides.items()}
         t0 = time.monotonic()
         time.sleep(args.warmup)
-        shard_cpu = sum(sum(psutil.Process(s.process.proc.pid).cpu_times()[:2]) - sum(c[:2])
-                        for s, c in zip(shards, cpu0)) / (time.monotonic() - t0)
+        cores = {k: sum(sum(psutil.Process(p.proc.pid).cpu_times()[:2]) - c for p, c in zip(ps, cpu0[k]))
+                 / (time.monotonic() - t0) for k, ps in sides.items()}
+        shard_cpu = cores["vmagents"]
+        print("cores during the warm-up: " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items())
+              + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
 
         # a size this host sustains: every target scraped in time by both (the demo renders every
         # node once per scraper per interval)

@@ -69,7 +69,13 @@ def metric(url: str, name: str, **labels) -> float:
 
 
 def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    total = 0
+    for f in path.rglob("*"):
+        try:
+            total += f.stat().st_size if f.is_file() else 0
+        except FileNotFoundError:  # a part VictoriaMetrics merged away while we walked
+            pass
+    return total
 
 
 def rss(proc: Process) -> int:

@@ -18,7 +18,7 @@ cycle drops what is held, so the cycles after an engine restart start cold.
 
 Failure modes: the queries of one window share a deadline (`timeout`, default 10 s) and each may
 use at most a quarter of it (`QUERY_SHARE`), so one hung query costs its own signal, not the ones
-after it (a healthy cycle's 18 queries take about a second at 4,096 nodes); a failed, slow or
+after it (what a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or
 erroring query leaves its signal absent (unknown) and adds a note naming it; Prometheus down means an empty
 window whose notes say so, and the diagnosis then reports insufficient_data with that reason.
 Nodes that sent GPU samples earlier in the window but none in its last `stale_seconds` (their

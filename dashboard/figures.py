@@ -155,7 +155,7 @@ def node_lines(ns: NodeSeries | None, signal: str, theme: str | None = None, hei
     traces = [go.Scatter(x=x, y=_rounded(row / div, 2), name=ch, mode="lines", line=dict(width=1.3))
               for ch, row in zip(ns.channels[signal], v)]
     fig = go.Figure(traces)
-    _base(fig, theme, height, f"{sig.label} ({prefix}{sig.unit})")
+    _base(fig, theme, height, f"{ns.labels.get(signal) or sig.label} ({prefix}{sig.unit})")
     fig.update_xaxes(type="date")
     if sig.unit == "%":
         fig.update_yaxes(range=[0, 105])

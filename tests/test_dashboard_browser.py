@@ -270,5 +270,14 @@ def test_roce_demo_network_shows_its_congestion(page, roce_demo):
     expect(page.locator("#node-graphs .gtitle", has_text="RoCE congestion (ECN+CNP)")).to_be_visible(timeout=T)
     expect(page.locator("#node-graphs .gtitle", has_text="PFC pause frames received")).to_be_visible()
     expect(page.locator("#node-graphs .gtitle", has_text="transmit wait")).to_have_count(0)
+    # its traffic is RoCE's, by name, on the node page and on a gang's job page
+    expect(page.locator("#node-graphs .gtitle", has_text="RoCE transmit")).to_be_visible()
+    expect(page.locator("#node-graphs .gtitle", has_text="InfiniBand")).to_have_count(0)
     shot(page, "node-roce")
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+
+    job = next(j for j in build_snapshot(sim).jobs if j.state == "RUNNING" and len(j.nodes) > 1)
+    page.goto(f"{base}/jobs/{job.job_id}")
+    expect(page.locator(".gtitle", has_text="RoCE transmit per node")).to_be_visible(timeout=T)
+    expect(page.locator(".gtitle", has_text="InfiniBand")).to_have_count(0)
     assert not page.errors, page.errors

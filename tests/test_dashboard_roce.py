@@ -17,6 +17,7 @@ from dashboard.ui import Ctx
 
 CONGESTED = "leaf00"
 LABEL = {"ib": "InfiniBand transmit wait", "roce": "RoCE congestion (ECN+CNP)"}
+TRAFFIC = {"ib": "InfiniBand transmit", "roce": "RoCE transmit"}
 
 
 def simulation(fabric: str, history: float = 900.0, nodes: int = 8) -> Simulation:
@@ -68,6 +69,11 @@ def check_fabric(ds, fabric: str) -> None:
     ns = ds.node_series(node, ("ib_tx", "ib_wait", "roce_cong", "eth_pause"))
     # the other fabric's signal is absent, not a row of zeros
     assert signal in ns.values and other not in ns.values and ("eth_pause" in ns.values) == (fabric == "roce")
+    # the traffic is the fabric's, by name: the node's chart and the heatmap
+    from dashboard import figures
+
+    assert figures.node_lines(ns, "ib_tx").layout.title.text.startswith(TRAFFIC[fabric] + " (")
+    assert ds.heatmap("ib_tx").label == TRAFFIC[fabric]
 
 
 @pytest.mark.parametrize("fabric", ["ib", "roce"])
@@ -124,3 +130,10 @@ def test_pages_name_the_signal(fabric):
         assert "RoCE ports" in node and "ECN+CNP" in node and "InfiniBand ports" not in node
     else:
         assert "transmit wait" in net and "ECN" not in net and "InfiniBand ports" in node
+    # the job page's traffic heatmap is titled by the fabric
+    from dashboard.pages import job
+
+    jobid = next(str(j.job_id) for j in ds.snapshot().jobs if j.state == "RUNNING" and len(j.nodes) > 1)
+    titles = [g.figure["layout"]["title"]["text"] for g in job.heatmaps(ds, jobid, None)]
+    assert f"{TRAFFIC[fabric]} per node" in titles
+    assert not any(t.startswith(TRAFFIC["ib" if fabric == "roce" else "roce"]) for t in titles)

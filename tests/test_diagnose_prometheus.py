@@ -136,3 +136,35 @@ def test_prometheus_source_matches_bundle_on_roce(tmp_path):
         assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
         assert "roce_cong" in win.rail and "roce_err" in win.rail
         assert _verdicts(diagnose(win, b.jobs)) == want
+
+
+def test_prometheus_source_reads_nic_link_downs_on_roce(tmp_path):
+    """The ethtool rollups (PFC pause, link-down events) share one query: the NICs' link-down events
+    read through Prometheus find the flapping link's node as the bundle does, within the budget."""
+    import dataclasses
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.prometheus import PrometheusSource
+
+    sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
+                               faults="link_flap@8m+20m"))
+    node = None
+    for url, bundle in _serve(tmp_path, sim, 56):
+        (fault,) = sim.ground_truth()
+        node, job = fault["culprit"].split()[0], next(iter(fault["jobs"]))
+        b = load_bundle(str(bundle))
+        src = PrometheusSource(url)
+        win = src.window(b.end, b.end - b.start, 15.0)
+        assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
+        assert "eth_down" in win.node and "eth_pause" in win.node
+        assert _verdicts(diagnose(win, b.jobs)) == _verdicts(diagnose(b.window, b.jobs))
+
+        def nic_only(w):  # a site whose RDMA counters say nothing of the drop
+            return dataclasses.replace(w, rail={k: v for k, v in w.rail.items() if k not in ("ib_down", "ib_err", "roce_err")})
+
+        got = _verdicts(diagnose(nic_only(win), b.jobs))
+        assert got == _verdicts(diagnose(nic_only(b.window), b.jobs))
+        assert got[job] == ("stalled_network", node)
+    assert node is not None

@@ -1,5 +1,6 @@
 """Diagnosis on a RoCE fabric (no port_xmit_wait): congestion from ECN/CNP/PFC against the cluster's
-typical node, a flapping link from link events or from transport errors alone, no alarm on the healthy
+typical node, a flapping link from link events, from transport errors alone or from the NICs'
+link-down events (ethtool) alone, the culprit named only where it stands out, no alarm on the healthy
 trickle of retransmissions, and the whole path through the agents' metric names (sim -> exposition ->
 bundle -> schema -> window -> verdicts) and the demo's history window."""
 
@@ -54,17 +55,104 @@ def test_congestion_without_pfc_counters_still_found(congested):
     assert set(network(diagnose(no_pause, rec.jobs()).verdicts)) == set(network(diagnose(win, rec.jobs()).verdicts))
 
 
-def test_flapping_link_from_transport_errors_alone():
+@pytest.fixture(scope="module")
+def flapping():
     rec = recorded("link_flap@62m+8m", 260)
-    win = rec.window()
     (fault,) = rec.sim.ground_truth()
+    return rec, rec.window(), fault
+
+
+def without(win, rail=(), node=()):
+    """The window as a site that does not export these signals sees it."""
+    return dataclasses.replace(win, rail={k: v for k, v in win.rail.items() if k not in rail},
+                               node={k: v for k, v in win.node.items() if k not in node})
+
+
+def test_flapping_link_from_transport_errors_alone(flapping):
+    rec, win, fault = flapping
     job = next(iter(fault["jobs"]))
-    # a RoCE NIC whose link_downed counter is not exported: retransmissions and sequence errors remain
-    blind = dataclasses.replace(win, rail={k: v for k, v in win.rail.items() if k != "ib_down"})
+    # a RoCE NIC whose link_downed counter is not exported, nor ethtool's: retransmissions and sequence errors remain
+    blind = without(win, rail=("ib_down",), node=("eth_down",))
     v = network(diagnose(blind, rec.jobs()).verdicts)[job]
     node, _, port = fault["culprit"].partition(" ")
     assert v.culprit == f"{node}:{port.replace(' port ', '/')}" and v.culprit_kind == "port"
     assert any(e.signal == "roce_transport_errors" and e.node == node for e in v.evidence)
+
+
+def test_flapping_link_from_nic_link_down_events_alone(flapping):
+    """Only ethtool's link-down events tell the link dropped (no link_downed, no hw_counters errors):
+    the stall is the network's and the one node whose NIC went down is named."""
+    rec, win, fault = flapping
+    job = next(iter(fault["jobs"]))
+    node = fault["culprit"].split()[0]
+    down = win.node["eth_down"]
+    assert np.nansum(down[win.nodes.index(node)]) > 0
+    assert np.nansum(down) == np.nansum(down[win.nodes.index(node)])  # no other node's NIC went down
+    v = network(diagnose(without(win, rail=("ib_down", "roce_err")), rec.jobs()).verdicts)[job]
+    assert (v.culprit, v.culprit_kind) == (node, "node")
+    assert [e.node for e in v.evidence if e.signal == "eth_link_down"] == [node]
+    assert v.confidence >= 0.9
+
+
+def test_nic_link_down_and_transport_errors_name_the_port(flapping):
+    """The node whose NIC went down stands out; its port that counted the retransmissions is named."""
+    rec, win, fault = flapping
+    job = next(iter(fault["jobs"]))
+    node, _, port = fault["culprit"].partition(" ")
+    v = network(diagnose(without(win, rail=("ib_down",)), rec.jobs()).verdicts)[job]
+    assert (v.culprit, v.culprit_kind) == (f"{node}:{port.replace(' port ', '/')}", "port")
+    assert {"eth_link_down", "roce_transport_errors"} <= {e.signal for e in v.evidence if e.node == node}
+
+
+def test_nics_down_across_a_leaf_name_the_leaf(flapping):
+    """Every node of the culprit's leaf lost its links at once (a switch that rebooted): the leaf
+    stands out, not the node."""
+    rec, win, fault = flapping
+    job = next(iter(fault["jobs"]))
+    node = fault["culprit"].split()[0]
+    leaf = win.leaf_of[node]
+    down = win.node["eth_down"].copy()
+    steps = np.flatnonzero(np.nan_to_num(down[win.nodes.index(node)]) > 0)
+    for i, n in enumerate(win.nodes):
+        if win.leaf_of.get(n) == leaf:
+            down[i, steps] = 1
+    view = without(win, rail=("ib_down", "roce_err"))
+    view = dataclasses.replace(view, node={**view.node, "eth_down": down})
+    v = network(diagnose(view, rec.jobs()).verdicts)[job]
+    assert (v.culprit, v.culprit_kind) == (leaf, "leaf_switch")
+
+
+def test_nics_down_on_two_nodes_of_the_job_name_nothing(flapping):
+    """Two of the job's nodes lost links, not a leaf's worth: no node stands out, none is named,
+    both are in the evidence."""
+    rec, win, fault = flapping
+    job = next(iter(fault["jobs"]))
+    node = fault["culprit"].split()[0]
+    other = next(n for n in next(j for j in rec.jobs() if str(j.job_id) == job).nodes if n != node)
+    down = win.node["eth_down"].copy()
+    i, o = win.nodes.index(node), win.nodes.index(other)
+    down[o] = np.where(np.isfinite(down[o]), down[i], np.nan)
+    leaf_size = sum(1 for n in win.nodes if win.leaf_of.get(n) == win.leaf_of[node])
+    assert leaf_size >= 6  # two nodes are not half of it, whichever leaves they hang off
+    view = without(win, rail=("ib_down", "roce_err"))
+    view = dataclasses.replace(view, node={**view.node, "eth_down": down})
+    v = network(diagnose(view, rec.jobs()).verdicts)[job]
+    assert (v.culprit, v.culprit_kind) == ("", "")
+    assert {e.node for e in v.evidence if e.signal == "eth_link_down"} == {node, other}
+
+
+def test_ethernet_link_downs_ignored_on_infiniband():
+    """On InfiniBand the Ethernet NICs are the management network: their drops change no verdict."""
+    rec = recorded("none", 120, nodes=16, seed=4, fabric="ib")
+    win = rec.window()
+    assert "eth_down" not in win.node
+    down = np.zeros((len(win.nodes), win.n_steps), np.float32)
+    down[:, -10:] = 3  # every node's management link flapping
+    noisy = dataclasses.replace(win, node={**win.node, "eth_down": down})
+    view, fabric = fabric_view(noisy, TH)
+    assert fabric == "ib" and "eth_down" not in view.node
+    states = lambda w: {v.jobid: v.state for v in diagnose(w, rec.jobs()).verdicts}  # noqa: E731
+    assert states(noisy) == states(win)
 
 
 def test_healthy_trickle_of_retransmissions_raises_nothing():
@@ -101,6 +189,7 @@ def test_agent_names_through_a_bundle(tmp_path):
     w = BundleWriter(sim).run(56)
     text = w.text()
     assert "gangwatch_roce_port_cnp_handled_total" in text and "gangwatch_ethtool_node_received_pause_frames_total" in text
+    assert "gangwatch_ethtool_node_link_down_events_total" in text
     assert "transmit_wait" not in text
     w.write(str(tmp_path))
     b = load_bundle(str(tmp_path))
@@ -111,6 +200,28 @@ def test_agent_names_through_a_bundle(tmp_path):
     assert hit and set(hit) <= truth
     assert all(any(e.signal == "roce_congestion" for e in v.evidence) for v in hit.values())
     assert {v.culprit for v in hit.values()} == {"leaf00"}
+
+
+def test_nic_link_down_through_a_bundle(tmp_path):
+    """The ethtool collector's link-down rollup, rendered by the simulated agents and read back from
+    a bundle, is the window's eth_down: alone it finds the flapping link's node."""
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.simulated import BundleWriter
+
+    sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
+                               faults="link_flap@8m+20m"))
+    BundleWriter(sim).run(56).write(str(tmp_path))
+    (fault,) = sim.ground_truth()
+    node = fault["culprit"].split()[0]
+    b = load_bundle(str(tmp_path))
+    down = b.window.node["eth_down"]
+    assert np.nansum(down) == np.nansum(down[b.window.nodes.index(node)]) > 0
+    job = next(iter(fault["jobs"]))
+    # the port's symbol errors (the infiniband collector reads them on RoCE ports too) name it
+    v = network(diagnose(without(b.window, rail=("ib_down",)), b.jobs).verdicts)[job]
+    assert v.culprit_kind == "port" and v.culprit.startswith(node + ":")
+    v = network(diagnose(without(b.window, rail=("ib_down", "ib_err", "roce_err")), b.jobs).verdicts)[job]
+    assert (v.culprit, v.culprit_kind) == (node, "node")
 
 
 def test_demo_history_window_on_roce():
@@ -131,3 +242,20 @@ def test_demo_command_line_takes_the_fabric():
     assert sim_config(build_parser().parse_args([]), 1.8e9).fabric == "ib"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--fabric", "omnipath"])
+
+
+def test_transport_errors_add_sequence_errors_timeouts_and_retransmissions(tmp_path):
+    """The window's roce_err is the per-step sum of the port's sequence errors, ACK timeouts and
+    adaptive retransmissions, as the agent exports them (a bundle read back)."""
+    from dashboard.sources.bundle import load_bundle, squeue_json, write_bundle
+
+    t0 = 1767225600
+    rows = {"out_of_sequence_packets": (10, 12, 12), "packet_sequence_errors": (0, 1, 1),
+            "local_ack_timeouts": (5, 5, 8), "adaptive_retransmissions": (100, 150, 150)}
+    text = "".join(f"# TYPE gangwatch_roce_port_{name} counter\n" + "".join(
+        f'gangwatch_roce_port_{name}_total{{node="n1",device="mlx5_0",port="1"}} {v} {t0 + 15 * k}\n'
+        for k, v in enumerate(values)) for name, values in rows.items())
+    write_bundle(str(tmp_path), text, squeue_json([], t0 + 30), start=t0, end=t0 + 30)
+    win = load_bundle(str(tmp_path)).window
+    err = win.rail["roce_err"][win.nodes.index("n1"), 0]
+    assert err[-2:].tolist() == [2 + 1 + 0 + 50, 0 + 0 + 3 + 0]

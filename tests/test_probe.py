@@ -134,6 +134,10 @@ def test_one_probe_per_node_a_flood_gets_429(agents):
     flood.append(a.get("/api/v1/probe/run", tool="iperf3", seconds=1, peer=B, port=1))
     assert {r.status_code for r in flood} == {429}
     assert int(flood[0].headers["Retry-After"]) >= 1 and "one at a time" in flood[0].json()["error"]
+    # the scrape is not held up by the flood nor by the probe server waiting for its client
+    t0 = time.monotonic()
+    assert a.get("/metrics", token=None).status_code == 200
+    assert time.monotonic() - t0 < 1.0
     # the waiting server takes its one client, then the slot is free again
     done = b.get("/api/v1/probe/run", tool="iperf3", seconds=1, peer=A, port=first.json()["port"])
     assert done.status_code == 200 and done.json()["bits_per_second"] > 0

@@ -293,16 +293,29 @@ ONLY_WHEN = {
 }
 
 
-def explain_without_data(missing: list[str], present: set[str]) -> tuple[dict[str, str], list[str]]:
-    """Grafana queries without data -> ({query: why}, [queries nothing above explains]). `present`:
-    the metric names this Prometheus holds."""
+# whole families the demo has no source for
+NOT_SIMULATED_FAMILIES = {
+    "gangwatch_kube_": "Kubernetes: the demo runs no kube-exporter",
+    "gangwatch_beegfs_": "the simulated cluster has Lustre only, no BeeGFS",
+}
+
+
+def _not_simulated(metric: str) -> str | None:
+    family = next((why for prefix, why in NOT_SIMULATED_FAMILIES.items() if metric.startswith(prefix)), None)
+    return family or NOT_SIMULATED.get(metric) or ONLY_WHEN.get(metric)
+
+
+def explain_without_data(missing: list[tuple[str, str]], present: set[str]) -> tuple[dict[str, str], list[str]]:
+    """Grafana queries without data, as (panel, expr) -> ({"panel: expr": why}, [queries nothing
+    above explains]). `present`: the metric names this Prometheus holds."""
     records = recording_rules()
     why, unexplained = {}, []
-    for entry in missing:
-        expr = grafana_to_promql(entry.split(": ", 1)[1].replace("$node", ".*").replace("$job", ".*"))
+    for where, raw in missing:
+        entry = f"{where}: {raw}"
+        expr = grafana_to_promql(raw.replace("$node", ".*").replace("$job", ".*"))
         blamed = sorted(m for m in _source_metrics(expr, records) if m not in present) + \
             sorted(n for n in metric_names(expr) if n in ONLY_WHEN)
-        reasons = [NOT_SIMULATED.get(m) or ONLY_WHEN.get(m) for m in blamed]
+        reasons = [_not_simulated(m) for m in blamed]
         if blamed and all(reasons):
             why[entry] = "; ".join(sorted({f"{m}: {r}" for m, r in zip(blamed, reasons)}))
         else:

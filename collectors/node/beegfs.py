@@ -40,8 +40,9 @@ which filesystem a culprit belongs to.
 
 Failure modes: neither beegfs-ctl nor the procfs directory -> NoData (quiet). Each command runs in
 a background thread under `--collector.beegfs.timeout` (killed with its process group when it
-passes) and a scrape waits at most `--collector.beegfs.wait` for fresh results, else serves the last
-finished ones: a hung management daemon costs a `command_timeout` metric, never a hung scrape. A
+passes) and a scrape waits at most `--collector.beegfs.wait` for the runs it started, else serves
+the last finished ones; a run still going from an earlier scrape is not waited for again, so a hung
+management daemon costs one scrape the wait and a `command_timeout` metric, never a hung scrape. A
 non-zero exit or output without any recognisable row sets `command_error`. clientstats prints bytes
 with six significant digits (std::ostream's default), so byte counters move in steps of a
 millionth of their value.
@@ -283,9 +284,9 @@ class BeegfsCollector(Collector):
         mounts = list(dict.fromkeys(self.mounts or parse_mounts(_read(self.ctx.paths.proc("mounts")) or ""))) or [""]
         deadline = time.monotonic() + self.wait
         runs = [(mode, mount, self._probe(mode, mount)) for mount in mounts for mode in self.modes]
-        events = [p.start() for _, _, p in runs]
-        for done in events:
-            done.wait(max(0.0, deadline - time.monotonic()))
+        for done in [p.begin() for _, _, p in runs]:
+            if done is not None:  # a run an earlier scrape started and still going is not waited for again
+                done.wait(max(0.0, deadline - time.monotonic()))
         f = _Families()
         addresses = set(self.addresses) or self._addresses(sessions)
         for mode, mount, probe in runs:

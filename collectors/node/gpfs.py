@@ -302,13 +302,17 @@ class Probe:
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
 
-    def start(self) -> threading.Event:
+    def begin(self) -> threading.Event | None:
+        """Start a run unless one is in flight: the event of the run started now, or None when an
+        earlier scrape's run is still going. A scrape waits only for the runs it started, so a
+        command stuck until its timeout costs one scrape the wait, not every scrape meanwhile."""
         with self._lock:
-            if self._thread is None:
-                self._done = threading.Event()
-                self._thread = threading.Thread(target=self._run, args=(self._done,), daemon=True,
-                                                name=f"gpfs-{self.name}")
-                self._thread.start()
+            if self._thread is not None:
+                return None
+            self._done = threading.Event()
+            self._thread = threading.Thread(target=self._run, args=(self._done,), daemon=True,
+                                            name=f"gpfs-{self.name}")
+            self._thread.start()
             return self._done
 
     def _run(self, done: threading.Event) -> None:
@@ -390,9 +394,9 @@ class GpfsCollector(Collector):
         if not probes:
             raise NoData("no GPFS commands installed")
         deadline = time.monotonic() + self.wait
-        events = [(p, p.start()) for p in probes]
-        for _, done in events:
-            done.wait(max(0.0, deadline - time.monotonic()))
+        for done in [p.begin() for p in probes]:
+            if done is not None:  # a run an earlier scrape started and still going is not waited for again
+                done.wait(max(0.0, deadline - time.monotonic()))
         status_error = gauge("gangwatch_gpfs_command_error",
                              "Whether the last finished run of the GPFS command failed: non-zero exit, "
                              "could not start, or output without any recognisable record (1), or not (0).")

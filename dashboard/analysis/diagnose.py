@@ -25,8 +25,10 @@ How a job is judged (thresholds in thresholds.py):
    the cluster and link_downed events per port (network). A member is named only when a one-sided
    robust z-test (median/MAD) rejects "same as its peers" at `alpha` after Bonferroni correction for
    the number of members tested; the evidence carries z and p. Otherwise the culprit stays empty.
-   On RoCE (no port_xmit_wait) ECN marks, CNPs and PFC pause take xmit_wait's place and transport
-   errors count as link events (`fabric_view`).
+   On RoCE (no port_xmit_wait) ECN marks, CNPs and PFC pause take xmit_wait's place, transport
+   errors count as link events (`fabric_view`), and so do the NICs' link-down events (ethtool,
+   per node): a node is named for them when it is the only one of the job's nodes whose NICs
+   went down, a leaf when most of its nodes went down together.
 5. Cluster sanity: if most nodes went silent, or most jobs "stall" within seconds of each other
    with no shared culprit, that is a collector or network outage: every job gets
    insufficient_data with that reason instead of a thousand stalls.
@@ -277,12 +279,20 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     per rail) and PFC pause frames the switch sent (`eth_pause`, per node, spread evenly over its
     rails), all per second; they take the place of `ib_wait` and are judged by the same relative
     tests (the cluster's typical busy node, the job's own median, the leaf, the port). Transport
-    errors (`roce_err`: sequence errors, NAKs, ACK timeouts per step) count as link events from
-    `roce_error_events` per step, beside link-down events. A window with any InfiniBand wait is
-    left as it is (InfiniBand): units of the two fabrics are not mixed in one cluster reference.
+    errors (`roce_err`: sequence errors, NAKs, ACK timeouts, retransmissions per step) count as
+    link events from `roce_error_events` per step, beside link-down events of the ports and of the
+    nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event). A window
+    with any InfiniBand wait is judged as InfiniBand: units of the two fabrics are not mixed in one
+    cluster reference, and its `eth_down` (the management Ethernet there) is dropped.
     """
     rail = win.rail
     if _known(rail.get("ib_wait")) or not (_known(rail.get("roce_cong")) or _known(rail.get("roce_err"))):
+        if "eth_down" in win.node:
+            # On InfiniBand the Ethernet NICs are the management network: their link going down
+            # does not pace a gang's collectives, and would name the wrong cause
+            from dataclasses import replace
+
+            return replace(win, node={k: v for k, v in win.node.items() if k != "eth_down"}), "ib"
         return win, "ib"
     out = dict(rail)
     cong = rail.get("roce_cong")
@@ -409,6 +419,12 @@ class _Signals:
     def nodesig(self):
         return _LazyNodes(self)
 
+    def link_events(self) -> np.ndarray | None:
+        """(N, T) link trouble per node and step: its ports' link-down events and errors, and its
+        NICs' link-down events (RoCE, ethtool); None when none of them is exported."""
+        return _link_events(_link_events(self.node_signal("ib_down"), self.node_signal("ib_err")),
+                            self.node_signal("eth_down"))
+
     def cluster_wait_median(self) -> float:
         """port_xmit_wait rate of the cluster's typical busy node (median over the nodes that carry
         traffic of their median): idle nodes wait for nothing, and counting them would make any
@@ -447,7 +463,7 @@ class _Signals:
             self.act_recent = np.nanmean(act[:, -recent:], axis=1)
             broad = ((act < th.degraded_fraction * base[:, None]) | (u < th.idle_util) | (act < th.low_activity)
                      | ((u >= th.busy_util) & (sm < th.waiting_sm_ratio * u)) | ((u >= th.busy_util) & (sm < th.hang_sm)))
-            down = _link_events(self.node_signal("ib_down"), self.node_signal("ib_err"))
+            down = self.link_events()
             if down is not None:
                 # a gang that lost a link lately and slowed (a flapping link)
                 gangs = [m.node_rows if len(m.node_rows) > 1 else [] for m in maps]
@@ -604,7 +620,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     fs_w, fs_r = sig.get("fs_write", k), sig.get("fs_read", k)
     psi, iow = sig.get("psi_io", k), sig.get("iowait", k)
     ib_tx, ib_wait = sig.get("ib_tx", k), sig.get("ib_wait", k)
-    ib_down = _link_events(sig.get("ib_down", k), sig.get("ib_err", k))
+    ib_down = _link_events(_link_events(sig.get("ib_down", k), sig.get("ib_err", k)), sig.get("eth_down", k))
     multi_node = len(jm.node_rows) > 1
     nanT = np.full(T, np.nan)
 
@@ -1091,20 +1107,24 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     # its last step (a cable that flaps went down or erred shortly before the gang slowed)
     lo = max(0, min(seg.start, seg.stop - int(round(th.link_window_seconds / win.step))))
     span = slice(lo, seg.stop)
-    for signal, what in (("ib_down", "went down {n} time(s)"), ("ib_err", "counted {n} symbol error(s)")):
-        arr = win.rail.get(signal)
-        if arr is None:
-            continue
-        for i in jm.node_rows:
-            d = np.nansum(arr[i][:, span], axis=1)
-            for r in np.flatnonzero(d > 0):
-                port = win.rails[i][r] if i < len(win.rails) and r < len(win.rails[i]) else str(r)
-                ev.append(Evidence("ib_link_downed" if signal == "ib_down" else "ib_symbol_errors", win.nodes[i],
-                                   float(d[r]), 0.0, 0.0,
-                                   note=f"port {port} " + what.format(n=int(d[r])) + " during the stall"))
-        if ev:  # link downs first: errors alone name a port only where no link went down
-            e = max(ev, key=lambda e: e.value or 0)
-            return f"{e.node}:{e.note.split()[1]}", "port", ev
+    down = _port_events(win, jm.node_rows, span, "ib_down")
+    if down:  # a port that went down names itself
+        e = max(down, key=lambda e: e.value or 0)
+        return f"{e.node}:{e.note.split()[1]}", "port", down
+    errs = _port_events(win, jm.node_rows, span, "ib_err")
+    nic = _nic_down_culprit(win, jm, span)
+    if nic is not None:
+        # NICs that went down (ethtool, per node) come before errors alone; on the one node that
+        # stands out, its port that erred (every in-flight QP retransmits there) is more precise
+        culprit, kind, nev = nic
+        mine = [e for e in errs if e.node == culprit]
+        if kind == "node" and mine:
+            e = max(mine, key=lambda e: e.value or 0)
+            return f"{e.node}:{e.note.split()[1]}", "port", nev + mine
+        return culprit, kind, nev + errs
+    if errs:  # errors alone name a port only where no link went down
+        e = max(errs, key=lambda e: e.value or 0)
+        return f"{e.node}:{e.note.split()[1]}", "port", errs
     w = sig.nodesig.get("ib_wait")
     if w is None:
         return "", "", ev
@@ -1157,6 +1177,52 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
         return port[0], "port", ev + port[2]
     if len(members) == 1:
         return win.nodes[members[0][0]], "node", ev
+    return "", "", ev
+
+
+def _port_events(win: Window, rows: list[int], span: slice, signal: str) -> list[Evidence]:
+    """Evidence per port of `rows` that counted link-down events (`ib_down`) or errors (`ib_err`) in `span`."""
+    arr = win.rail.get(signal)
+    if arr is None:
+        return []
+    name, what = (("ib_link_downed", "went down {n} time(s)") if signal == "ib_down"
+                  else ("ib_symbol_errors", "counted {n} symbol error(s)"))
+    ev = []
+    for i in rows:
+        d = np.nansum(arr[i][:, span], axis=1)
+        for r in np.flatnonzero(d > 0):
+            port = win.rails[i][r] if i < len(win.rails) and r < len(win.rails[i]) else str(r)
+            ev.append(Evidence(name, win.nodes[i], float(d[r]), 0.0, 0.0,
+                               note=f"port {port} " + what.format(n=int(d[r])) + " during the stall"))
+    return ev
+
+
+def _nic_down_culprit(win: Window, jm: _JobMap, span: slice):
+    """(culprit, kind, evidence) from the NICs' link-down events (`eth_down`, per node) in `span`;
+    None when none of the job's nodes had one. Named only when it stands out: a leaf switch when
+    the nodes that went down anywhere in the cluster all hang off it and fill at least half of it
+    (a switch that reboots or flaps takes its links down together), else the node when it is the
+    only one of the job's; several of the job's nodes short of that are left unnamed (a shared
+    cause the window cannot place), with their evidence."""
+    a = win.node.get("eth_down")
+    if a is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        per = np.nansum(a[:, span].astype(np.float64), axis=1)
+    mine = [i for i in jm.node_rows if per[i] > 0]
+    if not mine:
+        return None
+    ev = [Evidence("eth_link_down", win.nodes[i], float(per[i]), 0.0, 0.0,
+                   note=f"its NICs went down {int(per[i])} time(s) during the stall (ethtool)") for i in mine]
+    down = np.flatnonzero(per > 0)
+    leaves = {win.leaf_of.get(win.nodes[i], "") for i in down}
+    if len(down) >= 2 and len(leaves) == 1 and "" not in leaves:
+        leaf = next(iter(leaves))
+        on_leaf = sum(1 for n in win.nodes if win.leaf_of.get(n) == leaf)
+        if len(down) >= 0.5 * on_leaf:
+            return leaf, "leaf_switch", ev
+    if len(mine) == 1:
+        return win.nodes[mine[0]], "node", ev
     return "", "", ev
 
 

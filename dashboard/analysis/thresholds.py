@@ -114,9 +114,10 @@ class Thresholds:
     # PFC pause frames received, per second, judged with wait_ratio against the cluster's typical
     # busy node and the job's own, as xmit_wait is: DCQCN marks a trickle on a healthy loaded link
     # and orders of magnitude more when a switch queue passes its ECN threshold (NVIDIA's RoCE
-    # congestion control notes; simulator 100x). Sequence errors, NAKs and ACK timeouts of one port
-    # count as a link event from this many per step: a healthy lossless fabric counts a handful per
-    # day (procfs' production mlx5 capture: 2 sequence errors and 131 ACK timeouts since boot), a
+    # congestion control notes; simulator 100x). Sequence errors, NAKs, ACK timeouts and adaptive
+    # retransmissions of one port count as a link event from this many per step: a healthy lossless
+    # fabric counts a handful per day (procfs' production mlx5 capture: 2 sequence errors, 131 ACK
+    # timeouts and 99 adaptive retransmissions since boot), a
     # link that drops takes every in-flight QP into retransmission at once (hundreds).
     roce_error_events: float = 10.0
 

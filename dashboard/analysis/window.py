@@ -8,10 +8,12 @@ metric source knows, already turned into rates and aligned to a common step:
 * per node x rail x step (`rail[signal]`, (N, R, T)): `ib_tx` (bytes/s), `ib_wait`
   (port_xmit_wait ticks/s), `ib_down` (link_downed events per step), `ib_err` (symbol errors per
   step), `ib_rate` (the rate the link trained at, bytes/s); on RoCE `roce_cong` (ECN-marked packets
-  plus CNPs acted on, per second) and `roce_err` (sequence errors, NAKs and ACK timeouts per step);
+  plus CNPs acted on, per second) and `roce_err` (sequence errors, NAKs, ACK timeouts and
+  adaptive retransmissions per step);
 * per node x step (`node[signal]`, (N, T)): `fs_read`, `fs_write` (filesystem client bytes/s, all
   targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
-  `eth_pause` (PFC/pause frames received by the node's NICs per second);
+  `eth_pause` (PFC/pause frames received by the node's NICs per second), `eth_down` (physical
+  link-down events of the node's NICs per step, ethtool);
 * per node x filesystem target x step (`target[signal]`, (N, F, T)): `read` (bytes/s) and
   `latency` (seconds per read RPC);
 * per job x step (`job[signal][jobid]`, (T,), mean over the job's nodes): `psi_io` from the job's
@@ -31,7 +33,7 @@ import numpy as np
 
 GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
 RAIL_SIGNALS = ("ib_tx", "ib_wait", "ib_down", "ib_err", "ib_rate", "roce_cong", "roce_err")
-NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "eth_pause")
+NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "eth_pause", "eth_down")
 TARGET_SIGNALS = ("read", "latency")
 
 

@@ -34,7 +34,7 @@ from dashboard.datasource.memory import MemoryDatasource
 from dashboard.datasource.protocol import Datasource
 from dashboard.datasource.records import (CONGESTION, FLAGGED, SIGNALS, STALE_AFTER_SECONDS, SUMMED, Findings, GpuNow, GpuTopology,
                                           Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Signal, SourceStatus,
-                                          Status, SwitchStat, Target, fmt_age, group_incidents, job_verdict_label)
+                                          Status, SwitchStat, Target, fmt_age, group_incidents, job_verdict_label, signal_label)
 from dashboard.datasource.simulator import SimDatasource
 from dashboard.datasource.window_series import WindowSeries
 
@@ -44,5 +44,5 @@ __all__ = [
     "NodeSeries", "Placement", "Port", "Signal", "SimDatasource", "SourceStatus", "Status", "SwitchStat", "Target", "Verdict",
     "WindowSeries", "aggregate_rows", "build_network", "convert_diagnosis", "downsample_cols", "finite", "fmt_age",
     "group_incidents", "job_verdict_label", "nanmean", "nansum", "outage_text", "partly_down", "snapshot_from_file",
-    "snapshot_from_url", "source_down",
+    "signal_label", "snapshot_from_url", "source_down",
 ]

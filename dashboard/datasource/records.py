@@ -4,7 +4,7 @@ Verdicts, evidence and incidents are the findings model's own (dashboard/analysi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,6 +20,9 @@ SUMMED = frozenset({"ib_tx", "ib_wait", "roce_cong", "io_read"})
 # The fabric's congestion signal, in order of preference: InfiniBand's transmit wait, else RoCE's
 # ECN marks + CNPs (a RoCE port counts no port_xmit_wait; the diagnosis reads the same pair).
 CONGESTION = ("ib_wait", "roce_cong")
+# Signals whose name depends on the fabric: a RoCE port's traffic counts in the same rail slot as
+# InfiniBand's (ib_tx), and must not be called InfiniBand there.
+FABRIC_LABELS = {("ib_tx", "roce_cong"): "RoCE transmit"}
 # A source whose data is older than this many seconds is shown as stale (a few missed polls).
 STALE_AFTER_SECONDS = 120.0
 
@@ -47,6 +50,11 @@ SIGNALS: dict[str, Signal] = {s.key: s for s in (
     Signal("io_read", "Lustre read", "B/s", 1.0, False, "gangwatch_lustre_client_target_io_bytes_total"),
     Signal("io_pressure", "I/O pressure (some)", "%", 100.0, False, "gangwatch_pressure_waiting_seconds_total"),
 )}
+
+
+def signal_label(signal: str, congestion: str | None) -> str:
+    """The signal's name on a fabric whose congestion signal is `congestion` (CONGESTION)."""
+    return FABRIC_LABELS.get((signal, congestion or ""), SIGNALS[signal].label)
 
 
 # ----------------------------------------------------------------------------------- records
@@ -98,6 +106,7 @@ class Heatmap:
     times: np.ndarray
     z: np.ndarray  # len(rows) x len(times)
     total_nodes: int
+    label: str = ""  # the signal's name on this source's fabric (signal_label); "" = SIGNALS' label
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,7 @@ class NodeSeries:
     times: np.ndarray
     values: dict[str, np.ndarray]  # signal -> channels x time (GPUs, or one row for node-level signals)
     channels: dict[str, tuple[str, ...]]
+    labels: dict[str, str] = field(default_factory=dict)  # signal -> its name on the source's fabric, where it differs
 
 
 @dataclass(frozen=True)

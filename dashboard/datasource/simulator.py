@@ -16,7 +16,8 @@ from dashboard.datasource.arrays import aggregate_rows, build_network, downsampl
 from dashboard.datasource.base import BaseDatasource
 from dashboard.datasource.convert import convert_diagnosis
 from dashboard.datasource.records import (FLAGGED, SIGNALS, SUMMED, Findings, GpuNow, GpuTopology, Heatmap, Mount, Network,
-                                          NodeInventory, NodeSeries, Port, SourceStatus, Status, Target, group_incidents)
+                                          NodeInventory, NodeSeries, Port, SourceStatus, Status, Target, group_incidents,
+                                          signal_label)
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class SimDatasource(BaseDatasource):
         times, z = downsample_cols(times, z, max_cols)
         names = self.sim.cluster.names
         labels, members, zz = aggregate_rows(names, z, max_rows)
-        return Heatmap(signal, labels, members, times, zz, len(names))
+        return Heatmap(signal, labels, members, times, zz, len(names), signal_label(signal, self.congestion))
 
     def heatmap(self, signal="gpu_util", window=3600.0, max_rows=400, max_cols=240):
         if not self._exports(signal):
@@ -173,7 +174,8 @@ class SimDatasource(BaseDatasource):
             mask = owner == int(jobid)
         times, z = self._node_level(signal, t0, idx, mask)
         times, z = downsample_cols(times, z, max_cols)
-        return Heatmap(signal, job.nodes, tuple((n,) for n in job.nodes), times, z, len(job.nodes))
+        return Heatmap(signal, job.nodes, tuple((n,) for n in job.nodes), times, z, len(job.nodes),
+                       signal_label(signal, self.congestion))
 
     def node_series(self, node, signals, window=3600.0):
         try:
@@ -193,7 +195,7 @@ class SimDatasource(BaseDatasource):
             else:
                 values[s] = data.T * sig.scale
                 chans[s] = tuple(f"GPU {k}" if sig.per_gpu else f"mlx5_{k}" for k in range(data.shape[1]))
-        return NodeSeries(node, times, values, chans)
+        return NodeSeries(node, times, values, chans, {s: signal_label(s, self.congestion) for s in values})
 
     def ost_series(self, window=3600.0):
         """OST x time: read bytes/s summed over all clients."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from dashboard.analysis.findings import finite
 from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean, nansum
-from dashboard.datasource.records import CONGESTION, SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target
+from dashboard.datasource.records import CONGESTION, SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target, signal_label
 
 
 def _since(win, z: np.ndarray, t0: float, max_cols: int = 240) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +64,7 @@ class WindowSeries:
             return None
         times, z = _since(win, z, win.end - window, max_cols)
         labels, members, zz = aggregate_rows(list(win.nodes), z, max_rows)
-        return Heatmap(signal, labels, members, times, zz, len(win.nodes))
+        return Heatmap(signal, labels, members, times, zz, len(win.nodes), signal_label(signal, _congestion(win)))
 
     def job_series(self, jobid, signal, window=3600.0, max_cols=240):
         win, snap = self.window(), self.snapshot()
@@ -82,7 +82,8 @@ class WindowSeries:
         if z is None:
             return None
         times, z = _since(win, z, max(win.end - window, (job.start_time or 0) - 300), max_cols)
-        return Heatmap(signal, tuple(names), tuple((n,) for n in names), times, z, len(names))
+        return Heatmap(signal, tuple(names), tuple((n,) for n in names), times, z, len(names),
+                       signal_label(signal, _congestion(win)))
 
     def node_series(self, node, signals, window=3600.0):
         win = self.window()
@@ -105,7 +106,8 @@ class WindowSeries:
                 z = self._node_rows(win, s, [i])
                 if z is not None:
                     values[s], chans[s] = z[:, keep], (node,)
-        return NodeSeries(node, win.times[keep], values, chans) if values else None
+        cong = _congestion(win)
+        return NodeSeries(node, win.times[keep], values, chans, {s: signal_label(s, cong) for s in values}) if values else None
 
     def ost_series(self, window=3600.0):
         win = self.window()

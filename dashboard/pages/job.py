@@ -1,5 +1,5 @@
 """Job (`/jobs/<id>`): for a running job, its verdict, node x time heatmaps of GPU utilisation,
-InfiniBand and Lustre traffic with the stall shaded, the evidence, culprit and GPU-hours lost, and
+fabric (InfiniBand or RoCE) and Lustre traffic with the stall shaded, the evidence, culprit and GPU-hours lost, and
 its placement; for a pending job, why it waits (the backfill planner's reasons, expected start,
 what-if, priority)."""
 
@@ -9,12 +9,13 @@ from dash import Input, Output, State, dcc, html
 
 from dashboard import figures, ids, probe_button, ui
 from dashboard.datasource import Datasource
+from dashboard.datasource.records import SIGNALS
 from dashboard.units import fmt_value
 
 TITLE = "Job"
 HEATMAPS = (("gpu_util", "GPU utilisation (mean over the job's GPUs on each node)"),
             ("gpu_sm", "SM activity (a hang or a network wait keeps utilisation up but SMs idle)"),
-            ("ib_tx", "InfiniBand transmit per node"), ("io_read", "Lustre reads per node"))
+            ("ib_tx", "{label} per node"), ("io_read", "Lustre reads per node"))  # {label}: the fabric's name
 
 
 def _find(ds: Datasource, jobid: str):
@@ -141,7 +142,7 @@ def heatmaps(ds: Datasource, jobid: str, theme):
         hm = ds.job_series(jobid, signal)
         if hm is None:
             continue
-        out.append(ui.graph(figure=figures.heatmap(hm, theme, title, shade)))
+        out.append(ui.graph(figure=figures.heatmap(hm, theme, title.format(label=hm.label or SIGNALS[signal].label), shade)))
     return out or html.P("No metrics for this job's nodes.", className="gw-muted")
 
 

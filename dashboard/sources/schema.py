@@ -68,16 +68,24 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("ib_rate", "rail", "node_infiniband_rate_bytes_per_second"),
     # ---- RoCE (key: device/port, as InfiniBand): no port_xmit_wait there; congestion is ECN-marked
     # packets plus the CNPs senders acted on (per second, summed), link trouble is sequence errors,
-    # NAKs and ACK timeouts (per step, summed); the diagnosis reads them in InfiniBand's place
+    # NAKs, ACK timeouts and retransmissions (per step, summed); the diagnosis reads them in
+    # InfiniBand's place
     Mapping("roce_cong", "rail", "gangwatch_roce_port_ecn_marked_packets_total", counter=True, combine="sum"),
     Mapping("roce_cong", "rail", "gangwatch_roce_port_cnp_handled_total", counter=True, combine="sum"),
     Mapping("roce_err", "rail", "gangwatch_roce_port_out_of_sequence_packets_total", counter=True, events=True, combine="sum"),
     Mapping("roce_err", "rail", "gangwatch_roce_port_packet_sequence_errors_total", counter=True, events=True, combine="sum"),
     Mapping("roce_err", "rail", "gangwatch_roce_port_local_ack_timeouts_total", counter=True, events=True, combine="sum"),
+    # retransmissions the NIC made on loss (adaptive retransmission, on by default on ConnectX-5 and later)
+    Mapping("roce_err", "rail", "gangwatch_roce_port_adaptive_retransmissions_total", counter=True, events=True, combine="sum"),
     # PFC and global pause frames the node's NICs received (the ethtool collector's rollup; node_exporter's
     # ethtool collector names mlx5's global pause counter this way, without _total)
     Mapping("eth_pause", "node", "gangwatch_ethtool_node_received_pause_frames_total", counter=True),
     Mapping("eth_pause", "node", "node_ethtool_received_pause_ctrl_phy", counter=True, combine="sum"),
+    # physical link-down events of the node's NICs (the ethtool collector's rollup; node_exporter's
+    # ethtool collector names mlx5's counter this way): on RoCE the link events beside the transport
+    # errors, as link_downed is on InfiniBand
+    Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, events=True),
+    Mapping("eth_down", "node", "node_ethtool_link_down_events_phy", counter=True, events=True, combine="sum"),
     # ---- filesystem clients, per node (all targets summed)
     Mapping("fs_read", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
             filters=(("operation", "read"), ("type", "osc")), combine="sum"),

@@ -17,7 +17,7 @@ from dashboard.analysis.window import Window
 
 GAUGES = ("util", "sm", "power", "clock", "mem_used")
 COUNTERS = ("ib_tx", "ib_wait", "ib_downed", "ost_read", "ost_write", "ost_read_ops", "ost_read_lat", "psi_io_some")
-ROCE_COUNTERS = ("roce_ecn", "roce_cnp", "roce_err", "eth_pause")  # fabric "roce" only
+ROCE_COUNTERS = ("roce_ecn", "roce_cnp", "roce_err", "eth_pause", "eth_down")  # fabric "roce" only
 
 
 def job_means(ids: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -88,20 +88,23 @@ class SimRecorder:
             out[..., 1:] = np.diff(c, axis=-1) / dt
             return out
 
+        def increase(k):  # event counters: per step, as the schema's events=True rows
+            c = stack(k)
+            out = np.full(c.shape, np.nan)
+            out[..., 1:] = np.diff(c, axis=-1)
+            return out
+
         gpu = {"util": stack("util"), "sm": stack("sm"), "power": stack("power"), "clock": stack("clock"),
                "mem": stack("mem_used")}
-        down = np.full((s.n, s.g, T), np.nan)
-        down[..., 1:] = np.diff(stack("ib_downed"), axis=-1)
         rail = {"ib_tx": rate("ib_tx").astype(np.float32), "ib_wait": rate("ib_wait").astype(np.float32),
-                "ib_down": down.astype(np.float32)}
+                "ib_down": increase("ib_downed").astype(np.float32)}
         roce_node = {}
         if s.fabric == "roce":
             # what the roce and ethtool collectors export, as the schema maps them: no port_xmit_wait
-            err = np.full((s.n, s.g, T), np.nan)
-            err[..., 1:] = np.diff(stack("roce_err"), axis=-1)
-            rail = {"ib_tx": rail["ib_tx"], "ib_down": rail["ib_down"], "roce_err": err.astype(np.float32),
+            rail = {"ib_tx": rail["ib_tx"], "ib_down": rail["ib_down"], "roce_err": increase("roce_err").astype(np.float32),
                     "roce_cong": (rate("roce_ecn") + rate("roce_cnp")).astype(np.float32)}
-            roce_node = {"eth_pause": rate("eth_pause").astype(np.float32)}
+            roce_node = {"eth_pause": rate("eth_pause").astype(np.float32),
+                         "eth_down": increase("eth_down").astype(np.float32)}
         read = rate("ost_read")
         ops, lat = rate("ost_read_ops"), rate("ost_read_lat")
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -113,8 +113,8 @@ class DemoStack:
         return [(f"{name}/{p['title']}", t["expr"]) for name, d in BUILD.DASHBOARDS.items()
                 for p in BUILD.dashboard(d)["panels"] for t in p.get("targets", [])]
 
-    def grafana_queries_without_data(self, variables: dict[str, str] | None = None) -> list[str]:
-        """"dashboard/panel: expr" of each Grafana query this Prometheus answers with nothing
+    def grafana_queries_without_data(self, variables: dict[str, str] | None = None) -> list[tuple[str, str]]:
+        """("dashboard/panel title", expr) of each Grafana query this Prometheus answers with nothing
         (variables All unless given)."""
         values = {"node": ".*", "job": ".*", **(variables or {})}
         missing = []
@@ -123,7 +123,7 @@ class DemoStack:
             for var, value in values.items():
                 q = q.replace(f"${var}", value)
             if not self.prom.query(grafana_to_promql(q)):
-                missing.append(f"{where}: {expr}")
+                missing.append((where, expr))
         return missing
 
     def __exit__(self, *exc) -> None:

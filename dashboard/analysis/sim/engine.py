@@ -235,6 +235,7 @@ class Simulation:
         self.roce_cnp = np.full((n, g), 1e6)
         self.roce_err = np.full((n, g), 100.0)  # sequence errors, NAKs and ACK timeouts
         self.eth_pause = np.full(n, 1e4)  # PFC pause frames received, all NICs of the node
+        self.eth_down = np.zeros(n)  # physical link-down events of the node's NICs (ethtool)
         self.roce_cong_rate = np.zeros((n, g), f32)
         self.eth_pause_rate = np.zeros(n, f32)
         # ---- Lustre client, per node x OST
@@ -1015,6 +1016,8 @@ class Simulation:
             self.roce_err += self.rng_noise.poisson(0.05, self.rail_down.shape)
             if went_down.any():
                 self.roce_err += went_down * self.rng_noise.integers(50, 500, self.rail_down.shape)
+                # the NIC under the rail counts the drop too (mlx5 link_down_events_phy)
+                self.eth_down += went_down.sum(axis=1)
         # ---- Lustre: reads spread over the job's stripe; checkpoints write there
         # checkpoints come every so many iterations: a job stalled on its input or its all-reduce
         # (or hung) does not reach one while the stall lasts

@@ -58,6 +58,7 @@ IB_ROWS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_pac
 # fabric "roce": the simulated hw_counters (in the order of _Step.roce's rows), and no port_xmit_wait
 ROCE_ROWS = ("np_ecn_marked_roce_packets", "rp_cnp_handled", "out_of_sequence")
 ETH_PAUSE = ETH + "node_received_pause_frames_total"
+ETH_DOWN = ETH + "node_link_down_events_total"
 # The simulator does not model metadata service time: a healthy MDS answers in well under a millisecond.
 MDC_WAIT_SECONDS = 0.0004
 LUSTRE_NID_BASE = 200  # OSS/MDS NIDs 10.1.0.<base + k>@o2ib, one server per target
@@ -111,6 +112,7 @@ def _agent_specs() -> dict[str, tuple[str, str]]:
     out.update((ROCE + c.metric, (COUNTER, c.help)) for c in ROCE_COUNTERS.values())
     out.update((ROCE + metric, (COUNTER, help_)) for metric, help_ in ROCE_NODE_HELP.items())
     out[ETH_PAUSE] = (COUNTER, ETH_NODE_HELP["node_received_pause_frames_total"])
+    out[ETH_DOWN] = (COUNTER, ETH_NODE_HELP["node_link_down_events_total"])
     out.update((f.name, (f.kind, f.help)) for f in _lustre.families.values())
     out.update((f.name, (f.kind, f.help)) for f in JobFamilies().all())
     return out
@@ -189,6 +191,7 @@ class _Step:
         if s.fabric == "roce":
             self.roce = np.stack([_ints(s.roce_ecn), _ints(s.roce_cnp), _ints(s.roce_err)], axis=1)
             self.pause = _ints(s.eth_pause)
+            self.nic_down = _ints(s.eth_down)
         # Lustre (node, row, OST)
         self.ost_i = np.stack([_ints(s.ost_read), _ints(s.ost_write), _ints(s.ost_read_ops), _ints(s.ost_write_ops),
                                _ints(s.ost_inflight)], axis=1)
@@ -369,7 +372,7 @@ class NodeRenderer:
         return [*self._gpu(v, i), *self._infiniband(v, i), *roce, *self._lustre(v, i), *self._pressure(v, i), *self._jobs(v, i)]
 
     def _roce(self, v: _Step, i: int) -> list[Series]:
-        """The roce collector's hw_counters and the ethtool collector's pause-frame rollup."""
+        """The roce collector's hw_counters and the ethtool collector's pause-frame and link-down rollups."""
         out: list[Series] = []
         node_sums: dict[str, int] = {}
         for (name, prefixes, node), values in zip(self.roce_rows, v.roce[i].tolist()):
@@ -378,6 +381,7 @@ class NodeRenderer:
                 node_sums[node] = node_sums.get(node, 0) + sum(values)
         out += [(node, [f"{node} {total}"]) for node, total in node_sums.items()]
         out.append((ETH_PAUSE, [f"{ETH_PAUSE} {int(v.pause[i])}"]))
+        out.append((ETH_DOWN, [f"{ETH_DOWN} {int(v.nic_down[i])}"]))
         return out
 
     def _gpu(self, v: _Step, i: int) -> list[Series]:

@@ -291,6 +291,16 @@ def test_prometheus_steady_state_asks_only_the_new_span():
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
 
 
+def test_serve_gives_the_prometheus_source_its_timeout():
+    """Large clusters need a longer deadline for the first (cold) cycle than the default."""
+    from dashboard.serve import build_parser, make_metrics
+
+    args = build_parser().parse_args(["--snapshot", "s.json", "--prometheus", "http://prom:9090",
+                                      "--prometheus-timeout", "120"])
+    assert make_metrics(args).timeout == 120.0
+    assert make_metrics(build_parser().parse_args(["--snapshot", "s.json", "--prometheus", "http://p"])).timeout == 10.0
+
+
 # ------------------------------------------------------------------------------------ embedded scraper
 
 def test_embedded_source_scrapes_and_marks_failed_targets_stale():

@@ -13,9 +13,12 @@ same rule files (the layout of deploy/victoriametrics/). After `--warmup` second
   merge: data/ per row, indexdb/ per series. A short run's per-sample figure is an upper bound
   (chunks of few samples compress less than the 2-hour ones of a long run);
 - rule evaluation: the longest group and the sum over groups (Prometheus' last duration per group
-  from /api/v1/rules; vmalert's last iteration duration per group from its /api/v1/groups);
-- one diagnosis cycle's queries (dashboard/sources/prometheus.py over the last hour): wall time,
-  query count and response bytes;
+  from /api/v1/rules; vmalert's median iteration duration per group from its /metrics), the
+  longest groups, and the costliest rules (each expression as one instant query on either engine);
+- diagnosis cycles (dashboard/sources/prometheus.py over the last hour, as `serve --prometheus`
+  runs them): the first, cold cycle (the whole hour) and the steady state (the best of three later
+  cycles, 15 s apart, each asking only for the span since the previous one): the seconds spent in
+  the queries, the whole cycle with decoding and assembly, query count and response bytes;
 
 then extrapolates the per-series and per-sample costs to 4,096, 16,384 and 65,536 nodes (the
 series per node measured here) and says which deployment each needs. The ratio printed is
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -65,43 +69,56 @@ def metric(url: str, name: str, **labels) -> float:
 
 
 def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    total = 0
+    for f in path.rglob("*"):
+        try:
+            total += f.stat().st_size if f.is_file() else 0
+        except FileNotFoundError:  # a part VictoriaMetrics merged away while we walked
+            pass
+    return total
 
 
 def rss(proc: Process) -> int:
     return psutil.Process(proc.proc.pid).memory_info().rss
 
 
-def diagnosis_cycle(url: str) -> tuple[float, int, int]:
-    """(seconds, queries, response bytes) of one PrometheusSource window over the last hour."""
+def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[str, tuple]:
+    """One PrometheusSource over the last hour, as `serve --prometheus` runs it: its first (cold)
+    cycle asks for the whole hour, the next ones (steady state, one per `interval`, as serve's) only
+    for the span since the previous one. {"cold": row, "steady": the best of `steady` rows}, a row
+    being (wall s, seconds in the queries, queries, response bytes, longest span asked in s)."""
     from dashboard.sources.prometheus import PrometheusSource
 
-    got = {"bytes": 0}
+    got = {"bytes": 0, "seconds": 0.0, "t0": 0.0}
 
-    def count(response):
+    def sent(request):
+        got["t0"] = time.perf_counter()
+
+    def count(response):  # the queries run one after another: request to last byte is one query's
         response.read()
         got["bytes"] += len(response.content)
+        got["seconds"] += time.perf_counter() - got["t0"]
 
-    src = PrometheusSource(url, timeout=30, client=httpx.Client(timeout=30, event_hooks={"response": [count]}))
-    t0 = time.perf_counter()
-    src.window(time.time(), 3600.0, 15.0)
-    return time.perf_counter() - t0, src.queries_last_cycle, got["bytes"]
+    # a long deadline: a cold cycle at this size must be measured, not cut short (each query may
+    # take a quarter of it)
+    src = PrometheusSource(url, timeout=600, client=httpx.Client(timeout=300, event_hooks={"request": [sent],
+                                                                                           "response": [count]}))
 
+    def cycle():
+        got.update(bytes=0, seconds=0.0)
+        t0 = time.perf_counter()
+        win = src.window(time.time(), 3600.0, 15.0)
+        if src.failed_last_cycle:
+            print(f"  ({url}: {'; '.join(win.notes)[:200]})")
+        return (time.perf_counter() - t0, got["seconds"], src.queries_last_cycle, got["bytes"],
+                src.seconds_asked_last_cycle)
 
-def heaviest_queries(url: str) -> list[tuple[str, float, int]]:
-    """The diagnosis queries, most response bytes first: (signal, seconds, bytes), fetched
-    raw (no JSON decoding), so the time is the engine's and the transfer's."""
-    from dashboard.sources.prometheus import plan_queries
-
-    end = time.time()
-    out = []
-    with httpx.Client(timeout=120) as client:
-        for signal, _, q in plan_queries(60.0, 15.0):
-            t0 = time.perf_counter()
-            r = client.get(url + "/api/v1/query_range", params={"query": q, "start": f"{end - 3600:.0f}",
-                                                                 "end": f"{end:.0f}", "step": "15"})
-            out.append((signal, time.perf_counter() - t0, len(r.content)))
-    return sorted(out, key=lambda x: -x[2])
+    cold = cycle()
+    rows = []
+    for _ in range(steady):
+        time.sleep(interval - time.time() % interval + 1.0)  # just past the next step, as serve's next cycle
+        rows.append(cycle())
+    return {"cold": cold, "steady": min(rows)}
 
 
 def prom_block(prom) -> tuple[int, int, int]:
@@ -109,7 +126,7 @@ def prom_block(prom) -> tuple[int, int, int]:
     API): what it costs on disk once Prometheus compacts it (the WAL holds it uncompressed until
     then). Chunks grow with samples, the index with series."""
     doc = json.loads(urllib.request.urlopen(urllib.request.Request(
-        prom.url + "/api/v1/admin/tsdb/snapshot", method="POST"), timeout=300).read())
+        prom.url + "/api/v1/admin/tsdb/snapshot", method="POST"), timeout=900).read())
     snap = Path(prom.workdir) / "prom-data" / "snapshots" / doc["data"]["name"]
     chunks = index = samples = 0
     for meta in snap.glob("*/meta.json"):
@@ -143,6 +160,23 @@ def vmalert_rule_times(alert) -> dict[str, float]:
         if line.startswith("vmalert_iteration_duration_seconds{") and 'quantile="0.5"' in line:
             group = line.split('group="', 1)[1].split('"', 1)[0]
             out[group] = max(out.get(group, 0.0), float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def rule_costs(url: str) -> dict[str, float]:
+    """Seconds of each rule's expression as one instant query (what vmalert sends per rule; a
+    group's duration is about the sum over its rules), best of two."""
+    out = {}
+    with httpx.Client(timeout=120) as client:
+        for f in ("recording.yml", "alerts.yml"):
+            for g in yaml.safe_load((RULES / f).read_text())["groups"]:
+                for r in g["rules"]:
+                    took = []
+                    for _ in range(2):
+                        t0 = time.perf_counter()
+                        client.get(url + "/api/v1/query", params={"query": r["expr"]}).raise_for_status()
+                        took.append(time.perf_counter() - t0)
+                    out[f"{g['name']}/{r.get('record') or r.get('alert')}"] = min(took)
     return out
 
 
@@ -184,7 +218,7 @@ def main(argv=None) -> int:
         prom.workdir = prom_dir
         started.append(prom)
         prom_rss0 = rss(prom.process)
-        vm = vmstack.VictoriaMetrics(vm_dir)
+        vm = vmstack.VictoriaMetrics(vm_dir, cache=True)  # as deployed: its rollup cache on
         started.append(vm)
         vm_rss0 = rss(vm.process)
         shards = [vmstack.VMAgent(vm_dir, scrape, vm.url, member=i, members=2, interval=iv) for i in range(2)]
@@ -193,25 +227,44 @@ def main(argv=None) -> int:
                                 "http://127.0.0.1:9", interval=iv)  # a notifier nobody listens on
         started.append(alert)
         print(f"{args.nodes} nodes, scraped every {args.interval} s; warm-up {args.warmup:.0f} s ...", flush=True)
-        cpu0 = [psutil.Process(s.process.proc.pid).cpu_times() for s in shards]
+        # cores each side used during the warm-up: what limits the size this host sustains
+        sides = {"demo": [started[0]], "Prometheus": [prom.process], "VictoriaMetrics": [vm.process, alert.process],
+                 "vmagents": [s.process for s in shards]}
+        cpu0 = {k: [sum(psutil.Process(p.proc.pid).cpu_times()[:2]) for p in ps] for k, ps in sides.items()}
         t0 = time.monotonic()
         time.sleep(args.warmup)
-        shard_cpu = sum(sum(psutil.Process(s.process.proc.pid).cpu_times()[:2]) - sum(c[:2])
-                        for s, c in zip(shards, cpu0)) / (time.monotonic() - t0)
+        cores = {k: sum(sum(psutil.Process(p.proc.pid).cpu_times()[:2]) - c for p, c in zip(ps, cpu0[k]))
+                 / (time.monotonic() - t0) for k, ps in sides.items()}
+        shard_cpu = cores["vmagents"]
+        print("cores during the warm-up: " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items())
+              + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
 
+        # a size this host sustains: every target scraped in time by both (the demo renders every
+        # node once per scraper per interval)
+        p_up, v_up = (float(e.query("avg(up)")[0]["value"][1]) for e in (prom, vm))
+        p_took = float(prom.query("max(scrape_duration_seconds)")[0]["value"][1])
         p_series = metric(prom.url, "prometheus_tsdb_head_series")
         p_mem = rss(prom.process) - prom_rss0
-        p_chunks, p_index, p_block_samples = prom_block(prom)
-        v_data, v_index, v_samples = vm_disk(vm)
-        p_per_sample, v_per_sample = p_chunks / max(p_block_samples, 1), v_data / max(v_samples, 1)
         # series active this hour (a count() over every series hits -search.maxUniqueTimeseries)
         v_series = metric(vm.url, "vm_cache_entries", type="storage/hour_metric_ids")
         v_mem = rss(vm.process) - vm_rss0
         p_rules, v_rules = prom_rule_times(prom), vmalert_rule_times(alert)
-        p_diag, v_diag = diagnosis_cycle(prom.url), diagnosis_cycle(vm.url)
-        p_heavy, v_heavy = heaviest_queries(prom.url), heaviest_queries(vm.url)
+        print("rules and diagnosis cycles ...", flush=True)
+        p_costs, v_costs = rule_costs(prom.url), rule_costs(vm.url)
+        p_diag, v_diag = diagnosis_cycles(prom.url), diagnosis_cycles(vm.url)
+        print("disk ...", flush=True)
+        try:  # last: a snapshot of a large head under load can take minutes
+            p_chunks, p_index, p_block_samples = prom_block(prom)
+            v_data, v_index, v_samples = vm_disk(vm)
+        except OSError as exc:
+            print(f"  disk not measured: {exc}")
+            p_chunks = p_index = v_data = v_index = math.nan
+            p_block_samples = v_samples = 1
+        p_per_sample, v_per_sample = p_chunks / max(p_block_samples, 1), v_data / max(v_samples, 1)
 
-        rows = [("active series", f"{p_series:,.0f}", f"{v_series:,.0f}"),
+        rows = [("targets up (avg of up)", f"{p_up:.3f}", f"{v_up:.3f}"),
+                ("slowest scrape", f"{p_took:.1f} s", ""),
+                ("active series", f"{p_series:,.0f}", f"{v_series:,.0f}"),
                 ("memory (RSS growth)", f"{p_mem / GIB:.2f} GiB", f"{v_mem / GIB:.2f} GiB"),
                 ("bytes per active series", f"{p_mem / p_series:,.0f}", f"{v_mem / v_series:,.0f}"),
                 ("samples stored", f"{p_block_samples:,.0f}", f"{v_samples:,.0f}"),
@@ -219,20 +272,28 @@ def main(argv=None) -> int:
                 ("disk index bytes per series", f"{p_index / p_series:.0f}", f"{v_index / v_series:.0f}"),
                 ("rules: longest group", f"{max(p_rules.values(), default=0):.3f} s", f"{max(v_rules.values(), default=0):.3f} s"),
                 ("rules: sum over groups", f"{sum(p_rules.values()):.3f} s", f"{sum(v_rules.values()):.3f} s"),
-                ("diagnosis cycle: wall", f"{p_diag[0]:.3f} s", f"{v_diag[0]:.3f} s"),
-                ("diagnosis cycle: queries, bytes", f"{p_diag[1]}, {p_diag[2]:,}", f"{v_diag[1]}, {v_diag[2]:,}")]
+                ("rules: groups", f"{len(p_rules)}", f"{len(v_rules)}")]
+        for kind in ("cold", "steady"):
+            p, v = p_diag[kind], v_diag[kind]
+            rows += [(f"diagnosis {kind}: queries' seconds", f"{p[1]:.3f} s", f"{v[1]:.3f} s"),
+                     (f"diagnosis {kind}: whole cycle", f"{p[0]:.3f} s", f"{v[0]:.3f} s"),
+                     (f"diagnosis {kind}: queries, MB, span", f"{p[2]}, {p[3] / 1e6:.1f}, {p[4]:.0f} s",
+                      f"{v[2]}, {v[3] / 1e6:.1f}, {v[4]:.0f} s")]
         print(f"\n{'':34} {'Prometheus 2.42':>18} {'VictoriaMetrics 1.79':>22}")
         for name, a, b in rows:
             print(f"{name:34} {a:>18} {b:>22}")
-        v_by = {sig: (t, b) for sig, t, b in v_heavy}
-        for sig, pt, pb in p_heavy[:3]:
-            vt, vb = v_by[sig]
-            print(f"{'  heaviest: ' + sig:34} {pt:8.3f} s {pb / 1e6:6.1f} MB {vt:12.3f} s {vb / 1e6:6.1f} MB")
-        # a diagnosis cycle asks for the last hour: its answer grows with nodes x samples held
+        top = sorted(p_rules, key=lambda g: -max(p_rules[g], v_rules.get(g, 0.0)))[:4]
+        for g in top:
+            print(f"{'  group ' + g:34} {p_rules[g]:16.3f} s {v_rules.get(g, 0.0):20.3f} s")
+        for r in sorted(p_costs, key=lambda r: -max(p_costs[r], v_costs[r]))[:4]:
+            print(f"{'  rule ' + r.split('/', 1)[1][:27]:34} {p_costs[r]:16.3f} s {v_costs[r]:20.3f} s")
+        # a cold cycle asks for the last hour: its answer grows with nodes x samples held; a steady
+        # one asks for a fixed span (SETTLE_SECONDS and one interval) and grows with nodes only
         points = min(args.warmup, 3600.0) / 15.0
-        scale = 4096 / args.nodes * 240 / points
-        print(f"{'  at 4,096 nodes, 1 h held (x' + format(scale, '.0f') + ')':34} {p_diag[0] * scale:8.0f} s "
-              f"{p_diag[2] * scale / 1e9:6.2f} GB {v_diag[0] * scale:12.0f} s {v_diag[2] * scale / 1e9:6.2f} GB")
+        for kind, scale in (("cold", 4096 / args.nodes * 240 / points), ("steady", 4096 / args.nodes)):
+            p, v = p_diag[kind], v_diag[kind]
+            print(f"{'  ' + kind + ' at 4,096 nodes' + (', 1 h held' if kind == 'cold' else '') + ' (x' + format(scale, '.0f') + ')':34}"
+                  f" {p[1] * scale:8.1f} s {p[3] * scale / 1e9:6.2f} GB {v[1] * scale:12.1f} s {v[3] * scale / 1e9:6.2f} GB")
         ratio = (v_mem / v_series) / (p_mem / p_series)
         print(f"\nVictoriaMetrics' memory per series / Prometheus': {ratio:.2f} (goal <= 0.33)")
         spn = p_series / args.nodes

@@ -155,12 +155,13 @@ class Demo:
             fault = self.sim.endpoint_delay(target)
             if fault is not None:
                 self._stop.wait(fault[1])  # a hanging or slow agent; the wait ends early at shutdown
-            with self.lock:
-                body = self.renderer.render(i)
-            data = body.encode()
-        else:
-            data = self.serve_metrics()
-        return _text(req, data)
+            # once per node and step however many scrape it (Prometheus beside vmagent shards, a
+            # replicationFactor=2): the page changes only when the simulation steps
+            if accepts_gzip(req.headers.get("accept-encoding", "")):
+                return 200, TEXT, self._cached(f"node-gz:{i}", lambda: gzip.compress(self.renderer.render(i).encode(), 1)), \
+                    {"Content-Encoding": "gzip"}
+            return 200, TEXT, self._cached(f"node:{i}", lambda: self.renderer.render(i).encode()), {}
+        return _text(req, self.serve_metrics())
 
     def slurm_metrics(self, req: Request) -> Response:
         return _text(req, self._cached("slurm", lambda: encode(self.slurm_families()).encode()))

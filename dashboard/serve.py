@@ -7,7 +7,9 @@ Sources (one scheduler source is required; --kube-exporter may also go beside a 
   --kube-exporter URL    a `gangwatch kube-exporter` (Volcano, Kueue): alone, or merged beside Slurm
                          (dashboard/kube_feed.py), with the Kubernetes page (/kubernetes)
   --prometheus URL       a Prometheus-compatible HTTP API (dashboard/sources/prometheus.py: aggregated
-                         range queries, a fixed number per cycle whatever the node count)
+                         range queries, a fixed number per cycle whatever the node count; after
+                         the first cycle each asks only for the span since the previous one;
+                         --prometheus-timeout is one cycle's deadline)
   --targets FILE         agent endpoints (one host:port or URL per line) scraped by serve itself
                          (dashboard/sources/embedded.py)
   Without a metric source the pages show scheduler data only, and say so.
@@ -67,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     met = p.add_mutually_exclusive_group()
     met.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible HTTP API for node metrics")
     met.add_argument("--targets", metavar="FILE", help="agent endpoints to scrape directly (embedded metric source)")
+    p.add_argument("--prometheus-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds one cycle's queries to --prometheus may take, each at most a quarter (default "
+                        "%(default)s); raise it for large clusters, whose first cycle fetches the whole hour")
     p.add_argument("--refresh", type=float, default=15.0, help="browser refresh interval in seconds (default %(default)s)")
     p.add_argument("--poll-interval", type=float, default=15.0, help="scheduler poll interval in seconds (default %(default)s)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -88,7 +93,7 @@ def make_metrics(args: argparse.Namespace):
     if args.prometheus:
         from dashboard.sources.prometheus import PrometheusSource
 
-        return PrometheusSource(args.prometheus)
+        return PrometheusSource(args.prometheus, timeout=args.prometheus_timeout)
     if args.targets:
         from dashboard.sources.embedded import EmbeddedSource
 

@@ -244,6 +244,63 @@ def test_prometheus_down_or_slow_gives_insufficient_data(fail):
     assert d.verdicts[0].state == "insufficient_data" and d.verdicts[0].reason
 
 
+def test_prometheus_steady_state_asks_only_the_new_span():
+    """A second cycle asks each signal only for the span since the first one's end (and
+    SETTLE_SECONDS before it) and builds the same window as a cold cycle, a node gone meanwhile
+    included; a signal whose query failed is asked for whole the next cycle."""
+    from dashboard.sources.prometheus import SETTLE_SECONDS
+
+    asked: list[tuple[str, float, float]] = []
+    fail = set()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = request.url.params.get("query", "")
+        if request.url.path.endswith("/query"):
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+        start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
+        signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "other"
+        asked.append((signal, start, end))
+        if signal in fail:
+            return httpx.Response(503, text="overloaded")
+        result = []
+        if signal == "util":
+            for i in range(3):  # node 2 stops reporting at T0 + 300
+                pts = [[t, str((t / 15 + i) % 7 / 10)] for t in np.arange(start, end + 1e-6, step) if i < 2 or t < T0 + 300]
+                if pts:
+                    result.append({"metric": {"instance": f"n{i:04d}:9810", "gpu": "0"}, "values": pts})
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+    def arrays(win):
+        return win.nodes, {k: np.nan_to_num(v, nan=-1.0).tolist() for k, v in win.gpu.items()}  # NaN == NaN here
+
+    warm = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    cold = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    warm.window(T0, 600, 15)
+    asked.clear()
+    win = warm.window(T0 + 450, 600, 15)
+    assert {(s, e - st) for s, st, e in asked} == {("util", 450 + SETTLE_SECONDS), ("other", 450 + SETTLE_SECONDS)}
+    assert warm.seconds_asked_last_cycle == 450 + SETTLE_SECONDS
+    assert arrays(win) == arrays(cold.window(T0 + 450, 600, 15))
+    assert np.isnan(win.gpu["util"][2, 0, -10:]).all() and np.isfinite(win.gpu["util"][2, 0, :10]).all()
+    fail.add("util")
+    assert "util" not in warm.window(T0 + 465, 600, 15).gpu  # unknown, as a cold cycle would say
+    fail.clear()
+    asked.clear()
+    win = warm.window(T0 + 480, 600, 15)
+    assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + SETTLE_SECONDS}
+    assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
+
+
+def test_serve_gives_the_prometheus_source_its_timeout():
+    """Large clusters need a longer deadline for the first (cold) cycle than the default."""
+    from dashboard.serve import build_parser, make_metrics
+
+    args = build_parser().parse_args(["--snapshot", "s.json", "--prometheus", "http://prom:9090",
+                                      "--prometheus-timeout", "120"])
+    assert make_metrics(args).timeout == 120.0
+    assert make_metrics(build_parser().parse_args(["--snapshot", "s.json", "--prometheus", "http://p"])).timeout == 10.0
+
+
 # ------------------------------------------------------------------------------------ embedded scraper
 
 def test_embedded_source_scrapes_and_marks_failed_targets_stale():

@@ -273,6 +273,35 @@ def test_same_verdicts(engines):
     assert states - {"progressing", "insufficient_data"}, states
 
 
+def test_steady_state_cycle_asks_only_the_new_span(engines):
+    """serve's every-cycle path on either engine: a source that judged the window ending 5 minutes
+    ago asks, for the window ending now, only for those 5 minutes (and SETTLE_SECONDS before), and
+    builds exactly the window (every array, NaN where unknown) and the verdicts of a cold cycle."""
+    import numpy as np
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.prometheus import SETTLE_SECONDS, PrometheusSource
+
+    def arrays(win):
+        return (win.nodes, win.gpus, win.rails, win.targets, win.gpu_jobs,
+                {f"{level}.{k}": np.nan_to_num(v, nan=-1.0).tolist()  # NaN == NaN here
+                 for level in ("gpu", "rail", "node", "target") for k, v in getattr(win, level).items()},
+                {k: {j: np.nan_to_num(v, nan=-1.0).tolist() for j, v in by.items()} for k, by in win.job.items()})
+
+    jobs = [j for j in engines["snapshot"].jobs if j.state in ("RUNNING", "SUSPENDED")]
+    span = engines["last"] - engines["first"] - 300
+    for name in ("prom", "vm"):
+        warm = PrometheusSource(engines[name], timeout=30)
+        first = warm.window(engines["last"] - 300, span, STEP)
+        win = warm.window(engines["last"], span, STEP)
+        assert warm.seconds_asked_last_cycle == win.end - first.end + SETTLE_SECONDS, name
+        cold = PrometheusSource(engines[name], timeout=30).window(engines["last"], span, STEP)
+        assert not win.notes and arrays(win) == arrays(cold), name
+        verdicts = {v.jobid: (v.state, v.culprit, v.gpu_hours_lost) for v in diagnose(win, jobs).verdicts}
+        assert verdicts == {v.jobid: (v.state, v.culprit, v.gpu_hours_lost) for v in diagnose(cold, jobs).verdicts}
+        assert {s for s, _, _ in verdicts.values()} - {"progressing", "insufficient_data"}, name
+
+
 def test_same_verdicts_network_and_straggler_faults(tmp_path):
     """A second seed with the fault kinds the first lacks: a thermally throttled node (a straggler
     verdict), with leaf congestion, a flapping link and a slow scrape endpoint alongside (in 10

@@ -7,9 +7,18 @@ same query, so the number of queries per cycle is fixed (`len(plan_queries())`, 
 node count or the schemas in use; plus one instant query for facts (GPU -> job, leaf switch,
 NVLink peers, NUMA). PromQL lives here and nowhere else.
 
+Steady state: the source keeps what it fetched and each cycle asks only for the span since the
+previous cycle's end, plus `SETTLE_SECONDS` before it (points a late scrape could still change),
+so serve's every-15-s cycle over a one-hour window costs about six steps per query instead of 240.
+A point the engine computes at time t depends only on samples at or before t, so held points equal
+what a cold query returns; a signal whose query fails (or a change of step, rate window or a jump
+out of the held span) is fetched whole the next cycle. Samples that reach the engine more than
+`SETTLE_SECONDS` late (a vmagent replaying its disk buffer) are seen by cold cycles only: a failed
+cycle drops what is held, so the cycles after an engine restart start cold.
+
 Failure modes: the queries of one window share a deadline (`timeout`, default 10 s) and each may
 use at most a quarter of it (`QUERY_SHARE`), so one hung query costs its own signal, not the ones
-after it (a healthy cycle's 18 queries take about a second at 4,096 nodes); a failed, slow or
+after it (what a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or
 erroring query leaves its signal absent (unknown) and adds a note naming it; Prometheus down means an empty
 window whose notes say so, and the diagnosis then reports insufficient_data with that reason.
 Nodes that sent GPU samples earlier in the window but none in its last `stale_seconds` (their
@@ -146,6 +155,53 @@ INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gp
               '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
 
 
+# Seconds before the previous cycle's end that a steady-state cycle asks for again: a scrape's samples
+# reach the engine up to its scrape timeout (10 s here) plus the remote-write queue after their
+# timestamp, so the newest points can still change; older ones cannot.
+SETTLE_SECONDS = 60.0
+
+
+class _Held:
+    """One signal's series as fetched so far: {labels: (times, values)} up to `until`."""
+
+    __slots__ = ("series", "until")
+
+    def __init__(self):
+        self.series: dict[tuple, tuple[dict, np.ndarray, np.ndarray]] = {}
+        self.until = -math.inf
+
+    def merge(self, data: dict, start: float, since: float, until: float) -> dict:
+        """The points before `since` held, the fetched ones from `since` on (they replace the held
+        ones there), those before `start` dropped; returns the merged result as a query's data."""
+        fresh: dict[tuple, tuple[dict, np.ndarray, np.ndarray]] = {}
+        for series in data.get("result") or []:
+            labels = series.get("metric") or {}
+            try:
+                vals = series.get("values") or []
+                ts = np.array([float(v[0]) for v in vals], np.float64)
+                vs = np.array([float(v[1]) for v in vals], np.float64)
+            except (TypeError, ValueError, IndexError):
+                continue
+            fresh[tuple(sorted(labels.items()))] = (labels, ts, vs)
+        merged = {}
+        for key in self.series.keys() | fresh.keys():
+            parts_t, parts_v, labels = [], [], None
+            if key in self.series:
+                labels, ts, vs = self.series[key]
+                keep = (ts >= start) & (ts < since)
+                parts_t.append(ts[keep])
+                parts_v.append(vs[keep])
+            if key in fresh:
+                labels, ts, vs = fresh[key]
+                parts_t.append(ts)
+                parts_v.append(vs)
+            ts, vs = np.concatenate(parts_t), np.concatenate(parts_v)
+            if ts.size:
+                merged[key] = (labels, ts, vs)
+        self.series, self.until = merged, until
+        return {"result": [{"metric": labels, "times": ts, "vals": vs} for labels, ts, vs in merged.values()]}
+
+
 class PrometheusSource:
     name = "prometheus"
 
@@ -163,6 +219,10 @@ class PrometheusSource:
         self.targets: tuple[str, ...] = ()
         self.last_errors: dict[str, str] = {}
         self._deadline: Deadline | None = None
+        # steady state (module doc): (signal, level) -> what is held, valid for one query shape
+        self._held: dict[tuple[str, str], _Held] = {}
+        self._held_shape: tuple = ()
+        self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
 
     def _get(self, path: str, params: dict) -> dict:
         self.queries_last_cycle += 1
@@ -184,14 +244,25 @@ class PrometheusSource:
         start = end - step * math.floor(span / step)
         store = SignalStore()
         failed = []
+        shape = (step, self.rate_window, self.matcher.host_labels)
+        if shape != self._held_shape:
+            self._held, self._held_shape = {}, shape
+        settle = step * math.ceil(SETTLE_SECONDS / step)  # on the step grid, as start and end are
+        self.seconds_asked_last_cycle = 0.0
         for signal, level, q in plan_queries(self.rate_window, step, self.matcher.host_labels):
+            held = self._held.pop((signal, level), None) or _Held()
+            # ask only for what is not held yet (a cold cycle: the whole window)
+            since = max(start, held.until - settle) if start <= held.until <= end else start
             try:
-                data = self._get("/api/v1/query_range", {"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                data = self._get("/api/v1/query_range", {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                          "step": f"{step:g}"})
             except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+                # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
                 failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
                 continue
-            add_matrix(store, signal, level, data, self.matcher)
+            self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
+            add_matrix(store, signal, level, held.merge(data, start, since, end), self.matcher)
+            self._held[(signal, level)] = held
         try:
             data = self._get("/api/v1/query", {"query": INFO_QUERY, "time": f"{end:.3f}"})
             add_info(store, data, self.matcher)
@@ -240,12 +311,15 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
         key = sub_key(probe, labels)
         if node is None or key is None:
             continue
-        vals = series.get("values") or ([series["value"]] if series.get("value") else [])
-        try:
-            ts = np.array([float(v[0]) for v in vals])
-            vs = np.array([float(v[1]) for v in vals])
-        except (TypeError, ValueError, IndexError):
-            continue
+        if "times" in series:  # decoded already (_Held.merge)
+            ts, vs = series["times"], series["vals"]
+        else:
+            vals = series.get("values") or ([series["value"]] if series.get("value") else [])
+            try:
+                ts = np.array([float(v[0]) for v in vals])
+                vs = np.array([float(v[1]) for v in vals])
+            except (TypeError, ValueError, IndexError):
+                continue
         store.add(part, level, node, key, ts, vs, "mean")
 
 

@@ -27,8 +27,10 @@ def available() -> bool:
 
 
 class VictoriaMetrics:
-    def __init__(self, workdir: Path, extra_flags: list[str] = (), name: str = "vm", port: int | None = None):
+    def __init__(self, workdir: Path, extra_flags: list[str] = (), name: str = "vm", port: int | None = None,
+                 cache: bool = False):
         self.workdir, self.name, self.extra_flags = workdir, name, list(extra_flags)
+        self.cache = cache  # live scrapes only (benchmarks): imported history needs it off (module doc)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data = workdir / f"{name}-data"
@@ -37,7 +39,7 @@ class VictoriaMetrics:
     def start(self) -> None:
         self.process = Process([shutil.which("victoria-metrics") or "victoria-metrics",
                                 f"-storageDataPath={self.data}", f"-httpListenAddr=127.0.0.1:{self.port}",
-                                "-retentionPeriod=100y", "-search.latencyOffset=0s", "-search.disableCache",
+                                "-retentionPeriod=100y", "-search.latencyOffset=0s", *([] if self.cache else ["-search.disableCache"]),
                                 "-loggerLevel=ERROR", *self.extra_flags],
                                self.workdir / f"{self.name}.log")
         wait_for(lambda: self.process.check_alive() or http_get(self.url + "/health"), 30, "VictoriaMetrics ready")

@@ -747,7 +747,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # never completes), or every GPU idle while the job's processes still hold their memory,
         # nothing moves on the fabric and no reader waits (a whole-job deadlock on the host).
         # Congestion or a link event is the network's doing, not a hang.
-        reading = (fs_r >= 0.5 * read_base) if np.isfinite(read_base) and read_base > 1e6 else np.zeros(T, bool)
+        # (on a node shared with other jobs the node's reads are theirs as much as this job's: a
+        # neighbour that keeps reading says nothing about whether this job's processes still run)
+        reading = ((fs_r >= 0.5 * read_base) if np.isfinite(read_base) and read_base > 1e6 and not jm.shared
+                   else np.zeros(T, bool))
         hang = ((spinning & lazy) | (idle_all & held & ~io_wait & ~slow_target & ~reading)) & flat & ~fabric
         # Network: GPUs spin in a collective that waits on the fabric (NCCL busy-polls, so
         # utilisation stays high while SM activity falls), or the GPUs go quiet because the wait
@@ -758,6 +761,12 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # I/O: readers wait, or a target the job reads from is slow, while GPUs the job holds starve
         # (GPUs with nothing on them are idle whatever the node reads)
         io = (io_wait | slow_target) & ~empty
+        if not shared_io and np.isfinite(read_base) and read_base > 1e6:
+            # readers waiting a smaller share of the time while the job's reads fell well below
+            # their own past: the loaders wait for data (a network stall or a hang reads less too,
+            # but nobody waits on storage there)
+            some_wait = (psi >= th.psi_io_elevated) | (iow >= th.iowait_elevated)
+            io |= some_wait & ~writing & (fs_r < th.read_fell_fraction * read_base) & held
         # idle: GPUs with no work and no memory of the job's; with memory unknown, idle GPUs that
         # nothing else explains
         unused = idle_all & empty
@@ -800,6 +809,11 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             cause = "stalled_io"
         share = votes[cause] / last
         if share < 0.5:
+            # no stall cause holds: a member that paces the gang (a link trained narrower long
+            # ago, a GPU clocked down) explains a gang slowed this far
+            v = _slow_link(win, sig, jm, th, base) or _straggler(win, sig, jm, th, base)
+            if v is not None:
+                return v
             if partial is not None:
                 return partial.verdict
             seg = slice(T - run, T)

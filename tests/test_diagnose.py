@@ -630,3 +630,55 @@ def test_a_link_that_drops_under_the_gang_and_keeps_erring_is_a_network_stall_at
     w = c.window()
     assert verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}), [job(1, GANG_A)]),
                    1).state == "progressing"
+
+
+def test_a_narrow_link_that_slowed_the_gang_far_is_a_straggler_long_after_its_retrain():
+    """The link retrained at 1x width 8 minutes ago (its link-down long out of the 5-minute link
+    window); the gang spins at a quarter of its pace with no congestion and no collapse: no stall
+    cause holds, the narrow port explains it."""
+    c = Cluster()
+    for k in c.rows(GANG_A):
+        c.util[k, :, -32:] = 0.97
+        c.sm[k, :, -32:] = 0.2
+        c.ib_tx[k, :, -32:] = 0.35 * 2e10
+    c.ib_down[2, 1, -32] = 1
+    w = c.window()
+    rate = np.full((c.n, G, T), 50e9, np.float32)
+    rate[2, 1, -32:] = 12.5e9
+    w.rail["ib_rate"] = rate
+    v = verdict(diagnose(w, [job(1, GANG_A)]), 1)
+    assert (v.state, v.culprit) == ("straggler", "gpu002:mlx5_1/1"), (v.state, v.reason)
+
+
+def test_shared_node_deadlock_and_weaker_input_waits():
+    """A job deadlocked on a node it shares keeps its memory while the neighbour keeps reading: the
+    node's reads are not the job's, so it is hung. A job whose readers wait 20 % of the time (above
+    any healthy node, below the 30 % stall cut) while its reads fell to a third of its own past and
+    its held GPUs starve waits for its input: stalled_io; the same pressure with the reads at their
+    usual pace decides nothing."""
+    from dataclasses import replace
+
+    c = Cluster()
+    i = c.nodes.index("gpu004")
+    c.util[i, :2, -12:] = 0.0
+    c.sm[i, :2, -12:] = 0.0
+    c.power = 90 + 500 * c.sm
+    w = c.window()
+    w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
+    d = diagnose(w, [job(1, ("gpu004",), gpus=(0, 1)), job(2, ("gpu004",), gpus=(2, 3))])
+    assert verdict(d, 1).state == "hung", verdict(d, 1).reason
+    assert verdict(d, 2).state == "progressing"
+
+    def loader(read_frac):
+        c = Cluster()
+        k = c.nodes.index("gpu005")
+        c.util[k, :, -12:] = 0.15
+        c.sm[k, :, -12:] = 0.08
+        c.psi[k, -12:] = 0.2
+        c.fs_read[k, -12:] = 4e8 * read_frac
+        w = c.window()
+        w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
+        return verdict(diagnose(w, [job(1, ("gpu005",))]), 1).state
+
+    assert loader(0.3) == "stalled_io"
+    assert loader(1.0) != "stalled_io"

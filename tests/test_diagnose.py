@@ -558,6 +558,13 @@ def test_a_link_trained_slower_than_the_gangs_other_ports_is_a_straggler():
     assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "progressing"
 
 
+def paint(c: Cluster, nodes, last: int, **levels) -> None:
+    """Set per-GPU or per-port series (util, sm, ib_tx, ib_wait) of `nodes` over the `last` steps."""
+    for k in c.rows(nodes):
+        for name, value in levels.items():
+            getattr(c, name)[k, :, -last:] = value
+
+
 @pytest.mark.parametrize("profiling", [True, False])
 def test_a_gang_whose_ranks_on_one_node_died_is_hung_not_idle(profiling):
     """One node's ranks exit (OOM, segfault) and free their GPUs; the survivors spin forever in the
@@ -567,11 +574,7 @@ def test_a_gang_whose_ranks_on_one_node_died_is_hung_not_idle(profiling):
 
     c = Cluster()
     dead = c.nodes.index("gpu004")
-    for i in c.rows(GANG_B):
-        c.util[i, :, -12:] = 1.0
-        c.sm[i, :, -12:] = 0.01
-        c.ib_tx[i, :, -12:] = 0
-        c.ib_wait[i, :, -12:] = 2e3
+    paint(c, GANG_B, 12, util=1.0, sm=0.01, ib_tx=0, ib_wait=2e3)
     c.util[dead, :, -12:] = 0.0
     c.sm[dead, :, -12:] = 0.0
     c.power = 90 + 500 * c.sm
@@ -637,10 +640,7 @@ def test_a_narrow_link_that_slowed_the_gang_far_is_a_straggler_long_after_its_re
     window); the gang spins at a quarter of its pace with no congestion and no collapse: no stall
     cause holds, the narrow port explains it."""
     c = Cluster()
-    for k in c.rows(GANG_A):
-        c.util[k, :, -32:] = 0.97
-        c.sm[k, :, -32:] = 0.2
-        c.ib_tx[k, :, -32:] = 0.35 * 2e10
+    paint(c, GANG_A, 32, util=0.97, sm=0.2, ib_tx=0.35 * 2e10)
     c.ib_down[2, 1, -32] = 1
     w = c.window()
     rate = np.full((c.n, G, T), 50e9, np.float32)

@@ -425,21 +425,28 @@ class _Signals:
         return _link_events(_link_events(self.node_signal("ib_down"), self.node_signal("ib_err")),
                             self.node_signal("eth_down"))
 
-    def cluster_wait_median(self) -> float:
+    def cluster_wait_median(self, exclude: Sequence[int] = ()) -> float:
         """port_xmit_wait rate of the cluster's typical busy node (median over the nodes that carry
         traffic of their median): idle nodes wait for nothing, and counting them would make any
-        traffic look congested on a cluster with many free nodes."""
+        traffic look congested on a cluster with many free nodes. Nodes in `exclude` (the judged
+        job's own) are left out while other busy nodes remain: a gang spanning half a small
+        cluster would otherwise be its own reference and hide its congestion."""
         if "cwm" not in self.cache:
             w, tx = self.node_signal("ib_wait"), self.node_signal("ib_tx")
-            out = float("nan")
+            per_node = np.full(len(self.win.nodes), np.nan)
             if w is not None and w.size:
                 per_node = nanquantile_rows(w, 0.5)
                 if tx is not None:
                     with np.errstate(invalid="ignore"):
                         per_node = np.where(nanquantile_rows(tx, 0.5) >= self.th.busy_link_bytes, per_node, np.nan)
-                out = _q(per_node, 0.5)
-            self.cache["cwm"] = out
-        return self.cache["cwm"]
+            self.cache["cwm"] = per_node
+        per_node = self.cache["cwm"]
+        if len(exclude):
+            others = per_node.copy()
+            others[np.asarray(exclude, np.int64)] = np.nan
+            if np.isfinite(others).any():
+                return _q(others, 0.5)
+        return _q(per_node, 0.5)
 
     def screen(self, maps: list[_JobMap]) -> None:
         """Vectorised pre-screen over all jobs: which could be anything but progressing. A superset
@@ -703,7 +710,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             if np.isfinite(wait_base):
                 # the cluster's typical node is the reference: a gang congested for the whole
                 # window has its congestion as its own median
-                cluster_wait = sig.cluster_wait_median()
+                cluster_wait = sig.cluster_wait_median(jm.node_rows)
                 ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
                 # ... and not below the job's own typical wait: a job whose traffic naturally waits
                 # (all-to-all on a busy fabric) is not congested when it waits less than usual
@@ -819,7 +826,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             seg = slice(T - run, T)
             why = _unexplained(th, tail, dict(
                 psi=psi, iowait=iow, slow_target=slow_target, target_known=_has_target_latency(win),
-                ib_wait=ib_wait, cluster_wait=sig.cluster_wait_median() if multi_node else float("nan"),
+                ib_wait=ib_wait, cluster_wait=sig.cluster_wait_median(jm.node_rows) if multi_node else float("nan"),
                 ib_tx=ib_tx, ib_base=ib_base, ib_down=ib_down, multi_node=multi_node, has_sm=has_sm,
                 has_power=has_power, util=util, held=held, empty=empty, mem_known=mem_known, flags=flags))
             return Verdict(**base, state="insufficient_data", confidence=0.0, since=float(win.times[T - run]),

@@ -65,6 +65,7 @@ every job.
 from __future__ import annotations
 
 import math
+import time
 from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -266,6 +267,14 @@ class BackfillPlan:
     partitions: tuple[PartitionPlan, ...]
     policy: str = "easy"  # easy | slurm-backfill | slurm-builtin
     scheduler: dict | None = None  # the Slurm parameters planned with, and those not modelled
+    # with a deadline: {"deadline_s", "not_planned_in_time": job ids left unplanned}; the set grows while
+    # the waiting rows are first read, so it stays a mutable set inside the frozen plan
+    deadline: dict | None = None
+
+    @property
+    def not_planned_in_time(self) -> int:
+        """How many jobs the deadline left unplanned (0 without a deadline, or when none was hit)."""
+        return len(self.deadline["not_planned_in_time"]) if self.deadline else 0
 
     def partition(self, name: str) -> PartitionPlan:
         for p in self.partitions:
@@ -282,8 +291,13 @@ class BackfillPlan:
         raise KeyError(job_id)
 
     def to_json(self) -> dict:
-        return {"generated_at": _t(self.generated_at), "source": SOURCE, "policy": self.policy,
-                "scheduler": self.scheduler, "partitions": [p.to_json() for p in self.partitions]}
+        parts = [p.to_json() for p in self.partitions]  # first: reading the rows can hit the deadline
+        doc = {"generated_at": _t(self.generated_at), "source": SOURCE, "policy": self.policy,
+               "scheduler": self.scheduler, "partitions": parts}
+        if self.deadline is not None:
+            doc["deadline"] = {"deadline_s": self.deadline["deadline_s"],
+                               "not_planned_in_time": self.not_planned_in_time}
+        return doc
 
 
 # ---------------------------------------------------------------------------------------- internal
@@ -1274,6 +1288,7 @@ class _Job:
     what_if: WhatIf | None = None
     reserved: bool = False  # Slurm mode: holds its own reservation (expected start = its start)
     behind: str | None = None  # startable by backfill: the top job it does not delay
+    unplanned: bool = False  # the plan's deadline passed before its turn: no search, no estimate
 
 
 class _Policy:
@@ -1412,21 +1427,30 @@ class _Policy:
                 "not_modelled": list(cfg.not_modelled)}
 
 
-def plan(inp: PlannerInput) -> BackfillPlan:
+def plan(inp: PlannerInput, deadline_s: float | None = None) -> BackfillPlan:
     """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
-    for every pending job (see the module docstring for the semantics)."""
+    for every pending job (see the module docstring for the semantics).
+
+    deadline_s bounds the time spent (a live page must not hang on a slow Slurm-mode plan): the jobs
+    whose turn comes after it get reason `not_planned_in_time` and no estimate, and the waiting rows
+    first read more than deadline_s after the first one get it too; `BackfillPlan.deadline` counts them.
+    """
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     with gc_paused():  # tens of thousands of short-lived tuples, no cycles (see gcpause)
-        got, later_held = _plan(inp, frozenset())
-        if later_held:
+        got, later_held = _plan(inp, frozenset(), deadline, deadline_s)
+        if later_held and (deadline is None or time.monotonic() < deadline):
             # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
             # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
             # cycle, which then makes no reservation for the held job. Planned again with it held.
-            got, _ = _plan(inp, later_held)
+            got, _ = _plan(inp, later_held, deadline, deadline_s)
     return got
 
 
-def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, frozenset]:
-    """One planning pass; also the reserved jobs that the QOS usage at its end holds back."""
+def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = None,
+          deadline_s: float | None = None) -> tuple[BackfillPlan, frozenset]:
+    """One planning pass; also the reserved jobs that the QOS usage at its end holds back. Past
+    `deadline` (time.monotonic()) the remaining jobs are left unplanned (see `plan`)."""
+    late: set[str] = set()  # ids of the jobs the deadline left unplanned
     cl = _Cluster(inp)
     now = cl.now
     tops: dict[str, tuple[str, float, list[int]]] = {}
@@ -1470,7 +1494,10 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                 "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
                 if job.dependency == "pending" else ())))
             continue
-        rec = _plan_job(cl, job, tops, starts, backfilled, policy)
+        if deadline is not None and time.monotonic() > deadline:
+            rec = _unplanned(cl, job, late)
+        else:
+            rec = _plan_job(cl, job, tops, starts, backfilled, policy)
         homes.add(rec.partition)  # the others' partitions exist: they had a request there
         jobs.append(rec)
     if policy.slurm and backfilled:
@@ -1481,6 +1508,7 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     # when a row is first read (the plan is complete by then and no longer changes).
     memo: dict = {}
     grouped: list[dict] = []
+    rows_deadline: list[float] = []  # the rows get deadline_s of their own, from the first one read
 
     def rows() -> dict[str, list]:
         """Every job's row, grouped by partition: made once, when the first partition's `why` is read."""
@@ -1496,6 +1524,12 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
         key = (part, req, t0)
         got = memo.get(key)
         if got is None:
+            if deadline_s is not None:
+                if not rows_deadline:
+                    rows_deadline.append(time.monotonic() + deadline_s)
+                elif time.monotonic() > rows_deadline[0]:
+                    late.add(job.job_id)
+                    return JobWhy(job, part, n, "waiting", reasons + (_NOT_PLANNED,), None, (), None)
             got = memo[key] = _waiting_reasons(cl, part, req, t0, tops.get(part))
         if estimate_only:  # blocked until a known time (begin time, reservation start)
             return JobWhy(job, part, n, state, reasons, got[0], got[1], None)
@@ -1513,7 +1547,8 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     if policy.slurm and policy.qos and not later_held:
         held = frozenset(r.job.job_id for r in jobs if type(r) is _Job and (r.state == "top" or r.reserved)
                          and r.req is not None and policy.limit(r.job, r.req) is not None)
-    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe()), held
+    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe(),
+                        None if deadline_s is None else {"deadline_s": deadline_s, "not_planned_in_time": late}), held
 
 
 def _rows(pending, jobs: list, now: float) -> dict[str, list]:
@@ -1533,7 +1568,7 @@ def _rows(pending, jobs: list, now: float) -> dict[str, list]:
                 n = None
             else:
                 n = ranked[part] = ranked.get(part, 0) + 1
-            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
+            if (rec.state == "waiting" and not rec.reserved and not rec.unplanned) or rec.estimate:
                 row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
             elif rec.state == "startable":  # its reason's node list is compressed only now, when read
                 row = (rec.job, part, n, rec.state, (*rec.reasons, Reason(
@@ -1550,6 +1585,21 @@ def _rows(pending, jobs: list, now: float) -> dict[str, list]:
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
+_NOT_PLANNED = Reason("not_planned_in_time", "the plan's deadline passed before its turn: gangwatch did not plan "
+                      "it in this refresh (no estimate; Slurm itself is not affected)", "warning")
+
+
+def _unplanned(cl: _Cluster, job: PendingJob, late: set) -> _Job:
+    """A job whose turn came after the plan's deadline: its partition and request only, no search."""
+    reqs, reasons, home, _ = _prepare(cl, job)
+    rec = _Job(job, home, list(reasons))
+    if not reqs:
+        rec.state = "never"
+        return rec
+    rec.req, rec.unplanned = reqs[0][1], True
+    rec.reasons.append(_NOT_PLANNED)
+    late.add(job.job_id)
+    return rec
 
 
 def _prepare(cl: _Cluster, job: PendingJob):

@@ -1004,7 +1004,7 @@ class _Cluster:
         first = seq.get(own, len(seq))
         for _ in range(200):
             avail, later_start = self._avail(p, req, start_res, own)
-            got = self.will_run_on(avail, req)
+            got = self.will_run_on(p, avail, req)
             if got is None:
                 if later_start is None:
                     return None, []
@@ -1101,7 +1101,7 @@ class _Cluster:
         self._arrays_memo[key] = got
         return got
 
-    def will_run_on(self, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
+    def will_run_on(self, p: str, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
         """select/cons_tres `_will_run_test` on these nodes: (start, nodes that fit then) or None. Now
         if it fits now; else it removes the running jobs in end order, one batch at a time, and tries
         the job after each batch: the start is the end of the batch's last job. A batch closes when
@@ -1109,15 +1109,20 @@ class _Cluster:
         nodes rounded up to 30 s) plus the window, which then doubles until it reaches that job; a job
         on other nodes is passed over without that look ahead."""
         on = set(avail)
+        # free_at over all of avail at once: the partition's release matrix, its rows in avail's order
+        arr = self.arrays(p)
+        row = self.row[p]
+        rows = np.fromiter((row[i] for i in avail), np.int64, count=len(avail))
+        ids = np.array(avail, dtype=np.int64)
+        times = arr.times[rows]
+        need = (arr.cpus_total[rows], arr.mem_total[rows], arr.gpus_total[rows]) if req.exclusive else \
+            (req.cpus, req.mem, req.gpus)
 
         def fitting(t: float) -> list[int]:  # nodes with room once the running jobs ending by t are gone
-            out = []
-            for i in avail:
-                c, m, g = self.free_at(i, t)
-                if (c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]) if req.exclusive else \
-                        (c >= req.cpus and m >= req.mem and g >= req.gpus):
-                    out.append(i)
-            return out
+            # the last event at or before t (column 0 is now, which free_at also counts before now)
+            k = np.maximum((times <= t).sum(axis=1) - 1, 0)
+            ok = (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
+            return ids[ok].tolist()
 
         got = fitting(self.now)
         if len(got) >= req.nodes:

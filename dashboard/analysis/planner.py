@@ -889,6 +889,32 @@ class _Cluster:
                 return False
         return True
 
+    def _fits_at_all(self, p: str, nodes: list[int], req: _Req):
+        """Slurm mode's `_fits_at` for every node of `nodes` (usable in p) at once: a function of t
+        returning those that fit at t, in the order given. Blocks and holds as flat arrays (a node
+        fails if any of its own overlaps), room from the partition's release matrix."""
+        arr = self.arrays(p)
+        row = self.row[p]
+        rows = np.fromiter((row[i] for i in nodes), np.int64, count=len(nodes))
+        ids = np.array(nodes, dtype=np.int64)
+        times = arr.times[rows]
+        need = (arr.cpus_total[rows], arr.mem_total[rows], arr.gpus_total[rows]) if req.exclusive else \
+            (req.cpus, req.mem, req.gpus)
+        blk = [(k, s, e) for k, i in enumerate(nodes) for s, e, r in self.blocks[i] if r != req.resv]
+        hld = [(k, s, e) for k, i in enumerate(nodes) for s, e, *_ in self.holds[i]]
+        blk = np.array(blk, dtype=float).reshape(-1, 3)
+        hld = np.array(hld, dtype=float).reshape(-1, 3)
+        bk, hk = blk[:, 0].astype(np.int64), hld[:, 0].astype(np.int64)
+
+        def fits(t: float) -> list[int]:
+            k = np.maximum((times <= t).sum(axis=1) - 1, 0)
+            ok = (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
+            ok[bk[(blk[:, 1] < t + req.duration) & (blk[:, 2] > t)]] = False
+            lo, hi = self.span(t, req.duration)
+            ok[hk[(hld[:, 1] < hi) & (hld[:, 2] > lo)]] = False
+            return ids[ok].tolist()
+        return fits
+
     def _breakpoints(self, i: int, req: _Req, t0: float) -> list[float]:
         # a node's releases and holds only grow, so their counts date its breakpoints
         key = (i, req.duration, req.resv, t0, len(self.releases[i]), len(self.holds[i]))
@@ -960,9 +986,17 @@ class _Cluster:
             for i in special:
                 cands.update(t for t in self._breakpoints(i, req, t0) if t <= t_mono)
             when = INF
+            # Slurm mode looks at every special node at each time: _fits_at over all of them at once
+            fits_all = self._fits_at_all(p, special, req) if self.resolution > 0 else None
             for t in sorted(cands):
                 count = int(np.searchsorted(plain, t, side="right"))
                 if count + nspec < need:
+                    continue
+                if fits_all is not None:
+                    fitting = fits_all(t)
+                    if count + len(fitting) >= need:
+                        when, chosen_spec = t, fitting
+                        break
                     continue
                 # special nodes in name order; EASY's pick prefers them (they fit at `when`, the latest
                 # time), so the first `need` that fit decide it and the rest need no check (Slurm's

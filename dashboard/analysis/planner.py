@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import insort
+from bisect import bisect_right, insort
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache, partial
@@ -388,6 +388,9 @@ class _Cluster:
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [()] * len(nodes)
         self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
         self.hold_list: list[tuple[float, float, str, frozenset]] = []  # (start, end, job, nodes), in that order
+        # the node map of every hold so far, kept up to date hold by hold (see _slots): [holds applied,
+        # slot beginnings ascending, the nodes held in each slot, whether any hold ends after now]
+        self._map: list = [0, [self.now], [frozenset()], False]
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
@@ -1109,12 +1112,32 @@ class _Cluster:
         """The node map of the holds made before the first-th: (begin, end, nodes held) per time
         slot, from now on, split at every hold's start and end. Holds are only added, so the
         number of them keys the memo (a job's search asks for the same map many times)."""
+        now = self.now
+        seq = self.hold_seq
+        if first >= len(seq):
+            # every hold (a job's own search): the map of the previous call plus the holds made since,
+            # instead of a sweep over all of them each time a hold is added
+            done, bounds, held, used = self._map
+            for s, e, _, nodes in self.hold_list[done:]:
+                if e <= now:
+                    continue
+                s = max(s, now)
+                for x in (s, e):
+                    k = bisect_right(bounds, x) - 1
+                    if x < INF and bounds[k] != x:  # split the slot at x
+                        bounds.insert(k + 1, x)
+                        held.insert(k + 1, held[k])
+                k = bisect_right(bounds, s) - 1
+                while k < len(bounds) and bounds[k] < e:
+                    held[k] = held[k] | nodes
+                    k += 1
+                used = True
+            self._map[0], self._map[3] = len(self.hold_list), used
+            return list(zip(bounds, bounds[1:] + [INF], held)) if used else []
         key = ("slots", first, len(self.hold_list))
         got = self._arrays_memo.get(key)
         if got is not None:
             return got
-        now = self.now
-        seq = self.hold_seq
         holds = [(max(s, now), e, nodes) for s, e, job_id, nodes in self.hold_list if seq[job_id] < first and e > now]
         got = []
         if holds:

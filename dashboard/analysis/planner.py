@@ -1067,18 +1067,26 @@ class _Cluster:
         try again if they do not suffice (later_start; None: never, Slurm makes no reservation)."""
         seq = self.hold_seq
         first = seq.get(own, len(seq))
-        allowed = self.allowed(p, req)
         end = start_res + req.duration
-        base: list[int] = []
+        # the nodes the request may use, and which of them (positions) an advanced reservation covers
+        # at some time: only those depend on start_res (reservations are fixed for the plan)
+        key = ("avail", p, req.gpu_type, req.features, req.resv)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            allowed = self.allowed(p, req)
+            cands = [i for i in self.part_usable[p] if allowed is None or i in allowed]
+            got = self._arrays_memo[key] = (cands, [k for k, i in enumerate(cands)
+                                                    if any(r != req.resv for _, _, r in self.blocks[i])])
+        base, marked = got
         later = INF
-        for i in self.part_usable[p]:
-            if allowed is not None and i not in allowed:
-                continue
-            ends = [e for s, e, r in self.blocks[i] if r != req.resv and s <= end and e > start_res]
+        drop = set()
+        for k in marked:
+            ends = [e for s, e, r in self.blocks[base[k]] if r != req.resv and s <= end and e > start_res]
             if ends:  # an advanced reservation: job_test_resv leaves the node out until it ends
                 later = min(later, max(ends))
-            else:
-                base.append(i)
+                drop.add(k)
+        if drop:
+            base = [i for k, i in enumerate(base) if k not in drop]
         avail, slot_later = self._node_space(base, start_res, end, first)
         if slot_later is not None:
             later = min(later, slot_later)

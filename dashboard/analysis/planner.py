@@ -892,17 +892,28 @@ class _Cluster:
                 return False
         return True
 
-    def _fits_at_all(self, p: str, nodes: list[int], req: _Req):
-        """Slurm mode's `_fits_at` for every node of `nodes` (usable in p) at once: a function of t
-        returning those that fit at t, in the order given. Blocks and holds as flat arrays (a node
-        fails if any of its own overlaps), room from the partition's release matrix."""
+    def _room_at(self, p: str, nodes: list[int], req: _Req):
+        """free_at over all of `nodes` (usable in p) at once, from the partition's release matrix:
+        (the nodes as an array, a function of t giving the mask of those with room for one node's
+        share of req at t)."""
         arr = self.arrays(p)
         row = self.row[p]
         rows = np.fromiter((row[i] for i in nodes), np.int64, count=len(nodes))
-        ids = np.array(nodes, dtype=np.int64)
         times = arr.times[rows]
         need = (arr.cpus_total[rows], arr.mem_total[rows], arr.gpus_total[rows]) if req.exclusive else \
             (req.cpus, req.mem, req.gpus)
+
+        def room(t: float) -> np.ndarray:
+            # the last event at or before t (column 0 is now, which free_at also counts before now)
+            k = np.maximum((times <= t).sum(axis=1) - 1, 0)
+            return (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
+        return np.array(nodes, dtype=np.int64), room
+
+    def _fits_at_all(self, p: str, nodes: list[int], req: _Req):
+        """Slurm mode's `_fits_at` for every node of `nodes` (usable in p) at once: a function of t
+        returning those that fit at t, in the order given. Blocks and holds as flat arrays (a node
+        fails if any of its own overlaps)."""
+        ids, room = self._room_at(p, nodes, req)
         blk = [(k, s, e) for k, i in enumerate(nodes) for s, e, r in self.blocks[i] if r != req.resv]
         hld = [(k, s, e) for k, i in enumerate(nodes) for s, e, *_ in self.holds[i]]
         blk = np.array(blk, dtype=float).reshape(-1, 3)
@@ -910,8 +921,7 @@ class _Cluster:
         bk, hk = blk[:, 0].astype(np.int64), hld[:, 0].astype(np.int64)
 
         def fits(t: float) -> list[int]:
-            k = np.maximum((times <= t).sum(axis=1) - 1, 0)
-            ok = (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
+            ok = room(t)
             ok[bk[(blk[:, 1] < t + req.duration) & (blk[:, 2] > t)]] = False
             lo, hi = self.span(t, req.duration)
             ok[hk[(hld[:, 1] < hi) & (hld[:, 2] > lo)]] = False
@@ -1174,20 +1184,10 @@ class _Cluster:
         nodes rounded up to 30 s) plus the window, which then doubles until it reaches that job; a job
         on other nodes is passed over without that look ahead."""
         on = set(avail)
-        # free_at over all of avail at once: the partition's release matrix, its rows in avail's order
-        arr = self.arrays(p)
-        row = self.row[p]
-        rows = np.fromiter((row[i] for i in avail), np.int64, count=len(avail))
-        ids = np.array(avail, dtype=np.int64)
-        times = arr.times[rows]
-        need = (arr.cpus_total[rows], arr.mem_total[rows], arr.gpus_total[rows]) if req.exclusive else \
-            (req.cpus, req.mem, req.gpus)
+        ids, room = self._room_at(p, avail, req)
 
         def fitting(t: float) -> list[int]:  # nodes with room once the running jobs ending by t are gone
-            # the last event at or before t (column 0 is now, which free_at also counts before now)
-            k = np.maximum((times <= t).sum(axis=1) - 1, 0)
-            ok = (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
-            return ids[ok].tolist()
+            return ids[room(t)].tolist()
 
         got = fitting(self.now)
         if len(got) >= req.nodes:

@@ -389,8 +389,8 @@ class _Cluster:
         self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
         self.hold_list: list[tuple[float, float, str, frozenset]] = []  # (start, end, job, nodes), in that order
         # the node map of every hold so far, kept up to date hold by hold (see _slots): [holds applied,
-        # slot beginnings ascending, the nodes held in each slot, whether any hold ends after now]
-        self._map: list = [0, [self.now], [frozenset()], False]
+        # slot beginnings ascending, the nodes held in each slot (bitmaps, see _node_space), whether any hold ends after now]
+        self._map: list = [0, [self.now], [0], False]
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
@@ -1112,21 +1112,32 @@ class _Cluster:
         slots = self._slots(first)
         if not slots:
             return base, None
-        tmp = frozenset(base)
-        avail = set(base)
+        # node sets as bitmaps (Python ints, bit i: node i), as backfill.c's: set operations on
+        # thousands of nodes per slot are a few machine words each
+        tmp = self._bits(base)
+        avail = tmp
         later = None
         for k, (b, b2, held) in enumerate(slots):
             if later is None and b2 > start_res and k + 1 < len(slots):
-                if not (tmp - slots[k + 1][2]) <= (avail - held):
+                if tmp & ~slots[k + 1][2] & ~(avail & ~held):  # not (tmp - next) <= (avail - held)
                     later = b2
             if b2 <= start_res:
                 continue
             if b > end:
                 break
-            avail -= held
-        return [i for i in base if i in avail], later
+            avail &= ~held
+        nbytes = (len(self.names) + 7) // 8
+        free = np.unpackbits(np.frombuffer(avail.to_bytes(nbytes, "little"), np.uint8), bitorder="little")
+        ids = np.array(base, dtype=np.int64)
+        return ids[free[ids].astype(bool)].tolist(), later
 
-    def _slots(self, first: int) -> list[tuple[float, float, frozenset]]:
+    def _bits(self, nodes) -> int:
+        """A node set as a bitmap: bit i set for node i."""
+        mask = np.zeros(len(self.names), dtype=bool)
+        mask[np.fromiter(nodes, np.int64)] = True
+        return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+
+    def _slots(self, first: int) -> list[tuple[float, float, int]]:
         """The node map of the holds made before the first-th: (begin, end, nodes held) per time
         slot, from now on, split at every hold's start and end. Holds are only added, so the
         number of them keys the memo (a job's search asks for the same map many times)."""
@@ -1146,8 +1157,9 @@ class _Cluster:
                         bounds.insert(k + 1, x)
                         held.insert(k + 1, held[k])
                 k = bisect_right(bounds, s) - 1
+                bits = self._bits(nodes)
                 while k < len(bounds) and bounds[k] < e:
-                    held[k] = held[k] | nodes
+                    held[k] |= bits
                     k += 1
                 used = True
             self._map[0], self._map[3] = len(self.hold_list), used
@@ -1172,7 +1184,7 @@ class _Cluster:
                 for d, nodes in events[b]:
                     for i in nodes:
                         count[i] = count.get(i, 0) + d
-                got.append((b, b2, frozenset(i for i, c in count.items() if c > 0)))
+                got.append((b, b2, self._bits([i for i, c in count.items() if c > 0])))
         self._arrays_memo[key] = got
         return got
 

@@ -389,7 +389,8 @@ class _Cluster:
         self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
         self.hold_list: list[tuple[float, float, str, frozenset]] = []  # (start, end, job, nodes), in that order
         # the node map of every hold so far, kept up to date hold by hold (see _slots): [holds applied,
-        # slot beginnings ascending, the nodes held in each slot (bitmaps, see _node_space), whether any hold ends after now]
+        # slot beginnings ascending, the nodes held in each slot (bitmaps, see _node_space), whether
+        # any hold ends after now]
         self._map: list = [0, [self.now], [0], False]
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}

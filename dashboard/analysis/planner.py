@@ -65,7 +65,8 @@ every job.
 from __future__ import annotations
 
 import math
-from bisect import insort
+import time
+from bisect import bisect_right, insort
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache, partial
@@ -266,6 +267,14 @@ class BackfillPlan:
     partitions: tuple[PartitionPlan, ...]
     policy: str = "easy"  # easy | slurm-backfill | slurm-builtin
     scheduler: dict | None = None  # the Slurm parameters planned with, and those not modelled
+    # with a deadline: {"deadline_s", "not_planned_in_time": job ids left unplanned}; the set grows while
+    # the waiting rows are first read, so it stays a mutable set inside the frozen plan
+    deadline: dict | None = None
+
+    @property
+    def not_planned_in_time(self) -> int:
+        """How many jobs the deadline left unplanned (0 without a deadline, or when none was hit)."""
+        return len(self.deadline["not_planned_in_time"]) if self.deadline else 0
 
     def partition(self, name: str) -> PartitionPlan:
         for p in self.partitions:
@@ -282,8 +291,13 @@ class BackfillPlan:
         raise KeyError(job_id)
 
     def to_json(self) -> dict:
-        return {"generated_at": _t(self.generated_at), "source": SOURCE, "policy": self.policy,
-                "scheduler": self.scheduler, "partitions": [p.to_json() for p in self.partitions]}
+        parts = [p.to_json() for p in self.partitions]  # first: reading the rows can hit the deadline
+        doc = {"generated_at": _t(self.generated_at), "source": SOURCE, "policy": self.policy,
+               "scheduler": self.scheduler, "partitions": parts}
+        if self.deadline is not None:
+            doc["deadline"] = {"deadline_s": self.deadline["deadline_s"],
+                               "not_planned_in_time": self.not_planned_in_time}
+        return doc
 
 
 # ---------------------------------------------------------------------------------------- internal
@@ -374,6 +388,10 @@ class _Cluster:
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [()] * len(nodes)
         self.hold_seq: dict[str, int] = {}  # job id -> the order its hold was made in
         self.hold_list: list[tuple[float, float, str, frozenset]] = []  # (start, end, job, nodes), in that order
+        # the node map of every hold so far, kept up to date hold by hold (see _slots): [holds applied,
+        # slot beginnings ascending, the nodes held in each slot (bitmaps, see _node_space), whether
+        # any hold ends after now]
+        self._map: list = [0, [self.now], [0], False]
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
@@ -875,6 +893,42 @@ class _Cluster:
                 return False
         return True
 
+    def _room_at(self, p: str, nodes: list[int], req: _Req):
+        """free_at over all of `nodes` (usable in p) at once, from the partition's release matrix:
+        (the nodes as an array, a function of t giving the mask of those with room for one node's
+        share of req at t)."""
+        arr = self.arrays(p)
+        row = self.row[p]
+        rows = np.fromiter((row[i] for i in nodes), np.int64, count=len(nodes))
+        times = arr.times[rows]
+        need = (arr.cpus_total[rows], arr.mem_total[rows], arr.gpus_total[rows]) if req.exclusive else \
+            (req.cpus, req.mem, req.gpus)
+
+        def room(t: float) -> np.ndarray:
+            # the last event at or before t (column 0 is now, which free_at also counts before now)
+            k = np.maximum((times <= t).sum(axis=1) - 1, 0)
+            return (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
+        return np.array(nodes, dtype=np.int64), room
+
+    def _fits_at_all(self, p: str, nodes: list[int], req: _Req):
+        """Slurm mode's `_fits_at` for every node of `nodes` (usable in p) at once: a function of t
+        returning those that fit at t, in the order given. Blocks and holds as flat arrays (a node
+        fails if any of its own overlaps)."""
+        ids, room = self._room_at(p, nodes, req)
+        blk = [(k, s, e) for k, i in enumerate(nodes) for s, e, r in self.blocks[i] if r != req.resv]
+        hld = [(k, s, e) for k, i in enumerate(nodes) for s, e, *_ in self.holds[i]]
+        blk = np.array(blk, dtype=float).reshape(-1, 3)
+        hld = np.array(hld, dtype=float).reshape(-1, 3)
+        bk, hk = blk[:, 0].astype(np.int64), hld[:, 0].astype(np.int64)
+
+        def fits(t: float) -> list[int]:
+            ok = room(t)
+            ok[bk[(blk[:, 1] < t + req.duration) & (blk[:, 2] > t)]] = False
+            lo, hi = self.span(t, req.duration)
+            ok[hk[(hld[:, 1] < hi) & (hld[:, 2] > lo)]] = False
+            return ids[ok].tolist()
+        return fits
+
     def _breakpoints(self, i: int, req: _Req, t0: float) -> list[float]:
         # a node's releases and holds only grow, so their counts date its breakpoints
         key = (i, req.duration, req.resv, t0, len(self.releases[i]), len(self.holds[i]))
@@ -946,9 +1000,17 @@ class _Cluster:
             for i in special:
                 cands.update(t for t in self._breakpoints(i, req, t0) if t <= t_mono)
             when = INF
+            # Slurm mode looks at every special node at each time: _fits_at over all of them at once
+            fits_all = self._fits_at_all(p, special, req) if self.resolution > 0 else None
             for t in sorted(cands):
                 count = int(np.searchsorted(plain, t, side="right"))
                 if count + nspec < need:
+                    continue
+                if fits_all is not None:
+                    fitting = fits_all(t)
+                    if count + len(fitting) >= need:
+                        when, chosen_spec = t, fitting
+                        break
                     continue
                 # special nodes in name order; EASY's pick prefers them (they fit at `when`, the latest
                 # time), so the first `need` that fit decide it and the rest need no check (Slurm's
@@ -990,7 +1052,7 @@ class _Cluster:
         first = seq.get(own, len(seq))
         for _ in range(200):
             avail, later_start = self._avail(p, req, start_res, own)
-            got = self.will_run_on(avail, req)
+            got = self.will_run_on(p, avail, req)
             if got is None:
                 if later_start is None:
                     return None, []
@@ -1016,18 +1078,26 @@ class _Cluster:
         try again if they do not suffice (later_start; None: never, Slurm makes no reservation)."""
         seq = self.hold_seq
         first = seq.get(own, len(seq))
-        allowed = self.allowed(p, req)
         end = start_res + req.duration
-        base: list[int] = []
+        # the nodes the request may use, and which of them (positions) an advanced reservation covers
+        # at some time: only those depend on start_res (reservations are fixed for the plan)
+        key = ("avail", p, req.gpu_type, req.features, req.resv)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            allowed = self.allowed(p, req)
+            cands = [i for i in self.part_usable[p] if allowed is None or i in allowed]
+            got = self._arrays_memo[key] = (cands, [k for k, i in enumerate(cands)
+                                                    if any(r != req.resv for _, _, r in self.blocks[i])])
+        base, marked = got
         later = INF
-        for i in self.part_usable[p]:
-            if allowed is not None and i not in allowed:
-                continue
-            ends = [e for s, e, r in self.blocks[i] if r != req.resv and s <= end and e > start_res]
+        drop = set()
+        for k in marked:
+            ends = [e for s, e, r in self.blocks[base[k]] if r != req.resv and s <= end and e > start_res]
             if ends:  # an advanced reservation: job_test_resv leaves the node out until it ends
                 later = min(later, max(ends))
-            else:
-                base.append(i)
+                drop.add(k)
+        if drop:
+            base = [i for k, i in enumerate(base) if k not in drop]
         avail, slot_later = self._node_space(base, start_res, end, first)
         if slot_later is not None:
             later = min(later, slot_later)
@@ -1043,30 +1113,62 @@ class _Cluster:
         slots = self._slots(first)
         if not slots:
             return base, None
-        tmp = frozenset(base)
-        avail = set(base)
+        # node sets as bitmaps (Python ints, bit i: node i), as backfill.c's: set operations on
+        # thousands of nodes per slot are a few machine words each
+        tmp = self._bits(base)
+        avail = tmp
         later = None
         for k, (b, b2, held) in enumerate(slots):
             if later is None and b2 > start_res and k + 1 < len(slots):
-                if not (tmp - slots[k + 1][2]) <= (avail - held):
+                if tmp & ~slots[k + 1][2] & ~(avail & ~held):  # not (tmp - next) <= (avail - held)
                     later = b2
             if b2 <= start_res:
                 continue
             if b > end:
                 break
-            avail -= held
-        return [i for i in base if i in avail], later
+            avail &= ~held
+        nbytes = (len(self.names) + 7) // 8
+        free = np.unpackbits(np.frombuffer(avail.to_bytes(nbytes, "little"), np.uint8), bitorder="little")
+        ids = np.array(base, dtype=np.int64)
+        return ids[free[ids].astype(bool)].tolist(), later
 
-    def _slots(self, first: int) -> list[tuple[float, float, frozenset]]:
+    def _bits(self, nodes) -> int:
+        """A node set as a bitmap: bit i set for node i."""
+        mask = np.zeros(len(self.names), dtype=bool)
+        mask[np.fromiter(nodes, np.int64)] = True
+        return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+
+    def _slots(self, first: int) -> list[tuple[float, float, int]]:
         """The node map of the holds made before the first-th: (begin, end, nodes held) per time
         slot, from now on, split at every hold's start and end. Holds are only added, so the
         number of them keys the memo (a job's search asks for the same map many times)."""
+        now = self.now
+        seq = self.hold_seq
+        if first >= len(seq):
+            # every hold (a job's own search): the map of the previous call plus the holds made since,
+            # instead of a sweep over all of them each time a hold is added
+            done, bounds, held, used = self._map
+            for s, e, _, nodes in self.hold_list[done:]:
+                if e <= now:
+                    continue
+                s = max(s, now)
+                for x in (s, e):
+                    k = bisect_right(bounds, x) - 1
+                    if x < INF and bounds[k] != x:  # split the slot at x
+                        bounds.insert(k + 1, x)
+                        held.insert(k + 1, held[k])
+                k = bisect_right(bounds, s) - 1
+                bits = self._bits(nodes)
+                while k < len(bounds) and bounds[k] < e:
+                    held[k] |= bits
+                    k += 1
+                used = True
+            self._map[0], self._map[3] = len(self.hold_list), used
+            return list(zip(bounds, bounds[1:] + [INF], held)) if used else []
         key = ("slots", first, len(self.hold_list))
         got = self._arrays_memo.get(key)
         if got is not None:
             return got
-        now = self.now
-        seq = self.hold_seq
         holds = [(max(s, now), e, nodes) for s, e, job_id, nodes in self.hold_list if seq[job_id] < first and e > now]
         got = []
         if holds:
@@ -1083,11 +1185,11 @@ class _Cluster:
                 for d, nodes in events[b]:
                     for i in nodes:
                         count[i] = count.get(i, 0) + d
-                got.append((b, b2, frozenset(i for i, c in count.items() if c > 0)))
+                got.append((b, b2, self._bits([i for i, c in count.items() if c > 0])))
         self._arrays_memo[key] = got
         return got
 
-    def will_run_on(self, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
+    def will_run_on(self, p: str, avail: list[int], req: _Req) -> tuple[float, list[int]] | None:
         """select/cons_tres `_will_run_test` on these nodes: (start, nodes that fit then) or None. Now
         if it fits now; else it removes the running jobs in end order, one batch at a time, and tries
         the job after each batch: the start is the end of the batch's last job. A batch closes when
@@ -1095,15 +1197,10 @@ class _Cluster:
         nodes rounded up to 30 s) plus the window, which then doubles until it reaches that job; a job
         on other nodes is passed over without that look ahead."""
         on = set(avail)
+        ids, room = self._room_at(p, avail, req)
 
         def fitting(t: float) -> list[int]:  # nodes with room once the running jobs ending by t are gone
-            out = []
-            for i in avail:
-                c, m, g = self.free_at(i, t)
-                if (c >= self.ct[i] and m >= self.mt[i] and g >= self.gt[i]) if req.exclusive else \
-                        (c >= req.cpus and m >= req.mem and g >= req.gpus):
-                    out.append(i)
-            return out
+            return ids[room(t)].tolist()
 
         got = fitting(self.now)
         if len(got) >= req.nodes:
@@ -1274,6 +1371,7 @@ class _Job:
     what_if: WhatIf | None = None
     reserved: bool = False  # Slurm mode: holds its own reservation (expected start = its start)
     behind: str | None = None  # startable by backfill: the top job it does not delay
+    unplanned: bool = False  # the plan's deadline passed before its turn: no search, no estimate
 
 
 class _Policy:
@@ -1412,21 +1510,30 @@ class _Policy:
                 "not_modelled": list(cfg.not_modelled)}
 
 
-def plan(inp: PlannerInput) -> BackfillPlan:
+def plan(inp: PlannerInput, deadline_s: float | None = None) -> BackfillPlan:
     """The EASY plan for one snapshot: per partition its top job, windows, startable jobs and a `why`
-    for every pending job (see the module docstring for the semantics)."""
+    for every pending job (see the module docstring for the semantics).
+
+    deadline_s bounds the time spent (a live page must not hang on a slow Slurm-mode plan): the jobs
+    whose turn comes after it get reason `not_planned_in_time` and no estimate, and the waiting rows
+    first read more than deadline_s after the first one get it too; `BackfillPlan.deadline` counts them.
+    """
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     with gc_paused():  # tens of thousands of short-lived tuples, no cycles (see gcpause)
-        got, later_held = _plan(inp, frozenset())
-        if later_held:
+        got, later_held = _plan(inp, frozenset(), deadline, deadline_s)
+        if later_held and (deadline is None or time.monotonic() < deadline):
             # Slurm mode with QOS limits: jobs started now, of lower priority too, can use up a QOS limit
             # of a job this plan reserved for; Slurm's main scheduler starts them before its backfill
             # cycle, which then makes no reservation for the held job. Planned again with it held.
-            got, _ = _plan(inp, later_held)
+            got, _ = _plan(inp, later_held, deadline, deadline_s)
     return got
 
 
-def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, frozenset]:
-    """One planning pass; also the reserved jobs that the QOS usage at its end holds back."""
+def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = None,
+          deadline_s: float | None = None) -> tuple[BackfillPlan, frozenset]:
+    """One planning pass; also the reserved jobs that the QOS usage at its end holds back. Past
+    `deadline` (time.monotonic()) the remaining jobs are left unplanned (see `plan`)."""
+    late: set[str] = set()  # ids of the jobs the deadline left unplanned
     cl = _Cluster(inp)
     now = cl.now
     tops: dict[str, tuple[str, float, list[int]]] = {}
@@ -1470,7 +1577,10 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
                 "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
                 if job.dependency == "pending" else ())))
             continue
-        rec = _plan_job(cl, job, tops, starts, backfilled, policy)
+        if deadline is not None and time.monotonic() > deadline:
+            rec = _unplanned(cl, job, late)
+        else:
+            rec = _plan_job(cl, job, tops, starts, backfilled, policy)
         homes.add(rec.partition)  # the others' partitions exist: they had a request there
         jobs.append(rec)
     if policy.slurm and backfilled:
@@ -1481,6 +1591,7 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     # when a row is first read (the plan is complete by then and no longer changes).
     memo: dict = {}
     grouped: list[dict] = []
+    rows_deadline: list[float] = []  # the rows get deadline_s of their own, from the first one read
 
     def rows() -> dict[str, list]:
         """Every job's row, grouped by partition: made once, when the first partition's `why` is read."""
@@ -1496,6 +1607,12 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
         key = (part, req, t0)
         got = memo.get(key)
         if got is None:
+            if deadline_s is not None:
+                if not rows_deadline:
+                    rows_deadline.append(time.monotonic() + deadline_s)
+                elif time.monotonic() > rows_deadline[0]:
+                    late.add(job.job_id)
+                    return JobWhy(job, part, n, "waiting", reasons + (_NOT_PLANNED,), None, (), None)
             got = memo[key] = _waiting_reasons(cl, part, req, t0, tops.get(part))
         if estimate_only:  # blocked until a known time (begin time, reservation start)
             return JobWhy(job, part, n, state, reasons, got[0], got[1], None)
@@ -1513,7 +1630,8 @@ def _plan(inp: PlannerInput, later_held: frozenset) -> tuple[BackfillPlan, froze
     if policy.slurm and policy.qos and not later_held:
         held = frozenset(r.job.job_id for r in jobs if type(r) is _Job and (r.state == "top" or r.reserved)
                          and r.req is not None and policy.limit(r.job, r.req) is not None)
-    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe()), held
+    return BackfillPlan(cl.now, tuple(parts), policy.name, policy.describe(),
+                        None if deadline_s is None else {"deadline_s": deadline_s, "not_planned_in_time": late}), held
 
 
 def _rows(pending, jobs: list, now: float) -> dict[str, list]:
@@ -1533,7 +1651,7 @@ def _rows(pending, jobs: list, now: float) -> dict[str, list]:
                 n = None
             else:
                 n = ranked[part] = ranked.get(part, 0) + 1
-            if (rec.state == "waiting" and not rec.reserved) or rec.estimate:
+            if (rec.state == "waiting" and not rec.reserved and not rec.unplanned) or rec.estimate:
                 row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
             elif rec.state == "startable":  # its reason's node list is compressed only now, when read
                 row = (rec.job, part, n, rec.state, (*rec.reasons, Reason(
@@ -1550,6 +1668,21 @@ def _rows(pending, jobs: list, now: float) -> dict[str, list]:
 
 
 _HELD = Reason("held", "it is held (scontrol release it to let it run)", "warning")
+_NOT_PLANNED = Reason("not_planned_in_time", "the plan's deadline passed before its turn: gangwatch did not plan "
+                      "it in this refresh (no estimate; Slurm itself is not affected)", "warning")
+
+
+def _unplanned(cl: _Cluster, job: PendingJob, late: set) -> _Job:
+    """A job whose turn came after the plan's deadline: its partition and request only, no search."""
+    reqs, reasons, home, _ = _prepare(cl, job)
+    rec = _Job(job, home, list(reasons))
+    if not reqs:
+        rec.state = "never"
+        return rec
+    rec.req, rec.unplanned = reqs[0][1], True
+    rec.reasons.append(_NOT_PLANNED)
+    late.add(job.job_id)
+    return rec
 
 
 def _prepare(cl: _Cluster, job: PendingJob):

@@ -39,6 +39,10 @@ class BaseDatasource:
 
     simulated = False
     kube_feed = None  # set by serve when a kube-exporter is configured
+    # A page refresh waits for the plan: in Slurm mode a long queue on a large cluster can take the
+    # planner far longer than this (issue 14), so past it the remaining jobs are marked
+    # not_planned_in_time (and the rows read later get as long again) instead of hanging the page.
+    plan_deadline_s: float | None = 2.0
 
     def __init__(self):
         self._memo = _Memo()
@@ -54,7 +58,7 @@ class BaseDatasource:
 
         try:
             self._plan_error = ""
-            return planner.plan(snapshot_to_planner(snap))
+            return planner.plan(snapshot_to_planner(snap), self.plan_deadline_s)
         except Exception as exc:  # the planner must not take a page down
             log.exception("backfill planner failed")
             self._plan_error = f"{type(exc).__name__}: {exc}"

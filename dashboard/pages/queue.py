@@ -51,6 +51,11 @@ def plan_block(ds: Datasource, ctx: ui.Ctx):
     now = ds.now()
     unusable = unusable_nodes(ds.snapshot())
     out = []
+    if plan.not_planned_in_time:
+        out.append(html.P(
+            f"Plan incomplete: {plan.not_planned_in_time} pending job(s) were not planned within the planner's "
+            f"{plan.deadline['deadline_s']:g} s deadline (reason not_planned_in_time, no estimate); the next "
+            "refresh plans again.", className="gw-banner"))
     for p in plan.partitions:
         top = p.top_job
         slurm_top = next((ui.why_field(w, "slurm_expected_start") for w in p.why if top and w.job_id == top.job_id), None)

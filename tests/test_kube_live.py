@@ -339,9 +339,25 @@ def test_missing_status_and_objects_deleted_mid_watch(apiserver, cache):
     admin = Objects(apiserver.http("admin"))
     pgs = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
     wls = "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads"
-    vq = "/apis/scheduling.volcano.sh/v1beta1/queues"
     fresh_pg = admin.create(pgs, podgroup("fresh-pg", "team-a", "default", 2, 16, None))
     fresh_wl = admin.create(wls, workload("wl-fresh", "team-a", "user-queue", 1, 0, "00000000-0000-0000-0000-000000000009"))
+    try:
+        _missing_status_then_deleted(admin, cache, pgs, wls, fresh_pg, fresh_wl)
+    finally:  # the module's later tests count these objects: gone even when a check above failed
+        for path in (f"{pgs}/fresh-pg", f"{wls}/wl-fresh"):
+            admin.c.delete(path)
+    assert _until(lambda: not {"fresh-pg", "wl-fresh"} & set(gangs(cache)[1]))
+    assert gangs(cache)[1]["wl-preempted"][1].position == 3
+
+
+def _queue_order(cache, queue: str) -> list:
+    """What the position check saw, for its failure message: (name, state, created, position)."""
+    _, g, _ = gangs(cache)
+    return sorted((n, j.state, j.submit_time, gg.position) for n, (j, gg) in g.items() if gg.queue == queue)
+
+
+def _missing_status_then_deleted(admin, cache, pgs, wls, fresh_pg, fresh_wl):
+    vq = "/apis/scheduling.volcano.sh/v1beta1/queues"
     assert "status" not in fresh_pg and "status" not in fresh_wl
     assert _until(lambda: {"fresh-pg", "wl-fresh"} <= set(gangs(cache)[1]))
     _, g, _ = gangs(cache)
@@ -349,7 +365,13 @@ def test_missing_status_and_objects_deleted_mid_watch(apiserver, cache):
     assert (pj.state, pj.reason, pj.node_count, pj.gpus, pg.min_member) == ("PENDING", "NoStatus", 2, 16, 2)
     assert pg.why[0].startswith("no status yet: the Volcano scheduler has not looked at this PodGroup")
     # queue default holds one other pending gang, the real daocloud one created earlier
-    assert (pg.position, [a.name for a in pg.ahead]) == (2, ["default/lm-mpi-job-9c571015-37c7-4a1a-9604-eaa2248613f2"])
+    want = (2, ["default/lm-mpi-job-9c571015-37c7-4a1a-9604-eaa2248613f2"])
+
+    def fresh_position():
+        g2 = gangs(cache)[1]["fresh-pg"][1]
+        return (g2.position, [a.name for a in g2.ahead])
+
+    assert _until(lambda: fresh_position() == want), (fresh_position(), _queue_order(cache, "default"))
     assert (wj.state, wj.reason, wj.partition, wj.qos) == ("PENDING", "NoStatus", "cluster-queue", "team-a/user-queue")
     assert wg.why[0].startswith("no status yet: Kueue has not looked at this Workload")
     # priority 0, newest: behind wl-quota (100), wl-checks (20), wl-preempted (10) in both queues
@@ -378,11 +400,6 @@ def test_missing_status_and_objects_deleted_mid_watch(apiserver, cache):
     admin.create("/api/v1/namespaces/team-a/pods", *pod("run-1", "team-a", 8, "gpu-node-2", "train-running"))
     assert _until(lambda: not gangs(cache)[1]["train-running"][1].partial)
     assert gangs(cache)[1]["train-running"][0].nodes == ("gpu-node-1", "gpu-node-2") and node_gpus("gpu-node-2") == 8
-
-    for path in (f"{pgs}/fresh-pg", f"{wls}/wl-fresh"):
-        admin.check(admin.c.delete(path))
-    assert _until(lambda: not {"fresh-pg", "wl-fresh"} & set(gangs(cache)[1]))
-    assert gangs(cache)[1]["wl-preempted"][1].position == 3
 
 
 def test_rebuilt_in_the_background_after_a_change(apiserver):

@@ -160,8 +160,13 @@ def test_shard_down_then_victoriametrics_restart(stack):
     live_jobs = [j for j, v in judged.items() if not set(v["nodes"]) & dead and j in after]
     dead_jobs = [j for j, v in judged.items() if set(v["nodes"]) <= dead and j in after]
     assert live_jobs, "no judged job on the live shard's nodes: the check proves nothing"
-    for j in live_jobs:  # the others are judged
-        assert after[j]["state"] != "insufficient_data", (after[j]["reason"], after[j]["nodes"], sorted(dead))
+    for j in live_jobs:  # the others are judged on their own data: the dead shard costs them nothing
+        v = after[j]
+        # a live job may be between causes (a fault of the simulator starting): judged on its own
+        # series, which the dead shard did not touch; what must not happen is a data verdict
+        ambiguous = v["state"] == "insufficient_data" and "no single cause holds" in v["reason"]
+        assert v["state"] != "insufficient_data" or ambiguous, (v["reason"], v["nodes"], sorted(dead))
+        assert not dead & set(re.findall(r"node\d{4}", v["reason"])) and "stale" not in v["reason"], v
     for j in dead_jobs:  # unknown, not healthy and not stalled, and the node named
         v = after[j]
         assert v["state"] == "insufficient_data" and any(n in v["reason"] for n in v["nodes"]), v

@@ -556,3 +556,129 @@ def test_a_link_trained_slower_than_the_gangs_other_ports_is_a_straggler():
     # a whole gang at the lower rate is how its fabric was built: nothing to name
     rate[:, :, :] = 12.5e9
     assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "progressing"
+
+
+def paint(c: Cluster, nodes, last: int, **levels) -> None:
+    """Set per-GPU or per-port series (util, sm, ib_tx, ib_wait) of `nodes` over the `last` steps."""
+    for k in c.rows(nodes):
+        for name, value in levels.items():
+            getattr(c, name)[k, :, -last:] = value
+
+
+@pytest.mark.parametrize("profiling", [True, False])
+def test_a_gang_whose_ranks_on_one_node_died_is_hung_not_idle(profiling):
+    """One node's ranks exit (OOM, segfault) and free their GPUs; the survivors spin forever in the
+    collective waiting for them (util pinned, SMs and power near idle, nothing on the wire). The
+    freed GPUs are not 'idle while the others work': nobody works."""
+    from dataclasses import replace
+
+    c = Cluster()
+    dead = c.nodes.index("gpu004")
+    paint(c, GANG_B, 12, util=1.0, sm=0.01, ib_tx=0, ib_wait=2e3)
+    c.util[dead, :, -12:] = 0.0
+    c.sm[dead, :, -12:] = 0.0
+    c.power = 90 + 500 * c.sm
+    c.power[dead, :, -12:] = 55.0
+    mem = np.full((c.n, G, T), 60 * 2.0**30)
+    mem[dead, :, -12:] = 400 * 2.0**20  # the driver's idle framebuffer: nothing of the job's left
+    w = c.window()
+    gpu = {**w.gpu, "mem": mem.astype(np.float32)}
+    if not profiling:
+        gpu.pop("sm")
+    d = diagnose(replace(w, gpu=gpu), [job(1, GANG_A), job(2, GANG_B)])
+    v = verdict(d, 2)
+    assert v.state == "hung" and v.culprit_kind == "job", (v.state, v.reason)
+    assert "4 of 16 GPUs idle" in v.reason
+    assert verdict(d, 1).state == "progressing"
+    # half a gang left idle while the other half trains is still idle GPUs
+    c2 = Cluster()
+    c2.util[dead, :, -30:] = 0.0
+    c2.sm[dead, :, -30:] = 0.0
+    assert verdict(diagnose(c2.window(), [job(2, GANG_B)]), 2).state == "idle_gpus"
+
+
+def test_a_link_that_drops_under_the_gang_and_keeps_erring_is_a_network_stall_at_any_pace():
+    """A flapping link: each drop takes the gang's traffic down with it, symbol errors continue
+    between the drops, and the gang runs at 80-90 % of its pace in between (retransmissions): a
+    network stall, the port the culprit. Errors alone (a marginal cable) or a drop on a port the
+    gang's traffic does not notice are not."""
+    from dataclasses import replace
+
+    def flapping(errors=True, dip=True):
+        c = Cluster()
+        i = c.nodes.index("gpu002")
+        for k in c.rows(GANG_A):
+            c.ib_tx[k, :, -16:] *= 0.85
+        for s in (-16, -6):
+            c.ib_down[i, 1, s] = 1
+            if dip:
+                for k in c.rows(GANG_A):
+                    c.ib_tx[k, :, s] = 1e8
+                    c.ib_wait[k, :, s] = 3e7
+        err = np.zeros_like(c.ib_down)
+        if errors:
+            err[i, 1, -16:] = np.random.default_rng(3).poisson(20, 16)
+        w = c.window()
+        return diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}), [job(1, GANG_A), job(2, GANG_B)])
+
+    d = flapping()
+    v = verdict(d, 1)
+    assert v.state == "stalled_network", (v.state, v.reason)
+    assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_1/1", "port")
+    assert verdict(d, 2).state == "progressing"
+    assert verdict(flapping(dip=False), 1).state == "progressing"  # the drop took none of the gang's traffic
+    c = Cluster()  # a marginal cable errs at a low rate, the link never drops
+    err = np.zeros_like(c.ib_down)
+    err[2, 1, :] = 3
+    w = c.window()
+    assert verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}), [job(1, GANG_A)]),
+                   1).state == "progressing"
+
+
+def test_a_narrow_link_that_slowed_the_gang_far_is_a_straggler_long_after_its_retrain():
+    """The link retrained at 1x width 8 minutes ago (its link-down long out of the 5-minute link
+    window); the gang spins at a quarter of its pace with no congestion and no collapse: no stall
+    cause holds, the narrow port explains it."""
+    c = Cluster()
+    paint(c, GANG_A, 32, util=0.97, sm=0.2, ib_tx=0.35 * 2e10)
+    c.ib_down[2, 1, -32] = 1
+    w = c.window()
+    rate = np.full((c.n, G, T), 50e9, np.float32)
+    rate[2, 1, -32:] = 12.5e9
+    w.rail["ib_rate"] = rate
+    v = verdict(diagnose(w, [job(1, GANG_A)]), 1)
+    assert (v.state, v.culprit) == ("straggler", "gpu002:mlx5_1/1"), (v.state, v.reason)
+
+
+def test_shared_node_deadlock_and_weaker_input_waits():
+    """A job deadlocked on a node it shares keeps its memory while the neighbour keeps reading: the
+    node's reads are not the job's, so it is hung. A job whose readers wait 20 % of the time (above
+    any healthy node, below the 30 % stall cut) while its reads fell to a third of its own past and
+    its held GPUs starve waits for its input: stalled_io; the same pressure with the reads at their
+    usual pace decides nothing."""
+    from dataclasses import replace
+
+    c = Cluster()
+    i = c.nodes.index("gpu004")
+    c.util[i, :2, -12:] = 0.0
+    c.sm[i, :2, -12:] = 0.0
+    c.power = 90 + 500 * c.sm
+    w = c.window()
+    w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
+    d = diagnose(w, [job(1, ("gpu004",), gpus=(0, 1)), job(2, ("gpu004",), gpus=(2, 3))])
+    assert verdict(d, 1).state == "hung", verdict(d, 1).reason
+    assert verdict(d, 2).state == "progressing"
+
+    def loader(read_frac):
+        c = Cluster()
+        k = c.nodes.index("gpu005")
+        c.util[k, :, -12:] = 0.15
+        c.sm[k, :, -12:] = 0.08
+        c.psi[k, -12:] = 0.2
+        c.fs_read[k, -12:] = 4e8 * read_frac
+        w = c.window()
+        w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
+        return verdict(diagnose(w, [job(1, ("gpu005",))]), 1).state
+
+    assert loader(0.3) == "stalled_io"
+    assert loader(1.0) != "stalled_io"

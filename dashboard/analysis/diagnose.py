@@ -425,21 +425,28 @@ class _Signals:
         return _link_events(_link_events(self.node_signal("ib_down"), self.node_signal("ib_err")),
                             self.node_signal("eth_down"))
 
-    def cluster_wait_median(self) -> float:
+    def cluster_wait_median(self, exclude: Sequence[int] = ()) -> float:
         """port_xmit_wait rate of the cluster's typical busy node (median over the nodes that carry
         traffic of their median): idle nodes wait for nothing, and counting them would make any
-        traffic look congested on a cluster with many free nodes."""
+        traffic look congested on a cluster with many free nodes. Nodes in `exclude` (the judged
+        job's own) are left out while other busy nodes remain: a gang spanning half a small
+        cluster would otherwise be its own reference and hide its congestion."""
         if "cwm" not in self.cache:
             w, tx = self.node_signal("ib_wait"), self.node_signal("ib_tx")
-            out = float("nan")
+            per_node = np.full(len(self.win.nodes), np.nan)
             if w is not None and w.size:
                 per_node = nanquantile_rows(w, 0.5)
                 if tx is not None:
                     with np.errstate(invalid="ignore"):
                         per_node = np.where(nanquantile_rows(tx, 0.5) >= self.th.busy_link_bytes, per_node, np.nan)
-                out = _q(per_node, 0.5)
-            self.cache["cwm"] = out
-        return self.cache["cwm"]
+            self.cache["cwm"] = per_node
+        per_node = self.cache["cwm"]
+        if len(exclude):
+            others = per_node.copy()
+            others[np.asarray(exclude, np.int64)] = np.nan
+            if np.isfinite(others).any():
+                return _q(others, 0.5)
+        return _q(per_node, 0.5)
 
     def screen(self, maps: list[_JobMap]) -> None:
         """Vectorised pre-screen over all jobs: which could be anything but progressing. A superset
@@ -475,6 +482,12 @@ class _Signals:
                     jt = np.where(self.alive, _group_mean(tx, gangs), np.nan)
                     slowed |= jt < th.link_degraded_fraction * nanquantile_rows(jt, th.baseline_quantile)[:, None]
                 broad |= flaps & slowed
+                drops = _link_events(self.node_signal("ib_down"), self.node_signal("eth_down"))
+                if drops is not None:
+                    # a link that went down and still errs or drops: judged in detail (`_felt_drops`)
+                    jdrop = np.nan_to_num(_group_mean(drops, gangs)) > 0
+                    broad |= (_recent_events(jdrop, int(round(th.link_window_seconds / step)))
+                              & _recent_events(np.nan_to_num(jd) > 0, max(2, int(round(th.stall_min_seconds / step)))))
             no_sm = ~np.isfinite(sm[:, -recent:]).any(axis=1)
             if no_sm.any() and "power" in self.gpu2d:
                 rows = np.flatnonzero(no_sm)
@@ -607,6 +620,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                        reason="; ".join([f"activity at {ar / ab:.0%} of baseline" if ab > 0 else "activity normal"] + notes),
                        evidence=(Evidence("activity", "", _f(ar), _f(ab), _f(th.degraded_fraction * ab)),))
 
+    nanT = np.full(T, np.nan)
     util = sig.get("util", k)
     sm = sig.get("sm", k)
     has_sm = sm is not None and np.isfinite(sm[-recent:]).any()
@@ -617,12 +631,40 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     power = None if has_sm else sig.get("power", k)
     has_power = power is not None and bool(np.isfinite(power[-recent:]).any())
     power_base = _q(power, th.baseline_quantile) if has_power else float("nan")
+    partial = _partial_idle(win, sig, jm, th, base, util_g)
+    rows = jm.gpu_flat  # the GPUs the job is judged on
+    if partial is not None:
+        # the GPUs that do work keep their pace: some GPUs were left idle, the job is not stalled
+        rows = [g for g, name in zip(jm.gpu_flat, jm.gpu_names) if name not in partial.idle_names]
+        with np.errstate(all="ignore"):
+            rest = _mean((sig.gpu2d["sm"] if has_sm else sig.gpu2d["util"])[rows][:, -recent:])
+        rest = np.nan if rest is None else rest
+        works = np.isfinite(rest) and rest >= th.degraded_fraction * act_base
+        if works and not has_sm and has_power:
+            # without SM activity, busy utilisation may be kernels spinning in a hung collective
+            # (the ranks on the idle GPUs died): board power tells work from spinning
+            with np.errstate(all="ignore"):
+                p_rest = _mean(sig.gpu2d["power"][rows][:, -recent:])
+            works = p_rest is not None and p_rest >= th.waiting_power_fraction * power_base
+        if works:
+            return partial.verdict
+        # The others do not work either: what the job does is what the GPUs it still holds do.
+        # Ranks that died (OOM, a segfault) free their GPUs while the survivors spin forever in
+        # the collective waiting for them; averaged with the freed GPUs, the survivors' pinned
+        # utilisation reads as half a gang idle, which it is not (NCCL busy-polls).
+        util = _rows_series(sig, "util", rows, k)
+        sm = _rows_series(sig, "sm", rows, k) if sm is not None else None
+        power = _rows_series(sig, "power", rows, k) if power is not None else None
+        act = np.where(np.isfinite(sm), sm, util) if has_sm else util
+        act_base, util_base = _q(act, th.baseline_quantile), _q(util, th.baseline_quantile)
+        sm_base = _q(sm, th.baseline_quantile) if has_sm else float("nan")
+        power_base = _q(power, th.baseline_quantile) if has_power else float("nan")
+        notes.append(f"{len(partial.idle_names)} of {len(jm.gpu_flat)} GPUs idle; judged on the other {len(rows)}")
     fs_w, fs_r = sig.get("fs_write", k), sig.get("fs_read", k)
     psi, iow = sig.get("psi_io", k), sig.get("iowait", k)
     ib_tx, ib_wait = sig.get("ib_tx", k), sig.get("ib_wait", k)
     ib_down = _link_events(_link_events(sig.get("ib_down", k), sig.get("ib_err", k)), sig.get("eth_down", k))
     multi_node = len(jm.node_rows) > 1
-    nanT = np.full(T, np.nan)
 
     def val(a):
         return a if a is not None else nanT
@@ -638,7 +680,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     ib_base = _q(ib_tx, th.baseline_quantile)
     wait_base = _q(ib_wait, 0.5)
     read_base = _q(fs_r, th.baseline_quantile)
-    held, empty = _holding(sig, jm, k, th)
+    held, empty = _holding(sig, jm, k, th, rows)
     mem_known = bool((held | empty).any())
     with np.errstate(invalid="ignore"):
         idle_all = util < th.idle_util
@@ -668,7 +710,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             if np.isfinite(wait_base):
                 # the cluster's typical node is the reference: a gang congested for the whole
                 # window has its congestion as its own median
-                cluster_wait = sig.cluster_wait_median()
+                cluster_wait = sig.cluster_wait_median(jm.node_rows)
                 ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
                 # ... and not below the job's own typical wait: a job whose traffic naturally waits
                 # (all-to-all on a busy fabric) is not congested when it waits less than usual
@@ -692,6 +734,12 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             if np.isfinite(ib_base) and ib_base > 0:
                 slowed |= ib_tx < th.link_degraded_fraction * ib_base
             degraded |= link_event & slowed
+            # A link that went down under the gang, taking its traffic with it (its rate collapsed or
+            # its ports backed up in the scrape of the drop), and still errs or drops: the gang's
+            # collectives stall at every drop and retransmit between them, however fast it runs
+            # in the meantime. A drop alone is no stall (the port may carry none of the gang's
+            # traffic), nor errors alone (marginal cables err at a low rate for months).
+            degraded |= _felt_drops(sig, k, ib_down, collapsed | congested, step, th)
         if not shared_io:
             # a job stalled since before the window has its stall as baseline: absolute rule (not
             # on a shared node without the job's own pressure: the PSI may be a neighbour's)
@@ -706,7 +754,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # never completes), or every GPU idle while the job's processes still hold their memory,
         # nothing moves on the fabric and no reader waits (a whole-job deadlock on the host).
         # Congestion or a link event is the network's doing, not a hang.
-        reading = (fs_r >= 0.5 * read_base) if np.isfinite(read_base) and read_base > 1e6 else np.zeros(T, bool)
+        # (on a node shared with other jobs the node's reads are theirs as much as this job's: a
+        # neighbour that keeps reading says nothing about whether this job's processes still run)
+        reading = ((fs_r >= 0.5 * read_base) if np.isfinite(read_base) and read_base > 1e6 and not jm.shared
+                   else np.zeros(T, bool))
         hang = ((spinning & lazy) | (idle_all & held & ~io_wait & ~slow_target & ~reading)) & flat & ~fabric
         # Network: GPUs spin in a collective that waits on the fabric (NCCL busy-polls, so
         # utilisation stays high while SM activity falls), or the GPUs go quiet because the wait
@@ -717,26 +768,16 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # I/O: readers wait, or a target the job reads from is slow, while GPUs the job holds starve
         # (GPUs with nothing on them are idle whatever the node reads)
         io = (io_wait | slow_target) & ~empty
+        if not shared_io and np.isfinite(read_base) and read_base > 1e6:
+            # readers waiting a smaller share of the time while the job's reads fell well below
+            # their own past: the loaders wait for data (a network stall or a hang reads less too,
+            # but nobody waits on storage there)
+            some_wait = (psi >= th.psi_io_elevated) | (iow >= th.iowait_elevated)
+            io |= some_wait & ~writing & (fs_r < th.read_fell_fraction * read_base) & held
         # idle: GPUs with no work and no memory of the job's; with memory unknown, idle GPUs that
         # nothing else explains
         unused = idle_all & empty
         idle = idle_all & ~held & ~net
-    partial = _partial_idle(win, sig, jm, th, base, util_g)
-    if partial is not None:
-        # the GPUs that do work keep their pace: some GPUs were left idle, the job is not stalled
-        busy_rows = [i for i in range(len(jm.gpu_flat)) if jm.gpu_names[i] not in partial.idle_names]
-        with np.errstate(all="ignore"):
-            rest = _mean((sig.gpu2d["sm"] if has_sm else sig.gpu2d["util"])[[jm.gpu_flat[i] for i in busy_rows]][:, -recent:])
-        rest = np.nan if rest is None else rest
-        works = np.isfinite(rest) and rest >= th.degraded_fraction * act_base
-        if works and not has_sm and has_power:
-            # without SM activity, busy utilisation may be kernels spinning in a hung collective
-            # (the ranks on the idle GPUs died): board power tells work from spinning
-            with np.errstate(all="ignore"):
-                p_rest = _mean(sig.gpu2d["power"][[jm.gpu_flat[i] for i in busy_rows]][:, -recent:])
-            works = p_rest is not None and p_rest >= th.waiting_power_fraction * power_base
-        if works:
-            return partial.verdict
     alive = sig.alive[k]
     known = np.isfinite(act) & alive
     stall_step = degraded & known
@@ -775,12 +816,17 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             cause = "stalled_io"
         share = votes[cause] / last
         if share < 0.5:
+            # no stall cause holds: a member that paces the gang (a link trained narrower long
+            # ago, a GPU clocked down) explains a gang slowed this far
+            v = _slow_link(win, sig, jm, th, base) or _straggler(win, sig, jm, th, base)
+            if v is not None:
+                return v
             if partial is not None:
                 return partial.verdict
             seg = slice(T - run, T)
             why = _unexplained(th, tail, dict(
                 psi=psi, iowait=iow, slow_target=slow_target, target_known=_has_target_latency(win),
-                ib_wait=ib_wait, cluster_wait=sig.cluster_wait_median() if multi_node else float("nan"),
+                ib_wait=ib_wait, cluster_wait=sig.cluster_wait_median(jm.node_rows) if multi_node else float("nan"),
                 ib_tx=ib_tx, ib_base=ib_base, ib_down=ib_down, multi_node=multi_node, has_sm=has_sm,
                 has_power=has_power, util=util, held=held, empty=empty, mem_known=mem_known, flags=flags))
             return Verdict(**base, state="insufficient_data", confidence=0.0, since=float(win.times[T - run]),
@@ -842,6 +888,14 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                                       th.degraded_fraction * act_base),))
 
 
+def _rows_series(sig: _Signals, name: str, rows: list[int], k: int) -> np.ndarray | None:
+    """Mean over some of job k's GPUs of a GPU signal, NaN before the job started."""
+    a = sig.gpu2d.get(name)
+    if a is None:
+        return None
+    return np.where(sig.alive[k], _group_mean(a, [rows])[0], np.nan)
+
+
 def _mean(x) -> float | None:
     x = np.asarray(x, np.float64)
     x = x[np.isfinite(x)]
@@ -865,6 +919,24 @@ def _link_events(down: np.ndarray | None, errors: np.ndarray | None) -> np.ndarr
         return np.where(np.isfinite(down) | np.isfinite(errors), np.nan_to_num(down) + np.nan_to_num(errors), np.nan)
 
 
+def _felt_drops(sig: _Signals, k: int, events: np.ndarray, dip: np.ndarray, step: float, th: Thresholds) -> np.ndarray:
+    """Per step: one of job k's links went down in the last `link_window_seconds` in a step where
+    the gang's traffic dipped (`dip`, the step before or after too: a counter and a rate land in
+    different scrapes), and the links still err or drop (an event in the last
+    `stall_min_seconds`). All False where link-down counters are not exported."""
+    drops = _link_events(sig.get("ib_down", k), sig.get("eth_down", k))
+    if drops is None:
+        return np.zeros(dip.shape, bool)
+    near = dip.copy()
+    near[1:] |= dip[:-1]
+    near[:-1] |= dip[1:]
+    with np.errstate(invalid="ignore"):
+        hit = (drops > 0) & near
+        live = events > 0
+    return (_recent_events(hit, int(round(th.link_window_seconds / step)))
+            & _recent_events(live, max(2, int(round(th.stall_min_seconds / step)))))
+
+
 def _recent_events(events: np.ndarray, width: int) -> np.ndarray:
     """Per step (last axis): an event happened in this step or the `width - 1` before it."""
     ev = events.astype(np.int64)
@@ -874,15 +946,15 @@ def _recent_events(events: np.ndarray, width: int) -> np.ndarray:
     return (c[..., 1:] - c[..., lo]) > 0
 
 
-def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds) -> tuple[np.ndarray, np.ndarray]:
-    """(held, empty) per step: most of the job's GPUs hold memory beyond what the driver and a bare
-    context take (its processes are on them), or most sit at that idle level. Both False where
-    no GPU memory is known."""
+def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(held, empty) per step: most of the GPUs `rows` (the job's) hold memory beyond what the
+    driver and a bare context take (its processes are on them), or most sit at that idle level.
+    Both False where no GPU memory is known."""
     T = sig.T
     mem = sig.gpu2d.get("mem")
-    if mem is None or not jm.gpu_flat:
+    if mem is None or not rows:
         return np.zeros(T, bool), np.zeros(T, bool)
-    m = mem[jm.gpu_flat].astype(np.float64)
+    m = mem[rows].astype(np.float64)
     fin = np.isfinite(m)
     n = fin.sum(axis=0)
     with np.errstate(invalid="ignore"):

@@ -74,6 +74,14 @@ class Thresholds:
     # Healthy training nodes sit at 0-5 % (kernel docs: PSI; simulator 0.3 %; measured on our hosts).
     psi_io_stalled: float = 0.30
     iowait_stalled: float = 0.25  # CPU iowait share that marks an I/O-bound node (same reasoning, coarser)
+    # Readers waiting a smaller share of the time mark an input stall too when the job's reads
+    # also fell below `read_fell_fraction` of its own baseline while the GPUs it holds starve
+    # (activity below `degraded_fraction` of baseline): pressure at half the stall cut is still 3x the healthy
+    # ceiling, and the loaders read less because they wait (PSI docs: "some" = at least one task
+    # stalled). Network stalls and hangs read less as well, but with no one waiting on storage.
+    psi_io_elevated: float = 0.15
+    iowait_elevated: float = 0.12
+    read_fell_fraction: float = 0.5
     # A checkpoint writes at least this many bytes/s per node (multi-GB shards in 30-120 s).
     checkpoint_write_bytes: float = 50e6
     # A pause that writes at checkpoint speed is a checkpoint for this long; past it, a stall

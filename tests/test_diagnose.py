@@ -682,3 +682,54 @@ def test_shared_node_deadlock_and_weaker_input_waits():
 
     assert loader(0.3) == "stalled_io"
     assert loader(1.0) != "stalled_io"
+
+
+def test_lost_scrapes_are_no_work_beside_idle_gpus():
+    """A whole gang deadlocks (every GPU idle, memory held, no traffic); one node's last scrapes are
+    lost. Its GPUs are unknown, not working: the job is hung, not "24 of 32 GPUs idle while the
+    others work". Half a gang idle while the other half trains, with a scrape of the trainers lost,
+    is still idle GPUs."""
+    from dataclasses import replace
+
+    def gang(trainers_work: bool):
+        c = Cluster()
+        lost = c.nodes.index("gpu007")
+        for k in c.rows(GANG_B):
+            if trainers_work and k == lost:
+                continue
+            c.util[k, :, -16:] = 0.0
+            c.sm[k, :, -16:] = 0.0
+            c.ib_tx[k, :, -16:] = 0.0
+            c.fs_read[k, -16:] = 0.0
+        c.util[lost, :, -4:-1] = np.nan
+        c.sm[lost, :, -4:-1] = np.nan
+        c.power = 90 + 500 * c.sm
+        w = c.window()
+        w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
+        return verdict(diagnose(w, [job(1, GANG_A), job(2, GANG_B)]), 2)
+
+    v = gang(trainers_work=False)
+    assert v.state == "hung" and "while the others work" not in v.reason, (v.state, v.reason)
+    v = gang(trainers_work=True)
+    assert v.state == "idle_gpus" and "12 of 16" in v.reason, (v.state, v.reason)
+
+
+def test_readers_waiting_make_a_moderate_slowdown_an_input_stall():
+    """Readers waiting 40 % of the time (PSI io), the job at half its pace: the storage holds it back
+    (loader-bound jobs run at 10-50 % of their pace), though a dip to half with no one waiting
+    (evaluation) is nothing, and at 60 % of its pace it is not judged on pressure alone."""
+    def loader(pace, psi):
+        c = Cluster()
+        k = c.nodes.index("gpu005")
+        c.util[k, :, -12:] *= pace
+        c.sm[k, :, -12:] *= pace
+        c.psi[k, -12:] = psi
+        c.fs_read[k, -12:] = 4e8 * pace
+        from dataclasses import replace
+        w = c.window()
+        w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
+        return verdict(diagnose(w, [job(1, ("gpu005",))]), 1).state
+
+    assert loader(0.5, 0.4) == "stalled_io"
+    assert loader(0.5, 0.02) == "progressing"
+    assert loader(0.6, 0.4) == "progressing"

@@ -468,7 +468,9 @@ class _Signals:
             warnings.simplefilter("ignore", RuntimeWarning)
             base = nanquantile_rows(act, th.baseline_quantile)
             self.act_recent = np.nanmean(act[:, -recent:], axis=1)
-            broad = ((act < th.degraded_fraction * base[:, None]) | (u < th.idle_util) | (act < th.low_activity)
+            # io_degraded_fraction: a smaller slowdown with readers waiting (judged in detail)
+            broad = ((act < max(th.degraded_fraction, th.io_degraded_fraction) * base[:, None])
+                     | (u < th.idle_util) | (act < th.low_activity)
                      | ((u >= th.busy_util) & (sm < th.waiting_sm_ratio * u)) | ((u >= th.busy_util) & (sm < th.hang_sm)))
             down = self.link_events()
             if down is not None:
@@ -744,6 +746,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # a job stalled since before the window has its stall as baseline: absolute rule (not
             # on a shared node without the job's own pressure: the PSI may be a neighbour's)
             degraded |= (act < th.low_activity) & io_wait
+            degraded |= (act < th.io_degraded_fraction * act_base) & io_wait
         if has_sm:
             slack = (sm < th.waiting_sm_fraction * sm_base) | (sm < th.waiting_sm_ratio * util)
         elif has_power:
@@ -1572,6 +1575,13 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         bad = np.array(keep, dtype=np.int64)
     if bad.size == 0 or bad.size == len(jm.gpu_flat):
         return None
+    # "while the others work" needs the others seen working: a GPU whose last scrapes were lost
+    # (unknown) or that went idle a little later than the rest is no evidence of work, and the
+    # whole job is then judged as one (a deadlock idles every GPU, not "28 of 32")
+    others = np.setdiff1d(np.arange(util_g.shape[0]), bad)
+    with np.errstate(invalid="ignore"):
+        if not (util_g[others, max(0, T - need):] >= th.idle_util).any():
+            return None
     names = [jm.gpu_names[i] for i in bad]
     since = float(win.times[T - int(runs[bad].max())])
     ev = tuple(Evidence("gpu_util", n, _mean((util_g[i, T - int(runs[i]):])), None, th.idle_util,

@@ -80,6 +80,11 @@ class Thresholds:
     # ceiling, and the loaders read less because they wait (PSI docs: "some" = at least one task
     # stalled). Network stalls and hangs read less as well, but with no one waiting on storage.
     psi_io_elevated: float = 0.15
+    # With readers waiting most of the time (the full stall cuts above, not while writing a
+    # checkpoint), a smaller slowdown is already the storage's doing: loader-bound jobs run at
+    # 10-50 % of their pace, and evaluation, the healthy dip this cut must stay below, reads
+    # little and keeps 50-70 % with no one waiting (as link_degraded_fraction for a link event).
+    io_degraded_fraction: float = 0.55
     iowait_elevated: float = 0.12
     read_fell_fraction: float = 0.5
     # A checkpoint writes at least this many bytes/s per node (multi-GB shards in 30-120 s).

@@ -16,6 +16,7 @@ from collectors.kube import exporter
 from collectors.kube.api import Client, load_kubeconfig
 from collectors.kube.cache import KubeCache
 from collectors.kube.metrics import cache_families, snapshot_families
+from collectors.kube.translate import ts
 from collectors.slurm.metrics import cut_label
 from collectors.slurm.model import Snapshot
 from tests.conftest import FIXTURES, REPO
@@ -364,8 +365,13 @@ def _missing_status_then_deleted(admin, cache, pgs, wls, fresh_pg, fresh_wl):
     (pj, pg), (wj, wg) = g["fresh-pg"], g["wl-fresh"]
     assert (pj.state, pj.reason, pj.node_count, pj.gpus, pg.min_member) == ("PENDING", "NoStatus", 2, 16, 2)
     assert pg.why[0].startswith("no status yet: the Volcano scheduler has not looked at this PodGroup")
-    # queue default holds one other pending gang, the real daocloud one created earlier
-    want = (2, ["default/lm-mpi-job-9c571015-37c7-4a1a-9604-eaa2248613f2"])
+    # queue default holds one other pending gang, the real daocloud one, created earlier by the
+    # server's clock (the order is by creationTimestamp: a host whose clock stepped back since
+    # would put it after, and so must this check)
+    real = "default/lm-mpi-job-9c571015-37c7-4a1a-9604-eaa2248613f2"
+    real_created = gangs(cache)[1][real.split("/")[1]][0].submit_time
+    # (same second: by name, and fresh-pg sorts first)
+    want = (2, [real]) if real_created < ts(fresh_pg["metadata"]["creationTimestamp"]) else (1, [])
 
     def fresh_position():
         g2 = gangs(cache)[1]["fresh-pg"][1]

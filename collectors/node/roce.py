@@ -85,13 +85,26 @@ NODE_HELP = {
 }
 
 
-def scan(base: str) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
-    """Devices under `base`, and per counter this collector knows, the (file path, sample prefix
-    `name{device,port} `) of every port that has it: a scrape then goes counter by counter."""
+# A counter is at most 20 digits and a newline: a read that fills this many bytes is not one
+READ_SIZE = 64
+
+
+class Layout(NamedTuple):
+    """What a scrape reads and writes, built once per device set: every port's counter files in
+    counter-major order, the rendered sample prefix `name{device,port} ` of each, and per counter
+    its Spec and the [start, end) of its files in those lists."""
+
+    paths: list[str]
+    prefixes: list[str]
+    spans: tuple[tuple[Spec, int, int], ...]
+
+
+def scan(base: str) -> Layout:
+    """The Layout of the ports under `base` that have any counter this collector knows."""
     try:
         devices = sorted(os.listdir(base))
     except OSError:
-        return [], {}
+        devices = []
     by_counter: dict[str, list[tuple[str, str]]] = {}
     for device in devices:
         try:
@@ -109,7 +122,32 @@ def scan(base: str) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
                 spec = COUNTERS.get(n)
                 if spec is not None:
                     by_counter.setdefault(n, []).append((f"{hw}/{n}", f"{PREFIX}{spec.metric}{labels} "))
-    return devices, {n: by_counter[n] for n in COUNTERS if n in by_counter}
+    paths: list[str] = []
+    prefixes: list[str] = []
+    spans = []
+    for name, spec in COUNTERS.items():
+        files = by_counter.get(name)
+        if files:
+            spans.append((spec, len(paths), len(paths) + len(files)))
+            paths += [path for path, _ in files]
+            prefixes += [prefix for _, prefix in files]
+    return Layout(paths, prefixes, tuple(spans))
+
+
+def parse_values(datas: list[bytes | None]) -> tuple[list[str | None], bool]:
+    """Each file's unsigned integer as text (None for a file that is unreadable, empty, `N/A (no
+    PMA)`, negative, garbage or longer than a counter), and whether every file gave one."""
+    if None not in datas:
+        toks = list(map(bytes.strip, datas))
+        # every file one run of ASCII digits (bytes.isdigit is ASCII only) shorter than the read:
+        # checked for all files at once, the usual case, in C
+        if all(toks) and b"".join(toks).isdigit() and max(map(len, datas), default=0) < READ_SIZE:
+            return b" ".join(toks).decode("ascii").split(" "), True
+    values: list[str | None] = []
+    for data in datas:
+        tok = data.strip() if data is not None and len(data) < READ_SIZE else b""
+        values.append(tok.decode("ascii") if tok.isdigit() else None)
+    return values, False
 
 
 @register
@@ -120,8 +158,8 @@ class RoceCollector(Collector):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self._devices: list[str] | None = None
-        self._files: dict[str, list[tuple[str, str]]] = {}
+        self._listed: list[str] | None = None
+        self._layout = Layout([], [], ())
         self._scanned = 0.0
         self._open = OpenFiles()
 
@@ -129,38 +167,33 @@ class RoceCollector(Collector):
         base = self.ctx.paths.sys("class", "infiniband")
         now = time.monotonic()
         try:
-            listed = sorted(os.listdir(base))
+            listed = os.listdir(base)
         except OSError:
             listed = []
-        if self._devices != listed or now - self._scanned > RESCAN_SECONDS:
+        if self._listed != listed or now - self._scanned > RESCAN_SECONDS:
             self._open.close()
-            self._devices, self._files = scan(base)
-            self._scanned = now
-        if not self._files:
+            self._layout = scan(base)
+            self._listed, self._scanned = listed, now
+        lay = self._layout
+        if not lay.spans:
             raise NoData(f"no RDMA port with RoCE hw_counters under {base}")
-        read = self._open.read
+        values, complete = parse_values(self._open.read_all(lay.paths, READ_SIZE))
+        if complete:  # one C-level pass renders every sample
+            lines = list(map(str.__add__, lay.prefixes, values))
         out: list[Family] = []
         totals: dict[str, int] = {}
-        for name, files in self._files.items():
-            spec = COUNTERS[name]
-            lines, total = [], 0
-            for path, prefix in files:
-                data = read(path)
-                # parse_counter inlined: this runs for every port's every counter on every scrape
-                if data is None:
-                    continue
-                data = data.strip()
-                if not data.isdigit():  # "N/A (no PMA)", empty, negative, garbage: left out
-                    continue
-                value = int(data)
-                lines.append(prefix + str(value))
-                total += value
-            if lines:
+        for spec, start, end in lay.spans:
+            if complete:
+                fam_lines, got = lines[start:end], values[start:end]
+            else:  # some file gave no number: only that port's sample is left out
+                pairs = [(p, v) for p, v in zip(lay.prefixes[start:end], values[start:end]) if v is not None]
+                fam_lines, got = [p + v for p, v in pairs], [v for _, v in pairs]
+            if fam_lines:
                 fam = counter(PREFIX + spec.metric, spec.help)
-                fam.lines = lines
+                fam.lines = fam_lines
                 out.append(fam)
                 if spec.node:
-                    totals[spec.node] = totals.get(spec.node, 0) + total
+                    totals[spec.node] = totals.get(spec.node, 0) + sum(map(int, got))
         return [*out, *(counter(PREFIX + m, NODE_HELP[m]).add_rendered("", v) for m, v in totals.items())]
 
     def close(self) -> None:

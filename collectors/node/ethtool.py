@@ -54,6 +54,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from typing import Sequence
 
@@ -234,9 +235,9 @@ def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = N
                 tuple(groups[k][0] for k in keys if len(groups[k]) == 1))
 
 
-def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list[str] | None:
-    """One device's sample lines, in the plan's order, and its rollups added to `totals`; None when
-    there are fewer values than names (the driver shrank between the two calls)."""
+def plan_values(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list | None:
+    """One device's sample values in the plan's order (scaled ones as floats), its rollups added to
+    `totals`; None when there are fewer values than names (the driver shrank between the two calls)."""
     if len(values) < len(plan.names):
         return None
     n = plan.singles
@@ -246,18 +247,32 @@ def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> l
         vals[k] *= factor
     for k, node in plan.rollups:
         totals[node] = totals.get(node, 0) + vals[k]
+    return vals
+
+
+def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list[str] | None:
+    """One device's sample lines, in the plan's order, and its rollups added to `totals` (None as
+    plan_values)."""
+    vals = plan_values(plan, values, totals)
     # driver stats are unsigned integers, scaled ones plain floats: str() is their exposition form
-    return list(map(str.__add__, plan.prefixes, map(str, vals)))
+    return None if vals is None else list(map(str.__add__, plan.prefixes, map(str, vals)))
 
 
-def add_lines(families: dict[str, Family], plan: Plan, per_device: list[list[str]]) -> None:
-    """Lines of several devices with the same plan order into their families, one append per family
-    rather than per sample (8 NICs of one driver share the order)."""
-    for metric, help_, col in zip(plan.metrics, plan.helps, zip(*per_device)):
+def add_lines(families: dict[str, Family], plans: list[Plan], rows: list[list]) -> None:
+    """The samples of devices whose plans share one order (8 NICs of one driver) into their
+    families: every line rendered in one pass over the devices' values (device by device), then
+    each family takes every n-th line, rather than a list per device transposed."""
+    first = plans[0]
+    n = len(first.metrics)
+    lines = list(map(str.__add__, chain.from_iterable([p.prefixes for p in plans]),
+                     map(str, chain.from_iterable(rows))))
+    for k, metric in enumerate(first.metrics):
         fam = families.get(metric)
         if fam is None:
-            fam = families[metric] = counter(metric, help_)
-        fam.lines.extend(col)
+            fam = families[metric] = counter(metric, first.helps[k])
+            fam.lines = lines[k::n]
+        else:  # another driver's devices gave this family first
+            fam.lines += lines[k::n]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,7 +492,7 @@ class EthtoolCollector(Collector):
             raise NoData("no network interface to read (or all filtered out)")
         families: dict[str, Family] = {}
         totals: dict[str, float] = {}
-        by_order: dict[tuple[str, ...], tuple[Plan, list[list[str]]]] = {}  # devices grouped by sample order
+        by_order: dict[tuple[str, ...], tuple[list[Plan], list[list]]] = {}  # devices grouped by sample order
         supported = gauge(PREFIX + "stats_supported", "1 when the device's driver gives statistics through "
                                                       "ethtool, 0 when it has none (loopback, bonds, most "
                                                       "virtual devices).")
@@ -485,23 +500,25 @@ class EthtoolCollector(Collector):
             plan = self._plans.get(device)
             if plan is None:
                 plan = self._remember(device)
-            values = None
-            if isinstance(plan, Plan):
-                values = self._values(device, plan)
-                if values is None:  # the stat list changed under us: one fresh read of names and values
+            vals = None
+            if type(plan) is Plan:
+                vals = self._plan_values(device, plan, totals)
+                if vals is None:  # the stat list changed under us: one fresh read of names and values
                     plan = self._remember(device)
-                    values = self._values(device, plan) if isinstance(plan, Plan) else None
-            if values is None:
-                if isinstance(plan, str):
+                    vals = self._plan_values(device, plan, totals)
+            if vals is None:
+                if type(plan) is str:
                     supported.add_rendered(self.filter(device), 0)
                 continue  # a device that vanished or changed twice in one scrape: nothing rather than a guess
-            lines = apply_plan(plan, values, totals)
-            if lines is None:
-                continue
             supported.add_rendered(self.filter(device), 1)
-            by_order.setdefault(plan.metrics, (plan, []))[1].append(lines)
-        for plan, per_device in by_order.values():
-            add_lines(families, plan, per_device)
+            group = by_order.get(plan.metrics)
+            if group is None:
+                by_order[plan.metrics] = ([plan], [vals])
+            else:
+                group[0].append(plan)
+                group[1].append(vals)
+        for group_plans, rows in by_order.values():
+            add_lines(families, group_plans, rows)
         if len(self._plans) > 4 * len(devices) + 64:  # veth churn must not grow the cache forever
             self._plans = {d: p for d, p in self._plans.items() if d in set(devices)}
         node = [counter(PREFIX + metric, NODE_HELP[metric]).add_rendered("", total) for metric, total in totals.items()]
@@ -515,11 +532,11 @@ class EthtoolCollector(Collector):
             self._plans[device] = plan
         return plan
 
-    def _values(self, device: str, plan: Plan | str | None) -> Sequence[int] | None:
-        if not isinstance(plan, Plan):
+    def _plan_values(self, device: str, plan: Plan | str | None, totals: dict[str, float]) -> list | None:
+        if type(plan) is not Plan:
             return None
         try:
-            return self.reader.values(device, plan.names)
+            return plan_values(plan, self.reader.values(device, plan.names), totals)
         except (_Changed, Unsupported, OSError):
             return None
 

@@ -383,7 +383,7 @@ class FixtureReader:
 
     def __init__(self, roots: str):
         self.roots = [r for r in roots.split(",") if r]  # several capture folders may be merged
-        self._where: dict[str, str] = {}
+        self._paths: dict[str, str] = {}  # device -> its statistics file, from the last listing
         self._stamp: list | None = None
         self._devices: list[str] = []
         # device -> (the bytes last read, their parse): a capture read again unchanged is not parsed
@@ -392,7 +392,7 @@ class FixtureReader:
         self._last: dict[str, tuple[bytes, tuple[tuple[str, ...], list[int]]]] = {}
 
     def _parse(self, device: str) -> tuple[tuple[str, ...], list[int]]:
-        path = os.path.join(self._where.get(device, self.roots[0] if self.roots else ""), device, "statistics")
+        path = self._paths.get(device) or os.path.join(self.roots[0] if self.roots else "", device, "statistics")
         try:
             raw = _read_file(path)
         except FileNotFoundError:
@@ -430,7 +430,8 @@ class FixtureReader:
                     where.update((e.name, root) for e in it if e.is_dir())
             except OSError:
                 continue
-        self._where, self._stamp, self._devices = where, stamp, sorted(where)
+        self._paths = {d: os.path.join(root, d, "statistics") for d, root in where.items()}
+        self._stamp, self._devices = stamp, sorted(where)
         return self._devices
 
     def close(self) -> None:
@@ -487,7 +488,8 @@ class EthtoolCollector(Collector):
         if now - self._scanned > RESCAN_SECONDS:
             self._plans.clear()
             self._scanned = now
-        devices = [d for d in self.reader.devices(self.ctx.paths.sys("class", "net")) if self.filter(d)]
+        kept = self.filter
+        devices = [(d, lbl) for d in self.reader.devices(self.ctx.paths.sys("class", "net")) if (lbl := kept(d))]
         if not devices:
             raise NoData("no network interface to read (or all filtered out)")
         families: dict[str, Family] = {}
@@ -496,7 +498,7 @@ class EthtoolCollector(Collector):
         supported = gauge(PREFIX + "stats_supported", "1 when the device's driver gives statistics through "
                                                       "ethtool, 0 when it has none (loopback, bonds, most "
                                                       "virtual devices).")
-        for device in devices:
+        for device, label in devices:
             plan = self._plans.get(device)
             if plan is None:
                 plan = self._remember(device)
@@ -508,9 +510,9 @@ class EthtoolCollector(Collector):
                     vals = self._plan_values(device, plan, totals)
             if vals is None:
                 if type(plan) is str:
-                    supported.add_rendered(self.filter(device), 0)
+                    supported.add_rendered(label, 0)
                 continue  # a device that vanished or changed twice in one scrape: nothing rather than a guess
-            supported.add_rendered(self.filter(device), 1)
+            supported.add_rendered(label, 1)
             group = by_order.get(plan.metrics)
             if group is None:
                 by_order[plan.metrics] = ([plan], [vals])
@@ -520,7 +522,8 @@ class EthtoolCollector(Collector):
         for group_plans, rows in by_order.values():
             add_lines(families, group_plans, rows)
         if len(self._plans) > 4 * len(devices) + 64:  # veth churn must not grow the cache forever
-            self._plans = {d: p for d, p in self._plans.items() if d in set(devices)}
+            listed = {d for d, _ in devices}
+            self._plans = {d: p for d, p in self._plans.items() if d in listed}
         node = [counter(PREFIX + metric, NODE_HELP[metric]).add_rendered("", total) for metric, total in totals.items()]
         return [supported, *families.values(), *node]
 

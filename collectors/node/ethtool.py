@@ -54,7 +54,6 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
-from itertools import chain
 from operator import itemgetter
 from typing import Sequence
 
@@ -235,44 +234,93 @@ def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = N
                 tuple(groups[k][0] for k in keys if len(groups[k]) == 1))
 
 
-def plan_values(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list | None:
-    """One device's sample values in the plan's order (scaled ones as floats), its rollups added to
-    `totals`; None when there are fewer values than names (the driver shrank between the two calls)."""
-    if len(values) < len(plan.names):
-        return None
-    n = plan.singles
-    vals: list = [values[i] for i in plan.pick] if n < 2 else list(itemgetter(*plan.pick)(values))
-    vals += [sum(values[sel]) if type(sel) is slice else sum([values[i] for i in sel]) for sel in plan.selects[n:]]
-    for k, factor in plan.scaled:
-        vals[k] *= factor
-    for k, node in plan.rollups:
-        totals[node] = totals.get(node, 0) + vals[k]
-    return vals
+def _shifted(sel: slice | tuple[int, ...], by: int) -> slice | tuple[int, ...]:
+    if type(sel) is slice:
+        return slice(sel.start + by, sel.stop + by, sel.step)
+    return tuple(i + by for i in sel)
+
+
+class Group:
+    """Devices whose plans have one shape (the same stat list: 8 NICs of one driver) scraped as one:
+    their values concatenated, every single-stat sample of all of them taken by one itemgetter,
+    every line rendered by one %-format of a template built here, each family a slice of the
+    lines. Samples are laid out family by family (sample k of every device, then k+1), the order
+    of the lines in the exposition. Per scrape this is a few C-level calls per group rather than
+    a Python pass per device and per sample."""
+
+    __slots__ = ("plans", "n", "getter", "singles", "sums", "scaled", "rollups", "template")
+
+    def __init__(self, plans: Sequence[Plan]):
+        first = plans[0]
+        d, n, s = len(plans), len(first.names), first.singles
+        self.plans = tuple(plans)
+        self.n = n
+        # the concatenated values hold device j's at [j * n, (j + 1) * n)
+        self.singles = [j * n + first.pick[k] for k in range(s) for j in range(d)]
+        self.getter = itemgetter(*self.singles) if len(self.singles) > 1 else None
+        self.sums = [_shifted(sel, j * n) for sel in first.selects[s:] for j in range(d)]
+        self.scaled = tuple((k * d, (k + 1) * d, factor) for k, factor in first.scaled)
+        nodes: dict[str, list[int]] = {}
+        for k, node in first.rollups:
+            nodes.setdefault(node, []).extend(range(k * d, (k + 1) * d))
+        self.rollups = tuple((node, itemgetter(*pos) if len(pos) > 1 else None, pos[0]) for node, pos in nodes.items())
+        self.template = "\n".join([p.prefixes[k].replace("%", "%%") + "%s" for k in range(len(first.prefixes))
+                                   for p in plans])
+
+    @staticmethod
+    def shape(plan: Plan) -> tuple:
+        """Plans of equal shape differ only in their device label."""
+        selects = tuple((s.start, s.stop, s.step) if type(s) is slice else s for s in plan.selects)  # hashable
+        return plan.metrics, plan.helps, plan.pick, selects, plan.scaled, plan.rollups, len(plan.names)
+
+    def values(self, rows: Sequence[Sequence[int]], totals: dict[str, float]) -> list:
+        """The samples' values, family by family (scaled ones as floats), the rollups added to
+        `totals`; `rows` are the devices' values, each exactly `n` long."""
+        big = rows[0] if len(rows) == 1 else rows[0][:0]
+        if len(rows) > 1:
+            for row in rows:
+                big += row
+        vals: list = list(self.getter(big)) if self.getter is not None else [big[i] for i in self.singles]
+        vals += [sum(big[sel]) if type(sel) is slice else sum([big[i] for i in sel]) for sel in self.sums]
+        for start, end, factor in self.scaled:
+            vals[start:end] = [v * factor for v in vals[start:end]]
+        for node, getter, pos in self.rollups:
+            totals[node] = totals.get(node, 0) + (sum(getter(vals)) if getter is not None else vals[pos])
+        return vals
+
+    def lines(self, vals: list) -> list[str]:
+        # driver stats are unsigned integers, scaled ones plain floats: str() is their exposition form;
+        # a rendered label holds no raw newline (escaped), so the split gives back one line per sample
+        return (self.template % tuple(vals)).split("\n") if vals else []
+
+    def add(self, families: dict[str, Family], rows: Sequence[Sequence[int]], totals: dict[str, float]) -> None:
+        lines = self.lines(self.values(rows, totals))
+        d = len(self.plans)
+        first = self.plans[0]
+        for k, metric in enumerate(first.metrics):
+            fam = families.get(metric)
+            if fam is None:
+                fam = families[metric] = counter(metric, first.helps[k])
+                fam.lines = lines[k * d:(k + 1) * d]
+            else:  # another group's devices gave this family first
+                fam.lines += lines[k * d:(k + 1) * d]
+
+
+def group_plans(plans: Sequence[Plan]) -> list[tuple[Group, list[int]]]:
+    """Plans (in device order) split into Groups of one shape, each with the positions of its plans."""
+    by_shape: dict[tuple, list[int]] = {}
+    for i, plan in enumerate(plans):
+        by_shape.setdefault(Group.shape(plan), []).append(i)
+    return [(Group([plans[i] for i in idx]), idx) for idx in by_shape.values()]
 
 
 def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list[str] | None:
-    """One device's sample lines, in the plan's order, and its rollups added to `totals` (None as
-    plan_values)."""
-    vals = plan_values(plan, values, totals)
-    # driver stats are unsigned integers, scaled ones plain floats: str() is their exposition form
-    return None if vals is None else list(map(str.__add__, plan.prefixes, map(str, vals)))
-
-
-def add_lines(families: dict[str, Family], plans: list[Plan], rows: list[list]) -> None:
-    """The samples of devices whose plans share one order (8 NICs of one driver) into their
-    families: every line rendered in one pass over the devices' values (device by device), then
-    each family takes every n-th line, rather than a list per device transposed."""
-    first = plans[0]
-    n = len(first.metrics)
-    lines = list(map(str.__add__, chain.from_iterable([p.prefixes for p in plans]),
-                     map(str, chain.from_iterable(rows))))
-    for k, metric in enumerate(first.metrics):
-        fam = families.get(metric)
-        if fam is None:
-            fam = families[metric] = counter(metric, first.helps[k])
-            fam.lines = lines[k::n]
-        else:  # another driver's devices gave this family first
-            fam.lines += lines[k::n]
+    """One device's sample lines, in the plan's order, and its rollups added to `totals`; None when
+    there are fewer values than names (the driver shrank between the two calls)."""
+    if len(values) < len(plan.names):
+        return None
+    group = Group([plan])
+    return group.lines(group.values([values[:group.n]], totals))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,6 +502,7 @@ class EthtoolCollector(Collector):
         root = ctx.option("collector_ethtool_fixtures")
         self.reader: IoctlReader | FixtureReader = FixtureReader(root) if root else IoctlReader()
         self._plans: dict[str, Plan | str] = {}  # device -> plan, or the reason it has no stats
+        self._grouped: tuple[tuple[int, ...], list[Plan], list[tuple[Group, list[int]]]] | None = None
         self._scanned = 0.0
 
     @classmethod
@@ -494,33 +543,30 @@ class EthtoolCollector(Collector):
             raise NoData("no network interface to read (or all filtered out)")
         families: dict[str, Family] = {}
         totals: dict[str, float] = {}
-        by_order: dict[tuple[str, ...], tuple[list[Plan], list[list]]] = {}  # devices grouped by sample order
         supported = gauge(PREFIX + "stats_supported", "1 when the device's driver gives statistics through "
                                                       "ethtool, 0 when it has none (loopback, bonds, most "
                                                       "virtual devices).")
+        plans: list[Plan] = []
+        rows: list[Sequence[int]] = []
         for device, label in devices:
             plan = self._plans.get(device)
             if plan is None:
                 plan = self._remember(device)
-            vals = None
+            values = None
             if type(plan) is Plan:
-                vals = self._plan_values(device, plan, totals)
-                if vals is None:  # the stat list changed under us: one fresh read of names and values
+                values = self._values(device, plan)
+                if values is None:  # the stat list changed under us: one fresh read of names and values
                     plan = self._remember(device)
-                    vals = self._plan_values(device, plan, totals)
-            if vals is None:
+                    values = self._values(device, plan)
+            if values is None:
                 if type(plan) is str:
                     supported.add_rendered(label, 0)
                 continue  # a device that vanished or changed twice in one scrape: nothing rather than a guess
             supported.add_rendered(label, 1)
-            group = by_order.get(plan.metrics)
-            if group is None:
-                by_order[plan.metrics] = ([plan], [vals])
-            else:
-                group[0].append(plan)
-                group[1].append(vals)
-        for group_plans, rows in by_order.values():
-            add_lines(families, group_plans, rows)
+            plans.append(plan)
+            rows.append(values)
+        for group, idx in self._groups(plans):
+            group.add(families, [rows[i] for i in idx], totals)
         if len(self._plans) > 4 * len(devices) + 64:  # veth churn must not grow the cache forever
             listed = {d for d, _ in devices}
             self._plans = {d: p for d, p in self._plans.items() if d in listed}
@@ -535,13 +581,25 @@ class EthtoolCollector(Collector):
             self._plans[device] = plan
         return plan
 
-    def _plan_values(self, device: str, plan: Plan | str | None, totals: dict[str, float]) -> list | None:
+    def _values(self, device: str, plan: Plan | str | None) -> Sequence[int] | None:
+        """The device's values, exactly as many as its plan's names; None when they cannot be read."""
         if type(plan) is not Plan:
             return None
         try:
-            return plan_values(plan, self.reader.values(device, plan.names), totals)
+            values = self.reader.values(device, plan.names)
         except (_Changed, Unsupported, OSError):
             return None
+        n = len(plan.names)
+        return values if len(values) == n else values[:n] if len(values) > n else None
+
+    def _groups(self, plans: list[Plan]) -> list[tuple[Group, list[int]]]:
+        """group_plans(plans), kept while the same plan objects come in the same order (the key
+        holds them, so their ids are not reused meanwhile)."""
+        key = tuple(map(id, plans))
+        cached = self._grouped
+        if cached is None or cached[0] != key:
+            cached = self._grouped = (key, plans, group_plans(plans))
+        return cached[2]
 
     def unsupported(self) -> dict[str, str]:
         """Devices without stats and why (for `--log-level debug` and tests)."""

@@ -92,11 +92,13 @@ READ_SIZE = 64
 class Layout(NamedTuple):
     """What a scrape reads and writes, built once per device set: every port's counter files in
     counter-major order, the rendered sample prefix `name{device,port} ` of each, and per counter
-    its Spec and the [start, end) of its files in those lists."""
+    its Spec and the [start, end) of its files in those lists; `template`, every sample line with
+    a %s for its value, renders a scrape whose files all gave a number in one %-format."""
 
     paths: list[str]
     prefixes: list[str]
     spans: tuple[tuple[Spec, int, int], ...]
+    template: bytes
 
 
 def scan(base: str) -> Layout:
@@ -131,22 +133,24 @@ def scan(base: str) -> Layout:
             spans.append((spec, len(paths), len(paths) + len(files)))
             paths += [path for path, _ in files]
             prefixes += [prefix for _, prefix in files]
-    return Layout(paths, prefixes, tuple(spans))
+    # surrogateescape: a device name that is not UTF-8 comes back as os.listdir gave it
+    template = "\n".join([p.replace("%", "%%") + "%s" for p in prefixes]).encode("utf-8", "surrogateescape")
+    return Layout(paths, prefixes, tuple(spans), template)
 
 
-def parse_values(datas: list[bytes | None]) -> tuple[list[str | None], bool]:
-    """Each file's unsigned integer as text (None for a file that is unreadable, empty, `N/A (no
-    PMA)`, negative, garbage or longer than a counter), and whether every file gave one."""
+def parse_values(datas: list[bytes | None]) -> tuple[list[bytes | None], bool]:
+    """Each file's unsigned integer, its ASCII digits as read (None for a file that is unreadable,
+    empty, `N/A (no PMA)`, negative, garbage or longer than a counter), and whether every file gave one."""
     if None not in datas:
         toks = list(map(bytes.strip, datas))
         # every file one run of ASCII digits (bytes.isdigit is ASCII only) shorter than the read:
         # checked for all files at once, the usual case, in C
         if all(toks) and b"".join(toks).isdigit() and max(map(len, datas), default=0) < READ_SIZE:
-            return b" ".join(toks).decode("ascii").split(" "), True
-    values: list[str | None] = []
+            return toks, True
+    values: list[bytes | None] = []
     for data in datas:
         tok = data.strip() if data is not None and len(data) < READ_SIZE else b""
-        values.append(tok.decode("ascii") if tok.isdigit() else None)
+        values.append(tok if tok.isdigit() else None)
     return values, False
 
 
@@ -159,7 +163,7 @@ class RoceCollector(Collector):
     def __init__(self, ctx):
         super().__init__(ctx)
         self._listed: list[str] | None = None
-        self._layout = Layout([], [], ())
+        self._layout = Layout([], [], (), b"")
         self._scanned = 0.0
         self._open = OpenFiles()
 
@@ -178,8 +182,8 @@ class RoceCollector(Collector):
         if not lay.spans:
             raise NoData(f"no RDMA port with RoCE hw_counters under {base}")
         values, complete = parse_values(self._open.read_all(lay.paths, READ_SIZE))
-        if complete:  # one C-level pass renders every sample
-            lines = list(map(str.__add__, lay.prefixes, values))
+        if complete:  # every sample rendered by one %-format (label values are escaped: no raw newline)
+            lines = (lay.template % tuple(values)).decode("utf-8", "surrogateescape").split("\n")
         out: list[Family] = []
         totals: dict[str, int] = {}
         for spec, start, end in lay.spans:
@@ -187,7 +191,7 @@ class RoceCollector(Collector):
                 fam_lines, got = lines[start:end], values[start:end]
             else:  # some file gave no number: only that port's sample is left out
                 pairs = [(p, v) for p, v in zip(lay.prefixes[start:end], values[start:end]) if v is not None]
-                fam_lines, got = [p + v for p, v in pairs], [v for _, v in pairs]
+                fam_lines, got = [p + v.decode() for p, v in pairs], [v for _, v in pairs]
             if fam_lines:
                 fam = counter(PREFIX + spec.metric, spec.help)
                 fam.lines = fam_lines

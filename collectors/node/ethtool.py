@@ -264,8 +264,11 @@ class Group:
         for k, node in first.rollups:
             nodes.setdefault(node, []).extend(range(k * d, (k + 1) * d))
         self.rollups = tuple((node, itemgetter(*pos) if len(pos) > 1 else None, pos[0]) for node, pos in nodes.items())
-        self.template = "\n".join([p.prefixes[k].replace("%", "%%") + "%s" for k in range(len(first.prefixes))
-                                   for p in plans])
+        # driver stats are unsigned integers (%d), scaled ones floats (%a: their repr, as str() gives);
+        # bytes formatting is the cheapest; surrogateescape brings a non-UTF-8 device name back as listed
+        scaled = {k for k, _ in first.scaled}
+        self.template = "\n".join([p.prefixes[k].replace("%", "%%") + ("%a" if k in scaled else "%d")
+                                   for k in range(len(first.prefixes)) for p in plans]).encode("utf-8", "surrogateescape")
 
     @staticmethod
     def shape(plan: Plan) -> tuple:
@@ -289,9 +292,8 @@ class Group:
         return vals
 
     def lines(self, vals: list) -> list[str]:
-        # driver stats are unsigned integers, scaled ones plain floats: str() is their exposition form;
         # a rendered label holds no raw newline (escaped), so the split gives back one line per sample
-        return (self.template % tuple(vals)).split("\n") if vals else []
+        return (self.template % tuple(vals)).decode("utf-8", "surrogateescape").split("\n") if vals else []
 
     def add(self, families: dict[str, Family], rows: Sequence[Sequence[int]], totals: dict[str, float]) -> None:
         lines = self.lines(self.values(rows, totals))

@@ -54,6 +54,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from typing import Sequence
 
@@ -234,31 +235,24 @@ def build_plan(device: str, names: Sequence[str], include: re.Pattern | None = N
                 tuple(groups[k][0] for k in keys if len(groups[k]) == 1))
 
 
-def _shifted(sel: slice | tuple[int, ...], by: int) -> slice | tuple[int, ...]:
-    if type(sel) is slice:
-        return slice(sel.start + by, sel.stop + by, sel.step)
-    return tuple(i + by for i in sel)
-
-
 class Group:
     """Devices whose plans have one shape (the same stat list: 8 NICs of one driver) scraped as one:
-    their values concatenated, every single-stat sample of all of them taken by one itemgetter,
-    every line rendered by one %-format of a template built here, each family a slice of the
+    each device's single-stat samples taken by one itemgetter call, interleaved family by family by
+    zip, every line rendered by one %-format of a template built here, each family a slice of the
     lines. Samples are laid out family by family (sample k of every device, then k+1), the order
     of the lines in the exposition. Per scrape this is a few C-level calls per group rather than
     a Python pass per device and per sample."""
 
-    __slots__ = ("plans", "n", "getter", "singles", "sums", "scaled", "rollups", "template")
+    __slots__ = ("plans", "n", "getter", "sums", "scaled", "rollups", "template")
 
     def __init__(self, plans: Sequence[Plan]):
         first = plans[0]
         d, n, s = len(plans), len(first.names), first.singles
         self.plans = tuple(plans)
         self.n = n
-        # the concatenated values hold device j's at [j * n, (j + 1) * n)
-        self.singles = [j * n + first.pick[k] for k in range(s) for j in range(d)]
-        self.getter = itemgetter(*self.singles) if len(self.singles) > 1 else None
-        self.sums = [_shifted(sel, j * n) for sel in first.selects[s:] for j in range(d)]
+        pick = first.pick
+        self.getter = itemgetter(*pick) if s > 1 else lambda row: tuple([row[i] for i in pick])
+        self.sums = first.selects[s:]
         self.scaled = tuple((k * d, (k + 1) * d, factor) for k, factor in first.scaled)
         nodes: dict[str, list[int]] = {}
         for k, node in first.rollups:
@@ -279,12 +273,8 @@ class Group:
     def values(self, rows: Sequence[Sequence[int]], totals: dict[str, float]) -> list:
         """The samples' values, family by family (scaled ones as floats), the rollups added to
         `totals`; `rows` are the devices' values, each exactly `n` long."""
-        big = rows[0] if len(rows) == 1 else rows[0][:0]
-        if len(rows) > 1:
-            for row in rows:
-                big += row
-        vals: list = list(self.getter(big)) if self.getter is not None else [big[i] for i in self.singles]
-        vals += [sum(big[sel]) if type(sel) is slice else sum([big[i] for i in sel]) for sel in self.sums]
+        vals: list = list(chain.from_iterable(zip(*map(self.getter, rows))))
+        vals += [sum(row[sel]) if type(sel) is slice else sum([row[i] for i in sel]) for sel in self.sums for row in rows]
         for start, end, factor in self.scaled:
             vals[start:end] = [v * factor for v in vals[start:end]]
         for node, getter, pos in self.rollups:

@@ -293,3 +293,32 @@ def test_exposition_passes_promtool_lint(ne_ethtool, procfs_tree, tmp_path):
     if problems is None:
         pytest.skip("promtool not installed (Debian's prometheus package)")
     assert problems == ""
+
+
+def test_odd_device_names_and_mixed_drivers_render_as_listed(tmp_path):
+    """Samples are rendered through %-templates: a '%' or a non-UTF-8 byte in a device name must come
+    out as the label value, and NICs of two drivers (two plan shapes) in one scrape each keep theirs."""
+    odd = ["eth%d", "eth%s%%", "eth\udcff"]  # \udcff: the byte 0xff as os.listdir gives it
+    root = tmp_path / "eth"
+    for i, name in enumerate(odd + ["mlx5_a"]):
+        (root / name).mkdir(parents=True)
+        text = (DATA / "mlx5_0" / "statistics").read_text() if name == "mlx5_a" else \
+            f"NIC statistics:\n     rx_discards_phy: {i + 1}\n     rx_prio3_pause_duration: 2500000\n"
+        (root / name / "statistics").write_text(text, errors="surrogateescape")
+    c = EthtoolCollector(Context(options={"collector_ethtool_fixtures": str(root)}))
+    fams = c.collect()
+    c.close()
+    lines = [line for f in fams for line in f.lines]
+    for i, name in enumerate(odd):
+        assert f'gangwatch_ethtool_received_discards_phy_total{{device="{name}"}} {i + 1}' in lines
+        assert (f'gangwatch_ethtool_prio_received_pause_duration_seconds_total{{device="{name}",priority="3"}} 2.5'
+                in lines)
+    assert 'gangwatch_ethtool_received_discards_phy_total{device="mlx5_a"} 5' in lines
+    assert 'gangwatch_ethtool_prio_received_pause_total{device="mlx5_a",priority="3"} 120' in lines
+
+    sysfs = make_roce_tree(tmp_path / "sys", 1)
+    (sysfs / "class/infiniband/mlx5_0").rename(sysfs / "class/infiniband/mlx5%d")
+    c = RoceCollector(Context(paths=Paths(sysfs=str(sysfs))))
+    lines = [line for f in c.collect() for line in f.lines]
+    c.close()
+    assert 'gangwatch_roce_port_ecn_marked_packets_total{device="mlx5%d",port="1"} 1000' in lines

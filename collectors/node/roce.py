@@ -22,8 +22,11 @@ counters are 32-bit and wrap: the value is exported as read, and Prometheus take
 reset (rate() then misses at most the part before the wrap).
 
 Failure modes: no `class/infiniband` folder, or no port with any of these counters -> NoData (quiet).
-Cost: the layout (files per port, label strings) is built once and rebuilt when the device list
-changes or every RESCAN_SECONDS; files stay open and are re-read with pread (infiniband.OpenFiles).
+Cost: the layout (files per port, sample prefixes, a render template) is built once and rebuilt when
+the device list changes or every RESCAN_SECONDS; files stay open and a scrape is one listdir plus
+one map() of pread over them (infiniband.OpenFiles.read_all), one check that every file holds a
+number, and one %-format of the template; only a scrape where some file does not is handled file
+by file.
 """
 
 from __future__ import annotations

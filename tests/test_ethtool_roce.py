@@ -345,3 +345,28 @@ def test_periodic_reread_keeps_plans_whose_stat_list_is_unchanged(tmp_path, monk
     assert series(text, "gangwatch_ethtool_received_discards_phy_total") == {(("device", "eth0"),): 5,
                                                                             (("device", "eth1"),): 4}
     c.close()
+
+
+def test_roce_periodic_rescan_keeps_open_files_and_finds_new_counters(tmp_path, monkeypatch):
+    from collectors.node import roce
+
+    sysfs = make_roce_tree(tmp_path, 2)
+    hw1 = sysfs / "class/infiniband/mlx5_1/ports/1/hw_counters"
+    (hw1 / "rp_cnp_ignored").unlink()
+    c = RoceCollector(Context(paths=Paths(sysfs=str(sysfs))))
+    first = encode(c.collect())
+    layout, fds = c._layout, dict(c._open.fds)
+    clock = [roce.time.monotonic()]
+    monkeypatch.setattr(roce.time, "monotonic", lambda: clock[0])
+    clock[0] += roce.RESCAN_SECONDS + 1
+    assert encode(c.collect()) == first
+    assert c._layout is layout and c._open.fds == fds  # nothing changed: nothing reopened
+    (hw1 / "rp_cnp_ignored").write_text("7\n")  # a counter file that was not there
+    (sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent").unlink()
+    assert "mlx5_1" not in str(series(encode(c.collect()), "gangwatch_roce_port_cnp_ignored_total"))
+    clock[0] += roce.RESCAN_SECONDS + 1
+    text = encode(c.collect())
+    assert series(text, "gangwatch_roce_port_cnp_ignored_total")[(("device", "mlx5_1"), ("port", "1"))] == 7
+    assert series(text, "gangwatch_roce_node_cnp_sent_total") == {(): 501}  # mlx5_0's file gone, left out
+    assert set(c._open.fds) == set(c._layout.paths)  # the removed file's descriptor closed
+    c.close()

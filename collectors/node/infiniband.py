@@ -327,6 +327,17 @@ class OpenFiles:
             self._held = (paths, [fds[p] for p in paths])
         return out
 
+    def retain(self, paths: Iterable[str]) -> None:
+        """Close the files not in `paths` (a layout rebuilt with fewer files); the others stay open."""
+        keep = set(paths)
+        for path in [p for p in self.fds if p not in keep]:
+            fd = self.fds.pop(path)
+            self._held = None  # its fd number may be reused by the next open
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def __del__(self) -> None:
         self.close()
 

@@ -23,7 +23,9 @@ reset (rate() then misses at most the part before the wrap).
 
 Failure modes: no `class/infiniband` folder, or no port with any of these counters -> NoData (quiet).
 Cost: the layout (files per port, sample prefixes, a render template) is built once and rebuilt when
-the device list changes or every RESCAN_SECONDS; files stay open and a scrape is one listdir plus
+the device list changes (every file then opened afresh) or every RESCAN_SECONDS (files still in it
+stay open: a sysfs attribute removed meanwhile fails its read, and the file is opened again, as on
+any failed read); files stay open and a scrape is one listdir plus
 one map() of pread over them (infiniband.OpenFiles.read_all), one check that every file holds a
 number, and one %-format of the template; only a scrape where some file does not is handled file
 by file.
@@ -177,9 +179,15 @@ class RoceCollector(Collector):
             listed = os.listdir(base)
         except OSError:
             listed = []
-        if self._listed != listed or now - self._scanned > RESCAN_SECONDS:
-            self._open.close()
-            self._layout = scan(base)
+        changed = self._listed != listed
+        if changed or now - self._scanned > RESCAN_SECONDS:
+            layout = scan(base)
+            if changed:  # a device came or went: every file opened afresh
+                self._open.close()
+            elif layout != self._layout:
+                self._open.retain(layout.paths)
+            if layout != self._layout:  # else the old one stays: read_all's batch is keyed on its list
+                self._layout = layout
             self._listed, self._scanned = listed, now
         lay = self._layout
         if not lay.spans:

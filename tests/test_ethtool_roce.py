@@ -370,3 +370,14 @@ def test_roce_periodic_rescan_keeps_open_files_and_finds_new_counters(tmp_path, 
     assert series(text, "gangwatch_roce_node_cnp_sent_total") == {(): 501}  # mlx5_0's file gone, left out
     assert set(c._open.fds) == set(c._layout.paths)  # the removed file's descriptor closed
     c.close()
+
+
+def test_plan_sums_unevenly_spaced_queues():
+    """Queues whose stats are not evenly spaced in the driver's list are summed by their indices."""
+    names = ["rx0_drops", "rx1_drops", "rx_discards_phy", "rx2_drops", "rx3_drops"]
+    plan = et.build_plan("eth9", names, include=None)
+    k = plan.metrics.index("gangwatch_ethtool_queue_received_drops_total")
+    assert plan.selects[k] == (0, 1, 3, 4)
+    lines = et.apply_plan(plan, [1, 2, 100, 4, 8], {})
+    assert 'gangwatch_ethtool_queue_received_drops_total{device="eth9"} 15' in lines
+    assert 'gangwatch_ethtool_received_discards_phy_total{device="eth9"} 100' in lines

@@ -252,7 +252,8 @@ class Group:
         self.n = n
         pick = first.pick
         self.getter = itemgetter(*pick) if s > 1 else lambda row: tuple([row[i] for i in pick])
-        self.sums = first.selects[s:]
+        # sample k > singles sums its stats: one getter (a slice: queues) applied to every device's row
+        self.sums = [itemgetter(sel) if type(sel) is slice else itemgetter(*sel) for sel in first.selects[s:]]
         self.scaled = tuple((k * d, (k + 1) * d, factor) for k, factor in first.scaled)
         nodes: dict[str, list[int]] = {}
         for k, node in first.rollups:
@@ -274,7 +275,8 @@ class Group:
         """The samples' values, family by family (scaled ones as floats), the rollups added to
         `totals`; `rows` are the devices' values, each exactly `n` long."""
         vals: list = list(chain.from_iterable(zip(*map(self.getter, rows))))
-        vals += [sum(row[sel]) if type(sel) is slice else sum([row[i] for i in sel]) for sel in self.sums for row in rows]
+        for getter in self.sums:
+            vals += map(sum, map(getter, rows))
         for start, end, factor in self.scaled:
             vals[start:end] = [v * factor for v in vals[start:end]]
         for node, getter, pos in self.rollups:

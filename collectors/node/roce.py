@@ -23,9 +23,10 @@ reset (rate() then misses at most the part before the wrap).
 
 Failure modes: no `class/infiniband` folder, or no port with any of these counters -> NoData (quiet).
 Cost: the layout (files per port, sample prefixes, a render template) is built once and rebuilt when
-the device list changes (every file then opened afresh) or every RESCAN_SECONDS (files still in it
-stay open: a sysfs attribute removed meanwhile fails its read, and the file is opened again, as on
-any failed read); files stay open and a scrape is one listdir plus
+the device list changes (every file then opened afresh) or when the check every RESCAN_SECONDS
+finds a port's hw_counters folder changed (unchanged(): one listing a port; files still in the new
+layout stay open: a sysfs attribute removed meanwhile fails its read, and the file is opened again,
+as on any failed read); files stay open and a scrape is one listdir plus
 one map() of pread over them (infiniband.OpenFiles.read_all), one check that every file holds a
 number, and one %-format of the template; only a scrape where some file does not is handled file
 by file.
@@ -104,6 +105,7 @@ class Layout(NamedTuple):
     prefixes: list[str]
     spans: tuple[tuple[Spec, int, int], ...]
     template: bytes
+    ports: tuple[tuple[str, frozenset[str]], ...] = ()  # each port's hw_counters folder, the known counters in it
 
 
 def scan(base: str) -> Layout:
@@ -113,6 +115,7 @@ def scan(base: str) -> Layout:
     except OSError:
         devices = []
     by_counter: dict[str, list[tuple[str, str]]] = {}
+    ports: list[tuple[str, frozenset[str]]] = []
     for device in devices:
         try:
             port_names = sorted(os.listdir(f"{base}/{device}/ports"), key=lambda p: (len(p), p))
@@ -124,6 +127,7 @@ def scan(base: str) -> Layout:
                 names = os.listdir(hw)
             except OSError:
                 continue
+            ports.append((hw, frozenset(COUNTERS.keys() & set(names))))
             labels = format_labels((("device", device), ("port", port)))
             for n in names:
                 spec = COUNTERS.get(n)
@@ -140,7 +144,23 @@ def scan(base: str) -> Layout:
             prefixes += [prefix for _, prefix in files]
     # surrogateescape: a device name that is not UTF-8 comes back as os.listdir gave it
     template = "\n".join([p.replace("%", "%%") + "%s" for p in prefixes]).encode("utf-8", "surrogateescape")
-    return Layout(paths, prefixes, tuple(spans), template)
+    return Layout(paths, prefixes, tuple(spans), template, tuple(ports))
+
+
+def unchanged(layout: Layout) -> bool:
+    """Whether every port folder of the layout still holds exactly the counters it had: the periodic
+    check, one listing a port, where scan() lists every device's ports as well (half the listings).
+    Ports are fixed when a device registers; a device registered again under the same name between
+    two scrapes fails the reads of its open files (sysfs answers ENODEV), which are then opened
+    again by path; a port it gained is seen when the device list next changes."""
+    known = COUNTERS.keys()
+    for hw, names in layout.ports:
+        try:
+            if known & set(os.listdir(hw)) != names:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def parse_values(datas: list[bytes | None]) -> tuple[list[bytes | None], bool]:
@@ -180,7 +200,8 @@ class RoceCollector(Collector):
         except OSError:
             listed = []
         changed = self._listed != listed
-        if changed or now - self._scanned > RESCAN_SECONDS:
+        due = now - self._scanned > RESCAN_SECONDS
+        if changed or (due and not unchanged(self._layout)):
             layout = scan(base)
             if changed:  # a device came or went: every file opened afresh
                 self._open.close()
@@ -188,7 +209,9 @@ class RoceCollector(Collector):
                 self._open.retain(layout.paths)
             if layout != self._layout:  # else the old one stays: read_all's batch is keyed on its list
                 self._layout = layout
-            self._listed, self._scanned = listed, now
+            self._listed = listed
+        if changed or due:
+            self._scanned = now
         lay = self._layout
         if not lay.spans:
             raise NoData(f"no RDMA port with RoCE hw_counters under {base}")

@@ -40,7 +40,12 @@ Failure modes: a device whose driver has no stats (EOPNOTSUPP, a count of 0, `et
 "no stats available" or an error) reports stats_supported 0 and nothing else, never an error; a
 device that vanishes between listing and reading costs only itself. Counters that go backwards (a
 driver reload, fewer queues after `ethtool -L`) are exported as read: Prometheus treats the drop as a
-counter reset. The names are re-read when the driver's stat count changes, and every RESCAN_SECONDS.
+counter reset. The names are re-read when the driver's stat count changes, and every RESCAN_SECONDS
+(an unchanged list keeps its plan).
+
+Cost: a device's plan (which stats make which samples, the rendered sample prefixes) is built once
+per stat list; devices whose plans have one shape (NICs of one driver) are scraped together as a
+Group: a few C-level calls per group and one %-format renders all their lines.
 """
 
 from __future__ import annotations

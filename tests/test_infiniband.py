@@ -432,3 +432,26 @@ def test_collector_never_raises_on_arbitrary_files(tmp_path_factory, files):
     text = collect(root)
     assert 'device="mlx5_0"' in text
     list(iter_samples(text))  # the exposition stays parseable
+
+
+def test_open_files_read_all_batches_and_costs_only_the_failing_file(tmp_path):
+    """read_all: the same answers as read() file by file, its batched pread used once every file is
+    open, and a file whose read fails (a directory here: EISDIR, as a removed sysfs attribute gives
+    ENODEV) is None without costing the others, again on the next call."""
+    (tmp_path / "a").write_text("1\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").write_text("3\n")
+    files = ib.OpenFiles()
+    paths = [str(tmp_path / n) for n in ("a", "b", "c")]
+    for _ in range(3):
+        assert files.read_all(paths, 64) == [b"1\n", None, b"3\n"]
+    assert files._held is None  # never batched while a file fails
+    good = [paths[0], paths[2]]
+    assert files.read_all(good, 64) == [b"1\n", b"3\n"]
+    assert files._held is not None and files._held[0] is good
+    (tmp_path / "c").write_text("30\n")  # rewritten in place: pread at offset 0 sees it
+    assert files.read_all(good, 64) == [b"1\n", b"30\n"]
+    files.close()
+    assert files._held is None and not files.fds
+    assert files.read_all(good, 64) == [b"1\n", b"30\n"]  # opened again after close
+    files.close()

@@ -56,6 +56,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Iterable, NamedTuple
 
 from ..exposition import Family, counter, escape_label_value, format_labels, gauge
@@ -285,8 +286,10 @@ class OpenFiles:
     def __init__(self, limit: int = 256):
         self.limit = limit
         self.fds: dict[str, int] = {}
+        # (the list read_all was last given, the fds of its paths in order) once all of them are open
+        self._held: tuple[list[str], list[int]] | None = None
 
-    def read(self, path: str) -> bytes | None:
+    def read(self, path: str, size: int = 4096) -> bytes | None:
         fd = self.fds.get(path)
         if fd is None:
             if len(self.fds) >= self.limit:
@@ -296,17 +299,50 @@ class OpenFiles:
             except OSError:
                 return None
         try:
-            return os.pread(fd, 4096, 0)
+            return os.pread(fd, size, 0)
         except OSError:
             del self.fds[path]
             os.close(fd)
+            self._held = None  # its fd number may be reused by the next open
             return None
+
+    def read_all(self, paths: list[str], size: int = 4096) -> list[bytes | None]:
+        """Each path's bytes (None where it cannot be read), in order, at most `size` each.
+
+        Given the same list object as last time and every file open (the usual scrape), it is one
+        map() of pread over their fds: with ~100 counters the Python work per file (a call, a dict
+        look-up, a try) cost as much as the syscall. Any error falls back to read() file by file,
+        which drops the failing file (opened again next time) and costs only it.
+        """
+        held = self._held
+        if held is not None and held[0] is paths:
+            fds = held[1]
+            try:
+                return list(map(os.pread, fds, repeat(size, len(fds)), repeat(0, len(fds))))
+            except OSError:
+                self._held = None
+        out = [self.read(p, size) for p in paths]
+        fds = self.fds
+        if all(p in fds for p in paths):
+            self._held = (paths, [fds[p] for p in paths])
+        return out
+
+    def retain(self, paths: Iterable[str]) -> None:
+        """Close the files not in `paths` (a layout rebuilt with fewer files); the others stay open."""
+        keep = set(paths)
+        for path in [p for p in self.fds if p not in keep]:
+            fd = self.fds.pop(path)
+            self._held = None  # its fd number may be reused by the next open
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def __del__(self) -> None:
         self.close()
 
     def close(self) -> None:
-        fds, self.fds = self.fds, {}
+        fds, self.fds, self._held = self.fds, {}, None
         for fd in fds.values():
             try:
                 os.close(fd)

@@ -22,8 +22,14 @@ counters are 32-bit and wrap: the value is exported as read, and Prometheus take
 reset (rate() then misses at most the part before the wrap).
 
 Failure modes: no `class/infiniband` folder, or no port with any of these counters -> NoData (quiet).
-Cost: the layout (files per port, label strings) is built once and rebuilt when the device list
-changes or every RESCAN_SECONDS; files stay open and are re-read with pread (infiniband.OpenFiles).
+Cost: the layout (files per port, sample prefixes, a render template) is built once and rebuilt when
+the device list changes (every file then opened afresh) or when the check every RESCAN_SECONDS
+finds a port's hw_counters folder changed (unchanged(): one listing a port; files still in the new
+layout stay open: a sysfs attribute removed meanwhile fails its read, and the file is opened again,
+as on any failed read); files stay open and a scrape is one listdir plus
+one map() of pread over them (infiniband.OpenFiles.read_all), one check that every file holds a
+number, and one %-format of the template; only a scrape where some file does not is handled file
+by file.
 """
 
 from __future__ import annotations
@@ -85,14 +91,31 @@ NODE_HELP = {
 }
 
 
-def scan(base: str) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
-    """Devices under `base`, and per counter this collector knows, the (file path, sample prefix
-    `name{device,port} `) of every port that has it: a scrape then goes counter by counter."""
+# A counter is at most 20 digits and a newline: a read that fills this many bytes is not one
+READ_SIZE = 64
+
+
+class Layout(NamedTuple):
+    """What a scrape reads and writes, built once per device set: every port's counter files in
+    counter-major order, the rendered sample prefix `name{device,port} ` of each, and per counter
+    its Spec and the [start, end) of its files in those lists; `template`, every sample line with
+    a %s for its value, renders a scrape whose files all gave a number in one %-format."""
+
+    paths: list[str]
+    prefixes: list[str]
+    spans: tuple[tuple[Spec, int, int], ...]
+    template: bytes
+    ports: tuple[tuple[str, frozenset[str]], ...] = ()  # each port's hw_counters folder, the known counters in it
+
+
+def scan(base: str) -> Layout:
+    """The Layout of the ports under `base` that have any counter this collector knows."""
     try:
         devices = sorted(os.listdir(base))
     except OSError:
-        return [], {}
+        devices = []
     by_counter: dict[str, list[tuple[str, str]]] = {}
+    ports: list[tuple[str, frozenset[str]]] = []
     for device in devices:
         try:
             port_names = sorted(os.listdir(f"{base}/{device}/ports"), key=lambda p: (len(p), p))
@@ -104,12 +127,56 @@ def scan(base: str) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
                 names = os.listdir(hw)
             except OSError:
                 continue
+            ports.append((hw, frozenset(COUNTERS.keys() & set(names))))
             labels = format_labels((("device", device), ("port", port)))
             for n in names:
                 spec = COUNTERS.get(n)
                 if spec is not None:
                     by_counter.setdefault(n, []).append((f"{hw}/{n}", f"{PREFIX}{spec.metric}{labels} "))
-    return devices, {n: by_counter[n] for n in COUNTERS if n in by_counter}
+    paths: list[str] = []
+    prefixes: list[str] = []
+    spans = []
+    for name, spec in COUNTERS.items():
+        files = by_counter.get(name)
+        if files:
+            spans.append((spec, len(paths), len(paths) + len(files)))
+            paths += [path for path, _ in files]
+            prefixes += [prefix for _, prefix in files]
+    # surrogateescape: a device name that is not UTF-8 comes back as os.listdir gave it
+    template = "\n".join([p.replace("%", "%%") + "%s" for p in prefixes]).encode("utf-8", "surrogateescape")
+    return Layout(paths, prefixes, tuple(spans), template, tuple(ports))
+
+
+def unchanged(layout: Layout) -> bool:
+    """Whether every port folder of the layout still holds exactly the counters it had: the periodic
+    check, one listing a port, where scan() lists every device's ports as well (half the listings).
+    Ports are fixed when a device registers; a device registered again under the same name between
+    two scrapes fails the reads of its open files (sysfs answers ENODEV), which are then opened
+    again by path; a port it gained is seen when the device list next changes."""
+    known = COUNTERS.keys()
+    for hw, names in layout.ports:
+        try:
+            if known & set(os.listdir(hw)) != names:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def parse_values(datas: list[bytes | None]) -> tuple[list[bytes | None], bool]:
+    """Each file's unsigned integer, its ASCII digits as read (None for a file that is unreadable,
+    empty, `N/A (no PMA)`, negative, garbage or longer than a counter), and whether every file gave one."""
+    if None not in datas:
+        toks = list(map(bytes.strip, datas))
+        # every file one run of ASCII digits (bytes.isdigit is ASCII only) shorter than the read:
+        # checked for all files at once, the usual case, in C
+        if all(toks) and b"".join(toks).isdigit() and max(map(len, datas), default=0) < READ_SIZE:
+            return toks, True
+    values: list[bytes | None] = []
+    for data in datas:
+        tok = data.strip() if data is not None and len(data) < READ_SIZE else b""
+        values.append(tok if tok.isdigit() else None)
+    return values, False
 
 
 @register
@@ -120,8 +187,8 @@ class RoceCollector(Collector):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self._devices: list[str] | None = None
-        self._files: dict[str, list[tuple[str, str]]] = {}
+        self._listed: list[str] | None = None
+        self._layout = Layout([], [], (), b"")
         self._scanned = 0.0
         self._open = OpenFiles()
 
@@ -129,38 +196,42 @@ class RoceCollector(Collector):
         base = self.ctx.paths.sys("class", "infiniband")
         now = time.monotonic()
         try:
-            listed = sorted(os.listdir(base))
+            listed = os.listdir(base)
         except OSError:
             listed = []
-        if self._devices != listed or now - self._scanned > RESCAN_SECONDS:
-            self._open.close()
-            self._devices, self._files = scan(base)
+        changed = self._listed != listed
+        due = now - self._scanned > RESCAN_SECONDS
+        if changed or (due and not unchanged(self._layout)):
+            layout = scan(base)
+            if changed:  # a device came or went: every file opened afresh
+                self._open.close()
+            elif layout != self._layout:
+                self._open.retain(layout.paths)
+            if layout != self._layout:  # else the old one stays: read_all's batch is keyed on its list
+                self._layout = layout
+            self._listed = listed
+        if changed or due:
             self._scanned = now
-        if not self._files:
+        lay = self._layout
+        if not lay.spans:
             raise NoData(f"no RDMA port with RoCE hw_counters under {base}")
-        read = self._open.read
+        values, complete = parse_values(self._open.read_all(lay.paths, READ_SIZE))
+        if complete:  # every sample rendered by one %-format (label values are escaped: no raw newline)
+            lines = (lay.template % tuple(values)).decode("utf-8", "surrogateescape").split("\n")
         out: list[Family] = []
         totals: dict[str, int] = {}
-        for name, files in self._files.items():
-            spec = COUNTERS[name]
-            lines, total = [], 0
-            for path, prefix in files:
-                data = read(path)
-                # parse_counter inlined: this runs for every port's every counter on every scrape
-                if data is None:
-                    continue
-                data = data.strip()
-                if not data.isdigit():  # "N/A (no PMA)", empty, negative, garbage: left out
-                    continue
-                value = int(data)
-                lines.append(prefix + str(value))
-                total += value
-            if lines:
+        for spec, start, end in lay.spans:
+            if complete:
+                fam_lines, got = lines[start:end], values[start:end]
+            else:  # some file gave no number: only that port's sample is left out
+                pairs = [(p, v) for p, v in zip(lay.prefixes[start:end], values[start:end]) if v is not None]
+                fam_lines, got = [p + v.decode() for p, v in pairs], [v for _, v in pairs]
+            if fam_lines:
                 fam = counter(PREFIX + spec.metric, spec.help)
-                fam.lines = lines
+                fam.lines = fam_lines
                 out.append(fam)
                 if spec.node:
-                    totals[spec.node] = totals.get(spec.node, 0) + total
+                    totals[spec.node] = totals.get(spec.node, 0) + sum(map(int, got))
         return [*out, *(counter(PREFIX + m, NODE_HELP[m]).add_rendered("", v) for m, v in totals.items())]
 
     def close(self) -> None:

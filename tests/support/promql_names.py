@@ -52,8 +52,11 @@ def declared_metrics() -> set[str]:
     names: set[str] = set()
     for path in (p for pattern in DECLARING_SOURCES for p in REPO.glob(pattern)):
         names.update(re.findall(r"[\"'](gangwatch_[a-z0-9_]+)[\"']", path.read_text()))
-    # The kube-exporter declares its names as suffixes of one prefix (collectors/kube/metrics.py).
+    # The kube-exporter declares its names as suffixes of one prefix (collectors/kube/metrics.py),
+    # as do the ethtool and roce collectors their node rollups.
     from collectors.kube.metrics import METRICS as KUBE_METRICS, P as KUBE_PREFIX
+    from collectors.node import ethtool, roce
+    names |= {m.PREFIX + suffix for m in (ethtool, roce) for suffix in m.NODE_HELP}
     return names | {KUBE_PREFIX + suffix for suffix in KUBE_METRICS}
 
 

@@ -733,3 +733,30 @@ def test_readers_waiting_make_a_moderate_slowdown_an_input_stall():
     assert loader(0.5, 0.4) == "stalled_io"
     assert loader(0.5, 0.02) == "progressing"
     assert loader(0.6, 0.4) == "progressing"
+
+
+def test_a_lost_scrape_inside_a_stall_does_not_end_it():
+    """A job starved for 3 minutes whose node lost one 30 s scrape a minute ago (two steps without
+    any data): still a stall, dated from its onset, not "progressing" at 15 % of its pace. The
+    same gap in a healthy job says nothing."""
+    def job_with_gap(stalled: bool):
+        c = Cluster()
+        k = c.nodes.index("gpu005")
+        if stalled:
+            c.util[k, :, -12:] = 0.15
+            c.sm[k, :, -12:] = 0.08
+            c.psi[k, -12:] = 0.5
+            c.fs_read[k, -12:] = 1e8
+        for a in (c.util, c.sm):
+            a[k, :, -5:-3] = np.nan
+        c.psi[k, -5:-3] = np.nan
+        c.fs_read[k, -5:-3] = np.nan
+        from dataclasses import replace
+        w = c.window()
+        w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
+        return verdict(diagnose(w, [job(1, ("gpu005",))]), 1)
+
+    v = job_with_gap(stalled=True)
+    assert v.state == "stalled_io", (v.state, v.reason)
+    assert v.since == pytest.approx(float(TIMES[-12]), abs=2 * STEP)
+    assert job_with_gap(stalled=False).state == "progressing"

@@ -121,10 +121,13 @@ def _nanmean(a: np.ndarray, axis) -> np.ndarray:
         return np.where(c > 0, s / np.maximum(c, 1), np.nan)
 
 
-def _trailing_run(mask: np.ndarray) -> np.ndarray:
-    """Length of the trailing run of True per row of a (J, T) bool array, one-step gaps bridged."""
+def _trailing_run(mask: np.ndarray, unknown: np.ndarray | None = None) -> np.ndarray:
+    """Length of the trailing run of True per row of a (J, T) bool array, one-step gaps bridged.
+    Steps in `unknown` (no data: a lost scrape, 2 % of a site's scrapes) continue a run as well: a
+    gap in the data is no evidence that the stall ended."""
     if mask.shape[1] == 0:
         return np.zeros(mask.shape[0], int)
+    mask = mask if unknown is None else mask | unknown
     m = mask.copy()
     if m.shape[1] >= 3:
         gap = ~mask[:, 1:-1] & mask[:, :-2] & mask[:, 2:]
@@ -499,7 +502,7 @@ class _Signals:
                 broad[rows] |= (u[rows] >= th.busy_util) & (pw < th.waiting_power_fraction * pbase[:, None])
         self.act_base = base
         need = max(2, int(math.ceil(th.stall_min_seconds / step)))
-        cand = _trailing_run(broad & np.isfinite(act)) >= need
+        cand = _trailing_run(broad & np.isfinite(act), self.alive & ~np.isfinite(act)) >= need
         util2d = self.gpu2d.get("util")
         has = np.array([len(m.gpu_flat) > 0 for m in maps])
         if util2d is not None and has.any():
@@ -783,8 +786,9 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         idle = idle_all & ~held & ~net
     alive = sig.alive[k]
     known = np.isfinite(act) & alive
+    gaps = (alive & ~known)[None, :]  # lost scrapes inside a stall do not end it
     stall_step = degraded & known
-    run = int(_trailing_run(stall_step[None, :])[0])
+    run = int(_trailing_run(stall_step[None, :], gaps)[0])
     fs_known = np.isfinite(fs_w).any()  # write traffic is what tells a checkpoint from a stall
     need = th.stall_min_seconds if fs_known else th.stall_min_seconds_blind
     if run and not fs_known:
@@ -809,15 +813,16 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         last = min(run, recent)
         tail = slice(T - last, T)
         flags = {"stalled_io": io, "hung": hang, "stalled_network": net, "idle_gpus": idle | unused}
-        votes = {c: int(f[tail].sum()) for c, f in flags.items()}
+        votes = {c: int((f & known)[tail].sum()) for c, f in flags.items()}
         cause = max(votes, key=lambda c: (votes[c], -list(votes).index(c)))
-        if int(unused[tail].sum()) >= 0.5 * last:
+        seen = max(1, int(known[tail].sum()))  # the steps with data decide, not the lost ones
+        if int((unused & known)[tail].sum()) >= 0.5 * seen:
             # nothing of the job's on its GPUs: idle whatever the node reads or the fabric does
             cause = "idle_gpus"
-        elif votes["stalled_io"] >= 0.5 * last:
+        elif votes["stalled_io"] >= 0.5 * seen:
             # I/O first: GPUs the job holds that starve because data does not come
             cause = "stalled_io"
-        share = votes[cause] / last
+        share = votes[cause] / seen
         if share < 0.5:
             # no stall cause holds: a member that paces the gang (a link trained narrower long
             # ago, a GPU clocked down) explains a gang slowed this far
@@ -838,7 +843,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                            reason=f"activity fell below {th.degraded_fraction:.0%} of the job's baseline "
                                   f"{run * step:.0f} s ago and no single cause holds for most of the last "
                                   f"{last * step:.0f} s: {why}" + ("; " + "; ".join(notes) if notes else ""))
-        crun = int(_trailing_run((flags[cause] & stall_step)[None, :])[0])
+        crun = int(_trailing_run((flags[cause] & stall_step)[None, :], gaps)[0])
         crun = min(run, max(crun, last if share >= 0.5 else 0, 1))
         seg = slice(T - crun, T)
         since = float(win.times[T - crun])

@@ -337,6 +337,9 @@ class _Arrays(NamedTuple):
     cpus_total: np.ndarray
     mem_total: np.ndarray
     gpus_total: np.ndarray
+    # every release adds room (no negative allocation in the input): a node's room only grows over
+    # time, so "room at t" is "first time with room <= t" (see _Cluster._first_room)
+    monotone: bool
 
 
 class _Cluster:
@@ -370,6 +373,8 @@ class _Cluster:
         self.gf = _clamped(nodes, "gpus_free", self.gt)
         self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
         self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
+        self.commits = 0  # jobs started in this plan: the release matrices change only then
+        self._ends_index: tuple = (-1,)  # job_ends as arrays (see _job_index)
         releases, job_ends = self.releases, self.job_ends
         for job in inp.running:
             end = max(job.expected_end, now)
@@ -392,6 +397,7 @@ class _Cluster:
         # slot beginnings ascending, the nodes held in each slot (bitmaps, see _node_space), whether
         # any hold ends after now]
         self._map: list = [0, [self.now], [0], False]
+        self._hold_flat: tuple[list, list, list] = ([], [], [])  # every hold's (node, start, end), one per node
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
@@ -722,6 +728,7 @@ class _Cluster:
     def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
         """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
         end = self.now + req.duration
+        self.commits += 1
         self.job_ends.append((end, tuple(nodes)))
         taken = []
         for i in nodes:
@@ -768,6 +775,9 @@ class _Cluster:
             start, end = self.span(start, req.duration)
         self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
         self.hold_list.append((start, end, job_id, frozenset(nodes)))
+        self._hold_flat[0].extend(nodes)
+        self._hold_flat[1].extend([start] * len(nodes))
+        self._hold_flat[2].extend([end] * len(nodes))
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
             self.holds[i] = [*self.holds[i], (start, end, c, m, g, job_id)]
@@ -807,7 +817,7 @@ class _Cluster:
         cum = np.cumsum(deltas, axis=2)
         arr = _Arrays(np.array(pos, dtype=np.int64), times, cum[0], cum[1], cum[2],
                       np.array([self.ct[i] for i in pos]), np.array([self.mt[i] for i in pos]),
-                      np.array([self.gt[i] for i in pos]))
+                      np.array([self.gt[i] for i in pos]), bool((deltas[:, :, 1:] >= 0).all()))
         self._arrays_memo[p] = arr
         return arr
 
@@ -893,13 +903,42 @@ class _Cluster:
                 return False
         return True
 
+    def _first_room(self, p: str, req: _Req) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per usable node of p (the rows of arrays(p)): the first time it has room for one node's
+        share of req, ignoring reservations and holds (inf where never), whether it ever has, and
+        whether it has now. Only a commit changes the release matrices, so the commits key the memo
+        (holds, which Slurm mode makes for most jobs, do not invalidate it)."""
+        key = ("first", p, self.commits, req.cpus, req.mem, req.gpus, req.exclusive)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            arr = self.arrays(p)
+            if req.exclusive:
+                ok = ((arr.cpus >= arr.cpus_total[:, None]) & (arr.mem >= arr.mem_total[:, None])
+                      & (arr.gpus >= arr.gpus_total[:, None]))
+            else:
+                ok = (arr.cpus >= req.cpus) & (arr.mem >= req.mem) & (arr.gpus >= req.gpus)
+            first = ok.argmax(axis=1)
+            rows = np.arange(len(arr.pos))
+            ever = ok[rows, first]
+            got = self._arrays_memo[key] = (np.where(ever, arr.times[rows, first], INF), ever, ok[:, 0])
+        return got
+
     def _room_at(self, p: str, nodes: list[int], req: _Req):
         """free_at over all of `nodes` (usable in p) at once, from the partition's release matrix:
         (the nodes as an array, a function of t giving the mask of those with room for one node's
-        share of req at t)."""
+        share of req at t, and for monotone matrices (first time with room, ever) per node, else None)."""
         arr = self.arrays(p)
-        row = self.row[p]
-        rows = np.fromiter((row[i] for i in nodes), np.int64, count=len(nodes))
+        ids = np.array(nodes, dtype=np.int64)
+        rows = self.row_array(p)[ids]
+        if arr.monotone:
+            # room only grows: at t >= now a node has room iff its first time with room is <= t, one
+            # comparison per node instead of a search through its events at every t
+            tau, ever, ok0 = (a[rows] for a in self._first_room(p, req))
+            now = self.now
+
+            def room_from(t: float) -> np.ndarray:
+                return ever & (tau <= t) if t >= now else ok0.copy()  # before now: the room now only
+            return ids, room_from, (tau, ever)
         times = arr.times[rows]
         need = (arr.cpus_total[rows], arr.mem_total[rows], arr.gpus_total[rows]) if req.exclusive else \
             (req.cpus, req.mem, req.gpus)
@@ -908,26 +947,137 @@ class _Cluster:
             # the last event at or before t (column 0 is now, which free_at also counts before now)
             k = np.maximum((times <= t).sum(axis=1) - 1, 0)
             return (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
-        return np.array(nodes, dtype=np.int64), room
+        return ids, room, None
 
-    def _fits_at_all(self, p: str, nodes: list[int], req: _Req):
-        """Slurm mode's `_fits_at` for every node of `nodes` (usable in p) at once: a function of t
-        returning those that fit at t, in the order given. Blocks and holds as flat arrays (a node
-        fails if any of its own overlaps)."""
-        ids, room = self._room_at(p, nodes, req)
-        blk = [(k, s, e) for k, i in enumerate(nodes) for s, e, r in self.blocks[i] if r != req.resv]
-        hld = [(k, s, e) for k, i in enumerate(nodes) for s, e, *_ in self.holds[i]]
-        blk = np.array(blk, dtype=float).reshape(-1, 3)
-        hld = np.array(hld, dtype=float).reshape(-1, 3)
-        bk, hk = blk[:, 0].astype(np.int64), hld[:, 0].astype(np.int64)
+    def _slurm_scan(self, p: str, req: _Req, t0: float, t_mono: float, special: list[int],
+                    plain: np.ndarray) -> tuple[float | None, list[int]]:
+        """Slurm mode's search of `earliest` over its special nodes (usable in p, allowed): the first
+        candidate time in [t0, t_mono] (a node's release, a hold's or reservation's end, the last
+        time it can start before one begins, or a plain node's first fit) at which the plain nodes
+        with room and the special nodes that fit are enough; and those special nodes, in the order
+        given. A special node fits at t (`_fits_at`) if it has room then and no reservation (other
+        than the job's) overlaps [t, t + duration) and no hold overlaps the job's span at
+        bf_resolution. Counted for every candidate at once (see _fit_counts), then checked at the
+        one found."""
+        need, dur, nspec = req.nodes, req.duration, len(special)
+        ids, room, first = self._room_at(p, special, req)
+        where = np.full(len(self.names), -1, dtype=np.int64)
+        where[ids] = np.arange(nspec)
+        # reservations (other than the job's own) and holds on these nodes, one entry per node
+        bn, bs, be, br = self._flat_blocks()
+        b = np.flatnonzero((where[bn] >= 0) & (br != req.resv))
+        bk, bs, be = where[bn[b]], bs[b], be[b]
+        hn, hs, he = self._flat_holds()
+        h = np.flatnonzero(where[hn] >= 0)
+        hk, hs, he = where[hn[h]], hs[h], he[h]
+        # the candidates: every breakpoint of these nodes (`_breakpoints_of`) and the plain nodes'
+        # first fits that could complete a gang, within [t0, t_mono], ascending
+        arr = self.arrays(p)
+        counts = self.release_counts()[ids]
+        rel = arr.times[self.row_array(p)[ids], 1:]
+        rel = rel[np.arange(rel.shape[1]) < counts[:, None]]
+        lo = max(0, need - 1 - nspec)
+        cands = np.concatenate(([t0], rel[rel > t0], be, np.nextafter(bs - dur, INF), he,
+                                np.nextafter(hs - dur, INF), np.maximum(plain[lo:need], t0)))
+        times = np.unique(cands[(cands >= t0) & (cands <= t_mono)])
+        before = np.searchsorted(plain, times, side="right")  # plain nodes with room by then
+        res = self.resolution
+        span_lo = np.floor_divide(times, res) * res  # span(): as backfill.c rounds both ends
+        span_hi = np.floor_divide(times + dur, res) * res
+        span_hi = np.where(span_hi > span_lo, span_hi, span_lo + res)
 
-        def fits(t: float) -> list[int]:
+        def fitting(c: int) -> np.ndarray:  # the special nodes that fit at candidate c
+            t = float(times[c])
             ok = room(t)
-            ok[bk[(blk[:, 1] < t + req.duration) & (blk[:, 2] > t)]] = False
-            lo, hi = self.span(t, req.duration)
-            ok[hk[(hld[:, 1] < hi) & (hld[:, 2] > lo)]] = False
-            return ids[ok].tolist()
-        return fits
+            ok[bk[(bs < t + dur) & (be > t)]] = False
+            ok[hk[(hs < span_hi[c]) & (he > span_lo[c])]] = False
+            return ok
+
+        if first is not None and len(times) and times[0] >= self.now and all(
+                not len(v) or bool((v[1:] >= v[:-1]).all()) for v in (times + dur, span_lo, span_hi)):
+            got = self._fit_counts(times, first, [
+                (bk, np.searchsorted(times + dur, bs, side="right"), np.searchsorted(times, be, side="left")),
+                (hk, np.searchsorted(span_hi, hs, side="right"), np.searchsorted(span_lo, he, side="left"))])
+            enough = np.flatnonzero(before + got >= need)
+            if not len(enough):
+                return None, []
+            c = int(enough[0])
+            return float(times[c]), ids[fitting(c)].tolist()
+        for c in np.flatnonzero(before + nspec >= need).tolist():  # room not monotone: one time at a time
+            ok = fitting(c)
+            if before[c] + int(ok.sum()) >= need:
+                return float(times[c]), ids[ok].tolist()
+        return None, []
+
+    @staticmethod
+    def _fit_counts(times: np.ndarray, first, entries) -> np.ndarray:
+        """How many nodes fit at each candidate time: those with room then (room only grows: from
+        the first candidate at or after their first time with room on) less those that an entry
+        (a reservation or a hold) rules out then. What an entry rules out is an interval of
+        candidates [a, b): its test is "t before one bound and t (or t + duration, or the span's
+        end, all ascending with t) after the other". A node's intervals are merged, so that a node
+        is taken away once, and clipped to the candidates at which it has room."""
+        n = len(times)
+        tau, ever = first
+        start = np.where(ever, np.searchsorted(times, tau, side="left"), n)
+        k = np.concatenate([e[0] for e in entries])
+        a = np.maximum(np.concatenate([e[1] for e in entries]), start[k])
+        b = np.concatenate([e[2] for e in entries])
+        keep = a < b
+        k, a, b = k[keep], a[keep], b[keep]
+        delta = np.bincount(start[start < n], minlength=n + 1)
+        if len(k):
+            # merge each node's intervals: sorted by (node, start), offset per node so that one running
+            # maximum of the ends serves every node; an interval that begins after it opens a new run
+            order = np.lexsort((a, k))
+            width = n + 1
+            a, b = k[order] * width + a[order], k[order] * width + b[order]
+            reach = np.maximum.accumulate(b)
+            opens = np.ones(len(a), dtype=bool)
+            opens[1:] = a[1:] > reach[:-1]
+            runs = np.flatnonzero(opens)
+            base = (a[runs] // width) * width
+            delta -= np.bincount(a[runs] - base, minlength=n + 1)
+            delta += np.bincount(np.maximum.reduceat(b, runs) - base, minlength=n + 1)
+        return np.cumsum(delta)[:n]
+
+    def release_counts(self) -> np.ndarray:
+        """How many releases each node has (the real columns of its row in the release matrices)."""
+        key = ("nrel", self.commits)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            got = self._arrays_memo[key] = np.fromiter(map(len, self.releases), np.int64, count=len(self.releases))
+        return got
+
+    def _flat_holds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every hold so far, one entry per node: (node, start, end) as arrays, made again only when
+        holds were added."""
+        nodes, starts, ends = self._hold_flat
+        key = ("holds", len(nodes))
+        got = self._arrays_memo.get(key)
+        if got is None:
+            got = self._arrays_memo[key] = (np.array(nodes, dtype=np.int64), np.array(starts, dtype=float),
+                                            np.array(ends, dtype=float))
+        return got
+
+    def _flat_blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every reservation on every node, one entry per node: (node, start, end, reservation)."""
+        got = self._allowed_memo.get("blocks")
+        if got is None:
+            flat = [(i, s, e, r) for i in self.reserved_nodes for s, e, r in self.blocks[i]]
+            cols = list(zip(*flat)) or [(), (), (), ()]
+            got = self._allowed_memo["blocks"] = (np.array(cols[0], dtype=np.int64), np.array(cols[1], dtype=float),
+                                                  np.array(cols[2], dtype=float), np.array(cols[3], dtype=np.int64))
+        return got
+
+    def row_array(self, p: str) -> np.ndarray:
+        """row[p] as an array over all nodes (-1: not a usable node of p)."""
+        key = ("rows", p)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = self._allowed_memo[key] = np.full(len(self.names), -1, dtype=np.int64)
+            got[self.part_usable[p]] = np.arange(len(self.part_usable[p]))
+        return got
 
     def _breakpoints(self, i: int, req: _Req, t0: float) -> list[float]:
         # a node's releases and holds only grow, so their counts date its breakpoints
@@ -956,15 +1106,7 @@ class _Cluster:
         got = self._arrays_memo.get(key)
         if got is not None:
             return got
-        arr = self.arrays(p)
-        if req.exclusive:
-            ok = ((arr.cpus >= arr.cpus_total[:, None]) & (arr.mem >= arr.mem_total[:, None])
-                  & (arr.gpus >= arr.gpus_total[:, None]))
-        else:
-            ok = (arr.cpus >= req.cpus) & (arr.mem >= req.mem) & (arr.gpus >= req.gpus)
-        first = ok.argmax(axis=1)
-        rows = np.arange(len(arr.pos))
-        tau = np.where(ok[rows, first], arr.times[rows, first], INF)
+        tau = self._first_room(p, req)[0].copy()
         mask = self.allowed_mask(p, req)
         if mask is not None:
             tau[~mask] = INF
@@ -988,29 +1130,28 @@ class _Cluster:
         all_special = self.special(p, req)
         need = req.nodes
         t_mono = max(float(plain[need - 1]), t0) if len(plain) >= need else INF
-        special = [i for i in all_special if tau_raw[row[i]] <= t_mono and tau_raw[row[i]] < INF]
+        tau_special = tau_raw[self.row_array(p)[all_special]] if all_special else tau_raw[:0]
+        special = np.array(all_special, dtype=np.int64)[(tau_special <= t_mono) & (tau_special < INF)]
+        if self.resolution <= 0:
+            special = special.tolist()
         nspec = len(special)
         if len(plain) + nspec < need:
             return None, []
         chosen_spec: list[int] = []
         when = t_mono
-        if special:
+        if nspec and self.resolution > 0:
+            when, chosen_spec = self._slurm_scan(p, req, t0, t_mono, special, plain)
+            if when is None or when == INF:
+                return None, []
+        elif nspec:
             lo = max(0, need - 1 - nspec)
             cands = set(np.maximum(plain[lo:need], t0).tolist())
             for i in special:
                 cands.update(t for t in self._breakpoints(i, req, t0) if t <= t_mono)
             when = INF
-            # Slurm mode looks at every special node at each time: _fits_at over all of them at once
-            fits_all = self._fits_at_all(p, special, req) if self.resolution > 0 else None
             for t in sorted(cands):
                 count = int(np.searchsorted(plain, t, side="right"))
                 if count + nspec < need:
-                    continue
-                if fits_all is not None:
-                    fitting = fits_all(t)
-                    if count + len(fitting) >= need:
-                        when, chosen_spec = t, fitting
-                        break
                     continue
                 # special nodes in name order; EASY's pick prefers them (they fit at `when`, the latest
                 # time), so the first `need` that fit decide it and the rest need no check (Slurm's
@@ -1072,7 +1213,7 @@ class _Cluster:
             return start, nodes
         return None, []
 
-    def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[list[int], float | None]:
+    def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[np.ndarray, float | None]:
         """The usable nodes of p the request may use that no reservation, nor a hold made before job
         `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and when to
         try again if they do not suffice (later_start; None: never, Slurm makes no reservation)."""
@@ -1086,24 +1227,26 @@ class _Cluster:
         if got is None:
             allowed = self.allowed(p, req)
             cands = [i for i in self.part_usable[p] if allowed is None or i in allowed]
-            got = self._arrays_memo[key] = (cands, [k for k, i in enumerate(cands)
-                                                    if any(r != req.resv for _, _, r in self.blocks[i])])
-        base, marked = got
+            got = self._arrays_memo[key] = (np.array(cands, dtype=np.int64), [
+                k for k, i in enumerate(cands) if any(r != req.resv for _, _, r in self.blocks[i])], [])
+        base, marked, bits = got
         later = INF
-        drop = set()
+        drop = []
         for k in marked:
             ends = [e for s, e, r in self.blocks[base[k]] if r != req.resv and s <= end and e > start_res]
             if ends:  # an advanced reservation: job_test_resv leaves the node out until it ends
                 later = min(later, max(ends))
-                drop.add(k)
+                drop.append(k)
         if drop:
-            base = [i for k, i in enumerate(base) if k not in drop]
-        avail, slot_later = self._node_space(base, start_res, end, first)
+            base, bits = np.delete(base, drop), None
+        elif not bits:  # the bitmap of every allowed node, made once
+            bits.append(self._bits(base))
+        avail, slot_later = self._node_space(base, start_res, end, first, bits[0] if bits else None)
         if slot_later is not None:
             later = min(later, slot_later)
         return avail, (None if later == INF else later)
 
-    def _node_space(self, base: list[int], start_res: float, end: float, first: int):
+    def _node_space(self, base: np.ndarray, start_res: float, end: float, first: int, tmp: int | None = None):
         """backfill.c's walk of its node map (the holds made before the job's, as time slots of
         free nodes, split at every hold's rounded start and end on any node) for a job from
         start_res to end: the nodes of `base` free in every slot it overlaps, and later_start: the
@@ -1115,10 +1258,12 @@ class _Cluster:
             return base, None
         # node sets as bitmaps (Python ints, bit i: node i), as backfill.c's: set operations on
         # thousands of nodes per slot are a few machine words each
-        tmp = self._bits(base)
+        tmp = self._bits(base) if tmp is None else tmp
         avail = tmp
         later = None
-        for k, (b, b2, held) in enumerate(slots):
+        # the slots that end by start_res change nothing: start at the one start_res falls in
+        k0 = max(0, bisect_right(slots, start_res, key=itemgetter(0)) - 1)
+        for k, (b, b2, held) in enumerate(islice(slots, k0, None), k0):
             if later is None and b2 > start_res and k + 1 < len(slots):
                 if tmp & ~slots[k + 1][2] & ~(avail & ~held):  # not (tmp - next) <= (avail - held)
                     later = b2
@@ -1129,13 +1274,12 @@ class _Cluster:
             avail &= ~held
         nbytes = (len(self.names) + 7) // 8
         free = np.unpackbits(np.frombuffer(avail.to_bytes(nbytes, "little"), np.uint8), bitorder="little")
-        ids = np.array(base, dtype=np.int64)
-        return ids[free[ids].astype(bool)].tolist(), later
+        return base[free[base].astype(bool)], later
 
     def _bits(self, nodes) -> int:
         """A node set as a bitmap: bit i set for node i."""
         mask = np.zeros(len(self.names), dtype=bool)
-        mask[np.fromiter(nodes, np.int64)] = True
+        mask[nodes if isinstance(nodes, np.ndarray) else np.fromiter(nodes, np.int64, count=len(nodes))] = True
         return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
     def _slots(self, first: int) -> list[tuple[float, float, int]]:
@@ -1196,42 +1340,70 @@ class _Cluster:
         the next job in the whole list (on any node) ends after the barrier (the first end on these
         nodes rounded up to 30 s) plus the window, which then doubles until it reaches that job; a job
         on other nodes is passed over without that look ahead."""
-        on = set(avail)
-        ids, room = self._room_at(p, avail, req)
+        ids, room, first = self._room_at(p, avail, req)
+        now, need = self.now, req.nodes
+        if first is not None:  # how many nodes have room at t: one binary search over their first times
+            ordered = np.sort(first[0][first[1]])
 
-        def fitting(t: float) -> list[int]:  # nodes with room once the running jobs ending by t are gone
-            return ids[room(t)].tolist()
-
-        got = fitting(self.now)
-        if len(got) >= req.nodes:
-            return self.now, got
-        self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
-        jobs = self.job_ends
-        k, n = 0, len(jobs)
-        barrier = None
+            def count(t: float) -> int:
+                return int(np.searchsorted(ordered, t, side="right")) if t >= now else int(room(t).sum())
+        else:
+            def count(t: float) -> int:
+                return int(room(t).sum())
+        if count(now) >= need:
+            return now, ids[room(now)].tolist()
+        ends, ends_array, touches = self._job_index()
+        mine = np.flatnonzero(touches(avail))  # the jobs (positions in end order) on these nodes
+        if not len(mine):
+            return None
+        n = len(ends)
+        e = ends[mine[0]]
+        barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
         window = WILL_RUN_WINDOW_S
+        k = 0
         while True:
-            last = None
-            while k < n:
-                e, nodes = jobs[k]
-                k += 1
-                if on.isdisjoint(nodes):
-                    continue  # passed over without looking ahead, as Slurm does
-                if barrier is None:
-                    barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
-                last = e
-                if k < n and jobs[k][0] > barrier + window:
-                    break
-            if last is None:
+            # The batch from position k closes at the first job on these nodes whose successor in the
+            # whole list ends after barrier + window: ends are sorted, so that is the first of ours at
+            # or after the last position ending by then; with none, the batch runs to the list's end.
+            cut = max(k, int(np.searchsorted(ends_array, barrier + window, side="right")) - 1)
+            m = int(np.searchsorted(mine, cut))
+            if m < len(mine):
+                j = int(mine[m])
+                last, k = ends[j], j + 1
+            elif int(np.searchsorted(mine, k)) < len(mine):
+                last, k = ends[mine[-1]], n
+            else:
                 return None
-            got = fitting(last)
-            if len(got) >= req.nodes:
-                return last, got
+            if count(last) >= need:
+                return last, ids[room(last)].tolist()
             if k >= n:
                 return None
             window *= 2
-            while jobs[k][0] > barrier + window:
+            while ends[k] > barrier + window:
                 window *= 2
+
+    def _job_index(self):
+        """The running jobs (and those started in this plan) in end order, stably sorted (equal ends
+        keep the order jobs were listed or started): their ends as a list and an array, and a
+        function of a node list giving, per job, whether it runs on any of them. Rebuilt when a job
+        was started since (jobs are only added)."""
+        jobs = self.job_ends
+        if self._ends_index[0] != len(jobs):
+            jobs.sort(key=itemgetter(0))
+            ends = [e for e, _ in jobs]
+            on = list(map(itemgetter(1), jobs))
+            counts = np.fromiter(map(len, on), np.int64, count=len(on))
+            flat = np.fromiter(chain.from_iterable(on), np.int64, count=int(counts.sum()))
+            bounds = np.concatenate(([0], np.cumsum(counts)))
+            size = len(self.names)
+
+            def touches(nodes: list[int]) -> np.ndarray:
+                mask = np.zeros(size, dtype=bool)
+                mask[nodes] = True
+                hits = np.concatenate(([0], np.cumsum(mask[flat])))
+                return hits[bounds[1:]] > hits[bounds[:-1]]
+            self._ends_index = (len(jobs), ends, np.array(ends, dtype=float), touches)
+        return self._ends_index[1:]
 
     def slurm_choose(self, cands: list[int], need: int) -> list[int]:
         """Nodes as Slurm's select/cons_tres picks them among those that can take the job: the lowest

@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache, partial
 from heapq import merge
-from itertools import chain, islice
+from itertools import chain, islice, repeat
 from itertools import compress as select
 from operator import attrgetter, itemgetter, le
 from typing import NamedTuple, Sequence
@@ -345,7 +345,7 @@ class _Arrays(NamedTuple):
 class _Cluster:
     def __init__(self, inp: PlannerInput) -> None:
         self.now = now = float(inp.now)
-        names = [n.name for n in inp.nodes]
+        names = list(map(attrgetter("name"), inp.nodes))
         index = dict(zip(names, range(len(names))))
         if len(index) == len(names):
             nodes = list(inp.nodes)
@@ -358,9 +358,9 @@ class _Cluster:
         self.nodes = nodes
         self.names: list[str] = names
         self.index: dict[str, int] = index
-        self.usable = [n.usable for n in nodes]
-        self.weight = [n.weight for n in nodes]
-        self.planned = [n.planned for n in nodes]
+        self.usable = list(map(attrgetter("usable"), nodes))
+        self.weight = list(map(attrgetter("weight"), nodes))
+        self.planned = list(map(attrgetter("planned"), nodes))
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
@@ -371,23 +371,23 @@ class _Cluster:
         self.cf = _clamped(nodes, "cpus_free", self.ct)
         self.mf = _clamped(nodes, "mem_free_mb", self.mt)
         self.gf = _clamped(nodes, "gpus_free", self.gt)
-        self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
-        self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
+        # every allocation of a running job at once, field by field (C-level loops over the records):
+        # its node (-1: unknown, ignored), and its job's end, which frees it
+        allocs = list(map(attrgetter("allocations"), inp.running))
+        per_job = np.fromiter(map(len, allocs), np.int64, count=len(allocs))
+        flat = list(chain.from_iterable(allocs))
+        on = np.fromiter(map(index.get, map(attrgetter("node"), flat), repeat(-1)), np.int64, count=len(flat))
+        known = on >= 0
+        ends = np.maximum(np.fromiter(map(attrgetter("expected_end"), inp.running), float, count=len(allocs)), now)
+        self.releases = _Releases(len(nodes), on[known], np.repeat(ends, per_job)[known], *(
+            np.fromiter(map(attrgetter(f), flat), np.int64, count=len(flat))[known] for f in ("cpus", "mem_mb", "gpus")))
+        # the running jobs' ends and nodes, and (end, nodes) of each job started in the plan: the
+        # will-run test's list (see _job_index)
+        bounds = np.concatenate(([0], np.cumsum(known, dtype=np.int64)))[np.concatenate(([0], np.cumsum(per_job)))]
+        self._running = (ends, on[known], bounds)
+        self.started: list[tuple[float, list[int]]] = []
         self.commits = 0  # jobs started in this plan: the release matrices change only then
-        self._ends_index: tuple = (-1,)  # job_ends as arrays (see _job_index)
-        releases, job_ends = self.releases, self.job_ends
-        for job in inp.running:
-            end = max(job.expected_end, now)
-            on = []
-            for a in job.allocations:
-                i = index.get(a.node)
-                if i is not None:
-                    releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
-                    on.append(i)
-            job_ends.append((end, tuple(on)))
-        for rel in self.releases:
-            if len(rel) > 1:
-                rel.sort()
+        self._ends_index: tuple = (-1,)
         # a node's holds and reservations: most nodes have none and share one empty tuple; a list is
         # made for a node when it gets its first
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [()] * len(nodes)
@@ -410,10 +410,16 @@ class _Cluster:
                 if i is not None:
                     self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
                     reserved.add(i)
+        # nodes share a few partition lists: the nodes of each distinct list at once
+        parts_of = list(map(attrgetter("partitions"), nodes))
+        distinct = dict.fromkeys(parts_of)
+        code = dict(zip(distinct, range(len(distinct))))
+        codes = np.fromiter(map(code.__getitem__, parts_of), np.int64, count=len(parts_of))
         self.part_nodes: dict[str, list[int]] = {}
-        for i, n in enumerate(nodes):
-            for p in n.partitions:
-                self.part_nodes.setdefault(p, []).append(i)
+        for k, ps in enumerate(distinct):
+            members = np.flatnonzero(codes == k).tolist()
+            for p in ps:
+                self.part_nodes.setdefault(p, []).extend(members)
         for p in self.part_nodes:
             self.part_nodes[p].sort(key=self.names.__getitem__)
         self.part_usable = {p: list(select(idx, map(self.usable.__getitem__, idx)))
@@ -433,9 +439,8 @@ class _Cluster:
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
         self._shape_memo: dict = {}
-        distinct: dict[tuple, tuple] = {}  # a node's partitions, each once (every one is in part_usable)
-        self.node_parts = [distinct.get(ps) or distinct.setdefault(ps, tuple(dict.fromkeys(ps)))
-                           for ps in map(attrgetter("partitions"), nodes)]
+        once = {ps: tuple(dict.fromkeys(ps)) for ps in distinct}  # a node's partitions, each once
+        self.node_parts = list(map(once.__getitem__, parts_of))
         self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.reserved_nodes = sorted(reserved)
@@ -729,7 +734,7 @@ class _Cluster:
         """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
         end = self.now + req.duration
         self.commits += 1
-        self.job_ends.append((end, tuple(nodes)))
+        self.started.append((end, nodes))
         taken = []
         for i in nodes:
             if req.exclusive:
@@ -741,9 +746,7 @@ class _Cluster:
             self.mf[i] -= m
             self.gf[i] -= g
             taken.append((i, c, g))
-            rel = self.releases[i]
-            rel.append((end, c, m, g))
-            rel.sort()
+            self.releases.add(i, end, c, m, g)
             for p in self.node_parts[i]:
                 sets = self.pool[p]
                 for k in range(max(self.gf[i], 0) + 1, old_g + 1):
@@ -793,31 +796,33 @@ class _Cluster:
         got = self._arrays_memo.get(p)
         if got is not None:
             return got
-        pos = self.part_usable[p]
+        pos = self.part_pos(p)
         n = len(pos)
-        rel = [self.releases[i] for i in pos]
-        counts = np.fromiter(map(len, rel), np.int64, count=n)
+        # every release of these nodes, sorted by node and then as its tuple: row r's k-th release
+        # goes to column k (column 0 is now)
+        node, t, c, m, g = self.releases.flat()
+        rows = self.row_array(p)[node]
+        mine = rows >= 0
+        node, rows, t, c, m, g = node[mine], rows[mine], t[mine], c[mine], m[mine], g[mine]
+        first = np.ones(len(node), dtype=bool)
+        first[1:] = node[1:] != node[:-1]
+        starts = np.flatnonzero(first)
+        cols = np.arange(len(node)) - np.repeat(starts, np.diff(np.append(starts, len(node)))) + 1
+        counts = np.bincount(rows, minlength=n)
         # two spare columns, so that committing a job to the busiest node rarely forces a rebuild
         width = 3 + int(counts.max(initial=0))
         times = np.full((n, width), INF)
         deltas = np.zeros((3, n, width), dtype=np.int64)
         times[:, 0] = self.now
-        deltas[0, :, 0] = [self.cf[i] for i in pos]
-        deltas[1, :, 0] = [self.mf[i] for i in pos]
-        deltas[2, :, 0] = [self.gf[i] for i in pos]
-        total = int(counts.sum())
-        if total:
-            # every release (time, CPUs, memory, GPUs) of these nodes in one flat array: row r's k-th
-            # release goes to column k (column 0 is now)
-            flat = np.fromiter(chain.from_iterable(chain.from_iterable(rel)), float, count=4 * total).reshape(-1, 4)
-            rows = np.repeat(np.arange(n), counts)
-            cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + 1
-            times[rows, cols] = flat[:, 0]
-            deltas[:, rows, cols] = flat[:, 1:].T.astype(np.int64)
+        for k, v in enumerate((self.cf, self.mf, self.gf)):
+            deltas[k, :, 0] = np.array(v, dtype=np.int64)[pos]
+        times[rows, cols] = t
+        deltas[0, rows, cols] = c
+        deltas[1, rows, cols] = m
+        deltas[2, rows, cols] = g
         cum = np.cumsum(deltas, axis=2)
-        arr = _Arrays(np.array(pos, dtype=np.int64), times, cum[0], cum[1], cum[2],
-                      np.array([self.ct[i] for i in pos]), np.array([self.mt[i] for i in pos]),
-                      np.array([self.gt[i] for i in pos]), bool((deltas[:, :, 1:] >= 0).all()))
+        ct, mt, gt = self.totals()[:, pos]
+        arr = _Arrays(pos, times, cum[0], cum[1], cum[2], ct, mt, gt, bool((deltas[:, :, 1:] >= 0).all()))
         self._arrays_memo[p] = arr
         return arr
 
@@ -1046,7 +1051,7 @@ class _Cluster:
         key = ("nrel", self.commits)
         got = self._arrays_memo.get(key)
         if got is None:
-            got = self._arrays_memo[key] = np.fromiter(map(len, self.releases), np.int64, count=len(self.releases))
+            got = self._arrays_memo[key] = self.releases.counts()
         return got
 
     def _flat_holds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1383,26 +1388,28 @@ class _Cluster:
                 window *= 2
 
     def _job_index(self):
-        """The running jobs (and those started in this plan) in end order, stably sorted (equal ends
+        """The running jobs and those started in this plan in end order, stably sorted (equal ends
         keep the order jobs were listed or started): their ends as a list and an array, and a
-        function of a node list giving, per job, whether it runs on any of them. Rebuilt when a job
-        was started since (jobs are only added)."""
-        jobs = self.job_ends
-        if self._ends_index[0] != len(jobs):
-            jobs.sort(key=itemgetter(0))
-            ends = [e for e, _ in jobs]
-            on = list(map(itemgetter(1), jobs))
-            counts = np.fromiter(map(len, on), np.int64, count=len(on))
-            flat = np.fromiter(chain.from_iterable(on), np.int64, count=int(counts.sum()))
-            bounds = np.concatenate(([0], np.cumsum(counts)))
+        function of a node list giving, per job in that order, whether it runs on any of them.
+        Made again when a job was started since."""
+        if self._ends_index[0] != self.commits:
+            ends, on, bounds = self._running
+            if self.started:
+                more = [e for e, _ in self.started]
+                sizes = np.fromiter(map(len, map(itemgetter(1), self.started)), np.int64, count=len(more))
+                ends = np.concatenate((ends, more))
+                on = np.concatenate((on, np.fromiter(chain.from_iterable(map(itemgetter(1), self.started)), np.int64,
+                                                     count=int(sizes.sum()))))
+                bounds = np.concatenate((bounds, bounds[-1] + np.cumsum(sizes)))
+            order = np.argsort(ends, kind="stable")
             size = len(self.names)
 
-            def touches(nodes: list[int]) -> np.ndarray:
+            def touches(nodes) -> np.ndarray:
                 mask = np.zeros(size, dtype=bool)
                 mask[nodes] = True
-                hits = np.concatenate(([0], np.cumsum(mask[flat])))
-                return hits[bounds[1:]] > hits[bounds[:-1]]
-            self._ends_index = (len(jobs), ends, np.array(ends, dtype=float), touches)
+                hits = np.concatenate(([0], np.cumsum(mask[on])))
+                return (hits[bounds[1:]] > hits[bounds[:-1]])[order]
+            self._ends_index = (self.commits, ends[order].tolist(), ends[order], touches)
         return self._ends_index[1:]
 
     def slurm_choose(self, cands: list[int], need: int) -> list[int]:
@@ -1488,6 +1495,56 @@ class _Cluster:
             if e > now and (req.exclusive or c - hc < req.cpus or m - hm < req.mem or g - hg < req.gpus):
                 until = min(until, s)
         return until
+
+
+class _Releases:
+    """Every node's releases, (time, CPUs, memory, GPUs) ascending: those of the running jobs as
+    flat arrays sorted by node (made without a Python loop over the allocations), and a node's list
+    of tuples made when first asked for (commit, free_at and the breakpoints ask for a few nodes'
+    lists); `add` records a job started in the plan in both."""
+
+    __slots__ = ("cols", "bounds", "lists", "added", "_flat")
+
+    def __init__(self, nodes: int, node, t, c, m, g) -> None:
+        order = np.lexsort((g, m, c, t, node))
+        self.cols = tuple(a[order] for a in (node, t, c, m, g))
+        self.bounds = np.searchsorted(self.cols[0], np.arange(nodes + 1)).tolist()  # node i: bounds[i]:bounds[i + 1]
+        self.lists: dict[int, list] = {}
+        self.added: tuple[list, ...] = ([], [], [], [], [])
+        self._flat = None
+
+    def __getitem__(self, i: int) -> list[tuple[float, int, int, int]]:
+        got = self.lists.get(i)
+        if got is None:
+            a, b = self.bounds[i], self.bounds[i + 1]
+            got = self.lists[i] = list(zip(*(col[a:b].tolist() for col in self.cols[1:]))) if b > a else []
+        return got
+
+    def add(self, i: int, t: float, c: int, m: int, g: int) -> None:
+        rel = self[i]
+        rel.append((t, c, m, g))
+        rel.sort()
+        for col, v in zip(self.added, (i, t, c, m, g)):
+            col.append(v)
+        self._flat = None
+
+    def flat(self) -> tuple[np.ndarray, ...]:
+        """(node, time, CPUs, memory, GPUs) of every release, the added ones too, sorted by node
+        and then as the tuples of a node's list."""
+        if self._flat is None:
+            if not self.added[0]:
+                self._flat = self.cols
+            else:
+                cols = [np.concatenate((a, np.array(b, dtype=a.dtype))) for a, b in zip(self.cols, self.added)]
+                order = np.lexsort(cols[::-1])
+                self._flat = tuple(a[order] for a in cols)
+        return self._flat
+
+    def counts(self) -> np.ndarray:
+        got = np.diff(self.bounds)
+        if self.added[0]:
+            got += np.bincount(self.added[0], minlength=len(got))
+        return got
 
 
 def _clamped(nodes: list, attr: str, cap: list | None = None) -> list:

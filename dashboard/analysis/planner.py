@@ -66,10 +66,10 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache, partial
+from functools import lru_cache
 from heapq import merge
 from itertools import chain, islice, repeat
 from itertools import compress as select
@@ -303,7 +303,8 @@ class BackfillPlan:
 # ---------------------------------------------------------------------------------------- internal
 
 # The fields of a pending job that decide its request in a partition (the memo key of `request`), and
-# those of them that decide its shape (all but the time limit; the memo key of `_shape`).
+# those of them that decide its shape (all but the time limit; the memo key of `_shape`). _plan's
+# fast-path key reads the same fields inline: a field added here must be added there too.
 _SHAPE_NAMES = ("reservation", "gpu_type", "features", "feature_alternatives", "min_nodes", "gpus_per_node",
                 "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb", "exclusive")
 _REQUEST_FIELDS = attrgetter("time_limit_s", *_SHAPE_NAMES)
@@ -534,20 +535,20 @@ class _Cluster:
         got = self._allowed_memo.get(key)
         if got is not None:
             return got
-        idx = self.part_nodes[p]
+        idx = self._array(("all", p), self.part_nodes[p])
         if resv >= 0:
             in_resv = set(self.index[n] for n in self.reservations[resv].nodes if n in self.index)
-            idx = [i for i in idx if i in in_resv]
+            idx = np.array([i for i in idx.tolist() if i in in_resv], dtype=np.int64)
         if gpu_type:
             idx = self._of_type(idx, gpu_type)
-            if not idx:
+            if not len(idx):
                 got = Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {gpu_type}", "error")
         if features and not isinstance(got, Reason):
             idx = self._with_features(idx, features)
-            if not idx:
+            if not len(idx):
                 got = Reason("no_such_feature", f"no node in partition {p} has the features "
                              f"{_feature_text(features)}", "error")
-        if got is None and not idx:
+        if got is None and not len(idx):
             got = Reason("too_large", f"partition {p} has no nodes", "error")
         if got is None:
             totals = self.totals()
@@ -562,11 +563,12 @@ class _Cluster:
         key = (p, req.gpu_type, req.features, req.resv)
         got = self._allowed_memo.get(key)
         if got is None:
-            idx = self.part_usable[p]
+            idx = self.part_pos(p)
             if req.gpu_type is not None:
                 idx = self._of_type(idx, req.gpu_type)
             if req.features:
                 idx = self._with_features(idx, req.features)
+            idx = idx.tolist()
             if req.resv >= 0:
                 names = set(self.reservations[req.resv].nodes)
                 idx = [i for i in idx if self.names[i] in names]
@@ -586,16 +588,15 @@ class _Cluster:
                                                                    count=len(values)))
         return got
 
-    def _matching_values(self, idx: list[int], attr: str, ok) -> list[int]:
+    def _matching_values(self, idx: np.ndarray, attr: str, ok) -> np.ndarray:
         values, codes = self._codes(attr)
         good = np.array([ok(v) for v in values], dtype=bool)
-        arr = np.array(idx, dtype=np.int64)
-        return arr[good[codes[arr]]].tolist()
+        return idx[good[codes[idx]]]
 
-    def _of_type(self, idx: list[int], gpu_type: str) -> list[int]:
+    def _of_type(self, idx: np.ndarray, gpu_type: str) -> np.ndarray:
         return self._matching_values(idx, "gpu_type", lambda v: v == gpu_type)
 
-    def _with_features(self, idx: list[int], wanted: frozenset) -> list[int]:
+    def _with_features(self, idx: np.ndarray, wanted: frozenset) -> np.ndarray:
         return self._matching_values(idx, "features", lambda fs: _has_features(wanted, fs))
 
     def totals(self) -> np.ndarray:
@@ -613,10 +614,20 @@ class _Cluster:
 
     def part_pos(self, p: str) -> np.ndarray:
         """The usable nodes of p, in name order, as an array of node indices."""
-        key = ("pos", p)
+        return self._array(("pos", p), self.part_usable[p])
+
+    def _array(self, key, nodes: list[int]) -> np.ndarray:
         got = self._allowed_memo.get(key)
         if got is None:
-            got = self._allowed_memo[key] = np.array(self.part_usable[p], dtype=np.int64)
+            got = self._allowed_memo[key] = np.array(nodes, dtype=np.int64)
+        return got
+
+    def free_arrays(self) -> list[np.ndarray]:
+        """Free CPUs, memory and GPUs per node as arrays (they change only when a job is started)."""
+        key = ("free", self.commits)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            got = self._arrays_memo[key] = [np.fromiter(v, np.int64, count=len(v)) for v in (self.cf, self.mf, self.gf)]
         return got
 
     def earliest_allowed_start(self, req: _Req) -> float:
@@ -707,16 +718,27 @@ class _Cluster:
         if memo is not None and memo[0] == version:
             return memo[1]
         if memo is None:
-            todo, ok, add = cands, [], None
+            todo, ok, add, by_node = cands, [], None, None
         else:
+            # the few nodes changed since leave the sorted list (found by their key) and come back
+            # if they still fit: the list is not rebuilt
             changed = set(self.changes[p][memo[0]:])
-            ok = [t for t in memo[1] if t[-1] not in changed]
-            todo, add = changed & cands, partial(insort, ok)
+            _, ok, by_node = memo
+            for i in changed:
+                t = by_node.pop(i, None)
+                if t is not None:
+                    del ok[bisect_left(ok, t)]
+
+            def add(t: tuple) -> None:
+                insort(ok, t)
+                by_node[t[-1]] = t
+            todo = changed & cands
         marked = self.marked
         self._fits([i for i in todo if i not in marked], req, self.allowed(p, req), add or ok.append)
         if add is None:
             ok.sort()
-        self._plain_memo[key] = (version, ok)
+            by_node = {t[-1]: t for t in ok}
+        self._plain_memo[key] = (version, ok, by_node)
         return ok
 
     def _fits(self, nodes, req: _Req, allowed: set[int] | None, add) -> None:
@@ -814,15 +836,17 @@ class _Cluster:
         times = np.full((n, width), INF)
         deltas = np.zeros((3, n, width), dtype=np.int64)
         times[:, 0] = self.now
-        for k, v in enumerate((self.cf, self.mf, self.gf)):
-            deltas[k, :, 0] = np.array(v, dtype=np.int64)[pos]
+        for k, v in enumerate(self.free_arrays()):
+            deltas[k, :, 0] = v[pos]
         times[rows, cols] = t
         deltas[0, rows, cols] = c
         deltas[1, rows, cols] = m
         deltas[2, rows, cols] = g
-        cum = np.cumsum(deltas, axis=2)
+        for k in range(1, width):  # cumulative, a column at a time: rows are a few columns long
+            deltas[:, :, k] += deltas[:, :, k - 1]
         ct, mt, gt = self.totals()[:, pos]
-        arr = _Arrays(pos, times, cum[0], cum[1], cum[2], ct, mt, gt, bool((deltas[:, :, 1:] >= 0).all()))
+        arr = _Arrays(pos, times, deltas[0], deltas[1], deltas[2], ct, mt, gt,
+                      bool((c >= 0).all() and (m >= 0).all() and (g >= 0).all()))
         self._arrays_memo[p] = arr
         return arr
 
@@ -1530,13 +1554,14 @@ class _Releases:
 
     def flat(self) -> tuple[np.ndarray, ...]:
         """(node, time, CPUs, memory, GPUs) of every release, the added ones too, sorted by node
-        and then as the tuples of a node's list."""
+        and time."""
         if self._flat is None:
             if not self.added[0]:
                 self._flat = self.cols
             else:
                 cols = [np.concatenate((a, np.array(b, dtype=a.dtype))) for a, b in zip(self.cols, self.added)]
-                order = np.lexsort(cols[::-1])
+                # by node and time: the order of equal times changes no time nor total of a row
+                order = np.lexsort((cols[1], cols[0]))
                 self._flat = tuple(a[order] for a in cols)
         return self._flat
 
@@ -1780,22 +1805,37 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
     # request does not fit now there. Both stay true for the rest of the pass (tops are only added,
     # and room only shrinks), so a request is checked until it first qualifies, then never again.
     waits: set[int] = set()
+    # A job whose key (below) was seen on a job that took the fast path takes it too: one tuple and
+    # one lookup per job, for most of a long queue (jobs with a reservation are left out: their
+    # request depends on their user and account too).
+    known: dict[tuple, tuple] = {}
     for job in inp.pending:
+        # everything that decides whether a job (without a reservation) takes the fast path: its
+        # partitions and request, and what could block it; read inline, as the interpreter's
+        # specialised attribute loads cost less than attrgetter's generic lookups
+        key = (job.partitions, job.held, job.dependency, job.begin_time, job.time_limit_s, job.reservation,
+               job.gpu_type, job.features, job.feature_alternatives, job.min_nodes, job.gpus_per_node,
+               job.gpus_per_job, job.cpus_per_node, job.tasks, job.cpus_per_task, job.mem_per_node_mb, job.exclusive)
+        prep = known.get(key)
+        if prep is not None:
+            jobs.append(prep)
+            continue
         prep = request_memo.get((job.partitions, _REQUEST_FIELDS(job),
                                  (job.user, job.account) if job.reservation else None))
         if fast and prep is not None and prep[0] and not prep[3] and not job.held \
                 and job.dependency not in DEPENDENCY_BLOCKING and (job.begin_time is None or job.begin_time <= now):
+            if id(prep) not in waits:
+                for p, req in prep[0]:
+                    if req.resv >= 0 or p not in tops:
+                        break
+                    m = fit_memo.get((p, req))
+                    if m is None or m[1] is not None:  # "does not fit" stays true (see fit_now)
+                        break
+                else:
+                    waits.add(id(prep))
             if id(prep) in waits:
-                jobs.append(prep)
-                continue
-            for p, req in prep[0]:
-                if req.resv >= 0 or p not in tops:
-                    break
-                m = fit_memo.get((p, req))
-                if m is None or m[1] is not None:  # "does not fit" stays true (see fit_now)
-                    break
-            else:
-                waits.add(id(prep))
+                if not job.reservation:
+                    known[key] = prep
                 jobs.append(prep)
                 continue
         elif prep is not None and prep[0] and not prep[3] and job.dependency != "never" \

@@ -450,7 +450,7 @@ class _Cluster:
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
         self.pool: dict[str, list[set[int]]] = {}
-        cf, gf = np.array(self.cf), np.array(self.gf)
+        cf, _, gf = self.free_arrays()
         for p, idx in self.part_usable.items():
             pos = np.array(idx, dtype=np.int64)
             pos = pos[cf[pos] > 0] if len(pos) else pos
@@ -2253,7 +2253,7 @@ def _now_facts(cl: _Cluster, p: str, req: _Req):
 
 def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
     """showbf: per partition, free resources now (before backfilled jobs take them) and until when."""
-    cf, gf = np.array(cl.cf), np.array(cl.gf)
+    cf, _, gf = (a.copy() for a in cl.free_arrays())
     for i, c, g in backfilled:
         cf[i] += c
         gf[i] += g

@@ -399,6 +399,7 @@ class _Cluster:
         # any hold ends after now]
         self._map: list = [0, [self.now], [0], False]
         self._hold_flat: tuple[list, list, list] = ([], [], [])  # every hold's (node, start, end), one per node
+        self._held = np.zeros(len(nodes), dtype=bool)  # nodes with a hold
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
@@ -800,6 +801,7 @@ class _Cluster:
             start, end = self.span(start, req.duration)
         self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
         self.hold_list.append((start, end, job_id, frozenset(nodes)))
+        self._held[nodes] = True
         self._hold_flat[0].extend(nodes)
         self._hold_flat[1].extend([start] * len(nodes))
         self._hold_flat[2].extend([end] * len(nodes))
@@ -880,12 +882,24 @@ class _Cluster:
         key = ("special", p, self.version[p], req.gpu_type, req.features, req.resv)
         got = self._arrays_memo.get(key)
         if got is None:
-            allowed = self.allowed(p, req)
-            row = self.row[p]
-            got = sorted((i for i in self.marked if i in row and (allowed is None or i in allowed)
-                          and (self.holds[i] or any(r != req.resv for _, _, r in self.blocks[i]))),
-                         key=row.__getitem__)
-            self._arrays_memo[key] = got
+            # the marked nodes of p (allowed) with a hold or another reservation, in row order
+            marked = np.fromiter(self.marked, np.int64, count=len(self.marked))
+            rows = self.row_array(p)[marked]
+            keep = rows >= 0
+            mask = self.allowed_mask(p, req)
+            if mask is not None:
+                keep &= mask[np.where(keep, rows, 0)]
+            keep &= self._held[marked] | self._other_blocks(req.resv)[marked]
+            got = self._arrays_memo[key] = marked[keep][np.argsort(rows[keep], kind="stable")].tolist()
+        return got
+
+    def _other_blocks(self, resv: int) -> np.ndarray:
+        """Per node: whether a reservation other than resv is on it."""
+        key = ("other_blocks", resv)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = self._allowed_memo[key] = np.zeros(len(self.names), dtype=bool)
+            got[[i for i in self.reserved_nodes if any(r != resv for _, _, r in self.blocks[i])]] = True
         return got
 
     def allowed_mask(self, p: str, req: _Req) -> np.ndarray | None:
@@ -1085,8 +1099,9 @@ class _Cluster:
         key = ("holds", len(nodes))
         got = self._arrays_memo.get(key)
         if got is None:
-            got = self._arrays_memo[key] = (np.array(nodes, dtype=np.int64), np.array(starts, dtype=float),
-                                            np.array(ends, dtype=float))
+            got = self._arrays_memo[key] = (np.fromiter(nodes, np.int64, count=len(nodes)),
+                                            np.fromiter(starts, float, count=len(starts)),
+                                            np.fromiter(ends, float, count=len(ends)))
         return got
 
     def _flat_blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -55,7 +55,10 @@ per-partition numpy arrays of each node's cumulative free resources after each r
 place when a job is committed), with the few nodes under a reservation or hold checked one by one;
 windows are grouped with numpy; the `why` rows are grouped by partition when first read, and a
 waiting job's reasons are computed once per distinct (partition, request, earliest start), when its
-row is first read.
+row is first read. Slurm mode (1,200 jobs in about a second): a node's room only grows, so room at t
+is "first time with room <= t" (`_first_room`); the earliest-start check counts the fitting nodes
+for all candidate times at once (`_fit_counts`); the will-run test's batches are binary searches
+over the sorted ends of the jobs on its nodes (`_job_index`).
 
 Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
 are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on

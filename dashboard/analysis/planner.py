@@ -1844,8 +1844,8 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
         if prep is not None:
             jobs.append(prep)
             continue
-        prep = request_memo.get((job.partitions, _REQUEST_FIELDS(job),
-                                 (job.user, job.account) if job.reservation else None))
+        # _prepare's memo key: key[4:] is _REQUEST_FIELDS(job), already read
+        prep = request_memo.get((job.partitions, key[4:], (job.user, job.account) if job.reservation else None))
         if fast and prep is not None and prep[0] and not prep[3] and not job.held \
                 and job.dependency not in DEPENDENCY_BLOCKING and (job.begin_time is None or job.begin_time <= now):
             if id(prep) not in waits:
@@ -1865,10 +1865,17 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
         elif prep is not None and prep[0] and not prep[3] and job.dependency != "never" \
                 and (job.held or job.dependency == "pending") \
                 and job.begin_time is None and prep[0][0][1].resv < 0:
-            # held or waiting on a dependency, nothing else in the way: blocked, with no estimate
-            jobs.append((prep[2], prep[1] + ((_HELD,) if job.held else ()) + ((Reason(
-                "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
-                if job.dependency == "pending" else ())))
+            # held or waiting on a dependency, nothing else in the way: blocked, with no estimate; the
+            # row is shared by the jobs with the same key (and dependency text)
+            same = (key, job.dependency_text) if job.dependency == "pending" else key
+            row = known.get(same) if not job.reservation else None
+            if row is None:
+                row = (prep[2], prep[1] + ((_HELD,) if job.held else ()) + ((Reason(
+                    "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
+                    if job.dependency == "pending" else ()))
+                if not job.reservation:
+                    known[same] = row
+            jobs.append(row)
             continue
         if deadline is not None and time.monotonic() > deadline:
             rec = _unplanned(cl, job, late)

@@ -613,7 +613,9 @@ class _Cluster:
         """(CPUs, memory, GPUs) x node: each node's totals as an array."""
         got = self._allowed_memo.get("totals")
         if got is None:
-            got = self._allowed_memo["totals"] = np.array([self.ct, self.mt, self.gt], dtype=np.int64)
+            n = len(self.ct)
+            got = self._allowed_memo["totals"] = np.fromiter(chain(self.ct, self.mt, self.gt), np.int64,
+                                                             count=3 * n).reshape(3, n)
         return got
 
     def name_array(self) -> np.ndarray:
@@ -1880,7 +1882,7 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
         if deadline is not None and time.monotonic() > deadline:
             rec = _unplanned(cl, job, late)
         else:
-            rec = _plan_job(cl, job, tops, starts, backfilled, policy)
+            rec = _plan_job(cl, job, tops, starts, backfilled, policy, key[4:])
         homes.add(rec.partition)  # the others' partitions exist: they had a request there
         jobs.append(rec)
     if policy.slurm and backfilled:
@@ -1985,10 +1987,12 @@ def _unplanned(cl: _Cluster, job: PendingJob, late: set) -> _Job:
     return rec
 
 
-def _prepare(cl: _Cluster, job: PendingJob):
+def _prepare(cl: _Cluster, job: PendingJob, fields: tuple | None = None):
     """(requests per usable partition, reasons when there is none, home partition, partitions down),
-    shared by every job with the same partitions and request."""
-    key = (job.partitions, _REQUEST_FIELDS(job), (job.user, job.account) if job.reservation else None)
+    shared by every job with the same partitions and request. fields: _REQUEST_FIELDS(job) if
+    already read."""
+    key = (job.partitions, _REQUEST_FIELDS(job) if fields is None else fields,
+           (job.user, job.account) if job.reservation else None)
     got = cl._request_memo.get(key)
     if got is not None:
         return got
@@ -2018,9 +2022,10 @@ def _prepare(cl: _Cluster, job: PendingJob):
     return got
 
 
-def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _Policy) -> _Job:
+def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _Policy,
+              fields: tuple | None = None) -> _Job:
     now = cl.now
-    reqs, reasons, home, down = _prepare(cl, job)
+    reqs, reasons, home, down = _prepare(cl, job, fields)
     rec = _Job(job, home, list(reasons))
     if not reqs:
         rec.state = "never"

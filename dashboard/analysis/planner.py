@@ -716,7 +716,8 @@ class _Cluster:
                 result = self.slurm_choose([t[-1] for t in chain(plain, special)], req.nodes)
             else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
                 special.sort()
-                result = [t[-1] for t in islice(merge(plain, special), req.nodes)]
+                # (heapq.merge is a Python generator: without special nodes, the plain ones' head)
+                result = [t[-1] for t in (islice(merge(plain, special), req.nodes) if special else plain[:req.nodes])]
         self._fit_memo[key] = (version, result, special)
         return result
 
@@ -1554,7 +1555,7 @@ class _Releases:
     of tuples made when first asked for (commit, free_at and the breakpoints ask for a few nodes'
     lists); `add` records a job started in the plan in both."""
 
-    __slots__ = ("cols", "bounds", "lists", "added", "_flat")
+    __slots__ = ("cols", "bounds", "lists", "added", "_flat", "_py")
 
     def __init__(self, nodes: int, node, t, c, m, g) -> None:
         order = np.lexsort((g, m, c, t, node))
@@ -1563,12 +1564,15 @@ class _Releases:
         self.lists: dict[int, list] = {}
         self.added: tuple[list, ...] = ([], [], [], [], [])
         self._flat = None
+        self._py = None  # the columns as Python lists, made for the first node list asked for
 
     def __getitem__(self, i: int) -> list[tuple[float, int, int, int]]:
         got = self.lists.get(i)
         if got is None:
             a, b = self.bounds[i], self.bounds[i + 1]
-            got = self.lists[i] = list(zip(*(col[a:b].tolist() for col in self.cols[1:]))) if b > a else []
+            if b > a and self._py is None:
+                self._py = [col.tolist() for col in self.cols[1:]]
+            got = self.lists[i] = list(zip(*(col[a:b] for col in self._py))) if b > a else []
         return got
 
     def add(self, i: int, t: float, c: int, m: int, g: int) -> None:

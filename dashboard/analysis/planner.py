@@ -1551,14 +1551,14 @@ class _Cluster:
 
 class _Releases:
     """Every node's releases, (time, CPUs, memory, GPUs) ascending: those of the running jobs as
-    flat arrays sorted by node (made without a Python loop over the allocations), and a node's list
+    flat arrays sorted by node and time (made without a Python loop over the allocations), and a node's list
     of tuples made when first asked for (commit, free_at and the breakpoints ask for a few nodes'
     lists); `add` records a job started in the plan in both."""
 
     __slots__ = ("cols", "bounds", "lists", "added", "_flat", "_py")
 
     def __init__(self, nodes: int, node, t, c, m, g) -> None:
-        order = np.lexsort((g, m, c, t, node))
+        order = np.lexsort((t, node))  # by node and time; a node's list is sorted as tuples when made
         self.cols = tuple(a[order] for a in (node, t, c, m, g))
         self.bounds = np.searchsorted(self.cols[0], np.arange(nodes + 1)).tolist()  # node i: bounds[i]:bounds[i + 1]
         self.lists: dict[int, list] = {}
@@ -1572,7 +1572,7 @@ class _Releases:
             a, b = self.bounds[i], self.bounds[i + 1]
             if b > a and self._py is None:
                 self._py = [col.tolist() for col in self.cols[1:]]
-            got = self.lists[i] = list(zip(*(col[a:b] for col in self._py))) if b > a else []
+            got = self.lists[i] = sorted(zip(*(col[a:b] for col in self._py))) if b > a else []
         return got
 
     def add(self, i: int, t: float, c: int, m: int, g: int) -> None:

@@ -1175,7 +1175,7 @@ class _Cluster:
         self._arrays_memo[key] = got = (tau, plain)
         return got
 
-    def earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+    def earliest(self, p: str, req: _Req, t0: float, pick: bool = True) -> tuple[float | None, list[int]]:
         """The earliest time >= t0 at which `req.nodes` nodes can run the job for its time limit.
 
         Nodes whose future is only releases ("plain") have room from their first fitting time on,
@@ -1228,6 +1228,8 @@ class _Cluster:
                     break
             if when == INF:
                 return None, []
+        if not pick:  # the caller wants the time only
+            return when, []
         # the nodes that free up last before `when` (idle ones stay open for backfilling); requests of
         # one shape with different time limits mostly share `when`, hence the memo
         key = ("pick", p, self.version[p], req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type, req.features,
@@ -2119,7 +2121,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
                 rec.reasons.append(why_not)
                 return rec
         # why it cannot start now, from the plan as it stands before its own reservation
-        _, _, now_reasons, what_if = _waiting_reasons(cl, p, req, now, tops.get(p))
+        _, _, now_reasons, what_if = _waiting_reasons(cl, p, req, now, tops.get(p), nodes=False)
         cl.hold(nodes, when, req, job.job_id)
         rec.partition, rec.req = p, req
         rec.expected, rec.nodes, rec.what_if = when, tuple(cl.names[i] for i in nodes), what_if
@@ -2171,8 +2173,9 @@ def _fmt_ts(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):
-    when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, blockers = _facts(cl, p, req, t0)
+def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top, nodes: bool = True):
+    """(expected start, its nodes (with `nodes`), reasons, what-if) of a job that cannot start now."""
+    when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, blockers = _facts(cl, p, req, t0, nodes)
     names = tuple(cl.names[i] for i in nodes)
     reasons: list[Reason] = []
     if when is None:
@@ -2219,9 +2222,9 @@ def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):
     return when, names, tuple(reasons), what_if
 
 
-def _facts(cl: _Cluster, p: str, req: _Req, t0: float):
+def _facts(cl: _Cluster, p: str, req: _Req, t0: float, nodes: bool = True):
     """What a waiting job's reasons need, computed once per distinct request in the final plan."""
-    when, nodes = cl.earliest(p, req, t0)
+    when, nodes = cl.earliest(p, req, t0, nodes)
     fits, raw, plain, fit_special, frag = _now_facts(cl, p, req)
     end = cl.now + req.duration
     unblocked = plain

@@ -1182,8 +1182,6 @@ class _Cluster:
         for ever; nodes under a reservation or a hold ("special") are checked at their own
         breakpoints, and only those that could fit before the plain nodes alone suffice."""
         tau_raw, plain = self._tau(p, req)
-        arr = self.arrays(p)
-        row = self.row[p]
         all_special = self.special(p, req)
         need = req.nodes
         t_mono = max(float(plain[need - 1]), t0) if len(plain) >= need else INF

@@ -55,7 +55,10 @@ per-partition numpy arrays of each node's cumulative free resources after each r
 place when a job is committed), with the few nodes under a reservation or hold checked one by one;
 windows are grouped with numpy; the `why` rows are grouped by partition when first read, and a
 waiting job's reasons are computed once per distinct (partition, request, earliest start), when its
-row is first read.
+row is first read. Slurm mode (1,200 jobs in about a second): a node's room only grows, so room at t
+is "first time with room <= t" (`_first_room`); the earliest-start check counts the fitting nodes
+for all candidate times at once (`_fit_counts`); the will-run test's batches are binary searches
+over the sorted ends of the jobs on its nodes (`_job_index`).
 
 Failure modes: none raised for any well-typed input; unknown nodes in running jobs or reservations
 are ignored, a snapshot with every node down gives no windows, no startable jobs and a reason on
@@ -66,12 +69,12 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache, partial
+from functools import lru_cache
 from heapq import merge
-from itertools import chain, islice
+from itertools import chain, islice, repeat
 from itertools import compress as select
 from operator import attrgetter, itemgetter, le
 from typing import NamedTuple, Sequence
@@ -303,7 +306,8 @@ class BackfillPlan:
 # ---------------------------------------------------------------------------------------- internal
 
 # The fields of a pending job that decide its request in a partition (the memo key of `request`), and
-# those of them that decide its shape (all but the time limit; the memo key of `_shape`).
+# those of them that decide its shape (all but the time limit; the memo key of `_shape`). _plan's
+# fast-path key reads the same fields inline: a field added here must be added there too.
 _SHAPE_NAMES = ("reservation", "gpu_type", "features", "feature_alternatives", "min_nodes", "gpus_per_node",
                 "gpus_per_job", "cpus_per_node", "tasks", "cpus_per_task", "mem_per_node_mb", "exclusive")
 _REQUEST_FIELDS = attrgetter("time_limit_s", *_SHAPE_NAMES)
@@ -337,11 +341,16 @@ class _Arrays(NamedTuple):
     cpus_total: np.ndarray
     mem_total: np.ndarray
     gpus_total: np.ndarray
+    # every release adds room (no negative allocation in the input): a node's room only grows over
+    # time, so "room at t" is "first time with room <= t" (see _Cluster._first_room)
+    monotone: bool
 
 
 class _Cluster:
     def __init__(self, inp: PlannerInput) -> None:
         self.now = now = float(inp.now)
+        # list comprehensions read slots through the interpreter's specialised attribute loads, about
+        # twice as fast as map(attrgetter(...)) here
         names = [n.name for n in inp.nodes]
         index = dict(zip(names, range(len(names))))
         if len(index) == len(names):
@@ -361,28 +370,33 @@ class _Cluster:
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
-        self.ct = _clamped(nodes, "cpus_total")
-        self.mt = _clamped(nodes, "mem_total_mb")
-        self.gt = _clamped(nodes, "gpus_total")
+        self.ct = _clamped([n.cpus_total for n in nodes])
+        self.mt = _clamped([n.mem_total_mb for n in nodes])
+        self.gt = _clamped([n.gpus_total for n in nodes])
         # free never above total (a snapshot taken mid-update must not invent resources), never below 0
-        self.cf = _clamped(nodes, "cpus_free", self.ct)
-        self.mf = _clamped(nodes, "mem_free_mb", self.mt)
-        self.gf = _clamped(nodes, "gpus_free", self.gt)
-        self.releases: list[list[tuple[float, int, int, int]]] = [[] for _ in nodes]
-        self.job_ends: list[tuple[float, tuple[int, ...]]] = []  # (end, nodes) of every running job
-        releases, job_ends = self.releases, self.job_ends
-        for job in inp.running:
-            end = max(job.expected_end, now)
-            on = []
-            for a in job.allocations:
-                i = index.get(a.node)
-                if i is not None:
-                    releases[i].append((end, a.cpus, a.mem_mb, a.gpus))
-                    on.append(i)
-            job_ends.append((end, tuple(on)))
-        for rel in self.releases:
-            if len(rel) > 1:
-                rel.sort()
+        self.cf = _clamped([n.cpus_free for n in nodes], self.ct)
+        self.mf = _clamped([n.mem_free_mb for n in nodes], self.mt)
+        self.gf = _clamped([n.gpus_free for n in nodes], self.gt)
+        # the same as arrays, kept up to date by commit (the release matrices and windows read them)
+        self.free = [np.fromiter(v, np.int64, count=len(v)) for v in (self.cf, self.mf, self.gf)]
+        # every allocation of a running job at once, field by field (C-level loops over the records):
+        # its node (-1: unknown, ignored), and its job's end, which frees it
+        allocs = [job.allocations for job in inp.running]
+        per_job = np.fromiter(map(len, allocs), np.int64, count=len(allocs))
+        flat = list(chain.from_iterable(allocs))
+        on = np.fromiter(map(index.get, [a.node for a in flat], repeat(-1)), np.int64, count=len(flat))
+        known = on >= 0
+        ends = np.maximum(np.fromiter([job.expected_end for job in inp.running], float, count=len(allocs)), now)
+        self.releases = _Releases(len(nodes), on[known], np.repeat(ends, per_job)[known], *(
+            np.fromiter(v, np.int64, count=len(flat))[known] for v in ([a.cpus for a in flat], [a.mem_mb for a in flat],
+                                                                      [a.gpus for a in flat])))
+        # the running jobs' ends and nodes, and (end, nodes) of each job started in the plan: the
+        # will-run test's list (see _job_index)
+        bounds = np.concatenate(([0], np.cumsum(known, dtype=np.int64)))[np.concatenate(([0], np.cumsum(per_job)))]
+        self._running = (ends, on[known], bounds)
+        self.started: list[tuple[float, list[int]]] = []
+        self.commits = 0  # jobs started in this plan: the release matrices change only then
+        self._ends_index: tuple = (-1,)
         # a node's holds and reservations: most nodes have none and share one empty tuple; a list is
         # made for a node when it gets its first
         self.holds: list[list[tuple[float, float, int, int, int, str]]] = [()] * len(nodes)
@@ -392,6 +406,8 @@ class _Cluster:
         # slot beginnings ascending, the nodes held in each slot (bitmaps, see _node_space), whether
         # any hold ends after now]
         self._map: list = [0, [self.now], [0], False]
+        self._hold_flat: tuple[list, list, list] = ([], [], [])  # every hold's (node, start, end), one per node
+        self._held = np.zeros(len(nodes), dtype=bool)  # nodes with a hold
         self.reservations: list[Reservation] = list(inp.reservations)
         self.resv_index = {r.name: k for k, r in enumerate(self.reservations)}
         self.blocks: list[list[tuple[float, float, int]]] = [()] * len(nodes)
@@ -404,10 +420,16 @@ class _Cluster:
                 if i is not None:
                     self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
                     reserved.add(i)
+        # nodes share a few partition lists: the nodes of each distinct list at once
+        parts_of = [n.partitions for n in nodes]
+        distinct = dict.fromkeys(parts_of)
+        code = dict(zip(distinct, range(len(distinct))))
+        codes = np.fromiter(map(code.__getitem__, parts_of), np.int64, count=len(parts_of))
         self.part_nodes: dict[str, list[int]] = {}
-        for i, n in enumerate(nodes):
-            for p in n.partitions:
-                self.part_nodes.setdefault(p, []).append(i)
+        for k, ps in enumerate(distinct):
+            members = np.flatnonzero(codes == k).tolist()
+            for p in ps:
+                self.part_nodes.setdefault(p, []).extend(members)
         for p in self.part_nodes:
             self.part_nodes[p].sort(key=self.names.__getitem__)
         self.part_usable = {p: list(select(idx, map(self.usable.__getitem__, idx)))
@@ -427,9 +449,8 @@ class _Cluster:
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
         self._shape_memo: dict = {}
-        distinct: dict[tuple, tuple] = {}  # a node's partitions, each once (every one is in part_usable)
-        self.node_parts = [distinct.get(ps) or distinct.setdefault(ps, tuple(dict.fromkeys(ps)))
-                           for ps in map(attrgetter("partitions"), nodes)]
+        once = {ps: tuple(dict.fromkeys(ps)) for ps in distinct}  # a node's partitions, each once
+        self.node_parts = list(map(once.__getitem__, parts_of))
         self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.reserved_nodes = sorted(reserved)
@@ -438,7 +459,7 @@ class _Cluster:
         # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
         self.pool: dict[str, list[set[int]]] = {}
-        cf, gf = np.array(self.cf), np.array(self.gf)
+        cf, _, gf = self.free_arrays()
         for p, idx in self.part_usable.items():
             pos = np.array(idx, dtype=np.int64)
             pos = pos[cf[pos] > 0] if len(pos) else pos
@@ -523,20 +544,20 @@ class _Cluster:
         got = self._allowed_memo.get(key)
         if got is not None:
             return got
-        idx = self.part_nodes[p]
+        idx = self._array(("all", p), self.part_nodes[p])
         if resv >= 0:
             in_resv = set(self.index[n] for n in self.reservations[resv].nodes if n in self.index)
-            idx = [i for i in idx if i in in_resv]
+            idx = np.array([i for i in idx.tolist() if i in in_resv], dtype=np.int64)
         if gpu_type:
             idx = self._of_type(idx, gpu_type)
-            if not idx:
+            if not len(idx):
                 got = Reason("no_such_gpu_type", f"no node in partition {p} has GPUs of type {gpu_type}", "error")
         if features and not isinstance(got, Reason):
             idx = self._with_features(idx, features)
-            if not idx:
+            if not len(idx):
                 got = Reason("no_such_feature", f"no node in partition {p} has the features "
                              f"{_feature_text(features)}", "error")
-        if got is None and not idx:
+        if got is None and not len(idx):
             got = Reason("too_large", f"partition {p} has no nodes", "error")
         if got is None:
             totals = self.totals()
@@ -551,47 +572,50 @@ class _Cluster:
         key = (p, req.gpu_type, req.features, req.resv)
         got = self._allowed_memo.get(key)
         if got is None:
-            idx = self.part_usable[p]
+            idx = self.part_pos(p)
             if req.gpu_type is not None:
                 idx = self._of_type(idx, req.gpu_type)
             if req.features:
                 idx = self._with_features(idx, req.features)
+            idx = idx.tolist()
             if req.resv >= 0:
                 names = set(self.reservations[req.resv].nodes)
                 idx = [i for i in idx if self.names[i] in names]
             got = self._allowed_memo[key] = set(idx)
         return got
 
-    def _codes(self, attr: str) -> tuple[list, np.ndarray]:
+    def _codes(self, attr: str) -> tuple[list, np.ndarray]:  # attr: "gpu_type" or "features"
         """A node attribute's distinct values and, per node, the index of its value: nodes share a
         few GPU types and feature sets, so a request is matched against each once."""
         key = ("codes", attr)
         got = self._allowed_memo.get(key)
         if got is None:
-            values = list(map(attrgetter(attr), self.nodes))
+            # (list comprehensions: see __init__)
+            values = [n.gpu_type for n in self.nodes] if attr == "gpu_type" else [n.features for n in self.nodes]
             distinct = list(dict.fromkeys(values))
             code = dict(zip(distinct, range(len(distinct))))
             got = self._allowed_memo[key] = (distinct, np.fromiter(map(code.__getitem__, values), np.int64,
                                                                    count=len(values)))
         return got
 
-    def _matching_values(self, idx: list[int], attr: str, ok) -> list[int]:
+    def _matching_values(self, idx: np.ndarray, attr: str, ok) -> np.ndarray:
         values, codes = self._codes(attr)
         good = np.array([ok(v) for v in values], dtype=bool)
-        arr = np.array(idx, dtype=np.int64)
-        return arr[good[codes[arr]]].tolist()
+        return idx[good[codes[idx]]]
 
-    def _of_type(self, idx: list[int], gpu_type: str) -> list[int]:
+    def _of_type(self, idx: np.ndarray, gpu_type: str) -> np.ndarray:
         return self._matching_values(idx, "gpu_type", lambda v: v == gpu_type)
 
-    def _with_features(self, idx: list[int], wanted: frozenset) -> list[int]:
+    def _with_features(self, idx: np.ndarray, wanted: frozenset) -> np.ndarray:
         return self._matching_values(idx, "features", lambda fs: _has_features(wanted, fs))
 
     def totals(self) -> np.ndarray:
         """(CPUs, memory, GPUs) x node: each node's totals as an array."""
         got = self._allowed_memo.get("totals")
         if got is None:
-            got = self._allowed_memo["totals"] = np.array([self.ct, self.mt, self.gt], dtype=np.int64)
+            n = len(self.ct)
+            got = self._allowed_memo["totals"] = np.fromiter(chain(self.ct, self.mt, self.gt), np.int64,
+                                                             count=3 * n).reshape(3, n)
         return got
 
     def name_array(self) -> np.ndarray:
@@ -602,11 +626,18 @@ class _Cluster:
 
     def part_pos(self, p: str) -> np.ndarray:
         """The usable nodes of p, in name order, as an array of node indices."""
-        key = ("pos", p)
+        return self._array(("pos", p), self.part_usable[p])
+
+    def _array(self, key, nodes: list[int]) -> np.ndarray:
         got = self._allowed_memo.get(key)
         if got is None:
-            got = self._allowed_memo[key] = np.array(self.part_usable[p], dtype=np.int64)
+            got = self._allowed_memo[key] = np.array(nodes, dtype=np.int64)
         return got
+
+    def free_arrays(self) -> list[np.ndarray]:
+        """Free CPUs, memory and GPUs per node as arrays, as they are now (commit updates them): read
+        them, or copy them to change them."""
+        return self.free
 
     def earliest_allowed_start(self, req: _Req) -> float:
         """A job in a reservation cannot start before the reservation does."""
@@ -685,7 +716,8 @@ class _Cluster:
                 result = self.slurm_choose([t[-1] for t in chain(plain, special)], req.nodes)
             else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
                 special.sort()
-                result = [t[-1] for t in islice(merge(plain, special), req.nodes)]
+                # (heapq.merge is a Python generator: without special nodes, the plain ones' head)
+                result = [t[-1] for t in (islice(merge(plain, special), req.nodes) if special else plain[:req.nodes])]
         self._fit_memo[key] = (version, result, special)
         return result
 
@@ -696,16 +728,27 @@ class _Cluster:
         if memo is not None and memo[0] == version:
             return memo[1]
         if memo is None:
-            todo, ok, add = cands, [], None
+            todo, ok, add, by_node = cands, [], None, None
         else:
+            # the few nodes changed since leave the sorted list (found by their key) and come back
+            # if they still fit: the list is not rebuilt
             changed = set(self.changes[p][memo[0]:])
-            ok = [t for t in memo[1] if t[-1] not in changed]
-            todo, add = changed & cands, partial(insort, ok)
+            _, ok, by_node = memo
+            for i in changed:
+                t = by_node.pop(i, None)
+                if t is not None:
+                    del ok[bisect_left(ok, t)]
+
+            def add(t: tuple) -> None:
+                insort(ok, t)
+                by_node[t[-1]] = t
+            todo = changed & cands
         marked = self.marked
         self._fits([i for i in todo if i not in marked], req, self.allowed(p, req), add or ok.append)
         if add is None:
             ok.sort()
-        self._plain_memo[key] = (version, ok)
+            by_node = {t[-1]: t for t in ok}
+        self._plain_memo[key] = (version, ok, by_node)
         return ok
 
     def _fits(self, nodes, req: _Req, allowed: set[int] | None, add) -> None:
@@ -722,7 +765,8 @@ class _Cluster:
     def commit(self, nodes: list[int], req: _Req) -> list[tuple[int, int, int]]:
         """Start the job on these nodes now; returns (node, CPUs, GPUs) taken on each."""
         end = self.now + req.duration
-        self.job_ends.append((end, tuple(nodes)))
+        self.commits += 1
+        self.started.append((end, nodes))
         taken = []
         for i in nodes:
             if req.exclusive:
@@ -733,10 +777,12 @@ class _Cluster:
             self.cf[i] -= c
             self.mf[i] -= m
             self.gf[i] -= g
+            free = self.free
+            free[0][i] -= c
+            free[1][i] -= m
+            free[2][i] -= g
             taken.append((i, c, g))
-            rel = self.releases[i]
-            rel.append((end, c, m, g))
-            rel.sort()
+            self.releases.add(i, end, c, m, g)
             for p in self.node_parts[i]:
                 sets = self.pool[p]
                 for k in range(max(self.gf[i], 0) + 1, old_g + 1):
@@ -768,6 +814,10 @@ class _Cluster:
             start, end = self.span(start, req.duration)
         self.hold_seq.setdefault(job_id, len(self.hold_seq))  # the order Slurm's cycle made them in
         self.hold_list.append((start, end, job_id, frozenset(nodes)))
+        self._held[nodes] = True
+        self._hold_flat[0].extend(nodes)
+        self._hold_flat[1].extend([start] * len(nodes))
+        self._hold_flat[2].extend([end] * len(nodes))
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
             self.holds[i] = [*self.holds[i], (start, end, c, m, g, job_id)]
@@ -783,31 +833,35 @@ class _Cluster:
         got = self._arrays_memo.get(p)
         if got is not None:
             return got
-        pos = self.part_usable[p]
+        pos = self.part_pos(p)
         n = len(pos)
-        rel = [self.releases[i] for i in pos]
-        counts = np.fromiter(map(len, rel), np.int64, count=n)
+        # every release of these nodes, sorted by node and then as its tuple: row r's k-th release
+        # goes to column k (column 0 is now)
+        node, t, c, m, g = self.releases.flat()
+        rows = self.row_array(p)[node]
+        mine = rows >= 0
+        node, rows, t, c, m, g = node[mine], rows[mine], t[mine], c[mine], m[mine], g[mine]
+        first = np.ones(len(node), dtype=bool)
+        first[1:] = node[1:] != node[:-1]
+        starts = np.flatnonzero(first)
+        cols = np.arange(len(node)) - np.repeat(starts, np.diff(np.append(starts, len(node)))) + 1
+        counts = np.bincount(rows, minlength=n)
         # two spare columns, so that committing a job to the busiest node rarely forces a rebuild
         width = 3 + int(counts.max(initial=0))
         times = np.full((n, width), INF)
         deltas = np.zeros((3, n, width), dtype=np.int64)
         times[:, 0] = self.now
-        deltas[0, :, 0] = [self.cf[i] for i in pos]
-        deltas[1, :, 0] = [self.mf[i] for i in pos]
-        deltas[2, :, 0] = [self.gf[i] for i in pos]
-        total = int(counts.sum())
-        if total:
-            # every release (time, CPUs, memory, GPUs) of these nodes in one flat array: row r's k-th
-            # release goes to column k (column 0 is now)
-            flat = np.fromiter(chain.from_iterable(chain.from_iterable(rel)), float, count=4 * total).reshape(-1, 4)
-            rows = np.repeat(np.arange(n), counts)
-            cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + 1
-            times[rows, cols] = flat[:, 0]
-            deltas[:, rows, cols] = flat[:, 1:].T.astype(np.int64)
-        cum = np.cumsum(deltas, axis=2)
-        arr = _Arrays(np.array(pos, dtype=np.int64), times, cum[0], cum[1], cum[2],
-                      np.array([self.ct[i] for i in pos]), np.array([self.mt[i] for i in pos]),
-                      np.array([self.gt[i] for i in pos]))
+        for k, v in enumerate(self.free_arrays()):
+            deltas[k, :, 0] = v[pos]
+        times[rows, cols] = t
+        deltas[0, rows, cols] = c
+        deltas[1, rows, cols] = m
+        deltas[2, rows, cols] = g
+        for k in range(1, width):  # cumulative, a column at a time: rows are a few columns long
+            deltas[:, :, k] += deltas[:, :, k - 1]
+        ct, mt, gt = self.totals()[:, pos]
+        arr = _Arrays(pos, times, deltas[0], deltas[1], deltas[2], ct, mt, gt,
+                      bool((c >= 0).all() and (m >= 0).all() and (g >= 0).all()))
         self._arrays_memo[p] = arr
         return arr
 
@@ -841,12 +895,24 @@ class _Cluster:
         key = ("special", p, self.version[p], req.gpu_type, req.features, req.resv)
         got = self._arrays_memo.get(key)
         if got is None:
-            allowed = self.allowed(p, req)
-            row = self.row[p]
-            got = sorted((i for i in self.marked if i in row and (allowed is None or i in allowed)
-                          and (self.holds[i] or any(r != req.resv for _, _, r in self.blocks[i]))),
-                         key=row.__getitem__)
-            self._arrays_memo[key] = got
+            # the marked nodes of p (allowed) with a hold or another reservation, in row order
+            marked = np.fromiter(self.marked, np.int64, count=len(self.marked))
+            rows = self.row_array(p)[marked]
+            keep = rows >= 0
+            mask = self.allowed_mask(p, req)
+            if mask is not None:
+                keep &= mask[np.where(keep, rows, 0)]
+            keep &= self._held[marked] | self._other_blocks(req.resv)[marked]
+            got = self._arrays_memo[key] = marked[keep][np.argsort(rows[keep], kind="stable")].tolist()
+        return got
+
+    def _other_blocks(self, resv: int) -> np.ndarray:
+        """Per node: whether a reservation other than resv is on it."""
+        key = ("other_blocks", resv)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = self._allowed_memo[key] = np.zeros(len(self.names), dtype=bool)
+            got[[i for i in self.reserved_nodes if any(r != resv for _, _, r in self.blocks[i])]] = True
         return got
 
     def allowed_mask(self, p: str, req: _Req) -> np.ndarray | None:
@@ -893,13 +959,42 @@ class _Cluster:
                 return False
         return True
 
+    def _first_room(self, p: str, req: _Req) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per usable node of p (the rows of arrays(p)): the first time it has room for one node's
+        share of req, ignoring reservations and holds (inf where never), whether it ever has, and
+        whether it has now. Only a commit changes the release matrices, so the commits key the memo
+        (holds, which Slurm mode makes for most jobs, do not invalidate it)."""
+        key = ("first", p, self.commits, req.cpus, req.mem, req.gpus, req.exclusive)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            arr = self.arrays(p)
+            if req.exclusive:
+                ok = ((arr.cpus >= arr.cpus_total[:, None]) & (arr.mem >= arr.mem_total[:, None])
+                      & (arr.gpus >= arr.gpus_total[:, None]))
+            else:
+                ok = (arr.cpus >= req.cpus) & (arr.mem >= req.mem) & (arr.gpus >= req.gpus)
+            first = ok.argmax(axis=1)
+            rows = np.arange(len(arr.pos))
+            ever = ok[rows, first]
+            got = self._arrays_memo[key] = (np.where(ever, arr.times[rows, first], INF), ever, ok[:, 0])
+        return got
+
     def _room_at(self, p: str, nodes: list[int], req: _Req):
         """free_at over all of `nodes` (usable in p) at once, from the partition's release matrix:
         (the nodes as an array, a function of t giving the mask of those with room for one node's
-        share of req at t)."""
+        share of req at t, and for monotone matrices (first time with room, ever) per node, else None)."""
         arr = self.arrays(p)
-        row = self.row[p]
-        rows = np.fromiter((row[i] for i in nodes), np.int64, count=len(nodes))
+        ids = np.array(nodes, dtype=np.int64)
+        rows = self.row_array(p)[ids]
+        if arr.monotone:
+            # room only grows: at t >= now a node has room iff its first time with room is <= t, one
+            # comparison per node instead of a search through its events at every t
+            tau, ever, ok0 = (a[rows] for a in self._first_room(p, req))
+            now = self.now
+
+            def room_from(t: float) -> np.ndarray:
+                return ever & (tau <= t) if t >= now else ok0.copy()  # before now: the room now only
+            return ids, room_from, (tau, ever)
         times = arr.times[rows]
         need = (arr.cpus_total[rows], arr.mem_total[rows], arr.gpus_total[rows]) if req.exclusive else \
             (req.cpus, req.mem, req.gpus)
@@ -908,26 +1003,138 @@ class _Cluster:
             # the last event at or before t (column 0 is now, which free_at also counts before now)
             k = np.maximum((times <= t).sum(axis=1) - 1, 0)
             return (arr.cpus[rows, k] >= need[0]) & (arr.mem[rows, k] >= need[1]) & (arr.gpus[rows, k] >= need[2])
-        return np.array(nodes, dtype=np.int64), room
+        return ids, room, None
 
-    def _fits_at_all(self, p: str, nodes: list[int], req: _Req):
-        """Slurm mode's `_fits_at` for every node of `nodes` (usable in p) at once: a function of t
-        returning those that fit at t, in the order given. Blocks and holds as flat arrays (a node
-        fails if any of its own overlaps)."""
-        ids, room = self._room_at(p, nodes, req)
-        blk = [(k, s, e) for k, i in enumerate(nodes) for s, e, r in self.blocks[i] if r != req.resv]
-        hld = [(k, s, e) for k, i in enumerate(nodes) for s, e, *_ in self.holds[i]]
-        blk = np.array(blk, dtype=float).reshape(-1, 3)
-        hld = np.array(hld, dtype=float).reshape(-1, 3)
-        bk, hk = blk[:, 0].astype(np.int64), hld[:, 0].astype(np.int64)
+    def _slurm_scan(self, p: str, req: _Req, t0: float, t_mono: float, special: list[int],
+                    plain: np.ndarray) -> tuple[float | None, list[int]]:
+        """Slurm mode's search of `earliest` over its special nodes (usable in p, allowed): the first
+        candidate time in [t0, t_mono] (a node's release, a hold's or reservation's end, the last
+        time it can start before one begins, or a plain node's first fit) at which the plain nodes
+        with room and the special nodes that fit are enough; and those special nodes, in the order
+        given. A special node fits at t (`_fits_at`) if it has room then and no reservation (other
+        than the job's) overlaps [t, t + duration) and no hold overlaps the job's span at
+        bf_resolution. Counted for every candidate at once (see _fit_counts), then checked at the
+        one found."""
+        need, dur, nspec = req.nodes, req.duration, len(special)
+        ids, room, first = self._room_at(p, special, req)
+        where = np.full(len(self.names), -1, dtype=np.int64)
+        where[ids] = np.arange(nspec)
+        # reservations (other than the job's own) and holds on these nodes, one entry per node
+        bn, bs, be, br = self._flat_blocks()
+        b = np.flatnonzero((where[bn] >= 0) & (br != req.resv))
+        bk, bs, be = where[bn[b]], bs[b], be[b]
+        hn, hs, he = self._flat_holds()
+        h = np.flatnonzero(where[hn] >= 0)
+        hk, hs, he = where[hn[h]], hs[h], he[h]
+        # the candidates: every breakpoint of these nodes (`_breakpoints_of`) and the plain nodes'
+        # first fits that could complete a gang, within [t0, t_mono], ascending
+        arr = self.arrays(p)
+        counts = self.release_counts()[ids]
+        rel = arr.times[self.row_array(p)[ids], 1:]
+        rel = rel[np.arange(rel.shape[1]) < counts[:, None]]
+        lo = max(0, need - 1 - nspec)
+        cands = np.concatenate(([t0], rel[rel > t0], be, np.nextafter(bs - dur, INF), he,
+                                np.nextafter(hs - dur, INF), np.maximum(plain[lo:need], t0)))
+        times = np.unique(cands[(cands >= t0) & (cands <= t_mono)])
+        before = np.searchsorted(plain, times, side="right")  # plain nodes with room by then
+        res = self.resolution
+        span_lo = np.floor_divide(times, res) * res  # span(): as backfill.c rounds both ends
+        span_hi = np.floor_divide(times + dur, res) * res
+        span_hi = np.where(span_hi > span_lo, span_hi, span_lo + res)
 
-        def fits(t: float) -> list[int]:
+        def fitting(c: int) -> np.ndarray:  # the special nodes that fit at candidate c
+            t = float(times[c])
             ok = room(t)
-            ok[bk[(blk[:, 1] < t + req.duration) & (blk[:, 2] > t)]] = False
-            lo, hi = self.span(t, req.duration)
-            ok[hk[(hld[:, 1] < hi) & (hld[:, 2] > lo)]] = False
-            return ids[ok].tolist()
-        return fits
+            ok[bk[(bs < t + dur) & (be > t)]] = False
+            ok[hk[(hs < span_hi[c]) & (he > span_lo[c])]] = False
+            return ok
+
+        if first is not None and len(times) and times[0] >= self.now and all(
+                not len(v) or bool((v[1:] >= v[:-1]).all()) for v in (times + dur, span_lo, span_hi)):
+            got = self._fit_counts(times, first, [
+                (bk, np.searchsorted(times + dur, bs, side="right"), np.searchsorted(times, be, side="left")),
+                (hk, np.searchsorted(span_hi, hs, side="right"), np.searchsorted(span_lo, he, side="left"))])
+            enough = np.flatnonzero(before + got >= need)
+            if not len(enough):
+                return None, []
+            c = int(enough[0])
+            return float(times[c]), ids[fitting(c)].tolist()
+        for c in np.flatnonzero(before + nspec >= need).tolist():  # room not monotone: one time at a time
+            ok = fitting(c)
+            if before[c] + int(ok.sum()) >= need:
+                return float(times[c]), ids[ok].tolist()
+        return None, []
+
+    @staticmethod
+    def _fit_counts(times: np.ndarray, first, entries) -> np.ndarray:
+        """How many nodes fit at each candidate time: those with room then (room only grows: from
+        the first candidate at or after their first time with room on) less those that an entry
+        (a reservation or a hold) rules out then. What an entry rules out is an interval of
+        candidates [a, b): its test is "t before one bound and t (or t + duration, or the span's
+        end, all ascending with t) after the other". A node's intervals are merged, so that a node
+        is taken away once, and clipped to the candidates at which it has room."""
+        n = len(times)
+        tau, ever = first
+        start = np.where(ever, np.searchsorted(times, tau, side="left"), n)
+        k = np.concatenate([e[0] for e in entries])
+        a = np.maximum(np.concatenate([e[1] for e in entries]), start[k])
+        b = np.concatenate([e[2] for e in entries])
+        keep = a < b
+        k, a, b = k[keep], a[keep], b[keep]
+        delta = np.bincount(start[start < n], minlength=n + 1)
+        if len(k):
+            # merge each node's intervals: sorted by (node, start), offset per node so that one running
+            # maximum of the ends serves every node; an interval that begins after it opens a new run
+            order = np.lexsort((a, k))
+            width = n + 1
+            a, b = k[order] * width + a[order], k[order] * width + b[order]
+            reach = np.maximum.accumulate(b)
+            opens = np.ones(len(a), dtype=bool)
+            opens[1:] = a[1:] > reach[:-1]
+            runs = np.flatnonzero(opens)
+            base = (a[runs] // width) * width
+            delta -= np.bincount(a[runs] - base, minlength=n + 1)
+            delta += np.bincount(np.maximum.reduceat(b, runs) - base, minlength=n + 1)
+        return np.cumsum(delta)[:n]
+
+    def release_counts(self) -> np.ndarray:
+        """How many releases each node has (the real columns of its row in the release matrices)."""
+        key = ("nrel", self.commits)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            got = self._arrays_memo[key] = self.releases.counts()
+        return got
+
+    def _flat_holds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every hold so far, one entry per node: (node, start, end) as arrays, made again only when
+        holds were added."""
+        nodes, starts, ends = self._hold_flat
+        key = ("holds", len(nodes))
+        got = self._arrays_memo.get(key)
+        if got is None:
+            got = self._arrays_memo[key] = (np.fromiter(nodes, np.int64, count=len(nodes)),
+                                            np.fromiter(starts, float, count=len(starts)),
+                                            np.fromiter(ends, float, count=len(ends)))
+        return got
+
+    def _flat_blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every reservation on every node, one entry per node: (node, start, end, reservation)."""
+        got = self._allowed_memo.get("blocks")
+        if got is None:
+            flat = [(i, s, e, r) for i in self.reserved_nodes for s, e, r in self.blocks[i]]
+            cols = list(zip(*flat)) or [(), (), (), ()]
+            got = self._allowed_memo["blocks"] = (np.array(cols[0], dtype=np.int64), np.array(cols[1], dtype=float),
+                                                  np.array(cols[2], dtype=float), np.array(cols[3], dtype=np.int64))
+        return got
+
+    def row_array(self, p: str) -> np.ndarray:
+        """row[p] as an array over all nodes (-1: not a usable node of p)."""
+        key = ("rows", p)
+        got = self._allowed_memo.get(key)
+        if got is None:
+            got = self._allowed_memo[key] = np.full(len(self.names), -1, dtype=np.int64)
+            got[self.part_usable[p]] = np.arange(len(self.part_usable[p]))
+        return got
 
     def _breakpoints(self, i: int, req: _Req, t0: float) -> list[float]:
         # a node's releases and holds only grow, so their counts date its breakpoints
@@ -956,15 +1163,7 @@ class _Cluster:
         got = self._arrays_memo.get(key)
         if got is not None:
             return got
-        arr = self.arrays(p)
-        if req.exclusive:
-            ok = ((arr.cpus >= arr.cpus_total[:, None]) & (arr.mem >= arr.mem_total[:, None])
-                  & (arr.gpus >= arr.gpus_total[:, None]))
-        else:
-            ok = (arr.cpus >= req.cpus) & (arr.mem >= req.mem) & (arr.gpus >= req.gpus)
-        first = ok.argmax(axis=1)
-        rows = np.arange(len(arr.pos))
-        tau = np.where(ok[rows, first], arr.times[rows, first], INF)
+        tau = self._first_room(p, req)[0].copy()
         mask = self.allowed_mask(p, req)
         if mask is not None:
             tau[~mask] = INF
@@ -976,41 +1175,38 @@ class _Cluster:
         self._arrays_memo[key] = got = (tau, plain)
         return got
 
-    def earliest(self, p: str, req: _Req, t0: float) -> tuple[float | None, list[int]]:
+    def earliest(self, p: str, req: _Req, t0: float, pick: bool = True) -> tuple[float | None, list[int]]:
         """The earliest time >= t0 at which `req.nodes` nodes can run the job for its time limit.
 
         Nodes whose future is only releases ("plain") have room from their first fitting time on,
         for ever; nodes under a reservation or a hold ("special") are checked at their own
         breakpoints, and only those that could fit before the plain nodes alone suffice."""
         tau_raw, plain = self._tau(p, req)
-        arr = self.arrays(p)
-        row = self.row[p]
         all_special = self.special(p, req)
         need = req.nodes
         t_mono = max(float(plain[need - 1]), t0) if len(plain) >= need else INF
-        special = [i for i in all_special if tau_raw[row[i]] <= t_mono and tau_raw[row[i]] < INF]
+        tau_special = tau_raw[self.row_array(p)[all_special]] if all_special else tau_raw[:0]
+        special = np.array(all_special, dtype=np.int64)[(tau_special <= t_mono) & (tau_special < INF)]
+        if self.resolution <= 0:
+            special = special.tolist()
         nspec = len(special)
         if len(plain) + nspec < need:
             return None, []
         chosen_spec: list[int] = []
         when = t_mono
-        if special:
+        if nspec and self.resolution > 0:
+            when, chosen_spec = self._slurm_scan(p, req, t0, t_mono, special, plain)
+            if when is None or when == INF:
+                return None, []
+        elif nspec:
             lo = max(0, need - 1 - nspec)
             cands = set(np.maximum(plain[lo:need], t0).tolist())
             for i in special:
                 cands.update(t for t in self._breakpoints(i, req, t0) if t <= t_mono)
             when = INF
-            # Slurm mode looks at every special node at each time: _fits_at over all of them at once
-            fits_all = self._fits_at_all(p, special, req) if self.resolution > 0 else None
             for t in sorted(cands):
                 count = int(np.searchsorted(plain, t, side="right"))
                 if count + nspec < need:
-                    continue
-                if fits_all is not None:
-                    fitting = fits_all(t)
-                    if count + len(fitting) >= need:
-                        when, chosen_spec = t, fitting
-                        break
                     continue
                 # special nodes in name order; EASY's pick prefers them (they fit at `when`, the latest
                 # time), so the first `need` that fit decide it and the rest need no check (Slurm's
@@ -1030,6 +1226,8 @@ class _Cluster:
                     break
             if when == INF:
                 return None, []
+        if not pick:  # the caller wants the time only
+            return when, []
         # the nodes that free up last before `when` (idle ones stay open for backfilling); requests of
         # one shape with different time limits mostly share `when`, hence the memo
         key = ("pick", p, self.version[p], req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type, req.features,
@@ -1072,7 +1270,7 @@ class _Cluster:
             return start, nodes
         return None, []
 
-    def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[list[int], float | None]:
+    def _avail(self, p: str, req: _Req, start_res: float, own: str = "") -> tuple[np.ndarray, float | None]:
         """The usable nodes of p the request may use that no reservation, nor a hold made before job
         `own`'s, covers from start_res to its end (inclusive, as backfill.c's node map); and when to
         try again if they do not suffice (later_start; None: never, Slurm makes no reservation)."""
@@ -1086,24 +1284,26 @@ class _Cluster:
         if got is None:
             allowed = self.allowed(p, req)
             cands = [i for i in self.part_usable[p] if allowed is None or i in allowed]
-            got = self._arrays_memo[key] = (cands, [k for k, i in enumerate(cands)
-                                                    if any(r != req.resv for _, _, r in self.blocks[i])])
-        base, marked = got
+            got = self._arrays_memo[key] = (np.array(cands, dtype=np.int64), [
+                k for k, i in enumerate(cands) if any(r != req.resv for _, _, r in self.blocks[i])], [])
+        base, marked, bits = got
         later = INF
-        drop = set()
+        drop = []
         for k in marked:
             ends = [e for s, e, r in self.blocks[base[k]] if r != req.resv and s <= end and e > start_res]
             if ends:  # an advanced reservation: job_test_resv leaves the node out until it ends
                 later = min(later, max(ends))
-                drop.add(k)
+                drop.append(k)
         if drop:
-            base = [i for k, i in enumerate(base) if k not in drop]
-        avail, slot_later = self._node_space(base, start_res, end, first)
+            base, bits = np.delete(base, drop), None
+        elif not bits:  # the bitmap of every allowed node, made once
+            bits.append(self._bits(base))
+        avail, slot_later = self._node_space(base, start_res, end, first, bits[0] if bits else None)
         if slot_later is not None:
             later = min(later, slot_later)
         return avail, (None if later == INF else later)
 
-    def _node_space(self, base: list[int], start_res: float, end: float, first: int):
+    def _node_space(self, base: np.ndarray, start_res: float, end: float, first: int, tmp: int | None = None):
         """backfill.c's walk of its node map (the holds made before the job's, as time slots of
         free nodes, split at every hold's rounded start and end on any node) for a job from
         start_res to end: the nodes of `base` free in every slot it overlaps, and later_start: the
@@ -1115,10 +1315,12 @@ class _Cluster:
             return base, None
         # node sets as bitmaps (Python ints, bit i: node i), as backfill.c's: set operations on
         # thousands of nodes per slot are a few machine words each
-        tmp = self._bits(base)
+        tmp = self._bits(base) if tmp is None else tmp
         avail = tmp
         later = None
-        for k, (b, b2, held) in enumerate(slots):
+        # the slots that end by start_res change nothing: start at the one start_res falls in
+        k0 = max(0, bisect_right(slots, start_res, key=itemgetter(0)) - 1)
+        for k, (b, b2, held) in enumerate(islice(slots, k0, None), k0):
             if later is None and b2 > start_res and k + 1 < len(slots):
                 if tmp & ~slots[k + 1][2] & ~(avail & ~held):  # not (tmp - next) <= (avail - held)
                     later = b2
@@ -1129,13 +1331,12 @@ class _Cluster:
             avail &= ~held
         nbytes = (len(self.names) + 7) // 8
         free = np.unpackbits(np.frombuffer(avail.to_bytes(nbytes, "little"), np.uint8), bitorder="little")
-        ids = np.array(base, dtype=np.int64)
-        return ids[free[ids].astype(bool)].tolist(), later
+        return base[free[base].astype(bool)], later
 
     def _bits(self, nodes) -> int:
         """A node set as a bitmap: bit i set for node i."""
         mask = np.zeros(len(self.names), dtype=bool)
-        mask[np.fromiter(nodes, np.int64)] = True
+        mask[nodes if isinstance(nodes, np.ndarray) else np.fromiter(nodes, np.int64, count=len(nodes))] = True
         return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
     def _slots(self, first: int) -> list[tuple[float, float, int]]:
@@ -1196,42 +1397,72 @@ class _Cluster:
         the next job in the whole list (on any node) ends after the barrier (the first end on these
         nodes rounded up to 30 s) plus the window, which then doubles until it reaches that job; a job
         on other nodes is passed over without that look ahead."""
-        on = set(avail)
-        ids, room = self._room_at(p, avail, req)
+        ids, room, first = self._room_at(p, avail, req)
+        now, need = self.now, req.nodes
+        if first is not None:  # how many nodes have room at t: one binary search over their first times
+            ordered = np.sort(first[0][first[1]])
 
-        def fitting(t: float) -> list[int]:  # nodes with room once the running jobs ending by t are gone
-            return ids[room(t)].tolist()
-
-        got = fitting(self.now)
-        if len(got) >= req.nodes:
-            return self.now, got
-        self.job_ends.sort(key=itemgetter(0))  # stable: equal ends keep the order jobs were listed or started
-        jobs = self.job_ends
-        k, n = 0, len(jobs)
-        barrier = None
+            def count(t: float) -> int:
+                return int(np.searchsorted(ordered, t, side="right")) if t >= now else int(room(t).sum())
+        else:
+            def count(t: float) -> int:
+                return int(room(t).sum())
+        if count(now) >= need:
+            return now, ids[room(now)].tolist()
+        ends, ends_array, touches = self._job_index()
+        mine = np.flatnonzero(touches(avail))  # the jobs (positions in end order) on these nodes
+        if not len(mine):
+            return None
+        n = len(ends)
+        e = ends[mine[0]]
+        barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
         window = WILL_RUN_WINDOW_S
+        k = 0
         while True:
-            last = None
-            while k < n:
-                e, nodes = jobs[k]
-                k += 1
-                if on.isdisjoint(nodes):
-                    continue  # passed over without looking ahead, as Slurm does
-                if barrier is None:
-                    barrier = e + (WILL_RUN_WINDOW_S - e % WILL_RUN_WINDOW_S)
-                last = e
-                if k < n and jobs[k][0] > barrier + window:
-                    break
-            if last is None:
+            # The batch from position k closes at the first job on these nodes whose successor in the
+            # whole list ends after barrier + window: ends are sorted, so that is the first of ours at
+            # or after the last position ending by then; with none, the batch runs to the list's end.
+            cut = max(k, int(np.searchsorted(ends_array, barrier + window, side="right")) - 1)
+            m = int(np.searchsorted(mine, cut))
+            if m < len(mine):
+                j = int(mine[m])
+                last, k = ends[j], j + 1
+            elif int(np.searchsorted(mine, k)) < len(mine):
+                last, k = ends[mine[-1]], n
+            else:
                 return None
-            got = fitting(last)
-            if len(got) >= req.nodes:
-                return last, got
+            if count(last) >= need:
+                return last, ids[room(last)].tolist()
             if k >= n:
                 return None
             window *= 2
-            while jobs[k][0] > barrier + window:
+            while ends[k] > barrier + window:
                 window *= 2
+
+    def _job_index(self):
+        """The running jobs and those started in this plan in end order, stably sorted (equal ends
+        keep the order jobs were listed or started): their ends as a list and an array, and a
+        function of a node list giving, per job in that order, whether it runs on any of them.
+        Made again when a job was started since."""
+        if self._ends_index[0] != self.commits:
+            ends, on, bounds = self._running
+            if self.started:
+                more = [e for e, _ in self.started]
+                sizes = np.fromiter(map(len, map(itemgetter(1), self.started)), np.int64, count=len(more))
+                ends = np.concatenate((ends, more))
+                on = np.concatenate((on, np.fromiter(chain.from_iterable(map(itemgetter(1), self.started)), np.int64,
+                                                     count=int(sizes.sum()))))
+                bounds = np.concatenate((bounds, bounds[-1] + np.cumsum(sizes)))
+            order = np.argsort(ends, kind="stable")
+            size = len(self.names)
+
+            def touches(nodes) -> np.ndarray:
+                mask = np.zeros(size, dtype=bool)
+                mask[nodes] = True
+                hits = np.concatenate(([0], np.cumsum(mask[on])))
+                return (hits[bounds[1:]] > hits[bounds[:-1]])[order]
+            self._ends_index = (self.commits, ends[order].tolist(), ends[order], touches)
+        return self._ends_index[1:]
 
     def slurm_choose(self, cands: list[int], need: int) -> list[int]:
         """Nodes as Slurm's select/cons_tres picks them among those that can take the job: the lowest
@@ -1318,10 +1549,63 @@ class _Cluster:
         return until
 
 
-def _clamped(nodes: list, attr: str, cap: list | None = None) -> list:
+class _Releases:
+    """Every node's releases, (time, CPUs, memory, GPUs) ascending: those of the running jobs as
+    flat arrays sorted by node and time (made without a Python loop over the allocations), and a node's list
+    of tuples made when first asked for (commit, free_at and the breakpoints ask for a few nodes'
+    lists); `add` records a job started in the plan in both."""
+
+    __slots__ = ("cols", "bounds", "lists", "added", "_flat", "_py")
+
+    def __init__(self, nodes: int, node, t, c, m, g) -> None:
+        order = np.lexsort((t, node))  # by node and time; a node's list is sorted as tuples when made
+        self.cols = tuple(a[order] for a in (node, t, c, m, g))
+        self.bounds = np.searchsorted(self.cols[0], np.arange(nodes + 1)).tolist()  # node i: bounds[i]:bounds[i + 1]
+        self.lists: dict[int, list] = {}
+        self.added: tuple[list, ...] = ([], [], [], [], [])
+        self._flat = None
+        self._py = None  # the columns as Python lists, made for the first node list asked for
+
+    def __getitem__(self, i: int) -> list[tuple[float, int, int, int]]:
+        got = self.lists.get(i)
+        if got is None:
+            a, b = self.bounds[i], self.bounds[i + 1]
+            if b > a and self._py is None:
+                self._py = [col.tolist() for col in self.cols[1:]]
+            got = self.lists[i] = sorted(zip(*(col[a:b] for col in self._py))) if b > a else []
+        return got
+
+    def add(self, i: int, t: float, c: int, m: int, g: int) -> None:
+        rel = self[i]
+        rel.append((t, c, m, g))
+        rel.sort()
+        for col, v in zip(self.added, (i, t, c, m, g)):
+            col.append(v)
+        self._flat = None
+
+    def flat(self) -> tuple[np.ndarray, ...]:
+        """(node, time, CPUs, memory, GPUs) of every release, the added ones too, sorted by node
+        and time."""
+        if self._flat is None:
+            if not self.added[0]:
+                self._flat = self.cols
+            else:
+                cols = [np.concatenate((a, np.array(b, dtype=a.dtype))) for a, b in zip(self.cols, self.added)]
+                # by node and time: the order of equal times changes no time nor total of a row
+                order = np.lexsort((cols[1], cols[0]))
+                self._flat = tuple(a[order] for a in cols)
+        return self._flat
+
+    def counts(self) -> np.ndarray:
+        got = np.diff(self.bounds)
+        if self.added[0]:
+            got += np.bincount(self.added[0], minlength=len(got))
+        return got
+
+
+def _clamped(values: list, cap: list | None = None) -> list:
     """A node attribute per node, at least 0 and at most cap (when given); most snapshots need no
     change, which C-level checks find without a Python loop."""
-    values = list(map(attrgetter(attr), nodes))
     if (not values or min(values) >= 0) and (cap is None or all(map(le, values, cap))):
         return values
     if cap is None:
@@ -1551,36 +1835,58 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
     # request does not fit now there. Both stay true for the rest of the pass (tops are only added,
     # and room only shrinks), so a request is checked until it first qualifies, then never again.
     waits: set[int] = set()
+    # A job whose key (below) was seen on a job that took the fast path takes it too: one tuple and
+    # one lookup per job, for most of a long queue (jobs with a reservation are left out: their
+    # request depends on their user and account too).
+    known: dict[tuple, tuple] = {}
     for job in inp.pending:
-        prep = request_memo.get((job.partitions, _REQUEST_FIELDS(job),
-                                 (job.user, job.account) if job.reservation else None))
+        # everything that decides whether a job (without a reservation) takes the fast path: its
+        # partitions and request, and what could block it; read inline, as the interpreter's
+        # specialised attribute loads cost less than attrgetter's generic lookups
+        key = (job.partitions, job.held, job.dependency, job.begin_time, job.time_limit_s, job.reservation,
+               job.gpu_type, job.features, job.feature_alternatives, job.min_nodes, job.gpus_per_node,
+               job.gpus_per_job, job.cpus_per_node, job.tasks, job.cpus_per_task, job.mem_per_node_mb, job.exclusive)
+        prep = known.get(key)
+        if prep is not None:
+            jobs.append(prep)
+            continue
+        # _prepare's memo key: key[4:] is _REQUEST_FIELDS(job), already read
+        prep = request_memo.get((job.partitions, key[4:], (job.user, job.account) if job.reservation else None))
         if fast and prep is not None and prep[0] and not prep[3] and not job.held \
                 and job.dependency not in DEPENDENCY_BLOCKING and (job.begin_time is None or job.begin_time <= now):
+            if id(prep) not in waits:
+                for p, req in prep[0]:
+                    if req.resv >= 0 or p not in tops:
+                        break
+                    m = fit_memo.get((p, req))
+                    if m is None or m[1] is not None:  # "does not fit" stays true (see fit_now)
+                        break
+                else:
+                    waits.add(id(prep))
             if id(prep) in waits:
-                jobs.append(prep)
-                continue
-            for p, req in prep[0]:
-                if req.resv >= 0 or p not in tops:
-                    break
-                m = fit_memo.get((p, req))
-                if m is None or m[1] is not None:  # "does not fit" stays true (see fit_now)
-                    break
-            else:
-                waits.add(id(prep))
+                if not job.reservation:
+                    known[key] = prep
                 jobs.append(prep)
                 continue
         elif prep is not None and prep[0] and not prep[3] and job.dependency != "never" \
                 and (job.held or job.dependency == "pending") \
                 and job.begin_time is None and prep[0][0][1].resv < 0:
-            # held or waiting on a dependency, nothing else in the way: blocked, with no estimate
-            jobs.append((prep[2], prep[1] + ((_HELD,) if job.held else ()) + ((Reason(
-                "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
-                if job.dependency == "pending" else ())))
+            # held or waiting on a dependency, nothing else in the way: blocked, with no estimate; the
+            # row is shared by the jobs with the same key (and dependency text)
+            same = (key, job.dependency_text) if job.dependency == "pending" else key
+            row = known.get(same) if not job.reservation else None
+            if row is None:
+                row = (prep[2], prep[1] + ((_HELD,) if job.held else ()) + ((Reason(
+                    "dependency", f"it waits for its dependency {job.dependency_text}".rstrip()),)
+                    if job.dependency == "pending" else ()))
+                if not job.reservation:
+                    known[same] = row
+            jobs.append(row)
             continue
         if deadline is not None and time.monotonic() > deadline:
             rec = _unplanned(cl, job, late)
         else:
-            rec = _plan_job(cl, job, tops, starts, backfilled, policy)
+            rec = _plan_job(cl, job, tops, starts, backfilled, policy, key[4:])
         homes.add(rec.partition)  # the others' partitions exist: they had a request there
         jobs.append(rec)
     if policy.slurm and backfilled:
@@ -1685,10 +1991,12 @@ def _unplanned(cl: _Cluster, job: PendingJob, late: set) -> _Job:
     return rec
 
 
-def _prepare(cl: _Cluster, job: PendingJob):
+def _prepare(cl: _Cluster, job: PendingJob, fields: tuple | None = None):
     """(requests per usable partition, reasons when there is none, home partition, partitions down),
-    shared by every job with the same partitions and request."""
-    key = (job.partitions, _REQUEST_FIELDS(job), (job.user, job.account) if job.reservation else None)
+    shared by every job with the same partitions and request. fields: _REQUEST_FIELDS(job) if
+    already read."""
+    key = (job.partitions, _REQUEST_FIELDS(job) if fields is None else fields,
+           (job.user, job.account) if job.reservation else None)
     got = cl._request_memo.get(key)
     if got is not None:
         return got
@@ -1718,9 +2026,10 @@ def _prepare(cl: _Cluster, job: PendingJob):
     return got
 
 
-def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _Policy) -> _Job:
+def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _Policy,
+              fields: tuple | None = None) -> _Job:
     now = cl.now
-    reqs, reasons, home, down = _prepare(cl, job)
+    reqs, reasons, home, down = _prepare(cl, job, fields)
     rec = _Job(job, home, list(reasons))
     if not reqs:
         rec.state = "never"
@@ -1810,7 +2119,7 @@ def _plan_job(cl: _Cluster, job: PendingJob, tops, starts, backfilled, policy: _
                 rec.reasons.append(why_not)
                 return rec
         # why it cannot start now, from the plan as it stands before its own reservation
-        _, _, now_reasons, what_if = _waiting_reasons(cl, p, req, now, tops.get(p))
+        _, _, now_reasons, what_if = _waiting_reasons(cl, p, req, now, tops.get(p), nodes=False)
         cl.hold(nodes, when, req, job.job_id)
         rec.partition, rec.req = p, req
         rec.expected, rec.nodes, rec.what_if = when, tuple(cl.names[i] for i in nodes), what_if
@@ -1862,8 +2171,9 @@ def _fmt_ts(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):
-    when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, blockers = _facts(cl, p, req, t0)
+def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top, nodes: bool = True):
+    """(expected start, its nodes (with `nodes`), reasons, what-if) of a job that cannot start now."""
+    when, nodes, raw, unblocked, frag, what_if_s, what_if_nodes, blockers = _facts(cl, p, req, t0, nodes)
     names = tuple(cl.names[i] for i in nodes)
     reasons: list[Reason] = []
     if when is None:
@@ -1910,9 +2220,9 @@ def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top):
     return when, names, tuple(reasons), what_if
 
 
-def _facts(cl: _Cluster, p: str, req: _Req, t0: float):
+def _facts(cl: _Cluster, p: str, req: _Req, t0: float, nodes: bool = True):
     """What a waiting job's reasons need, computed once per distinct request in the final plan."""
-    when, nodes = cl.earliest(p, req, t0)
+    when, nodes = cl.earliest(p, req, t0, nodes)
     fits, raw, plain, fit_special, frag = _now_facts(cl, p, req)
     end = cl.now + req.duration
     unblocked = plain
@@ -1984,7 +2294,7 @@ def _now_facts(cl: _Cluster, p: str, req: _Req):
 
 def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
     """showbf: per partition, free resources now (before backfilled jobs take them) and until when."""
-    cf, gf = np.array(cl.cf), np.array(cl.gf)
+    cf, _, gf = (a.copy() for a in cl.free_arrays())
     for i, c, g in backfilled:
         cf[i] += c
         gf[i] += g

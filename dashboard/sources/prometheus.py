@@ -31,16 +31,20 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
+from operator import itemgetter
 from dataclasses import replace
 
 import httpx
+import orjson
 
 from collectors import fetch
 from collectors.fetch import Deadline
 import numpy as np
 
 from dashboard.analysis.thresholds import Thresholds
-from dashboard.analysis.window import Window
+from dashboard.analysis.window import Window, grid
 
 from .build import SignalStore
 from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping, NodeMatcher, sub_key
@@ -150,6 +154,10 @@ QUERY_BUDGET = 20
 QUERY_SHARE = 0.25
 QUERY_MIN_SECONDS = 2.0
 
+# Queries in flight at once: enough that the engine works on the next answers while this process
+# decodes one, few enough that one window does not take every core of a shared engine.
+QUERY_WORKERS = 4
+
 INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gpu_nvlink_peer_info or "
               "gangwatch_gpu_affinity_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) "
               '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
@@ -162,44 +170,76 @@ SETTLE_SECONDS = 60.0
 
 
 class _Held:
-    """One signal's series as fetched so far: {labels: (times, values)} up to `until`."""
+    """One signal's series as fetched so far, on the window's step grid from `t0` up to `until`:
+    per row its labels, values and whether a point is there (a point whose value is NaN is there:
+    the window's alignment carries an earlier point over a missing one, never over a NaN)."""
 
-    __slots__ = ("series", "until")
+    __slots__ = ("rows", "labels", "vals", "have", "t0", "until")
 
     def __init__(self):
-        self.series: dict[tuple, tuple[dict, np.ndarray, np.ndarray]] = {}
+        self.rows: dict[tuple, int] = {}
+        self.labels: list[dict] = []
+        self.vals = np.zeros((0, 0))
+        self.have = np.zeros((0, 0), bool)
+        self.t0 = math.nan
         self.until = -math.inf
 
-    def merge(self, data: dict, start: float, since: float, until: float) -> dict:
+    def merge(self, data: dict, start: float, since: float, until: float, step: float) -> None:
         """The points before `since` held, the fetched ones from `since` on (they replace the held
-        ones there), those before `start` dropped; returns the merged result as a query's data."""
-        fresh: dict[tuple, tuple[dict, np.ndarray, np.ndarray]] = {}
-        for series in data.get("result") or []:
-            labels = series.get("metric") or {}
-            try:
-                vals = series.get("values") or []
-                ts = np.array([float(v[0]) for v in vals], np.float64)
-                vs = np.array([float(v[1]) for v in vals], np.float64)
-            except (TypeError, ValueError, IndexError):
-                continue
-            fresh[tuple(sorted(labels.items()))] = (labels, ts, vs)
-        merged = {}
-        for key in self.series.keys() | fresh.keys():
-            parts_t, parts_v, labels = [], [], None
-            if key in self.series:
-                labels, ts, vs = self.series[key]
-                keep = (ts >= start) & (ts < since)
-                parts_t.append(ts[keep])
-                parts_v.append(vs[keep])
-            if key in fresh:
-                labels, ts, vs = fresh[key]
-                parts_t.append(ts)
-                parts_v.append(vs)
-            ts, vs = np.concatenate(parts_t), np.concatenate(parts_v)
-            if ts.size:
-                merged[key] = (labels, ts, vs)
-        self.series, self.until = merged, until
-        return {"result": [{"metric": labels, "times": ts, "vals": vs} for labels, ts, vs in merged.values()]}
+        ones there), those before `start` dropped; rows left without a point dropped."""
+        T = grid(start, until, step).shape[0]
+        labels, sid, col, val = decode_range(data, start, step, T)
+        rows = dict(self.rows)
+        keep_labels = list(self.labels)
+        fresh = np.empty(len(labels), np.int64)
+        for i, lab in enumerate(labels):
+            key = tuple(sorted(lab.items()))
+            r = rows.get(key)
+            if r is None:
+                r = rows[key] = len(keep_labels)
+                keep_labels.append(lab)
+            fresh[i] = r
+        vals = np.full((len(keep_labels), T), np.nan)
+        have = np.zeros((len(keep_labels), T), bool)
+        cut = int(round((since - start) / step))  # the first column fetched again
+        if self.vals.size:
+            shift = int(round((self.t0 - start) / step))  # held column j is column j + shift now
+            lo, hi = max(0, shift), min(cut, shift + self.vals.shape[1])
+            if hi > lo:
+                n = self.vals.shape[0]
+                vals[:n, lo:hi] = self.vals[:, lo - shift:hi - shift]
+                have[:n, lo:hi] = self.have[:, lo - shift:hi - shift]
+        at = (fresh[sid], col)
+        vals[at] = val
+        have[at] = True
+        live = have.any(axis=1)
+        if not live.all():
+            idx = np.flatnonzero(live)
+            keep_labels = [keep_labels[i] for i in idx]
+            vals, have = vals[idx], have[idx]
+            rows = {tuple(sorted(lab.items())): i for i, lab in enumerate(keep_labels)}
+        self.rows, self.labels, self.vals, self.have = rows, keep_labels, vals, have
+        self.t0, self.until = start, until
+
+
+def decode_range(data: dict, start: float, step: float, n: int) -> tuple[list[dict], np.ndarray, np.ndarray, np.ndarray]:
+    """A range query's answer as (labels per series, then per point: its series, its column on the
+    grid start + k * step (k < n), its value), decoded in bulk rather than series by series. A point
+    off that grid (no engine that evaluates PromQL returns one) raises ValueError: the signal is then
+    absent and named, never misplaced."""
+    result = [s for s in data.get("result") or [] if s.get("values")]
+    labels = [s.get("metric") or {} for s in result]
+    lengths = np.fromiter((len(s["values"]) for s in result), np.int64, len(result))
+    points = list(chain.from_iterable(s["values"] for s in result))
+    try:
+        ts = np.fromiter(map(float, map(itemgetter(0), points)), np.float64, len(points))
+        vs = np.fromiter(map(float, map(itemgetter(1), points)), np.float64, len(points))
+    except (TypeError, IndexError) as exc:
+        raise ValueError(f"malformed matrix: {exc}") from None
+    col = np.rint((ts - start) / step).astype(np.int64)
+    if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
+        raise ValueError("points off the query's step grid")
+    return labels, np.repeat(np.arange(len(result)), lengths), col, vs
 
 
 class PrometheusSource:
@@ -225,13 +265,15 @@ class PrometheusSource:
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
 
     def _get(self, path: str, params: dict) -> dict:
-        self.queries_last_cycle += 1
         r = fetch.get(self.url + path, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), params=params,
                       client=self.client, deadline=self._deadline, max_bytes=fetch.PROMETHEUS_MAX_BYTES)
         r.raise_for_status()
-        doc = r.json()
-        if doc.get("status") != "success":
-            raise RuntimeError(doc.get("error") or "status not success")
+        try:
+            doc = orjson.loads(r.content)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            raise RuntimeError((doc.get("error") if isinstance(doc, dict) else None) or "status not success")
         return doc.get("data") or {}
 
     def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0,
@@ -249,25 +291,36 @@ class PrometheusSource:
             self._held, self._held_shape = {}, shape
         settle = step * math.ceil(SETTLE_SECONDS / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
-        for signal, level, q in plan_queries(self.rate_window, step, self.matcher.host_labels):
+        plan = plan_queries(self.rate_window, step, self.matcher.host_labels)
+        asks = []
+        for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
             # ask only for what is not held yet (a cold cycle: the whole window)
             since = max(start, held.until - settle) if start <= held.until <= end else start
+            asks.append((signal, level, held, since, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
+                                                      "step": f"{step:g}"}))
+        self.queries_last_cycle = len(asks) + 1
+        times = grid(start, end, step)
+        # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
+        # while this thread decodes and merges an answer (in plan order: the window is the same
+        # whatever order the answers arrive in)
+        with ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="gangwatch-query") as pool:
+            pending = [pool.submit(self._get, "/api/v1/query_range", params) for *_, params in asks]
+            info = pool.submit(self._get, "/api/v1/query", {"query": INFO_QUERY, "time": f"{end:.3f}"})
+            for (signal, level, held, since, _), got in zip(asks, pending):
+                try:
+                    held.merge(got.result(), start, since, end, step)
+                except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+                    # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
+                    failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
+                    continue
+                self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
+                add_held(store, signal, level, held, times, self.matcher)
+                self._held[(signal, level)] = held
             try:
-                data = self._get("/api/v1/query_range", {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
-                                                         "step": f"{step:g}"})
+                add_info(store, info.result(), self.matcher)
             except (httpx.HTTPError, RuntimeError, ValueError) as exc:
-                # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
-                failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
-                continue
-            self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
-            add_matrix(store, signal, level, held.merge(data, start, since, end), self.matcher)
-            self._held[(signal, level)] = held
-        try:
-            data = self._get("/api/v1/query", {"query": INFO_QUERY, "time": f"{end:.3f}"})
-            add_info(store, data, self.matcher)
-        except (httpx.HTTPError, RuntimeError, ValueError) as exc:
-            failed.append(f"facts ({type(exc).__name__})")
+                failed.append(f"facts ({type(exc).__name__})")
         self.failed_last_cycle = len(failed)
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
@@ -321,6 +374,23 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
             except (TypeError, ValueError, IndexError):
                 continue
         store.add(part, level, node, key, ts, vs, "mean")
+
+
+def add_held(store: SignalStore, signal: str, level: str, held: _Held, times: np.ndarray, matcher: NodeMatcher) -> None:
+    """`add_matrix` of what `held` holds, as grid rows: one block per signal (a shared query's
+    parts apart)."""
+    probe = Mapping(signal, level, "")
+    parts: dict[str, tuple[list[int], list[tuple[str, str]]]] = defaultdict(lambda: ([], []))
+    for i, labels in enumerate(held.labels):
+        node = matcher(labels)
+        key = sub_key(probe, labels)
+        if node is None or key is None:
+            continue
+        rows, cells = parts[labels.get(SIGNAL_LABEL) or signal]
+        rows.append(i)
+        cells.append((node, key))
+    for part, (rows, cells) in parts.items():
+        store.add_grid(part, level, cells, times, held.vals[rows], held.have[rows])
 
 
 def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:

@@ -158,9 +158,17 @@ QUERY_MIN_SECONDS = 2.0
 # decodes one, few enough that one window does not take every core of a shared engine.
 QUERY_WORKERS = 4
 
-INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gpu_nvlink_peer_info or "
-              "gangwatch_gpu_affinity_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) "
-              '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
+# The facts of a window: which job holds each GPU (changes with every job), and the node's hardware
+# (leaf switch, NVLink peers, NUMA: changes when the hardware does; 56 NVLink pairs a node make it
+# nine tenths of the answer). INFO_QUERY asks for both; a steady cycle asks for JOB_FACTS only and
+# keeps the hardware facts of the last INFO_QUERY (`TOPOLOGY_SECONDS`, module doc).
+TOPOLOGY_METRICS = ("gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info", "gangwatch_gpu_affinity_info")
+JOB_FACTS = ('gangwatch_job_gpu_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) '
+             '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
+INFO_QUERY = " or ".join(TOPOLOGY_METRICS) + " or " + JOB_FACTS
+# Seconds a steady cycle reuses the hardware facts for; a node the previous window had and the facts'
+# window had not makes the next cycle ask again (a new node's facts come one cycle after its metrics).
+TOPOLOGY_SECONDS = 600.0
 
 
 # Seconds before the previous cycle's end that a steady-state cycle asks for again: a scrape's samples
@@ -262,6 +270,8 @@ class PrometheusSource:
         # steady state (module doc): (signal, level) -> what is held, valid for one query shape
         self._held: dict[tuple[str, str], _Held] = {}
         self._held_shape: tuple = ()
+        # the hardware facts of the last INFO_QUERY: (series, its time, the nodes of its window)
+        self._topology: tuple[list[dict], float, frozenset[str]] | None = None
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
 
     def _get(self, path: str, params: dict) -> dict:
@@ -306,7 +316,11 @@ class PrometheusSource:
         # whatever order the answers arrive in)
         with ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="gangwatch-query") as pool:
             pending = [pool.submit(self._get, "/api/v1/query_range", params) for *_, params in asks]
-            info = pool.submit(self._get, "/api/v1/query", {"query": INFO_QUERY, "time": f"{end:.3f}"})
+            topo = self._topology
+            if topo is not None and (not topo[1] <= end < topo[1] + TOPOLOGY_SECONDS or not topo[2].issuperset(self.targets)):
+                topo = None
+            info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
+                                                            "time": f"{end:.3f}"})
             for (signal, level, held, since, _), got in zip(asks, pending):
                 try:
                     held.merge(got.result(), start, since, end, step)
@@ -318,9 +332,15 @@ class PrometheusSource:
                 add_held(store, signal, level, held, times, self.matcher)
                 self._held[(signal, level)] = held
             try:
-                add_info(store, info.result(), self.matcher)
+                data = info.result()
             except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                 failed.append(f"facts ({type(exc).__name__})")
+                self._topology = None
+            else:
+                result = data.get("result") or []
+                if topo is None:
+                    topo = ([r for r in result if (r.get("metric") or {}).get("__name__") in TOPOLOGY_METRICS], end, None)
+                add_info(store, {"result": topo[0] + result if topo[2] is not None else result}, self.matcher)
         self.failed_last_cycle = len(failed)
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
@@ -328,6 +348,8 @@ class PrometheusSource:
         win = store.window(start, end, step)
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
+        if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window
+            self._topology = (topo[0], topo[1], frozenset(seen))
         if silent and len(silent) < len(seen):
             names = sorted(silent)
             win = replace(win, notes=(*win.notes, f"{len(silent)} of {len(seen)} nodes stale (no samples in the last "

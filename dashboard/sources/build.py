@@ -144,6 +144,14 @@ class SignalStore:
         except (KeyError, ValueError):
             pass
 
+    def add_hardware(self, other: "SignalStore") -> None:
+        """The leaf switches, NVLink peers and NUMA nodes `other` was given (kept between windows)."""
+        self.leaf_of.update(other.leaf_of)
+        for node, pairs in other.nvlink_peers.items():
+            self.nvlink_peers[node] |= pairs
+        for node, numa in other.gpu_numa.items():
+            self.gpu_numa[node].update(numa)
+
     def add_infos(self, infos: Iterable[tuple[str, dict[str, str]]], matcher: NodeMatcher) -> None:
         for name, labels in infos:
             node = matcher(labels)

@@ -182,10 +182,11 @@ class _Held:
     per row its labels, values and whether a point is there (a point whose value is NaN is there:
     the window's alignment carries an earlier point over a missing one, never over a NaN)."""
 
-    __slots__ = ("rows", "labels", "vals", "have", "t0", "until")
+    __slots__ = ("rows", "labels", "cells", "vals", "have", "t0", "until")
 
     def __init__(self):
         self.rows: dict[tuple, int] = {}
+        self.cells: dict[int, tuple] = {}  # row -> (signal, node, key) as add_held maps it, () for none
         self.labels: list[dict] = []
         self.vals = np.zeros((0, 0))
         self.have = np.zeros((0, 0), bool)
@@ -226,6 +227,7 @@ class _Held:
             keep_labels = [keep_labels[i] for i in idx]
             vals, have = vals[idx], have[idx]
             rows = {tuple(sorted(lab.items())): i for i, lab in enumerate(keep_labels)}
+            self.cells = {}
         self.rows, self.labels, self.vals, self.have = rows, keep_labels, vals, have
         self.t0, self.until = start, until
 
@@ -270,8 +272,8 @@ class PrometheusSource:
         # steady state (module doc): (signal, level) -> what is held, valid for one query shape
         self._held: dict[tuple[str, str], _Held] = {}
         self._held_shape: tuple = ()
-        # the hardware facts of the last INFO_QUERY: (series, its time, the nodes of its window)
-        self._topology: tuple[list[dict], float, frozenset[str]] | None = None
+        # the hardware facts of the last INFO_QUERY: (them, their time, the nodes of its window)
+        self._topology: tuple[SignalStore, float, frozenset[str] | None] | None = None
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
 
     def _get(self, path: str, params: dict) -> dict:
@@ -338,9 +340,14 @@ class PrometheusSource:
                 self._topology = None
             else:
                 result = data.get("result") or []
-                if topo is None:
-                    topo = ([r for r in result if (r.get("metric") or {}).get("__name__") in TOPOLOGY_METRICS], end, None)
-                add_info(store, {"result": topo[0] + result if topo[2] is not None else result}, self.matcher)
+                if topo is None:  # hardware facts apart, kept as read
+                    hw = SignalStore()
+                    add_info(hw, {"result": [r for r in result if (r.get("metric") or {}).get("__name__") in TOPOLOGY_METRICS]},
+                             self.matcher)
+                    result = [r for r in result if (r.get("metric") or {}).get("__name__") not in TOPOLOGY_METRICS]
+                    topo = (hw, end, None)
+                store.add_hardware(topo[0])
+                add_info(store, {"result": result}, self.matcher)
         self.failed_last_cycle = len(failed)
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
@@ -404,13 +411,14 @@ def add_held(store: SignalStore, signal: str, level: str, held: _Held, times: np
     probe = Mapping(signal, level, "")
     parts: dict[str, tuple[list[int], list[tuple[str, str]]]] = defaultdict(lambda: ([], []))
     for i, labels in enumerate(held.labels):
-        node = matcher(labels)
-        key = sub_key(probe, labels)
-        if node is None or key is None:
-            continue
-        rows, cells = parts[labels.get(SIGNAL_LABEL) or signal]
-        rows.append(i)
-        cells.append((node, key))
+        cell = held.cells.get(i)
+        if cell is None:  # a row's labels never change: mapped once, on the cycle it appears
+            node, key = matcher(labels), sub_key(probe, labels)
+            cell = held.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if node is not None and key is not None else ()
+        if cell:
+            rows, cells = parts[cell[0]]
+            rows.append(i)
+            cells.append(cell[1:])
     for part, (rows, cells) in parts.items():
         store.add_grid(part, level, cells, times, held.vals[rows], held.have[rows])
 

@@ -5,11 +5,16 @@ series per node (and GPU, port or target): `avg by (<host labels>, gpu) (...)`, 
 (rate(...[1m]))`. Every exporter schema a signal can come from (schema.MAPPINGS) is OR-ed into the
 same query, so the number of queries per cycle is fixed (`len(plan_queries())`, 19) whatever the
 node count or the schemas in use; plus one instant query for facts (GPU -> job, leaf switch,
-NVLink peers, NUMA). PromQL lives here and nowhere else.
+NVLink peers, NUMA). PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
+answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
+never series by series, and enter the window as grid rows (`SignalStore.add_grid`).
 
 Steady state: the source keeps what it fetched and each cycle asks only for the span since the
 previous cycle's end, plus `SETTLE_SECONDS` before it (points a late scrape could still change),
 so serve's every-15-s cycle over a one-hour window costs about six steps per query instead of 240.
+The hardware facts (leaf, NVLink peers, NUMA: nine tenths of the facts' answer) are asked for on a
+cold cycle and then every `TOPOLOGY_SECONDS`, or on the cycle after a node appears that they did not
+cover; the cycles between ask for the job facts only.
 A point the engine computes at time t depends only on samples at or before t, so held points equal
 what a cold query returns; a signal whose query fails (or a change of step, rate window or a jump
 out of the held span) is fetched whole the next cycle. Samples that reach the engine more than

@@ -111,6 +111,9 @@ class SignalStore:
                  have: np.ndarray) -> None:
         """Rows (node, key) of one signal on the grid `times`: values and presence (rows, T), each
         row as `add(..., "mean")` of its points would be."""
+        some = have.any(axis=1)  # a row without a point is no series at all, as `add` would have none
+        if not some.all():
+            cells, vals, have = [c for c, s in zip(cells, some) if s], vals[some], have[some]
         if cells:
             self.grids.append((signal, level, list(cells), np.asarray(times, np.float64), vals, have))
 

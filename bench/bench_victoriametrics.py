@@ -25,7 +25,10 @@ then extrapolates the per-series and per-sample costs to 4,096, 16,384 and 65,53
 series per node measured here) and says which deployment each needs. The ratio printed is
 VictoriaMetrics' memory per series against Prometheus' (issue 16's goal: <= 1/3 at 4,096 nodes).
 
-Usage: python bench/bench_victoriametrics.py [--nodes 256] [--interval 15] [--warmup 240]
+`--baseline DIR` measures the diagnosis cycles of another checkout's source too (main's, for
+before/after figures), on the same engines right after ours, and prints them beside.
+
+Usage: python bench/bench_victoriametrics.py [--nodes 256] [--interval 15] [--warmup 240] [--baseline DIR]
 Needs: Debian's prometheus and victoria-metrics packages, psutil (the [test] extra).
 """
 
@@ -36,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -127,6 +131,14 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
     return {"cold": cold, "steady": min(rows)}
 
 
+def baseline_cycles(root: str, url: str) -> dict[str, tuple]:
+    """`diagnosis_cycles` with the dashboard package of the checkout at `root` (a process of its own,
+    so neither source's imports see the other's)."""
+    out = subprocess.run([sys.executable, __file__, "--cycles", url, "--root", root], capture_output=True, text=True,
+                         timeout=3600, check=True).stdout
+    return {k: tuple(v) for k, v in json.loads(out.splitlines()[-1]).items()}
+
+
 def prom_block(prom) -> tuple[int, int, int]:
     """(chunk bytes, index bytes, samples) of the head written as a compacted block (admin snapshot
     API): what it costs on disk once Prometheus compacts it (the WAL holds it uncompressed until
@@ -198,7 +210,16 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--interval", type=int, default=15)
     ap.add_argument("--warmup", type=float, default=240.0)
+    ap.add_argument("--baseline", help="another checkout whose diagnosis cycles to measure beside ours")
+    ap.add_argument("--cycles", help=argparse.SUPPRESS)  # baseline_cycles' process: this engine URL only
+    ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cycles:
+        sys.path.insert(0, str(Path(args.root).resolve()))
+        import dashboard.sources.prometheus as source
+        assert Path(source.__file__).resolve().is_relative_to(Path(args.root).resolve()), source.__file__
+        print(json.dumps(diagnosis_cycles(args.cycles)))
+        return 0
     if not (shutil.which("prometheus") and vmstack.available()):
         print("needs Debian's prometheus and victoria-metrics")
         return 2
@@ -258,6 +279,10 @@ def main(argv=None) -> int:
         print("rules and diagnosis cycles ...", flush=True)
         p_costs, v_costs = rule_costs(prom.url), rule_costs(vm.url)
         p_diag, v_diag = diagnosis_cycles(prom.url), diagnosis_cycles(vm.url)
+        base = {}
+        if args.baseline:
+            print(f"baseline diagnosis cycles ({args.baseline}) ...", flush=True)
+            base = {"": (baseline_cycles(args.baseline, prom.url), baseline_cycles(args.baseline, vm.url))}
         print("disk ...", flush=True)
         try:  # last: a snapshot of a large head under load can take minutes
             p_chunks, p_index, p_block_samples = prom_block(prom)
@@ -281,6 +306,10 @@ def main(argv=None) -> int:
                 ("rules: groups", f"{len(p_rules)}", f"{len(v_rules)}")]
         for kind in ("cold", "steady"):
             p, v = p_diag[kind], v_diag[kind]
+            for pb, vb in base.values():
+                rows.append((f"baseline {kind}: whole cycle", f"{pb[kind][0]:.3f} s", f"{vb[kind][0]:.3f} s"))
+                rows.append((f"baseline {kind}: MB, span", f"{pb[kind][4] / 1e6:.1f}, {pb[kind][5]:.0f} s",
+                             f"{vb[kind][4] / 1e6:.1f}, {vb[kind][5]:.0f} s"))
             rows += [(f"diagnosis {kind}: whole cycle", f"{p[0]:.3f} s", f"{v[0]:.3f} s"),
                      (f"diagnosis {kind}: queries in flight", f"{p[1]:.3f} s", f"{v[1]:.3f} s"),
                      (f"diagnosis {kind}: queries' s added", f"{p[2]:.3f} s", f"{v[2]:.3f} s"),

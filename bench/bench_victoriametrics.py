@@ -18,7 +18,7 @@ same rule files (the layout of deploy/victoriametrics/). After `--warmup` second
 - diagnosis cycles (dashboard/sources/prometheus.py over the last hour, as `serve --prometheus`
   runs them): the first, cold cycle (the whole hour) and the steady state (the best of three later
   cycles, 15 s apart, each asking only for the span since the previous one): the whole cycle
-  (queries, decoding and assembly), the time queries were in flight (four at a time) and their
+  (queries, decoding and assembly), the time queries were in flight (two at a time) and their
   seconds added up, query count and response bytes;
 
 then extrapolates the per-series and per-sample costs to 4,096, 16,384 and 65,536 nodes (the

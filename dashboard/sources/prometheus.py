@@ -159,9 +159,12 @@ QUERY_BUDGET = 20
 QUERY_SHARE = 0.25
 QUERY_MIN_SECONDS = 2.0
 
-# Queries in flight at once: enough that the engine works on the next answers while this process
-# decodes one, few enough that one window does not take every core of a shared engine.
-QUERY_WORKERS = 4
+# Queries in flight at once: enough that the engine works on the next answer while this process
+# decodes one; no more, as the engine shares its query slots with the rule evaluator and Grafana
+# (VictoriaMetrics' -search.maxConcurrentRequests is twice its cores and answers 503 to a query
+# queued past -search.maxQueueDuration: four at a time on a 2-core one lost the cold cycle's two
+# costliest queries beside vmalert's).
+QUERY_WORKERS = 2
 
 # The facts of a window: which job holds each GPU (changes with every job), and the node's hardware
 # (leaf switch, NVLink peers, NUMA: changes when the hardware does; 56 NVLink pairs a node make it

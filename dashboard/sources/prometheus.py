@@ -160,10 +160,11 @@ QUERY_SHARE = 0.25
 QUERY_MIN_SECONDS = 2.0
 
 # Queries in flight at once: enough that the engine works on the next answer while this process
-# decodes one; no more, as the engine shares its query slots with the rule evaluator and Grafana
-# (VictoriaMetrics' -search.maxConcurrentRequests is twice its cores and answers 503 to a query
-# queued past -search.maxQueueDuration: four at a time on a 2-core one lost the cold cycle's two
-# costliest queries beside vmalert's).
+# decodes one; no more, as queries that share an engine's cores each take longer, and the engine
+# ends one at its own limit (Prometheus' --query.timeout, 2 min: four at a time, a cold cycle at
+# 1,024 nodes on a loaded 2-core host lost its two costliest queries to it) or queues it past
+# VictoriaMetrics' -search.maxQueueDuration (its -search.maxConcurrentRequests slots, twice its
+# cores, are shared with vmalert and Grafana).
 QUERY_WORKERS = 2
 
 # The facts of a window: which job holds each GPU (changes with every job), and the node's hardware

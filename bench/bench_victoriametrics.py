@@ -17,14 +17,18 @@ same rule files (the layout of deploy/victoriametrics/). After `--warmup` second
   longest groups, and the costliest rules (each expression as one instant query on either engine);
 - diagnosis cycles (dashboard/sources/prometheus.py over the last hour, as `serve --prometheus`
   runs them): the first, cold cycle (the whole hour) and the steady state (the best of three later
-  cycles, 15 s apart, each asking only for the span since the previous one): the seconds spent in
-  the queries, the whole cycle with decoding and assembly, query count and response bytes;
+  cycles, 15 s apart, each asking only for the span since the previous one): the whole cycle
+  (queries, decoding and assembly), the time queries were in flight (two at a time) and their
+  seconds added up, query count and response bytes;
 
 then extrapolates the per-series and per-sample costs to 4,096, 16,384 and 65,536 nodes (the
 series per node measured here) and says which deployment each needs. The ratio printed is
 VictoriaMetrics' memory per series against Prometheus' (issue 16's goal: <= 1/3 at 4,096 nodes).
 
-Usage: python bench/bench_victoriametrics.py [--nodes 256] [--interval 15] [--warmup 240]
+`--baseline DIR` measures the diagnosis cycles of another checkout's source too (main's, for
+before/after figures), on the same engines right after ours, and prints them beside.
+
+Usage: python bench/bench_victoriametrics.py [--nodes 256] [--interval 15] [--warmup 240] [--baseline DIR]
 Needs: Debian's prometheus and victoria-metrics packages, psutil (the [test] extra).
 """
 
@@ -35,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,18 +91,23 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
     """One PrometheusSource over the last hour, as `serve --prometheus` runs it: its first (cold)
     cycle asks for the whole hour, the next ones (steady state, one per `interval`, as serve's) only
     for the span since the previous one. {"cold": row, "steady": the best of `steady` rows}, a row
-    being (wall s, seconds in the queries, queries, response bytes, longest span asked in s)."""
+    being (wall s, seconds from the first query sent to the last answer read, the queries' seconds
+    added up (they overlap: QUERY_WORKERS at a time), queries, response bytes, longest span asked in s)."""
     from dashboard.sources.prometheus import PrometheusSource
 
-    got = {"bytes": 0, "seconds": 0.0, "t0": 0.0}
+    got = {"bytes": 0, "seconds": 0.0, "first": math.inf, "last": 0.0}
+    sent_at: dict[int, float] = {}
 
     def sent(request):
-        got["t0"] = time.perf_counter()
+        sent_at[id(request)] = time.perf_counter()
+        got["first"] = min(got["first"], sent_at[id(request)])
 
-    def count(response):  # the queries run one after another: request to last byte is one query's
+    def count(response):  # request to last byte is one query's (engine and transfer)
         response.read()
+        now = time.perf_counter()
         got["bytes"] += len(response.content)
-        got["seconds"] += time.perf_counter() - got["t0"]
+        got["seconds"] += now - sent_at.pop(id(response.request), now)
+        got["last"] = max(got["last"], now)
 
     # a long deadline: a cold cycle at this size must be measured, not cut short (each query may
     # take a quarter of it)
@@ -105,13 +115,13 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
                                                                                            "response": [count]}))
 
     def cycle():
-        got.update(bytes=0, seconds=0.0)
+        got.update(bytes=0, seconds=0.0, first=math.inf, last=0.0)
         t0 = time.perf_counter()
         win = src.window(time.time(), 3600.0, 15.0)
         if src.failed_last_cycle:
             print(f"  ({url}: {'; '.join(win.notes)[:200]})")
-        return (time.perf_counter() - t0, got["seconds"], src.queries_last_cycle, got["bytes"],
-                src.seconds_asked_last_cycle)
+        return (time.perf_counter() - t0, max(0.0, got["last"] - got["first"]), got["seconds"], src.queries_last_cycle,
+                got["bytes"], src.seconds_asked_last_cycle)
 
     cold = cycle()
     rows = []
@@ -119,6 +129,14 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
         time.sleep(interval - time.time() % interval + 1.0)  # just past the next step, as serve's next cycle
         rows.append(cycle())
     return {"cold": cold, "steady": min(rows)}
+
+
+def baseline_cycles(root: str, url: str) -> dict[str, tuple]:
+    """`diagnosis_cycles` with the dashboard package of the checkout at `root` (a process of its own,
+    so neither source's imports see the other's)."""
+    out = subprocess.run([sys.executable, __file__, "--cycles", url, "--root", root], capture_output=True, text=True,
+                         timeout=3600, check=True).stdout
+    return {k: tuple(v) for k, v in json.loads(out.splitlines()[-1]).items()}
 
 
 def prom_block(prom) -> tuple[int, int, int]:
@@ -192,7 +210,16 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--interval", type=int, default=15)
     ap.add_argument("--warmup", type=float, default=240.0)
+    ap.add_argument("--baseline", help="another checkout whose diagnosis cycles to measure beside ours")
+    ap.add_argument("--cycles", help=argparse.SUPPRESS)  # baseline_cycles' process: this engine URL only
+    ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cycles:
+        sys.path.insert(0, str(Path(args.root).resolve()))
+        import dashboard.sources.prometheus as source
+        assert Path(source.__file__).resolve().is_relative_to(Path(args.root).resolve()), source.__file__
+        print(json.dumps(diagnosis_cycles(args.cycles)))
+        return 0
     if not (shutil.which("prometheus") and vmstack.available()):
         print("needs Debian's prometheus and victoria-metrics")
         return 2
@@ -252,6 +279,10 @@ def main(argv=None) -> int:
         print("rules and diagnosis cycles ...", flush=True)
         p_costs, v_costs = rule_costs(prom.url), rule_costs(vm.url)
         p_diag, v_diag = diagnosis_cycles(prom.url), diagnosis_cycles(vm.url)
+        base = {}
+        if args.baseline:
+            print(f"baseline diagnosis cycles ({args.baseline}) ...", flush=True)
+            base = {"": (baseline_cycles(args.baseline, prom.url), baseline_cycles(args.baseline, vm.url))}
         print("disk ...", flush=True)
         try:  # last: a snapshot of a large head under load can take minutes
             p_chunks, p_index, p_block_samples = prom_block(prom)
@@ -275,10 +306,15 @@ def main(argv=None) -> int:
                 ("rules: groups", f"{len(p_rules)}", f"{len(v_rules)}")]
         for kind in ("cold", "steady"):
             p, v = p_diag[kind], v_diag[kind]
-            rows += [(f"diagnosis {kind}: queries' seconds", f"{p[1]:.3f} s", f"{v[1]:.3f} s"),
-                     (f"diagnosis {kind}: whole cycle", f"{p[0]:.3f} s", f"{v[0]:.3f} s"),
-                     (f"diagnosis {kind}: queries, MB, span", f"{p[2]}, {p[3] / 1e6:.1f}, {p[4]:.0f} s",
-                      f"{v[2]}, {v[3] / 1e6:.1f}, {v[4]:.0f} s")]
+            for pb, vb in base.values():
+                rows.append((f"baseline {kind}: whole cycle", f"{pb[kind][0]:.3f} s", f"{vb[kind][0]:.3f} s"))
+                rows.append((f"baseline {kind}: MB, span", f"{pb[kind][4] / 1e6:.1f}, {pb[kind][5]:.0f} s",
+                             f"{vb[kind][4] / 1e6:.1f}, {vb[kind][5]:.0f} s"))
+            rows += [(f"diagnosis {kind}: whole cycle", f"{p[0]:.3f} s", f"{v[0]:.3f} s"),
+                     (f"diagnosis {kind}: queries in flight", f"{p[1]:.3f} s", f"{v[1]:.3f} s"),
+                     (f"diagnosis {kind}: queries' s added", f"{p[2]:.3f} s", f"{v[2]:.3f} s"),
+                     (f"diagnosis {kind}: queries, MB, span", f"{p[3]}, {p[4] / 1e6:.1f}, {p[5]:.0f} s",
+                      f"{v[3]}, {v[4] / 1e6:.1f}, {v[5]:.0f} s")]
         print(f"\n{'':34} {'Prometheus 2.42':>18} {'VictoriaMetrics 1.79':>22}")
         for name, a, b in rows:
             print(f"{name:34} {a:>18} {b:>22}")
@@ -293,7 +329,7 @@ def main(argv=None) -> int:
         for kind, scale in (("cold", 4096 / args.nodes * 240 / points), ("steady", 4096 / args.nodes)):
             p, v = p_diag[kind], v_diag[kind]
             print(f"{'  ' + kind + ' at 4,096 nodes' + (', 1 h held' if kind == 'cold' else '') + ' (x' + format(scale, '.0f') + ')':34}"
-                  f" {p[1] * scale:8.1f} s {p[3] * scale / 1e9:6.2f} GB {v[1] * scale:12.1f} s {v[3] * scale / 1e9:6.2f} GB")
+                  f" {p[0] * scale:8.1f} s {p[4] * scale / 1e9:6.2f} GB {v[0] * scale:12.1f} s {v[4] * scale / 1e9:6.2f} GB")
         ratio = (v_mem / v_series) / (p_mem / p_series)
         print(f"\nVictoriaMetrics' memory per series / Prometheus': {ratio:.2f} (goal <= 0.33)")
         spn = p_series / args.nodes

@@ -291,6 +291,99 @@ def test_prometheus_steady_state_asks_only_the_new_span():
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
 
 
+def test_grid_rows_give_the_window_of_the_same_points():
+    """A range query's rows enter the window as grid blocks (SignalStore.add_grid): the window is the
+    one `add` of the same points gives, array for array: a missing point takes the one a step
+    before, a NaN point hides it, and two rows of one cell (one node under two host labels) average."""
+    rng = np.random.default_rng(7)
+    times = T0 + 15.0 * np.arange(40)
+    cells = [("n0", "0"), ("n0", "1"), ("n1", "0"), ("n1", "0"), ("n2", "0")]  # n1/0 twice
+    vals = rng.random((len(cells), times.size))
+    vals[rng.random(vals.shape) < 0.1] = np.nan  # points there, value NaN (Prometheus' 0/0)
+    have = rng.random(vals.shape) > 0.3
+    have[4] = False  # a row without a point
+    by_points, by_grid = SignalStore(), SignalStore()
+    for (node, key), v, h in zip(cells, vals, have):
+        if h.any():
+            by_points.add("util", "gpu", node, key, times[h], v[h], "mean")
+    by_grid.add_grid("util", "gpu", cells, times, vals, have)
+    a, b = by_points.window(times[0], times[-1], 15.0), by_grid.window(times[0], times[-1], 15.0)
+    assert a.nodes == b.nodes == ("n0", "n1") and a.gpus == b.gpus
+    assert np.array_equal(a.gpu["util"], b.gpu["util"], equal_nan=True)
+    assert np.isfinite(b.gpu["util"]).any() and np.isnan(b.gpu["util"]).any()
+    # a block on another grid is aligned point by point
+    other = SignalStore()
+    other.add_grid("util", "gpu", cells, times + 5.0, vals, have)
+    c, d = other.window(times[0], times[-1], 15.0), SignalStore()
+    for (node, key), v, h in zip(cells, vals, have):
+        if h.any():
+            d.add("util", "gpu", node, key, times[h] + 5.0, v[h], "mean")
+    assert np.array_equal(c.gpu["util"], d.window(times[0], times[-1], 15.0).gpu["util"], equal_nan=True)
+
+
+def test_prometheus_hardware_facts_are_kept_between_cycles():
+    """A steady cycle asks for the job facts only and keeps the leaf, NVLink and NUMA facts of the
+    last full facts query; a node those facts did not cover, `TOPOLOGY_SECONDS` passing, or a failed
+    facts query makes a later cycle ask for all of them again. The window is a cold cycle's."""
+    from dashboard.sources.prometheus import INFO_QUERY, JOB_FACTS, TOPOLOGY_SECONDS
+
+    facts: list[str] = []
+    nodes = [2]
+    fail = set()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = request.url.params.get("query", "")
+        if request.url.path.endswith("/query"):
+            facts.append(q)
+            if "facts" in fail:
+                return httpx.Response(503, text="overloaded")
+            hw = [{"metric": {"__name__": "gangwatch_gpu_nvlink_peer_info", "instance": f"n{i:04d}:9810", "gpu": "0",
+                              "peer_gpu": "1"}, "value": [T0, "1"]} for i in range(nodes[0])]
+            hw += [{"metric": {"__name__": "gangwatch_sim_node_info", "node": f"n{i:04d}", "leaf": f"leaf{i}"},
+                    "value": [T0, "1"]} for i in range(nodes[0])]
+            jobs = [{"metric": {"__name__": "gangwatch_job_gpu_info", "instance": f"n{i:04d}:9810", "gpu": "0",
+                                "jobid": str(100 + i)}, "value": [T0, "1"]} for i in range(nodes[0])]
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector",
+                                                                            "result": jobs + (hw if q == INFO_QUERY else [])}})
+        start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
+        result = []
+        if "gangwatch_gpu_utilization_ratio" in q:
+            result = [{"metric": {"instance": f"n{i:04d}:9810", "gpu": str(g)},
+                       "values": [[t, "0.5"] for t in np.arange(start, end + 1e-6, step) if i < 2 or t >= T0 + 30]}
+                      for i in range(nodes[0]) for g in range(2)]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+    def source():
+        return PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+
+    def same(a, b):
+        for field in ("nodes", "gpu_jobs", "leaf_of", "nvlink_peers"):
+            assert getattr(a, field) == getattr(b, field), field
+        return np.array_equal(a.gpu["util"], b.gpu["util"], equal_nan=True)
+
+    warm = source()
+    warm.window(T0, 600, 15)
+    assert facts == [INFO_QUERY]
+    win = warm.window(T0 + 15, 600, 15)
+    assert facts[1:] == [JOB_FACTS] and same(win, source().window(T0 + 15, 600, 15))
+    assert win.nvlink_peers == {"n0000": {(0, 1)}, "n0001": {(0, 1)}} and win.leaf_of["n0001"] == "leaf1"
+    nodes[0] = 3  # a node appears (its first samples at T0 + 30): its metrics this cycle, its facts the next
+    facts.clear()
+    warm.window(T0 + 30, 600, 15)
+    win = warm.window(T0 + 45, 600, 15)
+    assert facts == [JOB_FACTS, INFO_QUERY] and same(win, source().window(T0 + 45, 600, 15))
+    facts.clear()
+    warm.window(T0 + 60, 600, 15)
+    warm.window(T0 + 45 + TOPOLOGY_SECONDS, 600, 15)
+    assert facts == [JOB_FACTS, INFO_QUERY]
+    fail.add("facts")
+    assert any("facts" in n for n in warm.window(T0 + 60 + TOPOLOGY_SECONDS, 600, 15).notes)
+    fail.clear()
+    facts.clear()
+    warm.window(T0 + 75 + TOPOLOGY_SECONDS, 600, 15)
+    assert facts == [INFO_QUERY]
+
+
 def test_serve_gives_the_prometheus_source_its_timeout():
     """Large clusters need a longer deadline for the first (cold) cycle than the default."""
     from dashboard.serve import build_parser, make_metrics

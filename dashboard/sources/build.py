@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import Iterable
 
@@ -42,6 +42,23 @@ def align(ts: np.ndarray, vs: np.ndarray, times: np.ndarray, lookback: float) ->
     safe = np.maximum(idx, 0)
     ok &= (times - ts[safe]) < lookback
     out[ok] = vs[safe[ok]]
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def align_grid(vals: np.ndarray, have: np.ndarray, step: float, lookback: float) -> np.ndarray:
+    """`align` of rows already on the grid (a range query's answer): (rows, T) values and whether a
+    point is there at all (a point whose value is NaN is there: it hides the older ones, as in
+    `align`). A grid time without a point takes the nearest earlier one within `lookback`."""
+    out = np.full(vals.shape, np.nan, np.float64)
+    filled = np.zeros(vals.shape, bool)
+    T = vals.shape[-1]
+    k = 0
+    while k < T and k * step < lookback:  # k steps back, nearest first: `align`'s "latest at or before"
+        take = have[:, :T - k] & ~filled[:, k:]
+        out[:, k:][take] = vals[:, :T - k][take]
+        filled[:, k:] |= take
+        k += 1
     out[~np.isfinite(out)] = np.nan
     return out
 
@@ -77,6 +94,9 @@ class SignalStore:
 
     def __init__(self):
         self.series: dict[tuple[str, str, str, str], list[tuple[np.ndarray, np.ndarray, str]]] = defaultdict(list)
+        # blocks of rows on a step grid (a range query's answer: add_grid), aligned without a
+        # per-series search
+        self.grids: list[tuple[str, str, list[tuple[str, str]], np.ndarray, np.ndarray, np.ndarray]] = []
         self.gpu_jobs: dict[tuple[str, int], str] = {}
         self.leaf_of: dict[str, str] = {}
         self.nvlink_peers: dict[str, set[tuple[int, int]]] = defaultdict(set)
@@ -86,6 +106,26 @@ class SignalStore:
 
     def add(self, signal: str, level: str, node: str, key: str, ts, vs, combine: str = "mean") -> None:
         self.series[(signal, level, node, key)].append((np.asarray(ts, np.float64), np.asarray(vs, np.float64), combine))
+
+    def add_grid(self, signal: str, level: str, cells: list[tuple[str, str]], times: np.ndarray, vals: np.ndarray,
+                 have: np.ndarray) -> None:
+        """Rows (node, key) of one signal on the grid `times`: values and presence (rows, T), each
+        row as `add(..., "mean")` of its points would be."""
+        some = have.any(axis=1)  # a row without a point is no series at all, as `add` would have none
+        if not some.all():
+            cells, vals, have = [c for c, s in zip(cells, some) if s], vals[some], have[some]
+        if cells:
+            self.grids.append((signal, level, list(cells), np.asarray(times, np.float64), vals, have))
+
+    def _grid_rows(self, times: np.ndarray, lookback: float):
+        """The grid blocks aligned to the window's `times`: (signal, level, cells, rows); a block on
+        another grid goes through `align` point by point, as `add` would have."""
+        for signal, level, cells, gtimes, vals, have in self.grids:
+            if gtimes.shape == times.shape and np.array_equal(gtimes, times) and times.size > 1:
+                yield signal, level, cells, align_grid(vals, have, float(times[1] - times[0]), lookback)
+            else:
+                yield signal, level, cells, np.array([align(gtimes[h], v[h], times, lookback) for v, h in zip(vals, have)]
+                                                     ).reshape(len(cells), times.shape[0])
 
     def add_info(self, name: str, labels: dict[str, str], node: str | None) -> None:
         if name in JOB_TARGET_METRICS:  # from the OSS, not a compute node
@@ -107,6 +147,14 @@ class SignalStore:
         except (KeyError, ValueError):
             pass
 
+    def add_hardware(self, other: "SignalStore") -> None:
+        """The leaf switches, NVLink peers and NUMA nodes `other` was given (kept between windows)."""
+        self.leaf_of.update(other.leaf_of)
+        for node, pairs in other.nvlink_peers.items():
+            self.nvlink_peers[node] |= pairs
+        for node, numa in other.gpu_numa.items():
+            self.gpu_numa[node].update(numa)
+
     def add_infos(self, infos: Iterable[tuple[str, dict[str, str]]], matcher: NodeMatcher) -> None:
         for name, labels in infos:
             node = matcher(labels)
@@ -120,18 +168,34 @@ class SignalStore:
                leaf_of: dict[str, str] | None = None) -> Window:
         times = grid(start, end, step)
         lookback = 2 * step if lookback is None else lookback
-        lay = Layout([(signal, level, node, key) for (signal, level, node, key) in self.series], times.shape[0])
+        blocks = list(self._grid_rows(times, lookback))
+        cells = Counter((signal, level, node, key) for signal, level, rows, _ in blocks for node, key in rows)
+        cells.update(self.series.keys())
+        lay = Layout(cells, times.shape[0])
         arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
         per_job: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
-        for (signal, level, node, key), items in self.series.items():
+        # a cell fed by one grid row alone (nearly all) is written with its block's other such rows in
+        # one assignment; the rest join the cells' rows below, combined as `add`'s series are
+        shared: dict[tuple[str, str, str, str], list[tuple[np.ndarray, str]]] = defaultdict(list)
+        for signal, level, rows, aligned in blocks:
+            alone = [i for i, (node, key) in enumerate(rows) if level != "job" and cells[(signal, level, node, key)] == 1]
+            if alone:
+                where = np.array([lay.index(level, *rows[i]) for i in alone], np.int64)
+                _array(arrays, lay, level, signal)[tuple(where.T)] = aligned[alone]
+            if len(alone) < len(rows):
+                lone = set(alone)
+                for i, (node, key) in enumerate(rows):
+                    if i not in lone:
+                        shared[(signal, level, node, key)].append((aligned[i], "mean"))
+        for cell, items in self.series.items():
+            shared[cell].extend((align(ts, vs, times, lookback), combine) for ts, vs, combine in items)
+        for (signal, level, node, key), items in shared.items():
             if level == "job":
-                per_job[signal][key].extend(align(ts, vs, times, lookback) for ts, vs, _ in items)
+                per_job[signal][key].extend(row for row, _ in items)
                 continue
-            arr = arrays[level].get(signal)
-            if arr is None:
-                arr = arrays[level][signal] = np.full(lay.shapes[level], np.nan, np.float64)
-            aligned = [align(ts, vs, times, lookback) for ts, vs, _ in items]
-            combine = items[0][2]
+            arr = _array(arrays, lay, level, signal)
+            aligned = [row for row, _ in items]
+            combine = items[0][1]
             stack = np.vstack(aligned)
             with np.errstate(invalid="ignore"):
                 if len(aligned) == 1:

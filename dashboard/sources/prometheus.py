@@ -5,11 +5,16 @@ series per node (and GPU, port or target): `avg by (<host labels>, gpu) (...)`, 
 (rate(...[1m]))`. Every exporter schema a signal can come from (schema.MAPPINGS) is OR-ed into the
 same query, so the number of queries per cycle is fixed (`len(plan_queries())`, 19) whatever the
 node count or the schemas in use; plus one instant query for facts (GPU -> job, leaf switch,
-NVLink peers, NUMA). PromQL lives here and nowhere else.
+NVLink peers, NUMA). PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
+answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
+never series by series, and enter the window as grid rows (`SignalStore.add_grid`).
 
 Steady state: the source keeps what it fetched and each cycle asks only for the span since the
 previous cycle's end, plus `SETTLE_SECONDS` before it (points a late scrape could still change),
 so serve's every-15-s cycle over a one-hour window costs about six steps per query instead of 240.
+The hardware facts (leaf, NVLink peers, NUMA: nine tenths of the facts' answer) are asked for on a
+cold cycle and then every `TOPOLOGY_SECONDS`, or on the cycle after a node appears that they did not
+cover; the cycles between ask for the job facts only.
 A point the engine computes at time t depends only on samples at or before t, so held points equal
 what a cold query returns; a signal whose query fails (or a change of step, rate window or a jump
 out of the held span) is fetched whole the next cycle. Samples that reach the engine more than
@@ -31,16 +36,20 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
+from operator import itemgetter
 from dataclasses import replace
 
 import httpx
+import orjson
 
 from collectors import fetch
 from collectors.fetch import Deadline
 import numpy as np
 
 from dashboard.analysis.thresholds import Thresholds
-from dashboard.analysis.window import Window
+from dashboard.analysis.window import Window, grid
 
 from .build import SignalStore
 from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping, NodeMatcher, sub_key
@@ -150,9 +159,25 @@ QUERY_BUDGET = 20
 QUERY_SHARE = 0.25
 QUERY_MIN_SECONDS = 2.0
 
-INFO_QUERY = ("gangwatch_job_gpu_info or gangwatch_sim_node_info or gangwatch_gpu_nvlink_peer_info or "
-              "gangwatch_gpu_affinity_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) "
-              '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
+# Queries in flight at once: enough that the engine works on the next answer while this process
+# decodes one; no more, as queries that share an engine's cores each take longer, and the engine
+# ends one at its own limit (Prometheus' --query.timeout, 2 min: four at a time, a cold cycle at
+# 1,024 nodes on a loaded 2-core host lost its two costliest queries to it) or queues it past
+# VictoriaMetrics' -search.maxQueueDuration (its -search.maxConcurrentRequests slots, twice its
+# cores, are shared with vmalert and Grafana).
+QUERY_WORKERS = 2
+
+# The facts of a window: which job holds each GPU (changes with every job), and the node's hardware
+# (leaf switch, NVLink peers, NUMA: changes when the hardware does; 56 NVLink pairs a node make it
+# nine tenths of the answer). INFO_QUERY asks for both; a steady cycle asks for JOB_FACTS only and
+# keeps the hardware facts of the last INFO_QUERY (`TOPOLOGY_SECONDS`, module doc).
+TOPOLOGY_METRICS = ("gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info", "gangwatch_gpu_affinity_info")
+JOB_FACTS = ('gangwatch_job_gpu_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) '
+             '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
+INFO_QUERY = " or ".join(TOPOLOGY_METRICS) + " or " + JOB_FACTS
+# Seconds a steady cycle reuses the hardware facts for; a node the previous window had and the facts'
+# window had not makes the next cycle ask again (a new node's facts come one cycle after its metrics).
+TOPOLOGY_SECONDS = 600.0
 
 
 # Seconds before the previous cycle's end that a steady-state cycle asks for again: a scrape's samples
@@ -162,44 +187,78 @@ SETTLE_SECONDS = 60.0
 
 
 class _Held:
-    """One signal's series as fetched so far: {labels: (times, values)} up to `until`."""
+    """One signal's series as fetched so far, on the window's step grid from `t0` up to `until`:
+    per row its labels, values and whether a point is there (a point whose value is NaN is there:
+    the window's alignment carries an earlier point over a missing one, never over a NaN)."""
 
-    __slots__ = ("series", "until")
+    __slots__ = ("rows", "labels", "cells", "vals", "have", "t0", "until")
 
     def __init__(self):
-        self.series: dict[tuple, tuple[dict, np.ndarray, np.ndarray]] = {}
+        self.rows: dict[tuple, int] = {}
+        self.cells: dict[int, tuple] = {}  # row -> (signal, node, key) as add_held maps it, () for none
+        self.labels: list[dict] = []
+        self.vals = np.zeros((0, 0))
+        self.have = np.zeros((0, 0), bool)
+        self.t0 = math.nan
         self.until = -math.inf
 
-    def merge(self, data: dict, start: float, since: float, until: float) -> dict:
+    def merge(self, data: dict, start: float, since: float, until: float, step: float) -> None:
         """The points before `since` held, the fetched ones from `since` on (they replace the held
-        ones there), those before `start` dropped; returns the merged result as a query's data."""
-        fresh: dict[tuple, tuple[dict, np.ndarray, np.ndarray]] = {}
-        for series in data.get("result") or []:
-            labels = series.get("metric") or {}
-            try:
-                vals = series.get("values") or []
-                ts = np.array([float(v[0]) for v in vals], np.float64)
-                vs = np.array([float(v[1]) for v in vals], np.float64)
-            except (TypeError, ValueError, IndexError):
-                continue
-            fresh[tuple(sorted(labels.items()))] = (labels, ts, vs)
-        merged = {}
-        for key in self.series.keys() | fresh.keys():
-            parts_t, parts_v, labels = [], [], None
-            if key in self.series:
-                labels, ts, vs = self.series[key]
-                keep = (ts >= start) & (ts < since)
-                parts_t.append(ts[keep])
-                parts_v.append(vs[keep])
-            if key in fresh:
-                labels, ts, vs = fresh[key]
-                parts_t.append(ts)
-                parts_v.append(vs)
-            ts, vs = np.concatenate(parts_t), np.concatenate(parts_v)
-            if ts.size:
-                merged[key] = (labels, ts, vs)
-        self.series, self.until = merged, until
-        return {"result": [{"metric": labels, "times": ts, "vals": vs} for labels, ts, vs in merged.values()]}
+        ones there), those before `start` dropped; rows left without a point dropped."""
+        T = grid(start, until, step).shape[0]
+        labels, sid, col, val = decode_range(data, start, step, T)
+        rows = dict(self.rows)
+        keep_labels = list(self.labels)
+        fresh = np.empty(len(labels), np.int64)
+        for i, lab in enumerate(labels):
+            key = tuple(sorted(lab.items()))
+            r = rows.get(key)
+            if r is None:
+                r = rows[key] = len(keep_labels)
+                keep_labels.append(lab)
+            fresh[i] = r
+        vals = np.full((len(keep_labels), T), np.nan)
+        have = np.zeros((len(keep_labels), T), bool)
+        cut = int(round((since - start) / step))  # the first column fetched again
+        if self.vals.size:
+            shift = int(round((self.t0 - start) / step))  # held column j is column j + shift now
+            lo, hi = max(0, shift), min(cut, shift + self.vals.shape[1])
+            if hi > lo:
+                n = self.vals.shape[0]
+                vals[:n, lo:hi] = self.vals[:, lo - shift:hi - shift]
+                have[:n, lo:hi] = self.have[:, lo - shift:hi - shift]
+        at = (fresh[sid], col)
+        vals[at] = val
+        have[at] = True
+        live = have.any(axis=1)
+        if not live.all():
+            idx = np.flatnonzero(live)
+            keep_labels = [keep_labels[i] for i in idx]
+            vals, have = vals[idx], have[idx]
+            rows = {tuple(sorted(lab.items())): i for i, lab in enumerate(keep_labels)}
+            self.cells = {}
+        self.rows, self.labels, self.vals, self.have = rows, keep_labels, vals, have
+        self.t0, self.until = start, until
+
+
+def decode_range(data: dict, start: float, step: float, n: int) -> tuple[list[dict], np.ndarray, np.ndarray, np.ndarray]:
+    """A range query's answer as (labels per series, then per point: its series, its column on the
+    grid start + k * step (k < n), its value), decoded in bulk rather than series by series. A point
+    off that grid (no engine that evaluates PromQL returns one) raises ValueError: the signal is then
+    absent and named, never misplaced."""
+    result = [s for s in data.get("result") or [] if s.get("values")]
+    labels = [s.get("metric") or {} for s in result]
+    lengths = np.fromiter((len(s["values"]) for s in result), np.int64, len(result))
+    points = list(chain.from_iterable(s["values"] for s in result))
+    try:
+        ts = np.fromiter(map(float, map(itemgetter(0), points)), np.float64, len(points))
+        vs = np.fromiter(map(float, map(itemgetter(1), points)), np.float64, len(points))
+    except (TypeError, IndexError) as exc:
+        raise ValueError(f"malformed matrix: {exc}") from None
+    col = np.rint((ts - start) / step).astype(np.int64)
+    if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
+        raise ValueError("points off the query's step grid")
+    return labels, np.repeat(np.arange(len(result)), lengths), col, vs
 
 
 class PrometheusSource:
@@ -222,16 +281,20 @@ class PrometheusSource:
         # steady state (module doc): (signal, level) -> what is held, valid for one query shape
         self._held: dict[tuple[str, str], _Held] = {}
         self._held_shape: tuple = ()
+        # the hardware facts of the last INFO_QUERY: (them, their time, the nodes of its window)
+        self._topology: tuple[SignalStore, float, frozenset[str] | None] | None = None
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
 
     def _get(self, path: str, params: dict) -> dict:
-        self.queries_last_cycle += 1
         r = fetch.get(self.url + path, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), params=params,
                       client=self.client, deadline=self._deadline, max_bytes=fetch.PROMETHEUS_MAX_BYTES)
         r.raise_for_status()
-        doc = r.json()
-        if doc.get("status") != "success":
-            raise RuntimeError(doc.get("error") or "status not success")
+        try:
+            doc = orjson.loads(r.content)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            raise RuntimeError((doc.get("error") if isinstance(doc, dict) else None) or "status not success")
         return doc.get("data") or {}
 
     def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0,
@@ -249,25 +312,51 @@ class PrometheusSource:
             self._held, self._held_shape = {}, shape
         settle = step * math.ceil(SETTLE_SECONDS / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
-        for signal, level, q in plan_queries(self.rate_window, step, self.matcher.host_labels):
+        plan = plan_queries(self.rate_window, step, self.matcher.host_labels)
+        asks = []
+        for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
             # ask only for what is not held yet (a cold cycle: the whole window)
             since = max(start, held.until - settle) if start <= held.until <= end else start
+            asks.append((signal, level, held, since, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
+                                                      "step": f"{step:g}"}))
+        self.queries_last_cycle = len(asks) + 1
+        times = grid(start, end, step)
+        # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
+        # while this thread decodes and merges an answer (in plan order: the window is the same
+        # whatever order the answers arrive in)
+        with ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="gangwatch-query") as pool:
+            pending = [pool.submit(self._get, "/api/v1/query_range", params) for *_, params in asks]
+            topo = self._topology
+            if topo is not None and (not topo[1] <= end < topo[1] + TOPOLOGY_SECONDS or not topo[2].issuperset(self.targets)):
+                topo = None
+            info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
+                                                            "time": f"{end:.3f}"})
+            for (signal, level, held, since, _), got in zip(asks, pending):
+                try:
+                    held.merge(got.result(), start, since, end, step)
+                except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+                    # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
+                    failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
+                    continue
+                self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
+                add_held(store, signal, level, held, times, self.matcher)
+                self._held[(signal, level)] = held
             try:
-                data = self._get("/api/v1/query_range", {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
-                                                         "step": f"{step:g}"})
+                data = info.result()
             except (httpx.HTTPError, RuntimeError, ValueError) as exc:
-                # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
-                failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
-                continue
-            self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
-            add_matrix(store, signal, level, held.merge(data, start, since, end), self.matcher)
-            self._held[(signal, level)] = held
-        try:
-            data = self._get("/api/v1/query", {"query": INFO_QUERY, "time": f"{end:.3f}"})
-            add_info(store, data, self.matcher)
-        except (httpx.HTTPError, RuntimeError, ValueError) as exc:
-            failed.append(f"facts ({type(exc).__name__})")
+                failed.append(f"facts ({type(exc).__name__})")
+                self._topology = None
+            else:
+                result = data.get("result") or []
+                if topo is None:  # hardware facts apart, kept as read
+                    hw = SignalStore()
+                    add_info(hw, {"result": [r for r in result if (r.get("metric") or {}).get("__name__") in TOPOLOGY_METRICS]},
+                             self.matcher)
+                    result = [r for r in result if (r.get("metric") or {}).get("__name__") not in TOPOLOGY_METRICS]
+                    topo = (hw, end, None)
+                store.add_hardware(topo[0])
+                add_info(store, {"result": result}, self.matcher)
         self.failed_last_cycle = len(failed)
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
@@ -275,6 +364,8 @@ class PrometheusSource:
         win = store.window(start, end, step)
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
+        if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window
+            self._topology = (topo[0], topo[1], frozenset(seen))
         if silent and len(silent) < len(seen):
             names = sorted(silent)
             win = replace(win, notes=(*win.notes, f"{len(silent)} of {len(seen)} nodes stale (no samples in the last "
@@ -321,6 +412,24 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
             except (TypeError, ValueError, IndexError):
                 continue
         store.add(part, level, node, key, ts, vs, "mean")
+
+
+def add_held(store: SignalStore, signal: str, level: str, held: _Held, times: np.ndarray, matcher: NodeMatcher) -> None:
+    """`add_matrix` of what `held` holds, as grid rows: one block per signal (a shared query's
+    parts apart)."""
+    probe = Mapping(signal, level, "")
+    parts: dict[str, tuple[list[int], list[tuple[str, str]]]] = defaultdict(lambda: ([], []))
+    for i, labels in enumerate(held.labels):
+        cell = held.cells.get(i)
+        if cell is None:  # a row's labels never change: mapped once, on the cycle it appears
+            node, key = matcher(labels), sub_key(probe, labels)
+            cell = held.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if node is not None and key is not None else ()
+        if cell:
+            rows, cells = parts[cell[0]]
+            rows.append(i)
+            cells.append(cell[1:])
+    for part, (rows, cells) in parts.items():
+        store.add_grid(part, level, cells, times, held.vals[rows], held.have[rows])
 
 
 def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:

@@ -191,6 +191,9 @@ _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
 _SKIP, _SLOW = -1, -2
 _PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
+_DECIMAL = 17  # bytes: the longest token _decimals reads ("-", 15 digits, ".")
+_POW10 = 10.0 ** np.arange(23)  # exact: 10**22 is the largest power of ten a float64 holds exactly
+_IPOW10 = 10 ** np.arange(19, dtype=np.int64)
 
 
 @dataclass
@@ -244,12 +247,58 @@ def _digits_value(chars: np.ndarray) -> np.ndarray | None:
     return d @ (10.0 ** np.arange(d.shape[1] - 1, -1, -1))
 
 
+def _decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ok, values) of the tokens `arr[vs[i]:vs[i] + width[i]]` (width >= 1) read as plain decimals
+    `[-]digits[.digits]` of 1 to 15 digits; `ok[i]` False for any other shape (its value is junk).
+    Exact, so bit-identical to float(): the digits form an integer mantissa below 10**15 < 2**53 and
+    the value is one IEEE division by 10**f (f <= 16), correctly rounded like float() itself (the
+    classic exact fast path of decimal conversion). One matrix of the tokens right-aligned, no
+    Python object per value: about half the time of split + fastnumbers."""
+    n = vs.shape[0]
+    C = min(int(width.max()), _DECIMAL)
+    wide = width > C
+    width = np.minimum(width, C)
+    first = vs + width - C
+    if int(first.min()) < 0:  # a short head at the chunk's start: pad so no row starts before 0
+        arr, first = np.concatenate([np.full(C, 32, np.uint8), arr]), first + C
+    d = sliding_window_view(arr, C)[first]  # a copy: row i ends at token i's last byte
+    d -= np.uint8(48)
+    d *= np.arange(C, dtype=np.uint8) >= (C - width).astype(np.uint8)[:, None]  # the head's bytes: digit 0
+    # the few bytes that are not digits (about one dot a token): where, which, then zeroed
+    ex = np.flatnonzero(d > 9)
+    r, c = np.divmod(ex, C)
+    k = d.ravel()[ex]
+    d.ravel()[ex] = 0
+    dot = k == np.uint8(46 - 48 + 256)
+    minus = (k == np.uint8(45 - 48 + 256)) & (c == C - width[r])  # a sign only as the first byte
+    ndot = np.bincount(r[dot], minlength=n)
+    neg = np.zeros(n, bool)
+    neg[r[minus]] = True
+    q = np.zeros(n, np.int64)
+    q[r[dot]] = c[dot]
+    digits = width - ndot - neg
+    ok = ~wide & (np.bincount(r[~(dot | minus)], minlength=n) == 0) & (ndot <= 1) & (digits >= 1) & (digits <= 15)
+    # the digits as one integer with the dot read as a 0 (< 10**17: two exact float64 halves of 9 columns)
+    df = d.astype(np.float64)
+    h = max(C - 9, 0)
+    m0 = (df[:, h:] @ _POW10[C - h - 1::-1]).astype(np.int64)
+    if h:
+        m0 += (df[:, :h] @ _POW10[h - 1::-1]).astype(np.int64) * 10**9
+    # then that 0 taken out: the f fraction digits stay, the integer part moves down one place
+    f = np.where(ndot > 0, C - 1 - q, 0)
+    frac = m0 % _IPOW10[f + 1]
+    mant = np.where(ndot > 0, (m0 - frac) // 10 + frac, m0)
+    values = mant.astype(np.float64) / _POW10[f]
+    np.negative(values, out=values, where=neg)  # -0 stays -0.0, as float("-0")
+    return ok, values
+
+
 def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(times, values) when every line `arr[vs[i]:ends[i]]` is "value time" as bundles write it: a
     time of the same number of digits on every line after a space, a value of at most _PLAIN_VALUE
-    bytes before it. Rows are copied whole from a strided view (no index per byte)
-    and the values converted by fastnumbers (correctly rounded, as float()); None when a line is
-    anything else, for the general path to judge."""
+    bytes before it. Values of the usual shape are read exactly by `_decimals`; the others' rows are
+    copied whole from a strided view (no index per byte) and converted by fastnumbers (correctly
+    rounded, as float()); None when a line is anything else, for the general path to judge."""
     n = ends.shape[0]
     first = arr[vs[0]:ends[0]].tobytes()
     w = len(first) - first.rfind(b" ") - 1
@@ -263,6 +312,11 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     ts = _digits_value(sliding_window_view(arr, w)[ends - w])
     if ts is None:
         return None
+    ok, values = _decimals(arr, vs, width)
+    if ok.all():
+        return ts, values
+    rest = np.flatnonzero(~ok)
+    vs, width = vs[rest], width[rest]
     cols = int(width.max()) + 1  # a blank after the longest value: tokens never run together
     if int(vs.max()) + cols > arr.shape[0]:  # a short last value near the end of the buffer
         arr = np.concatenate([arr, np.full(cols, 32, np.uint8)])
@@ -270,13 +324,14 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     # whitespace inside a value splits it (the line parser's then); after it, both parsers drop
     # it; bytes that only str calls whitespace fail both. fastnumbers reads "nan(...)", float() not.
     tokens = blob.split()
-    if len(tokens) != n or b"(" in blob:
+    if len(tokens) != rest.shape[0] or b"(" in blob:
         return None
-    values = np.empty(n)
+    got = np.empty(rest.shape[0])
     try:
-        fastnumbers.try_array(tokens, values)
+        fastnumbers.try_array(tokens, got)
     except (ValueError, TypeError, OverflowError):
         return None
+    values[rest] = got
     return ts, values
 
 

@@ -367,8 +367,9 @@ def _aligned(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray, sca
     # sample's first grid time at or after it, counted per (row, grid time), summed along the grid
     at = np.searchsorted(times + 1e-6, ts[concat_ranges(lo, n)], side="left")
     at += np.repeat(np.arange(0, R * (T + 1), T + 1), n)
-    idx = np.bincount(at, minlength=R * (T + 1)).reshape(R, T + 1)[:, :T].cumsum(axis=1)
+    counts = np.bincount(at, minlength=R * (T + 1)).reshape(R, T + 1)
     del at
+    idx = np.cumsum(counts, axis=1, out=counts)[:, :T]  # in place: one (R, T) array of indices, as before
     idx += lo[:, None] - 1
     ok = idx >= lo[:, None]
     safe = np.maximum(idx, 0, out=idx)

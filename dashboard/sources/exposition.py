@@ -278,12 +278,13 @@ def _decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.nd
     q[r[dot]] = c[dot]
     digits = width - ndot - neg
     ok = ~wide & (np.bincount(r[~(dot | minus)], minlength=n) == 0) & (ndot <= 1) & (digits >= 1) & (digits <= 15)
-    # the digits as one integer with the dot read as a 0 (< 10**17: two exact float64 halves of 9 columns)
-    df = d.astype(np.float64)
+    # the digits as one integer with the dot read as a 0 (< 10**17: two exact float64 halves of at
+    # most 9 columns, converted one at a time: the float copy is the biggest temporary of a chunk)
     h = max(C - 9, 0)
-    m0 = (df[:, h:] @ _POW10[C - h - 1::-1]).astype(np.int64)
+    m0 = (d[:, h:].astype(np.float64) @ _POW10[C - h - 1::-1]).astype(np.int64)
     if h:
-        m0 += (df[:, :h] @ _POW10[h - 1::-1]).astype(np.int64) * 10**9
+        m0 += (d[:, :h].astype(np.float64) @ _POW10[h - 1::-1]).astype(np.int64) * 10**9
+    del d
     # then that 0 taken out: the f fraction digits stay, the integer part moves down one place
     f = np.where(ndot > 0, C - 1 - q, 0)
     frac = m0 % _IPOW10[f + 1]

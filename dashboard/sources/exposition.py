@@ -341,27 +341,35 @@ class _Reader:
         self.wanted, self.ts_unit = wanted, ts_unit
         self.heads: dict[bytes, int] = {}
         self.ids: dict[tuple, int] = {}
+        # label block -> (labels, their sorted items): many series share one (a node's GPU 0 in each
+        # metric), each series still gets a dict of its own
+        self.blocks: dict[str, tuple[dict[str, str], tuple] | None] = {}
         self.out = Columns()
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.run_lines = 0  # lines in the last whole run: the next run's guess
 
-    def _id(self, name: str, labels: dict[str, str]) -> int:
-        key = (name, tuple(sorted(labels.items())))
+    def _id(self, name: str, labels: dict[str, str], items: tuple | None = None) -> int:
+        key = (name, tuple(sorted(labels.items())) if items is None else items)
         i = self.ids.get(key)
         if i is None:
             i = self.ids[key] = len(self.out.series)
             self.out.series.append((name, labels))
         return i
 
+    def _labelled(self, name: str, body: str) -> int:
+        """The series `name{body}`, its block parsed once per distinct block."""
+        got = self.blocks.get(body, _SKIP)
+        if got is _SKIP:
+            labels = parse_labels(body)
+            got = self.blocks[body] = None if labels is None else (labels, tuple(sorted(labels.items())))
+        return _SLOW if got is None else self._id(name, dict(got[0]), got[1])
+
     def _head(self, head: bytes) -> int:
         """A run's head -> series id, _SKIP (comment, unwanted) or _SLOW (take its lines one by one)."""
         text = head.decode("utf-8", "replace")
         m = _NAME_BRACES.fullmatch(text)  # the usual head: what the checks below would find
         if m is not None:
-            if m.group(1) not in self.wanted:
-                return _SKIP
-            labels = parse_labels(m.group(2))
-            return _SLOW if labels is None else self._id(m.group(1), labels)
+            return self._labelled(m.group(1), m.group(2)) if m.group(1) in self.wanted else _SKIP
         if not text or text != text.strip():
             return _SLOW
         if text[0] == "#":
@@ -373,8 +381,7 @@ class _Reader:
             return self._id(name, {})
         if text[len(name)] != "{" or text[-1] != "}" or _NAME.fullmatch(name) is None:
             return _SLOW
-        labels = parse_labels(text[len(name) + 1:-1])
-        return _SLOW if labels is None else self._id(name, labels)
+        return self._labelled(name, text[len(name) + 1:-1])
 
     def _slow(self, buf: bytes, a: int, b: int, pos: list, codes: list, ts: list, vs: list) -> None:
         """Lines of buf[a:b] one at a time, through the line parser."""
@@ -529,7 +536,7 @@ class _Reader:
 
     def finish(self) -> Columns:
         out, parts = self.out, self.parts
-        self.heads = self.ids = {}  # type: ignore[assignment]  # only the series table stays
+        self.heads = self.ids = self.blocks = {}  # type: ignore[assignment]  # only the series table stays
         total = sum(p[0].shape[0] for p in parts)
         for k, (attr, dtype) in enumerate((("codes", np.int32), ("ts", np.float64), ("vs", np.float64))):
             col = np.empty(total, dtype)

@@ -407,13 +407,21 @@ class _Reader:
         rs, re_, hl, ids = runs.T
         li0 = np.searchsorted(nl, rs)
         cnt = np.searchsorted(nl, re_ - 1) + 1 - li0
-        lines = concat_ranges(li0, cnt)
-        ends = nl[lines]
-        starts = np.where(lines > 0, nl[lines - 1] + 1, 0)
+        a, b = int(li0[0]), int(li0[-1] + cnt[-1])
+        if b - a == int(cnt.sum()):  # the runs follow one another (the usual chunk): slices, not gathers
+            ends = nl[a:b]
+            starts = np.empty(b - a, np.int64)
+            starts[1:] = ends[:-1] + 1
+            starts[0] = nl[a - 1] + 1 if a else 0
+        else:
+            lines = concat_ranges(li0, cnt)
+            ends = nl[lines]
+            starts = np.where(lines > 0, nl[lines - 1] + 1, 0)
+        codes = np.repeat(ids.astype(np.int32), cnt)
         tok = starts + np.repeat(hl + 1, cnt)
-        got = _plain_lines(arr, tok, ends) if lines.shape[0] else None
+        got = _plain_lines(arr, tok, ends) if ends.shape[0] else None
         if got is not None:
-            return starts, np.repeat(ids, cnt).astype(np.int32), self._seconds(got[0]), got[1]
+            return starts, codes, self._seconds(got[0]), got[1]
         lens = ends + 1 - tok
         text = arr[concat_ranges(tok, lens)]
         n = int(cnt.sum())
@@ -437,7 +445,7 @@ class _Reader:
             ts, nums = nums[1::2], nums[0::2]
         elif nums.shape[0] != n:
             return None
-        return starts, np.repeat(ids, cnt).astype(np.int32), self._seconds(ts), nums
+        return starts, codes, self._seconds(ts), nums
 
     def _seconds(self, ts: np.ndarray) -> np.ndarray:
         if self.ts_unit == "ms":
@@ -493,7 +501,7 @@ class _Reader:
         arr = np.frombuffer(buf, np.uint8, cut)
         nl = np.flatnonzero(arr == 10)
         slow: tuple[list, list, list, list] = ([], [], [], [])
-        if int(np.diff(nl, prepend=-1).max()) > MAX_LINE + 1:
+        if int(nl[0]) > MAX_LINE or (nl.shape[0] > 1 and int((nl[1:] - nl[:-1]).max()) > MAX_LINE + 1):
             self._slow(buf, 0, cut - 1, *slow)
             runs = []
         else:

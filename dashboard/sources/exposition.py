@@ -249,11 +249,12 @@ def _digits_value(chars: np.ndarray) -> np.ndarray | None:
 
 def _decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ok, values) of the tokens `arr[vs[i]:vs[i] + width[i]]` (width >= 1) read as plain decimals
-    `[-]digits[.digits]` of 1 to 15 digits; `ok[i]` False for any other shape (its value is junk).
-    Exact, so bit-identical to float(): the digits form an integer mantissa below 10**15 < 2**53 and
-    the value is one IEEE division by 10**f (f <= 16), correctly rounded like float() itself (the
-    classic exact fast path of decimal conversion). One matrix of the tokens right-aligned, no
-    Python object per value: about half the time of split + fastnumbers."""
+    `[-]digits[.digits]` of 1 to 15 digits in at most _DECIMAL bytes; `ok[i]` False for any other
+    shape (its value is junk). Exact, so bit-identical to float(): the digits form an integer
+    mantissa below 10**15 < 2**53 and the value is one IEEE division by 10**f (f <= 15), correctly
+    rounded like float() itself (the classic exact fast path of decimal conversion). One matrix of
+    the tokens right-aligned, no Python object per value: about 30 % less time than the bytes.split
+    + fastnumbers it spares."""
     n = vs.shape[0]
     C = _DECIMAL
     wide = width > C

@@ -194,6 +194,10 @@ _PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
 _DECIMAL = 16  # bytes: the longest token _decimals reads (as "-", 14 digits, ".")
 _POW10 = 10.0 ** np.arange(23)  # exact: 10**22 is the largest power of ten a float64 holds exactly
 _IPOW10 = 10 ** np.arange(19, dtype=np.int64)
+# row w: the 16 bytes of a token of w bytes right-aligned, as two little-endian words: the last w
+# bytes kept, the rest cleared
+_TOKEN_MASK = (np.arange(_DECIMAL) >= _DECIMAL - np.arange(_DECIMAL + 1)[:, None]).astype(np.uint8) * np.uint8(255)
+_TOKEN_MASK = np.ascontiguousarray(_TOKEN_MASK.view("<u8").T)  # [word][w]: 1-D takes, not row gathers
 
 
 @dataclass
@@ -264,7 +268,10 @@ def _decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.nd
         arr, first = np.concatenate([np.full(C, 32, np.uint8), arr]), first + C
     d = sliding_window_view(arr, C)[first]  # a copy: row i ends at token i's last byte
     d -= np.uint8(48)
-    d *= np.arange(C, dtype=np.uint8) >= (C - width).astype(np.uint8)[:, None]  # the head's bytes: digit 0
+    # the head's bytes before the token read as digit 0: each row's two words ANDed with a mask
+    words = d.view("<u8")
+    words[:, 0] &= _TOKEN_MASK[0][width]
+    words[:, 1] &= _TOKEN_MASK[1][width]
     # the few bytes that are not digits (about one dot a token): where, which, then zeroed
     ex = np.flatnonzero(d > 9)
     r, c = np.divmod(ex, C)

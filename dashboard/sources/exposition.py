@@ -190,6 +190,7 @@ _FIRST = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n", re.M)  # _RUN's first line
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
 _SKIP, _SLOW = -1, -2
+_UNSEEN = object()
 _PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
 _DECIMAL = 16  # bytes: the longest token _decimals reads (as "-", 14 digits, ".")
 _POW10 = 10.0 ** np.arange(23)  # exact: 10**22 is the largest power of ten a float64 holds exactly
@@ -367,8 +368,8 @@ class _Reader:
 
     def _labelled(self, name: str, body: str) -> int:
         """The series `name{body}`, its block parsed once per distinct block."""
-        got = self.blocks.get(body, _SKIP)
-        if got is _SKIP:
+        got = self.blocks.get(body, _UNSEEN)  # None: seen, malformed
+        if got is _UNSEEN:
             labels = parse_labels(body)
             got = self.blocks[body] = None if labels is None else (labels, tuple(sorted(labels.items())))
         return _SLOW if got is None else self._id(name, dict(got[0]), got[1])

@@ -409,3 +409,25 @@ def test_a_window_over_its_byte_budget_keeps_fewer_nodes(tmp_path):
         cols = read_columns(f, WANTED)
     small = columns_window(cols, T0, T0 + 60, 15.0, keep_nodes={"h123"}, max_bytes=100 * 8 * 5 * 4)
     assert len(small.nodes) == 100 and "h123" in small.nodes and any("the window keeps 100" in n for n in small.notes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([T0 - 40, T0 - 15, T0, T0 + 1e-6, T0 + 2e-6, T0 + 7.5, T0 + 15, T0 + 15 - 1e-7,
+                                          T0 + 30, T0 + 44.999999, T0 + 45, T0 + 90, T0 + 200]), max_size=8),
+                min_size=1, max_size=6))
+def test_batch_alignment_is_align_row_by_row(rows):
+    """_aligned (one searchsorted for the whole batch) against `align` per series, on times at,
+    just before and just after grid times, repeated, before and after the window, empty series."""
+    from dashboard.sources.build import _aligned, align
+
+    if not any(rows):  # no sample in the whole batch: IndexError, as in the former per-series loop
+        return
+    ts = np.concatenate([np.sort(np.array(r, float)) for r in rows])
+    vs = np.arange(ts.shape[0], dtype=float)
+    n = np.array([len(r) for r in rows])
+    hi = np.cumsum(n)
+    lo = hi - n
+    times = T0 + 15.0 * np.arange(8)
+    got = _aligned(ts, vs, lo, hi, np.ones(len(rows)), times, 30.0)
+    for r in range(len(rows)):
+        assert np.array_equal(got[r], align(ts[lo[r]:hi[r]], vs[lo[r]:hi[r]], times, 30.0), equal_nan=True)

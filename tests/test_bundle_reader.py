@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from dashboard.analysis.topology import parse_topology_conf
 from dashboard.sources.build import WANTED, RawStore, columns_window
 from dashboard.sources.bundle import load_bundle
-from dashboard.sources.exposition import MAX_LINE, Sample, iter_samples, parse_value, read_columns
+from dashboard.sources.exposition import MAX_LINE, Sample, _decimals, iter_samples, parse_value, read_columns
 
 T0 = 1_767_225_600
 
@@ -96,7 +96,10 @@ _PIECE = st.sampled_from(list('ab0 ,="{}\\\t#.-né\u00a0') + ["\\\"", "\\n", "\\
 _CHARS = st.lists(_PIECE, max_size=10).map("".join)
 _VALUE = st.one_of(st.sampled_from(["1", "0", "-0", "1.5", "88.92999999999999", "2.106905e+06", "NaN", "+Inf", "-Inf",
                                     "nan", "1e", "x", "", "1_0", "nan(1)", "0x10", ".5", "5.", "1-2", "١", "1e400", ".e5",
-                                    "infin", "nanx", "+nan", "-nan", "iNf", "1,5", "0x1p3", "1e+", "١٢", "5}"]),
+                                    "infin", "nanx", "+nan", "-nan", "iNf", "1,5", "0x1p3", "1e+", "١٢", "5}", "-.5", "-", ".",
+                                    "9.950000000000001", "123456789012345", "1234567890123456", "-99999999999999.9",
+                                    "0000000000000001", "1.2.3", "--1", "-0.0", "0.000000000000001", "+1.5"]),
+                    st.integers(0, 16).flatmap(lambda k: st.decimals(allow_nan=False, allow_infinity=False, places=k)).map(str),
                     st.floats(allow_nan=False, allow_infinity=False).map(repr),
                     st.integers(-10**20, 10**20).map(str))
 _TS = st.one_of(st.none(), st.sampled_from([str(T0), str(T0 + 15), f"{T0}.5", str(T0 * 1000), "NaN", "+Inf", "x", ""]),
@@ -361,6 +364,31 @@ def test_interleaved_garbage_numbers_stay_linear(tmp_path):
     assert len(b.window.nodes) == 97 and np.isclose(np.nanmax(b.window.gpu["util"]), 0.1)  # "1_0" is 10 %, as float() reads it
 
 
+_DECIMAL_TOKEN = st.one_of(st.text("0123456789.-+e_ ", min_size=1, max_size=20),
+                           st.integers(0, 17).flatmap(lambda k: st.decimals(allow_nan=False, allow_infinity=False, places=k)).map(str),
+                           st.floats(allow_nan=False, allow_infinity=False).map(repr))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_DECIMAL_TOKEN, min_size=1, max_size=40), st.integers(0, 3))
+def test_numpy_decimals_are_float_bit_for_bit(tokens, pad):
+    """The tokens `_decimals` takes are exactly what float() reads, to the bit (16- and 17-digit
+    values, -0, '5.', '.5' included); what it refuses is left to fastnumbers."""
+    tokens = [t for t in tokens if t[:1] != " "] or ["1"]
+    buf, vs, width = b"", [], []
+    for t in tokens:
+        buf += b"h" * pad + b" "  # heads shorter than a token: rows that would start before the buffer
+        vs.append(len(buf))
+        width.append(len(t))
+        buf += t.encode() + b" 1767225600\n"
+    ok, values = _decimals(np.frombuffer(buf, np.uint8), np.array(vs), np.array(width))
+    for t, good, v in zip(tokens, ok.tolist(), values.tolist()):
+        if good:
+            assert math.copysign(1, v) == math.copysign(1, float(t)) and v == float(t), t
+    assert all(ok[[i for i, t in enumerate(tokens) if re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", t)
+                   and sum(ch.isdigit() for ch in t) <= 15 and len(t) <= 16]])
+
+
 def test_a_run_with_three_tokens_on_one_line_and_one_on_the_next():
     """Whitespace adds up (2 per line on average) yet the lines are not `value time` each."""
     h = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="a"}'
@@ -381,3 +409,25 @@ def test_a_window_over_its_byte_budget_keeps_fewer_nodes(tmp_path):
         cols = read_columns(f, WANTED)
     small = columns_window(cols, T0, T0 + 60, 15.0, keep_nodes={"h123"}, max_bytes=100 * 8 * 5 * 4)
     assert len(small.nodes) == 100 and "h123" in small.nodes and any("the window keeps 100" in n for n in small.notes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([T0 - 40, T0 - 15, T0, T0 + 1e-6, T0 + 2e-6, T0 + 7.5, T0 + 15, T0 + 15 - 1e-7,
+                                          T0 + 30, T0 + 44.999999, T0 + 45, T0 + 90, T0 + 200]), max_size=8),
+                min_size=1, max_size=6))
+def test_batch_alignment_is_align_row_by_row(rows):
+    """_aligned (one searchsorted for the whole batch) against `align` per series, on times at,
+    just before and just after grid times, repeated, before and after the window, empty series."""
+    from dashboard.sources.build import _aligned, align
+
+    if not any(rows):  # no sample in the whole batch: IndexError, as in the former per-series loop
+        return
+    ts = np.concatenate([np.sort(np.array(r, float)) for r in rows])
+    vs = np.arange(ts.shape[0], dtype=float)
+    n = np.array([len(r) for r in rows])
+    hi = np.cumsum(n)
+    lo = hi - n
+    times = T0 + 15.0 * np.arange(8)
+    got = _aligned(ts, vs, lo, hi, np.ones(len(rows)), times, 30.0)
+    for r in range(len(rows)):
+        assert np.array_equal(got[r], align(ts[lo[r]:hi[r]], vs[lo[r]:hi[r]], times, 30.0), equal_nan=True)

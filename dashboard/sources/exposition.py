@@ -190,7 +190,15 @@ _FIRST = re.compile(rb"^([^\n]*) [^ \n]* [^ \n]*\n", re.M)  # _RUN's first line
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
 _SKIP, _SLOW = -1, -2
+_UNSEEN = object()
 _PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
+_DECIMAL = 16  # bytes: the longest token _decimals reads (as "-", 14 digits, ".")
+_POW10 = 10.0 ** np.arange(23)  # exact: 10**22 is the largest power of ten a float64 holds exactly
+_IPOW10 = 10 ** np.arange(19, dtype=np.int64)
+# row w: the 16 bytes of a token of w bytes right-aligned, as two little-endian words: the last w
+# bytes kept, the rest cleared
+_TOKEN_MASK = (np.arange(_DECIMAL) >= _DECIMAL - np.arange(_DECIMAL + 1)[:, None]).astype(np.uint8) * np.uint8(255)
+_TOKEN_MASK = np.ascontiguousarray(_TOKEN_MASK.view("<u8").T)  # [word][w]: 1-D takes, not row gathers
 
 
 @dataclass
@@ -244,12 +252,64 @@ def _digits_value(chars: np.ndarray) -> np.ndarray | None:
     return d @ (10.0 ** np.arange(d.shape[1] - 1, -1, -1))
 
 
+def _decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ok, values) of the tokens `arr[vs[i]:vs[i] + width[i]]` (width >= 1) read as plain decimals
+    `[-]digits[.digits]` of 1 to 15 digits in at most _DECIMAL bytes; `ok[i]` False for any other
+    shape (its value is junk). Exact, so bit-identical to float(): the digits form an integer
+    mantissa below 10**15 < 2**53 and the value is one IEEE division by 10**f (f <= 15), correctly
+    rounded like float() itself (the classic exact fast path of decimal conversion). One matrix of
+    the tokens right-aligned, no Python object per value: about 30 % less time than the bytes.split
+    + fastnumbers it spares."""
+    n = vs.shape[0]
+    C = _DECIMAL
+    wide = width > C
+    width = np.minimum(width, C)
+    first = vs + width - C
+    if int(first.min()) < 0:  # a short head at the chunk's start: pad so no row starts before 0
+        arr, first = np.concatenate([np.full(C, 32, np.uint8), arr]), first + C
+    d = sliding_window_view(arr, C)[first]  # a copy: row i ends at token i's last byte
+    d -= np.uint8(48)
+    # the head's bytes before the token read as digit 0: each row's two words ANDed with a mask
+    words = d.view("<u8")
+    words[:, 0] &= _TOKEN_MASK[0][width]
+    words[:, 1] &= _TOKEN_MASK[1][width]
+    # the few bytes that are not digits (about one dot a token): where, which, then zeroed
+    ex = np.flatnonzero(d > 9)
+    r, c = np.divmod(ex, C)
+    k = d.ravel()[ex]
+    d.ravel()[ex] = 0
+    dot = k == np.uint8(46 - 48 + 256)
+    minus = (k == np.uint8(45 - 48 + 256)) & (c == C - width[r])  # a sign only as the first byte
+    ndot = np.bincount(r[dot], minlength=n)
+    neg = np.zeros(n, bool)
+    neg[r[minus]] = True
+    q = np.zeros(n, np.int64)
+    q[r[dot]] = c[dot]
+    digits = width - ndot - neg
+    ok = ~wide & (np.bincount(r[~(dot | minus)], minlength=n) == 0) & (ndot <= 1) & (digits >= 1) & (digits <= 15)
+    # the digits as one integer with the dot read as a 0 (< 10**16): pairs of columns combined into
+    # fours, eights, sixteen, each step over the flat array (exact integers, no short inner loops)
+    x = d.ravel()
+    x = x[0::2].astype(np.uint16) * np.uint16(10) + x[1::2]
+    x = x[0::2].astype(np.uint32) * np.uint32(100) + x[1::2]
+    x = x[0::2].astype(np.uint64) * np.uint64(10**4) + x[1::2]
+    m0 = (x[0::2] * np.uint64(10**8) + x[1::2]).view(np.int64)
+    del d, x
+    # then that 0 taken out: the f fraction digits stay, the integer part moves down one place
+    f = np.where(ndot > 0, C - 1 - q, 0)
+    frac = m0 % _IPOW10[f + 1]
+    mant = np.where(ndot > 0, (m0 - frac) // 10 + frac, m0)
+    values = mant.astype(np.float64) / _POW10[f]
+    np.negative(values, out=values, where=neg)  # -0 stays -0.0, as float("-0")
+    return ok, values
+
+
 def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(times, values) when every line `arr[vs[i]:ends[i]]` is "value time" as bundles write it: a
     time of the same number of digits on every line after a space, a value of at most _PLAIN_VALUE
-    bytes before it. Rows are copied whole from a strided view (no index per byte)
-    and the values converted by fastnumbers (correctly rounded, as float()); None when a line is
-    anything else, for the general path to judge."""
+    bytes before it. Values of the usual shape are read exactly by `_decimals`; the others' rows are
+    copied whole from a strided view (no index per byte) and converted by fastnumbers (correctly
+    rounded, as float()); None when a line is anything else, for the general path to judge."""
     n = ends.shape[0]
     first = arr[vs[0]:ends[0]].tobytes()
     w = len(first) - first.rfind(b" ") - 1
@@ -263,6 +323,11 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     ts = _digits_value(sliding_window_view(arr, w)[ends - w])
     if ts is None:
         return None
+    ok, values = _decimals(arr, vs, width)
+    if ok.all():
+        return ts, values
+    rest = np.flatnonzero(~ok)
+    vs, width = vs[rest], width[rest]
     cols = int(width.max()) + 1  # a blank after the longest value: tokens never run together
     if int(vs.max()) + cols > arr.shape[0]:  # a short last value near the end of the buffer
         arr = np.concatenate([arr, np.full(cols, 32, np.uint8)])
@@ -270,13 +335,14 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     # whitespace inside a value splits it (the line parser's then); after it, both parsers drop
     # it; bytes that only str calls whitespace fail both. fastnumbers reads "nan(...)", float() not.
     tokens = blob.split()
-    if len(tokens) != n or b"(" in blob:
+    if len(tokens) != rest.shape[0] or b"(" in blob:
         return None
-    values = np.empty(n)
+    got = np.empty(rest.shape[0])
     try:
-        fastnumbers.try_array(tokens, values)
+        fastnumbers.try_array(tokens, got)
     except (ValueError, TypeError, OverflowError):
         return None
+    values[rest] = got
     return ts, values
 
 
@@ -285,27 +351,35 @@ class _Reader:
         self.wanted, self.ts_unit = wanted, ts_unit
         self.heads: dict[bytes, int] = {}
         self.ids: dict[tuple, int] = {}
+        # label block -> (labels, their sorted items): many series share one (a node's GPU 0 in each
+        # metric), each series still gets a dict of its own
+        self.blocks: dict[str, tuple[dict[str, str], tuple] | None] = {}
         self.out = Columns()
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.run_lines = 0  # lines in the last whole run: the next run's guess
 
-    def _id(self, name: str, labels: dict[str, str]) -> int:
-        key = (name, tuple(sorted(labels.items())))
+    def _id(self, name: str, labels: dict[str, str], items: tuple | None = None) -> int:
+        key = (name, tuple(sorted(labels.items())) if items is None else items)
         i = self.ids.get(key)
         if i is None:
             i = self.ids[key] = len(self.out.series)
             self.out.series.append((name, labels))
         return i
 
+    def _labelled(self, name: str, body: str) -> int:
+        """The series `name{body}`, its block parsed once per distinct block."""
+        got = self.blocks.get(body, _UNSEEN)  # None: seen, malformed
+        if got is _UNSEEN:
+            labels = parse_labels(body)
+            got = self.blocks[body] = None if labels is None else (labels, tuple(sorted(labels.items())))
+        return _SLOW if got is None else self._id(name, dict(got[0]), got[1])
+
     def _head(self, head: bytes) -> int:
         """A run's head -> series id, _SKIP (comment, unwanted) or _SLOW (take its lines one by one)."""
         text = head.decode("utf-8", "replace")
         m = _NAME_BRACES.fullmatch(text)  # the usual head: what the checks below would find
         if m is not None:
-            if m.group(1) not in self.wanted:
-                return _SKIP
-            labels = parse_labels(m.group(2))
-            return _SLOW if labels is None else self._id(m.group(1), labels)
+            return self._labelled(m.group(1), m.group(2)) if m.group(1) in self.wanted else _SKIP
         if not text or text != text.strip():
             return _SLOW
         if text[0] == "#":
@@ -317,8 +391,7 @@ class _Reader:
             return self._id(name, {})
         if text[len(name)] != "{" or text[-1] != "}" or _NAME.fullmatch(name) is None:
             return _SLOW
-        labels = parse_labels(text[len(name) + 1:-1])
-        return _SLOW if labels is None else self._id(name, labels)
+        return self._labelled(name, text[len(name) + 1:-1])
 
     def _slow(self, buf: bytes, a: int, b: int, pos: list, codes: list, ts: list, vs: list) -> None:
         """Lines of buf[a:b] one at a time, through the line parser."""
@@ -344,13 +417,21 @@ class _Reader:
         rs, re_, hl, ids = runs.T
         li0 = np.searchsorted(nl, rs)
         cnt = np.searchsorted(nl, re_ - 1) + 1 - li0
-        lines = concat_ranges(li0, cnt)
-        ends = nl[lines]
-        starts = np.where(lines > 0, nl[lines - 1] + 1, 0)
+        a, b = int(li0[0]), int(li0[-1] + cnt[-1])
+        if b - a == int(cnt.sum()):  # the runs follow one another (the usual chunk): slices, not gathers
+            ends = nl[a:b]
+            starts = np.empty(b - a, np.int64)
+            starts[1:] = ends[:-1] + 1
+            starts[0] = nl[a - 1] + 1 if a else 0
+        else:
+            lines = concat_ranges(li0, cnt)
+            ends = nl[lines]
+            starts = np.where(lines > 0, nl[lines - 1] + 1, 0)
+        codes = np.repeat(ids.astype(np.int32), cnt)
         tok = starts + np.repeat(hl + 1, cnt)
-        got = _plain_lines(arr, tok, ends) if lines.shape[0] else None
+        got = _plain_lines(arr, tok, ends) if ends.shape[0] else None
         if got is not None:
-            return starts, np.repeat(ids, cnt).astype(np.int32), self._seconds(got[0]), got[1]
+            return starts, codes, self._seconds(got[0]), got[1]
         lens = ends + 1 - tok
         text = arr[concat_ranges(tok, lens)]
         n = int(cnt.sum())
@@ -374,7 +455,7 @@ class _Reader:
             ts, nums = nums[1::2], nums[0::2]
         elif nums.shape[0] != n:
             return None
-        return starts, np.repeat(ids, cnt).astype(np.int32), self._seconds(ts), nums
+        return starts, codes, self._seconds(ts), nums
 
     def _seconds(self, ts: np.ndarray) -> np.ndarray:
         if self.ts_unit == "ms":
@@ -430,7 +511,7 @@ class _Reader:
         arr = np.frombuffer(buf, np.uint8, cut)
         nl = np.flatnonzero(arr == 10)
         slow: tuple[list, list, list, list] = ([], [], [], [])
-        if int(np.diff(nl, prepend=-1).max()) > MAX_LINE + 1:
+        if int(nl[0]) > MAX_LINE or (nl.shape[0] > 1 and int((nl[1:] - nl[:-1]).max()) > MAX_LINE + 1):
             self._slow(buf, 0, cut - 1, *slow)
             runs = []
         else:
@@ -473,7 +554,7 @@ class _Reader:
 
     def finish(self) -> Columns:
         out, parts = self.out, self.parts
-        self.heads = self.ids = {}  # type: ignore[assignment]  # only the series table stays
+        self.heads = self.ids = self.blocks = {}  # type: ignore[assignment]  # only the series table stays
         total = sum(p[0].shape[0] for p in parts)
         for k, (attr, dtype) in enumerate((("codes", np.int32), ("ts", np.float64), ("vs", np.float64))):
             col = np.empty(total, dtype)

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from dashboard.analysis.topology import parse_topology_conf
 from dashboard.sources.build import WANTED, RawStore, columns_window
 from dashboard.sources.bundle import load_bundle
-from dashboard.sources.exposition import MAX_LINE, Sample, _decimals, iter_samples, parse_value, read_columns
+from dashboard.sources.exposition import MAX_LINE, Sample, read_decimals, iter_samples, parse_value, read_columns
 
 T0 = 1_767_225_600
 
@@ -372,7 +372,7 @@ _DECIMAL_TOKEN = st.one_of(st.text("0123456789.-+e_ ", min_size=1, max_size=20),
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_DECIMAL_TOKEN, min_size=1, max_size=40), st.integers(0, 3))
 def test_numpy_decimals_are_float_bit_for_bit(tokens, pad):
-    """The tokens `_decimals` takes are exactly what float() reads, to the bit (16- and 17-digit
+    """The tokens `read_decimals` takes are exactly what float() reads, to the bit (16- and 17-digit
     values, -0, '5.', '.5' included); what it refuses is left to fastnumbers."""
     tokens = [t for t in tokens if t[:1] != " "] or ["1"]
     buf, vs, width = b"", [], []
@@ -381,7 +381,7 @@ def test_numpy_decimals_are_float_bit_for_bit(tokens, pad):
         vs.append(len(buf))
         width.append(len(t))
         buf += t.encode() + b" 1767225600\n"
-    ok, values = _decimals(np.frombuffer(buf, np.uint8), np.array(vs), np.array(width))
+    ok, values = read_decimals(np.frombuffer(buf, np.uint8), np.array(vs), np.array(width))
     for t, good, v in zip(tokens, ok.tolist(), values.tolist()):
         if good:
             assert math.copysign(1, v) == math.copysign(1, float(t)) and v == float(t), t
@@ -416,9 +416,9 @@ def test_a_window_over_its_byte_budget_keeps_fewer_nodes(tmp_path):
                                           T0 + 30, T0 + 44.999999, T0 + 45, T0 + 90, T0 + 200]), max_size=8),
                 min_size=1, max_size=6))
 def test_batch_alignment_is_align_row_by_row(rows):
-    """_aligned (one searchsorted for the whole batch) against `align` per series, on times at,
+    """aligned_rows (one searchsorted for the whole batch) against `align` per series, on times at,
     just before and just after grid times, repeated, before and after the window, empty series."""
-    from dashboard.sources.build import _aligned, align
+    from dashboard.sources.build import aligned_rows, align
 
     if not any(rows):  # no sample in the whole batch: IndexError, as in the former per-series loop
         return
@@ -428,6 +428,6 @@ def test_batch_alignment_is_align_row_by_row(rows):
     hi = np.cumsum(n)
     lo = hi - n
     times = T0 + 15.0 * np.arange(8)
-    got = _aligned(ts, vs, lo, hi, np.ones(len(rows)), times, 30.0)
+    got = aligned_rows(ts, vs, lo, hi, np.ones(len(rows)), times, 30.0)
     for r in range(len(rows)):
         assert np.array_equal(got[r], align(ts[lo[r]:hi[r]], vs[lo[r]:hi[r]], times, 30.0), equal_nan=True)

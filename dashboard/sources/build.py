@@ -421,7 +421,7 @@ def _sorted_columns(cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return codes, ts, vs, off, first
 
 
-def _aligned(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray,
+def aligned_rows(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray,
              times: np.ndarray, lookback: float) -> np.ndarray:
     """Rows of `align` for the series ts[lo[r]:hi[r]] (each sorted by time), times `scale[r]`."""
     R, T = lo.shape[0], times.shape[0]
@@ -481,7 +481,7 @@ def _block(items: list, ts: np.ndarray, vs: np.ndarray, off: np.ndarray, times: 
     scale = np.array([m.scale for _, _, m in items])
     raw = np.array([k == 0 for k in kinds])
     if raw.any():
-        block[raw] = _aligned(ts, vs, off[series[raw]], off[series[raw] + 1], scale[raw], times, lookback)
+        block[raw] = aligned_rows(ts, vs, off[series[raw]], off[series[raw] + 1], scale[raw], times, lookback)
     if not raw.all():
         cnt = ~raw
         uniq, pos = np.unique(series[cnt], return_inverse=True)
@@ -495,7 +495,7 @@ def _block(items: list, ts: np.ndarray, vs: np.ndarray, off: np.ndarray, times: 
         for k, vals in ((1, rate), (2, inc)):
             m = kind == k
             if m.any():
-                block[rows[m]] = _aligned(t2, vals, lo[pos[m]], hi[pos[m]], scale[cnt][m], times, lookback)
+                block[rows[m]] = aligned_rows(t2, vals, lo[pos[m]], hi[pos[m]], scale[cnt][m], times, lookback)
     return block
 
 

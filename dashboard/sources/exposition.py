@@ -192,7 +192,7 @@ _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a se
 _SKIP, _SLOW = -1, -2
 _UNSEEN = object()
 _PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
-_DECIMAL = 16  # bytes: the longest token _decimals reads (as "-", 14 digits, ".")
+_DECIMAL = 16  # bytes: the longest token read_decimals reads (as "-", 14 digits, ".")
 _POW10 = 10.0 ** np.arange(23)  # exact: 10**22 is the largest power of ten a float64 holds exactly
 _IPOW10 = 10 ** np.arange(19, dtype=np.int64)
 # row w: the 16 bytes of a token of w bytes right-aligned, as two little-endian words: the last w
@@ -252,7 +252,7 @@ def _digits_value(chars: np.ndarray) -> np.ndarray | None:
     return d @ (10.0 ** np.arange(d.shape[1] - 1, -1, -1))
 
 
-def _decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ok, values) of the tokens `arr[vs[i]:vs[i] + width[i]]` (width >= 1) read as plain decimals
     `[-]digits[.digits]` of 1 to 15 digits in at most _DECIMAL bytes; `ok[i]` False for any other
     shape (its value is junk). Exact, so bit-identical to float(): the digits form an integer
@@ -307,7 +307,7 @@ def _decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.nd
 def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(times, values) when every line `arr[vs[i]:ends[i]]` is "value time" as bundles write it: a
     time of the same number of digits on every line after a space, a value of at most _PLAIN_VALUE
-    bytes before it. Values of the usual shape are read exactly by `_decimals`; the others' rows are
+    bytes before it. Values of the usual shape are read exactly by `read_decimals`; the others' rows are
     copied whole from a strided view (no index per byte) and converted by fastnumbers (correctly
     rounded, as float()); None when a line is anything else, for the general path to judge."""
     n = ends.shape[0]
@@ -323,7 +323,7 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     ts = _digits_value(sliding_window_view(arr, w)[ends - w])
     if ts is None:
         return None
-    ok, values = _decimals(arr, vs, width)
+    ok, values = read_decimals(arr, vs, width)
     if ok.all():
         return ts, values
     rest = np.flatnonzero(~ok)

@@ -128,9 +128,11 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
 
 
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
-# no transmit wait; the ethtool collector's rollups, read on RoCE) share one query: each part is
-# labelled with its signal, which add_matrix reads. So the cycle's query count stays in budget.
-SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "ethtool": ("eth_pause", "eth_down")}
+# no transmit wait; the ethtool collector's rollups, read on RoCE; the tasks in I/O wait, read where
+# PSI is off, beside iowait) share one query: each part is labelled with its signal, which add_matrix
+# reads. So the cycle's query count stays in budget.
+SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "ethtool": ("eth_pause", "eth_down"),
+                  "host_io": ("iowait", "blocked")}
 SIGNAL_LABEL = "gw_signal"
 
 

@@ -124,7 +124,28 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
             if d is not None:
                 exprs.append(f"({_expr(n, by, rate_window, step)}) / ({_expr(d, by, rate_window, step)})")
         out.append((signal, level, " or ".join(f"({e})" for e in exprs)))
-    return _shared(out)
+    return _shared([(signal, level, f"({q}) {SPARSE[signal]}" if signal in SPARSE else q) for signal, level, q in out])
+
+
+# Signals asked for only where they carry something, and the filter that says so. Per node and
+# filesystem target they are most of a cycle's series (every client has a series for every target,
+# 16,384 of each at 512 nodes), yet a client reads from few targets at a time, and what the
+# diagnosis takes from them survives the filter exactly: from `read` which targets each node read
+# from in the window (a sum > 0), from `latency` its finite values (a target with no reads has none:
+# 0/0, which Prometheus answers as NaN and VictoriaMetrics leaves out). A point the filter dropped is
+# NaN in the window, never an earlier point carried over it (`add_held`), and `read` is 0 there
+# wherever the node's filesystem total (`fs_read`) is known (`_zero_reads`), as the unfiltered
+# answer said; the targets nobody read come from TARGET_FACTS. docs/victoriametrics.md, Sizing.
+SPARSE = {"read": "> 0", "latency": "< +Inf"}
+FACT_LABEL = "gw_fact"
+
+
+def _target_facts() -> str:
+    """An instant query for every filesystem target a node has a read counter for (read or not):
+    one series per target, labelled FACT_LABEL="target"."""
+    ms = [m for m in MAPPINGS if m.signal == "read" and not m.scale_label]
+    by = ",".join(KEY_OF_LEVEL["target"])
+    return " or ".join(f'label_replace(count by ({by}) ({_selector(m)}), "{FACT_LABEL}", "target", "", "")' for m in ms)
 
 
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
@@ -174,7 +195,9 @@ QUERY_WORKERS = 2
 TOPOLOGY_METRICS = ("gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info", "gangwatch_gpu_affinity_info")
 JOB_FACTS = ('gangwatch_job_gpu_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) '
              '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
-INFO_QUERY = " or ".join(TOPOLOGY_METRICS) + " or " + JOB_FACTS
+# the filesystem targets (sparse `read` answers name only those read from): they change with the hardware
+TARGET_FACTS = _target_facts()
+INFO_QUERY = " or ".join(TOPOLOGY_METRICS) + " or " + TARGET_FACTS + " or " + JOB_FACTS
 # Seconds a steady cycle reuses the hardware facts for; a node the previous window had and the facts'
 # window had not makes the next cycle ask again (a new node's facts come one cycle after its metrics).
 TOPOLOGY_SECONDS = 600.0
@@ -351,9 +374,8 @@ class PrometheusSource:
                 result = data.get("result") or []
                 if topo is None:  # hardware facts apart, kept as read
                     hw = SignalStore()
-                    add_info(hw, {"result": [r for r in result if (r.get("metric") or {}).get("__name__") in TOPOLOGY_METRICS]},
-                             self.matcher)
-                    result = [r for r in result if (r.get("metric") or {}).get("__name__") not in TOPOLOGY_METRICS]
+                    add_info(hw, {"result": [r for r in result if _hardware(r)]}, self.matcher)
+                    result = [r for r in result if not _hardware(r)]
                     topo = (hw, end, None)
                 store.add_hardware(topo[0])
                 add_info(store, {"result": result}, self.matcher)
@@ -361,7 +383,7 @@ class PrometheusSource:
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
                                + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else ""))
-        win = store.window(start, end, step)
+        win = _zero_reads(store.window(start, end, step))
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
         if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window
@@ -372,6 +394,24 @@ class PrometheusSource:
                                                   f"{Thresholds().stale_seconds:.0f} s; their scraper or the node is down): "
                                                   + ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")))
         return win
+
+
+def _hardware(series: dict) -> bool:
+    labels = series.get("metric") or {}
+    return labels.get("__name__") in TOPOLOGY_METRICS or FACT_LABEL in labels
+
+
+def _zero_reads(win: Window) -> Window:
+    """`read` 0 where the sparse answer (SPARSE) left a node's target out and that node's filesystem
+    total is known: what the unfiltered answer said there (the node read nothing from that target),
+    so pages show 0, not unknown; NaN stays where the node's reads are unknown."""
+    total = win.node.get("fs_read")
+    if total is None or not win.targets:
+        return win
+    read = win.target.get("read")
+    read = np.full((len(win.nodes), len(win.targets), win.n_steps), np.nan, np.float32) if read is None else read.copy()
+    read[np.isnan(read) & np.isfinite(total)[:, None, :]] = 0.0
+    return replace(win, target={**win.target, "read": read})
 
 
 def silent_nodes(win: Window, stale_seconds: float) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -391,6 +431,7 @@ def silent_nodes(win: Window, stale_seconds: float) -> tuple[tuple[str, ...], di
 
 
 _PROBE = Mapping("", "gpu", "")
+_TARGET_PROBE = Mapping("", "target", "")
 
 
 def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher: NodeMatcher) -> None:
@@ -428,8 +469,10 @@ def add_held(store: SignalStore, signal: str, level: str, held: _Held, times: np
             rows, cells = parts[cell[0]]
             rows.append(i)
             cells.append(cell[1:])
+    # a sparse signal's missing point is one the filter dropped (SPARSE): NaN, never the point before it
+    have = np.ones(held.have.shape, bool) if signal in SPARSE else held.have
     for part, (rows, cells) in parts.items():
-        store.add_grid(part, level, cells, times, held.vals[rows], held.have[rows])
+        store.add_grid(part, level, cells, times, held.vals[rows], have[rows])
 
 
 def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:
@@ -437,7 +480,11 @@ def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:
         labels = series.get("metric") or {}
         name = labels.get("__name__", "")
         node = matcher(labels)
-        if not name and labels.get(HPC_JOB_LABEL) and node and labels.get("gpu", "").isdigit():
+        if labels.get(FACT_LABEL) == "target":
+            key = sub_key(_TARGET_PROBE, labels)
+            if key:
+                store.known_targets.add(key)
+        elif not name and labels.get(HPC_JOB_LABEL) and node and labels.get("gpu", "").isdigit():
             store.gpu_jobs[(node, int(labels["gpu"]))] = labels[HPC_JOB_LABEL]
         else:
             store.add_info(name, labels, node)

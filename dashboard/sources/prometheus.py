@@ -34,6 +34,7 @@ in a note and in `last_errors` (serve's "partly down" detail); the other nodes a
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,7 @@ from dataclasses import replace
 
 import httpx
 import orjson
+import yaml
 
 from collectors import fetch
 from collectors.fetch import Deadline
@@ -205,8 +207,44 @@ TOPOLOGY_SECONDS = 600.0
 
 # Seconds before the previous cycle's end that a steady-state cycle asks for again: a scrape's samples
 # reach the engine up to its scrape timeout (10 s here) plus the remote-write queue after their
-# timestamp, so the newest points can still change; older ones cannot.
+# timestamp, and VictoriaMetrics answers its last 30 s (-search.latencyOffset) with the point before,
+# so the newest points can still change; older ones cannot. Less on a Prometheus that only scrapes
+# (`scrape_settle`).
 SETTLE_SECONDS = 60.0
+
+
+def scrape_settle(flags: dict, config_yaml: str) -> float | None:
+    """Seconds after its timestamp a sample can still reach a Prometheus whose flags and configuration
+    (/api/v1/status/flags, /api/v1/status/config) these are, when only its own scrapes bring samples:
+    its longest scrape timeout (a scrape's samples carry its start time and are appended when it
+    ends, never later). None (use SETTLE_SECONDS) when samples can come later or otherwise: a
+    remote-write receiver, out-of-order ingestion, federation (samples as old as the other server's
+    scrape), no scrape job (backfilled blocks), or an engine without these APIs (VictoriaMetrics,
+    Thanos, Mimir)."""
+    if (flags.get("web.enable-remote-write-receiver") != "false" or not flags.get("storage.tsdb.path")
+            or "remote-write-receiver" in flags.get("enable-feature", "")):
+        return None
+    try:
+        cfg = yaml.safe_load(config_yaml) or {}
+        ooo = str(((cfg.get("storage") or {}).get("tsdb") or {}).get("out_of_order_time_window") or "0s")
+        default = (cfg.get("global") or {}).get("scrape_timeout", "10s")
+        jobs = cfg.get("scrape_configs") or []
+        if _seconds(ooo) or not jobs or any(str(j.get("metrics_path", "")).rstrip("/").endswith("federate") for j in jobs):
+            return None
+        return max(_seconds(str(j.get("scrape_timeout") or default)) for j in jobs)
+    except (yaml.YAMLError, AttributeError, TypeError, ValueError):
+        return None
+
+
+_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def _seconds(text: str) -> float:
+    """A Prometheus duration ("10s", "1m30s", "0s") in seconds; ValueError when it is none."""
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"not a duration: {text!r}")
+    return sum(int(n) * _DURATION[u] for n, u in parts)
 
 
 class _Held:
@@ -307,6 +345,7 @@ class PrometheusSource:
         # the hardware facts of the last INFO_QUERY: (them, their time, the nodes of its window)
         self._topology: tuple[SignalStore, float, frozenset[str] | None] | None = None
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
+        self.settle_seconds = SETTLE_SECONDS  # what a steady cycle asks for again (_settle, on each cold cycle)
 
     def _get(self, path: str, params: dict) -> dict:
         r = fetch.get(self.url + path, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), params=params,
@@ -319,6 +358,14 @@ class PrometheusSource:
         if not isinstance(doc, dict) or doc.get("status") != "success":
             raise RuntimeError((doc.get("error") if isinstance(doc, dict) else None) or "status not success")
         return doc.get("data") or {}
+
+    def _settle(self) -> float:
+        """`scrape_settle` of this engine, SETTLE_SECONDS where it says nothing or cannot be asked."""
+        try:
+            got = scrape_settle(self._get("/api/v1/status/flags", {}), self._get("/api/v1/status/config", {}).get("yaml", ""))
+        except (httpx.HTTPError, RuntimeError, ValueError, AttributeError):
+            got = None
+        return SETTLE_SECONDS if got is None else got
 
     def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0,
                deadline: Deadline | None = None) -> Window:
@@ -333,7 +380,9 @@ class PrometheusSource:
         shape = (step, self.rate_window, self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
-        settle = step * math.ceil(SETTLE_SECONDS / step)  # on the step grid, as start and end are
+        if not self._held:  # cold: how late samples can reach this engine, asked again
+            self.settle_seconds = self._settle()
+        settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
         plan = plan_queries(self.rate_window, step, self.matcher.host_labels)
         asks = []

@@ -9,9 +9,14 @@ NVLink peers, NUMA). PromQL lives here and nowhere else. The queries run `QUERY_
 answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
 never series by series, and enter the window as grid rows (`SignalStore.add_grid`).
 
+The per-node-and-target signals (`read`, `latency`: every client has a series for every target)
+are asked for only where they carry something (`SPARSE`: reads > 0, finite latencies), which
+leaves what the diagnosis takes from them as it was (docs/victoriametrics.md, Sizing).
+
 Steady state: the source keeps what it fetched and each cycle asks only for the span since the
-previous cycle's end, plus `SETTLE_SECONDS` before it (points a late scrape could still change),
-so serve's every-15-s cycle over a one-hour window costs about six steps per query instead of 240.
+previous cycle's end, plus a settle before it (points a late sample could still change:
+`SETTLE_SECONDS`, or the longest scrape timeout of a Prometheus that only scrapes, `scrape_settle`),
+so serve's every-15-s cycle over a one-hour window costs two to six steps per query instead of 240.
 The hardware facts (leaf, NVLink peers, NUMA: nine tenths of the facts' answer) are asked for on a
 cold cycle and then every `TOPOLOGY_SECONDS`, or on the cycle after a node appears that they did not
 cover; the cycles between ask for the job facts only.

@@ -92,10 +92,11 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
     cycle asks for the whole hour, the next ones (steady state, one per `interval`, as serve's) only
     for the span since the previous one. {"cold": row, "steady": the best of `steady` rows}, a row
     being (wall s, seconds from the first query sent to the last answer read, the queries' seconds
-    added up (they overlap: QUERY_WORKERS at a time), queries, response bytes, longest span asked in s)."""
+    added up (they overlap: QUERY_WORKERS at a time), queries, response bytes, longest span asked in s,
+    series answered)."""
     from dashboard.sources.prometheus import PrometheusSource
 
-    got = {"bytes": 0, "seconds": 0.0, "first": math.inf, "last": 0.0}
+    got = {"bytes": 0, "seconds": 0.0, "first": math.inf, "last": 0.0, "series": 0}
     sent_at: dict[int, float] = {}
 
     def sent(request):
@@ -106,6 +107,7 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
         response.read()
         now = time.perf_counter()
         got["bytes"] += len(response.content)
+        got["series"] += response.content.count(b'"metric":')  # one per series, in either engine's JSON
         got["seconds"] += now - sent_at.pop(id(response.request), now)
         got["last"] = max(got["last"], now)
 
@@ -115,13 +117,13 @@ def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[
                                                                                            "response": [count]}))
 
     def cycle():
-        got.update(bytes=0, seconds=0.0, first=math.inf, last=0.0)
+        got.update(bytes=0, seconds=0.0, first=math.inf, last=0.0, series=0)
         t0 = time.perf_counter()
         win = src.window(time.time(), 3600.0, 15.0)
         if src.failed_last_cycle:
             print(f"  ({url}: {'; '.join(win.notes)[:200]})")
         return (time.perf_counter() - t0, max(0.0, got["last"] - got["first"]), got["seconds"], src.queries_last_cycle,
-                got["bytes"], src.seconds_asked_last_cycle)
+                got["bytes"], src.seconds_asked_last_cycle, got["series"])
 
     cold = cycle()
     rows = []
@@ -279,10 +281,12 @@ def main(argv=None) -> int:
         print("rules and diagnosis cycles ...", flush=True)
         p_costs, v_costs = rule_costs(prom.url), rule_costs(vm.url)
         p_diag, v_diag = diagnosis_cycles(prom.url), diagnosis_cycles(vm.url)
+        print(f"load average after our cycles: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
         base = {}
         if args.baseline:
             print(f"baseline diagnosis cycles ({args.baseline}) ...", flush=True)
             base = {"": (baseline_cycles(args.baseline, prom.url), baseline_cycles(args.baseline, vm.url))}
+            print(f"load average after the baseline's: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
         print("disk ...", flush=True)
         try:  # last: a snapshot of a large head under load can take minutes
             p_chunks, p_index, p_block_samples = prom_block(prom)
@@ -308,13 +312,14 @@ def main(argv=None) -> int:
             p, v = p_diag[kind], v_diag[kind]
             for pb, vb in base.values():
                 rows.append((f"baseline {kind}: whole cycle", f"{pb[kind][0]:.3f} s", f"{vb[kind][0]:.3f} s"))
-                rows.append((f"baseline {kind}: MB, span", f"{pb[kind][4] / 1e6:.1f}, {pb[kind][5]:.0f} s",
-                             f"{vb[kind][4] / 1e6:.1f}, {vb[kind][5]:.0f} s"))
+                rows.append((f"baseline {kind}: MB, span, series", f"{pb[kind][4] / 1e6:.1f}, {pb[kind][5]:.0f} s, {pb[kind][6]:,}",
+                             f"{vb[kind][4] / 1e6:.1f}, {vb[kind][5]:.0f} s, {vb[kind][6]:,}"))
             rows += [(f"diagnosis {kind}: whole cycle", f"{p[0]:.3f} s", f"{v[0]:.3f} s"),
                      (f"diagnosis {kind}: queries in flight", f"{p[1]:.3f} s", f"{v[1]:.3f} s"),
                      (f"diagnosis {kind}: queries' s added", f"{p[2]:.3f} s", f"{v[2]:.3f} s"),
                      (f"diagnosis {kind}: queries, MB, span", f"{p[3]}, {p[4] / 1e6:.1f}, {p[5]:.0f} s",
-                      f"{v[3]}, {v[4] / 1e6:.1f}, {v[5]:.0f} s")]
+                      f"{v[3]}, {v[4] / 1e6:.1f}, {v[5]:.0f} s"),
+                     (f"diagnosis {kind}: series answered", f"{p[6]:,}", f"{v[6]:,}")]
         print(f"\n{'':34} {'Prometheus 2.42':>18} {'VictoriaMetrics 1.79':>22}")
         for name, a, b in rows:
             print(f"{name:34} {a:>18} {b:>22}")

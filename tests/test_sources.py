@@ -203,6 +203,11 @@ def test_bundle_with_broken_files_still_answers(tmp_path):
 
 # ------------------------------------------------------------------------------------ Prometheus (fake HTTP)
 
+# an engine without Prometheus' status API (flags, config): the source then re-asks SETTLE_SECONDS
+def no_status_api() -> httpx.Response:
+    return httpx.Response(404, text="unsupported path")
+
+
 def _fake_prometheus(nodes: int, calls: list, fail: str | None = None):
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.url.path)
@@ -211,6 +216,8 @@ def _fake_prometheus(nodes: int, calls: list, fail: str | None = None):
         if fail == "slow":
             raise httpx.ReadTimeout("timed out", request=request)
         q = request.url.params.get("query", "")
+        if "/status/" in request.url.path:
+            return no_status_api()
         if request.url.path.endswith("/query"):
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
@@ -230,8 +237,9 @@ def test_prometheus_query_budget_does_not_grow_with_nodes(nodes):
     calls: list = []
     src = PrometheusSource("http://prom:9090", client=_fake_prometheus(nodes, calls))
     win = src.window(T0, 600, 15)
-    # a cold cycle: every signal, the facts and the scrape interval
-    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 2 <= QUERY_BUDGET
+    # a cold cycle: every signal, the facts and the scrape interval (and the status API, not queries)
+    queries = [c for c in calls if "/status/" not in c]
+    assert src.queries_last_cycle == len(queries) == len(plan_queries()) + 2 <= QUERY_BUDGET
     calls.clear()
     src.window(T0 + 15, 600, 15)
     assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1
@@ -249,17 +257,27 @@ def test_prometheus_down_or_slow_gives_insufficient_data(fail):
     assert d.verdicts[0].state == "insufficient_data" and d.verdicts[0].reason
 
 
-def test_prometheus_steady_state_asks_only_the_new_span():
-    """A second cycle asks each signal only for the span since the first one's end (and
-    SETTLE_SECONDS before it) and builds the same window as a cold cycle, a node gone meanwhile
-    included; a signal whose query failed is asked for whole the next cycle."""
+@pytest.mark.parametrize("engine", ["other", "scraping prometheus"])
+def test_prometheus_steady_state_asks_only_the_new_span(engine):
+    """A second cycle asks each signal only for the span since the first one's end (and the settle
+    before it: SETTLE_SECONDS, or the scrape timeout of a Prometheus that only scrapes) and builds
+    the same window as a cold cycle, a node gone meanwhile included; a signal whose query failed is
+    asked for whole the next cycle."""
     from dashboard.sources.prometheus import SETTLE_SECONDS
 
     asked: list[tuple[str, float, float]] = []
     fail = set()
+    settle = SETTLE_SECONDS if engine == "other" else 15.0  # a 10 s scrape timeout, on the 15 s grid
 
     def handler(request: httpx.Request) -> httpx.Response:
         q = request.url.params.get("query", "")
+        if "/status/" in request.url.path:
+            if engine == "other":
+                return no_status_api()
+            data = ({"web.enable-remote-write-receiver": "false", "storage.tsdb.path": "data/", "enable-feature": ""}
+                    if request.url.path.endswith("/flags") else
+                    {"yaml": "global:\n  scrape_timeout: 10s\nscrape_configs:\n- job_name: a\n  metrics_path: /metrics\n"})
+            return httpx.Response(200, json={"status": "success", "data": data})
         if request.url.path.endswith("/query"):
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
@@ -283,8 +301,8 @@ def test_prometheus_steady_state_asks_only_the_new_span():
     warm.window(T0, 600, 15)
     asked.clear()
     win = warm.window(T0 + 450, 600, 15)
-    assert {(s, e - st) for s, st, e in asked} == {("util", 450 + SETTLE_SECONDS), ("other", 450 + SETTLE_SECONDS)}
-    assert warm.seconds_asked_last_cycle == 450 + SETTLE_SECONDS
+    assert {(s, e - st) for s, st, e in asked} == {("util", 450 + settle), ("other", 450 + settle)}
+    assert warm.seconds_asked_last_cycle == 450 + settle
     assert arrays(win) == arrays(cold.window(T0 + 450, 600, 15))
     assert np.isnan(win.gpu["util"][2, 0, -10:]).all() and np.isfinite(win.gpu["util"][2, 0, :10]).all()
     fail.add("util")
@@ -292,8 +310,27 @@ def test_prometheus_steady_state_asks_only_the_new_span():
     fail.clear()
     asked.clear()
     win = warm.window(T0 + 480, 600, 15)
-    assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + SETTLE_SECONDS}
+    assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + settle}
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
+
+
+def test_scrape_settle_only_where_samples_cannot_come_later():
+    """The settle a steady cycle re-asks is the longest scrape timeout only on a Prometheus whose
+    samples all come from its own scrapes; anything else may bring samples later: SETTLE_SECONDS."""
+    from dashboard.sources.prometheus import scrape_settle
+
+    flags = {"web.enable-remote-write-receiver": "false", "storage.tsdb.path": "data/", "enable-feature": ""}
+    jobs = "scrape_configs:\n- job_name: a\n  scrape_timeout: 10s\n- job_name: b\n  scrape_timeout: 1m30s\n"
+    assert scrape_settle(flags, "global:\n  scrape_timeout: 10s\n" + jobs) == 90
+    assert scrape_settle(flags, "global:\n  scrape_timeout: 20s\nscrape_configs:\n- job_name: a\n") == 20
+    assert scrape_settle({**flags, "web.enable-remote-write-receiver": "true"}, jobs) is None
+    assert scrape_settle({**flags, "enable-feature": "remote-write-receiver"}, jobs) is None
+    assert scrape_settle({}, jobs) is None  # VictoriaMetrics, Thanos, Mimir: no such flags
+    assert scrape_settle(flags, "storage:\n  tsdb:\n    out_of_order_time_window: 5m\n" + jobs) is None
+    assert scrape_settle(flags, jobs + "- job_name: fed\n  metrics_path: /federate\n") is None
+    assert scrape_settle(flags, "global: {}\n") is None  # no scrape job: backfilled blocks
+    assert scrape_settle(flags, "scrape_configs: [: bad") is None
+    assert scrape_settle(flags, "scrape_configs:\n- job_name: a\n  scrape_timeout: soon\n") is None
 
 
 def test_grid_rows_give_the_window_of_the_same_points():
@@ -338,6 +375,8 @@ def test_prometheus_hardware_facts_are_kept_between_cycles():
 
     def handler(request: httpx.Request) -> httpx.Response:
         q = request.url.params.get("query", "")
+        if "/status/" in request.url.path:
+            return no_status_api()
         if q == INTERVAL_QUERY:
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         if request.url.path.endswith("/query"):

@@ -102,6 +102,9 @@ class SignalStore:
         self.nvlink_peers: dict[str, set[tuple[int, int]]] = defaultdict(set)
         self.gpu_numa: dict[str, dict[int, int]] = defaultdict(dict)
         self.job_targets: dict[str, set[str]] = defaultdict(set)
+        # filesystem targets known to exist though no series of theirs was given (the Prometheus
+        # source asks for reads only where there are any): the window still has their columns
+        self.known_targets: set[str] = set()
         self.notes: list[str] = []
 
     def add(self, signal: str, level: str, node: str, key: str, ts, vs, combine: str = "mean") -> None:
@@ -148,8 +151,10 @@ class SignalStore:
             pass
 
     def add_hardware(self, other: "SignalStore") -> None:
-        """The leaf switches, NVLink peers and NUMA nodes `other` was given (kept between windows)."""
+        """The leaf switches, NVLink peers, NUMA nodes and known targets `other` was given (kept
+        between windows)."""
         self.leaf_of.update(other.leaf_of)
+        self.known_targets |= other.known_targets
         for node, pairs in other.nvlink_peers.items():
             self.nvlink_peers[node] |= pairs
         for node, numa in other.gpu_numa.items():
@@ -171,7 +176,7 @@ class SignalStore:
         blocks = list(self._grid_rows(times, lookback))
         cells = Counter((signal, level, node, key) for signal, level, rows, _ in blocks for node, key in rows)
         cells.update(self.series.keys())
-        lay = Layout(cells, times.shape[0])
+        lay = Layout(cells, times.shape[0], self.known_targets)
         arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
         per_job: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
         # a cell fed by one grid row alone (nearly all) is written with its block's other such rows in
@@ -225,7 +230,7 @@ class Layout:
     """Where each (level, node, key) lands in a Window's arrays, from the keys that have data: nodes
     sorted, GPU columns per node by index, rail columns by name, targets shared by all nodes."""
 
-    def __init__(self, cells: Iterable[tuple[str, str, str, str]], n_steps: int):
+    def __init__(self, cells: Iterable[tuple[str, str, str, str]], n_steps: int, targets: Iterable[str] = ()):
         per_level: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for _signal, level, node, key in cells:
             if level != "job":
@@ -235,7 +240,7 @@ class Layout:
         self.ni = {n: i for i, n in enumerate(nodes_t)}
         self.gpu_keys = {n: sorted(per_level["gpu"].get(n, ()), key=int) for n in nodes_t}
         self.rail_keys = {n: sorted(per_level["rail"].get(n, ())) for n in nodes_t}
-        self.targets = sorted(set().union(*per_level["target"].values()) if per_level["target"] else set())
+        self.targets = sorted(set(targets).union(*per_level["target"].values()))
         G = max((len(v) for v in self.gpu_keys.values()), default=0)
         R = max((len(v) for v in self.rail_keys.values()), default=0)
         self.G, self.R = G, R

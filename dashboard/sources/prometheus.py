@@ -11,9 +11,14 @@ for the scrape interval. PromQL lives here and nowhere else. The queries run `QU
 answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
 never series by series, and enter the window as grid rows (`SignalStore.add_grid`).
 
+The per-node-and-target signals (`read`, `latency`: every client has a series for every target)
+are asked for only where they carry something (`SPARSE`: reads > 0, finite latencies), which
+leaves what the diagnosis takes from them as it was (docs/victoriametrics.md, Sizing).
+
 Steady state: the source keeps what it fetched and each cycle asks only for the span since the
-previous cycle's end, plus `SETTLE_SECONDS` before it (points a late scrape could still change),
-so serve's every-15-s cycle over a one-hour window costs about six steps per query instead of 240.
+previous cycle's end, plus a settle before it (points a late sample could still change:
+`SETTLE_SECONDS`, or the longest scrape timeout of a Prometheus that only scrapes, `scrape_settle`),
+so serve's every-15-s cycle over a one-hour window costs two to six steps per query instead of 240.
 The hardware facts (leaf, NVLink peers, NUMA: nine tenths of the facts' answer) are asked for on a
 cold cycle and then every `TOPOLOGY_SECONDS`, or on the cycle after a node appears that they did not
 cover; the cycles between ask for the job facts only.
@@ -36,6 +41,7 @@ in a note and in `last_errors` (serve's "partly down" detail); the other nodes a
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +51,7 @@ from dataclasses import replace
 
 import httpx
 import orjson
+import yaml
 
 from collectors import fetch
 from collectors.fetch import Deadline
@@ -130,7 +137,28 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
             if d is not None:
                 exprs.append(f"({_expr(n, by, rate_window, step)}) / ({_expr(d, by, rate_window, step)})")
         out.append((signal, level, " or ".join(f"({e})" for e in exprs)))
-    return _shared(out)
+    return _shared([(signal, level, f"({q}) {SPARSE[signal]}" if signal in SPARSE else q) for signal, level, q in out])
+
+
+# Signals asked for only where they carry something, and the filter that says so. Per node and
+# filesystem target they are most of a cycle's series (every client has a series for every target,
+# 16,384 of each at 512 nodes), yet a client reads from few targets at a time, and what the
+# diagnosis takes from them survives the filter exactly: from `read` which targets each node read
+# from in the window (a sum > 0), from `latency` its finite values (a target with no reads has none:
+# 0/0, which Prometheus answers as NaN and VictoriaMetrics leaves out). A point the filter dropped is
+# NaN in the window, never an earlier point carried over it (`add_held`), and `read` is 0 there
+# wherever the node's filesystem total (`fs_read`) is known (`_zero_reads`), as the unfiltered
+# answer said; the targets nobody read come from TARGET_FACTS. docs/victoriametrics.md, Sizing.
+SPARSE = {"read": "> 0", "latency": "< +Inf"}
+FACT_LABEL = "gw_fact"
+
+
+def _target_facts() -> str:
+    """An instant query for every filesystem target a node has a read counter for (read or not):
+    one series per target, labelled FACT_LABEL="target"."""
+    ms = [m for m in MAPPINGS if m.signal == "read" and not m.scale_label]
+    by = ",".join(KEY_OF_LEVEL["target"])
+    return " or ".join(f'label_replace(count by ({by}) ({_selector(m)}), "{FACT_LABEL}", "target", "", "")' for m in ms)
 
 
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
@@ -183,7 +211,9 @@ QUERY_WORKERS = 2
 TOPOLOGY_METRICS = ("gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info", "gangwatch_gpu_affinity_info")
 JOB_FACTS = ('gangwatch_job_gpu_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) '
              '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
-INFO_QUERY = " or ".join(TOPOLOGY_METRICS) + " or " + JOB_FACTS
+# the filesystem targets (sparse `read` answers name only those read from): they change with the hardware
+TARGET_FACTS = _target_facts()
+INFO_QUERY = " or ".join(TOPOLOGY_METRICS) + " or " + TARGET_FACTS + " or " + JOB_FACTS
 # Seconds a steady cycle reuses the hardware facts for; a node the previous window had and the facts'
 # window had not makes the next cycle ask again (a new node's facts come one cycle after its metrics).
 TOPOLOGY_SECONDS = 600.0
@@ -198,8 +228,44 @@ RATE_INTERVALS = 2.5
 
 # Seconds before the previous cycle's end that a steady-state cycle asks for again: a scrape's samples
 # reach the engine up to its scrape timeout (10 s here) plus the remote-write queue after their
-# timestamp, so the newest points can still change; older ones cannot.
+# timestamp, and VictoriaMetrics answers its last 30 s (-search.latencyOffset) with the point before,
+# so the newest points can still change; older ones cannot. Less on a Prometheus that only scrapes
+# (`scrape_settle`).
 SETTLE_SECONDS = 60.0
+
+
+def scrape_settle(flags: dict, config_yaml: str) -> float | None:
+    """Seconds after its timestamp a sample can still reach a Prometheus whose flags and configuration
+    (/api/v1/status/flags, /api/v1/status/config) these are, when only its own scrapes bring samples:
+    its longest scrape timeout (a scrape's samples carry its start time and are appended when it
+    ends, never later). None (use SETTLE_SECONDS) when samples can come later or otherwise: a
+    remote-write receiver, out-of-order ingestion, federation (samples as old as the other server's
+    scrape), no scrape job (backfilled blocks), or an engine without these APIs (VictoriaMetrics,
+    Thanos, Mimir)."""
+    if (flags.get("web.enable-remote-write-receiver") != "false" or not flags.get("storage.tsdb.path")
+            or "remote-write-receiver" in flags.get("enable-feature", "")):
+        return None
+    try:
+        cfg = yaml.safe_load(config_yaml) or {}
+        ooo = str(((cfg.get("storage") or {}).get("tsdb") or {}).get("out_of_order_time_window") or "0s")
+        default = (cfg.get("global") or {}).get("scrape_timeout", "10s")
+        jobs = cfg.get("scrape_configs") or []
+        if _seconds(ooo) or not jobs or any(str(j.get("metrics_path", "")).rstrip("/").endswith("federate") for j in jobs):
+            return None
+        return max(_seconds(str(j.get("scrape_timeout") or default)) for j in jobs)
+    except (yaml.YAMLError, AttributeError, TypeError, ValueError):
+        return None
+
+
+_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def _seconds(text: str) -> float:
+    """A Prometheus duration ("10s", "1m30s", "0s") in seconds; ValueError when it is none."""
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"not a duration: {text!r}")
+    return sum(int(n) * _DURATION[u] for n, u in parts)
 
 
 class _Held:
@@ -300,6 +366,7 @@ class PrometheusSource:
         # the hardware facts of the last INFO_QUERY: (them, their time, the nodes of its window)
         self._topology: tuple[SignalStore, float, frozenset[str] | None] | None = None
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
+        self.settle_seconds = SETTLE_SECONDS  # what a steady cycle asks for again (_settle, on each cold cycle)
         self._interval: tuple[float, float] | None = None  # (scrape interval, when asked)
 
     def _get(self, path: str, params: dict) -> dict:
@@ -313,6 +380,14 @@ class PrometheusSource:
         if not isinstance(doc, dict) or doc.get("status") != "success":
             raise RuntimeError((doc.get("error") if isinstance(doc, dict) else None) or "status not success")
         return doc.get("data") or {}
+
+    def _settle(self) -> float:
+        """`scrape_settle` of this engine, SETTLE_SECONDS where it says nothing or cannot be asked."""
+        try:
+            got = scrape_settle(self._get("/api/v1/status/flags", {}), self._get("/api/v1/status/config", {}).get("yaml", ""))
+        except (httpx.HTTPError, RuntimeError, ValueError, AttributeError):
+            got = None
+        return SETTLE_SECONDS if got is None else got
 
     def _rate_window(self, end: float) -> float:
         """The configured rate window, widened to RATE_INTERVALS scrape intervals (INTERVAL_QUERY)."""
@@ -342,7 +417,9 @@ class PrometheusSource:
         shape = (step, rate_window, self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
-        settle = step * math.ceil(SETTLE_SECONDS / step)  # on the step grid, as start and end are
+        if not self._held:  # cold: how late samples can reach this engine, asked again
+            self.settle_seconds = self._settle()
+        settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
         plan = plan_queries(rate_window, step, self.matcher.host_labels)
         asks = []
@@ -383,9 +460,8 @@ class PrometheusSource:
                 result = data.get("result") or []
                 if topo is None:  # hardware facts apart, kept as read
                     hw = SignalStore()
-                    add_info(hw, {"result": [r for r in result if (r.get("metric") or {}).get("__name__") in TOPOLOGY_METRICS]},
-                             self.matcher)
-                    result = [r for r in result if (r.get("metric") or {}).get("__name__") not in TOPOLOGY_METRICS]
+                    add_info(hw, {"result": [r for r in result if _hardware(r)]}, self.matcher)
+                    result = [r for r in result if not _hardware(r)]
                     topo = (hw, end, None)
                 store.add_hardware(topo[0])
                 add_info(store, {"result": result}, self.matcher)
@@ -393,7 +469,7 @@ class PrometheusSource:
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
                                + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else ""))
-        win = store.window(start, end, step)
+        win = _zero_reads(store.window(start, end, step))
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
         if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window
@@ -404,6 +480,24 @@ class PrometheusSource:
                                                   f"{Thresholds().stale_seconds:.0f} s; their scraper or the node is down): "
                                                   + ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")))
         return win
+
+
+def _hardware(series: dict) -> bool:
+    labels = series.get("metric") or {}
+    return labels.get("__name__") in TOPOLOGY_METRICS or FACT_LABEL in labels
+
+
+def _zero_reads(win: Window) -> Window:
+    """`read` 0 where the sparse answer (SPARSE) left a node's target out and that node's filesystem
+    total is known: what the unfiltered answer said there (the node read nothing from that target),
+    so pages show 0, not unknown; NaN stays where the node's reads are unknown."""
+    total = win.node.get("fs_read")
+    if total is None or not win.targets:
+        return win
+    read = win.target.get("read")
+    read = np.full((len(win.nodes), len(win.targets), win.n_steps), np.nan, np.float32) if read is None else read.copy()
+    read[np.isnan(read) & np.isfinite(total)[:, None, :]] = 0.0
+    return replace(win, target={**win.target, "read": read})
 
 
 def silent_nodes(win: Window, stale_seconds: float) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -423,6 +517,7 @@ def silent_nodes(win: Window, stale_seconds: float) -> tuple[tuple[str, ...], di
 
 
 _PROBE = Mapping("", "gpu", "")
+_TARGET_PROBE = Mapping("", "target", "")
 
 
 def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher: NodeMatcher) -> None:
@@ -460,8 +555,10 @@ def add_held(store: SignalStore, signal: str, level: str, held: _Held, times: np
             rows, cells = parts[cell[0]]
             rows.append(i)
             cells.append(cell[1:])
+    # a sparse signal's missing point is one the filter dropped (SPARSE): NaN, never the point before it
+    have = np.ones(held.have.shape, bool) if signal in SPARSE else held.have
     for part, (rows, cells) in parts.items():
-        store.add_grid(part, level, cells, times, held.vals[rows], held.have[rows])
+        store.add_grid(part, level, cells, times, held.vals[rows], have[rows])
 
 
 def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:
@@ -469,7 +566,11 @@ def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:
         labels = series.get("metric") or {}
         name = labels.get("__name__", "")
         node = matcher(labels)
-        if not name and labels.get(HPC_JOB_LABEL) and node and labels.get("gpu", "").isdigit():
+        if labels.get(FACT_LABEL) == "target":
+            key = sub_key(_TARGET_PROBE, labels)
+            if key:
+                store.known_targets.add(key)
+        elif not name and labels.get(HPC_JOB_LABEL) and node and labels.get("gpu", "").isdigit():
             store.gpu_jobs[(node, int(labels["gpu"]))] = labels[HPC_JOB_LABEL]
         else:
             store.add_info(name, labels, node)

@@ -177,10 +177,6 @@ def test_event_counters_are_counted_off_the_scrape_grid(tmp_path, scrape):
     0 s, Prometheus' `increase(x[15s])` sees one sample and returns nothing, so a link that went down
     would be unknown. The diagnosis's event query (evaluated by promtool's PromQL engine) counts the
     drop once, at the first step that sees it, and nothing at the steps around it."""
-    import subprocess
-
-    import yaml
-
     from dashboard.sources.prometheus import plan_queries
 
     (query,) = [q for s, _, q in plan_queries() if s == "ib_down"]
@@ -198,7 +194,32 @@ def test_event_counters_are_counted_off_the_scrape_grid(tmp_path, scrape):
                   + [{"expr": query, "eval_time": f"{t}s",
                       "exp_samples": [{"labels": '{device="mlx5_0",instance="n1:9100",port="1"}', "value": 0}]}
                      for t in (first - 15, first + 15)])}]
+    _promtool(tmp_path, tests)
+
+
+def _promtool(tmp_path, tests: list) -> None:
+    """Runs promtool's rule-test PromQL engine over `tests` (its unit-test format); fails with its output."""
+    import subprocess
+
+    import yaml
+
     f = tmp_path / "t.yml"
     f.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "15s", "tests": tests}))
     r = subprocess.run(["promtool", "test", "rules", str(f)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not which("promtool"), reason="promtool (Debian package prometheus) not installed")
+def test_per_filesystem_reads_reach_the_window_keyed_as_targets(tmp_path):
+    """GPFS and BeeGFS name their filesystem `fs`, which the window keys as a target: the read query
+    groups by it and names it `target`, so a GPFS site's per-filesystem reads arrive through
+    Prometheus as they do from a bundle (they used to be summed away)."""
+    from dashboard.sources.prometheus import plan_queries
+
+    (query,) = [q for s, _, q in plan_queries() if s == "read"]
+    _promtool(tmp_path, [{
+        "interval": "15s",
+        "input_series": [{"series": 'gpfs_perf_read_bytes_total{fs="gpfs1",instance="n1:9100"}', "values": "0+15000000x10"},
+                         {"series": 'gpfs_perf_read_bytes_total{fs="scratch",instance="n1:9100"}', "values": "0+0x10"}],
+        "promql_expr_test": [{"expr": query, "eval_time": "90s",
+                              "exp_samples": [{"labels": '{fs="gpfs1",instance="n1:9100",target="gpfs1"}', "value": 1e6}]}]}])

@@ -95,6 +95,11 @@ def _sum_expr(ms: list[Mapping], by: str, rate_window: float, step: float) -> st
 
 
 def _expr(m: Mapping, by: str, rate_window: float, step: float) -> str:
+    if m.key and m.level == "target":
+        # a target named by another label (GPFS, BeeGFS: the filesystem `fs`): grouped by that
+        # label, then named `target` as the window keys it
+        by_key = ",".join(m.key if k == "target" else k for k in by.split(","))
+        return f'label_replace({_expr(replace(m, key=""), by_key, rate_window, step)}, "target", "$1", "{m.key}", "(.+)")'
     sel = _selector(m)
     if m.events:
         # the step's increase as the difference of the latest samples at t and t - step: Prometheus'
@@ -157,8 +162,12 @@ def _target_facts() -> str:
     """An instant query for every filesystem target a node has a read counter for (read or not):
     one series per target, labelled FACT_LABEL="target"."""
     ms = [m for m in MAPPINGS if m.signal == "read" and not m.scale_label]
-    by = ",".join(KEY_OF_LEVEL["target"])
-    return " or ".join(f'label_replace(count by ({by}) ({_selector(m)}), "{FACT_LABEL}", "target", "", "")' for m in ms)
+
+    def count(m: Mapping) -> str:
+        if not m.key:
+            return f"count by (target) ({_selector(m)})"
+        return f'label_replace(count by ({m.key}) ({_selector(m)}), "target", "$1", "{m.key}", "(.+)")'
+    return " or ".join(f'label_replace({count(m)}, "{FACT_LABEL}", "target", "", "")' for m in ms)
 
 
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has

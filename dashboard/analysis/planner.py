@@ -446,6 +446,7 @@ class _Cluster:
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
+        self._stale: dict[str, set[int]] = {p: set() for p in self.part_nodes}  # rows of arrays(p) to rewrite
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
         self._shape_memo: dict = {}
@@ -792,7 +793,8 @@ class _Cluster:
                         sets[k].discard(i)
                 self.version[p] += 1
                 self.changes[p].append(i)
-                self._update_row(p, i)
+                if p in self._arrays_memo:  # its row is rewritten when the matrices are next read
+                    self._stale[p].add(i)
         return taken
 
     def span(self, start: float, duration: float) -> tuple[float, float]:
@@ -829,10 +831,19 @@ class _Cluster:
     # --- over time ----------------------------------------------------------------------------
 
     def arrays(self, p: str) -> _Arrays:
-        """Built once per partition; `commit` then updates the rows of the nodes it changes."""
+        """Built once per partition; the rows of the nodes `commit` changed since are rewritten when
+        next read (a few reads per plan, hundreds of commits: a node committed to twice is written once)."""
         got = self._arrays_memo.get(p)
         if got is not None:
-            return got
+            stale = self._stale[p]
+            if not stale:
+                return got
+            for i in sorted(stale):
+                self._update_row(p, i)
+            stale.clear()
+            got = self._arrays_memo.get(p)  # None when a row outgrew the matrix: built again below
+            if got is not None:
+                return got
         pos = self.part_pos(p)
         n = len(pos)
         # every release of these nodes, sorted by node and then as its tuple: row r's k-th release

@@ -354,7 +354,7 @@ class _Cluster:
         names = [n.name for n in inp.nodes]
         index = dict(zip(names, range(len(names))))
         if len(index) == len(names):
-            nodes = list(inp.nodes)
+            nodes = inp.nodes  # read only: no copy (a copy is one more list for the collector to scan)
         else:  # a name listed twice: the first record counts
             first: dict[str, object] = {}
             for node in inp.nodes:
@@ -421,10 +421,12 @@ class _Cluster:
                     self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
                     reserved.add(i)
         # nodes share a few partition lists: the nodes of each distinct list at once
-        parts_of = [n.partitions for n in nodes]
-        distinct = dict.fromkeys(parts_of)
-        code = dict(zip(distinct, range(len(distinct))))
-        codes = np.fromiter(map(code.__getitem__, parts_of), np.int64, count=len(parts_of))
+        # (a partition list is hashed once per node: a tuple's hash is not cached, and the node's
+        # partitions below are then found by its list's number)
+        code: dict[tuple, int] = {}
+        node_code = [code.setdefault(n.partitions, len(code)) for n in nodes]
+        distinct = list(code)
+        codes = np.fromiter(node_code, np.int64, count=len(node_code))
         self.part_nodes: dict[str, list[int]] = {}
         for k, ps in enumerate(distinct):
             members = np.flatnonzero(codes == k).tolist()
@@ -450,8 +452,8 @@ class _Cluster:
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
         self._shape_memo: dict = {}
-        once = {ps: tuple(dict.fromkeys(ps)) for ps in distinct}  # a node's partitions, each once
-        self.node_parts = list(map(once.__getitem__, parts_of))
+        once = [tuple(dict.fromkeys(ps)) for ps in distinct]  # a node's partitions, each once
+        self.node_parts = list(map(once.__getitem__, node_code))
         self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.reserved_nodes = sorted(reserved)

@@ -594,11 +594,12 @@ class _Cluster:
         got = self._allowed_memo.get(key)
         if got is None:
             # (list comprehensions: see __init__)
-            values = [n.gpu_type for n in self.nodes] if attr == "gpu_type" else [n.features for n in self.nodes]
-            distinct = list(dict.fromkeys(values))
-            code = dict(zip(distinct, range(len(distinct))))
-            got = self._allowed_memo[key] = (distinct, np.fromiter(map(code.__getitem__, values), np.int64,
-                                                                   count=len(values)))
+            code: dict = {}  # one dict operation per node (see the partition lists in __init__)
+            if attr == "gpu_type":
+                codes = [code.setdefault(n.gpu_type, len(code)) for n in self.nodes]
+            else:
+                codes = [code.setdefault(n.features, len(code)) for n in self.nodes]
+            got = self._allowed_memo[key] = (list(code), np.fromiter(codes, np.int64, count=len(codes)))
         return got
 
     def _matching_values(self, idx: np.ndarray, attr: str, ok) -> np.ndarray:
@@ -771,32 +772,35 @@ class _Cluster:
         self.commits += 1
         self.started.append((end, nodes))
         taken = []
+        cf, mf, gf = self.cf, self.mf, self.gf
+        free_c, free_m, free_g = self.free
+        pool, version, changes, arrays, stale = self.pool, self.version, self.changes, self._arrays_memo, self._stale
+        add = self.releases.add
         for i in nodes:
+            old_g = gf[i]
             if req.exclusive:
-                c, m, g = self.cf[i], self.mf[i], self.gf[i]
+                c, m, g = cf[i], mf[i], old_g
             else:
                 c, m, g = req.cpus, req.mem, req.gpus
-            old_g = self.gf[i]
-            self.cf[i] -= c
-            self.mf[i] -= m
-            self.gf[i] -= g
-            free = self.free
-            free[0][i] -= c
-            free[1][i] -= m
-            free[2][i] -= g
+            left_c = cf[i] = cf[i] - c
+            mf[i] -= m
+            left_g = gf[i] = old_g - g
+            free_c[i] -= c
+            free_m[i] -= m
+            free_g[i] -= g
             taken.append((i, c, g))
-            self.releases.add(i, end, c, m, g)
+            add(i, end, c, m, g)
             for p in self.node_parts[i]:
-                sets = self.pool[p]
-                for k in range(max(self.gf[i], 0) + 1, old_g + 1):
+                sets = pool[p]
+                for k in range(max(left_g, 0) + 1, old_g + 1):
                     sets[k].discard(i)
-                if self.cf[i] <= 0:
+                if left_c <= 0:
                     for k in range(0, old_g + 1):
                         sets[k].discard(i)
-                self.version[p] += 1
-                self.changes[p].append(i)
-                if p in self._arrays_memo:  # its row is rewritten when the matrices are next read
-                    self._stale[p].add(i)
+                version[p] += 1
+                changes[p].append(i)
+                if p in arrays:  # its row is rewritten when the matrices are next read
+                    stale[p].add(i)
         return taken
 
     def span(self, start: float, duration: float) -> tuple[float, float]:
@@ -1589,11 +1593,13 @@ class _Releases:
         return got
 
     def add(self, i: int, t: float, c: int, m: int, g: int) -> None:
-        rel = self[i]
-        rel.append((t, c, m, g))
-        rel.sort()
-        for col, v in zip(self.added, (i, t, c, m, g)):
-            col.append(v)
+        insort(self[i], (t, c, m, g))
+        added = self.added
+        added[0].append(i)
+        added[1].append(t)
+        added[2].append(c)
+        added[3].append(m)
+        added[4].append(g)
         self._flat = None
 
     def flat(self) -> tuple[np.ndarray, ...]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import add, mul
 from typing import NamedTuple, Sequence
 
@@ -290,21 +291,21 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
             first_res[top] = shadow
         if free == 0:
             continue
-        kept = [top]
-        for q in range(1, len(queue)):
-            j = queue[q]
+        # Most passes start nothing: the queue is only rewritten when one does (the scan itself is
+        # the replay's main cost on a long queue).
+        started = []
+        for q, j in enumerate(islice(queue, 1, None), 1):
             p = size[j]
             if p <= free and (now + req[j] <= shadow or p <= extra):
                 launch(j, now)
                 free -= p
                 if now + req[j] > shadow:
                     extra -= p
+                started.append(q)
                 if free == 0:
-                    kept.extend(queue[q + 1:])
                     break
-            else:
-                kept.append(j)
-        queue[:] = kept
+        for q in reversed(started):
+            del queue[q]
 
 
 def _run_conservative(submit, req, dur, size, procs, start, first_res):

@@ -101,6 +101,16 @@ def test_swf_text_reader_matches_the_line_parser(lines, tail, limit):
     assert [repr(j) for j in fast.jobs] == [repr(j) for j in plain.jobs]  # repr: -0.0 is not 0.0
 
 
+@pytest.mark.parametrize("piece", [1, 7, 40, 100])
+def test_swf_text_reader_in_pieces_matches_the_line_parser(monkeypatch, piece):
+    from dashboard.analysis import swf
+    monkeypatch.setattr(swf, "_PIECE", piece)  # boundaries inside and at the end of every kind of line
+    text = SWF_TEXT + SWF_TEXT.replace(";", "").replace("x", "7") + "\n\n    9 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17"
+    for limit in (None, 0, 2, 5):
+        fast, plain = parse_swf_text(text, limit), parse_swf(text.split("\n"), limit)
+        assert fast == plain and [repr(j) for j in fast.jobs] == [repr(j) for j in plain.jobs]
+
+
 def test_swf_text_reader_reads_kth_as_the_line_parser_does(traces):
     with gzip.open(traces / "KTH-SP2-1996-2.1-cln.swf.gz", "rt") as f:
         text = f.read()

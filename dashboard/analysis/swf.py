@@ -214,7 +214,8 @@ def _fast_records(text: str):
     integer field). Every other line is left to `_line`."""
     # ASCII keeps one byte per character (any other character becomes "?"); 8 "0" in front so that
     # every token's last 8 bytes can be read as one word.
-    raw = np.frombuffer(b"0" * 8 + text.encode("ascii", "replace"), np.uint8)[8:]
+    padded = np.frombuffer(b"0" * 8 + text.encode("ascii", "replace"), np.uint8)
+    raw = padded[8:]
     size = raw.size
     line_start = np.concatenate(([0], np.flatnonzero(raw == 10) + 1))  # line k: [start[k], start[k + 1] - 1)
     word = raw > 32  # the separators, and any other control byte, which is rejected below
@@ -247,8 +248,7 @@ def _fast_records(text: str):
     length = end - start - negative  # digits (and a point)
     reject(start[length > _MAX_DIGITS])
     # Each token's value from the word of its last 8 bytes; the few longer ones add the 8 before.
-    words = np.ndarray((size + 1,), "<u8", np.frombuffer(b"0" * 8 + text.encode("ascii", "replace"), np.uint8),
-                       strides=(1,))  # words[e]: the 8 bytes before position e, unaligned
+    words = np.ndarray((size + 1,), "<u8", padded, strides=(1,))  # words[e]: the 8 bytes before e, unaligned
     value = _eight_digits(words[end], np.minimum(length, 8))
     long = np.flatnonzero(length > 8)
     if long.size:
@@ -287,9 +287,34 @@ def parse_swf_text(text: str, limit: int | None = None) -> SwfTrace:
     return _parse_text(text, limit)[0]
 
 
+# The text is parsed in pieces of about this many characters (whole lines): the arrays of one piece
+# stay small (all of HPC2N at once took 450 MB and more kernel time zeroing it than the parse itself).
+_PIECE = 1 << 20
+
+
+def _records_by_piece(text: str):
+    """_fast_records over the whole text, a piece of whole lines at a time, joined."""
+    starts, fasts, ints, floats = [], [], [], []
+    at = lines = 0
+    while True:
+        cut = text.find("\n", at + _PIECE) + 1 or len(text)
+        line_start, fast, i, f = _fast_records(text[at:cut])
+        last = cut == len(text)
+        if not last:
+            line_start = line_start[:-1]  # the empty line after the piece's last newline is the next piece's first
+        starts.append(line_start + at)
+        fasts.append(fast + lines)
+        ints.append(i)
+        floats.append(f)
+        if last:
+            break
+        at, lines = cut, lines + len(line_start)
+    return np.concatenate(starts), np.concatenate(fasts), np.concatenate(ints), np.concatenate(floats)
+
+
 def _parse_text(text: str, limit: int | None) -> tuple[SwfTrace, bool]:
     """parse_swf_text, and whether the limit stopped it before the last line (parse_swf's break)."""
-    line_start, fast, ints, floats = _fast_records(text)
+    line_start, fast, ints, floats = _records_by_piece(text)
     header: dict[str, str] = {}
     slow_jobs: list[SwfJob] = []
     problems: list[SwfProblem] = []

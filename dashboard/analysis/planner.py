@@ -51,8 +51,8 @@ cyclic GC is paused while a plan is made; "fits now" scans only the nodes with e
 kept sorted per request shape for the nodes without reservation or hold (the few others are checked
 per time limit) and brought up to date from the nodes changed since; a request that waits is
 known to wait for the rest of the pass; request checks are memoised per shape; times come from
-per-partition numpy arrays of each node's cumulative free resources after each release (updated in
-place when a job is committed), with the few nodes under a reservation or hold checked one by one;
+per-partition numpy arrays of each node's cumulative free resources after each release (the rows
+of the nodes committed to are rewritten when the arrays are next read), with the few nodes under a reservation or hold checked one by one;
 windows are grouped with numpy; the `why` rows are grouped by partition when first read, and a
 waiting job's reasons are computed once per distinct (partition, request, earliest start), when its
 row is first read. Slurm mode (1,200 jobs in about a second): a node's room only grows, so room at t

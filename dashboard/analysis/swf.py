@@ -77,7 +77,7 @@ class SwfHeader:
 @dataclass(frozen=True, slots=True)
 class SwfTrace:
     header: SwfHeader
-    jobs: tuple[SwfJob, ...]
+    jobs: Sequence[SwfJob]  # a tuple, or SwfJobs (columns, records made when first read)
     problems: tuple[SwfProblem, ...]
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from dashboard import simulate_cli
 from dashboard.analysis.replay import POLICIES, prepare, simulate
-from dashboard.analysis.swf import SwfJob, parse_swf, read_swf
+from dashboard.analysis.swf import SwfJob, parse_swf, parse_swf_text, read_swf
 
 
 def job(job_id, submit, run, procs, req=-1):
@@ -79,6 +79,44 @@ def test_swf_real_trace_headers(traces):
 def test_swf_parser_never_raises(lines):
     trace = parse_swf(lines)
     assert len(trace.jobs) + len(trace.problems) <= len(lines)
+
+
+# Tokens the vectorised reader must treat exactly as int()/float() do, or hand back to the per-line path.
+ODD_FIELDS = ["1", "-1", "0", "-0", "007", "12.5", "1.0", "-2.0", "-0.0", ".5", "5.", "1e3", "+4", "nan", "inf",
+              "x", "1_0", "123456789012345", "-123456789012345", "1234567890123456", "--1", "1-2", "1.2.3",
+              ";1", "\u00a0", "\x0b", "\u0663", "-", "."]
+swf_line = st.one_of(
+    st.lists(st.one_of(st.integers(-2, 10**12).map(str), st.sampled_from(ODD_FIELDS)), min_size=17, max_size=19)
+    .flatmap(lambda f: st.sampled_from([" ", "  ", "\t"]).map(lambda sep: sep.join(f))),
+    st.sampled_from(["", " ", "\r", "; MaxProcs: 7", ";MaxNodes:x", " ; UnixStartTime: 5 s"]),
+    st.text(max_size=40))
+
+
+@given(st.lists(swf_line, max_size=12), st.sampled_from(["", "\n", "\r\n"]), st.one_of(st.none(), st.integers(0, 6)))
+@settings(max_examples=300, deadline=None)
+def test_swf_text_reader_matches_the_line_parser(lines, tail, limit):
+    text = "\n".join(lines) + tail
+    fast, plain = parse_swf_text(text, limit), parse_swf(text.split("\n"), limit)
+    assert fast.header == plain.header and fast.problems == plain.problems
+    assert [repr(j) for j in fast.jobs] == [repr(j) for j in plain.jobs]  # repr: -0.0 is not 0.0
+
+
+@pytest.mark.parametrize("piece", [1, 7, 40, 100])
+def test_swf_text_reader_in_pieces_matches_the_line_parser(monkeypatch, piece):
+    from dashboard.analysis import swf
+    monkeypatch.setattr(swf, "_PIECE", piece)  # boundaries inside and at the end of every kind of line
+    text = SWF_TEXT + SWF_TEXT.replace(";", "").replace("x", "7") + "\n\n    9 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17"
+    for limit in (None, 0, 2, 5):
+        fast, plain = parse_swf_text(text, limit), parse_swf(text.split("\n"), limit)
+        assert fast == plain and [repr(j) for j in fast.jobs] == [repr(j) for j in plain.jobs]
+
+
+def test_swf_text_reader_reads_kth_as_the_line_parser_does(traces):
+    with gzip.open(traces / "KTH-SP2-1996-2.1-cln.swf.gz", "rt") as f:
+        text = f.read()
+    fast, plain = parse_swf_text(text), parse_swf(text.split("\n"))
+    assert len(fast.jobs) == 27_992 and fast == plain
+    assert [repr(j) for j in fast.jobs] == [repr(j) for j in plain.jobs]
 
 
 # ---------------------------------------------------------------- hand-built workloads

@@ -51,8 +51,8 @@ cyclic GC is paused while a plan is made; "fits now" scans only the nodes with e
 kept sorted per request shape for the nodes without reservation or hold (the few others are checked
 per time limit) and brought up to date from the nodes changed since; a request that waits is
 known to wait for the rest of the pass; request checks are memoised per shape; times come from
-per-partition numpy arrays of each node's cumulative free resources after each release (updated in
-place when a job is committed), with the few nodes under a reservation or hold checked one by one;
+per-partition numpy arrays of each node's cumulative free resources after each release (the rows
+of the nodes committed to are rewritten when the arrays are next read), with the few nodes under a reservation or hold checked one by one;
 windows are grouped with numpy; the `why` rows are grouped by partition when first read, and a
 waiting job's reasons are computed once per distinct (partition, request, earliest start), when its
 row is first read. Slurm mode (1,200 jobs in about a second): a node's room only grows, so room at t
@@ -354,7 +354,7 @@ class _Cluster:
         names = [n.name for n in inp.nodes]
         index = dict(zip(names, range(len(names))))
         if len(index) == len(names):
-            nodes = list(inp.nodes)
+            nodes = inp.nodes  # read only: no copy (a copy is one more list for the collector to scan)
         else:  # a name listed twice: the first record counts
             first: dict[str, object] = {}
             for node in inp.nodes:
@@ -421,10 +421,12 @@ class _Cluster:
                     self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
                     reserved.add(i)
         # nodes share a few partition lists: the nodes of each distinct list at once
-        parts_of = [n.partitions for n in nodes]
-        distinct = dict.fromkeys(parts_of)
-        code = dict(zip(distinct, range(len(distinct))))
-        codes = np.fromiter(map(code.__getitem__, parts_of), np.int64, count=len(parts_of))
+        # (a partition list is hashed once per node: a tuple's hash is not cached, and the node's
+        # partitions below are then found by its list's number)
+        code: dict[tuple, int] = {}
+        node_code = [code.setdefault(n.partitions, len(code)) for n in nodes]
+        distinct = list(code)
+        codes = np.fromiter(node_code, np.int64, count=len(node_code))
         self.part_nodes: dict[str, list[int]] = {}
         for k, ps in enumerate(distinct):
             members = np.flatnonzero(codes == k).tolist()
@@ -446,11 +448,12 @@ class _Cluster:
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
+        self._stale: dict[str, set[int]] = {p: set() for p in self.part_nodes}  # rows of arrays(p) to rewrite
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
         self._shape_memo: dict = {}
-        once = {ps: tuple(dict.fromkeys(ps)) for ps in distinct}  # a node's partitions, each once
-        self.node_parts = list(map(once.__getitem__, parts_of))
+        once = [tuple(dict.fromkeys(ps)) for ps in distinct]  # a node's partitions, each once
+        self.node_parts = list(map(once.__getitem__, node_code))
         self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.reserved_nodes = sorted(reserved)
@@ -591,11 +594,12 @@ class _Cluster:
         got = self._allowed_memo.get(key)
         if got is None:
             # (list comprehensions: see __init__)
-            values = [n.gpu_type for n in self.nodes] if attr == "gpu_type" else [n.features for n in self.nodes]
-            distinct = list(dict.fromkeys(values))
-            code = dict(zip(distinct, range(len(distinct))))
-            got = self._allowed_memo[key] = (distinct, np.fromiter(map(code.__getitem__, values), np.int64,
-                                                                   count=len(values)))
+            code: dict = {}  # one dict operation per node (see the partition lists in __init__)
+            if attr == "gpu_type":
+                codes = [code.setdefault(n.gpu_type, len(code)) for n in self.nodes]
+            else:
+                codes = [code.setdefault(n.features, len(code)) for n in self.nodes]
+            got = self._allowed_memo[key] = (list(code), np.fromiter(codes, np.int64, count=len(codes)))
         return got
 
     def _matching_values(self, idx: np.ndarray, attr: str, ok) -> np.ndarray:
@@ -768,31 +772,35 @@ class _Cluster:
         self.commits += 1
         self.started.append((end, nodes))
         taken = []
+        cf, mf, gf = self.cf, self.mf, self.gf
+        free_c, free_m, free_g = self.free
+        pool, version, changes, arrays, stale = self.pool, self.version, self.changes, self._arrays_memo, self._stale
+        add = self.releases.add
         for i in nodes:
+            old_g = gf[i]
             if req.exclusive:
-                c, m, g = self.cf[i], self.mf[i], self.gf[i]
+                c, m, g = cf[i], mf[i], old_g
             else:
                 c, m, g = req.cpus, req.mem, req.gpus
-            old_g = self.gf[i]
-            self.cf[i] -= c
-            self.mf[i] -= m
-            self.gf[i] -= g
-            free = self.free
-            free[0][i] -= c
-            free[1][i] -= m
-            free[2][i] -= g
+            left_c = cf[i] = cf[i] - c
+            mf[i] -= m
+            left_g = gf[i] = old_g - g
+            free_c[i] -= c
+            free_m[i] -= m
+            free_g[i] -= g
             taken.append((i, c, g))
-            self.releases.add(i, end, c, m, g)
+            add(i, end, c, m, g)
             for p in self.node_parts[i]:
-                sets = self.pool[p]
-                for k in range(max(self.gf[i], 0) + 1, old_g + 1):
+                sets = pool[p]
+                for k in range(max(left_g, 0) + 1, old_g + 1):
                     sets[k].discard(i)
-                if self.cf[i] <= 0:
+                if left_c <= 0:
                     for k in range(0, old_g + 1):
                         sets[k].discard(i)
-                self.version[p] += 1
-                self.changes[p].append(i)
-                self._update_row(p, i)
+                version[p] += 1
+                changes[p].append(i)
+                if p in arrays:  # its row is rewritten when the matrices are next read
+                    stale[p].add(i)
         return taken
 
     def span(self, start: float, duration: float) -> tuple[float, float]:
@@ -829,10 +837,19 @@ class _Cluster:
     # --- over time ----------------------------------------------------------------------------
 
     def arrays(self, p: str) -> _Arrays:
-        """Built once per partition; `commit` then updates the rows of the nodes it changes."""
+        """Built once per partition; the rows of the nodes `commit` changed since are rewritten when
+        next read (a few reads per plan, hundreds of commits: a node committed to twice is written once)."""
         got = self._arrays_memo.get(p)
         if got is not None:
-            return got
+            stale = self._stale[p]
+            if not stale:
+                return got
+            for i in sorted(stale):
+                self._update_row(p, i)
+            stale.clear()
+            got = self._arrays_memo.get(p)  # None when a row outgrew the matrix: built again below
+            if got is not None:
+                return got
         pos = self.part_pos(p)
         n = len(pos)
         # every release of these nodes, sorted by node and then as its tuple: row r's k-th release
@@ -1576,11 +1593,13 @@ class _Releases:
         return got
 
     def add(self, i: int, t: float, c: int, m: int, g: int) -> None:
-        rel = self[i]
-        rel.append((t, c, m, g))
-        rel.sort()
-        for col, v in zip(self.added, (i, t, c, m, g)):
-            col.append(v)
+        insort(self[i], (t, c, m, g))
+        added = self.added
+        added[0].append(i)
+        added[1].append(t)
+        added[2].append(c)
+        added[3].append(m)
+        added[4].append(g)
         self._flat = None
 
     def flat(self) -> tuple[np.ndarray, ...]:

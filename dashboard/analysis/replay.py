@@ -38,8 +38,11 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import add, mul
 from typing import NamedTuple, Sequence
+
+import numpy as np
 
 from dashboard.analysis.lazy import LazyRecords
 from dashboard.analysis.swf import SwfJob
@@ -161,52 +164,58 @@ class _Profile:
         self.times, self.free = times, free
 
 
-def prepare(jobs: Sequence[SwfJob], procs: int) -> tuple[list[tuple[int, int, int, int, int]], SkipCounts]:
-    """Apply the documented record rules: (job_id, submit, requested, duration, processors) per job."""
+def _column(jobs: Sequence[SwfJob], name: str) -> np.ndarray:
+    """One field of every record: the reader's numpy column (SwfJobs), else the records' own values
+    in an object array, so that numpy applies Python's arithmetic to whatever numbers they hold."""
+    column = getattr(jobs, "column", None)
+    if column is not None:
+        return column(name)
+    values = np.empty(len(jobs), dtype=object)
+    values[:] = [getattr(job, name) for job in jobs]
+    return values
+
+
+def _records(jobs: Sequence[SwfJob], procs: int) -> tuple[list, list, list, list, list, SkipCounts]:
+    """Apply the documented record rules, a column at a time: job ids, submit times, requested times,
+    durations and processors (lists, in submission order; ties keep trace order)."""
     if procs < 1:
         raise ValueError(f"machine size must be at least 1 processor, got {procs}")
-    out = []
-    no_run = no_procs = clipped = no_req = killed = 0
-    for job in jobs:
-        if job.run <= 0:
-            no_run += 1
-            continue
-        p = job.alloc_procs
-        if p <= 0:
-            no_procs += 1
-            continue
-        if p > procs:
-            p = procs
-            clipped += 1
-        req = job.req_time
-        if req <= 0:
-            req = job.run
-            no_req += 1
-        dur = job.run
-        if dur > req:
-            dur = req
-            killed += 1
-        out.append((job.job_id, job.submit, req, dur, p))
-    out.sort(key=lambda r: r[1])  # stable: ties keep trace order
-    return out, SkipCounts(no_run, no_procs, clipped, no_req, killed)
+    run, size = _column(jobs, "run"), _column(jobs, "alloc_procs")
+    no_run = run <= 0
+    no_procs = ~no_run & (size <= 0)
+    keep = ~(no_run | no_procs)
+    run, size = run[keep], size[keep]
+    req, submit, job_id = _column(jobs, "req_time")[keep], _column(jobs, "submit")[keep], _column(jobs, "job_id")[keep]
+    clipped = size > procs
+    size = np.where(clipped, procs, size)
+    no_req = req <= 0
+    req = np.where(no_req, run, req)
+    killed = run > req
+    dur = np.where(killed, req, run)
+    order = np.argsort(submit, kind="stable")
+    counts = SkipCounts(int(no_run.sum()), int(no_procs.sum()), int(clipped.sum()), int(no_req.sum()),
+                        int(killed.sum()))
+    return (job_id[order].tolist(), submit[order].tolist(), req[order].tolist(), dur[order].tolist(),
+            size[order].tolist(), counts)
+
+
+def prepare(jobs: Sequence[SwfJob], procs: int) -> tuple[list[tuple[int, int, int, int, int]], SkipCounts]:
+    """Apply the documented record rules: (job_id, submit, requested, duration, processors) per job."""
+    *columns, counts = _records(jobs, procs)
+    return list(zip(*columns)), counts
 
 
 def simulate(jobs: Sequence[SwfJob], procs: int, policy: str = "easy") -> ReplayResult:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    records, counts = prepare(jobs, procs)
-    n = len(records)
-    submit = [r[1] for r in records]
-    req = [r[2] for r in records]
-    dur = [r[3] for r in records]
-    size = [r[4] for r in records]
-    start = [0] * n
+    job_ids, submit, req, dur, size, counts = _records(jobs, procs)
+    start = [0] * len(submit)
     first_res: dict[int, int] = {}
     if policy == "conservative":
         _run_conservative(submit, req, dur, size, procs, start, first_res)
     else:
         _run_queue(submit, req, dur, size, procs, start, first_res, policy == "easy")
-    return _result(policy, procs, records, submit, dur, size, start, counts, first_res)
+    return _result(policy, procs, job_ids, submit, dur, size, start, counts, first_res)
 
 
 def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
@@ -282,21 +291,21 @@ def _run_queue(submit, req, dur, size, procs, start, first_res, easy):
             first_res[top] = shadow
         if free == 0:
             continue
-        kept = [top]
-        for q in range(1, len(queue)):
-            j = queue[q]
+        # Most passes start nothing: the queue is only rewritten when one does (the scan itself is
+        # the replay's main cost on a long queue).
+        started = []
+        for q, j in enumerate(islice(queue, 1, None), 1):
             p = size[j]
             if p <= free and (now + req[j] <= shadow or p <= extra):
                 launch(j, now)
                 free -= p
                 if now + req[j] > shadow:
                     extra -= p
+                started.append(q)
                 if free == 0:
-                    kept.extend(queue[q + 1:])
                     break
-            else:
-                kept.append(j)
-        queue[:] = kept
+        for q in reversed(started):
+            del queue[q]
 
 
 def _run_conservative(submit, req, dur, size, procs, start, first_res):
@@ -383,8 +392,8 @@ class _Starts(LazyRecords):
         return tuple(new(JobStart, (j, u, s, s + d, p)) for j, u, s, d, p in zip(job_ids, submit, start, dur, size))
 
 
-def _result(policy, procs, records, submit, dur, size, start, counts, first_res) -> ReplayResult:
-    n = len(records)
+def _result(policy, procs, job_ids, submit, dur, size, start, counts, first_res) -> ReplayResult:
+    n = len(job_ids)
     total_bsld = 0.0
     for s, u, d in zip(start, submit, dur):
         x = (s - u + d) / (d if d > BSLD_BOUND_S else BSLD_BOUND_S)
@@ -400,6 +409,6 @@ def _result(policy, procs, records, submit, dur, size, start, counts, first_res)
         utilisation=work / (procs * makespan) if makespan > 0 else 0.0,
         makespan_s=makespan,
         counts=counts,
-        starts=_Starts([r[0] for r in records], submit, start, dur, size),
-        first_reservation={records[k][0]: t for k, t in first_res.items()},
+        starts=_Starts(job_ids, submit, start, dur, size),
+        first_reservation={job_ids[k]: t for k, t in first_res.items()},
     )

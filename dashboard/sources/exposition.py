@@ -617,6 +617,8 @@ def read_columns(f: BinaryIO, wanted: frozenset[str], ts_unit: str = "s", chunk:
             store[:have] = buf[cut:end]
         del buf
     view.release()
-    if have:
-        rd.chunk(bytes(store[:have]) + b"\n", have + 1)
+    last = bytes(store[:have]) + b"\n" if have else b""
+    del store  # before finish, whose copies are the peak of memory
+    if last:
+        rd.chunk(last, len(last))
     return rd.finish()

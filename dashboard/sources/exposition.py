@@ -252,6 +252,23 @@ def _digits_value(chars: np.ndarray) -> np.ndarray | None:
     return d @ (10.0 ** np.arange(d.shape[1] - 1, -1, -1))
 
 
+_SWAR = tuple((np.uint64(shift), np.uint64(times), np.uint64(mask)) for shift, times, mask in (
+    (8, 10, 0x00FF00FF00FF00FF), (16, 100, 0x0000FFFF0000FFFF), (32, 10**4, 0xFFFFFFFF)))
+
+
+def _swar8(v: np.ndarray) -> None:
+    """In place: each uint64 of `v`, 8 digit values (0-9) as little-endian bytes (the first byte
+    the most significant digit), -> the integer they write. Each step joins neighbouring lanes:
+    lane = lane * 10**k + next lane (10*9+9 < 2**8, 100*99+99 < 2**16, 10**4*9999+9999 < 2**32),
+    then clears the lanes that now hold nothing."""
+    t = np.empty_like(v)
+    for shift, times, mask in _SWAR:
+        np.right_shift(v, shift, out=t)
+        np.multiply(v, times, out=v)
+        np.add(v, t, out=v)
+        np.bitwise_and(v, mask, out=v)
+
+
 def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ok, values) of the tokens `arr[vs[i]:vs[i] + width[i]]` (width >= 1) read as plain decimals
     `[-]digits[.digits]` of 1 to 15 digits in at most _DECIMAL bytes; `ok[i]` False for any other
@@ -287,14 +304,11 @@ def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[n
     q[r[dot]] = c[dot]
     digits = width - ndot - neg
     ok = ~wide & (np.bincount(r[~(dot | minus)], minlength=n) == 0) & (ndot <= 1) & (digits >= 1) & (digits <= 15)
-    # the digits as one integer with the dot read as a 0 (< 10**16): pairs of columns combined into
-    # fours, eights, sixteen, each step over the flat array (exact integers, no short inner loops)
-    x = d.ravel()
-    x = x[0::2].astype(np.uint16) * np.uint16(10) + x[1::2]
-    x = x[0::2].astype(np.uint32) * np.uint32(100) + x[1::2]
-    x = x[0::2].astype(np.uint64) * np.uint64(10**4) + x[1::2]
-    m0 = (x[0::2] * np.uint64(10**8) + x[1::2]).view(np.int64)
-    del d, x
+    # the digits as one integer with the dot read as a 0 (< 10**16): each word's 8 digits combined
+    # in place, pairs, fours, then eight (SWAR: no lane can carry into the next), then the 2 words
+    _swar8(words)
+    m0 = (words[:, 0] * np.uint64(10**8) + words[:, 1]).view(np.int64)
+    del d, words
     # then that 0 taken out: the f fraction digits stay, the integer part moves down one place
     f = np.where(ndot > 0, C - 1 - q, 0)
     frac = m0 % _IPOW10[f + 1]

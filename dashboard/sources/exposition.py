@@ -204,7 +204,8 @@ _TOKEN_MASK = np.ascontiguousarray(_TOKEN_MASK.view("<u8").T)  # [word][w]: 1-D 
 @dataclass
 class Columns:
     """Samples of the wanted series of a file, in file order: sample k belongs to series
-    `codes[k]`, whose name and labels are `series[codes[k]]`."""
+    `codes[k]`, whose name and labels are `series[codes[k]]`. Series with the same label block
+    share one labels dict: read it, never change it."""
 
     series: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     codes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
@@ -366,7 +367,8 @@ class _Reader:
         self.heads: dict[bytes, int] = {}
         self.ids: dict[tuple, int] = {}
         # label block -> (labels, their sorted items): many series share one (a node's GPU 0 in each
-        # metric), each series still gets a dict of its own
+        # metric), and share its labels dict too (Columns.series: read-only), so a consumer can
+        # work a block out once (build.columns_window: its node)
         self.blocks: dict[str, tuple[dict[str, str], tuple] | None] = {}
         self.out = Columns()
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -386,7 +388,7 @@ class _Reader:
         if got is _UNSEEN:
             labels = parse_labels(body)
             got = self.blocks[body] = None if labels is None else (labels, tuple(sorted(labels.items())))
-        return _SLOW if got is None else self._id(name, dict(got[0]), got[1])
+        return _SLOW if got is None else self._id(name, got[0], got[1])
 
     def _head(self, head: bytes) -> int:
         """A run's head -> series id, _SKIP (comment, unwanted) or _SLOW (take its lines one by one)."""

@@ -556,10 +556,11 @@ class _Reader:
                           np.array(slow[3], np.float64)))
         if not parts:
             return
-        pos_, codes, ts, vs = (np.concatenate([p[k] for p in parts]) for k in range(4))
-        if len(parts) > 1 or slow[0]:  # back to file order (the line parser takes lines out of turn)
-            order = np.argsort(pos_, kind="stable")
-            codes, ts, vs = codes[order], ts[order], vs[order]
+        if len(parts) == 1 and not slow[0]:  # the usual chunk: its runs' columns as they are
+            _, codes, ts, vs = parts[0]
+        else:  # back to file order (the line parser takes lines out of turn)
+            order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
+            codes, ts, vs = (np.concatenate([p[k] for p in parts])[order] for k in (1, 2, 3))
         ok = np.isfinite(ts)
         if not ok.all():
             bad = ~ok

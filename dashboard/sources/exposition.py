@@ -501,12 +501,18 @@ class _Reader:
         (series in a file mostly hold the same number of samples) and taken when one C-level count
         finds the head at the start of each of its lines and the line after it does not start so."""
         pos, li = 0, 0  # li: index in `nl` of the line starting at `pos`
-        while True:
-            m = _FIRST.search(buf, pos, cut)
-            if m is None:
-                return
-            s, first_end, h = m.start(), m.end(), m.group(1)
-            if s != pos:
+        while pos < cut:
+            # _FIRST's match at pos, if the line there has two spaces (nearly always): its last two
+            first_end = int(nl[li]) + 1
+            sp = buf.rfind(b" ", pos, first_end - 1)
+            sp = buf.rfind(b" ", pos, sp) if sp > pos else -1
+            if sp >= 0:
+                s, h = pos, bytes(buf[pos:sp])  # a dict key: not the bytearray a slice of store is
+            else:
+                m = _FIRST.search(buf, pos, cut)
+                if m is None:
+                    return
+                s, first_end, h = m.start(), m.end(), m.group(1)
                 li = int(np.searchsorted(nl, s))
             k, e = self.run_lines, -1
             if k > 1 and li + k - 1 < nl.shape[0]:

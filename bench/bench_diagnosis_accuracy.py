@@ -40,6 +40,9 @@ after each fault's onset, with a reliability table of the verdicts' confidence.
     python bench/bench_diagnosis_accuracy.py --no-sm      # as a site without DCGM profiling metrics
     python bench/bench_diagnosis_accuracy.py --no-job-psi # as a site without the agent's jobs collector
     python bench/bench_diagnosis_accuracy.py --fabric roce --catalogue-seeds 0   # a RoCE fabric (ECN/CNP/PFC)
+    python bench/bench_diagnosis_accuracy.py --no-sim --catalogue-drop 'node_pressure_|gangwatch_pressure_'
+                                                          # the catalogue as a site whose kernels leave PSI off
+    python bench/bench_diagnosis_accuracy.py --no-sim --catalogue-scrape-interval 60   # ... scraping every minute
 """
 
 from __future__ import annotations
@@ -271,18 +274,23 @@ def report(conf: Counter, title: str) -> dict:
     return out
 
 
-def catalogue(seeds: int, explain: bool, first_seed: int = 0) -> bool:
-    """Build the scenario catalogue for `seeds` seeds in both schemas and score it."""
+def catalogue(seeds: int, explain: bool, first_seed: int = 0, drop: str = "", scrape_interval: float = 0.0) -> bool:
+    """Build the scenario catalogue for `seeds` seeds in both schemas and score it, as a site
+    without the series `drop` matches and scraping every `scrape_interval` s when given."""
     import subprocess
     import tempfile
 
-    from tests.support.catalogue_score import score_tree
+    from tests.support.catalogue_score import as_site, score_tree
 
     with tempfile.TemporaryDirectory(prefix="gw-catalogue-") as out:
         t0 = time.time()
         subprocess.run([sys.executable, "-m", "tests.scenarios", out, "--seeds", str(seeds), "--first-seed",
                         str(first_seed), "--schema", "both"],
                        check=True, cwd=os.path.join(os.path.dirname(__file__), ".."), stdout=subprocess.DEVNULL)
+        if drop or scrape_interval:
+            removed = as_site(out, drop, scrape_interval)
+            print(f"as a site {'without /' + drop + '/' if drop else ''}"
+                  f"{' scraping every %g s' % scrape_interval if scrape_interval else ''}: {removed:,} lines removed")
         built = time.time() - t0
         t0 = time.time()
         scores = score_tree(out)
@@ -318,6 +326,11 @@ def main(argv=None) -> int:
                     help="first catalogue seed (default 100: seeds nobody looked at while writing the rules; "
                          "0 for the ones the tests use)")
     ap.add_argument("--no-sim", action="store_true", help="only the scenario catalogue")
+    ap.add_argument("--catalogue-drop", default="", metavar="REGEX",
+                    help="judge the catalogue as a site without the series whose lines match (e.g. 'node_pressure_|"
+                         "gangwatch_pressure_': kernels that leave PSI off)")
+    ap.add_argument("--catalogue-scrape-interval", type=float, default=0.0, metavar="SECONDS",
+                    help="judge the catalogue as a site scraping every SECONDS (e.g. 60: Prometheus' default)")
     ap.add_argument("--fabric", choices=("ib", "roce"), default="ib",
                     help="the simulated compute fabric: InfiniBand (port_xmit_wait) or RoCE (ECN, CNP, PFC pause)")
     args = ap.parse_args(argv)
@@ -333,7 +346,8 @@ def main(argv=None) -> int:
                      (256, 4, MIX + ",random:4", 1.0)]
     cat_ok = True
     if args.catalogue_seeds:
-        cat_ok = catalogue(args.catalogue_seeds, args.explain, args.catalogue_first_seed)
+        cat_ok = catalogue(args.catalogue_seeds, args.explain, args.catalogue_first_seed, args.catalogue_drop,
+                           args.catalogue_scrape_interval)
     if args.no_sim:
         return 0
     conf, peer, lat, timing, classes, culprits = Counter(), Counter(), {}, [], Counter(), Counter()

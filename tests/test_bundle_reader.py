@@ -504,3 +504,23 @@ def test_shared_label_dicts_give_the_window_of_own_dicts(sim_bundles_small):
         lo, hi = float(shared.ts.min()), float(shared.ts.max())
         start = hi - 15.0 * math.floor((hi - lo) / 15.0)
         _assert_same_window(columns_window(shared, start, hi, 15.0), columns_window(own, start, hi, 15.0))
+
+
+@pytest.mark.parametrize("every", [15, 30, 60])
+def test_a_coarse_scrape_interval_leaves_no_step_unknown(tmp_path, every):
+    """A site scraping every 30 s or 1 min (Prometheus' default scrape_interval) judged on the 15 s
+    grid: each step takes the latest sample within 1.5 intervals, as a range query would, rather
+    than every other step unknown; the node that stopped 5 minutes ago still goes unknown, and a
+    15 s site keeps the two-step lookback."""
+    lines = []
+    for host, stop in (("a", T0 + 1800), ("b", T0 + 1500)):
+        for t in range(T0, stop + 1, every):
+            lines.append(b'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="%s"} 50 %d\n' % (host.encode(), t))
+            lines.append(b'node_cpu_seconds_total{cpu="0",mode="iowait",instance="%s:9100"} %d %d\n'
+                         % (host.encode(), t - T0, t))
+    win = load_bundle(_bundle(tmp_path, b"".join(lines))).window
+    a, b = win.nodes.index("a"), win.nodes.index("b")
+    util = win.gpu["util"][:, 0]
+    assert np.isfinite(util[a, 1:]).all()
+    tail = win.times > T0 + 1500 + max(30, 1.5 * every)
+    assert tail.any() and np.isnan(util[b, tail]).all()

@@ -760,3 +760,36 @@ def test_a_lost_scrape_inside_a_stall_does_not_end_it():
     assert v.state == "stalled_io", (v.state, v.reason)
     assert v.since == pytest.approx(float(TIMES[-12]), abs=2 * STEP)
     assert job_with_gap(stalled=False).state == "progressing"
+
+
+def test_without_psi_the_tasks_in_io_wait_say_readers_wait():
+    """A site whose kernels leave PSI off (RHEL 8/9 without psi=1): a loader-bound job at 30 % of
+    its pace with 12 tasks in I/O wait on its node (1 while it ran at pace, 0-1 on the others) and
+    reads at a third is an input stall; the same slowdown with no one waiting is no I/O stall. The
+    unexplained case lists the reads and the waiting tasks as present."""
+    def loader(blocked_now, stalled=True):
+        c = Cluster()
+        k = c.nodes.index("gpu005")
+        blocked = np.where(np.arange(c.n)[:, None] % 2 == 0, 0.0, 1.0) * np.ones((c.n, T))
+        blocked[k] = 1.0
+        if stalled:
+            c.util[k, :, -12:] *= 0.3
+            c.sm[k, :, -12:] *= 0.3
+            c.fs_read[k, -12:] = 4e8 / 3
+            blocked[k, -12:] = blocked_now
+        from dataclasses import replace
+        w = c.window()
+        node = {kk: v for kk, v in w.node.items() if kk != "psi_io"}
+        w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)},
+                    node={**node, "blocked": blocked.astype(np.float32)}, target={})
+        return verdict(diagnose(w, [job(1, ("gpu005",))]), 1)
+
+    v = loader(12.0)
+    assert v.state == "stalled_io", (v.state, v.reason)
+    assert any(e.signal == "procs_blocked" for e in v.evidence)
+    quiet = loader(1.0)
+    assert quiet.state != "stalled_io", quiet.reason
+    assert quiet.state == "insufficient_data"
+    assert "tasks in I/O wait" in quiet.reason.split("missing:")[0]
+    assert "filesystem reads at 33%" in quiet.reason
+    assert loader(12.0, stalled=False).state == "progressing"

@@ -168,3 +168,37 @@ def test_prometheus_source_reads_nic_link_downs_on_roce(tmp_path):
         assert got == _verdicts(diagnose(nic_only(b.window), b.jobs))
         assert got[job] == ("stalled_network", node)
     assert node is not None
+
+
+@pytest.mark.skipif(not which("promtool"), reason="promtool (Debian package prometheus) not installed")
+@pytest.mark.parametrize("scrape", [15, 60])
+def test_event_counters_are_counted_off_the_scrape_grid(tmp_path, scrape):
+    """Live scrapes are never on the query's grid: at 67 s, with samples every 15 s (or 60 s) from
+    0 s, Prometheus' `increase(x[15s])` sees one sample and returns nothing, so a link that went down
+    would be unknown. The diagnosis's event query (evaluated by promtool's PromQL engine) counts the
+    drop once, at the first step that sees it, and nothing at the steps around it."""
+    import subprocess
+
+    import yaml
+
+    from dashboard.sources.prometheus import plan_queries
+
+    (query,) = [q for s, _, q in plan_queries() if s == "ib_down"]
+    n = 6 if scrape == 15 else 3
+    values = " ".join(["0"] * n + ["1"] * n)  # the link went down between sample n-1 and n
+    went = n * scrape
+    first = next(t for t in (went + k * 15 + 7 for k in range(-2, 8)) if t >= went)
+    tests = [{"interval": f"{scrape}s",
+              "input_series": [{"series": 'node_infiniband_link_downed_total{device="mlx5_0",port="1",instance="n1:9100"}',
+                                "values": values}],
+              "promql_expr_test": (
+                  [{"expr": query, "eval_time": f"{first}s",
+                    "exp_samples": [{"labels": '{device="mlx5_0",instance="n1:9100",port="1"}', "value": 1}]},
+                   {"expr": "increase(node_infiniband_link_downed_total[15s])", "eval_time": f"{first}s", "exp_samples": []}]
+                  + [{"expr": query, "eval_time": f"{t}s",
+                      "exp_samples": [{"labels": '{device="mlx5_0",instance="n1:9100",port="1"}', "value": 0}]}
+                     for t in (first - 15, first + 15)])}]
+    f = tmp_path / "t.yml"
+    f.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "15s", "tests": tests}))
+    r = subprocess.run(["promtool", "test", "rules", str(f)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr

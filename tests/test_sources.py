@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import httpx
@@ -229,7 +230,11 @@ def test_prometheus_query_budget_does_not_grow_with_nodes(nodes):
     calls: list = []
     src = PrometheusSource("http://prom:9090", client=_fake_prometheus(nodes, calls))
     win = src.window(T0, 600, 15)
-    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1 <= QUERY_BUDGET
+    # a cold cycle: every signal, the facts and the scrape interval
+    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 2 <= QUERY_BUDGET
+    calls.clear()
+    src.window(T0 + 15, 600, 15)
+    assert src.queries_last_cycle == len(calls) == len(plan_queries()) + 1
     assert len(win.nodes) == nodes and win.gpu["util"].shape == (nodes, 2, 41)
 
 
@@ -325,7 +330,7 @@ def test_prometheus_hardware_facts_are_kept_between_cycles():
     """A steady cycle asks for the job facts only and keeps the leaf, NVLink and NUMA facts of the
     last full facts query; a node those facts did not cover, `TOPOLOGY_SECONDS` passing, or a failed
     facts query makes a later cycle ask for all of them again. The window is a cold cycle's."""
-    from dashboard.sources.prometheus import INFO_QUERY, JOB_FACTS, TOPOLOGY_SECONDS
+    from dashboard.sources.prometheus import INFO_QUERY, INTERVAL_QUERY, JOB_FACTS, TOPOLOGY_SECONDS
 
     facts: list[str] = []
     nodes = [2]
@@ -333,6 +338,8 @@ def test_prometheus_hardware_facts_are_kept_between_cycles():
 
     def handler(request: httpx.Request) -> httpx.Response:
         q = request.url.params.get("query", "")
+        if q == INTERVAL_QUERY:
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         if request.url.path.endswith("/query"):
             facts.append(q)
             if "facts" in fail:
@@ -477,3 +484,34 @@ def test_derived_ratios_from_counters():
     got = win.target["latency"][0, 0]
     assert np.isnan(got[0]) and got[1] == pytest.approx(0.03) and np.isnan(got[2]) and got[3] == pytest.approx(0.06)
     assert not {"lat_sum", "lat_count"} & set(win.target)
+
+
+@pytest.mark.parametrize("interval, window", [(None, 60), (15.0, 60), (30.0, 75), (60.0, 150)])
+def test_prometheus_rate_window_holds_two_scrapes(interval, window):
+    """At a 1-minute scrape interval (Prometheus' default) a 60 s `rate` window holds one sample and
+    every counter would be unknown: the window widens to 2.5 scrape intervals, read from `up` on a
+    cold cycle (no `up`, as in imported data: the configured window). Event counters take the
+    difference of the samples one step apart, which holds at any interval."""
+    from dashboard.sources.prometheus import INTERVAL_QUERY
+
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = request.url.params.get("query", "")
+        asked.append(q)
+        if q == INTERVAL_QUERY and interval is not None:
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector",
+                                                                            "result": [{"metric": {}, "value": [T0, str(interval)]}]}})
+        if request.url.path.endswith("/query"):
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+
+    src = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    src.window(T0, 600, 15)
+    rates = {w for q in asked for w in re.findall(r"rate\([^\[]*\[(\d+)s\]", q)}
+    assert rates == {str(window)}
+    assert not any("increase(" in q for q in asked)
+    assert any("offset 15s" in q and "link_downed" in q for q in asked)
+    asked.clear()
+    src.window(T0 + 15, 600, 15)  # the interval is kept: not asked again
+    assert INTERVAL_QUERY not in asked

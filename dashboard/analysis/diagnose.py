@@ -376,6 +376,16 @@ def nanquantile_rows(a: np.ndarray, q: float) -> np.ndarray:
     return np.where(n > 0, out, np.nan)
 
 
+def _typical(per_node: np.ndarray, exclude: Sequence[int]) -> float:
+    """The median of per-node values, the rows in `exclude` left out while others remain."""
+    if len(exclude):
+        others = per_node.copy()
+        others[np.asarray(exclude, np.int64)] = np.nan
+        if np.isfinite(others).any():
+            return _q(others, 0.5)
+    return _q(per_node, 0.5)
+
+
 class _Signals:
     """Job-level (J, T) series computed for all jobs at once, plus the per-node arrays they come from."""
 
@@ -443,13 +453,15 @@ class _Signals:
                     with np.errstate(invalid="ignore"):
                         per_node = np.where(nanquantile_rows(tx, 0.5) >= self.th.busy_link_bytes, per_node, np.nan)
             self.cache["cwm"] = per_node
-        per_node = self.cache["cwm"]
-        if len(exclude):
-            others = per_node.copy()
-            others[np.asarray(exclude, np.int64)] = np.nan
-            if np.isfinite(others).any():
-                return _q(others, 0.5)
-        return _q(per_node, 0.5)
+        return _typical(self.cache["cwm"], exclude)
+
+    def cluster_blocked_median(self, exclude: Sequence[int] = ()) -> float:
+        """Tasks in I/O wait on the cluster's typical node (median over nodes of their median),
+        the judged job's own nodes left out while others remain."""
+        if "cbm" not in self.cache:
+            b = self.node_signal("blocked")
+            self.cache["cbm"] = nanquantile_rows(b, 0.5) if b is not None and b.size else np.full(0, np.nan)
+        return _typical(self.cache["cbm"], exclude) if self.cache["cbm"].size else math.nan
 
     def screen(self, maps: list[_JobMap]) -> None:
         """Vectorised pre-screen over all jobs: which could be anything but progressing. A superset
@@ -675,6 +687,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         return a if a is not None else nanT
 
     fs_w, fs_r, psi, iow, ib_tx, ib_wait, ib_down = map(val, (fs_w, fs_r, psi, iow, ib_tx, ib_wait, ib_down))
+    blocked = sig.get("blocked", k)
     own_psi = win.job.get("psi_io", {}).get(jm.jobid)
     if own_psi is not None and own_psi.shape == (T,) and np.isfinite(own_psi).any():
         # the job's own cgroup pressure: on a shared node it is this job's, not a neighbour's
@@ -701,6 +714,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # stall there. On a shared node the writes may be a neighbour's while the pressure is the
         # job's own: then it stands.
         io_wait = (psi >= th.psi_io_stalled) | (iow >= th.iowait_stalled)
+        # where PSI is not exported, the tasks in I/O wait say the same (thresholds: blocked_waiting)
+        no_psi = ~np.isfinite(psi)
+        readers_blocked = no_psi & _readers_blocked(sig, k, jm, blocked, act, act_base, th)
+        io_wait |= readers_blocked
         if not (jm.shared and not shared_io):
             io_wait &= ~writing
         # a filesystem target the job reads from answering far slower than its peers (Lustre client
@@ -778,7 +795,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # readers waiting a smaller share of the time while the job's reads fell well below
             # their own past: the loaders wait for data (a network stall or a hang reads less too,
             # but nobody waits on storage there)
-            some_wait = (psi >= th.psi_io_elevated) | (iow >= th.iowait_elevated)
+            some_wait = (psi >= th.psi_io_elevated) | (iow >= th.iowait_elevated) | readers_blocked
             io |= some_wait & ~writing & (fs_r < th.read_fell_fraction * read_base) & held
         # idle: GPUs with no work and no memory of the job's; with memory unknown, idle GPUs that
         # nothing else explains
@@ -833,7 +850,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 return partial.verdict
             seg = slice(T - run, T)
             why = _unexplained(th, tail, dict(
-                psi=psi, iowait=iow, slow_target=slow_target, target_known=_has_target_latency(win),
+                psi=psi, iowait=iow, blocked=blocked, fs_read=fs_r, read_base=read_base, slow_target=slow_target, target_known=_has_target_latency(win),
                 ib_wait=ib_wait, cluster_wait=sig.cluster_wait_median(jm.node_rows) if multi_node else float("nan"),
                 ib_tx=ib_tx, ib_base=ib_base, ib_down=ib_down, multi_node=multi_node, has_sm=has_sm,
                 has_power=has_power, util=util, held=held, empty=empty, mem_known=mem_known, flags=flags))
@@ -853,6 +870,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         if cause == "stalled_io":
             ev += [Evidence("psi_io", "", _mean((psi[seg])), _median((psi[:T - crun])) if T > crun else None,
                             th.psi_io_stalled)] if np.isfinite(psi[seg]).any() else []
+            if readers_blocked[seg].any():
+                ev.append(Evidence("procs_blocked", "", _mean(blocked[seg]),
+                                   _median(blocked[:T - crun]) if T > crun else None, th.blocked_waiting,
+                                   note="tasks in I/O wait per node (PSI not exported)"))
             culprit, kind, cev = _io_culprit(win, sig, jm, seg, th)
         elif cause == "stalled_network":
             # a link that retrained at a lower width or speed and stays up paces the gang: that
@@ -1000,6 +1021,22 @@ def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds) 
         return (ratio[readers] >= th.latency_ratio).any(axis=0)
 
 
+def _readers_blocked(sig: _Signals, k: int, jm: _JobMap, blocked: np.ndarray | None, act: np.ndarray,
+                     act_base: float, th: Thresholds) -> np.ndarray:
+    """Steps where the job's nodes have readers waiting by their count of tasks in I/O wait
+    (thresholds: blocked_waiting): at least `blocked_waiting` per node and `blocked_ratio` times the
+    lower of the job's own typical count while it ran at pace and the cluster's typical node's."""
+    if blocked is None or not np.isfinite(blocked).any():
+        return np.zeros(sig.T, bool)
+    with np.errstate(invalid="ignore"):
+        at_pace = act >= th.degraded_fraction * act_base
+    refs = [_q(blocked[at_pace], 0.5) if at_pace.any() else math.nan, sig.cluster_blocked_median(jm.node_rows)]
+    refs = [r for r in refs if np.isfinite(r)]
+    ref = min(refs) if refs else 0.0
+    with np.errstate(invalid="ignore"):
+        return (blocked >= th.blocked_waiting) & (blocked >= th.blocked_ratio * ref)
+
+
 def _unexplained(th: Thresholds, tail: slice, d: dict) -> str:
     """Which signals were present over the stall's latest stretch, what they showed against their
     thresholds, and which were missing: an insufficient_data verdict never calls a present
@@ -1018,6 +1055,17 @@ def _unexplained(th: Thresholds, tail: slice, d: dict) -> str:
             missing.append(label)
         else:
             present.append(f"{label} {v:.0%} of the time (a stall from {thr:.0%})")
+    b = m(d["blocked"]) if d["blocked"] is not None else None
+    if b is not None:
+        present.append(f"{b:.1f} tasks in I/O wait per node (readers waiting from {th.blocked_waiting:g}, "
+                       f"{th.blocked_ratio:g}x their reference)")
+    elif m(d["psi"]) is None:
+        missing.append("tasks in I/O wait")
+    r = m(d["fs_read"])
+    if r is None:
+        missing.append("filesystem reads")
+    elif np.isfinite(d["read_base"]) and d["read_base"] > 0:
+        present.append(f"filesystem reads at {r / d['read_base']:.0%} of the job's baseline")
     if d["target_known"]:
         present.append(f"a slow filesystem target in {share(d['slow_target']):.0%} of the steps")
     else:

@@ -87,6 +87,15 @@ class Thresholds:
     io_degraded_fraction: float = 0.55
     iowait_elevated: float = 0.12
     read_fell_fraction: float = 0.5
+    # Where PSI is not exported (kernels that leave it off by default: RHEL 8 and 9 need psi=1;
+    # node_exporter without its pressure collector), readers wait when the node's tasks in I/O wait
+    # (/proc/stat procs_blocked: nr_iowait(), the same in-iowait tasks PSI's io line samples) are at
+    # least `blocked_waiting` per node and `blocked_ratio` times their reference: the job's own
+    # typical count, or the cluster's typical node where that is lower (a job stalled since before
+    # the window has its stall as its own past). Loaders that keep up wait for I/O now and then
+    # (0-1 task at a scrape); loaders that starve the GPUs all wait at once (one per worker).
+    blocked_waiting: float = 2.0
+    blocked_ratio: float = 3.0
     # A checkpoint writes at least this many bytes/s per node (multi-GB shards in 30-120 s).
     checkpoint_write_bytes: float = 50e6
     # A pause that writes at checkpoint speed is a checkpoint for this long; past it, a stall

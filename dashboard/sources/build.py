@@ -423,6 +423,29 @@ def _sorted_columns(cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return codes, ts, vs, off, first
 
 
+def scrape_interval(ts: np.ndarray, off: np.ndarray, probe: int = 8) -> float:
+    """The longest usual scrape interval of a file's series (0 when none has two samples): the
+    90th percentile over series of the median of each one's first `probe` sample spacings. Sites
+    scrape every 15 s to 1 min (Prometheus' default scrape_interval is 1m, dcgm-exporter collects
+    every 30 s): a grid finer than that takes each step from the latest sample within 1.5 intervals,
+    as a Prometheus range query carries a sample forward, rather than leaving every other step
+    unknown. A missed scrape doubles one spacing, which a median over several does not see."""
+    n = np.diff(off)
+    lo = off[:-1][n >= 2]
+    if not lo.size:
+        return 0.0
+    k = np.minimum(n[n >= 2] - 1, probe)
+    j = np.arange(probe)
+    at = lo[:, None] + j[None, :]
+    valid = j[None, :] < k[:, None]
+    at = np.where(valid, at, lo[:, None])
+    gaps = np.where(valid, ts[at + 1] - ts[at], np.nan)
+    with np.errstate(invalid="ignore"):
+        per_series = np.nanmedian(gaps, axis=1)
+    per_series = per_series[np.isfinite(per_series) & (per_series > 0)]
+    return float(np.quantile(per_series, 0.9)) if per_series.size else 0.0
+
+
 def aligned_rows(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray,
              times: np.ndarray, lookback: float) -> np.ndarray:
     """Rows of `align` for the series ts[lo[r]:hi[r]] (each sorted by time), times `scale[r]`."""
@@ -513,8 +536,8 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
     matcher = matcher or NodeMatcher()
     times = grid(start, end, step)
     T = times.shape[0]
-    lookback = 2 * step if lookback is None else lookback
     codes, ts, vs, off, first = _sorted_columns(cols)
+    lookback = max(2 * step, 1.5 * scrape_interval(ts, off)) if lookback is None else lookback
     info = SignalStore()
     items: list[tuple[tuple[str, str, str, str], int, Mapping]] = []  # (cell, series, mapping), series in order
     infos, unmatched = [], 0

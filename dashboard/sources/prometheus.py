@@ -2,10 +2,12 @@
 
 One range query per diagnosis signal (`/api/v1/query_range`), aggregated on the server to one
 series per node (and GPU, port or target): `avg by (<host labels>, gpu) (...)`, `sum by (...)
-(rate(...[1m]))`. Every exporter schema a signal can come from (schema.MAPPINGS) is OR-ed into the
-same query, so the number of queries per cycle is fixed (`len(plan_queries())`, 19) whatever the
-node count or the schemas in use; plus one instant query for facts (GPU -> job, leaf switch,
-NVLink peers, NUMA). PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
+(rate(...[1m]))` (the window widened to 2.5 scrape intervals where scrapes are sparser:
+INTERVAL_QUERY), event counters as the difference of samples one step apart. Every exporter schema
+a signal can come from (schema.MAPPINGS) is OR-ed into the same query, so the number of queries per
+cycle is fixed (`len(plan_queries())`, 19) whatever the node count or the schemas in use; plus one
+instant query for facts (GPU -> job, leaf switch, NVLink peers, NUMA) and, on a cold cycle, one
+for the scrape interval. PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
 answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
 never series by series, and enter the window as grid rows (`SignalStore.add_grid`).
 
@@ -88,7 +90,11 @@ def _sum_expr(ms: list[Mapping], by: str, rate_window: float, step: float) -> st
 def _expr(m: Mapping, by: str, rate_window: float, step: float) -> str:
     sel = _selector(m)
     if m.events:
-        inner = f"sum by ({by}) (increase({sel}[{int(max(step, 1))}s]))"
+        # the step's increase as the difference of the latest samples at t and t - step: Prometheus'
+        # increase() over one step sees a single sample (scrapes are not on the query's grid) and
+        # returns nothing; this counts each event once, at the first step that sees it, at any
+        # scrape interval (a counter reset counts none)
+        inner = f"sum by ({by}) (clamp_min({sel} - {sel} offset {int(max(step, 1))}s, 0))"
     elif m.counter:
         inner = f"sum by ({by}) (rate({sel}[{int(rate_window)}s]))"
     else:  # gauges: several series of one key average, or add up where the schema says so
@@ -128,9 +134,11 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0,
 
 
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
-# no transmit wait; the ethtool collector's rollups, read on RoCE) share one query: each part is
-# labelled with its signal, which add_matrix reads. So the cycle's query count stays in budget.
-SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "ethtool": ("eth_pause", "eth_down")}
+# no transmit wait; the ethtool collector's rollups, read on RoCE; the tasks in I/O wait, read where
+# PSI is off, beside iowait) share one query: each part is labelled with its signal, which add_matrix
+# reads. So the cycle's query count stays in budget.
+SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "ethtool": ("eth_pause", "eth_down"),
+                  "host_io": ("iowait", "blocked")}
 SIGNAL_LABEL = "gw_signal"
 
 
@@ -151,8 +159,9 @@ def _family(metric: str) -> str:
 
 
 # Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals
-# sharing one) and the facts query. Tests hold the source to it.
-QUERY_BUDGET = 20
+# sharing one) and the facts query, plus the scrape interval on a cold cycle (INTERVAL_QUERY).
+# Tests hold the source to it.
+QUERY_BUDGET = 21
 
 # Share of the window's deadline one query may take, but never under QUERY_MIN_SECONDS (a short
 # --timeout on a loaded host must not fail queries that would answer in a second).
@@ -178,6 +187,13 @@ INFO_QUERY = " or ".join(TOPOLOGY_METRICS) + " or " + JOB_FACTS
 # Seconds a steady cycle reuses the hardware facts for; a node the previous window had and the facts'
 # window had not makes the next cycle ask again (a new node's facts come one cycle after its metrics).
 TOPOLOGY_SECONDS = 600.0
+
+# The scrape interval of the slowest tenth of the targets, asked for on a cold cycle and every
+# TOPOLOGY_SECONDS: `rate` needs two samples in its window, so at a 1-minute scrape interval
+# (Prometheus' default) a 60 s window holds one and every counter would be unknown. The window
+# is then `RATE_INTERVALS` scrape intervals (at least the configured one): two samples always.
+INTERVAL_QUERY = "quantile(0.9, 300 / count_over_time(up[5m]))"
+RATE_INTERVALS = 2.5
 
 
 # Seconds before the previous cycle's end that a steady-state cycle asks for again: a scrape's samples
@@ -284,6 +300,7 @@ class PrometheusSource:
         # the hardware facts of the last INFO_QUERY: (them, their time, the nodes of its window)
         self._topology: tuple[SignalStore, float, frozenset[str] | None] | None = None
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
+        self._interval: tuple[float, float] | None = None  # (scrape interval, when asked)
 
     def _get(self, path: str, params: dict) -> dict:
         r = fetch.get(self.url + path, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), params=params,
@@ -297,6 +314,20 @@ class PrometheusSource:
             raise RuntimeError((doc.get("error") if isinstance(doc, dict) else None) or "status not success")
         return doc.get("data") or {}
 
+    def _rate_window(self, end: float) -> float:
+        """The configured rate window, widened to RATE_INTERVALS scrape intervals (INTERVAL_QUERY)."""
+        if self._interval is None or not self._interval[1] <= end < self._interval[1] + TOPOLOGY_SECONDS:
+            self.queries_last_cycle += 1
+            try:
+                result = self._get("/api/v1/query", {"query": INTERVAL_QUERY, "time": f"{end:.3f}"}).get("result") or []
+                got = float(result[0]["value"][1]) if result else 0.0
+            except (httpx.HTTPError, RuntimeError, ValueError, KeyError, IndexError, TypeError):
+                got = math.nan  # unknown: the configured window, asked again next cycle
+            if not math.isnan(got):  # no `up` series (data imported, not scraped): the configured window
+                self._interval = (min(got, 300.0) if math.isfinite(got) and got > 0 else 0.0, end)
+        interval = self._interval[0] if self._interval else 0.0
+        return float(max(self.rate_window, math.ceil(RATE_INTERVALS * interval)))
+
     def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0,
                deadline: Deadline | None = None) -> Window:
         """All the queries of one window share `deadline` (default: `timeout` seconds from now)."""
@@ -307,12 +338,13 @@ class PrometheusSource:
         start = end - step * math.floor(span / step)
         store = SignalStore()
         failed = []
-        shape = (step, self.rate_window, self.matcher.host_labels)
+        rate_window = self._rate_window(end)
+        shape = (step, rate_window, self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
         settle = step * math.ceil(SETTLE_SECONDS / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
-        plan = plan_queries(self.rate_window, step, self.matcher.host_labels)
+        plan = plan_queries(rate_window, step, self.matcher.host_labels)
         asks = []
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
@@ -320,7 +352,7 @@ class PrometheusSource:
             since = max(start, held.until - settle) if start <= held.until <= end else start
             asks.append((signal, level, held, since, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
-        self.queries_last_cycle = len(asks) + 1
+        self.queries_last_cycle += len(asks) + 1
         times = grid(start, end, step)
         # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
         # while this thread decodes and merges an answer (in plan order: the window is the same

@@ -106,6 +106,9 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("iowait_cpu", "node", "node_cpu_seconds_total", counter=True, filters=(("mode", "iowait"),), combine="sum"),
     Mapping("cpu_all", "node", "gangwatch_cpu_seconds_total", counter=True, combine="sum"),
     Mapping("cpu_all", "node", "node_cpu_seconds_total", counter=True, combine="sum"),
+    # tasks in I/O wait at the scrape (/proc/stat procs_blocked): readers waiting where PSI is off
+    Mapping("blocked", "node", "gangwatch_node_procs_blocked"),
+    Mapping("blocked", "node", "node_procs_blocked"),
     # ---- per job (key: jobid): the job cgroup's own I/O pressure, which tells a job's stall from
     # its neighbours' on a shared node
     Mapping("psi_io", "job", "gangwatch_job_pressure_waiting_seconds_total", counter=True, filters=(("resource", "io"),)),

@@ -205,6 +205,37 @@ def score_bundle(path: str, score: Score, probe: bool = True) -> None:
             score.delays.append((t.state, t.signature, delay))
 
 
+def as_site(root: str, drop: str = "", scrape_interval: float = 0.0) -> int:
+    """Rewrite the bundles under `root` as a site that differs from the catalogue's draw would see
+    them: without the series whose lines match `drop` (a regex, e.g. `node_pressure_` for kernels
+    that leave PSI off), and scraped every `scrape_interval` seconds (every n-th sample of each
+    series kept, n = the interval over the bundle's own). Returns the lines removed."""
+    pat = re.compile(drop.encode()) if drop else None
+    removed = 0
+    for p in bundle_dirs(root):
+        n = 1
+        if scrape_interval:
+            with open(os.path.join(p, "truth.json")) as f:
+                n = max(1, round(scrape_interval / json.load(f)["params"]["interval"]))
+        seen: Counter = Counter()
+        keep = []
+        with open(os.path.join(p, "metrics.om"), "rb") as f:
+            for line in f:
+                removed += 1
+                if pat is not None and pat.search(line):
+                    continue
+                if n > 1 and not line.startswith(b"#"):
+                    key = line.rsplit(b" ", 2)[0]
+                    seen[key] += 1
+                    if seen[key] % n:
+                        continue
+                keep.append(line)
+                removed -= 1
+        with open(os.path.join(p, "metrics.om"), "wb") as f:
+            f.writelines(keep)
+    return removed
+
+
 def bundle_dirs(root: str) -> list[str]:
     out = []
     for dirpath, _dirs, files in os.walk(root):

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from dashboard.analysis.topology import parse_topology_conf
 from dashboard.sources.build import WANTED, RawStore, columns_window
 from dashboard.sources.bundle import load_bundle
-from dashboard.sources.exposition import MAX_LINE, Sample, read_decimals, iter_samples, parse_value, read_columns
+from dashboard.sources.exposition import MAX_LINE, Columns, Sample, read_decimals, iter_samples, parse_value, read_columns
 
 T0 = 1_767_225_600
 
@@ -431,6 +431,79 @@ def test_batch_alignment_is_align_row_by_row(rows):
     got = aligned_rows(ts, vs, lo, hi, np.ones(len(rows)), times, 30.0)
     for r in range(len(rows)):
         assert np.array_equal(got[r], align(ts[lo[r]:hi[r]], vs[lo[r]:hi[r]], times, 30.0), equal_nan=True)
+
+
+# ------------------------------------------------------------------------------------ fast paths = slow paths
+
+class _ReadOnly:
+    """A binary stream with `read` alone (no `readinto`): read_columns' other way in."""
+
+    def __init__(self, data: bytes):
+        self._f = io.BytesIO(data)
+
+    def read(self, n: int) -> bytes:
+        return self._f.read(n)
+
+
+def _assert_same_columns(a, b):
+    assert a.series == b.series
+    assert np.array_equal(a.codes, b.codes)
+    assert np.array_equal(a.ts.view(np.int64), b.ts.view(np.int64))  # bit for bit: -0.0, NaN payloads
+    assert np.array_equal(a.vs.view(np.int64), b.vs.view(np.int64))
+    assert (a.skipped_lines, a.long_lines) == (b.skipped_lines, b.long_lines)
+
+
+def _samples_of(cols):
+    return [Sample(*cols.series[c], v, t) for c, t, v in zip(cols.codes.tolist(), cols.ts.tolist(), cols.vs.tolist())]
+
+
+# runs whose heads hold spaces and braces, lines with one space or none, a head that is all
+# blank, \r and \r\n (also split by a chunk's edge), over-long lines across edges, no last newline
+_H0 = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="a b",x="} 1 2"}'
+_H1 = 'DCGM_FI_DEV_GPU_UTIL{gpu="1",Hostname="c"}'
+_H2 = 'gangwatch_gpu_power_watts{node="n1",gpu="0"}'
+_TRICKY = "".join([
+    f"{_H0} 1.5 {T0}\n" * 3, f"{_H0} 92.75999999999999 {T0 + 15}\r\n" * 2,
+    f" 1 {T0}\n x\nx 1\r{_H1} {'x' * (MAX_LINE + 10)} 1 {T0}\n",
+    f"{_H1} -0 {T0}\n" * 4, f"{_H1} 1 2 {T0}\n", f"{_H1} -.5 {T0 + 30}\n" * 3,
+    f"{_H2} 1e3 {T0}\n", "#" * (MAX_LINE + 5), f"\n{_H2} 7 {T0 + 15}",
+]).encode()
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1000, 4096, MAX_LINE - 3, 1 << 20])
+def test_streams_without_readinto_give_identical_columns(chunk):
+    """The reused buffer (readinto) and plain reads give the same Columns, bit for bit, and both
+    the samples the regex reader finds, wherever the chunks' edges fall."""
+    # the regex reader on the text without its over-long lines (read_columns skips them unread)
+    want, bad = old_samples("\n".join(ln for ln in _TRICKY.decode().replace("\r\n", "\n").replace("\r", "\n").split("\n")
+                                      if len(ln) <= MAX_LINE), "s", WANTED)
+    a = read_columns(io.BytesIO(_TRICKY), WANTED, "s", chunk=chunk)
+    b = read_columns(_ReadOnly(_TRICKY), WANTED, "s", chunk=chunk)
+    _assert_same_columns(a, b)
+    _same(_samples_of(a), [s for s in want if s.timestamp is not None])
+    assert a.long_lines == 2 and a.skipped_lines == bad
+
+
+@settings(max_examples=150, deadline=None)
+@given(exposition(), st.integers(1, 200))
+def test_streams_without_readinto_give_identical_columns_on_generated_text(text, chunk):
+    data = text.encode("utf-8")
+    _assert_same_columns(read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk),
+                         read_columns(_ReadOnly(data), WANTED, "s", chunk=chunk))
+
+
+def test_shared_label_dicts_give_the_window_of_own_dicts(sim_bundles_small):
+    """Series of one label block share its labels dict, and columns_window finds the block's node
+    once: the window is the one a dict per series gives, array for array."""
+    for p in sim_bundles_small.values():
+        with open(p / "metrics.om", "rb") as f:
+            shared = read_columns(f, WANTED)
+        own = Columns(series=[(n, dict(labels)) for n, labels in shared.series], codes=shared.codes.copy(),
+                      ts=shared.ts.copy(), vs=shared.vs.copy())
+        assert len({id(labels) for _, labels in shared.series}) < len(shared.series)  # some are shared
+        lo, hi = float(shared.ts.min()), float(shared.ts.max())
+        start = hi - 15.0 * math.floor((hi - lo) / 15.0)
+        _assert_same_window(columns_window(shared, start, hi, 15.0), columns_window(own, start, hi, 15.0))
 
 
 @pytest.mark.parametrize("every", [15, 30, 60])

@@ -18,7 +18,7 @@ import math
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from .exposition import Columns, Sample, concat_ranges
 from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping, NodeMatcher, matches, sub_key
 
 WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS)
+_UNSEEN = object()
 
 
 def align(ts: np.ndarray, vs: np.ndarray, times: np.ndarray, lookback: float) -> np.ndarray:
@@ -160,7 +161,8 @@ class SignalStore:
         for node, numa in other.gpu_numa.items():
             self.gpu_numa[node].update(numa)
 
-    def add_infos(self, infos: Iterable[tuple[str, dict[str, str]]], matcher: NodeMatcher) -> None:
+    def add_infos(self, infos: Iterable[tuple[str, dict[str, str]]],
+                  matcher: Callable[[dict[str, str]], str | None]) -> None:
         for name, labels in infos:
             node = matcher(labels)
             if name.startswith("DCGM_FI_"):
@@ -544,6 +546,15 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
     info = SignalStore()
     items: list[tuple[tuple[str, str, str, str], int, Mapping]] = []  # (cell, series, mapping), series in order
     infos, unmatched = [], 0
+    node_of: dict[int, str | None] = {}
+
+    def node_for(labels: dict[str, str]) -> str | None:
+        """matcher(labels), once per label block: its series share one dict (read_columns)."""
+        got = node_of.get(id(labels), _UNSEEN)
+        if got is _UNSEEN:
+            got = node_of[id(labels)] = matcher(labels)
+        return got
+
     for c in np.argsort(first, kind="stable")[:int(np.count_nonzero(first < np.iinfo(np.int64).max))].tolist():
         name, labels = cols.series[c]
         if is_info(name, labels):
@@ -552,12 +563,12 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
                 continue
         if name not in BY_METRIC:
             continue
-        node = matcher(labels)
+        node = node_for(labels)
         if node is None:
             unmatched += 1
             continue
         items.extend(((m.signal, m.level, node, key), c, m) for m, key in cells_of(name, labels))
-    info.add_infos(infos, matcher)
+    info.add_infos(infos, node_for)
     notes: list[str] = []
     if unmatched:
         notes.append(f"{unmatched} series without a host label ({', '.join(matcher.host_labels)})")

@@ -204,7 +204,8 @@ _TOKEN_MASK = np.ascontiguousarray(_TOKEN_MASK.view("<u8").T)  # [word][w]: 1-D 
 @dataclass
 class Columns:
     """Samples of the wanted series of a file, in file order: sample k belongs to series
-    `codes[k]`, whose name and labels are `series[codes[k]]`."""
+    `codes[k]`, whose name and labels are `series[codes[k]]`. Series with the same label block
+    share one labels dict: read it, never change it."""
 
     series: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     codes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
@@ -252,6 +253,23 @@ def _digits_value(chars: np.ndarray) -> np.ndarray | None:
     return d @ (10.0 ** np.arange(d.shape[1] - 1, -1, -1))
 
 
+_SWAR = tuple((np.uint64(shift), np.uint64(times), np.uint64(mask)) for shift, times, mask in (
+    (8, 10, 0x00FF00FF00FF00FF), (16, 100, 0x0000FFFF0000FFFF), (32, 10**4, 0xFFFFFFFF)))
+
+
+def _swar8(v: np.ndarray) -> None:
+    """In place: each uint64 of `v`, 8 digit values (0-9) as little-endian bytes (the first byte
+    the most significant digit), -> the integer they write. Each step joins neighbouring lanes:
+    lane = lane * 10**k + next lane (10*9+9 < 2**8, 100*99+99 < 2**16, 10**4*9999+9999 < 2**32),
+    then clears the lanes that now hold nothing."""
+    t = np.empty_like(v)
+    for shift, times, mask in _SWAR:
+        np.right_shift(v, shift, out=t)
+        np.multiply(v, times, out=v)
+        np.add(v, t, out=v)
+        np.bitwise_and(v, mask, out=v)
+
+
 def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ok, values) of the tokens `arr[vs[i]:vs[i] + width[i]]` (width >= 1) read as plain decimals
     `[-]digits[.digits]` of 1 to 15 digits in at most _DECIMAL bytes; `ok[i]` False for any other
@@ -287,14 +305,11 @@ def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[n
     q[r[dot]] = c[dot]
     digits = width - ndot - neg
     ok = ~wide & (np.bincount(r[~(dot | minus)], minlength=n) == 0) & (ndot <= 1) & (digits >= 1) & (digits <= 15)
-    # the digits as one integer with the dot read as a 0 (< 10**16): pairs of columns combined into
-    # fours, eights, sixteen, each step over the flat array (exact integers, no short inner loops)
-    x = d.ravel()
-    x = x[0::2].astype(np.uint16) * np.uint16(10) + x[1::2]
-    x = x[0::2].astype(np.uint32) * np.uint32(100) + x[1::2]
-    x = x[0::2].astype(np.uint64) * np.uint64(10**4) + x[1::2]
-    m0 = (x[0::2] * np.uint64(10**8) + x[1::2]).view(np.int64)
-    del d, x
+    # the digits as one integer with the dot read as a 0 (< 10**16): each word's 8 digits combined
+    # in place, pairs, fours, then eight (SWAR: no lane can carry into the next), then the 2 words
+    _swar8(words)
+    m0 = (words[:, 0] * np.uint64(10**8) + words[:, 1]).view(np.int64)
+    del d, words
     # then that 0 taken out: the f fraction digits stay, the integer part moves down one place
     f = np.where(ndot > 0, C - 1 - q, 0)
     frac = m0 % _IPOW10[f + 1]
@@ -352,7 +367,8 @@ class _Reader:
         self.heads: dict[bytes, int] = {}
         self.ids: dict[tuple, int] = {}
         # label block -> (labels, their sorted items): many series share one (a node's GPU 0 in each
-        # metric), each series still gets a dict of its own
+        # metric), and share its labels dict too (Columns.series: read-only), so a consumer can
+        # work a block out once (build.columns_window: its node)
         self.blocks: dict[str, tuple[dict[str, str], tuple] | None] = {}
         self.out = Columns()
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -372,7 +388,7 @@ class _Reader:
         if got is _UNSEEN:
             labels = parse_labels(body)
             got = self.blocks[body] = None if labels is None else (labels, tuple(sorted(labels.items())))
-        return _SLOW if got is None else self._id(name, dict(got[0]), got[1])
+        return _SLOW if got is None else self._id(name, got[0], got[1])
 
     def _head(self, head: bytes) -> int:
         """A run's head -> series id, _SKIP (comment, unwanted) or _SLOW (take its lines one by one)."""
@@ -485,12 +501,18 @@ class _Reader:
         (series in a file mostly hold the same number of samples) and taken when one C-level count
         finds the head at the start of each of its lines and the line after it does not start so."""
         pos, li = 0, 0  # li: index in `nl` of the line starting at `pos`
-        while True:
-            m = _FIRST.search(buf, pos, cut)
-            if m is None:
-                return
-            s, first_end, h = m.start(), m.end(), m.group(1)
-            if s != pos:
+        while pos < cut:
+            # _FIRST's match at pos, if the line there has two spaces (nearly always): its last two
+            first_end = int(nl[li]) + 1
+            sp = buf.rfind(b" ", pos, first_end - 1)
+            sp = buf.rfind(b" ", pos, sp) if sp > pos else -1
+            if sp >= 0:
+                s, h = pos, bytes(buf[pos:sp])  # a dict key: not the bytearray a slice of store is
+            else:
+                m = _FIRST.search(buf, pos, cut)
+                if m is None:
+                    return
+                s, first_end, h = m.start(), m.end(), m.group(1)
                 li = int(np.searchsorted(nl, s))
             k, e = self.run_lines, -1
             if k > 1 and li + k - 1 < nl.shape[0]:
@@ -540,10 +562,11 @@ class _Reader:
                           np.array(slow[3], np.float64)))
         if not parts:
             return
-        pos_, codes, ts, vs = (np.concatenate([p[k] for p in parts]) for k in range(4))
-        if len(parts) > 1 or slow[0]:  # back to file order (the line parser takes lines out of turn)
-            order = np.argsort(pos_, kind="stable")
-            codes, ts, vs = codes[order], ts[order], vs[order]
+        if len(parts) == 1 and not slow[0]:  # the usual chunk: its runs' columns as they are
+            _, codes, ts, vs = parts[0]
+        else:  # back to file order (the line parser takes lines out of turn)
+            order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
+            codes, ts, vs = (np.concatenate([p[k] for p in parts])[order] for k in (1, 2, 3))
         ok = np.isfinite(ts)
         if not ok.all():
             bad = ~ok
@@ -575,28 +598,50 @@ def read_columns(f: BinaryIO, wanted: frozenset[str], ts_unit: str = "s", chunk:
     Lines end at \\n, \\r\\n or \\r; a line over MAX_LINE bytes (even one never terminated) is skipped
     and counted; a last line without a newline is read."""
     rd = _Reader(wanted, ts_unit)
-    carry = b""
+    # one buffer for the whole file: the line carried over from the last chunk, then the next read
+    # lands behind it. A fresh bytes object per read (and another for carry + data) had the kernel
+    # map and zero new pages for every chunk (42 MB bundle at load 5: system time 29 -> 11 ms a read)
+    store = bytearray(MAX_LINE + chunk)
+    view = memoryview(store)
+    readinto = getattr(f, "readinto", None)
+    have = 0  # bytes carried at the front of store
     skipping = False  # inside an over-long line: drop bytes until its end
     while True:
-        data = f.read(chunk)
-        if not data:
+        if readinto is not None:
+            got = readinto(view[have:have + chunk]) or 0
+        else:
+            data = f.read(chunk)
+            got = len(data)
+            view[have:have + got] = data
+            del data
+        if not got:
             break
-        if skipping:
-            k = data.find(b"\n")
+        end = have + got
+        if skipping:  # have == 0 here
+            k = store.find(b"\n", 0, end)
             if k < 0:
                 continue
-            data, skipping = data[k + 1:], False
-        buf = carry + data if carry else data
-        del data  # one copy of the chunk while it is parsed
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        cut = buf.rfind(b"\n") + 1
+            end -= k + 1
+            store[:end] = store[k + 1:k + 1 + end]  # a slice of a bytearray is a copy: no overlap
+            skipping = False
+        if store.find(b"\r", 0, end) >= 0:  # the rare file with \r: a converted copy of this piece
+            buf = bytes(view[:end]).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            end = len(buf)
+        else:
+            buf = store
+        cut = buf.rfind(b"\n", 0, end) + 1
         if cut:
             rd.chunk(buf, cut)
-        carry = buf[cut:]
-        if len(carry) > MAX_LINE:
+        have = end - cut
+        if have > MAX_LINE:
             rd.out.long_lines += 1
-            carry, skipping = b"", True
-    if carry:
-        rd.chunk(carry + b"\n", len(carry) + 1)
+            have, skipping = 0, True
+        elif have:
+            store[:have] = buf[cut:end]
+        del buf
+    view.release()
+    last = bytes(store[:have]) + b"\n" if have else b""
+    del store  # before finish, whose copies are the peak of memory
+    if last:
+        rd.chunk(last, len(last))
     return rd.finish()

@@ -26,13 +26,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 # What `pip install 'gangwatch[dashboard]'` adds (pyproject.toml), and which of it each command
-# imports; the agent, the exporters and `simulate` (pure Python) need none of it.
+# imports; the agent and the exporters need none of it (`simulate` reads traces with numpy).
 DASHBOARD_EXTRA = ("dash", "plotly", "numpy", "fastnumbers")
 NEEDS: dict[str, tuple[str, ...]] = {
     "serve": DASHBOARD_EXTRA,
     "demo": DASHBOARD_EXTRA,
     "diagnose": ("numpy", "fastnumbers"),
     "backfill": ("numpy",),
+    "simulate": ("numpy",),
     "capture": ("numpy", "fastnumbers"),
     "probe": ("numpy",),
 }

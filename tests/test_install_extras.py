@@ -49,7 +49,7 @@ def test_scripts_install_the_right_extra():
     assert '-e ".[test]"' in (REPO / "tests" / "run-all.sh").read_text()
 
 
-@pytest.mark.parametrize("command", ["serve", "demo", "diagnose", "backfill", "capture"])
+@pytest.mark.parametrize("command", ["serve", "demo", "diagnose", "backfill", "capture", "simulate"])
 def test_dashboard_commands_without_the_extra_say_so(command):
     res = blocked_imports.run(NO_EXTRA, RUN_CLI, command, "--web.listen-address", "127.0.0.1:1")
     assert res.returncode == 2, res.stderr
@@ -58,7 +58,7 @@ def test_dashboard_commands_without_the_extra_say_so(command):
     assert "pip install 'gangwatch[dashboard]'" in res.stderr
 
 
-@pytest.mark.parametrize("command", ["agent", "slurm-exporter", "simulate"])
+@pytest.mark.parametrize("command", ["agent", "slurm-exporter"])
 def test_agent_and_exporter_run_without_the_extra(command):
     res = blocked_imports.run(NO_EXTRA, RUN_CLI, command, "--help")
     assert res.returncode == 0, res.stderr

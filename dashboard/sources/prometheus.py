@@ -398,15 +398,17 @@ class PrometheusSource:
             got = None
         return SETTLE_SECONDS if got is None else got
 
-    def _rate_window(self, end: float) -> float:
-        """The configured rate window, widened to RATE_INTERVALS scrape intervals (INTERVAL_QUERY)."""
+    def _rate_window(self, end: float, failed: list[str]) -> float:
+        """The configured rate window, widened to RATE_INTERVALS scrape intervals (INTERVAL_QUERY);
+        a failed query is added to `failed` (the cycle's failures: all of them failed means down)."""
         if self._interval is None or not self._interval[1] <= end < self._interval[1] + TOPOLOGY_SECONDS:
             self.queries_last_cycle += 1
             try:
                 result = self._get("/api/v1/query", {"query": INTERVAL_QUERY, "time": f"{end:.3f}"}).get("result") or []
                 got = float(result[0]["value"][1]) if result else 0.0
-            except (httpx.HTTPError, RuntimeError, ValueError, KeyError, IndexError, TypeError):
+            except (httpx.HTTPError, RuntimeError, ValueError, KeyError, IndexError, TypeError) as exc:
                 got = math.nan  # unknown: the configured window, asked again next cycle
+                failed.append(f"scrape interval ({type(exc).__name__})")
             if not math.isnan(got):  # no `up` series (data imported, not scraped): the configured window
                 self._interval = (min(got, 300.0) if math.isfinite(got) and got > 0 else 0.0, end)
         interval = self._interval[0] if self._interval else 0.0
@@ -422,7 +424,7 @@ class PrometheusSource:
         start = end - step * math.floor(span / step)
         store = SignalStore()
         failed = []
-        rate_window = self._rate_window(end)
+        rate_window = self._rate_window(end, failed)
         shape = (step, rate_window, self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape

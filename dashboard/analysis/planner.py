@@ -1565,6 +1565,19 @@ class _Cluster:
                 until = min(until, s)
         return until
 
+    def settle(self) -> None:
+        """The plan is complete: only the lazily read `why` rows read this cluster from now on, and
+        they never change it. Its per-node lists become tuples, which the collector's first pass
+        after the plan untracks (a tuple of numbers and strings holds no cycle) instead of scanning
+        their ~50,000 references at every pass while the plan is kept; what only the planning of
+        starts read (the fits-now pools, sorted fits and change logs) is dropped."""
+        for name in ("cf", "mf", "gf", "ct", "mt", "gt", "names", "usable", "weight", "planned", "node_parts"):
+            setattr(self, name, tuple(getattr(self, name)))
+        self.holds = tuple(h if type(h) is tuple else tuple(h) for h in self.holds)
+        self.blocks = tuple(b if type(b) is tuple else tuple(b) for b in self.blocks)
+        self.pool, self.changes, self._fit_memo, self._plain_memo = {}, {}, {}, {}
+        self.releases.settle()
+
 
 class _Releases:
     """Every node's releases, (time, CPUs, memory, GPUs) ascending: those of the running jobs as
@@ -1591,6 +1604,13 @@ class _Releases:
                 self._py = [col.tolist() for col in self.cols[1:]]
             got = self.lists[i] = sorted(zip(*(col[a:b] for col in self._py))) if b > a else []
         return got
+
+    def settle(self) -> None:
+        """No release is added any more (see _Cluster.settle): tuples, which the collector untracks."""
+        self.lists = {i: tuple(v) for i, v in self.lists.items()}
+        if self._py is not None:
+            self._py = [tuple(col) for col in self._py]
+        self.added = tuple(tuple(col) for col in self.added)
 
     def add(self, i: int, t: float, c: int, m: int, g: int) -> None:
         insort(self[i], (t, c, m, g))
@@ -1911,6 +1931,7 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
     if policy.slurm and backfilled:
         _next_cycle(cl, tops, jobs)
     windows = _windows(cl, backfilled)
+    cl.settle()
     # Reasons, expected start and what-if of the jobs left waiting depend only on the request, its
     # partition and its earliest allowed start: computed once per distinct triple, shared by its jobs,
     # when a row is first read (the plan is complete by then and no longer changes).

@@ -984,6 +984,8 @@ class _Cluster:
         key = ("first", p, self.commits, req.cpus, req.mem, req.gpus, req.exclusive)
         got = self._arrays_memo.get(key)
         if got is None:
+            got = self._arrays_memo[key] = self._first_room_flat(p, req)
+        if got is None:
             arr = self.arrays(p)
             if req.exclusive:
                 ok = ((arr.cpus >= arr.cpus_total[:, None]) & (arr.mem >= arr.mem_total[:, None])
@@ -994,6 +996,72 @@ class _Cluster:
             rows = np.arange(len(arr.pos))
             ever = ok[rows, first]
             got = self._arrays_memo[key] = (np.where(ever, arr.times[rows, first], INF), ever, ok[:, 0])
+        return got
+
+    def _flat_part(self, p: str):
+        """The releases of p's usable nodes as flat arrays (row, time, CPUs, memory, GPUs), sorted by
+        row and time, each release's cumulative sums within its row (CPUs, memory, GPUs), and whether
+        every release adds room; or None where one takes room. Only a commit adds a release."""
+        key = ("flat", p, self.commits)
+        got = self._arrays_memo.get(key, False)
+        if got is False:
+            node, t, c, m, g = self.releases.flat()
+            rows = self.row_array(p)[node]
+            mine = rows >= 0
+            rows, t, c, m, g = rows[mine], t[mine], c[mine], m[mine], g[mine]
+            got = None
+            if (c >= 0).all() and (m >= 0).all() and (g >= 0).all():
+                # a row's sums: the running sums less those before its first release (rows are
+                # ascending, as node indices are within a partition's name order)
+                head = np.ones(len(rows), dtype=bool)
+                head[1:] = rows[1:] != rows[:-1]
+                starts = np.flatnonzero(head)
+                lens = np.diff(np.append(starts, len(rows)))
+                sums = []
+                for v in (c, m, g):
+                    run = np.cumsum(v)
+                    sums.append(run - np.repeat(run[starts] - v[starts], lens))
+                got = (rows, t, *sums)
+            self._arrays_memo[key] = got
+        return got
+
+    def _first_room_flat(self, p: str, req: _Req):
+        """_first_room's answer from the flat releases (no release matrix), where every release adds
+        room: a node's room then only grows, so the first release after which its free resources
+        suffice is its first time with room, whatever the order of releases at one time; None where
+        a release takes room (the matrix's order then decides, see arrays)."""
+        flat = self._flat_part(p)
+        if flat is None:
+            return None
+        rows, t, sc, sm, sg = flat
+        pos = self.part_pos(p)
+        fc, fm, fg = (v[pos] for v in self.free)
+        if req.exclusive:
+            nc, nm, ng = self.totals()[:, pos]
+            ok0 = (fc >= nc) & (fm >= nm) & (fg >= ng)
+            ok = (fc[rows] + sc >= nc[rows]) & (fm[rows] + sm >= nm[rows]) & (fg[rows] + sg >= ng[rows])
+        else:
+            ok0 = (fc >= req.cpus) & (fm >= req.mem) & (fg >= req.gpus)
+            ok = (fc[rows] + sc >= req.cpus) & (fm[rows] + sm >= req.mem) & (fg[rows] + sg >= req.gpus)
+        hit = np.flatnonzero(ok)
+        hit_rows = rows[hit]
+        head = np.ones(len(hit), dtype=bool)
+        head[1:] = hit_rows[1:] != hit_rows[:-1]
+        first = np.full(len(pos), INF)
+        first[hit_rows[head]] = t[hit[head]]
+        ever = ok0.copy()
+        ever[hit_rows] = True
+        first[ok0] = self.now
+        return first, ever, ok0
+
+    def now_columns(self, p: str) -> tuple[np.ndarray, ...]:
+        """p's usable nodes (node indices, name order), their free CPUs, memory and GPUs now, and their
+        totals: the release matrices' first column, without the matrices."""
+        key = ("now_columns", p, self.version[p])
+        got = self._arrays_memo.get(key)
+        if got is None:
+            pos = self.part_pos(p)
+            got = self._arrays_memo[key] = (pos, *(v[pos] for v in self.free), *self.totals()[:, pos])
         return got
 
     def _room_at(self, p: str, nodes: list[int], req: _Req):
@@ -1515,14 +1583,14 @@ class _Cluster:
         return sorted(out)
 
     def _pick(self, p, req, tau_raw, all_special, t0, when, chosen_spec) -> list[int]:
-        arr = self.arrays(p)
+        pos = self.part_pos(p)
         row = self.row[p]
         need = req.nodes
         tau = np.maximum(tau_raw, t0)
         if all_special:
             tau[[row[i] for i in all_special]] = INF
         if self.slurm:  # Slurm reserves the nodes its node selection picks among those free at `when`
-            return self.slurm_choose(arr.pos[np.nonzero(tau <= when)[0]].tolist() + list(chosen_spec), need)
+            return self.slurm_choose(pos[np.nonzero(tau <= when)[0]].tolist() + list(chosen_spec), need)
         sel = np.nonzero(tau <= when)[0]  # rows are in name order
         tsel = tau[sel]
         if len(sel) > need and not self.any_planned:  # keep the `need` latest; at the cut, the first by name
@@ -1531,7 +1599,7 @@ class _Cluster:
             sel = np.concatenate([sel[above], sel[tsel == cut][:need - int(above.sum())]])
             tsel = tau[sel]
         order = sel[np.argsort(-tsel, kind="stable")]
-        picked = [(float(tau[r]), int(arr.pos[r])) for r in order]
+        picked = [(float(tau[r]), int(pos[r])) for r in order]
         picked += [(when, i) for i in chosen_spec]
         # nodes Slurm's backfill already plans for a pending job (PLANNED) first, so that our
         # reservation lands where Slurm's is; then those freeing up last
@@ -1566,17 +1634,10 @@ class _Cluster:
         return until
 
     def settle(self) -> None:
-        """The plan is complete: only the lazily read `why` rows read this cluster from now on, and
-        they never change it. Its per-node lists become tuples, which the collector's first pass
-        after the plan untracks (a tuple of numbers and strings holds no cycle) instead of scanning
-        their ~50,000 references at every pass while the plan is kept; what only the planning of
-        starts read (the fits-now pools, sorted fits and change logs) is dropped."""
-        for name in ("cf", "mf", "gf", "ct", "mt", "gt", "names", "usable", "weight", "planned", "node_parts"):
-            setattr(self, name, tuple(getattr(self, name)))
-        self.holds = tuple(h if type(h) is tuple else tuple(h) for h in self.holds)
-        self.blocks = tuple(b if type(b) is tuple else tuple(b) for b in self.blocks)
+        """The plan is complete: only the lazily read `why` rows read this cluster from now on. What
+        only the planning of starts reads (the fits-now pools, sorted fits and change logs) is
+        dropped, so that the collector does not scan it while the plan is kept."""
         self.pool, self.changes, self._fit_memo, self._plain_memo = {}, {}, {}, {}
-        self.releases.settle()
 
 
 class _Releases:
@@ -1604,13 +1665,6 @@ class _Releases:
                 self._py = [col.tolist() for col in self.cols[1:]]
             got = self.lists[i] = sorted(zip(*(col[a:b] for col in self._py))) if b > a else []
         return got
-
-    def settle(self) -> None:
-        """No release is added any more (see _Cluster.settle): tuples, which the collector untracks."""
-        self.lists = {i: tuple(v) for i, v in self.lists.items()}
-        if self._py is not None:
-            self._py = [tuple(col) for col in self._py]
-        self.added = tuple(tuple(col) for col in self.added)
 
     def add(self, i: int, t: float, c: int, m: int, g: int) -> None:
         insort(self[i], (t, c, m, g))
@@ -2217,8 +2271,8 @@ def _waiting_reasons(cl: _Cluster, p: str, req: _Req, t0: float, top, nodes: boo
     names = tuple(cl.names[i] for i in nodes)
     reasons: list[Reason] = []
     if when is None:
-        arr = cl.arrays(p)
-        big = (arr.cpus_total >= req.cpus) & (arr.mem_total >= req.mem) & (arr.gpus_total >= req.gpus)
+        _, _, _, _, ct, mt, gt = cl.now_columns(p)
+        big = (ct >= req.cpus) & (mt >= req.mem) & (gt >= req.gpus)
         mask = cl.allowed_mask(p, req)
         if int((big if mask is None else big & mask).sum()) < req.nodes:
             usable = len(cl.part_usable.get(p, ()))
@@ -2284,7 +2338,7 @@ def _facts(cl: _Cluster, p: str, req: _Req, t0: float, nodes: bool = True):
         span = room[req.nodes - plain - 1][0] - cl.now
         span = (span // 60) * 60
         if MIN_WHAT_IF_S <= span:
-            pos = cl.arrays(p).pos
+            pos = cl.part_pos(p)
             special = set(fit_special)
             plain_nodes = [i for i in pos[np.nonzero(fits)[0]].tolist() if i not in special]
             what_if_s = span
@@ -2300,10 +2354,9 @@ def _now_facts(cl: _Cluster, p: str, req: _Req):
     got = cl._arrays_memo.get(key)
     if got is not None:
         return got
-    arr = cl.arrays(p)
-    c0, m0, g0 = arr.cpus[:, 0], arr.mem[:, 0], arr.gpus[:, 0]
+    _, c0, m0, g0, ct, mt, gt = cl.now_columns(p)
     if req.exclusive:
-        fits = (c0 >= arr.cpus_total) & (m0 >= arr.mem_total) & (g0 >= arr.gpus_total)
+        fits = (c0 >= ct) & (m0 >= mt) & (g0 >= gt)
     else:
         fits = (c0 >= req.cpus) & (m0 >= req.mem) & (g0 >= req.gpus)
     mask = cl.allowed_mask(p, req)

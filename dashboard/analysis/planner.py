@@ -420,15 +420,16 @@ class _Cluster:
                 if i is not None:
                     self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
                     reserved.add(i)
-        # nodes share a few partition lists: the nodes of each distinct list at once
-        # (a partition list is hashed once per node: a tuple's hash is not cached, and the node's
-        # partitions below are then found by its list's number)
+        # nodes share a few (partition list, GPU type, features) classes: the nodes of each distinct
+        # class at once (one dict operation per node; the node's partitions below, and the GPU type
+        # and feature matching of requests (_codes), are then found by its class's number)
         code: dict[tuple, int] = {}
-        node_code = [code.setdefault(n.partitions, len(code)) for n in nodes]
+        node_code = [code.setdefault((n.partitions, n.gpu_type, n.features), len(code)) for n in nodes]
         distinct = list(code)
         codes = np.fromiter(node_code, np.int64, count=len(node_code))
+        self._node_class = (distinct, codes)
         self.part_nodes: dict[str, list[int]] = {}
-        for k, ps in enumerate(distinct):
+        for k, (ps, _, _) in enumerate(distinct):
             members = np.flatnonzero(codes == k).tolist()
             for p in ps:
                 self.part_nodes.setdefault(p, []).extend(members)
@@ -452,7 +453,7 @@ class _Cluster:
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
         self._shape_memo: dict = {}
-        once = [tuple(dict.fromkeys(ps)) for ps in distinct]  # a node's partitions, each once
+        once = [tuple(dict.fromkeys(ps)) for ps, _, _ in distinct]  # a node's partitions, each once
         self.node_parts = list(map(once.__getitem__, node_code))
         self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
@@ -588,19 +589,10 @@ class _Cluster:
         return got
 
     def _codes(self, attr: str) -> tuple[list, np.ndarray]:  # attr: "gpu_type" or "features"
-        """A node attribute's distinct values and, per node, the index of its value: nodes share a
-        few GPU types and feature sets, so a request is matched against each once."""
-        key = ("codes", attr)
-        got = self._allowed_memo.get(key)
-        if got is None:
-            # (list comprehensions: see __init__)
-            code: dict = {}  # one dict operation per node (see the partition lists in __init__)
-            if attr == "gpu_type":
-                codes = [code.setdefault(n.gpu_type, len(code)) for n in self.nodes]
-            else:
-                codes = [code.setdefault(n.features, len(code)) for n in self.nodes]
-            got = self._allowed_memo[key] = (list(code), np.fromiter(codes, np.int64, count=len(codes)))
-        return got
+        """A node attribute's value per node class (see __init__) and, per node, its class: nodes share
+        a few GPU types and feature sets, so a request is matched against each class once."""
+        classes, codes = self._node_class
+        return [c[1] if attr == "gpu_type" else c[2] for c in classes], codes
 
     def _matching_values(self, idx: np.ndarray, attr: str, ok) -> np.ndarray:
         values, codes = self._codes(attr)

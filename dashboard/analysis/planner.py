@@ -379,6 +379,7 @@ class _Cluster:
         self.gf = _clamped([n.gpus_free for n in nodes], self.gt)
         # the same as arrays, kept up to date by commit (the release matrices and windows read them)
         self.free = [np.fromiter(v, np.int64, count=len(v)) for v in (self.cf, self.mf, self.gf)]
+        self._free_stale: list[int] = []  # nodes commit changed since the arrays were last read
         # every allocation of a running job at once, field by field (C-level loops over the records):
         # its node (-1: unknown, ignored), and its job's end, which frees it
         allocs = [job.allocations for job in inp.running]
@@ -632,7 +633,14 @@ class _Cluster:
 
     def free_arrays(self) -> list[np.ndarray]:
         """Free CPUs, memory and GPUs per node as arrays, as they are now (commit updates them): read
-        them, or copy them to change them."""
+        them, or copy them to change them. The nodes commit changed are written when next read (numpy's
+        per-item assignment costs more than a few hundred items written at once)."""
+        stale = self._free_stale
+        if stale:
+            idx = np.fromiter(stale, np.int64, count=len(stale))
+            for arr, values in zip(self.free, (self.cf, self.mf, self.gf)):
+                arr[idx] = [values[i] for i in stale]
+            stale.clear()
         return self.free
 
     def earliest_allowed_start(self, req: _Req) -> float:
@@ -765,7 +773,7 @@ class _Cluster:
         self.started.append((end, nodes))
         taken = []
         cf, mf, gf = self.cf, self.mf, self.gf
-        free_c, free_m, free_g = self.free
+        self._free_stale += nodes
         pool, version, changes, arrays, stale = self.pool, self.version, self.changes, self._arrays_memo, self._stale
         add = self.releases.add
         for i in nodes:
@@ -777,9 +785,6 @@ class _Cluster:
             left_c = cf[i] = cf[i] - c
             mf[i] -= m
             left_g = gf[i] = old_g - g
-            free_c[i] -= c
-            free_m[i] -= m
-            free_g[i] -= g
             taken.append((i, c, g))
             add(i, end, c, m, g)
             for p in self.node_parts[i]:
@@ -1027,7 +1032,7 @@ class _Cluster:
             return None
         rows, t, sc, sm, sg = flat
         pos = self.part_pos(p)
-        fc, fm, fg = (v[pos] for v in self.free)
+        fc, fm, fg = (v[pos] for v in self.free_arrays())
         if req.exclusive:
             nc, nm, ng = self.totals()[:, pos]
             ok0 = (fc >= nc) & (fm >= nm) & (fg >= ng)
@@ -1053,7 +1058,7 @@ class _Cluster:
         got = self._arrays_memo.get(key)
         if got is None:
             pos = self.part_pos(p)
-            got = self._arrays_memo[key] = (pos, *(v[pos] for v in self.free), *self.totals()[:, pos])
+            got = self._arrays_memo[key] = (pos, *(v[pos] for v in self.free_arrays()), *self.totals()[:, pos])
         return got
 
     def _room_at(self, p: str, nodes: list[int], req: _Req):
@@ -1636,9 +1641,10 @@ class _Releases:
     """Every node's releases, (time, CPUs, memory, GPUs) ascending: those of the running jobs as
     flat arrays sorted by node and time (made without a Python loop over the allocations), and a node's list
     of tuples made when first asked for (commit, free_at and the breakpoints ask for a few nodes'
-    lists); `add` records a job started in the plan in both."""
+    lists); `add` records a job started in the plan in both (in a node's list only once it is made:
+    most nodes a job starts on are never asked for)."""
 
-    __slots__ = ("cols", "bounds", "lists", "added", "_flat", "_py")
+    __slots__ = ("cols", "bounds", "lists", "added", "_flat", "_py", "_later")
 
     def __init__(self, nodes: int, node, t, c, m, g) -> None:
         order = np.lexsort((t, node))  # by node and time; a node's list is sorted as tuples when made
@@ -1648,6 +1654,7 @@ class _Releases:
         self.added: tuple[list, ...] = ([], [], [], [], [])
         self._flat = None
         self._py = None  # the columns as Python lists, made for the first node list asked for
+        self._later: dict[int, list] = {}  # added releases of the nodes whose list is not made yet
 
     def __getitem__(self, i: int) -> list[tuple[float, int, int, int]]:
         got = self.lists.get(i)
@@ -1655,11 +1662,19 @@ class _Releases:
             a, b = self.bounds[i], self.bounds[i + 1]
             if b > a and self._py is None:
                 self._py = [col.tolist() for col in self.cols[1:]]
-            got = self.lists[i] = sorted(zip(*(col[a:b] for col in self._py))) if b > a else []
+            got = sorted(zip(*(col[a:b] for col in self._py))) if b > a else []
+            later = self._later.pop(i, None)
+            if later is not None:  # sorted as tuples, as insort would have placed them
+                got = sorted(got + later)
+            self.lists[i] = got
         return got
 
     def add(self, i: int, t: float, c: int, m: int, g: int) -> None:
-        insort(self[i], (t, c, m, g))
+        got = self.lists.get(i)
+        if got is not None:
+            insort(got, (t, c, m, g))
+        else:
+            self._later.setdefault(i, []).append((t, c, m, g))
         added = self.added
         added[0].append(i)
         added[1].append(t)

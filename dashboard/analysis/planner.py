@@ -446,7 +446,6 @@ class _Cluster:
         self.version = dict.fromkeys(self.part_nodes, 0)
         self.changes: dict[str, list[int]] = {p: [] for p in self.part_nodes}  # changes[p][v:]: nodes changed since v
         self._fit_memo: dict = {}
-        self._plain_memo: dict = {}
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
         self._arrays_memo: dict = {}
@@ -460,16 +459,13 @@ class _Cluster:
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.reserved_nodes = sorted(reserved)
         self.marked = set(self.reserved_nodes)
-        # Candidates for "fits now": per partition, the usable nodes with at least k GPUs free (k >= 1),
-        # and (key 0) those with any CPU free, which every job needs. In a busy cluster these are short.
         self.max_gpus = max(self.gt, default=0)
-        self.pool: dict[str, list[set[int]]] = {}
-        cf, _, gf = self.free_arrays()
-        for p, idx in self.part_usable.items():
-            pos = np.array(idx, dtype=np.int64)
-            pos = pos[cf[pos] > 0] if len(pos) else pos
-            g = gf[pos]
-            self.pool[p] = [set(pos.tolist())] + [set(pos[g >= k].tolist()) for k in range(1, self.max_gpus + 2)]
+        # "Fits now" over the plain nodes (usable, unmarked, some CPU free): per partition, per (node
+        # weight, free GPUs), those nodes as (free CPUs, free memory, name, index), sorted; fit_now's
+        # order, shared by every request. Made per GPU count when a request first needs it (see
+        # _plain_fits), kept up to date by commit and hold.
+        self._buckets: dict[str, dict[tuple, list]] = {}
+        self._built: dict[str, set[int]] = {}
 
     # --- requests and static checks -----------------------------------------------------------
 
@@ -702,58 +698,99 @@ class _Cluster:
         # so "does not fit" stays true; a fit is brought up to date from the nodes changed since.
         if memo is not None and (memo[1] is None or memo[0] == version):
             return memo[1]
-        sets = self.pool[p]
-        cands = sets[min(req.gpus, len(sets) - 1)]
-        if len(cands) < req.nodes:
-            self._fit_memo[key] = (version, None, None)
-            return None
-        # Plain nodes (no reservation, no hold) have the same room whatever the time limit: they are
-        # kept, sorted, per request shape; only the few marked nodes are checked per time limit.
-        plain = self._plain_fits(p, req, cands, version)
+        allowed = self.allowed(p, req)
+        # Plain nodes (no reservation, no hold) have the same room whatever the time limit, and the
+        # same order for every request (_plain_fits); only the few marked nodes are checked per
+        # time limit.
+        need = req.nodes
+        plain = self._plain_fits(p, req, allowed, None if self.slurm else need)
         marked = self.marked
         todo = marked if memo is None else marked.intersection(self.changes[p][memo[0]:])
         special = [] if memo is None else [t for t in memo[2] if t[-1] not in todo]
-        self._fits(todo & cands, req, self.allowed(p, req), special.append)
+        rows = self.row[p]
+        self._fits([i for i in todo if i in rows], req, allowed, special.append)
         result = None
-        if len(plain) + len(special) >= req.nodes:
+        if len(plain) + len(special) >= need:
             if self.slurm:
-                result = self.slurm_choose([t[-1] for t in chain(plain, special)], req.nodes)
+                result = self.slurm_choose([t[-1] for t in chain(plain, special)], need)
             else:  # lower node weights first, then best fit: the fullest nodes that still fit (big holes stay whole)
                 special.sort()
                 # (heapq.merge is a Python generator: without special nodes, the plain ones' head)
-                result = [t[-1] for t in (islice(merge(plain, special), req.nodes) if special else plain[:req.nodes])]
+                result = [t[-1] for t in (islice(merge(plain, special), need) if special else plain[:need])]
         self._fit_memo[key] = (version, result, special)
         return result
 
-    def _plain_fits(self, p: str, req: _Req, cands: set[int], version: int) -> list[tuple]:
-        """The unmarked candidates with room for one node of req, as fit_now's sort keys, sorted."""
-        key = (p, req.cpus, req.mem, req.gpus, req.exclusive, req.gpu_type, req.features, req.resv)
-        memo = self._plain_memo.get(key)
-        if memo is not None and memo[0] == version:
-            return memo[1]
-        if memo is None:
-            todo, ok, add, by_node = cands, [], None, None
-        else:
-            # the few nodes changed since leave the sorted list (found by their key) and come back
-            # if they still fit: the list is not rebuilt
-            changed = set(self.changes[p][memo[0]:])
-            _, ok, by_node = memo
-            for i in changed:
-                t = by_node.pop(i, None)
-                if t is not None:
-                    del ok[bisect_left(ok, t)]
+    def _plain_fits(self, p: str, req: _Req, allowed: set[int] | None, limit: int | None) -> list[tuple]:
+        """The plain nodes of p with room for one node of req, as fit_now's sort keys (weight, free
+        GPUs, CPUs, memory, name, index), in that order: the first `limit` of them (all: None).
 
-            def add(t: tuple) -> None:
-                insort(ok, t)
-                by_node[t[-1]] = t
-            todo = changed & cands
-        marked = self.marked
-        self._fits([i for i in todo if i not in marked], req, self.allowed(p, req), add or ok.append)
-        if add is None:
-            ok.sort()
-            by_node = {t[-1]: t for t in ok}
-        self._plain_memo[key] = (version, ok, by_node)
-        return ok
+        A plain node has no reservation nor hold, so its room is what is free now, and its key does
+        not depend on the request: the nodes are kept sorted once per partition, bucketed by
+        (weight, free GPUs), and a request reads the buckets with enough GPUs from the first node
+        with enough CPUs (a binary search) until it has `limit` nodes."""
+        buckets = self._buckets.get(p)
+        if buckets is None:
+            buckets = self._buckets[p] = {}
+            self._built[p] = set()
+        built = self._built[p]
+        k = req.gpus
+        for g in range(max(k, 0), self.max_gpus + 1):
+            if g not in built:
+                self._build_bucket(p, g)
+        out: list[tuple] = []
+        c, m, exclusive = req.cpus, req.mem, req.exclusive
+        ct, mt, gt = self.ct, self.mt, self.gt
+        for w, g in sorted(b for b, nodes in buckets.items() if b[1] >= k and nodes):
+            nodes = buckets[w, g]
+            for j in range(bisect_left(nodes, (c,)), len(nodes)):
+                fc, fm, name, i = nodes[j]
+                if fm < m or (allowed is not None and i not in allowed):
+                    continue
+                if exclusive and (fc != ct[i] or fm != mt[i] or g != gt[i]):
+                    continue
+                out.append((w, g, fc, fm, name, i))
+                if len(out) == limit:
+                    return out
+        return out
+
+    def _build_bucket(self, p: str, g: int) -> None:
+        """_plain_fits' buckets of p's plain nodes with g GPUs free, from the state now."""
+        self._built[p].add(g)
+        pos = self.part_pos(p)
+        cf_now, _, gf_now = self.free_arrays()
+        sel = pos[(gf_now[pos] == g) & (cf_now[pos] > 0)].tolist()
+        buckets = self._buckets[p]
+        marked, weight, cf, mf, names = self.marked, self.weight, self.cf, self.mf, self.names
+        made = set()
+        for i in dict.fromkeys(sel):  # a node that lists p twice is one node
+            if i not in marked:
+                key = (weight[i], g)
+                made.add(key)
+                buckets.setdefault(key, []).append((cf[i], mf[i], names[i], i))
+        for key in made:
+            buckets[key].sort()
+
+    def _unbucket(self, i: int, c: int, m: int, g: int) -> None:
+        """Node i, plain with c CPUs, m memory and g GPUs free, leaves its buckets (if made)."""
+        if c <= 0:
+            return
+        entry = (c, m, self.names[i], i)
+        for p in self.node_parts[i]:
+            built = self._built.get(p)
+            if built and g in built:
+                nodes = self._buckets[p][self.weight[i], g]
+                del nodes[bisect_left(nodes, entry)]
+
+    def _rebucket(self, i: int) -> None:
+        """Node i, plain, joins its buckets (if made) with what it has free now."""
+        c, g = self.cf[i], self.gf[i]
+        if c <= 0:
+            return
+        entry = (c, self.mf[i], self.names[i], i)
+        for p in self.node_parts[i]:
+            built = self._built.get(p)
+            if built and g in built:
+                insort(self._buckets[p].setdefault((self.weight[i], g), []), entry)
 
     def _fits(self, nodes, req: _Req, allowed: set[int] | None, add) -> None:
         """add(sort key) for each of these nodes with room for one node of req from now to its end."""
@@ -774,26 +811,25 @@ class _Cluster:
         taken = []
         cf, mf, gf = self.cf, self.mf, self.gf
         self._free_stale += nodes
-        pool, version, changes, arrays, stale = self.pool, self.version, self.changes, self._arrays_memo, self._stale
-        add = self.releases.add
+        version, changes, arrays, stale = self.version, self.changes, self._arrays_memo, self._stale
+        add, marked = self.releases.add, self.marked
         for i in nodes:
-            old_g = gf[i]
+            old_c, old_m, old_g = cf[i], mf[i], gf[i]
             if req.exclusive:
-                c, m, g = cf[i], mf[i], old_g
+                c, m, g = old_c, old_m, old_g
             else:
                 c, m, g = req.cpus, req.mem, req.gpus
-            left_c = cf[i] = cf[i] - c
-            mf[i] -= m
-            left_g = gf[i] = old_g - g
+            plain = i not in marked
+            if plain:
+                self._unbucket(i, old_c, old_m, old_g)
+            cf[i] = old_c - c
+            mf[i] = old_m - m
+            gf[i] = old_g - g
+            if plain:
+                self._rebucket(i)
             taken.append((i, c, g))
             add(i, end, c, m, g)
             for p in self.node_parts[i]:
-                sets = pool[p]
-                for k in range(max(left_g, 0) + 1, old_g + 1):
-                    sets[k].discard(i)
-                if left_c <= 0:
-                    for k in range(0, old_g + 1):
-                        sets[k].discard(i)
                 version[p] += 1
                 changes[p].append(i)
                 if p in arrays:  # its row is rewritten when the matrices are next read
@@ -826,7 +862,9 @@ class _Cluster:
         for i in nodes:
             c, m, g = (self.ct[i], self.mt[i], self.gt[i]) if whole else (req.cpus, req.mem, req.gpus)
             self.holds[i] = [*self.holds[i], (start, end, c, m, g, job_id)]
-            self.marked.add(i)
+            if i not in self.marked:  # no longer plain
+                self._unbucket(i, self.cf[i], self.mf[i], self.gf[i])
+                self.marked.add(i)
             for p in self.node_parts[i]:
                 self.version[p] += 1
                 self.changes[p].append(i)
@@ -1632,9 +1670,9 @@ class _Cluster:
 
     def settle(self) -> None:
         """The plan is complete: only the lazily read `why` rows read this cluster from now on. What
-        only the planning of starts reads (the fits-now pools, sorted fits and change logs) is
+        only the planning of starts reads (the fits-now buckets, fits and change logs) is
         dropped, so that the collector does not scan it while the plan is kept."""
-        self.pool, self.changes, self._fit_memo, self._plain_memo = {}, {}, {}, {}
+        self._buckets, self._built, self.changes, self._fit_memo = {}, {}, {}, {}
 
 
 class _Releases:

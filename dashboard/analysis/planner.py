@@ -707,8 +707,9 @@ class _Cluster:
         marked = self.marked
         todo = marked if memo is None else marked.intersection(self.changes[p][memo[0]:])
         special = [] if memo is None else [t for t in memo[2] if t[-1] not in todo]
-        rows = self.row[p]
-        self._fits([i for i in todo if i in rows], req, allowed, special.append)
+        # (the marked nodes of p with some CPU and enough GPUs free: few)
+        gf, cf, k = self.gf, self.cf, req.gpus
+        self._fits([i for i in todo & self.row[p].keys() if gf[i] >= k and cf[i] > 0], req, allowed, special.append)
         result = None
         if len(plain) + len(special) >= need:
             if self.slurm:

@@ -444,7 +444,9 @@ class _Cluster:
             self.part_usable.setdefault(p, [])
         # A partition's version changes whenever one of its nodes does: it keys the memo tables.
         self.version = dict.fromkeys(self.part_nodes, 0)
-        self.changes: dict[str, list[int]] = {p: [] for p in self.part_nodes}  # changes[p][v:]: nodes changed since v
+        # the marked nodes of p changed by a commit or hold, in order: fit_now re-checks those changed
+        # since it last looked (its memo keeps how many it had seen)
+        self.changes: dict[str, list[int]] = {p: [] for p in self.part_nodes}
         self._fit_memo: dict = {}
         self._bp_memo: dict = {}
         self._allowed_memo: dict = {}
@@ -698,6 +700,7 @@ class _Cluster:
         # so "does not fit" stays true; a fit is brought up to date from the nodes changed since.
         if memo is not None and (memo[1] is None or memo[0] == version):
             return memo[1]
+        changes = self.changes[p]
         allowed = self.allowed(p, req)
         # Plain nodes (no reservation, no hold) have the same room whatever the time limit, and the
         # same order for every request (_plain_fits); only the few marked nodes are checked per
@@ -705,7 +708,7 @@ class _Cluster:
         need = req.nodes
         plain = self._plain_fits(p, req, allowed, None if self.slurm else need)
         marked = self.marked
-        todo = marked if memo is None else marked.intersection(self.changes[p][memo[0]:])
+        todo = marked if memo is None else marked.intersection(changes[memo[3]:])
         special = [] if memo is None else [t for t in memo[2] if t[-1] not in todo]
         # (the marked nodes of p with some CPU and enough GPUs free: few)
         gf, cf, k = self.gf, self.cf, req.gpus
@@ -718,7 +721,7 @@ class _Cluster:
                 special.sort()
                 # (heapq.merge is a Python generator: without special nodes, the plain ones' head)
                 result = [t[-1] for t in (islice(merge(plain, special), need) if special else plain[:need])]
-        self._fit_memo[key] = (version, result, special)
+        self._fit_memo[key] = (version, result, special, len(changes))
         return result
 
     def _plain_fits(self, p: str, req: _Req, allowed: set[int] | None, limit: int | None) -> list[tuple]:
@@ -832,7 +835,8 @@ class _Cluster:
             add(i, end, c, m, g)
             for p in self.node_parts[i]:
                 version[p] += 1
-                changes[p].append(i)
+                if not plain:
+                    changes[p].append(i)
                 if p in arrays:  # its row is rewritten when the matrices are next read
                     stale[p].add(i)
         return taken

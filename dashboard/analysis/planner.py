@@ -468,6 +468,7 @@ class _Cluster:
         # _plain_fits), kept up to date by commit and hold.
         self._buckets: dict[str, dict[tuple, list]] = {}
         self._built: dict[str, set[int]] = {}
+        self._marked_of: dict[str, set[int]] = {}  # see _marked_in
 
     # --- requests and static checks -----------------------------------------------------------
 
@@ -707,12 +708,12 @@ class _Cluster:
         # time limit.
         need = req.nodes
         plain = self._plain_fits(p, req, allowed, None if self.slurm else need)
-        marked = self.marked
-        todo = marked if memo is None else marked.intersection(changes[memo[3]:])
+        # the marked nodes of p, or those changed since (changes[p] lists only marked nodes of p)
+        todo = self._marked_in(p) if memo is None else set(changes[memo[3]:])
         special = [] if memo is None else [t for t in memo[2] if t[-1] not in todo]
-        # (the marked nodes of p with some CPU and enough GPUs free: few)
+        # (of those, the nodes with some CPU and enough GPUs free: few)
         gf, cf, k = self.gf, self.cf, req.gpus
-        self._fits([i for i in todo & self.row[p].keys() if gf[i] >= k and cf[i] > 0], req, allowed, special.append)
+        self._fits([i for i in todo if gf[i] >= k and cf[i] > 0], req, allowed, special.append)
         result = None
         if len(plain) + len(special) >= need:
             if self.slurm:
@@ -723,6 +724,14 @@ class _Cluster:
                 result = [t[-1] for t in (islice(merge(plain, special), need) if special else plain[:need])]
         self._fit_memo[key] = (version, result, special, len(changes))
         return result
+
+    def _marked_in(self, p: str) -> set[int]:
+        """The marked nodes (reservation or hold) that are usable nodes of p; hold adds to it."""
+        got = self._marked_of.get(p)
+        if got is None:
+            rows = self.row[p]
+            got = self._marked_of[p] = {i for i in self.marked if i in rows}
+        return got
 
     def _plain_fits(self, p: str, req: _Req, allowed: set[int] | None, limit: int | None) -> list[tuple]:
         """The plain nodes of p with room for one node of req, as fit_now's sort keys (weight, free
@@ -870,6 +879,10 @@ class _Cluster:
             if i not in self.marked:  # no longer plain
                 self._unbucket(i, self.cf[i], self.mf[i], self.gf[i])
                 self.marked.add(i)
+                for p in self.node_parts[i]:
+                    got = self._marked_of.get(p)
+                    if got is not None:
+                        got.add(i)
             for p in self.node_parts[i]:
                 self.version[p] += 1
                 self.changes[p].append(i)
@@ -1677,7 +1690,7 @@ class _Cluster:
         """The plan is complete: only the lazily read `why` rows read this cluster from now on. What
         only the planning of starts reads (the fits-now buckets, fits and change logs) is
         dropped, so that the collector does not scan it while the plan is kept."""
-        self._buckets, self._built, self.changes, self._fit_memo = {}, {}, {}, {}
+        self._buckets, self._built, self._marked_of, self.changes, self._fit_memo = {}, {}, {}, {}, {}
 
 
 class _Releases:

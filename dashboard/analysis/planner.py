@@ -370,15 +370,14 @@ class _Cluster:
         self.any_planned = any(self.planned)
         self.slurm = inp.config is not None  # plan as Slurm's sched/backfill (see _Policy)
         self.resolution = float(inp.config.bf_resolution_s) if inp.config is not None else 0.0
-        self.ct = _clamped([n.cpus_total for n in nodes])
-        self.mt = _clamped([n.mem_total_mb for n in nodes])
-        self.gt = _clamped([n.gpus_total for n in nodes])
+        totals = [[n.cpus_total for n in nodes], [n.mem_total_mb for n in nodes], [n.gpus_total for n in nodes]]
+        free = [[n.cpus_free for n in nodes], [n.mem_free_mb for n in nodes], [n.gpus_free for n in nodes]]
         # free never above total (a snapshot taken mid-update must not invent resources), never below 0
-        self.cf = _clamped([n.cpus_free for n in nodes], self.ct)
-        self.mf = _clamped([n.mem_free_mb for n in nodes], self.mt)
-        self.gf = _clamped([n.gpus_free for n in nodes], self.gt)
-        # the same as arrays, kept up to date by commit (the release matrices and windows read them)
-        self.free = [np.fromiter(v, np.int64, count=len(v)) for v in (self.cf, self.mf, self.gf)]
+        self.ct, self.mt, self.gt, self.cf, self.mf, self.gf = _clamped_columns(totals, free)
+        self._totals = np.array([self.ct, self.mt, self.gt], dtype=np.int64).reshape(3, len(nodes))
+        # the free resources as arrays too, kept up to date by commit (the windows, the first times
+        # with room and the release matrices read them)
+        self.free = list(np.array([self.cf, self.mf, self.gf], dtype=np.int64).reshape(3, len(nodes)))
         self._free_stale: list[int] = []  # nodes commit changed since the arrays were last read
         # every allocation of a running job at once, field by field (C-level loops over the records):
         # its node (-1: unknown, ignored), and its job's end, which frees it
@@ -607,12 +606,7 @@ class _Cluster:
 
     def totals(self) -> np.ndarray:
         """(CPUs, memory, GPUs) x node: each node's totals as an array."""
-        got = self._allowed_memo.get("totals")
-        if got is None:
-            n = len(self.ct)
-            got = self._allowed_memo["totals"] = np.fromiter(chain(self.ct, self.mt, self.gt), np.int64,
-                                                             count=3 * n).reshape(3, n)
-        return got
+        return self._totals
 
     def name_array(self) -> np.ndarray:
         got = self._allowed_memo.get("names")
@@ -1757,6 +1751,17 @@ class _Releases:
         if self.added[0]:
             got += np.bincount(self.added[0], minlength=len(got))
         return got
+
+
+def _clamped_columns(totals: list[list], free: list[list]) -> list[list]:
+    """Per-node totals (at least 0) and free resources (at least 0, at most the total), each a
+    list; most snapshots need no change, which numpy finds without a Python loop over the nodes."""
+    if totals[0]:
+        t, f = np.array(totals), np.array(free)
+        if t.dtype.kind == "i" and f.dtype.kind == "i" and (f >= 0).all() and (f <= t).all():
+            return totals + free  # free >= 0 and <= total: totals >= 0 too
+    ct, mt, gt = (_clamped(v) for v in totals)
+    return [ct, mt, gt, _clamped(free[0], ct), _clamped(free[1], mt), _clamped(free[2], gt)]
 
 
 def _clamped(values: list, cap: list | None = None) -> list:

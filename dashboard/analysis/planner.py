@@ -420,19 +420,23 @@ class _Cluster:
                 if i is not None:
                     self.blocks[i] = [*self.blocks[i], (r.start, r.end, k)]
                     reserved.add(i)
-        # nodes share a few (partition list, GPU type, features) classes: the nodes of each distinct
-        # class at once (one dict operation per node; the node's partitions below, and the GPU type
-        # and feature matching of requests (_codes), are then found by its class's number)
+        # nodes share a few classes (partition list, GPU type, features, totals): the nodes of each
+        # distinct class at once (one dict operation per node; the node's partitions below, the GPU
+        # type and feature matching of requests (_codes) and their size checks (_matching) are then
+        # found by its class's number)
         code: dict[tuple, int] = {}
-        node_code = [code.setdefault((n.partitions, n.gpu_type, n.features), len(code)) for n in nodes]
+        node_code = [code.setdefault((n.partitions, n.gpu_type, n.features, n.cpus_total, n.mem_total_mb,
+                                      n.gpus_total), len(code)) for n in nodes]
         distinct = list(code)
         codes = np.fromiter(node_code, np.int64, count=len(node_code))
-        self._node_class = (distinct, codes)
         self.part_nodes: dict[str, list[int]] = {}
-        for k, (ps, _, _) in enumerate(distinct):
+        class_totals = []  # (CPUs, memory, GPUs) of each class, as clamped above
+        for k, (ps, *_) in enumerate(distinct):
             members = np.flatnonzero(codes == k).tolist()
+            class_totals.append((self.ct[members[0]], self.mt[members[0]], self.gt[members[0]]))
             for p in ps:
                 self.part_nodes.setdefault(p, []).extend(members)
+        self._node_class = (distinct, codes, class_totals)
         for p in self.part_nodes:
             self.part_nodes[p].sort(key=self.names.__getitem__)
         self.part_usable = {p: list(select(idx, map(self.usable.__getitem__, idx)))
@@ -454,7 +458,7 @@ class _Cluster:
         self._request_memo: dict = {}
         self._partition_request_memo: dict = {}
         self._shape_memo: dict = {}
-        once = [tuple(dict.fromkeys(ps)) for ps, _, _ in distinct]  # a node's partitions, each once
+        once = [tuple(dict.fromkeys(c[0])) for c in distinct]  # a node's partitions, each once
         self.node_parts = list(map(once.__getitem__, node_code))
         self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
@@ -515,10 +519,10 @@ class _Cluster:
         got = self._matching(p, resv, job.gpu_type, features)
         if isinstance(got, Reason):
             return got
-        ct, mt, gt = got
+        sizes = got
         nodes = max(1, job.min_nodes)
         gpus = max(0, job.gpus_per_node)
-        most = int(gt.max())
+        most = max(g for _, _, g, _ in sizes)
         if job.gpus_per_job > 0:
             if most == 0:
                 return Reason("no_such_gpu_type", f"it asks for {job.gpus_per_job} GPUs but partition {p} has "
@@ -532,17 +536,19 @@ class _Cluster:
         if info is not None and info.max_cpus_per_node is not None and cpus > info.max_cpus_per_node:
             return Reason("too_large", f"it needs {cpus} CPUs per node but partition {p} lets a job use "
                           f"{info.max_cpus_per_node} (MaxCPUsPerNode)", "error")
-        if nodes > len(ct):
-            return Reason("too_large", f"it asks for {nodes} nodes but partition {p} has {len(ct)} that match",
+        matching = sum(n for *_, n in sizes)
+        if nodes > matching:
+            return Reason("too_large", f"it asks for {nodes} nodes but partition {p} has {matching} that match",
                           "error")
-        big = int(np.count_nonzero((ct >= cpus) & (mt >= mem) & (gt >= gpus)))
+        big = sum(n for c, m, g, n in sizes if c >= cpus and m >= mem and g >= gpus)
         if big < nodes:
             return Reason("too_large", f"it needs {nodes} node(s) with {_shape(cpus, mem, gpus)} each, but only "
                           f"{big} node(s) in partition {p} are that large", "error")
         return nodes, cpus, mem, gpus, bool(job.exclusive), job.gpu_type, features, resv
 
     def _matching(self, p: str, resv: int, gpu_type: str | None, features: frozenset):
-        """Totals (CPUs, memory, GPUs) of every node of p, usable or not, that the request could use."""
+        """The sizes of the nodes of p, usable or not, that the request could use: (CPUs, memory, GPUs,
+        how many nodes have those totals), a few, read per request shape without numpy."""
         key = ("match", p, resv, gpu_type, features)
         got = self._allowed_memo.get(key)
         if got is not None:
@@ -563,8 +569,9 @@ class _Cluster:
         if got is None and not len(idx):
             got = Reason("too_large", f"partition {p} has no nodes", "error")
         if got is None:
-            totals = self.totals()
-            got = tuple(totals[:, idx])
+            _, codes, class_totals = self._node_class
+            counts = np.bincount(codes[idx], minlength=len(class_totals)).tolist()
+            got = [(*t, n) for t, n in zip(class_totals, counts) if n]
         self._allowed_memo[key] = got
         return got
 
@@ -590,7 +597,7 @@ class _Cluster:
     def _codes(self, attr: str) -> tuple[list, np.ndarray]:  # attr: "gpu_type" or "features"
         """A node attribute's value per node class (see __init__) and, per node, its class: nodes share
         a few GPU types and feature sets, so a request is matched against each class once."""
-        classes, codes = self._node_class
+        classes, codes, _ = self._node_class
         return [c[1] if attr == "gpu_type" else c[2] for c in classes], codes
 
     def _matching_values(self, idx: np.ndarray, attr: str, ok) -> np.ndarray:

@@ -1701,7 +1701,7 @@ class _Releases:
     lists); `add` records a job started in the plan in both (in a node's list only once it is made:
     most nodes a job starts on are never asked for)."""
 
-    __slots__ = ("cols", "bounds", "lists", "added", "_flat", "_py", "_later")
+    __slots__ = ("cols", "bounds", "lists", "added", "_flat", "_py", "_later", "_key")
 
     def __init__(self, nodes: int, node, t, c, m, g) -> None:
         order = np.lexsort((t, node))  # by node and time; a node's list is sorted as tuples when made
@@ -1712,6 +1712,7 @@ class _Releases:
         self._flat = None
         self._py = None  # the columns as Python lists, made for the first node list asked for
         self._later: dict[int, list] = {}  # added releases of the nodes whose list is not made yet
+        self._key = None  # (node, time) of the running jobs' releases as complex numbers (see flat)
 
     def __getitem__(self, i: int) -> list[tuple[float, int, int, int]]:
         got = self.lists.get(i)
@@ -1747,10 +1748,33 @@ class _Releases:
             if not self.added[0]:
                 self._flat = self.cols
             else:
-                cols = [np.concatenate((a, np.array(b, dtype=a.dtype))) for a, b in zip(self.cols, self.added)]
-                # by node and time: the order of equal times changes no time nor total of a row
-                order = np.lexsort((cols[1], cols[0]))
-                self._flat = tuple(a[order] for a in cols)
+                added = [np.array(b, dtype=a.dtype) for a, b in zip(self.cols, self.added)]
+                if np.isnan(added[1]).any() or np.isnan(self.cols[1]).any():
+                    cols = [np.concatenate((a, b)) for a, b in zip(self.cols, added)]
+                    # by node and time: the order of equal times changes no time nor total of a row
+                    order = np.lexsort((cols[1], cols[0]))
+                    self._flat = tuple(a[order] for a in cols)
+                else:
+                    # the same order without sorting the running jobs' releases again: the few added
+                    # ones, sorted (stable) by (node, time) as complex numbers (numpy orders them by
+                    # real part, then imaginary), go in after the equal and smaller ones
+                    if self._key is None:
+                        self._key = self.cols[0] + 1j * self.cols[1]
+                    key = added[0] + 1j * added[1]
+                    order = np.argsort(key, kind="stable")
+                    # where each added release lands in the merged columns (np.insert, without its
+                    # per-call overhead: five columns share the positions)
+                    at = np.searchsorted(self._key, key[order], side="right") + np.arange(len(order))
+                    n = len(self._key) + len(order)
+                    base = np.ones(n, dtype=bool)
+                    base[at] = False
+                    merged = []
+                    for a, b in zip(self.cols, added):
+                        col = np.empty(n, dtype=a.dtype)
+                        col[base] = a
+                        col[at] = b[order]
+                        merged.append(col)
+                    self._flat = tuple(merged)
         return self._flat
 
     def counts(self) -> np.ndarray:

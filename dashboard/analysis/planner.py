@@ -373,11 +373,10 @@ class _Cluster:
         totals = [[n.cpus_total for n in nodes], [n.mem_total_mb for n in nodes], [n.gpus_total for n in nodes]]
         free = [[n.cpus_free for n in nodes], [n.mem_free_mb for n in nodes], [n.gpus_free for n in nodes]]
         # free never above total (a snapshot taken mid-update must not invent resources), never below 0
-        self.ct, self.mt, self.gt, self.cf, self.mf, self.gf = _clamped_columns(totals, free)
-        self._totals = np.array([self.ct, self.mt, self.gt], dtype=np.int64).reshape(3, len(nodes))
+        (self.ct, self.mt, self.gt, self.cf, self.mf, self.gf), self._totals, free_now = _clamped_columns(totals, free)
         # the free resources as arrays too, kept up to date by commit (the windows, the first times
         # with room and the release matrices read them)
-        self.free = list(np.array([self.cf, self.mf, self.gf], dtype=np.int64).reshape(3, len(nodes)))
+        self.free = list(free_now)
         self._free_stale: list[int] = []  # nodes commit changed since the arrays were last read
         # every allocation of a running job at once, field by field (C-level loops over the records):
         # its node (-1: unknown, ignored), and its job's end, which frees it
@@ -1784,15 +1783,18 @@ class _Releases:
         return got
 
 
-def _clamped_columns(totals: list[list], free: list[list]) -> list[list]:
+def _clamped_columns(totals: list[list], free: list[list]) -> tuple[list[list], np.ndarray, np.ndarray]:
     """Per-node totals (at least 0) and free resources (at least 0, at most the total), each a
-    list; most snapshots need no change, which numpy finds without a Python loop over the nodes."""
-    if totals[0]:
+    list, and the same as (3, nodes) int64 arrays; most snapshots need no change, which numpy finds
+    without a Python loop over the nodes."""
+    n = len(totals[0])
+    if n:
         t, f = np.array(totals), np.array(free)
-        if t.dtype.kind == "i" and f.dtype.kind == "i" and (f >= 0).all() and (f <= t).all():
-            return totals + free  # free >= 0 and <= total: totals >= 0 too
+        if t.dtype == np.int64 and f.dtype == np.int64 and (f >= 0).all() and (f <= t).all():
+            return totals + free, t, f  # free >= 0 and <= total: totals >= 0 too
     ct, mt, gt = (_clamped(v) for v in totals)
-    return [ct, mt, gt, _clamped(free[0], ct), _clamped(free[1], mt), _clamped(free[2], gt)]
+    lists = [ct, mt, gt, _clamped(free[0], ct), _clamped(free[1], mt), _clamped(free[2], gt)]
+    return lists, np.array(lists[:3], dtype=np.int64).reshape(3, n), np.array(lists[3:], dtype=np.int64).reshape(3, n)
 
 
 def _clamped(values: list, cap: list | None = None) -> list:

@@ -747,13 +747,16 @@ class _Cluster:
             self._built[p] = set()
         built = self._built[p]
         k = req.gpus
-        for g in range(max(k, 0), self.max_gpus + 1):
-            if g not in built:
-                self._build_bucket(p, g)
+        # the nodes with some GPU free (few in a busy cluster) at once; those with none (every node
+        # of a CPU partition) only for a request without GPUs
+        if k <= 0 and 0 not in built:
+            self._build_buckets(p, 0, 0)
+        if 1 not in built and self.max_gpus >= max(k, 1):
+            self._build_buckets(p, 1, self.max_gpus)
         out: list[tuple] = []
         c, m, exclusive = req.cpus, req.mem, req.exclusive
         ct, mt, gt = self.ct, self.mt, self.gt
-        for w, g in sorted(b for b, nodes in buckets.items() if b[1] >= k and nodes):
+        for w, g in sorted(b for b in buckets if b[1] >= k):
             nodes = buckets[w, g]
             for j in range(bisect_left(nodes, (c,)), len(nodes)):
                 fc, fm, name, i = nodes[j]
@@ -766,18 +769,19 @@ class _Cluster:
                     return out
         return out
 
-    def _build_bucket(self, p: str, g: int) -> None:
-        """_plain_fits' buckets of p's plain nodes with g GPUs free, from the state now."""
-        self._built[p].add(g)
+    def _build_buckets(self, p: str, lo: int, hi: int) -> None:
+        """_plain_fits' buckets of p's plain nodes with lo to hi GPUs free, from the state now."""
+        self._built[p].update(range(lo, hi + 1))
         pos = self.part_pos(p)
         cf_now, _, gf_now = self.free_arrays()
-        sel = pos[(gf_now[pos] == g) & (cf_now[pos] > 0)].tolist()
+        g_now = gf_now[pos]
+        sel = pos[(g_now >= lo) & (g_now <= hi) & (cf_now[pos] > 0)].tolist()
         buckets = self._buckets[p]
-        marked, weight, cf, mf, names = self.marked, self.weight, self.cf, self.mf, self.names
+        marked, weight, cf, mf, gf, names = self.marked, self.weight, self.cf, self.mf, self.gf, self.names
         made = set()
         for i in dict.fromkeys(sel):  # a node that lists p twice is one node
             if i not in marked:
-                key = (weight[i], g)
+                key = (weight[i], gf[i])
                 made.add(key)
                 buckets.setdefault(key, []).append((cf[i], mf[i], names[i], i))
         for key in made:

@@ -2516,15 +2516,29 @@ def _windows(cl: _Cluster, backfilled) -> dict[str, tuple[Window, ...]]:
             continue
         # one window per distinct (free GPUs, free CPUs, until), as one integer key; its nodes in
         # name order (pos is)
-        g, c = gf[pos], cf[pos]
-        times, t = np.unique(until[pos], return_inverse=True)
-        t = t.reshape(-1)
+        g, c, u = gf[pos], cf[pos], until[pos]
+        # the distinct untils: inf for all but the few marked nodes (no sort over every node)
+        finite = u < INF
+        if np.isnan(u).any():  # (a reservation starting at NaN: unique sorts it last)
+            times, t = np.unique(u, return_inverse=True)
+            t = t.reshape(-1)
+        else:
+            times = np.unique(u[finite])
+            if not finite.all():
+                times = np.append(times, INF)
+            t = np.searchsorted(times, u)
         key = (g * (int(c.max()) + 1) + c) * len(times) + t
-        first, group, size = np.unique(key, return_index=True, return_inverse=True, return_counts=True)[1:]
-        order = np.argsort(group.reshape(-1), kind="stable")
-        ws = [Window(n, int(g[k]), int(c[k]), None if times[t[k]] == INF else as_given[float(times[t[k]])],
-                     tuple(names[members].tolist()))
-              for k, n, members in zip(first.tolist(), size.tolist(), np.split(pos[order], np.cumsum(size)[:-1]))]
+        # the nodes grouped by key, each group in name order (a stable sort), and the groups' bounds
+        order = np.argsort(key, kind="stable")
+        sorted_key = key[order]
+        bounds = np.flatnonzero(np.diff(sorted_key)) + 1
+        starts = np.concatenate(([0], bounds)).tolist()
+        ends = starts[1:] + [len(order)]
+        members = names[pos[order]].tolist()
+        first = order[starts].tolist()
+        ws = [Window(b - a, int(g[k]), int(c[k]), None if times[t[k]] == INF else as_given[float(times[t[k]])],
+                     tuple(members[a:b]))
+              for k, a, b in zip(first, starts, ends)]
         # (GPUs, until, CPUs) is unique per window, so this order needs no tie-break
         ws.sort(key=lambda w: (-w.gpus_per_node, -(w.until or INF), -w.cpus))
         out[p] = tuple(ws)

@@ -2086,6 +2086,10 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
             rec = _unplanned(cl, job, late)
         else:
             rec = _plan_job(cl, job, tops, starts, backfilled, policy, key[4:])
+            if fast and rec.estimate and rec.state == "blocked" and not job.reservation:
+                # blocked until its begin time: its record (all but the job, which _rows takes from
+                # the queue) follows from the key's fields alone, so jobs with this key share it
+                known[key] = rec
         homes.add(rec.partition)  # the others' partitions exist: they had a request there
         jobs.append(rec)
     if policy.slurm and backfilled:

@@ -2086,9 +2086,11 @@ def _plan(inp: PlannerInput, later_held: frozenset, deadline: float | None = Non
             rec = _unplanned(cl, job, late)
         else:
             rec = _plan_job(cl, job, tops, starts, backfilled, policy, key[4:])
-            if fast and rec.estimate and rec.state == "blocked" and not job.reservation:
-                # blocked until its begin time: its record (all but the job, which _rows takes from
-                # the queue) follows from the key's fields alone, so jobs with this key share it
+            if fast and not job.reservation and ((rec.estimate and rec.state == "blocked") or (
+                    rec.state == "never" and rec.req is None)):
+                # blocked until its begin time, or no partition can ever take it: its record (all
+                # but the job, which _rows takes from the queue) follows from the key's fields
+                # alone, so jobs with this key share it
                 known[key] = rec
         homes.add(rec.partition)  # the others' partitions exist: they had a request there
         jobs.append(rec)
@@ -2164,12 +2166,12 @@ def _rows(pending, jobs: list, now: float) -> dict[str, list]:
             if (rec.state == "waiting" and not rec.reserved and not rec.unplanned) or rec.estimate:
                 row = [job, part, n, rec.state, tuple(rec.reasons), rec.req, rec.t0, rec.state != "waiting"]
             elif rec.state == "startable":  # its reason's node list is compressed only now, when read
-                row = (rec.job, part, n, rec.state, (*rec.reasons, Reason(
+                row = (job, part, n, rec.state, (*rec.reasons, Reason(
                     "startable", f"it can start now on {compress(rec.nodes)}" + (
                         f" without delaying top job {rec.behind}" if rec.behind is not None else ""))),
                     rec.expected, rec.nodes, rec.what_if)
-            else:
-                row = (rec.job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
+            else:  # (the job from the queue: a record can be shared, see _plan)
+                row = (job, part, n, rec.state, tuple(rec.reasons), rec.expected, rec.nodes, rec.what_if)
         part_rows = rows.get(part)
         if part_rows is None:
             part_rows = rows[part] = []

@@ -47,15 +47,19 @@ Semantics (EASY, one reservation per partition, gang-aware):
 - Features: every one of `features` on each node, and one of `feature_alternatives` (a|b&c).
 
 How it stays fast (10,000 jobs on 4,096 nodes in tens of milliseconds, bench/bench_planner.py): the
-cyclic GC is paused while a plan is made; "fits now" scans only the nodes with enough GPUs free,
-kept sorted per request shape for the nodes without reservation or hold (the few others are checked
-per time limit) and brought up to date from the nodes changed since; a request that waits is
-known to wait for the rest of the pass; request checks are memoised per shape; times come from
-per-partition numpy arrays of each node's cumulative free resources after each release (the rows
-of the nodes committed to are rewritten when the arrays are next read), with the few nodes under a reservation or hold checked one by one;
-windows are grouped with numpy; the `why` rows are grouped by partition when first read, and a
-waiting job's reasons are computed once per distinct (partition, request, earliest start), when its
-row is first read. Slurm mode (1,200 jobs in about a second): a node's room only grows, so room at t
+cyclic GC is paused while a plan is made; the nodes fall into a few classes (partitions, GPU type,
+features, totals), against which a request's size, type and feature checks run once per class and
+request shape; "fits now" reads one order of the nodes without reservation or hold per partition
+(bucketed by weight and free GPUs, each bucket sorted by free CPUs, memory and name), shared by
+every request and kept up to date by each start and hold, while the few other nodes are checked per
+time limit; a request that waits is known to wait for the rest of the pass, and a queued job whose
+fields match one already known to wait or to be blocked shares its record; a start writes a node's
+release into its list and the free arrays only when they are next read; a node's first time with
+room comes from the releases as flat sorted arrays (running sums per node) where every release adds
+room, else from per-partition release matrices, with the few nodes under a reservation or hold
+checked one by one; windows are grouped with one stable sort; the `why` rows are grouped by
+partition when first read, and a waiting job's reasons are computed once per distinct (partition,
+request, earliest start), when its row is first read. Slurm mode (1,200 jobs in about a second): a node's room only grows, so room at t
 is "first time with room <= t" (`_first_room`); the earliest-start check counts the fitting nodes
 for all candidate times at once (`_fit_counts`); the will-run test's batches are binary searches
 over the sorted ends of the jobs on its nodes (`_job_index`).

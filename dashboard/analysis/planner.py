@@ -1697,9 +1697,10 @@ class _Cluster:
 
     def settle(self) -> None:
         """The plan is complete: only the lazily read `why` rows read this cluster from now on. What
-        only the planning of starts reads (the fits-now buckets, fits and change logs) is
-        dropped, so that the collector does not scan it while the plan is kept."""
+        only the planning of starts reads (the fits-now buckets, fits and change logs, the request
+        memos) is dropped, so that the collector does not scan it while the plan is kept."""
         self._buckets, self._built, self._marked_of, self.changes, self._fit_memo = {}, {}, {}, {}, {}
+        self._request_memo, self._partition_request_memo, self._shape_memo = {}, {}, {}
 
 
 class _Releases:

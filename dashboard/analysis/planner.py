@@ -463,7 +463,6 @@ class _Cluster:
         self._shape_memo: dict = {}
         once = [tuple(dict.fromkeys(c[0])) for c in distinct]  # a node's partitions, each once
         self.node_parts = list(map(once.__getitem__, node_code))
-        self.row = {p: dict(zip(idx, range(len(idx)))) for p, idx in self.part_usable.items()}
         # Nodes whose future is not "only releases": a reservation or a top job's hold touches them.
         self.reserved_nodes = sorted(reserved)
         self.marked = set(self.reserved_nodes)
@@ -733,8 +732,8 @@ class _Cluster:
         """The marked nodes (reservation or hold) that are usable nodes of p; hold adds to it."""
         got = self._marked_of.get(p)
         if got is None:
-            rows = self.row[p]
-            got = self._marked_of[p] = {i for i in self.marked if i in rows}
+            rows = self.row_array(p)
+            got = self._marked_of[p] = {i for i in self.marked if rows[i] >= 0}
         return got
 
     def _plain_fits(self, p: str, req: _Req, allowed: set[int] | None, limit: int | None) -> list[tuple]:
@@ -953,7 +952,7 @@ class _Cluster:
         if len(rel) + 1 > width:
             del self._arrays_memo[p]  # no room for the new release: rebuild when next asked
             return
-        r = self.row[p][i]
+        r = int(self.row_array(p)[i])
         c, m, g = self.cf[i], self.mf[i], self.gf[i]
         ts, cs, ms, gs = [self.now], [c], [m], [g]
         for t, dc, dm, dg in rel:
@@ -1002,8 +1001,7 @@ class _Cluster:
         got = self._allowed_memo.get(key)
         if got is None:
             got = np.zeros(len(self.part_usable[p]), dtype=bool)
-            row = self.row[p]
-            got[[row[i] for i in allowed]] = True
+            got[self.row_array(p)[np.fromiter(allowed, np.int64, count=len(allowed))]] = True
             self._allowed_memo[key] = got
         return got
 
@@ -1275,7 +1273,7 @@ class _Cluster:
         return got
 
     def row_array(self, p: str) -> np.ndarray:
-        """row[p] as an array over all nodes (-1: not a usable node of p)."""
+        """Each node's row among the usable nodes of p (their position in name order), -1 for the others."""
         key = ("rows", p)
         got = self._allowed_memo.get(key)
         if got is None:
@@ -1317,7 +1315,7 @@ class _Cluster:
         plain = tau.copy()
         special = self.special(p, req)
         if special:
-            plain[[self.row[p][i] for i in special]] = INF
+            plain[self.row_array(p)[special]] = INF
         plain = np.sort(plain[plain < INF])
         self._arrays_memo[key] = got = (tau, plain)
         return got
@@ -1646,11 +1644,10 @@ class _Cluster:
 
     def _pick(self, p, req, tau_raw, all_special, t0, when, chosen_spec) -> list[int]:
         pos = self.part_pos(p)
-        row = self.row[p]
         need = req.nodes
         tau = np.maximum(tau_raw, t0)
         if all_special:
-            tau[[row[i] for i in all_special]] = INF
+            tau[self.row_array(p)[all_special]] = INF
         if self.slurm:  # Slurm reserves the nodes its node selection picks among those free at `when`
             return self.slurm_choose(pos[np.nonzero(tau <= when)[0]].tolist() + list(chosen_spec), need)
         sel = np.nonzero(tau <= when)[0]  # rows are in name order
@@ -1674,10 +1671,10 @@ class _Cluster:
         got = self._allowed_memo.get(key)
         if got is None:
             got = np.zeros(len(self.part_usable[p]), dtype=bool)
-            row = self.row[p]
+            rows = self.row_array(p)
             for i in self.reserved_nodes:  # few: only they can be blocked
-                r = row.get(i)
-                if r is not None and any(s <= self.now < e and k != resv for s, e, k in self.blocks[i]):
+                r = rows[i]
+                if r >= 0 and any(s <= self.now < e and k != resv for s, e, k in self.blocks[i]):
                     got[r] = True
             self._allowed_memo[key] = got
         return got
@@ -2480,9 +2477,9 @@ def _now_facts(cl: _Cluster, p: str, req: _Req):
     if mask is not None:
         fits &= mask
     raw = int(fits.sum())
-    row = cl.row[p]
+    rows = cl.row_array(p)
     # Nodes without reservations or holds keep their room for ever; only the special ones need a look.
-    fit_special = [i for i in cl.special(p, req) if fits[row[i]]]
+    fit_special = [i for i in cl.special(p, req) if fits[rows[i]]]
     frag = None
     blocked_now = cl.blocked_now(p, req.resv)
     usable_now = ~blocked_now if mask is None else (mask & ~blocked_now)

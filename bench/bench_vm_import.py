@@ -102,8 +102,9 @@ class Columns:
         return name, {**labels, "job": JOB, "instance": name_of, "node": name_of}
 
 
-def simulate(nodes: int, steps: int, seed: int) -> Columns:
-    """`steps` steps of the simulated cluster, the last at the latest 15 s boundary before now."""
+def simulate(nodes: int, steps: int, seed: int, end: float | None = None) -> Columns:
+    """`steps` steps of the simulated cluster, the last at `end` (default: the latest 15 s boundary
+    before now)."""
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.analysis.sim.render import NodeRenderer
     # the families a diagnosis reads: the rest of an agent's exposition (three quarters of its
@@ -112,7 +113,7 @@ def simulate(nodes: int, steps: int, seed: int) -> Columns:
     # functions, not at the top: a baseline's process imports its own.)
     from dashboard.sources.build import WANTED
 
-    end = math.floor(time.time() / STEP) * STEP
+    end = math.floor((time.time() if end is None else end) / STEP) * STEP
     start = end - STEP * steps
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300))
     renderer = NodeRenderer(sim)
@@ -243,8 +244,8 @@ def measure(engine: str, url: str, end: float, args) -> dict:
     return rows
 
 
-def report(engine: str, nodes: int, series: int, rows: dict) -> None:
-    print(f"\n{engine + ', ' + format(nodes, ',') + ' nodes':30} {'wall':>8} {'in flight':>10} {'added':>8} {'MB':>7} "
+def report(engine: str, nodes: int, rows: dict) -> None:
+    print(f"{engine + ', ' + format(nodes, ',') + ' nodes':30} {'wall':>8} {'in flight':>10} {'added':>8} {'MB':>7} "
           f"{'series':>9} {'span':>6} {'ms/node':>8} {'ms/1k ser':>9}")
     for who, got in rows.items():
         for kind in ("cold", "steady"):
@@ -253,6 +254,7 @@ def report(engine: str, nodes: int, series: int, rows: dict) -> None:
                   f"{1000 * w / nodes:8.2f} {1e6 * w / max(s, 1):9.2f}")
     if rows["ours"].get("profile"):
         print(rows["ours"]["profile"])
+    print(flush=True)
 
 
 def main(argv=None) -> int:
@@ -295,7 +297,6 @@ def main(argv=None) -> int:
               f"written in {t2 - t1:.0f} s (JSON lines {jsonl.stat().st_size / MIB:,.0f} MiB, OpenMetrics "
               f"{om.stat().st_size / MIB:,.0f} MiB); load {load()}", flush=True)
         del cols
-        results = {}
         if "victoriametrics" in engines:
             vm = vmstack.VictoriaMetrics(work, extra_flags=["-search.maxQueryDuration=1200s"])
             try:
@@ -307,9 +308,10 @@ def main(argv=None) -> int:
                 rss = psutil.Process(vm.process.proc.pid).memory_info().rss
                 print(f"VictoriaMetrics: {rows:,.0f} samples, {held:,.0f} series imported in {time.perf_counter() - t0:.0f} s; "
                       f"RSS {rss / 2**30:.2f} GiB (growth {(rss - rss0) / 2**30:.2f}); load {load()}", flush=True)
-                results["VictoriaMetrics"] = measure("VictoriaMetrics", vm.url, end, args)
+                rows = measure("VictoriaMetrics", vm.url, end, args)
                 print(f"  VictoriaMetrics RSS after the cycles: "
                       f"{psutil.Process(vm.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
+                report("VictoriaMetrics", args.nodes, rows)
             finally:
                 vm.stop()
         if "prometheus" in engines:
@@ -319,13 +321,12 @@ def main(argv=None) -> int:
                   f"{time.perf_counter() - t0:.0f} s; load {load()}", flush=True)
             prom = Prometheus(work, [], interval="15s", self_scrape=True)
             try:
-                results["Prometheus"] = measure("Prometheus", prom.url, end, args)
+                rows = measure("Prometheus", prom.url, end, args)
                 print(f"  Prometheus RSS after the cycles: "
                       f"{psutil.Process(prom.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
+                report("Prometheus", args.nodes, rows)
             finally:
                 prom.stop()
-        for engine, rows in results.items():
-            report(engine, args.nodes, series, rows)
         print(f"\nload at the end: {load()}")
         return 0
     finally:

@@ -319,7 +319,10 @@ def main(argv=None) -> int:
             blocks, bseries, bsamples = prometheus_blocks(om, work / "prom-data")
             print(f"promtool: {blocks} block(s), {bseries:,} series, {bsamples:,} samples in "
                   f"{time.perf_counter() - t0:.0f} s; load {load()}", flush=True)
-            prom = Prometheus(work, [], interval="15s", self_scrape=True)
+            # a cold cycle's queries at these sizes take minutes (as on VictoriaMetrics' side: its
+            # -search.maxQueryDuration above): 503 past Prometheus' default 2 min
+            prom = Prometheus(work, [], interval="15s", self_scrape=True,
+                              extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"])
             try:
                 rows = measure("Prometheus", prom.url, end, args)
                 print(f"  Prometheus RSS after the cycles: "

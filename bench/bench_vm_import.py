@@ -32,7 +32,9 @@ checkout's source (main's) on the same engines right after ours, in a process of
 
 Prints the series and samples imported and how long each stage took, the engines' resident memory,
 per cycle: wall time, time queries were in flight and their seconds added up, bytes and series
-answered, span asked; per node and per thousand series answered; and the load average at each stage.
+answered, span asked, the CPU seconds the engine and our process used (and per series answered:
+on a host whose cores other work shares, these, not the wall time, are the cycle's cost); and the
+load average at each stage.
 
 Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR] [--profile]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
@@ -180,9 +182,17 @@ def prometheus_blocks(om: Path, storage: Path) -> tuple[int, int, int]:
     return len(metas), sum(m["numSeries"] for m in metas), sum(m["numSamples"] for m in metas)
 
 
-def cycles(url: str, end: float, repeat: int, profile: bool = False) -> dict:
-    """{"cold": row, "steady": best row, "profile": text}, a row being QueryMeter's: (wall s, in
-    flight s, the queries' seconds added up, queries, bytes, span asked s, series answered)."""
+def cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = False) -> dict:
+    """{"cold": row, "steady": best row, "profile": text}, a row being QueryMeter's (wall s, in
+    flight s, the queries' seconds added up, queries, bytes, span asked s, series answered) and the
+    CPU seconds the engine's process and this one (all threads) used in the cycle: on a host whose
+    cores are shared, the wall time says more about the other work than about the cycle; the CPU
+    seconds are what the cycle costs wherever it runs."""
     from dashboard.sources.prometheus import PrometheusSource
 
     meter = QueryMeter(keep=profile)
@@ -190,9 +200,10 @@ def cycles(url: str, end: float, repeat: int, profile: bool = False) -> dict:
     src = PrometheusSource(url, timeout=2400, client=httpx.Client(timeout=600, event_hooks=meter.hooks))
 
     def one(at):
+        engine0, ours0 = cpu(engine_pid), time.process_time()
         row = meter.cycle(src, at)
         assert not src.failed_last_cycle, meter.window.notes
-        return row
+        return (*row, cpu(engine_pid) - engine0, time.process_time() - ours0)
 
     first = end - STEP * (repeat + (1 if profile else 0))
     out = {"cold": one(first)}
@@ -232,12 +243,12 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
             + "\n".join(line for line in text.getvalue().splitlines()[-12:] if line.strip()))
 
 
-def measure(engine: str, url: str, end: float, args) -> dict:
+def measure(engine: str, url: str, pid: int, end: float, args) -> dict:
     """Our source's cycles, then the baseline's (a process of its own), on one engine."""
-    rows = {"ours": cycles(url, end, args.repeat, args.profile)}
+    rows = {"ours": cycles(url, end, args.repeat, pid, args.profile)}
     print(f"  {engine}: our cycles done, load {load()}", flush=True)
     if args.baseline:
-        out = subprocess.run([sys.executable, __file__, "--cycles", f"{url},{end}", "--root", args.baseline,
+        out = subprocess.run([sys.executable, __file__, "--cycles", f"{url},{end},{pid}", "--root", args.baseline,
                               "--repeat", str(args.repeat)], capture_output=True, text=True, timeout=7200, check=True)
         rows["baseline"] = json.loads(out.stdout.splitlines()[-1])
         print(f"  {engine}: the baseline's cycles done, load {load()}", flush=True)
@@ -245,13 +256,13 @@ def measure(engine: str, url: str, end: float, args) -> dict:
 
 
 def report(engine: str, nodes: int, rows: dict) -> None:
-    print(f"{engine + ', ' + format(nodes, ',') + ' nodes':30} {'wall':>8} {'in flight':>10} {'added':>8} {'MB':>7} "
-          f"{'series':>9} {'span':>6} {'ms/node':>8} {'ms/1k ser':>9}")
+    print(f"{engine + ', ' + format(nodes, ',') + ' nodes':24} {'wall':>8} {'in flight':>9} {'added':>8} {'MB':>6} "
+          f"{'series':>8} {'span':>5} {'engine CPU':>10} {'our CPU':>8} {'CPU us/series':>14}")
     for who, got in rows.items():
         for kind in ("cold", "steady"):
-            w, f, added, _, b, span, s = got[kind]
-            print(f"{who + ' ' + kind:30} {w:7.2f}s {f:9.2f}s {added:7.2f}s {b / 1e6:7.1f} {s:9,} {span:5.0f}s "
-                  f"{1000 * w / nodes:8.2f} {1e6 * w / max(s, 1):9.2f}")
+            w, f, added, _, b, span, s, ecpu, ocpu = got[kind]
+            print(f"{who + ' ' + kind:24} {w:7.2f}s {f:8.2f}s {added:7.2f}s {b / 1e6:6.1f} {s:8,} {span:4.0f}s "
+                  f"{ecpu:9.2f}s {ocpu:7.2f}s {1e6 * ecpu / max(s, 1):6.1f} +{1e6 * ocpu / max(s, 1):6.1f}")
     if rows["ours"].get("profile"):
         print(rows["ours"]["profile"])
     print(flush=True)
@@ -267,15 +278,15 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="one more steady cycle of ours under cProfile")
     ap.add_argument("--baseline", help="another checkout whose diagnosis cycles to measure beside ours")
     ap.add_argument("--keep", help="a directory to keep the import files and engines' data in (default: a temporary one)")
-    ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end
+    ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end,engine's PID
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cycles:
         sys.path.insert(0, str(Path(args.root).resolve()))
         import dashboard.sources.prometheus as source
         assert Path(source.__file__).resolve().is_relative_to(Path(args.root).resolve()), source.__file__
-        url, end = args.cycles.rsplit(",", 1)
-        print(json.dumps(cycles(url, float(end), args.repeat)))
+        url, end, pid = args.cycles.rsplit(",", 2)
+        print(json.dumps(cycles(url, float(end), args.repeat, int(pid))))
         return 0
     engines = args.engines.split(",")
     if not vmstack.available() or not shutil.which("promtool"):
@@ -308,7 +319,7 @@ def main(argv=None) -> int:
                 rss = psutil.Process(vm.process.proc.pid).memory_info().rss
                 print(f"VictoriaMetrics: {rows:,.0f} samples, {held:,.0f} series imported in {time.perf_counter() - t0:.0f} s; "
                       f"RSS {rss / 2**30:.2f} GiB (growth {(rss - rss0) / 2**30:.2f}); load {load()}", flush=True)
-                rows = measure("VictoriaMetrics", vm.url, end, args)
+                rows = measure("VictoriaMetrics", vm.url, vm.process.proc.pid, end, args)
                 print(f"  VictoriaMetrics RSS after the cycles: "
                       f"{psutil.Process(vm.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
                 report("VictoriaMetrics", args.nodes, rows)
@@ -324,7 +335,7 @@ def main(argv=None) -> int:
             prom = Prometheus(work, [], interval="15s", self_scrape=True,
                               extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"])
             try:
-                rows = measure("Prometheus", prom.url, end, args)
+                rows = measure("Prometheus", prom.url, prom.process.proc.pid, end, args)
                 print(f"  Prometheus RSS after the cycles: "
                       f"{psutil.Process(prom.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
                 report("Prometheus", args.nodes, rows)

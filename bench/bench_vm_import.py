@@ -255,6 +255,19 @@ def measure(engine: str, url: str, pid: int, end: float, args) -> dict:
     return rows
 
 
+def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
+    """`before()` (the import), then our cycles and the baseline's on a started engine, its memory
+    after them, the figures; the engine stopped in any case."""
+    try:
+        before()
+        rows = measure(engine, server.url, server.process.proc.pid, end, args)
+        print(f"  {engine} RSS after the cycles: "
+              f"{psutil.Process(server.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
+        report(engine, args.nodes, rows)
+    finally:
+        server.stop()
+
+
 def report(engine: str, nodes: int, rows: dict) -> None:
     print(f"{engine + ', ' + format(nodes, ',') + ' nodes':24} {'wall':>8} {'in flight':>9} {'added':>8} {'MB':>6} "
           f"{'series':>8} {'span':>5} {'engine CPU':>10} {'our CPU':>8} {'CPU us/series':>14}")
@@ -310,7 +323,8 @@ def main(argv=None) -> int:
         del cols
         if "victoriametrics" in engines:
             vm = vmstack.VictoriaMetrics(work, extra_flags=["-search.maxQueryDuration=1200s"])
-            try:
+
+            def fill():
                 rss0 = psutil.Process(vm.process.proc.pid).memory_info().rss
                 t0 = time.perf_counter()
                 import_vm(vm.url, jsonl)
@@ -319,12 +333,8 @@ def main(argv=None) -> int:
                 rss = psutil.Process(vm.process.proc.pid).memory_info().rss
                 print(f"VictoriaMetrics: {rows:,.0f} samples, {held:,.0f} series imported in {time.perf_counter() - t0:.0f} s; "
                       f"RSS {rss / 2**30:.2f} GiB (growth {(rss - rss0) / 2**30:.2f}); load {load()}", flush=True)
-                rows = measure("VictoriaMetrics", vm.url, vm.process.proc.pid, end, args)
-                print(f"  VictoriaMetrics RSS after the cycles: "
-                      f"{psutil.Process(vm.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
-                report("VictoriaMetrics", args.nodes, rows)
-            finally:
-                vm.stop()
+
+            run_on("VictoriaMetrics", vm, end, args, fill)
         if "prometheus" in engines:
             t0 = time.perf_counter()
             blocks, bseries, bsamples = prometheus_blocks(om, work / "prom-data")
@@ -332,15 +342,9 @@ def main(argv=None) -> int:
                   f"{time.perf_counter() - t0:.0f} s; load {load()}", flush=True)
             # a cold cycle's queries at these sizes take minutes (as on VictoriaMetrics' side: its
             # -search.maxQueryDuration above): 503 past Prometheus' default 2 min
-            prom = Prometheus(work, [], interval="15s", self_scrape=True,
-                              extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"])
-            try:
-                rows = measure("Prometheus", prom.url, prom.process.proc.pid, end, args)
-                print(f"  Prometheus RSS after the cycles: "
-                      f"{psutil.Process(prom.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
-                report("Prometheus", args.nodes, rows)
-            finally:
-                prom.stop()
+            run_on("Prometheus", Prometheus(work, [], interval="15s", self_scrape=True,
+                                            extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"]),
+                   end, args)
         print(f"\nload at the end: {load()}")
         return 0
     finally:

@@ -4,16 +4,22 @@ same samples in a real VictoriaMetrics and a real Prometheus (promtool's blocks)
 from __future__ import annotations
 
 import json
+import math
+import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 
+from bench.bench_victoriametrics import metric
 from bench.bench_vm_import import JOB, import_vm, prometheus_blocks, simulate, write
 from tests.conftest import which
 from tests.support import vmstack
-from tests.support.promstack import Prometheus, http_get
+from tests.support.promstack import Prometheus
 
-END = 1_800_000_000.0  # on the 15 s grid
+# on the 15 s grid, in the recent past: VictoriaMetrics drops samples more than two days ahead
+END = math.floor(time.time() / 900) * 900 - 3600
 NODES, STEPS = 4, 3
 
 
@@ -74,7 +80,9 @@ def test_both_engines_hold_the_same_samples(cols, tmp_path):
     assert samples == cols.samples
     started = []
     try:
-        prom = Prometheus(tmp_path, [])
+        # imported data has no staleness markers: a series that ended (a job's) would stay 5 minutes on
+        # Prometheus, about two steps on VictoriaMetrics (docs/victoriametrics.md#where-metricsql-differs)
+        prom = Prometheus(tmp_path, [], extra_flags=["--query.lookback-delta=29s"])
         started.append(prom)
         vm = vmstack.VictoriaMetrics(tmp_path)
         started.append(vm)
@@ -83,16 +91,20 @@ def test_both_engines_hold_the_same_samples(cols, tmp_path):
 
         def ask(url: str, expr: str) -> list[dict]:
             q = urllib.parse.urlencode({"query": expr, "time": at})
-            return json.loads(http_get(f"{url}/api/v1/query?{q}", timeout=60))["data"]["result"]
+            try:
+                with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=60) as r:
+                    return json.loads(r.read())["data"]["result"]
+            except urllib.error.HTTPError as exc:
+                raise AssertionError(f"{url} {expr}: {exc.read()[:300]!r}") from None
 
-        for expr in ('sum(count_over_time({job="gangwatch-agent"}[10m]))',
-                     'count(count_over_time({job="gangwatch-agent"}[10m]))',
+        for expr in ("sum(count_over_time(gangwatch_lustre_client_target_operations_total[10m]))",
+                     "count(gangwatch_job_gpu_info)", "count(gangwatch_sim_node_info)",
                      "sum by (node) (gangwatch_gpu_power_watts)",
                      'sum by (node) (gangwatch_lustre_client_target_io_bytes_total{operation="read"})'):
             p, v = ask(prom.url, expr), ask(vm.url, expr)
             assert p and {json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in p} == \
                 {json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in v}, expr
-        assert float(ask(vm.url, 'sum(count_over_time({job="gangwatch-agent"}[10m]))')[0]["value"][1]) == cols.samples
+        assert metric(vm.url, "vm_rows_added_to_storage_total") == cols.samples
     finally:
         for proc in reversed(started):
             proc.stop()

@@ -87,43 +87,64 @@ def rss(proc: Process) -> int:
     return psutil.Process(proc.proc.pid).memory_info().rss
 
 
+class QueryMeter:
+    """httpx event hooks that measure one diagnosis cycle's queries; `cycle()` runs one and returns
+    its row: (wall s, seconds from the first query sent to the last answer read, the queries'
+    seconds added up (they overlap: QUERY_WORKERS at a time), queries, response bytes, longest span
+    asked in s, series answered). `keep`: the cycle's answers are kept in `bodies` too."""
+
+    def __init__(self, keep: bool = False):
+        self.keep = keep
+        self.bodies: list[bytes] = []
+        self._sent_at: dict[int, float] = {}
+        self.window = None
+        self._reset()
+        self.hooks = {"request": [self._sent], "response": [self._count]}
+
+    def _reset(self):
+        self.got = {"bytes": 0, "seconds": 0.0, "first": math.inf, "last": 0.0, "series": 0}
+        self.bodies = []
+
+    def _sent(self, request):
+        self._sent_at[id(request)] = now = time.perf_counter()
+        self.got["first"] = min(self.got["first"], now)
+
+    def _count(self, response):  # request to last byte is one query's (engine and transfer)
+        response.read()
+        now, got = time.perf_counter(), self.got
+        got["bytes"] += len(response.content)
+        got["series"] += response.content.count(b'"metric":')  # one per series, in either engine's JSON
+        got["seconds"] += now - self._sent_at.pop(id(response.request), now)
+        got["last"] = max(got["last"], now)
+        if self.keep:
+            self.bodies.append(response.content)
+
+    def cycle(self, src, end: float) -> tuple:
+        self._reset()
+        t0 = time.perf_counter()
+        self.window = src.window(end, 3600.0, 15.0)  # its notes name what failed
+        got = self.got
+        return (time.perf_counter() - t0, max(0.0, got["last"] - got["first"]), got["seconds"], src.queries_last_cycle,
+                got["bytes"], src.seconds_asked_last_cycle, got["series"])
+
+
 def diagnosis_cycles(url: str, steady: int = 3, interval: float = 15.0) -> dict[str, tuple]:
     """One PrometheusSource over the last hour, as `serve --prometheus` runs it: its first (cold)
     cycle asks for the whole hour, the next ones (steady state, one per `interval`, as serve's) only
     for the span since the previous one. {"cold": row, "steady": the best of `steady` rows}, a row
-    being (wall s, seconds from the first query sent to the last answer read, the queries' seconds
-    added up (they overlap: QUERY_WORKERS at a time), queries, response bytes, longest span asked in s,
-    series answered)."""
+    being QueryMeter's."""
     from dashboard.sources.prometheus import PrometheusSource
 
-    got = {"bytes": 0, "seconds": 0.0, "first": math.inf, "last": 0.0, "series": 0}
-    sent_at: dict[int, float] = {}
-
-    def sent(request):
-        sent_at[id(request)] = time.perf_counter()
-        got["first"] = min(got["first"], sent_at[id(request)])
-
-    def count(response):  # request to last byte is one query's (engine and transfer)
-        response.read()
-        now = time.perf_counter()
-        got["bytes"] += len(response.content)
-        got["series"] += response.content.count(b'"metric":')  # one per series, in either engine's JSON
-        got["seconds"] += now - sent_at.pop(id(response.request), now)
-        got["last"] = max(got["last"], now)
-
+    meter = QueryMeter()
     # a long deadline: a cold cycle at this size must be measured, not cut short (each query may
     # take a quarter of it)
-    src = PrometheusSource(url, timeout=600, client=httpx.Client(timeout=300, event_hooks={"request": [sent],
-                                                                                           "response": [count]}))
+    src = PrometheusSource(url, timeout=600, client=httpx.Client(timeout=300, event_hooks=meter.hooks))
 
     def cycle():
-        got.update(bytes=0, seconds=0.0, first=math.inf, last=0.0, series=0)
-        t0 = time.perf_counter()
-        win = src.window(time.time(), 3600.0, 15.0)
+        row = meter.cycle(src, time.time())
         if src.failed_last_cycle:
-            print(f"  ({url}: {'; '.join(win.notes)[:200]})")
-        return (time.perf_counter() - t0, max(0.0, got["last"] - got["first"]), got["seconds"], src.queries_last_cycle,
-                got["bytes"], src.seconds_asked_last_cycle, got["series"])
+            print(f"  ({url}: {'; '.join(meter.window.notes)[:200]})")
+        return row
 
     cold = cycle()
     rows = []

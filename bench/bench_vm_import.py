@@ -1,172 +1,355 @@
 #!/usr/bin/env python3
-"""One diagnosis cycle's queries at a size this host cannot scrape live: the simulated cluster's
-samples imported into VictoriaMetrics, then the cycles measured on it.
+"""One diagnosis cycle's queries at sizes this host cannot scrape live: the simulated cluster's
+samples imported, the same series into VictoriaMetrics and into Prometheus, and the diagnosis
+cycles measured on each.
 
 Live scraping stops near 1,024 nodes on 2 cores (bench_victoriametrics.py), but a diagnosis cycle
-only reads what the engine holds. So: `--nodes N` simulated for `--steps` steps of 15 s (ending
-now), each node's agent exposition, as the demo serves it, posted to VictoriaMetrics'
-/api/v1/import/prometheus with the labels a scrape adds (job, instance, node: `extra_label`) and
-the step's timestamp (the families the diagnosis reads: WANTED); then a flush, and PrometheusSource's cycles over the last hour on it: a cold
-one (the hour asked, only the imported minutes there), and a steady one (a source warm from the
-cycle one step before asks only for the new step and its settle), best of `--repeat`. `--baseline
-DIR` measures another checkout's source (main's) on the same data right after ours, in a process
-of its own. Prints wall time, query time in flight, bytes and series answered, and the load.
+only reads what the engine holds. So:
 
-Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 10] [--baseline DIR]
-Needs: Debian's victoria-metrics package.
+1. `--nodes N` simulated for `--steps` steps of 15 s (ending when the run starts); at each step
+   every node's agent exposition, as the demo serves it (NodeRenderer's families: the very lines a
+   scrape reads), is collected into per-series columns: the families the diagnosis reads
+   (dashboard.sources.build.WANTED), with the labels a scrape of the demo's /sim/prometheus.yml adds (job, instance, node;
+   a series' own label of those names becomes `exported_<name>`, as a scrape with honor_labels
+   false renames it). Then one file per engine, each series written once with all its steps: JSON
+   lines for VictoriaMetrics' /api/v1/import (one line per series: "values" and "timestamps"),
+   OpenMetrics with timestamps for `promtool tsdb create-blocks-from openmetrics`. The values are
+   the exposition's own text, never re-formatted.
+2. VictoriaMetrics (rollup cache off: every answer computed from the samples, as the newest steps of
+   a live steady cycle are) imports the JSON lines; PrometheusSource's cycles run on it; stopped.
+3. promtool turns the OpenMetrics into TSDB blocks in a fresh Prometheus' storage directory;
+   Prometheus starts on it (15 s self-scrape only, so the source re-asks a scraping Prometheus'
+   settle, 15 s, as on a live one) and the same cycles run on it, read from blocks on disk rather
+   than a live head's chunks (docs/victoriametrics.md, Sizing, says what that changes).
+
+The cycles, per engine, as `serve --prometheus` runs them over the last hour: a cold one (the hour
+asked, only the imported minutes there) `--repeat` steps before the last imported step, then
+`--repeat` steady ones, one per step up to the last (each source warm from the cycle one step
+before asks only for the new step and its settle), the best of them reported. `--profile` adds one
+more steady cycle under cProfile (the main thread: decoding, merging, window building) and times
+orjson over that cycle's answers (the query threads' parsing). `--baseline DIR` measures another
+checkout's source (main's) on the same engines right after ours, in a process of its own.
+
+Prints the series and samples imported and how long each stage took, the engines' resident memory,
+per cycle: wall time, time queries were in flight and their seconds added up, bytes and series
+answered, span asked, the CPU seconds the engine and our process used (and per series answered:
+on a host whose cores other work shares, these, not the wall time, are the cycle's cost); and the
+load average at each stage.
+
+Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR] [--profile]
+Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import math
 import os
+import pstats
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
+import orjson  # noqa: E402
 import psutil  # noqa: E402
 
-from bench.bench_victoriametrics import metric  # noqa: E402
-from dashboard.sources.schema import BY_METRIC, INFO_METRICS  # noqa: E402
+from bench.bench_victoriametrics import QueryMeter, metric  # noqa: E402
 from tests.support import vmstack  # noqa: E402
-from tests.support.promstack import http_get  # noqa: E402
+from tests.support.promstack import Prometheus, http_get  # noqa: E402
 
 STEP = 15.0
-# the families a diagnosis cycle selects (signals, facts, dcgm-exporter's job label): the rest of an
-# agent's exposition (two thirds of its lines: throttle reasons, ECC, temperatures, NVLink and PCIe
-# traffic) only costs the engine memory and the import time, and no query here reads it
-WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS) | {"DCGM_FI_DEV_GPU_UTIL"}
+JOB = "gangwatch-agent"  # the demo's /sim/prometheus.yml job, with instance = node = the node's name
+SCRAPE_LABELS = ("job", "instance", "node")
+MIB = 2 ** 20
 
 
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def fill(vm_url: str, nodes: int, steps: int, seed: int) -> tuple[float, int]:
-    """Simulate and import; returns (the last step's time, samples imported)."""
-    from dashboard.analysis.sim import SimConfig, Simulation
-    from dashboard.demo import Demo
+class Columns:
+    """The wanted series of every node over the simulated steps: per series its exposition head
+    (`name{labels}`), node, and the (step, value text) pairs it was exposed at (a series can start
+    late or pause: a job's, a lost GPU's)."""
 
-    end = math.floor(time.time() / STEP) * STEP
+    def __init__(self, names: list[str], times: list[float]):
+        self.names, self.times = names, times  # node names; every step's time, seconds
+        self.heads: list[tuple[int, str]] = []  # per series: (node, exposition head)
+        self.values: list[list[str]] = []
+        self.steps: list[list[int]] = []
+
+    @property
+    def samples(self) -> int:
+        return sum(map(len, self.values))
+
+    def labels(self, sid: int) -> tuple[str, dict[str, str]]:
+        """A series' name and labels as a scrape stores them (module doc)."""
+        from dashboard.sources.exposition import split_line
+
+        node, head = self.heads[sid]
+        name, labels, _, _ = split_line(head + " 0")
+        for key in SCRAPE_LABELS:
+            if key in labels:
+                labels["exported_" + key] = labels.pop(key)
+        name_of = self.names[node]
+        return name, {**labels, "job": JOB, "instance": name_of, "node": name_of}
+
+
+def simulate(nodes: int, steps: int, seed: int, end: float | None = None) -> Columns:
+    """`steps` steps of the simulated cluster, the last at `end` (default: the latest 15 s boundary
+    before now)."""
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.analysis.sim.render import NodeRenderer
+    # the families a diagnosis reads: the rest of an agent's exposition (three quarters of its
+    # lines: throttle reasons, ECC, temperatures, NVLink and PCIe traffic) only costs the engines
+    # memory and the import time, and no query here reads it. (dashboard is imported in the
+    # functions, not at the top: a baseline's process imports its own.)
+    from dashboard.sources.build import WANTED
+
+    end = math.floor((time.time() if end is None else end) / STEP) * STEP
     start = end - STEP * steps
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300))
-    demo = Demo(sim)
-    names = sim.cluster.names
-    sent = [0]
+    renderer = NodeRenderer(sim)
+    cols = Columns(list(sim.cluster.names), [])
+    index: list[dict[str, int]] = [{} for _ in cols.names]  # per node: exposition head -> series
+    heads, values, steps_of = cols.heads, cols.values, cols.steps
+    while sim.t < end - 1e-6:
+        sim.step()
+        k = len(cols.times)
+        cols.times.append(float(sim.t))
+        for i, own in enumerate(index):
+            for fam in renderer.families(i):
+                if fam.name not in WANTED:
+                    continue
+                for line in fam.lines:
+                    head, _, value = line.rpartition(" ")
+                    sid = own.get(head)
+                    if sid is None:
+                        sid = own[head] = len(heads)
+                        heads.append((i, head))
+                        values.append([])
+                        steps_of.append([])
+                    values[sid].append(value)
+                    steps_of[sid].append(k)
+    return cols
 
-    def post(i: int, ms: int) -> None:
-        lines = [line for line in demo.renderer.render(i).splitlines() if line.split("{", 1)[0].split(" ", 1)[0] in WANTED]
-        body = "".join(f"{line} {ms}\n" for line in lines).encode()
-        sent[0] += len(lines)
-        q = urllib.parse.urlencode([("extra_label", "job=gangwatch-agent"), ("extra_label", f"instance={names[i]}"),
-                                    ("extra_label", f"node={names[i]}")])
-        with httpx.Client(timeout=300) as c:
-            c.post(f"{vm_url}/api/v1/import/prometheus?{q}", content=body).raise_for_status()
 
-    with ThreadPoolExecutor(2) as pool:
-        while sim.t < end - 1e-6:
-            demo.advance()
-            ms = int(round(sim.t * 1000))
-            list(pool.map(lambda i: post(i, ms), range(len(names))))
-            print(f"  step {sim.t:.0f} imported ({sent[0]:,} samples so far, load {load()})", flush=True)
-    http_get(vm_url + "/internal/force_flush", timeout=300)
-    return float(sim.t), sent[0]
+def write(cols: Columns, jsonl: Path, om: Path) -> None:
+    """Both import files, each series once with all its steps (module doc). A value that is not a
+    finite number (NaN, Inf: the text JSON cannot hold) stops the run: none is dropped or replaced."""
+    from collectors.exposition import format_labels
+
+    ms = [str(int(round(t * 1000))) for t in cols.times]
+    secs = [f"{t:.3f}" for t in cols.times]
+    all_ms = ",".join(ms)
+    with open(jsonl, "wb") as fj, open(om, "w") as fo:
+        for sid, (vals, steps) in enumerate(zip(cols.values, cols.steps)):
+            joined = ",".join(vals)
+            if "n" in joined:  # nan, inf: no digit string or exponent holds an n
+                raise ValueError(f"non-finite value in {cols.heads[sid]}: {vals}")
+            name, labels = cols.labels(sid)
+            ts = all_ms if len(steps) == len(ms) else ",".join([ms[k] for k in steps])
+            fj.write(b'{"metric":%s,"values":[%s],"timestamps":[%s]}\n' % (
+                orjson.dumps({"__name__": name, **labels}), joined.encode(), ts.encode()))
+            head = name + format_labels(labels) + " "
+            fo.write("".join([f"{head}{v} {secs[k]}\n" for v, k in zip(vals, steps)]))
+        fo.write("# EOF\n")
 
 
-def cycles(url: str, end: float, repeat: int) -> dict:
-    """{"cold": row, "steady": best row}: (wall s, in flight s, bytes, series, span asked s)."""
+def import_vm(url: str, jsonl: Path) -> None:
+    """The JSON lines posted as one stream, then a flush so queries see every sample."""
+    with open(jsonl, "rb") as f, httpx.Client(timeout=3600) as c:
+        c.post(url + "/api/v1/import", content=iter(lambda: f.read(MIB), b"")).raise_for_status()
+    http_get(url + "/internal/force_flush", timeout=300)
+
+
+def prometheus_blocks(om: Path, storage: Path) -> tuple[int, int, int]:
+    """promtool's blocks from the OpenMetrics file into `storage`: (blocks, series summed over
+    blocks, samples)."""
+    storage.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(om), str(storage)],
+                   check=True, timeout=7200, capture_output=True)
+    metas = [json.loads(p.read_text())["stats"] for p in storage.glob("*/meta.json")]
+    return len(metas), sum(m["numSeries"] for m in metas), sum(m["numSamples"] for m in metas)
+
+
+def cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = False) -> dict:
+    """{"cold": row, "steady": best row, "profile": text}, a row being QueryMeter's (wall s, in
+    flight s, the queries' seconds added up, queries, bytes, span asked s, series answered) and the
+    CPU seconds the engine's process and this one (all threads) used in the cycle: on a host whose
+    cores are shared, the wall time says more about the other work than about the cycle; the CPU
+    seconds are what the cycle costs wherever it runs."""
     from dashboard.sources.prometheus import PrometheusSource
 
-    got = {"bytes": 0, "series": 0, "first": math.inf, "last": 0.0}
+    meter = QueryMeter(keep=profile)
+    # a long deadline: a cold cycle at these sizes must be measured, not cut short
+    src = PrometheusSource(url, timeout=2400, client=httpx.Client(timeout=600, event_hooks=meter.hooks))
 
-    def sent(request):
-        got["first"] = min(got["first"], time.perf_counter())
+    def one(at):
+        engine0, ours0 = cpu(engine_pid), time.process_time()
+        row = meter.cycle(src, at)
+        assert not src.failed_last_cycle, meter.window.notes
+        return (*row, cpu(engine_pid) - engine0, time.process_time() - ours0)
 
-    def count(response):
-        response.read()
-        got["bytes"] += len(response.content)
-        got["series"] += response.content.count(b'"metric":')
-        got["last"] = max(got["last"], time.perf_counter())
+    first = end - STEP * (repeat + (1 if profile else 0))
+    out = {"cold": one(first)}
+    out["steady"] = min(one(first + STEP * k) for k in range(1, repeat + 1))
+    if profile:
+        out["profile"] = profiled(src, meter, end)
+    return out
 
-    def source():
-        return PrometheusSource(url, timeout=1200, client=httpx.Client(timeout=600, event_hooks={
-            "request": [sent], "response": [count]}))
 
-    def one(src, at):
-        got.update(bytes=0, series=0, first=math.inf, last=0.0)
-        t0 = time.perf_counter()
-        win = src.window(at, 3600.0, STEP)
-        assert not src.failed_last_cycle, win.notes
-        return (time.perf_counter() - t0, got["last"] - got["first"], got["bytes"], got["series"],
-                src.seconds_asked_last_cycle)
+def profiled(src, meter: QueryMeter, end: float) -> str:
+    """One more steady cycle under cProfile (the thread that decodes, merges and builds the window),
+    and orjson timed over its answers (parsed in the query threads): where a cycle's time goes."""
+    prof = cProfile.Profile()
+    prof.enable()
+    row = meter.cycle(src, end)
+    prof.disable()
+    t0 = time.perf_counter()
+    for body in meter.bodies:
+        orjson.loads(body)
+    parse = time.perf_counter() - t0
+    stats = pstats.Stats(prof)
 
-    cold = one(source(), end)
-    steady = []
-    for _ in range(repeat):
-        warm = source()
-        one(warm, end - STEP)
-        steady.append(one(warm, end))
-    return {"cold": cold, "steady": min(steady)}
+    def cum(file: str, *funcs: str) -> float:
+        return sum(v[3] for (f, _, fn), v in stats.stats.items() if f.endswith(file) and fn in funcs)
+
+    parts = {"waiting for answers": cum("concurrent/futures/_base.py", "result"),
+             "decode + merge (_Held.merge)": cum("sources/prometheus.py", "merge"),
+             "into the store (add_held, add_info)": cum("sources/prometheus.py", "add_held", "add_info"),
+             "window assembly (SignalStore.window, _zero_reads, silent_nodes)":
+                 cum("sources/build.py", "window") + cum("sources/prometheus.py", "_zero_reads", "silent_nodes")}
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(8)
+    return (f"profiled steady cycle (main thread; load {load()}): wall {row[0]:.3f} s, queries in flight {row[1]:.3f} s, "
+            f"{row[6]:,} series, {row[4] / 1e6:.1f} MB\n"
+            + "".join(f"  {k:66} {v:7.3f} s\n" for k, v in parts.items())
+            + f"  {'orjson over its ' + str(len(meter.bodies)) + ' answers (query threads; timed again alone)':66} {parse:7.3f} s\n"
+            + "\n".join(line for line in text.getvalue().splitlines()[-12:] if line.strip()))
+
+
+def measure(engine: str, url: str, pid: int, end: float, args) -> dict:
+    """Our source's cycles, then the baseline's (a process of its own), on one engine."""
+    rows = {"ours": cycles(url, end, args.repeat, pid, args.profile)}
+    print(f"  {engine}: our cycles done, load {load()}", flush=True)
+    if args.baseline:
+        out = subprocess.run([sys.executable, __file__, "--cycles", f"{url},{end},{pid}", "--root", args.baseline,
+                              "--repeat", str(args.repeat)], capture_output=True, text=True, timeout=7200, check=True)
+        rows["baseline"] = json.loads(out.stdout.splitlines()[-1])
+        print(f"  {engine}: the baseline's cycles done, load {load()}", flush=True)
+    return rows
+
+
+def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
+    """`before()` (the import), then our cycles and the baseline's on a started engine, its memory
+    after them, the figures; the engine stopped in any case."""
+    try:
+        before()
+        rows = measure(engine, server.url, server.process.proc.pid, end, args)
+        print(f"  {engine} RSS after the cycles: "
+              f"{psutil.Process(server.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
+        report(engine, args.nodes, rows)
+    finally:
+        server.stop()
+
+
+def report(engine: str, nodes: int, rows: dict) -> None:
+    print(f"{engine + ', ' + format(nodes, ',') + ' nodes':24} {'wall':>8} {'in flight':>9} {'added':>8} {'MB':>6} "
+          f"{'series':>8} {'span':>5} {'engine CPU':>10} {'our CPU':>8} {'CPU us/series':>14}")
+    for who, got in rows.items():
+        for kind in ("cold", "steady"):
+            w, f, added, _, b, span, s, ecpu, ocpu = got[kind]
+            print(f"{who + ' ' + kind:24} {w:7.2f}s {f:8.2f}s {added:7.2f}s {b / 1e6:6.1f} {s:8,} {span:4.0f}s "
+                  f"{ecpu:9.2f}s {ocpu:7.2f}s {1e6 * ecpu / max(s, 1):6.1f} +{1e6 * ocpu / max(s, 1):6.1f}")
+    if rows["ours"].get("profile"):
+        print(rows["ours"]["profile"])
+    print(flush=True)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=4096)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--engines", default="victoriametrics,prometheus")
+    ap.add_argument("--profile", action="store_true", help="one more steady cycle of ours under cProfile")
     ap.add_argument("--baseline", help="another checkout whose diagnosis cycles to measure beside ours")
-    ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end
+    ap.add_argument("--keep", help="a directory to keep the import files and engines' data in (default: a temporary one)")
+    ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end,engine's PID
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cycles:
         sys.path.insert(0, str(Path(args.root).resolve()))
         import dashboard.sources.prometheus as source
         assert Path(source.__file__).resolve().is_relative_to(Path(args.root).resolve()), source.__file__
-        url, end = args.cycles.rsplit(",", 1)
-        print(json.dumps(cycles(url, float(end), args.repeat)))
+        url, end, pid = args.cycles.rsplit(",", 2)
+        print(json.dumps(cycles(url, float(end), args.repeat, int(pid))))
         return 0
-    if not vmstack.available():
-        print("needs Debian's victoria-metrics")
+    engines = args.engines.split(",")
+    if not vmstack.available() or not shutil.which("promtool"):
+        print("needs Debian's victoria-metrics and prometheus (promtool)")
         return 2
-    work = Path(tempfile.mkdtemp(prefix="bench-vm-import-"))
-    # a cold cycle's queries over 4,096 nodes on 2 loaded cores take longer than the default 30 s
-    vm = vmstack.VictoriaMetrics(work, cache=True, extra_flags=["-search.maxQueryDuration=600s"])
+    work = Path(args.keep or tempfile.mkdtemp(prefix="bench-import-"))
+    work.mkdir(parents=True, exist_ok=True)
     try:
-        rss0 = psutil.Process(vm.process.proc.pid).memory_info().rss
+        print(f"load {load()}; {psutil.virtual_memory().available / 2**30:.1f} GiB available", flush=True)
         t0 = time.perf_counter()
-        end, samples = fill(vm.url, args.nodes, args.steps, args.seed)
-        series = metric(vm.url, "vm_cache_entries", type="storage/hour_metric_ids")  # a count() hits the series limit
-        rss = psutil.Process(vm.process.proc.pid).memory_info().rss - rss0
-        print(f"{args.nodes} nodes, {args.steps} steps: {samples:,} samples, {series:,.0f} series imported in "
-              f"{time.perf_counter() - t0:.0f} s; VictoriaMetrics RSS growth {rss / 2**30:.2f} GiB; load {load()}", flush=True)
-        rows = {"ours": cycles(vm.url, end, args.repeat)}
-        print(f"load after ours: {load()}", flush=True)
-        if args.baseline:
-            out = subprocess.run([sys.executable, __file__, "--cycles", f"{vm.url},{end}", "--root", args.baseline,
-                                  "--repeat", str(args.repeat)], capture_output=True, text=True, timeout=7200, check=True)
-            rows["baseline"] = {k: tuple(v) for k, v in json.loads(out.stdout.splitlines()[-1]).items()}
-            print(f"load after the baseline's: {load()}", flush=True)
-        print(f"\n{'VictoriaMetrics, ' + str(args.nodes) + ' nodes':34} {'wall':>8} {'in flight':>10} {'MB':>7} "
-              f"{'series':>9} {'span':>6}")
-        for who, got in rows.items():
-            for kind in ("cold", "steady"):
-                w, f, b, s, span = got[kind]
-                print(f"{who + ' ' + kind:34} {w:7.2f}s {f:9.2f}s {b / 1e6:7.1f} {s:9,} {span:5.0f}s")
+        cols = simulate(args.nodes, args.steps, args.seed)
+        t1 = time.perf_counter()
+        jsonl, om = work / "series.jsonl", work / "series.om"
+        write(cols, jsonl, om)
+        t2 = time.perf_counter()
+        end, series, samples = cols.times[-1], len(cols.heads), cols.samples
+        print(f"{args.nodes:,} nodes, {len(cols.times)} steps: {series:,} series ({series / args.nodes:.0f} a node), "
+              f"{samples:,} samples; simulated and collected in {t1 - t0:.0f} s ({samples / (t1 - t0):,.0f} samples/s), "
+              f"written in {t2 - t1:.0f} s (JSON lines {jsonl.stat().st_size / MIB:,.0f} MiB, OpenMetrics "
+              f"{om.stat().st_size / MIB:,.0f} MiB); load {load()}", flush=True)
+        del cols
+        if "victoriametrics" in engines:
+            vm = vmstack.VictoriaMetrics(work, extra_flags=["-search.maxQueryDuration=1200s"])
+
+            def fill():
+                rss0 = psutil.Process(vm.process.proc.pid).memory_info().rss
+                t0 = time.perf_counter()
+                import_vm(vm.url, jsonl)
+                rows = metric(vm.url, "vm_rows_added_to_storage_total")
+                held = json.loads(http_get(vm.url + "/api/v1/series/count", timeout=300))["data"][0]  # count() hits the series limit
+                rss = psutil.Process(vm.process.proc.pid).memory_info().rss
+                print(f"VictoriaMetrics: {rows:,.0f} samples, {held:,.0f} series imported in {time.perf_counter() - t0:.0f} s; "
+                      f"RSS {rss / 2**30:.2f} GiB (growth {(rss - rss0) / 2**30:.2f}); load {load()}", flush=True)
+
+            run_on("VictoriaMetrics", vm, end, args, fill)
+        if "prometheus" in engines:
+            t0 = time.perf_counter()
+            blocks, bseries, bsamples = prometheus_blocks(om, work / "prom-data")
+            print(f"promtool: {blocks} block(s), {bseries:,} series, {bsamples:,} samples in "
+                  f"{time.perf_counter() - t0:.0f} s; load {load()}", flush=True)
+            # a cold cycle's queries at these sizes take minutes (as on VictoriaMetrics' side: its
+            # -search.maxQueryDuration above): 503 past Prometheus' default 2 min
+            run_on("Prometheus", Prometheus(work, [], interval="15s", self_scrape=True,
+                                            extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"]),
+                   end, args)
+        print(f"\nload at the end: {load()}")
         return 0
     finally:
-        vm.stop()
-        import shutil
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from typing import BinaryIO, Iterator
 
 import fastnumbers
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 MAX_LINE = 64 * 1024  # bytes (characters for text): longer lines are skipped and counted
 
@@ -227,6 +226,14 @@ def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
 
 
+def _rows(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The rows arr[at[i]:at[i] + width] as one (n, width) uint8 copy. The bytes are viewed as
+    overlapping `width`-byte items (a 1-byte stride) and gathered as such: one copy per row, about
+    4x faster than a fancy index into sliding_window_view, which copies byte by byte."""
+    items = np.ndarray((arr.shape[0] - width + 1,), f"V{width}", arr, 0, (1,))
+    return items[at].view(np.uint8).reshape(-1, width)
+
+
 def _digits_at_line_ends(text: np.ndarray, sp: np.ndarray, nl: np.ndarray) -> np.ndarray | None:
     """When every line of `text` ("value time\\n" each; `sp`, `nl`: its space and newline) ends in a
     time of the same number of plain digits (the usual unix seconds), those times as float64
@@ -285,7 +292,7 @@ def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[n
     first = vs + width - C
     if int(first.min()) < 0:  # a short head at the chunk's start: pad so no row starts before 0
         arr, first = np.concatenate([np.full(C, 32, np.uint8), arr]), first + C
-    d = sliding_window_view(arr, C)[first]  # a copy: row i ends at token i's last byte
+    d = _rows(arr, first, C)  # row i ends at token i's last byte
     d -= np.uint8(48)
     # the head's bytes before the token read as digit 0: each row's two words ANDed with a mask
     words = d.view("<u8")
@@ -293,7 +300,7 @@ def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[n
     words[:, 1] &= _TOKEN_MASK[1][width]
     # the few bytes that are not digits (about one dot a token): where, which, then zeroed
     ex = np.flatnonzero(d > 9)
-    r, c = np.divmod(ex, C)
+    r, c = ex >> 4, ex & 15  # divmod(ex, C): C is 16
     k = d.ravel()[ex]
     d.ravel()[ex] = 0
     dot = k == np.uint8(46 - 48 + 256)
@@ -301,8 +308,6 @@ def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[n
     ndot = np.bincount(r[dot], minlength=n)
     neg = np.zeros(n, bool)
     neg[r[minus]] = True
-    q = np.zeros(n, np.int64)
-    q[r[dot]] = c[dot]
     digits = width - ndot - neg
     ok = ~wide & (np.bincount(r[~(dot | minus)], minlength=n) == 0) & (ndot <= 1) & (digits >= 1) & (digits <= 15)
     # the digits as one integer with the dot read as a 0 (< 10**16): each word's 8 digits combined
@@ -311,7 +316,8 @@ def read_decimals(arr: np.ndarray, vs: np.ndarray, width: np.ndarray) -> tuple[n
     m0 = (words[:, 0] * np.uint64(10**8) + words[:, 1]).view(np.int64)
     del d, words
     # then that 0 taken out: the f fraction digits stay, the integer part moves down one place
-    f = np.where(ndot > 0, C - 1 - q, 0)
+    f = np.zeros(n, np.int64)
+    f[r[dot]] = (C - 1) - c[dot]
     frac = m0 % _IPOW10[f + 1]
     mant = np.where(ndot > 0, (m0 - frac) // 10 + frac, m0)
     values = mant.astype(np.float64) / _POW10[f]
@@ -335,7 +341,7 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     # means one each (none can hide in a blank value while another splits in two)
     if int(width.min()) < 1 or int(width.max()) > _PLAIN_VALUE or np.any(arr[vs] <= 32):
         return None
-    ts = _digits_value(sliding_window_view(arr, w)[ends - w])
+    ts = _digits_value(_rows(arr, ends - w, w))
     if ts is None:
         return None
     ok, values = read_decimals(arr, vs, width)
@@ -346,7 +352,7 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
     cols = int(width.max()) + 1  # a blank after the longest value: tokens never run together
     if int(vs.max()) + cols > arr.shape[0]:  # a short last value near the end of the buffer
         arr = np.concatenate([arr, np.full(cols, 32, np.uint8)])
-    blob = np.where(np.arange(cols) < width[:, None], sliding_window_view(arr, cols)[vs], np.uint8(32)).tobytes()
+    blob = np.where(np.arange(cols) < width[:, None], _rows(arr, vs, cols), np.uint8(32)).tobytes()
     # whitespace inside a value splits it (the line parser's then); after it, both parsers drop
     # it; bytes that only str calls whitespace fail both. fastnumbers reads "nan(...)", float() not.
     tokens = blob.split()

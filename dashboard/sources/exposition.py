@@ -190,6 +190,8 @@ _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a separator
 _SKIP, _SLOW = -1, -2
 _UNSEEN = object()
+_HEAD_WIDTH = 256  # bytes: chunks with a longer head go to _Reader._runs
+_HEAD_MASKS: dict[int, np.ndarray] = {}
 _PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
 _DECIMAL = 16  # bytes: the longest token read_decimals reads (as "-", 14 digits, ".")
 _POW10 = 10.0 ** np.arange(23)  # exact: 10**22 is the largest power of ten a float64 holds exactly
@@ -232,6 +234,14 @@ def _rows(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     4x faster than a fancy index into sliding_window_view, which copies byte by byte."""
     items = np.ndarray((arr.shape[0] - width + 1,), f"V{width}", arr, 0, (1,))
     return items[at].view(np.uint8).reshape(-1, width)
+
+
+def _head_masks(width: int) -> np.ndarray:
+    """Row k: `width` bytes, the first k 0xff and the rest 0, as one flat array (k = 0..width)."""
+    m = _HEAD_MASKS.get(width)
+    if m is None:
+        m = _HEAD_MASKS[width] = ((np.arange(width) < np.arange(width + 1)[:, None]) * np.uint8(255)).astype(np.uint8).ravel()
+    return m
 
 
 def _digits_at_line_ends(text: np.ndarray, sp: np.ndarray, nl: np.ndarray) -> np.ndarray | None:
@@ -368,8 +378,8 @@ def _plain_lines(arr: np.ndarray, vs: np.ndarray, ends: np.ndarray) -> tuple[np.
 
 
 class _Reader:
-    def __init__(self, wanted: frozenset[str], ts_unit: str):
-        self.wanted, self.ts_unit = wanted, ts_unit
+    def __init__(self, wanted: frozenset[str], ts_unit: str, vectorised: bool = True):
+        self.wanted, self.ts_unit, self.vectorised = wanted, ts_unit, vectorised
         self.heads: dict[bytes, int] = {}
         self.ids: dict[tuple, int] = {}
         # label block -> (labels, their sorted items): many series share one (a node's GPU 0 in each
@@ -501,6 +511,62 @@ class _Reader:
             for s, e in runs[:, :2].tolist():
                 self._slow(buf, s, e - 1, *slow)
 
+    def _line_runs(self, buf: bytes, arr: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, bytes]]] | None:
+        """(newlines, runs): what `_runs` finds in arr (whole lines), with whole-chunk numpy passes
+        instead of a Python step and a substring count per run (the count alone was a fifth of a
+        bundle's diagnose: CPython searches a 100-byte needle with its two-way algorithm). None when
+        a line holds fewer than two spaces or a head is over _HEAD_WIDTH bytes: `_runs` then.
+
+        Every line's head ends at its second-to-last space, as `_runs` takes a run's first line.
+        A line continues the run above when its head is that of the line above, byte for byte (one
+        comparison of the heads as fixed-width items, the bytes after each head masked). A line
+        whose head differs yet starts with the head above and a space (its own head longer or
+        shorter: a label value with a space, a line of one or three tokens) would continue the run
+        for `_runs`' pattern: such a line makes the chunk `_runs`' too."""
+        pos = np.flatnonzero((arr == 10) | (arr == 32))
+        isnl = arr[pos] == 10
+        k = np.flatnonzero(isnl)
+        if int(k[0]) < 2 or (k.shape[0] > 1 and int((k[1:] - k[:-1]).min()) < 3):
+            return None  # a line with fewer than two spaces
+        nl = pos[k]
+        he = pos[k - 2]
+        del pos, isnl, k
+        n = nl.shape[0]
+        st = np.empty(n, np.int64)
+        st[0] = 0
+        st[1:] = nl[:-1] + 1
+        hl = he - st
+        # heads as rows of 64-bit words, 64 bytes (8 words) at a time: the 8 booleans of a row's
+        # word comparisons are then one word, and a row's verdict a few word tests, not a reduction
+        width = (int(hl.max()) + 63) & ~63 or 64
+        if width > _HEAD_WIDTH:
+            return None
+        full = np.frombuffer(buf, np.uint8)  # rows may run past the chunk's end: those bytes are masked
+        if int(st[-1]) + width > full.shape[0]:
+            full = np.concatenate([arr, np.zeros(width, np.uint8)])
+        heads = _rows(full, st, width)
+        heads &= _rows(_head_masks(width), hl * width, width)
+        words = heads.view("<u8")
+        differ = (words[1:] != words[:-1]).view("<u8")  # (n - 1, width // 64): nonzero where a word differs
+        differ_any = hl[1:] != hl[:-1]
+        for j in range(differ.shape[1]):
+            differ_any |= differ[:, j] != 0
+        new = np.flatnonzero(differ_any) + 1  # the lines that start a run
+        del heads, words, differ, differ_any
+        # of those, the lines that start with the head above and a space
+        above = hl[new - 1]
+        at = st[new] + above
+        maybe = (above != hl[new]) & (at < nl[new])
+        maybe[maybe] = arr[at[maybe]] == 32
+        for i in new[maybe].tolist():
+            a, b = int(st[i - 1]), int(st[i])
+            if buf[b:b + int(hl[i - 1])] == buf[a:a + int(hl[i - 1])]:
+                return None
+        first = np.concatenate([[0], new]).tolist()
+        last_end = (nl[np.append(new - 1, n - 1)] + 1).tolist()
+        starts, ends = st[first].tolist(), he[first].tolist()
+        return nl, [(a, e, bytes(buf[a:h])) for a, h, e in zip(starts, ends, last_end)]
+
     def _runs(self, buf: bytes, cut: int, nl: np.ndarray) -> Iterator[tuple[int, int, bytes]]:
         """What `_RUN.finditer(buf, 0, cut)` finds, as (start, end, head), mostly without running
         its back-reference over every line: a run is first guessed as long as the last whole run
@@ -537,7 +603,8 @@ class _Reader:
     def chunk(self, buf: bytes, cut: int) -> None:
         """buf[:cut]: whole lines, the last ending in a newline."""
         arr = np.frombuffer(buf, np.uint8, cut)
-        nl = np.flatnonzero(arr == 10)
+        found = self._line_runs(buf, arr) if self.vectorised else None
+        nl = found[0] if found is not None else np.flatnonzero(arr == 10)
         slow: tuple[list, list, list, list] = ([], [], [], [])
         if int(nl[0]) > MAX_LINE or (nl.shape[0] > 1 and int((nl[1:] - nl[:-1]).max()) > MAX_LINE + 1):
             self._slow(buf, 0, cut - 1, *slow)
@@ -545,7 +612,7 @@ class _Reader:
         else:
             runs = []
             pos = 0
-            for s, e, h in self._runs(buf, cut, nl):
+            for s, e, h in (found[1] if found is not None else self._runs(buf, cut, nl)):
                 if s > pos:
                     self._slow(buf, pos, s - 1, *slow)
                 pos = e
@@ -598,12 +665,15 @@ class _Reader:
         return out
 
 
-def read_columns(f: BinaryIO, wanted: frozenset[str], ts_unit: str = "s", chunk: int = 1 << 20) -> Columns:
+def read_columns(f: BinaryIO, wanted: frozenset[str], ts_unit: str = "s", chunk: int = 1 << 20,
+                 vectorised: bool = True) -> Columns:
     """The samples (with timestamps) of the `wanted` metrics in an exposition file opened in binary
     mode, streamed in chunks: memory is the samples kept plus one chunk, whatever the file holds.
     Lines end at \\n, \\r\\n or \\r; a line over MAX_LINE bytes (even one never terminated) is skipped
-    and counted; a last line without a newline is read."""
-    rd = _Reader(wanted, ts_unit)
+    and counted; a last line without a newline is read. `vectorised=False` finds the runs of a
+    series with a Python step per run (what a chunk the vectorised finder refuses gets): the same
+    Columns, bit for bit, slower; the tests hold the two against each other."""
+    rd = _Reader(wanted, ts_unit, vectorised)
     # one buffer for the whole file: the line carried over from the last chunk, then the next read
     # lands behind it. A fresh bytes object per read (and another for carry + data) had the kernel
     # map and zero new pages for every chunk (42 MB bundle at load 5: system time 29 -> 11 ms a read)

@@ -191,6 +191,7 @@ _SPACE[[9, 10, 11, 12, 13, 32]] = True  # what numpy's text parser skips as a se
 _SKIP, _SLOW = -1, -2
 _UNSEEN = object()
 _HEAD_WIDTH = 256  # bytes: chunks with a longer head go to _Reader._runs
+_SLAB = 2048  # lines whose heads _Reader._line_runs compares at a time
 _HEAD_MASKS: dict[int, np.ndarray] = {}
 _PLAIN_VALUE = 40  # bytes: a float64's longest repr is 24
 _DECIMAL = 16  # bytes: the longest token read_decimals reads (as "-", 14 digits, ".")
@@ -237,7 +238,7 @@ def _rows(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
 
 
 def _head_masks(width: int) -> np.ndarray:
-    """Row k: `width` bytes, the first k 0xff and the rest 0, as one flat array (k = 0..width)."""
+    """Row k: `width` bytes, the first k 0xff and the rest 0 (k = 0..width), as one flat array."""
     m = _HEAD_MASKS.get(width)
     if m is None:
         m = _HEAD_MASKS[width] = ((np.arange(width) < np.arange(width + 1)[:, None]) * np.uint8(255)).astype(np.uint8).ravel()
@@ -543,23 +544,28 @@ class _Reader:
         st[0] = 0
         st[1:] = nl[:-1] + 1
         hl = he - st
-        # heads as rows of 64-bit words, 64 bytes (8 words) at a time: the 8 booleans of a row's
-        # word comparisons are then one word, and a row's verdict a few word tests, not a reduction
-        width = (int(hl.max()) + 63) & ~63 or 64
-        if width > _HEAD_WIDTH:
+        if int(hl.max()) > _HEAD_WIDTH:
             return None
         full = np.frombuffer(buf, np.uint8)  # rows may run past the chunk's end: those bytes are masked
-        if int(st[-1]) + width > full.shape[0]:
-            full = np.concatenate([arr, np.zeros(width, np.uint8)])
-        heads = _rows(full, st, width)
-        heads &= _rows(_head_masks(width), hl * width, width)
-        words = heads.view("<u8")
-        differ = (words[1:] != words[:-1]).view("<u8")  # (n - 1, width // 64): nonzero where a word differs
-        differ_any = hl[1:] != hl[:-1]
-        for j in range(differ.shape[1]):
-            differ_any |= differ[:, j] != 0
-        new = np.flatnonzero(differ_any) + 1  # the lines that start a run
-        del heads, words, differ, differ_any
+        if int(st[-1]) + _HEAD_WIDTH > full.shape[0]:
+            full = np.concatenate([arr, np.zeros(_HEAD_WIDTH, np.uint8)])
+        # the heads as rows of 64-bit words, 64 bytes (8 words) to a block: a row's 8 word comparisons
+        # are then one word of booleans, its verdict one test per block, not a reduction. Slabs of
+        # _SLAB lines, so the work arrays stay small beside the chunk.
+        width = (int(hl.max()) + 63) & ~63 or 64
+        masks = _head_masks(width)
+        differ = hl[1:] != hl[:-1]  # differ[i - 1]: line i's head is not line i - 1's
+        for a in range(0, n - 1, _SLAB):
+            b = min(n - 1, a + _SLAB)
+            part = _rows(full, st[a:b + 1], width)
+            part &= _rows(masks, hl[a:b + 1] * width, width)  # the bytes after each head cleared
+            words = part.view("<u8")
+            blocks = (words[1:] != words[:-1]).view("<u8")
+            for j in range(blocks.shape[1]):
+                differ[a:b] |= blocks[:, j] != 0
+            del part, words, blocks
+        new = np.flatnonzero(differ) + 1  # the lines that start a run
+        del differ
         # of those, the lines that start with the head above and a space
         above = hl[new - 1]
         at = st[new] + above

@@ -11,10 +11,10 @@ former `(?:[^"\\\\]|\\\\.)*` pattern kept a backtracking frame per character: ~1
 byte of label), and a line longer than `MAX_LINE` is skipped and counted (`long_lines`).
 
 `read_columns` is the bulk path for files (bundles): it streams the file in chunks of bytes, finds
-runs of consecutive lines sharing one series head with one C-level regex pass, parses each
-distinct head once, and converts the runs' `value timestamp` tokens column-wise: the times as
-digits with numpy, the values copied row by row out of a strided view and read by fastnumbers
-(correctly rounded, as `float()`), one call per chunk.
+the runs of consecutive lines sharing one series head for a whole chunk at once with numpy (heads
+compared as rows of words; `_Reader._runs` steps run by run where a chunk does not suit), parses
+each distinct head once, and converts the runs' `value timestamp` tokens column-wise with numpy
+(exact, as `float()`), the rare other values by fastnumbers (correctly rounded), one call per chunk.
 Lines it cannot take that way (no timestamp, extra spaces, odd numbers) go through the line
 parser above, so both paths give the same samples.
 """

@@ -516,19 +516,36 @@ _RUNS_TEXT = "".join([
 ]).encode()
 
 
+class _Pieces(io.BytesIO):
+    """A stream whose first read returns `first` bytes at most: a chunk's edge exactly there."""
+
+    def __init__(self, data: bytes, first: int):
+        super().__init__(data)
+        self._first = first
+
+    def readinto(self, b) -> int:
+        if self._first:
+            b, self._first = memoryview(b)[:self._first], 0
+        return super().readinto(b)
+
+
 def test_vectorised_runs_give_the_columns_of_the_python_step_per_run_at_every_chunk_edge():
     """The run finder working on whole chunks at once against the one stepping run by run, with a
-    chunk's edge at every byte of a text that holds what files do, and the regex reader's samples."""
+    chunk's edge at every byte of a text that holds what files do (and many edges: small chunks),
+    and the regex reader's samples."""
     want, bad = old_samples(_RUNS_TEXT.decode().replace("\r\n", "\n"), "s", WANTED)
     full = read_columns(io.BytesIO(_RUNS_TEXT), WANTED, "s", vectorised=False)
     _same(_samples_of(full), [s for s in want if s.timestamp is not None])
     assert full.skipped_lines == bad and full.samples > 30
     # a line of fewer than two spaces sends its chunk to the step per run: also the text without them
     two = b"".join(ln for ln in _RUNS_TEXT.splitlines(keepends=True) if ln.count(b" ") >= 2)
-    for chunk in range(1, len(_RUNS_TEXT) + 1):
-        for data in (_RUNS_TEXT, _RUNS_TEXT.replace(b"\r\n", b"\n"), two):
-            _assert_same_columns(read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk),
-                                 read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk, vectorised=False))
+    for data in (_RUNS_TEXT, two):
+        ref = read_columns(io.BytesIO(data), WANTED, "s", vectorised=False)  # the same wherever the edges fall
+        for edge in range(1, len(data)):
+            _assert_same_columns(read_columns(_Pieces(data, edge), WANTED, "s", chunk=len(data)), ref)
+        for chunk in (1, 2, 3, 5, 8, 13, 64, 333):
+            _assert_same_columns(read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk), ref)
+            _assert_same_columns(read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk, vectorised=False), ref)
 
 
 def test_shared_label_dicts_give_the_window_of_own_dicts(sim_bundles_small):

@@ -519,8 +519,8 @@ class _Reader:
         a line holds fewer than two spaces or a head is over _HEAD_WIDTH bytes: `_runs` then.
 
         Every line's head ends at its second-to-last space, as `_runs` takes a run's first line.
-        A line continues the run above when its head is that of the line above, byte for byte (one
-        comparison of the heads as fixed-width items, the bytes after each head masked). A line
+        A line continues the run above when its head is that of the line above, byte for byte (the
+        heads compared as rows of 64-bit words, the bytes after each head cleared). A line
         whose head differs yet starts with the head above and a space (its own head longer or
         shorter: a label value with a space, a line of one or three tokens) would continue the run
         for `_runs`' pattern: such a line makes the chunk `_runs`' too."""

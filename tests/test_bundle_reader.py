@@ -487,9 +487,65 @@ def test_streams_without_readinto_give_identical_columns(chunk):
 @settings(max_examples=150, deadline=None)
 @given(exposition(), st.integers(1, 200))
 def test_streams_without_readinto_give_identical_columns_on_generated_text(text, chunk):
+    """Also the vectorised run finder against the Python step per run, on the same text."""
     data = text.encode("utf-8")
-    _assert_same_columns(read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk),
-                         read_columns(_ReadOnly(data), WANTED, "s", chunk=chunk))
+    a = read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk)
+    _assert_same_columns(a, read_columns(_ReadOnly(data), WANTED, "s", chunk=chunk))
+    _assert_same_columns(a, read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk, vectorised=False))
+
+
+# what bundles and exports hold, each in runs: comments, an exemplar, times absent and present,
+# label values with escaped quotes, spaces and braces, NaN and infinities, exponents, 16- and
+# 17-digit values, \r\n, a series interleaved with others, heads of equal length that differ,
+# a line of one token and one of three in a run, a head that is a prefix of the next one's
+_G = 'DCGM_FI_DEV_GPU_UTIL{gpu="%d",Hostname="node%d"}'
+_E = 'gangwatch_gpu_power_watts{node="n 1",gpu="0",x="a \\"q\\" } b"}'
+_RUNS_TEXT = "".join([
+    "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n",
+    *(f"{_G % (g, 1)} {v} {T0 + 15 * k}\n" for g in range(3) for k, v in enumerate(
+        ["93.87", "92.75999999999999", "NaN", "+Inf", "-Inf", "2.106905e+06", "1e-7", "0.30000000000000004"])),
+    *(f"{_E} {v} {T0 + 15 * k}\r\n" for k, v in enumerate(["1", "-0", "123456789012345678", ".5"])),
+    f"{_G % (0, 1)} 5 {T0 + 200}\n{_G % (1, 1)} 6 {T0 + 200}\n{_G % (0, 1)} 7 {T0 + 215}\n",  # interleaved
+    f"{_G % (0, 2)} 1 {T0} # {{trace_id=\"abc\"}} 0.5 {T0}\n",  # an exemplar
+    f"{_G % (0, 2)} 2 {T0 + 15}\n{_G % (0, 2)} 3\n{_G % (0, 2)} 4 5 {T0 + 30}\n{_G % (0, 2)} 6 {T0 + 45}\n",
+    f"{_G % (0, 2)} 7\n{_G % (0, 2)} 8 {T0 + 60}\n",
+    f"{_G % (0, 3)} 1 {T0}\n{_G % (0, 3)} x 2 {T0 + 15}\n{_G % (0, 3)}  3 {T0 + 30}\n",  # the head and a space, then more
+    f"gangwatch_node_up 1 {T0}\ngangwatch_node_up 1 {T0 + 15}\n",
+    f"{_G % (9, 9)} 1 {T0}\n{_G % (8, 9)} 1 {T0}\n{_G % (7, 9)} 2 {T0 + 15}\n",  # heads of one length
+    "# EOF\n",
+]).encode()
+
+
+class _Pieces(io.BytesIO):
+    """A stream whose first read returns `first` bytes at most: a chunk's edge exactly there."""
+
+    def __init__(self, data: bytes, first: int):
+        super().__init__(data)
+        self._first = first
+
+    def readinto(self, b) -> int:
+        if self._first:
+            b, self._first = memoryview(b)[:self._first], 0
+        return super().readinto(b)
+
+
+def test_vectorised_runs_give_the_columns_of_the_python_step_per_run_at_every_chunk_edge():
+    """The run finder working on whole chunks at once against the one stepping run by run, with a
+    chunk's edge at every byte of a text that holds what files do (and many edges: small chunks),
+    and the regex reader's samples."""
+    want, bad = old_samples(_RUNS_TEXT.decode().replace("\r\n", "\n"), "s", WANTED)
+    full = read_columns(io.BytesIO(_RUNS_TEXT), WANTED, "s", vectorised=False)
+    _same(_samples_of(full), [s for s in want if s.timestamp is not None])
+    assert full.skipped_lines == bad and full.samples > 30
+    # a line of fewer than two spaces sends its chunk to the step per run: also the text without them
+    two = b"".join(ln for ln in _RUNS_TEXT.splitlines(keepends=True) if ln.count(b" ") >= 2)
+    for data in (_RUNS_TEXT, two):
+        ref = read_columns(io.BytesIO(data), WANTED, "s", vectorised=False)  # the same wherever the edges fall
+        for edge in range(1, len(data)):
+            _assert_same_columns(read_columns(_Pieces(data, edge), WANTED, "s", chunk=len(data)), ref)
+        for chunk in (1, 2, 3, 5, 8, 13, 64, 333):
+            _assert_same_columns(read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk), ref)
+            _assert_same_columns(read_columns(io.BytesIO(data), WANTED, "s", chunk=chunk, vectorised=False), ref)
 
 
 def test_shared_label_dicts_give_the_window_of_own_dicts(sim_bundles_small):

@@ -436,6 +436,19 @@ def test_unlimited_and_nan_time_limits():
     assert format_duration(inf) == "UNLIMITED"
 
 
+def test_an_unlimited_job_started_in_the_plan_keeps_every_release_in_order():
+    """An unlimited job started in the plan releases at +inf; merging that release into the sorted
+    ones must keep it on its own node (a key of node + 1j * inf is NaN + inf j, which sorted it past
+    every node and left gpu001's 10-minute job without its release: p3 was 'blocked')."""
+    inf = float("inf")
+    r = plan(snap([gpu_node(1), gpu_node(2)], (), [
+        job("p0", gpus=2, hours=600 / H), job("p1", gpus=1, hours=inf), job("p2", nodes=2, gpus=4, hours=27),
+        job("p3", nodes=2, gpus=2)]))
+    assert startable_ids(r) == ["p0", "p1", "p2"]
+    top = r.partition("gpu").top_job
+    assert top.job_id == "p3" and top.shadow_time == NOW + 600
+
+
 def _request_of(j):
     n = max(1, j.min_nodes)
     g = max(0, j.gpus_per_node)

@@ -1765,8 +1765,8 @@ class _Releases:
                     # ones, sorted (stable) by (node, time) as complex numbers (numpy orders them by
                     # real part, then imaginary), go in after the equal and smaller ones
                     if self._key is None:
-                        self._key = self.cols[0] + 1j * self.cols[1]
-                    key = added[0] + 1j * added[1]
+                        self._key = _node_time_key(self.cols[0], self.cols[1])
+                    key = _node_time_key(added[0], added[1])
                     order = np.argsort(key, kind="stable")
                     # where each added release lands in the merged columns (np.insert, without its
                     # per-call overhead: five columns share the positions)
@@ -1788,6 +1788,15 @@ class _Releases:
         if self.added[0]:
             got += np.bincount(self.added[0], minlength=len(got))
         return got
+
+
+def _node_time_key(node: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """(node, time) as complex numbers, set part by part: `node + 1j * t` would make the real part
+    of an unlimited job's release (t = inf) NaN (0 * inf), which sorts it after every node's."""
+    key = np.empty(len(node), np.complex128)
+    key.real = node
+    key.imag = t
+    return key
 
 
 def _clamped_columns(totals: list[list], free: list[list]) -> tuple[list[list], np.ndarray, np.ndarray]:

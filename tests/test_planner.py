@@ -316,7 +316,8 @@ def snapshots(draw):
             g = min(g, left)
             left -= g
             if g:
-                run.append(running(f"r{i}.{k}", [i], draw(st.integers(-100, 20_000)), gpus=g, cpus=8 * g))
+                ends_in = draw(st.integers(-100, 20_000)) if draw(st.integers(0, 7)) else float("inf")  # unlimited
+                run.append(running(f"r{i}.{k}", [i], ends_in, gpus=g, cpus=8 * g))
     resv = []
     if n and draw(st.integers(0, 2)) == 0:
         start = NOW + draw(st.integers(-5000, 20_000))
@@ -330,7 +331,7 @@ def snapshots(draw):
     for k in range(draw(st.integers(0, 10))):
         pending.append(PendingJob(
             f"p{k}", rare(("gpu",), ("nope",), ("nope", "gpu")),
-            draw(st.integers(1, 30_000)) if draw(st.integers(0, 9)) else draw(st.integers(-10, 0)),
+            draw(st.integers(1, 30_000)) if draw(st.integers(0, 9)) else draw(st.sampled_from((-10, 0, float("inf")))),
             reservation=rare(None, "m", "x"), begin_time=rare(None, NOW - 5, NOW + 500),
             tasks=draw(st.integers(-1, 5)), cpus_per_node=rare(None, 0, -3, 8, 70),
             min_nodes=rare(draw(st.integers(1, n)), 0, 7), gpus_per_node=rare(1, 0, 2, 4, 8, 9),

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""What each of a diagnosis cycle's queries costs the engine, VictoriaMetrics beside Prometheus.
+
+bench_vm_import.py measures whole cycles; this says which queries the engine's CPU goes to, and
+why. The same imported data (bench_vm_import's simulated cluster, `--nodes` x 20 steps of 15 s,
+into both engines; VictoriaMetrics' caches off, so every answer is computed from the samples), then
+each query `serve --prometheus` sends (dashboard.sources.prometheus.plan_queries) asked alone over
+a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
+the engine's CPU seconds and the wall time, the series answered and the raw series the query's
+selectors match (each mapping's selector counted at the last step: what the engine must read).
+
+The engine's work follows the raw series read, not the series answered: a query that sums or
+filters many raw series (the Lustre client's per-target counters, one per node and target) costs
+in proportion to those, whatever it returns. The last lines give both totals and the shares.
+
+    python bench/bench_query_cost.py [--nodes 512] [--repeat 3] [--engines victoriametrics,prometheus]
+
+Needs Debian's victoria-metrics and prometheus packages (promtool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from bench import bench_vm_import as imp  # noqa: E402
+from dashboard.sources.prometheus import SHARED_QUERIES, _selector, plan_queries  # noqa: E402
+from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
+from tests.support import vmstack  # noqa: E402
+from tests.support.promstack import Prometheus  # noqa: E402
+
+SPAN = 75.0  # a steady cycle on VictoriaMetrics: the new step and the 60 s settle
+
+
+def selectors(signal: str, level: str) -> list[str]:
+    """The selectors of the raw series one planned query reads (its shared members' and its
+    ratio's parts' too)."""
+    names = set(SHARED_QUERIES.get(signal, (signal,)))
+    for name in list(names):
+        if name in RATIOS:
+            names |= set(RATIOS[name][:2])
+    return sorted({_selector(m) for m in MAPPINGS
+                   if m.signal in names and m.level == level and not m.scale_label})
+
+
+def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> list[dict]:
+    rows = []
+    for signal, level, query in plan_queries(60.0, imp.STEP):
+        best = None
+        for _ in range(repeat):
+            cpu0, t0 = imp.cpu(pid), time.perf_counter()
+            r = client.get(url + "/api/v1/query_range",
+                           params={"query": query, "start": end - SPAN, "end": end, "step": imp.STEP})
+            wall, cpu = time.perf_counter() - t0, imp.cpu(pid) - cpu0
+            r.raise_for_status()
+            got = (cpu, wall, len(r.json()["data"]["result"]), len(r.content))
+            best = got if best is None or got[0] < best[0] else best
+        raw = 0
+        for sel in selectors(signal, level):
+            r = client.get(url + "/api/v1/query", params={"query": f"count({sel})", "time": end})
+            r.raise_for_status()
+            res = r.json()["data"]["result"]
+            raw += int(float(res[0]["value"][1])) if res else 0
+        rows.append({"query": f"{signal}/{level}", "cpu": best[0], "wall": best[1], "series": best[2],
+                     "bytes": best[3], "raw": raw})
+    return rows
+
+
+def report(engine: str, nodes: int, rows: list[dict]) -> dict:
+    cpu, raw, series = (sum(r[k] for r in rows) for k in ("cpu", "raw", "series"))
+    print(f"\n{engine}, {nodes:,} nodes, span {SPAN:.0f} s, load {imp.load()}")
+    print(f"{'query':18} {'engine CPU':>10} {'wall':>7} {'answered':>9} {'raw read':>9} {'us/raw':>7} {'us/answered':>11}")
+    for r in sorted(rows, key=lambda r: -r["cpu"]):
+        print(f"{r['query']:18} {r['cpu']:9.3f}s {r['wall']:6.3f}s {r['series']:9,} {r['raw']:9,} "
+              f"{1e6 * r['cpu'] / max(r['raw'], 1):7.1f} {1e6 * r['cpu'] / max(r['series'], 1):11.1f}")
+    target = [r for r in rows if r["query"].endswith("/target") or r["query"].startswith(("fs_read", "fs_write"))]
+    tcpu, traw, tser = (sum(r[k] for r in target) for k in ("cpu", "raw", "series"))
+    print(f"{'all queries':18} {cpu:9.3f}s {'':7} {series:9,} {raw:9,} {1e6 * cpu / max(raw, 1):7.1f} "
+          f"{1e6 * cpu / max(series, 1):11.1f}")
+    print(f"the filesystem queries (read, latency per node and target; fs_read, fs_write per node): "
+          f"{tcpu / max(cpu, 1e-9):.0%} of the engine's CPU, {traw / max(raw, 1):.0%} of the raw series read, "
+          f"{tser / max(series, 1):.0%} of the series answered")
+    return {"cpu": cpu, "raw": raw, "series": series}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--engines", default="victoriametrics,prometheus")
+    args = ap.parse_args(argv)
+    engines = args.engines.split(",")
+    if not vmstack.available() or not shutil.which("promtool"):
+        print("needs Debian's victoria-metrics and prometheus (promtool)")
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-qcost-"))
+    totals = {}
+    try:
+        cols = imp.simulate(args.nodes, 20, 1)
+        jsonl, om = work / "series.jsonl", work / "series.om"
+        imp.write(cols, jsonl, om)
+        end = cols.times[-1]
+        print(f"{args.nodes:,} nodes: {len(cols.heads):,} series, {cols.samples:,} samples imported; load {imp.load()}")
+        del cols
+        with httpx.Client(timeout=1200) as client:
+            if "victoriametrics" in engines:
+                vm = vmstack.VictoriaMetrics(work, extra_flags=["-search.maxQueryDuration=1200s", "-search.disableCache"])
+                try:
+                    imp.import_vm(vm.url, jsonl)
+                    totals["VictoriaMetrics"] = report("VictoriaMetrics", args.nodes,
+                                                       cost(client, vm.url, vm.process.proc.pid, end, args.repeat))
+                finally:
+                    vm.stop()
+            if "prometheus" in engines:
+                imp.prometheus_blocks(om, work / "prom-data")
+                prom = Prometheus(work, [], interval="15s", self_scrape=True,
+                                  extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"])
+                try:
+                    totals["Prometheus"] = report("Prometheus", args.nodes,
+                                                  cost(client, prom.url, prom.process.proc.pid, end, args.repeat))
+                finally:
+                    prom.stop()
+        if len(totals) == 2:
+            vm, pr = totals["VictoriaMetrics"], totals["Prometheus"]
+            print(f"\nengine CPU of one steady cycle's queries, asked one by one: VictoriaMetrics {vm['cpu']:.2f} s, "
+                  f"Prometheus {pr['cpu']:.2f} s (VictoriaMetrics/Prometheus {vm['cpu'] / max(pr['cpu'], 1e-9):.2f})")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,8 @@ once with a small bf_max_job_test so the untested jobs' path is exercised too), 
 change meant to be a pure speed-up must print no difference here.
 
 `--edge` adds, per seed, snapshots the benchmark's cluster never has (150 pending jobs, in EASY and
-Slurm mode with two configs): running jobs with no time limit, a negative allocation (a node whose
+Slurm mode with two configs): running jobs with no time limit, and pending ones too on a cluster a third as
+busy (unlimited jobs started in the plan), a negative allocation (a node whose
 room does not only grow), no running job at all, and exclusive jobs beside running jobs past their
 limit.
 
@@ -56,6 +57,19 @@ def _first_difference(a, b, path="") -> str:
     return f"{path}: {json.dumps(a)[:200]} != {json.dumps(b)[:200]}"
 
 
+def _freed(nodes, kept):
+    """The nodes with only the kept running jobs' allocations in use."""
+    used: dict[str, list[int]] = {}
+    for r in kept:
+        for a in r.allocations:
+            u = used.setdefault(a.node, [0, 0, 0])
+            u[0], u[1], u[2] = u[0] + a.cpus, u[1] + a.mem_mb, u[2] + a.gpus
+    for n in nodes:
+        c, m, g = used.get(n.name, (0, 0, 0))
+        yield dataclasses.replace(n, cpus_free=n.cpus_total - c, mem_free_mb=n.mem_total_mb - m,
+                                  gpus_free=n.gpus_total - g)
+
+
 def _edge(seed: int):
     """(label, snapshot) of the --edge cases for one seed (see the module docstring)."""
     base = snapshot(seed, n_pending=150)
@@ -63,6 +77,12 @@ def _edge(seed: int):
     run = list(base.running)
     yield "unlimited", dataclasses.replace(base, running=tuple(
         dataclasses.replace(r, time_limit_s=float("inf")) if rnd.random() < 0.05 else r for r in run))
+    # unlimited jobs started in the plan too, on a cluster a third as busy (many starts): their
+    # releases (at +inf) merged into the running ones'
+    yield "unlimited, pending too", dataclasses.replace(base, running=tuple(
+        dataclasses.replace(r, time_limit_s=float("inf")) if rnd.random() < 0.05 else r for r in run[::3]),
+        nodes=tuple(_freed(base.nodes, run[::3])), pending=tuple(
+        dataclasses.replace(j, time_limit_s=float("inf")) if rnd.random() < 0.2 else j for j in base.pending))
     run[3] = dataclasses.replace(run[3], allocations=(Allocation(run[3].allocations[0].node, -4, 0, -1),))
     yield "negative allocation", dataclasses.replace(base, running=tuple(run))
     yield "no running job", dataclasses.replace(base, running=())

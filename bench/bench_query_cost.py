@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
-from dashboard.sources.prometheus import SHARED_QUERIES, _selector, plan_queries  # noqa: E402
+from dashboard.sources.prometheus import SHARED_QUERIES, plan_queries, series_selector  # noqa: E402
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus  # noqa: E402
@@ -47,7 +47,7 @@ def selectors(signal: str, level: str) -> list[str]:
     for name in list(names):
         if name in RATIOS:
             names |= set(RATIOS[name][:2])
-    return sorted({_selector(m) for m in MAPPINGS
+    return sorted({series_selector(m) for m in MAPPINGS
                    if m.signal in names and m.level == level and not m.scale_label})
 
 

@@ -64,7 +64,8 @@ from .build import SignalStore
 from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping, NodeMatcher, sub_key
 
 
-def _selector(m: Mapping) -> str:
+def series_selector(m: Mapping) -> str:
+    """The PromQL selector of one mapping's raw series (its metric and label filters)."""
     parts = []
     for k, v in m.filters:
         op, v = ("!=", v[1:]) if v.startswith("!") else ("=", v)
@@ -100,7 +101,7 @@ def _expr(m: Mapping, by: str, rate_window: float, step: float) -> str:
         # label, then named `target` as the window keys it
         by_key = ",".join(m.key if k == "target" else k for k in by.split(","))
         return f'label_replace({_expr(replace(m, key=""), by_key, rate_window, step)}, "target", "$1", "{m.key}", "(.+)")'
-    sel = _selector(m)
+    sel = series_selector(m)
     if m.events:
         # the step's increase as the difference of the latest samples at t and t - step: Prometheus'
         # increase() over one step sees a single sample (scrapes are not on the query's grid) and
@@ -165,8 +166,8 @@ def _target_facts() -> str:
 
     def count(m: Mapping) -> str:
         if not m.key:
-            return f"count by (target) ({_selector(m)})"
-        return f'label_replace(count by ({m.key}) ({_selector(m)}), "target", "$1", "{m.key}", "(.+)")'
+            return f"count by (target) ({series_selector(m)})"
+        return f'label_replace(count by ({m.key}) ({series_selector(m)}), "target", "$1", "{m.key}", "(.+)")'
     return " or ".join(f'label_replace({count(m)}, "{FACT_LABEL}", "target", "", "")' for m in ms)
 
 

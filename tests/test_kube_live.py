@@ -431,6 +431,23 @@ def test_rebuilt_in_the_background_after_a_change(apiserver):
         c.stop()
 
 
+def test_resources_still_being_listed_are_named_not_empty(apiserver):
+    # pods and nodes listed, the Volcano and Kueue resources not yet (their threads not started):
+    # the snapshot answers, names each missing resource, and has no gang it could not read
+    c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), watch_timeout=30,
+                  retry=2.0, min_rebuild=0.0)
+    for key in ("pods", "nodes"):
+        c.reflectors[key].start()
+    try:
+        assert _until(lambda: c.current() is not None, 30)
+        snap, view = c.current()
+        named = {e.source for e in snap.errors if e.message == "not listed yet"}
+        assert named == {f"kube {k}" for k in c.reflectors} - {"kube pods", "kube nodes"}
+        assert view.gangs == () and snap.nodes
+    finally:
+        c.stop()
+
+
 def test_pagination_and_steady_state_requests(apiserver):
     c = KubeCache(Client(load_kubeconfig(str(apiserver.kubeconfig("exporter"))), timeout=5), watch_timeout=60,
                   page_size=2, retry=2.0, min_rebuild=0.0)
@@ -792,13 +809,17 @@ def _get(url: str):
 def test_the_exporter_command_serves_snapshot_and_metrics(exporter_process):
     url, proc = exporter_process
     deadline = time.time() + 30
-    r = None
+    r, listing = None, True
+    # pods and nodes listed: it answers; a resource still being listed is named until it is
     while time.time() < deadline and proc.poll() is None:
         r = _get(url + "/api/v1/snapshot")
-        if r is not None and r.status_code == 200:
+        listing = r is not None and r.status_code == 200 and \
+            any(e["message"] == "not listed yet" for e in r.json()["errors"])
+        if r is not None and r.status_code == 200 and not listing:
             break
         time.sleep(0.3)
-    assert r is not None and r.status_code == 200, proc.stderr.read1().decode() if proc.poll() is not None else r
+    assert r is not None and r.status_code == 200 and not listing, \
+        proc.stderr.read1().decode() if proc.poll() is not None else (r, r and r.text[:2000])
     doc = r.json()
     assert doc["source"] == "kubernetes" and doc["stale"] is False
     assert {g["name"]: g["position"] for g in doc["kube"]["gangs"] if g["queue"] == "research" and g["position"]} == \

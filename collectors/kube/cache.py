@@ -24,6 +24,8 @@ from .trim import trimmer
 
 log = logging.getLogger(__name__)
 
+NOT_LISTED = "not listed yet"
+
 
 def build_snapshot(objects: dict, status: dict, now: float, **kw) -> tuple[Snapshot, KubeView]:
     """translate.build with the cyclic garbage collector paused: the build allocates tens of
@@ -133,7 +135,9 @@ class KubeCache:
         crit = self._critical()
         up = all(r.healthy for r in crit) if up is None else up
         objects = {k: r.items() for k, r in self.reflectors.items()}
-        status = {k: {"ok": r.healthy, "error": r.error, "version": r.version, "absent": r.absent}
+        # a resource still being listed is named, not served as an empty one (no queue, no workload)
+        status = {k: {"ok": r.healthy, "error": r.error or ("" if r.synced or r.absent else NOT_LISTED),
+                      "version": r.version, "absent": r.absent}
                   for k, r in self.reflectors.items()}
         taken = now if up else min((r.last_ok or now) for r in crit)
         failing = None if up else min((r.failing_since or now) for r in crit)

@@ -40,6 +40,8 @@ in a note and in `last_errors` (serve's "partly down" detail); the other nodes a
 
 from __future__ import annotations
 
+import gc
+import itertools
 import math
 import re
 import time
@@ -60,7 +62,7 @@ import numpy as np
 from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
-from .build import SignalStore
+from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping, NodeMatcher, sub_key
 
 
@@ -278,74 +280,176 @@ def _seconds(text: str) -> float:
     return sum(int(n) * _DURATION[u] for n, u in parts)
 
 
-class _Held:
-    """One signal's series as fetched so far, on the window's step grid from `t0` up to `until`:
-    per row its labels, values and whether a point is there (a point whose value is NaN is there:
-    the window's alignment carries an earlier point over a missing one, never over a NaN)."""
+# Each _Held's rows and cells get a version of their own (HeldGrid keeps where they land per version).
+_VERSIONS = itertools.count()
 
-    __slots__ = ("rows", "labels", "cells", "vals", "have", "t0", "until")
+
+class _Held:
+    """One signal's series as fetched so far, kept between cycles on the window's step grid (column
+    j is the window's start + j * step): per row its labels, values, whether a point is there (a
+    point whose value is NaN is there: the window's alignment carries an earlier point over a
+    missing one, never over a NaN), and the row as the window takes it (`align_grid`).
+
+    A steady cycle moves these arrays by the steps the window moved and writes the fetched columns
+    into them in place, so its cost follows its new points, not the held hour: rows are looked up
+    by their labels once per answered series, and a row's cell (signal part, node, key) is worked
+    out once, when it appears. Rows are `n` first of the arrays' rows (spare ones NaN, no point)."""
+
+    __slots__ = ("rows", "labels", "keys", "cells", "n", "vals", "have", "aligned", "t0", "until", "version", "_blocks")
 
     def __init__(self):
-        self.rows: dict[tuple, int] = {}
-        self.cells: dict[int, tuple] = {}  # row -> (signal, node, key) as add_held maps it, () for none
+        self.rows: dict[tuple, int] = {}  # labels as answered and sorted -> row
         self.labels: list[dict] = []
+        self.keys: list[tuple] = []  # per row its labels sorted: the order a cell's rows are added in
+        self.cells: list[tuple | None] = []  # per row (signal part, node, key), () for none, None: not mapped yet
+        self.n = 0
         self.vals = np.zeros((0, 0))
         self.have = np.zeros((0, 0), bool)
+        self.aligned = np.zeros((0, 0))
         self.t0 = math.nan
         self.until = -math.inf
+        self.version = next(_VERSIONS)
+        self._blocks: list[GridBlock] | None = None
 
-    def merge(self, data: dict, start: float, since: float, until: float, step: float) -> None:
+    def merge(self, data: dict, start: float, since: float, until: float, step: float, lookback: float,
+              sparse: bool = False) -> None:
         """The points before `since` held, the fetched ones from `since` on (they replace the held
-        ones there), those before `start` dropped; rows left without a point dropped."""
+        ones there), those before `start` dropped; rows left without a point dropped. A sparse
+        signal's missing point is one the filter dropped (SPARSE): aligned as NaN, never as the
+        point before it."""
         T = grid(start, until, step).shape[0]
         labels, sid, col, val = decode_range(data, start, step, T)
-        rows = dict(self.rows)
-        keep_labels = list(self.labels)
-        fresh = np.empty(len(labels), np.int64)
-        for i, lab in enumerate(labels):
-            key = tuple(sorted(lab.items()))
-            r = rows.get(key)
-            if r is None:
-                r = rows[key] = len(keep_labels)
-                keep_labels.append(lab)
-            fresh[i] = r
-        vals = np.full((len(keep_labels), T), np.nan)
-        have = np.zeros((len(keep_labels), T), bool)
+        self._frame(start, T, step)
         cut = int(round((since - start) / step))  # the first column fetched again
-        if self.vals.size:
-            shift = int(round((self.t0 - start) / step))  # held column j is column j + shift now
-            lo, hi = max(0, shift), min(cut, shift + self.vals.shape[1])
-            if hi > lo:
-                n = self.vals.shape[0]
-                vals[:n, lo:hi] = self.vals[:, lo - shift:hi - shift]
-                have[:n, lo:hi] = self.have[:, lo - shift:hi - shift]
-        at = (fresh[sid], col)
-        vals[at] = val
-        have[at] = True
-        live = have.any(axis=1)
-        if not live.all():
-            idx = np.flatnonzero(live)
-            keep_labels = [keep_labels[i] for i in idx]
-            vals, have = vals[idx], have[idx]
-            rows = {tuple(sorted(lab.items())): i for i, lab in enumerate(keep_labels)}
-            self.cells = {}
-        self.rows, self.labels, self.vals, self.have = rows, keep_labels, vals, have
+        n = self.n
+        self.vals[:n, cut:] = np.nan
+        self.have[:n, cut:] = False
+        at = (self._rows_of(labels)[sid], col)
+        self.vals[at] = val
+        self.have[at] = True
+        self._drop_empty()
+        self._align(cut, step, lookback, sparse)
         self.t0, self.until = start, until
+
+    def _frame(self, start: float, T: int, step: float) -> None:
+        """The arrays on the window starting at `start`, T columns: moved left in place by the
+        steps the window moved (a steady cycle), else laid out anew keeping what overlaps."""
+        moved = int(round((start - self.t0) / step)) if self.n else 0
+        if self.vals.shape[1] == T and moved >= 0:
+            if moved:
+                n, keep = self.n, max(T - moved, 0)
+                for a, empty in ((self.vals, np.nan), (self.have, False), (self.aligned, np.nan)):
+                    a[:n, :keep] = a[:n, moved:]  # numpy copies overlapping slices as if through a buffer
+                    a[:n, keep:] = empty
+            return
+        old = (self.vals, self.have, self.aligned)
+        cap = self.vals.shape[0]
+        self.vals, self.have, self.aligned = np.full((cap, T), np.nan), np.zeros((cap, T), bool), np.full((cap, T), np.nan)
+        lo, hi = max(0, -moved), min(T, old[0].shape[1] - moved)  # new columns that held columns land on
+        if hi > lo and self.n:
+            for new, was in zip((self.vals, self.have, self.aligned), old):
+                new[:self.n, lo:hi] = was[:self.n, lo + moved:hi + moved]
+
+    def _rows_of(self, labels: list[dict]) -> np.ndarray:
+        """The row of each answered series, new rows added. Looked up by the labels in the order
+        the engine answered them (one tuple, no sort: the same every cycle), sorted only on a miss."""
+        answered = list(map(tuple, map(dict.items, labels)))
+        got = list(map(self.rows.get, answered))
+        for i in (i for i, r in enumerate(got) if r is None):
+            key = tuple(sorted(answered[i]))
+            r = self.rows.get(key)
+            if r is None:
+                r = self.rows[key] = self.n
+                self.labels.append(labels[i])
+                self.keys.append(key)
+                self.cells.append(None)
+                self.n += 1
+                self._changed()
+            got[i] = self.rows[answered[i]] = r
+        self._grow(self.n)
+        return np.array(got, np.int64)
+
+    def _grow(self, need: int) -> None:
+        cap = self.vals.shape[0]
+        if need <= cap:
+            return
+        cap = max(need, 2 * cap, 64)  # doubling: rows appearing one by one cost amortised O(1) each
+        T = self.vals.shape[1]
+        for name, empty in (("vals", np.nan), ("have", False), ("aligned", np.nan)):
+            was = getattr(self, name)
+            new = np.full((cap, T), empty, was.dtype)
+            new[:was.shape[0]] = was
+            setattr(self, name, new)
+
+    def _drop_empty(self) -> None:
+        """Rows left without a point in the window dropped (the arrays' spare rows kept empty)."""
+        n = self.n
+        live = self.have[:n].any(axis=1)
+        if live.all():
+            return
+        idx = np.flatnonzero(live)
+        m = idx.shape[0]
+        for a, empty in ((self.vals, np.nan), (self.have, False), (self.aligned, np.nan)):
+            a[:m] = a[idx]
+            a[m:n] = empty
+        self.labels = [self.labels[i] for i in idx]
+        self.keys = [self.keys[i] for i in idx]
+        self.cells = [self.cells[i] for i in idx]
+        self.rows = {k: i for i, k in enumerate(self.keys)}
+        self.n = m
+        self._changed()
+
+    def _changed(self) -> None:
+        self.version = next(_VERSIONS)
+        self._blocks = None
+
+    def _align(self, cut: int, step: float, lookback: float, sparse: bool) -> None:
+        """`aligned` again where it may have changed: from the first column fetched on, and the
+        first columns (the ones before them moved out of the window). A column depends only on
+        itself and the `reach` before it."""
+        n, T = self.n, self.vals.shape[1]
+        reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
+        for lo, hi in ((0, min(reach, cut, T)), (cut, T)):
+            if hi > lo:
+                ctx = max(0, lo - reach)
+                have = np.ones((n, hi - ctx), bool) if sparse else self.have[:n, ctx:hi]
+                self.aligned[:n, lo:hi] = align_grid(self.vals[:n, ctx:hi], have, step, lookback)[:, lo - ctx:]
+
+    def blocks(self, signal: str, level: str, matcher: NodeMatcher) -> list[tuple[GridBlock, np.ndarray]]:
+        """The rows as HeldGrid blocks (a shared query's parts apart), each with its aligned rows;
+        rows the matcher gives no node or key left out."""
+        if self._blocks is None:
+            probe = Mapping(signal, level, "")
+            parts: dict[str, list[int]] = defaultdict(list)
+            for i, labels in enumerate(self.labels):
+                if self.cells[i] is None:  # a row's labels never change: mapped once, on the cycle it appears
+                    node, key = matcher(labels), sub_key(probe, labels)
+                    self.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if node is not None and key is not None else ()
+                if self.cells[i]:
+                    parts[self.cells[i][0]].append(i)
+            self._blocks = [GridBlock(part, level, np.array(rows, np.int64), [self.cells[i][1:] for i in rows],
+                                      [self.keys[i] for i in rows], self.version) for part, rows in parts.items()]
+        aligned = self.aligned[:self.n]
+        return [(b, aligned) for b in self._blocks]
 
 
 def decode_range(data: dict, start: float, step: float, n: int) -> tuple[list[dict], np.ndarray, np.ndarray, np.ndarray]:
     """A range query's answer as (labels per series, then per point: its series, its column on the
-    grid start + k * step (k < n), its value), decoded in bulk rather than series by series. A point
-    off that grid (no engine that evaluates PromQL returns one) raises ValueError: the signal is then
-    absent and named, never misplaced."""
+    grid start + k * step (k < n), its value), decoded in bulk rather than series by series: every
+    point's two fields flattened into one list, times and values read from its even and odd
+    places. A point off that grid (no engine that evaluates PromQL returns one) raises ValueError:
+    the signal is then absent and named, never misplaced."""
     result = [s for s in data.get("result") or [] if s.get("values")]
     labels = [s.get("metric") or {} for s in result]
-    lengths = np.fromiter((len(s["values"]) for s in result), np.int64, len(result))
-    points = list(chain.from_iterable(s["values"] for s in result))
     try:
-        ts = np.fromiter(map(float, map(itemgetter(0), points)), np.float64, len(points))
-        vs = np.fromiter(map(float, map(itemgetter(1), points)), np.float64, len(points))
-    except (TypeError, IndexError) as exc:
+        values = list(map(itemgetter("values"), result))
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        flat = list(chain.from_iterable(chain.from_iterable(values)))
+        if len(flat) != 2 * int(lengths.sum()):
+            raise ValueError("a point is not [time, value]")
+        ts = np.array(flat[0::2], np.float64)
+        vs = np.fromiter(map(float, flat[1::2]), np.float64, len(flat) // 2)
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed matrix: {exc}") from None
     col = np.rint((ts - start) / step).astype(np.int64)
     if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
@@ -378,6 +482,7 @@ class PrometheusSource:
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
         self.settle_seconds = SETTLE_SECONDS  # what a steady cycle asks for again (_settle, on each cold cycle)
         self._interval: tuple[float, float] | None = None  # (scrape interval, when asked)
+        self._grid = HeldGrid()  # the window's layout and where the held rows land in it, kept between cycles
 
     def _get(self, path: str, params: dict) -> dict:
         r = fetch.get(self.url + path, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), params=params,
@@ -418,6 +523,18 @@ class PrometheusSource:
     def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0,
                deadline: Deadline | None = None) -> Window:
         """All the queries of one window share `deadline` (default: `timeout` seconds from now)."""
+        # The cycle makes a Python object per answered point (orjson) and drops them within the
+        # cycle: the cyclic collector would walk them, and every held label dict, many times over
+        # for nothing (reference counting frees them; they hold no cycles). Paused meanwhile.
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return self._window(end, span, step, deadline)
+        finally:
+            if was:
+                gc.enable()
+
+    def _window(self, end: float | None, span: float, step: float, deadline: Deadline | None) -> Window:
         self.queries_last_cycle = 0
         self._deadline = deadline or Deadline(self.timeout)
         end = time.time() if end is None else float(end)
@@ -442,7 +559,6 @@ class PrometheusSource:
             asks.append((signal, level, held, since, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
         self.queries_last_cycle += len(asks) + 1
-        times = grid(start, end, step)
         # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
         # while this thread decodes and merges an answer (in plan order: the window is the same
         # whatever order the answers arrive in)
@@ -453,15 +569,16 @@ class PrometheusSource:
                 topo = None
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
                                                             "time": f"{end:.3f}"})
+            blocks = []
             for (signal, level, held, since, _), got in zip(asks, pending):
                 try:
-                    held.merge(got.result(), start, since, end, step)
+                    held.merge(got.result(), start, since, end, step, LOOKBACK_STEPS * step, signal in SPARSE)
                 except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                     # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
                     failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
                     continue
                 self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
-                add_held(store, signal, level, held, times, self.matcher)
+                blocks += held.blocks(signal, level, self.matcher)
                 self._held[(signal, level)] = held
             try:
                 data = info.result()
@@ -481,7 +598,7 @@ class PrometheusSource:
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
                                + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else ""))
-        win = _zero_reads(store.window(start, end, step))
+        win = _zero_reads(self._grid.window(store, blocks, start, end, step))
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
         if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window
@@ -551,26 +668,6 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
             except (TypeError, ValueError, IndexError):
                 continue
         store.add(part, level, node, key, ts, vs, "mean")
-
-
-def add_held(store: SignalStore, signal: str, level: str, held: _Held, times: np.ndarray, matcher: NodeMatcher) -> None:
-    """`add_matrix` of what `held` holds, as grid rows: one block per signal (a shared query's
-    parts apart)."""
-    probe = Mapping(signal, level, "")
-    parts: dict[str, tuple[list[int], list[tuple[str, str]]]] = defaultdict(lambda: ([], []))
-    for i, labels in enumerate(held.labels):
-        cell = held.cells.get(i)
-        if cell is None:  # a row's labels never change: mapped once, on the cycle it appears
-            node, key = matcher(labels), sub_key(probe, labels)
-            cell = held.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if node is not None and key is not None else ()
-        if cell:
-            rows, cells = parts[cell[0]]
-            rows.append(i)
-            cells.append(cell[1:])
-    # a sparse signal's missing point is one the filter dropped (SPARSE): NaN, never the point before it
-    have = np.ones(held.have.shape, bool) if signal in SPARSE else held.have
-    for part, (rows, cells) in parts.items():
-        store.add_grid(part, level, cells, times, held.vals[rows], have[rows])
 
 
 def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:

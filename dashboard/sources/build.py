@@ -213,7 +213,8 @@ class SignalStore:
 class GridBlock(NamedTuple):
     """One signal's rows, aligned to the window's grid already, that a source keeps between
     windows (HeldGrid): which rows of its aligned array they are, each row's (node, key) and sort
-    key, and a version that changes whenever any of these do."""
+    key, and a version that changes whenever any of these do (blocks from one source share it,
+    told apart by their signal)."""
     signal: str
     level: str
     rows: np.ndarray
@@ -263,13 +264,14 @@ class HeldGrid:
     def __init__(self):
         self._lay: Layout | None = None
         self._lay_key: tuple = ()
-        self._keys: dict[int, frozenset] = {}  # block version -> its (level, node, key) cells
-        self._placed: dict[int, _Placement] = {}  # block version -> where its rows land in self._lay
+        self._keys: dict[tuple[int, str], frozenset] = {}  # block (version, signal) -> its (level, node, key) cells
+        self._placed: dict[tuple[int, str], _Placement] = {}  # block (version, signal) -> where its rows land in self._lay
 
     def _layout(self, blocks: list[GridBlock], T: int, targets: set[str]) -> Layout:
         keys = {}
         for b in blocks:
-            keys[b.version] = self._keys.get(b.version) or frozenset((b.level, node, key) for node, key in b.cells)
+            keys[b.version, b.signal] = self._keys.get((b.version, b.signal)) or \
+                frozenset((b.level, node, key) for node, key in b.cells)
         self._keys = keys
         cells = frozenset().union(*keys.values())
         lay_key = (T, frozenset(targets), cells)
@@ -285,12 +287,12 @@ class HeldGrid:
             raise ValueError("HeldGrid builds windows from held blocks only")
         times = grid(start, end, step)
         lay = self._layout([b for b, _ in blocks], times.shape[0], store.known_targets)
-        placed = {b.version: self._placed.get(b.version) or _Placement(b, lay) for b, _ in blocks}
+        placed = {(b.version, b.signal): self._placed.get((b.version, b.signal)) or _Placement(b, lay) for b, _ in blocks}
         self._placed = placed
         arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
         jobs: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
         for b, aligned in blocks:
-            placed[b.version].fill(b, aligned, lay, arrays, jobs)
+            placed[b.version, b.signal].fill(b, aligned, lay, arrays, jobs)
         return lay.window(times, step, arrays, dict(jobs), store, leaf_of, list(store.notes))
 
 

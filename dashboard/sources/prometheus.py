@@ -554,8 +554,9 @@ class PrometheusSource:
         asks = []
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
-            # ask only for what is not held yet (a cold cycle: the whole window)
-            since = max(start, held.until - settle) if start <= held.until <= end else start
+            # ask only for what is not held yet (a cold cycle, or a window that begins before the
+            # held one (a longer span, a step back): the whole window)
+            since = max(start, held.until - settle) if held.t0 <= start <= held.until <= end else start
             asks.append((signal, level, held, since, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
         self.queries_last_cycle += len(asks) + 1

@@ -284,18 +284,26 @@ def _seconds(text: str) -> float:
 _VERSIONS = itertools.count()
 
 
+# A held signal's arrays: values, whether a point is there, the row as the window takes it; and what
+# an empty cell of each holds.
+_ARRAYS = (("vals", np.float64, np.nan), ("have", bool, False), ("aligned", np.float64, np.nan))
+
+
 class _Held:
     """One signal's series as fetched so far, kept between cycles on the window's step grid (column
     j is the window's start + j * step): per row its labels, values, whether a point is there (a
     point whose value is NaN is there: the window's alignment carries an earlier point over a
     missing one, never over a NaN), and the row as the window takes it (`align_grid`).
 
-    A steady cycle moves these arrays by the steps the window moved and writes the fetched columns
-    into them in place, so its cost follows its new points, not the held hour: rows are looked up
-    by their labels once per answered series, and a row's cell (signal part, node, key) is worked
-    out once, when it appears. Rows are `n` first of the arrays' rows (spare ones NaN, no point)."""
+    A steady cycle moves the window over these arrays by the steps it moved and writes the fetched
+    columns in place, so its cost follows its new points, not the held hour: each array is a view
+    of the window's T columns into a buffer a quarter wider, moved along it and copied back to its
+    start only when it reaches the end (every T / 4 steps: amortised, a few columns a cycle). Rows
+    are looked up by their labels once per answered series, and a row's cell (signal part, node,
+    key) is worked out once, when it appears. Rows are the `n` first of the arrays' rows; the
+    spare ones, and columns as they enter the window, are empty (NaN, no point)."""
 
-    __slots__ = ("rows", "labels", "keys", "cells", "n", "vals", "have", "aligned", "t0", "until", "version", "_blocks")
+    __slots__ = ("rows", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks")
 
     def __init__(self):
         self.rows: dict[tuple, int] = {}  # labels as answered and sorted -> row
@@ -303,13 +311,25 @@ class _Held:
         self.keys: list[tuple] = []  # per row its labels sorted: the order a cell's rows are added in
         self.cells: list[tuple | None] = []  # per row (signal part, node, key), () for none, None: not mapped yet
         self.n = 0
-        self.vals = np.zeros((0, 0))
-        self.have = np.zeros((0, 0), bool)
-        self.aligned = np.zeros((0, 0))
+        self.T = 0
+        self._bufs = [np.full((0, 0), empty, dtype) for _, dtype, empty in _ARRAYS]
+        self._off = 0  # the buffers' column that is the window's first
         self.t0 = math.nan
         self.until = -math.inf
         self.version = next(_VERSIONS)
         self._blocks: list[GridBlock] | None = None
+
+    @property
+    def vals(self) -> np.ndarray:
+        return self._bufs[0][:, self._off:self._off + self.T]
+
+    @property
+    def have(self) -> np.ndarray:
+        return self._bufs[1][:, self._off:self._off + self.T]
+
+    @property
+    def aligned(self) -> np.ndarray:
+        return self._bufs[2][:, self._off:self._off + self.T]
 
     def merge(self, data: dict, start: float, since: float, until: float, step: float, lookback: float,
               sparse: bool = False) -> None:
@@ -321,34 +341,41 @@ class _Held:
         labels, sid, col, val = decode_range(data, start, step, T)
         self._frame(start, T, step)
         cut = int(round((since - start) / step))  # the first column fetched again
-        n = self.n
-        self.vals[:n, cut:] = np.nan
-        self.have[:n, cut:] = False
+        vals, have = self.vals, self.have
+        vals[:self.n, cut:] = np.nan
+        have[:self.n, cut:] = False
         at = (self._rows_of(labels)[sid], col)
-        self.vals[at] = val
-        self.have[at] = True
+        vals, have = self.vals, self.have  # new rows may have moved the buffers
+        vals[at] = val
+        have[at] = True
         self._drop_empty()
         self._align(cut, step, lookback, sparse)
         self.t0, self.until = start, until
 
     def _frame(self, start: float, T: int, step: float) -> None:
-        """The arrays on the window starting at `start`, T columns: moved left in place by the
-        steps the window moved (a steady cycle), else laid out anew keeping what overlaps."""
-        moved = int(round((start - self.t0) / step)) if self.n else 0
-        if self.vals.shape[1] == T and moved >= 0:
-            if moved:
-                n, keep = self.n, max(T - moved, 0)
-                for a, empty in ((self.vals, np.nan), (self.have, False), (self.aligned, np.nan)):
-                    a[:n, :keep] = a[:n, moved:]  # numpy copies overlapping slices as if through a buffer
-                    a[:n, keep:] = empty
+        """The window starting at `start`, T columns: moved along the buffers by the steps it moved
+        (a steady cycle), else the buffers laid out anew keeping what overlaps."""
+        moved = int(round((start - self.t0) / step)) if self.n else T
+        if T == self.T and 0 <= moved < T:
+            width = self._bufs[0].shape[1]
+            if self._off + moved + T <= width:
+                self._off += moved
+                for buf, (_, _, empty) in zip(self._bufs, _ARRAYS):
+                    buf[:, self._off + T - moved:self._off + T] = empty  # the columns entering the window
+            else:  # the end of the buffers: what stays in the window back to their start
+                for buf, (_, _, empty) in zip(self._bufs, _ARRAYS):
+                    buf[:, :T - moved] = buf[:, self._off + moved:self._off + T]
+                    buf[:, T - moved:] = empty
+                self._off = 0
             return
         old = (self.vals, self.have, self.aligned)
-        cap = self.vals.shape[0]
-        self.vals, self.have, self.aligned = np.full((cap, T), np.nan), np.zeros((cap, T), bool), np.full((cap, T), np.nan)
+        cap, n = self._bufs[0].shape[0], self.n
+        self._bufs = [np.full((cap, T + T // 4 + 1), empty, dtype) for _, dtype, empty in _ARRAYS]
+        self._off, self.T = 0, T
         lo, hi = max(0, -moved), min(T, old[0].shape[1] - moved)  # new columns that held columns land on
-        if hi > lo and self.n:
+        if hi > lo and n:
             for new, was in zip((self.vals, self.have, self.aligned), old):
-                new[:self.n, lo:hi] = was[:self.n, lo + moved:hi + moved]
+                new[:n, lo:hi] = was[:n, lo + moved:hi + moved]
 
     def _rows_of(self, labels: list[dict]) -> np.ndarray:
         """The row of each answered series, new rows added. Looked up by the labels in the order
@@ -370,16 +397,13 @@ class _Held:
         return np.array(got, np.int64)
 
     def _grow(self, need: int) -> None:
-        cap = self.vals.shape[0]
-        if need <= cap:
-            return
-        cap = max(need, 2 * cap, 64)  # doubling: rows appearing one by one cost amortised O(1) each
-        T = self.vals.shape[1]
-        for name, empty in (("vals", np.nan), ("have", False), ("aligned", np.nan)):
-            was = getattr(self, name)
-            new = np.full((cap, T), empty, was.dtype)
-            new[:was.shape[0]] = was
-            setattr(self, name, new)
+        cap = self._bufs[0].shape[0]
+        if need > cap:  # by a quarter at least: rows appearing a few a cycle cost amortised O(1) each
+            cap = max(need, cap + cap // 4, 64)
+            grown = [np.full((cap, buf.shape[1]), empty, dtype) for buf, (_, dtype, empty) in zip(self._bufs, _ARRAYS)]
+            for new, buf in zip(grown, self._bufs):
+                new[:buf.shape[0]] = buf
+            self._bufs = grown
 
     def _drop_empty(self) -> None:
         """Rows left without a point in the window dropped (the arrays' spare rows kept empty)."""
@@ -389,7 +413,7 @@ class _Held:
             return
         idx = np.flatnonzero(live)
         m = idx.shape[0]
-        for a, empty in ((self.vals, np.nan), (self.have, False), (self.aligned, np.nan)):
+        for a, (_, _, empty) in zip((self.vals, self.have, self.aligned), _ARRAYS):
             a[:m] = a[idx]
             a[m:n] = empty
         self.labels = [self.labels[i] for i in idx]
@@ -407,7 +431,7 @@ class _Held:
         """`aligned` again where it may have changed: from the first column fetched on, and the
         first columns (the ones before them moved out of the window). A column depends only on
         itself and the `reach` before it."""
-        n, T = self.n, self.vals.shape[1]
+        n, T = self.n, self.T
         reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
         for lo, hi in ((0, min(reach, cut, T)), (cut, T)):
             if hi > lo:

@@ -231,8 +231,9 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
 
     parts = {"waiting for answers": cum("concurrent/futures/_base.py", "result"),
              "decode + merge (_Held.merge)": cum("sources/prometheus.py", "merge"),
-             "into the store (add_held, add_info)": cum("sources/prometheus.py", "add_held", "add_info"),
-             "window assembly (SignalStore.window, _zero_reads, silent_nodes)":
+             "into the store (_Held.blocks or main's add_held, add_info)":
+                 cum("sources/prometheus.py", "blocks", "add_held", "add_info"),
+             "window assembly (HeldGrid.window or SignalStore.window, _zero_reads, silent_nodes)":
                  cum("sources/build.py", "window") + cum("sources/prometheus.py", "_zero_reads", "silent_nodes")}
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(8)

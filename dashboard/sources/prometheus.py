@@ -9,7 +9,10 @@ cycle is fixed (`len(plan_queries())`, 19) whatever the node count or the schema
 instant query for facts (GPU -> job, leaf switch, NVLink peers, NUMA) and, on a cold cycle, one
 for the scrape interval. PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
 answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
-never series by series, and enter the window as grid rows (`SignalStore.add_grid`).
+never series by series, and written into the signal's held arrays in place (`_Held`); the window
+is assembled from those by `HeldGrid` (build.py), which keeps the layout and where each row lands
+between cycles. So a steady cycle's own work follows its new points, not the hour it holds; what
+still grows with the hour is numpy copying the held rows into the window's fresh arrays.
 
 The per-node-and-target signals (`read`, `latency`: every client has a series for every target)
 are asked for only where they carry something (`SPARSE`: reads > 0, finite latencies), which
@@ -19,6 +22,8 @@ Steady state: the source keeps what it fetched and each cycle asks only for the 
 previous cycle's end, plus a settle before it (points a late sample could still change:
 `SETTLE_SECONDS`, or the longest scrape timeout of a Prometheus that only scrapes, `scrape_settle`),
 so serve's every-15-s cycle over a one-hour window costs two to six steps per query instead of 240.
+A steady window equals a cold one bit for bit: the rows one cell or job adds up are added in the
+order of their labels, whichever cycle each came in.
 The hardware facts (leaf, NVLink peers, NUMA: nine tenths of the facts' answer) are asked for on a
 cold cycle and then every `TOPOLOGY_SECONDS`, or on the cycle after a node appears that they did not
 cover; the cycles between ask for the job facts only.

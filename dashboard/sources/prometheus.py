@@ -308,10 +308,11 @@ class _Held:
     key) is worked out once, when it appears. Rows are the `n` first of the arrays' rows; the
     spare ones, and columns as they enter the window, are empty (NaN, no point)."""
 
-    __slots__ = ("rows", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks")
+    __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks")
 
     def __init__(self):
-        self.rows: dict[tuple, int] = {}  # labels as answered and sorted -> row
+        self.rows: dict[tuple, int] = {}  # labels sorted -> row
+        self.answered: dict[tuple, int] = {}  # labels as answered (names, values) -> row
         self.labels: list[dict] = []
         self.keys: list[tuple] = []  # per row its labels sorted: the order a cell's rows are added in
         self.cells: list[tuple | None] = []  # per row (signal part, node, key), () for none, None: not mapped yet
@@ -383,12 +384,13 @@ class _Held:
                 new[:n, lo:hi] = was[:n, lo + moved:hi + moved]
 
     def _rows_of(self, labels: list[dict]) -> np.ndarray:
-        """The row of each answered series, new rows added. Looked up by the labels in the order
-        the engine answered them (one tuple, no sort: the same every cycle), sorted only on a miss."""
-        answered = list(map(tuple, map(dict.items, labels)))
-        got = list(map(self.rows.get, answered))
+        """The row of each answered series, new rows added. Looked up by the labels as the engine
+        answered them (their names and their values, two tuples: no sort, no tuple per label;
+        the same every cycle), by the sorted labels only on a miss."""
+        answered = list(zip(map(tuple, labels), map(tuple, map(dict.values, labels))))
+        got = list(map(self.answered.get, answered))
         for i in (i for i, r in enumerate(got) if r is None):
-            key = tuple(sorted(answered[i]))
+            key = tuple(sorted(labels[i].items()))
             r = self.rows.get(key)
             if r is None:
                 r = self.rows[key] = self.n
@@ -397,7 +399,7 @@ class _Held:
                 self.cells.append(None)
                 self.n += 1
                 self._changed()
-            got[i] = self.rows[answered[i]] = r
+            got[i] = self.answered[answered[i]] = r
         self._grow(self.n)
         return np.array(got, np.int64)
 
@@ -425,6 +427,7 @@ class _Held:
         self.keys = [self.keys[i] for i in idx]
         self.cells = [self.cells[i] for i in idx]
         self.rows = {k: i for i, k in enumerate(self.keys)}
+        self.answered = {}  # found again by their sorted labels on the next answer
         self.n = m
         self._changed()
 

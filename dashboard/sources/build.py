@@ -264,19 +264,18 @@ class HeldGrid:
     def __init__(self):
         self._lay: Layout | None = None
         self._lay_key: tuple = ()
-        self._keys: dict[tuple[int, str], frozenset] = {}  # block (version, signal) -> its (level, node, key) cells
+        self._facts: dict[tuple[int, str], frozenset] = {}  # block (version, signal) -> _layout_facts
         self._placed: dict[tuple[int, str], _Placement] = {}  # block (version, signal) -> where its rows land in self._lay
 
     def _layout(self, blocks: list[GridBlock], T: int, targets: set[str]) -> Layout:
-        keys = {}
-        for b in blocks:
-            keys[b.version, b.signal] = self._keys.get((b.version, b.signal)) or \
-                frozenset((b.level, node, key) for node, key in b.cells)
-        self._keys = keys
-        cells = frozenset().union(*keys.values())
-        lay_key = (T, frozenset(targets), cells)
+        """The layout of the last window again unless what it depends on changed; a new one (and
+        every block placed again) otherwise."""
+        facts = {(b.version, b.signal): self._facts.get((b.version, b.signal)) or _layout_facts(b) for b in blocks}
+        self._facts = facts
+        lay_key = (T, frozenset(targets), tuple(facts.values()))  # unchanged blocks: the same objects, compared by identity
         if self._lay is None or lay_key != self._lay_key:
-            self._lay, self._lay_key, self._placed = Layout([("", *c) for c in cells], T, targets), lay_key, {}
+            cells = [("", b.level, node, key) for b in blocks for node, key in b.cells]
+            self._lay, self._lay_key, self._placed = Layout(cells, T, targets), lay_key, {}
         return self._lay
 
     def window(self, store: SignalStore, blocks: list[tuple[GridBlock, np.ndarray]], start: float, end: float,
@@ -294,6 +293,18 @@ class HeldGrid:
         for b, aligned in blocks:
             placed[b.version, b.signal].fill(b, aligned, lay, arrays, jobs)
         return lay.window(times, step, arrays, dict(jobs), store, leaf_of, list(store.notes))
+
+
+def _layout_facts(block: GridBlock) -> frozenset:
+    """What a Layout takes from a block's cells: its nodes, their GPU and port keys, the target
+    names. Not which node has which target (a sparse signal's rows come and go with the reads,
+    and each such change would otherwise lay out the whole window again)."""
+    if block.level in ("gpu", "rail"):
+        return frozenset((block.level, node, key) for node, key in block.cells)
+    if block.level == "job":
+        return frozenset()
+    nodes = {("node", node, "") for node, _ in block.cells}
+    return frozenset(nodes | {("target", "", key) for _, key in block.cells} if block.level == "target" else nodes)
 
 
 def combine_rows(stack: np.ndarray, combine: str) -> np.ndarray:

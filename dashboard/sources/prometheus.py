@@ -289,9 +289,9 @@ def _seconds(text: str) -> float:
 _VERSIONS = itertools.count()
 
 
-# A held signal's arrays: values, whether a point is there, the row as the window takes it; and what
-# an empty cell of each holds.
-_ARRAYS = (("vals", np.float64, np.nan), ("have", bool, False), ("aligned", np.float64, np.nan))
+# A held signal's arrays (values, whether a point is there, the row as the window takes it): the
+# type of each, and what its empty cells hold.
+_ARRAYS = ((np.float64, np.nan), (bool, False), (np.float64, np.nan))
 
 
 class _Held:
@@ -318,24 +318,19 @@ class _Held:
         self.cells: list[tuple | None] = []  # per row (signal part, node, key), () for none, None: not mapped yet
         self.n = 0
         self.T = 0
-        self._bufs = [np.full((0, 0), empty, dtype) for _, dtype, empty in _ARRAYS]
+        self._bufs = [np.full((0, 0), empty, dtype) for dtype, empty in _ARRAYS]
         self._off = 0  # the buffers' column that is the window's first
         self.t0 = math.nan
         self.until = -math.inf
         self.version = next(_VERSIONS)
         self._blocks: list[GridBlock] | None = None
 
-    @property
-    def vals(self) -> np.ndarray:
-        return self._bufs[0][:, self._off:self._off + self.T]
+    vals = property(lambda self: self._window_of(0))
+    have = property(lambda self: self._window_of(1))
+    aligned = property(lambda self: self._window_of(2))
 
-    @property
-    def have(self) -> np.ndarray:
-        return self._bufs[1][:, self._off:self._off + self.T]
-
-    @property
-    def aligned(self) -> np.ndarray:
-        return self._bufs[2][:, self._off:self._off + self.T]
+    def _window_of(self, i: int) -> np.ndarray:
+        return self._bufs[i][:, self._off:self._off + self.T]
 
     def merge(self, data: dict, start: float, since: float, until: float, step: float, lookback: float,
               sparse: bool = False) -> None:
@@ -346,14 +341,13 @@ class _Held:
         T = grid(start, until, step).shape[0]
         labels, sid, col, val = decode_range(data, start, step, T)
         self._frame(start, T, step)
+        rows = self._rows_of(labels)
         cut = int(round((since - start) / step))  # the first column fetched again
         vals, have = self.vals, self.have
         vals[:self.n, cut:] = np.nan
         have[:self.n, cut:] = False
-        at = (self._rows_of(labels)[sid], col)
-        vals, have = self.vals, self.have  # new rows may have moved the buffers
-        vals[at] = val
-        have[at] = True
+        vals[rows[sid], col] = val
+        have[rows[sid], col] = True
         self._drop_empty()
         self._align(cut, step, lookback, sparse)
         self.t0, self.until = start, until
@@ -366,17 +360,17 @@ class _Held:
             width = self._bufs[0].shape[1]
             if self._off + moved + T <= width:
                 self._off += moved
-                for buf, (_, _, empty) in zip(self._bufs, _ARRAYS):
+                for buf, (_, empty) in zip(self._bufs, _ARRAYS):
                     buf[:, self._off + T - moved:self._off + T] = empty  # the columns entering the window
             else:  # the end of the buffers: what stays in the window back to their start
-                for buf, (_, _, empty) in zip(self._bufs, _ARRAYS):
+                for buf, (_, empty) in zip(self._bufs, _ARRAYS):
                     buf[:, :T - moved] = buf[:, self._off + moved:self._off + T]
                     buf[:, T - moved:] = empty
                 self._off = 0
             return
         old = (self.vals, self.have, self.aligned)
         cap, n = self._bufs[0].shape[0], self.n
-        self._bufs = [np.full((cap, T + T // 4 + 1), empty, dtype) for _, dtype, empty in _ARRAYS]
+        self._bufs = [np.full((cap, T + T // 4 + 1), empty, dtype) for dtype, empty in _ARRAYS]
         self._off, self.T = 0, T
         lo, hi = max(0, -moved), min(T, old[0].shape[1] - moved)  # new columns that held columns land on
         if hi > lo and n:
@@ -407,7 +401,7 @@ class _Held:
         cap = self._bufs[0].shape[0]
         if need > cap:  # by a quarter at least: rows appearing a few a cycle cost amortised O(1) each
             cap = max(need, cap + cap // 4, 64)
-            grown = [np.full((cap, buf.shape[1]), empty, dtype) for buf, (_, dtype, empty) in zip(self._bufs, _ARRAYS)]
+            grown = [np.full((cap, buf.shape[1]), empty, dtype) for buf, (dtype, empty) in zip(self._bufs, _ARRAYS)]
             for new, buf in zip(grown, self._bufs):
                 new[:buf.shape[0]] = buf
             self._bufs = grown
@@ -420,7 +414,7 @@ class _Held:
             return
         idx = np.flatnonzero(live)
         m = idx.shape[0]
-        for a, (_, _, empty) in zip((self.vals, self.have, self.aligned), _ARRAYS):
+        for a, (_, empty) in zip((self.vals, self.have, self.aligned), _ARRAYS):
             a[:m] = a[idx]
             a[m:n] = empty
         self.labels = [self.labels[i] for i in idx]

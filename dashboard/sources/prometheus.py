@@ -289,16 +289,19 @@ def _seconds(text: str) -> float:
 _VERSIONS = itertools.count()
 
 
-# A held signal's arrays (values, whether a point is there, the row as the window takes it): the
-# type of each, and what its empty cells hold.
-_ARRAYS = ((np.float64, np.nan), (bool, False), (np.float64, np.nan))
+# A held signal's arrays (whether a point is there, the row as the window takes it): the type of
+# each, and what its empty cells hold.
+_ARRAYS = ((bool, False), (np.float64, np.nan))
 
 
 class _Held:
     """One signal's series as fetched so far, kept between cycles on the window's step grid (column
-    j is the window's start + j * step): per row its labels, values, whether a point is there (a
-    point whose value is NaN is there: the window's alignment carries an earlier point over a
-    missing one, never over a NaN), and the row as the window takes it (`align_grid`).
+    j is the window's start + j * step): per row its labels, whether a point is there (a point
+    whose value is NaN is there: the window's alignment carries an earlier point over a missing
+    one, never over a NaN), and the row as the window takes it (`align_grid`). The points' values
+    are not kept apart: a column with a point aligns to that point's own value (an infinite one to
+    NaN, which aligns the same), and aligning reads a column's value only where it has a point, so
+    the aligned row serves as the values when columns are aligned again.
 
     A steady cycle moves the window over these arrays by the steps it moved and writes the fetched
     columns in place, so its cost follows its new points, not the held hour: each array is a view
@@ -325,9 +328,8 @@ class _Held:
         self.version = next(_VERSIONS)
         self._blocks: list[GridBlock] | None = None
 
-    vals = property(lambda self: self._window_of(0))
-    have = property(lambda self: self._window_of(1))
-    aligned = property(lambda self: self._window_of(2))
+    have = property(lambda self: self._window_of(0))
+    aligned = property(lambda self: self._window_of(1))
 
     def _window_of(self, i: int) -> np.ndarray:
         return self._bufs[i][:, self._off:self._off + self.T]
@@ -343,13 +345,13 @@ class _Held:
         self._frame(start, T, step)
         rows = self._rows_of(labels)
         cut = int(round((since - start) / step))  # the first column fetched again
-        vals, have = self.vals, self.have
-        vals[:self.n, cut:] = np.nan
+        have = self.have
         have[:self.n, cut:] = False
-        vals[rows[sid], col] = val
         have[rows[sid], col] = True
+        fetched = np.full((self.n, T - cut), np.nan)
+        fetched[rows[sid], col - cut] = val
+        self._align(cut, fetched, step, lookback, sparse)
         self._drop_empty()
-        self._align(cut, step, lookback, sparse)
         self.t0, self.until = start, until
 
     def _frame(self, start: float, T: int, step: float) -> None:
@@ -368,13 +370,13 @@ class _Held:
                     buf[:, T - moved:] = empty
                 self._off = 0
             return
-        old = (self.vals, self.have, self.aligned)
+        old = (self.have, self.aligned)
         cap, n = self._bufs[0].shape[0], self.n
         self._bufs = [np.full((cap, T + T // 4 + 1), empty, dtype) for dtype, empty in _ARRAYS]
         self._off, self.T = 0, T
         lo, hi = max(0, -moved), min(T, old[0].shape[1] - moved)  # new columns that held columns land on
         if hi > lo and n:
-            for new, was in zip((self.vals, self.have, self.aligned), old):
+            for new, was in zip((self.have, self.aligned), old):
                 new[:n, lo:hi] = was[:n, lo + moved:hi + moved]
 
     def _rows_of(self, labels: list[dict]) -> np.ndarray:
@@ -414,7 +416,7 @@ class _Held:
             return
         idx = np.flatnonzero(live)
         m = idx.shape[0]
-        for a, (_, empty) in zip((self.vals, self.have, self.aligned), _ARRAYS):
+        for a, (_, empty) in zip((self.have, self.aligned), _ARRAYS):
             a[:m] = a[idx]
             a[m:n] = empty
         self.labels = [self.labels[i] for i in idx]
@@ -429,17 +431,20 @@ class _Held:
         self.version = next(_VERSIONS)
         self._blocks = None
 
-    def _align(self, cut: int, step: float, lookback: float, sparse: bool) -> None:
-        """`aligned` again where it may have changed: from the first column fetched on, and the
-        first columns (the ones before them moved out of the window). A column depends only on
-        itself and the `reach` before it."""
+    def _align(self, cut: int, fetched: np.ndarray, step: float, lookback: float, sparse: bool) -> None:
+        """`aligned` again where it may have changed: from the first column fetched on (`fetched`:
+        their values), and the first columns (the ones before them moved out of the window). A
+        column depends only on itself and the `reach` before it."""
         n, T = self.n, self.T
         reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
         for lo, hi in ((0, min(reach, cut, T)), (cut, T)):
             if hi > lo:
                 ctx = max(0, lo - reach)
+                vals = self.aligned[:n, ctx:min(hi, cut)]  # held points' values (class doc)
+                if hi > cut:
+                    vals = np.hstack([vals, fetched[:, :hi - cut]])
                 have = np.ones((n, hi - ctx), bool) if sparse else self.have[:n, ctx:hi]
-                self.aligned[:n, lo:hi] = align_grid(self.vals[:n, ctx:hi], have, step, lookback)[:, lo - ctx:]
+                self.aligned[:n, lo:hi] = align_grid(vals, have, step, lookback)[:, lo - ctx:]
 
     def blocks(self, signal: str, level: str, matcher: NodeMatcher) -> list[tuple[GridBlock, np.ndarray]]:
         """The rows as HeldGrid blocks (a shared query's parts apart), each with its aligned rows;

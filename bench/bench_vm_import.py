@@ -188,11 +188,13 @@ def cpu(pid: int) -> float:
 
 
 def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = False) -> dict:
-    """{"cold": row, "steady": best row, "profile": text}, a row being QueryMeter's (wall s, in
+    """{"cold": row, "steady": best row, "our_cpu": (min, median), "profile": text}, a row being QueryMeter's (wall s, in
     flight s, the queries' seconds added up, queries, bytes, span asked s, series answered) and the
     CPU seconds the engine's process and this one (all threads) used in the cycle: on a host whose
     cores are shared, the wall time says more about the other work than about the cycle; the CPU
-    seconds are what the cycle costs wherever it runs."""
+    seconds are what the cycle costs wherever it runs. The best row is the one of least wall time,
+    whose CPU seconds are those of that one cycle: "our_cpu" is this process' CPU seconds over all
+    the steady cycles (least and median), steadier against the other work on shared cores."""
     from dashboard.sources.prometheus import PrometheusSource
 
     meter = QueryMeter(keep=profile)
@@ -207,7 +209,10 @@ def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = F
 
     first = end - STEP * (repeat + (1 if profile else 0))
     out = {"cold": one(first)}
-    out["steady"] = min(one(first + STEP * k) for k in range(1, repeat + 1))
+    steady = [one(first + STEP * k) for k in range(1, repeat + 1)]
+    out["steady"] = min(steady)
+    ours = sorted(row[-1] for row in steady)
+    out["our_cpu"] = (ours[0], ours[len(ours) // 2])
     if profile:
         out["profile"] = profiled(src, meter, end)
     return out
@@ -231,8 +236,9 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
 
     parts = {"waiting for answers": cum("concurrent/futures/_base.py", "result"),
              "decode + merge (_Held.merge)": cum("sources/prometheus.py", "merge"),
-             "into the store (add_held, add_info)": cum("sources/prometheus.py", "add_held", "add_info"),
-             "window assembly (SignalStore.window, _zero_reads, silent_nodes)":
+             "into the store (_Held.blocks or main's add_held, add_info)":
+                 cum("sources/prometheus.py", "blocks", "add_held", "add_info"),
+             "window assembly (HeldGrid.window or SignalStore.window, _zero_reads, silent_nodes)":
                  cum("sources/build.py", "window") + cum("sources/prometheus.py", "_zero_reads", "silent_nodes")}
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(8)
@@ -263,12 +269,12 @@ def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
         rows = measure(engine, server.url, server.process.proc.pid, end, args)
         print(f"  {engine} RSS after the cycles: "
               f"{psutil.Process(server.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
-        report(engine, args.nodes, rows)
+        report(engine, args.nodes, rows, args.repeat)
     finally:
         server.stop()
 
 
-def report(engine: str, nodes: int, rows: dict) -> None:
+def report(engine: str, nodes: int, rows: dict, nsteady: int) -> None:
     print(f"{engine + ', ' + format(nodes, ',') + ' nodes':24} {'wall':>8} {'in flight':>9} {'added':>8} {'MB':>6} "
           f"{'series':>8} {'span':>5} {'engine CPU':>10} {'our CPU':>8} {'CPU us/series':>14}")
     for who, got in rows.items():
@@ -276,6 +282,9 @@ def report(engine: str, nodes: int, rows: dict) -> None:
             w, f, added, _, b, span, s, ecpu, ocpu = got[kind]
             print(f"{who + ' ' + kind:24} {w:7.2f}s {f:8.2f}s {added:7.2f}s {b / 1e6:6.1f} {s:8,} {span:4.0f}s "
                   f"{ecpu:9.2f}s {ocpu:7.2f}s {1e6 * ecpu / max(s, 1):6.1f} +{1e6 * ocpu / max(s, 1):6.1f}")
+    for who, got in rows.items():
+        print(f"{who} steady, our CPU over the {nsteady} cycles: least {got['our_cpu'][0]:.2f} s, "
+              f"median {got['our_cpu'][1]:.2f} s")
     if rows["ours"].get("profile"):
         print(rows["ours"]["profile"])
     print(flush=True)

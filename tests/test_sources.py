@@ -20,7 +20,7 @@ from dashboard.analysis.diagnose import diagnose
 from dashboard.sources.build import RawStore, SignalStore, align, counter_rate
 from dashboard.sources.exposition import iter_samples
 from dashboard.sources.prometheus import QUERY_BUDGET, PrometheusSource, add_matrix, plan_queries
-from dashboard.sources.schema import NodeMatcher, short_host
+from dashboard.sources.schema import Mapping, NodeMatcher, short_host, sub_key
 
 T0 = 1_767_225_600.0
 
@@ -312,6 +312,121 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     win = warm.window(T0 + 480, 600, 15)
     assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + settle}
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
+
+
+def _changing_engine(state: dict):
+    """A fake engine whose series change over time, answering every range query from the same
+    points (a point at t depends on t only, as on a real engine): GPU utilisation of four nodes (one
+    appearing at T0 + 60, one GPU gone before T0 - 200, one missing every fifth step, one NaN every
+    seventh, one cell fed by two rows: the node under two host labels), a job's I/O pressure from
+    its nodes' rows (three or four: their sum's order matters), RoCE's two signals in one query,
+    and the sparse per-target reads (a missing point is NaN there, never the one before).
+    `state["fail"]` makes the utilisation query fail; `state["answer"]` is what a query answers."""
+    def value(seed: int, t: float) -> float:
+        return ((seed * 7919 + int(t) * 104729) % 9973) / 997.0
+
+    def points(seed: int, start: float, end: float, step: float, alive) -> list:
+        out = []
+        for t in np.arange(start, end + 1e-6, step):
+            k = int(round((t - T0) / 15))
+            if not alive(t, k):
+                continue
+            out.append([float(t), "NaN" if seed == 2 and k % 7 == 3 else repr(value(seed, t))])
+        return out
+
+    def series(q: str) -> list[tuple[dict, int, object]]:
+        if "gangwatch_gpu_utilization_ratio" in q:
+            got = [({"instance": f"n{i}:9810", "gpu": str(g)}, 10 * i + g,
+                    (lambda t, k, i=i, g=g: (i != 3 or t >= T0 + 60) and ((i, g) != (1, 1) or t < T0 - 200)))
+                   for i in range(4) for g in range(2)]
+            got[0] = (got[0][0], 0, lambda t, k: k % 5 != 2)  # gaps: the step before carried over once
+            return got + [({"node": "n0", "gpu": "0"}, 99, lambda t, k: True)]  # n0/0 a second time
+        if "gangwatch_job_pressure_waiting_seconds_total" in q:
+            # answered in reverse label order: a steady source holds n3 after the others, a cold one first
+            return [({"instance": f"n{i}:9810", "jobid": "7"}, 200 + i, lambda t, k, i=i: i != 3 or t >= T0 + 60)
+                    for i in reversed(range(4))]
+        if '"gw_signal", "roce_cong"' in q:  # one query, two signals (SHARED_QUERIES), told apart by a label
+            return [({"instance": f"n{i}:9810", "device": "mlx5_0", "port": "1", "gw_signal": part}, 400 + 10 * i + j,
+                     lambda t, k: True) for i in range(3) for j, part in enumerate(("roce_cong", "roce_err"))]
+        if q.endswith("> 0"):  # `read`, SPARSE
+            return [({"instance": "n0:9810", "target": "fs-OST0000"}, 300, lambda t, k: k % 3 != 1),
+                    ({"instance": "n1:9810", "target": "fs-OST0001"}, 301, lambda t, k: t >= T0 + 45)]
+        return []
+
+    def answer(q: str, start: float, end: float, step: float) -> list[dict]:
+        return [{"metric": labels, "values": pts} for labels, seed, alive in series(q)
+                if (pts := points(seed, start, end, step, alive))]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = request.url.params.get("query", "")
+        if "/status/" in request.url.path:
+            return no_status_api()
+        if request.url.path.endswith("/query"):
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+        if state.get("fail") and "gangwatch_gpu_utilization_ratio" in q:
+            return httpx.Response(503, text="overloaded")
+        result = answer(q, *(float(request.url.params[k]) for k in ("start", "end", "step")))
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+    state["answer"] = answer
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def assert_same_window(a, b) -> None:
+    """Every field, every array bit for bit (NaN where NaN), every dtype."""
+    for name in ("nodes", "gpus", "rails", "targets", "gpu_jobs", "leaf_of", "nvlink_peers", "gpu_numa", "notes", "step"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert np.array_equal(a.times, b.times)
+    for level in ("gpu", "rail", "node", "target"):
+        x, y = getattr(a, level), getattr(b, level)
+        assert x.keys() == y.keys(), level
+        for k in x:
+            assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k], equal_nan=True), (level, k)
+    assert {s: set(j) for s, j in a.job.items()} == {s: set(j) for s, j in b.job.items()}
+    for s, jobs in a.job.items():
+        for j, v in jobs.items():
+            assert np.array_equal(v, b.job[s][j], equal_nan=True), (s, j)
+
+
+def test_steady_cycles_give_cold_windows():
+    """Steady cycles (each moving the held arrays and writing the new columns in place) give, cycle
+    after cycle, the window a fresh source gives over the same data, while series appear and
+    disappear, points go missing or NaN, a query fails (that signal absent and named, then
+    fetched whole), the window's length and step change and the window jumps back and far ahead;
+    and the GPU and job arrays are the ones `SignalStore.add` of the same points gives."""
+    state: dict = {}
+    warm = PrometheusSource("http://prom:9090", client=_changing_engine(state))
+    cycles = [(T0 + 15 * k, 300, 15) for k in range(8)]  # steady, one step apart
+    cycles += [(T0 + 150, 300, 15)]  # the utilisation query fails here
+    cycles += [(T0 + 165, 300, 15), (T0 + 210, 300, 15), (T0 + 225, 450, 15), (T0 + 240, 450, 15),
+               (T0 + 270, 450, 30), (T0 + 300, 450, 30), (T0 + 285, 450, 15), (T0 + 1200, 450, 15), (T0 + 1215, 450, 15)]
+    for end, span, step in cycles:
+        state["fail"] = end == T0 + 150
+        win = warm.window(end, span, step)
+        cold = PrometheusSource("http://prom:9090", client=_changing_engine(state)).window(end, span, step)
+        assert_same_window(win, cold)
+        if state["fail"]:
+            assert "util" not in win.gpu and any("util" in n and "failed" in n for n in win.notes)
+            continue
+        assert warm.failed_last_cycle == 0 and not win.notes
+        reference = SignalStore()  # the generic path, point by point, the rows in label order
+        for signal, level in (("util", "gpu"), ("psi_io", "job"), ("roce", "rail")):
+            q = next(q for s, lvl, q in plan_queries(60, step) if (s, lvl) == (signal, level))
+            for series in sorted(state["answer"](q, win.start, win.end, step), key=lambda r: sorted(r["metric"].items())):
+                labels = series["metric"]
+                part = labels.get("gw_signal", signal)
+                ts, vs = np.array([p[0] for p in series["values"]]), np.array([float(p[1]) for p in series["values"]])
+                reference.add(part, level, NodeMatcher()(labels), sub_key(Mapping(part, level, ""), labels), ts, vs)
+        ref = reference.window(win.start, win.end, step)
+        for name, other in (("roce_cong", "roce_err"), ("roce_err", "roce_cong")):
+            assert np.array_equal(win.rail[name], ref.rail[name], equal_nan=True)
+            assert not np.array_equal(win.rail[name], ref.rail[other], equal_nan=True)
+        assert np.array_equal(win.gpu["util"], ref.gpu["util"], equal_nan=True)
+        assert set(win.job["psi_io"]) == {"7"} and np.array_equal(win.job["psi_io"]["7"], ref.job["psi_io"]["7"], equal_nan=True)
+        read = win.target["read"][win.nodes.index("n0"), win.targets.index("fs-OST0000")]
+        dropped = np.round((win.times - T0) / 15) % 3 == 1  # the filter's: NaN, not the point before
+        assert np.isnan(read[dropped]).all() and np.isfinite(read[~dropped]).all()
+    # what the cycles went through, so the checks above were not vacuous
+    assert np.isnan(win.gpu["util"]).any() and np.isfinite(win.gpu["util"]).any() and win.nodes == ("n0", "n1", "n2", "n3")
 
 
 def test_scrape_settle_only_where_samples_cannot_come_later():

@@ -18,7 +18,7 @@ import math
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from .exposition import Columns, Sample, concat_ranges
 from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping, NodeMatcher, matches, sub_key
 
 WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS)
+# Steps back a grid time looks for its latest sample (`align`'s lookback, unless given): two scrapes at the
+# step's interval, so one missed scrape is carried over, two are unknown.
+LOOKBACK_STEPS = 2
 _UNSEEN = object()
 
 
@@ -174,7 +177,7 @@ class SignalStore:
     def window(self, start: float, end: float, step: float, lookback: float | None = None,
                leaf_of: dict[str, str] | None = None) -> Window:
         times = grid(start, end, step)
-        lookback = 2 * step if lookback is None else lookback
+        lookback = LOOKBACK_STEPS * step if lookback is None else lookback
         blocks = list(self._grid_rows(times, lookback))
         cells = Counter((signal, level, node, key) for signal, level, rows, _ in blocks for node, key in rows)
         cells.update(self.series.keys())
@@ -200,29 +203,125 @@ class SignalStore:
             if level == "job":
                 per_job[signal][key].extend(row for row, _ in items)
                 continue
-            arr = _array(arrays, lay, level, signal)
-            aligned = [row for row, _ in items]
-            combine = items[0][1]
-            stack = np.vstack(aligned)
-            with np.errstate(invalid="ignore"):
-                if len(aligned) == 1:
-                    v = stack[0]
-                elif combine == "sum":
-                    cnt = np.isfinite(stack).sum(axis=0)
-                    v = np.where(cnt == len(aligned), np.nansum(stack, axis=0), np.nan)
-                else:
-                    cnt = np.isfinite(stack).sum(axis=0)
-                    v = np.where(cnt > 0, np.nansum(stack, axis=0) / np.maximum(cnt, 1), np.nan)
-            arr[lay.index(level, node, key)] = v
-        jobs_out = {}
-        for signal, by_job in per_job.items():
-            jobs_out[signal] = {}
-            for jid, rows in by_job.items():
-                st = np.vstack(rows)
-                cnt = np.isfinite(st).sum(axis=0)
-                jobs_out[signal][jid] = np.where(cnt > 0, np.where(np.isfinite(st), st, 0).sum(axis=0) / np.maximum(cnt, 1),
-                                                 np.nan)
+            stack = np.vstack([row for row, _ in items])
+            _array(arrays, lay, level, signal)[lay.index(level, node, key)] = stack[0] if len(items) == 1 else \
+                combine_rows(stack, items[0][1])
+        jobs_out = {signal: {jid: job_mean(np.vstack(rows)) for jid, rows in by_job.items()} for signal, by_job in per_job.items()}
         return lay.window(times, step, arrays, jobs_out, self, leaf_of, list(self.notes))
+
+
+class GridBlock(NamedTuple):
+    """One signal's rows, aligned to the window's grid already, that a source keeps between
+    windows (HeldGrid): which rows of its aligned array they are, each row's (node, key) and sort
+    key, and a version that changes whenever any of these do (blocks from one source share it,
+    told apart by their signal)."""
+    signal: str
+    level: str
+    rows: np.ndarray
+    cells: list[tuple[str, str]]
+    order: list
+    version: int
+
+
+class _Placement:
+    """Where one block's rows land in a Layout: the rows alone in their cell, written with one
+    assignment, and the cells fed by several rows (a node under two host labels; a job's nodes),
+    their rows in the block's sort order so the float sums are the same whichever cycle a row
+    came in (a steady window is bit for bit a cold one)."""
+
+    def __init__(self, block: GridBlock, lay: Layout):
+        job = block.level == "job"
+        by_cell: dict[tuple[str, ...], list[int]] = defaultdict(list)
+        for i, (node, key) in enumerate(block.cells):
+            by_cell[(key,) if job else (node, key)].append(i)  # a job's series: its nodes' rows together
+        alone = [] if job else [rs[0] for rs in by_cell.values() if len(rs) == 1]
+        self.alone = block.rows[np.array(alone, np.int64)]
+        where = [lay.index(block.level, *block.cells[i]) for i in alone]
+        self.where = tuple(np.array(where, np.int64).T) if where else ()
+        self.groups = [(cell, block.rows[np.array(sorted(rs, key=lambda i: block.order[i]), np.int64)])
+                       for cell, rs in by_cell.items() if job or len(rs) > 1]
+
+    def fill(self, block: GridBlock, aligned: np.ndarray, lay: Layout, arrays: dict, jobs: dict) -> None:
+        if self.alone.size:
+            _array(arrays, lay, block.level, block.signal)[self.where] = aligned[self.alone]
+        for cell, rows in self.groups:
+            if block.level == "job":
+                jobs[block.signal][cell[0]] = job_mean(aligned[rows])
+            else:
+                _array(arrays, lay, block.level, block.signal)[lay.index(block.level, *cell)] = \
+                    combine_rows(aligned[rows], "mean")
+
+
+class HeldGrid:
+    """Windows from grid blocks a source keeps between windows (the Prometheus source's held
+    signals, each row aligned already): the window `SignalStore.window` gives for the same rows
+    added with `add_grid` (cells of several rows added in the blocks' sort order), but the layout
+    and where each row lands are worked out again only for blocks whose rows changed, and the
+    layout only when the nodes, keys or targets did. A steady window's Python work then does not
+    grow with its rows; what is left per window is numpy copying the aligned rows into fresh
+    arrays (a window handed out is never written to again)."""
+
+    def __init__(self):
+        self._lay: Layout | None = None
+        self._lay_key: tuple = ()
+        self._facts: dict[tuple[int, str], frozenset] = {}  # block (version, signal) -> _layout_facts
+        self._placed: dict[tuple[int, str], _Placement] = {}  # block (version, signal) -> where its rows land in self._lay
+
+    def _layout(self, blocks: list[GridBlock], T: int, targets: set[str]) -> Layout:
+        """The layout of the last window again unless what it depends on changed; a new one (and
+        every block placed again) otherwise."""
+        facts = {(b.version, b.signal): self._facts.get((b.version, b.signal)) or _layout_facts(b) for b in blocks}
+        self._facts = facts
+        lay_key = (T, frozenset(targets), tuple(facts.values()))  # unchanged blocks: the same objects, compared by identity
+        if self._lay is None or lay_key != self._lay_key:
+            cells = [("", b.level, node, key) for b in blocks for node, key in b.cells]
+            self._lay, self._lay_key, self._placed = Layout(cells, T, targets), lay_key, {}
+        return self._lay
+
+    def window(self, store: SignalStore, blocks: list[tuple[GridBlock, np.ndarray]], start: float, end: float,
+               step: float, leaf_of: dict[str, str] | None = None) -> Window:
+        """`store`'s facts and notes with `blocks` ((block, its aligned rows on grid(start, end,
+        step))); the store's own series and grids are not read, so it must have none."""
+        if store.series or store.grids:
+            raise ValueError("HeldGrid builds windows from held blocks only")
+        times = grid(start, end, step)
+        lay = self._layout([b for b, _ in blocks], times.shape[0], store.known_targets)
+        placed = {(b.version, b.signal): self._placed.get((b.version, b.signal)) or _Placement(b, lay) for b, _ in blocks}
+        self._placed = placed
+        arrays: dict[str, dict[str, np.ndarray]] = {"gpu": {}, "rail": {}, "node": {}, "target": {}}
+        jobs: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+        for b, aligned in blocks:
+            placed[b.version, b.signal].fill(b, aligned, lay, arrays, jobs)
+        return lay.window(times, step, arrays, dict(jobs), store, leaf_of, list(store.notes))
+
+
+def _layout_facts(block: GridBlock) -> frozenset:
+    """What a Layout takes from a block's cells: its nodes, their GPU and port keys, the target
+    names. Not which node has which target (a sparse signal's rows come and go with the reads,
+    and each such change would otherwise lay out the whole window again)."""
+    if block.level in ("gpu", "rail"):
+        return frozenset((block.level, node, key) for node, key in block.cells)
+    if block.level == "job":
+        return frozenset()
+    nodes = {("node", node, "") for node, _ in block.cells}
+    return frozenset(nodes | {("target", "", key) for _, key in block.cells} if block.level == "target" else nodes)
+
+
+def combine_rows(stack: np.ndarray, combine: str) -> np.ndarray:
+    """One cell from its rows (k, T): their sum where all are known ("sum"), else the mean of the
+    known ones; NaN where none is."""
+    with np.errstate(invalid="ignore"):
+        cnt = np.isfinite(stack).sum(axis=0)
+        if combine == "sum":
+            return np.where(cnt == stack.shape[0], np.nansum(stack, axis=0), np.nan)
+        return np.where(cnt > 0, np.nansum(stack, axis=0) / np.maximum(cnt, 1), np.nan)
+
+
+def job_mean(stack: np.ndarray) -> np.ndarray:
+    """A job's series from its nodes' rows (k, T): the mean of the known ones, NaN where none is."""
+    with np.errstate(invalid="ignore"):
+        cnt = np.isfinite(stack).sum(axis=0)
+        return np.where(cnt > 0, np.where(np.isfinite(stack), stack, 0).sum(axis=0) / np.maximum(cnt, 1), np.nan)
 
 
 AUX_SIGNALS = frozenset(part for num, den, _ in RATIOS.values() for part in (num, den))  # only feed derived signals
@@ -622,18 +721,10 @@ def _store(block: np.ndarray, items: list, lay: Layout, arrays: dict, jobs: dict
             i = j
             continue
         stack = block[i:j]
-        with np.errstate(invalid="ignore"):
-            cnt = np.isfinite(stack).sum(axis=0)
-            if level == "job":
-                jobs[signal][key] = np.where(cnt > 0, np.where(np.isfinite(stack), stack, 0).sum(axis=0) / np.maximum(cnt, 1),
-                                             np.nan)
-                i = j
-                continue
-            if m.combine == "sum":
-                v = np.where(cnt == j - i, np.nansum(stack, axis=0), np.nan)
-            else:
-                v = np.where(cnt > 0, np.nansum(stack, axis=0) / np.maximum(cnt, 1), np.nan)
-        _array(arrays, lay, level, signal)[lay.index(level, node, key)] = v
+        if level == "job":
+            jobs[signal][key] = job_mean(stack)
+        else:
+            _array(arrays, lay, level, signal)[lay.index(level, node, key)] = combine_rows(stack, m.combine)
         i = j
     for (level, signal), (rows, where) in single.items():
         _array(arrays, lay, level, signal)[tuple(np.array(where, np.int64).T)] = block[rows]

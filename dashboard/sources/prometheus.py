@@ -9,7 +9,10 @@ cycle is fixed (`len(plan_queries())`, 19) whatever the node count or the schema
 instant query for facts (GPU -> job, leaf switch, NVLink peers, NUMA) and, on a cold cycle, one
 for the scrape interval. PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
 answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
-never series by series, and enter the window as grid rows (`SignalStore.add_grid`).
+never series by series, and written into the signal's held arrays in place (`_Held`); the window
+is assembled from those by `HeldGrid` (build.py), which keeps the layout and where each row lands
+between cycles. So a steady cycle's own work follows its new points, not the hour it holds; what
+still grows with the hour is numpy copying the held rows into the window's fresh arrays.
 
 The per-node-and-target signals (`read`, `latency`: every client has a series for every target)
 are asked for only where they carry something (`SPARSE`: reads > 0, finite latencies), which
@@ -19,6 +22,8 @@ Steady state: the source keeps what it fetched and each cycle asks only for the 
 previous cycle's end, plus a settle before it (points a late sample could still change:
 `SETTLE_SECONDS`, or the longest scrape timeout of a Prometheus that only scrapes, `scrape_settle`),
 so serve's every-15-s cycle over a one-hour window costs two to six steps per query instead of 240.
+A steady window equals a cold one bit for bit: the rows one cell or job adds up are added in the
+order of their labels, whichever cycle each came in.
 The hardware facts (leaf, NVLink peers, NUMA: nine tenths of the facts' answer) are asked for on a
 cold cycle and then every `TOPOLOGY_SECONDS`, or on the cycle after a node appears that they did not
 cover; the cycles between ask for the job facts only.
@@ -40,6 +45,8 @@ in a note and in `last_errors` (serve's "partly down" detail); the other nodes a
 
 from __future__ import annotations
 
+import gc
+import itertools
 import math
 import re
 import time
@@ -60,7 +67,7 @@ import numpy as np
 from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
-from .build import SignalStore
+from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping, NodeMatcher, sub_key
 
 
@@ -278,74 +285,202 @@ def _seconds(text: str) -> float:
     return sum(int(n) * _DURATION[u] for n, u in parts)
 
 
-class _Held:
-    """One signal's series as fetched so far, on the window's step grid from `t0` up to `until`:
-    per row its labels, values and whether a point is there (a point whose value is NaN is there:
-    the window's alignment carries an earlier point over a missing one, never over a NaN)."""
+# Each _Held's rows and cells get a version of their own (HeldGrid keeps where they land per version).
+_VERSIONS = itertools.count()
 
-    __slots__ = ("rows", "labels", "cells", "vals", "have", "t0", "until")
+
+# A held signal's arrays (whether a point is there, the row as the window takes it): the type of
+# each, and what its empty cells hold.
+_ARRAYS = ((bool, False), (np.float64, np.nan))
+
+
+class _Held:
+    """One signal's series as fetched so far, kept between cycles on the window's step grid (column
+    j is the window's start + j * step): per row its labels, whether a point is there (a point
+    whose value is NaN is there: the window's alignment carries an earlier point over a missing
+    one, never over a NaN), and the row as the window takes it (`align_grid`). The points' values
+    are not kept apart: a column with a point aligns to that point's own value (an infinite one to
+    NaN, which aligns the same), and aligning reads a column's value only where it has a point, so
+    the aligned row serves as the values when columns are aligned again.
+
+    A steady cycle moves the window over these arrays by the steps it moved and writes the fetched
+    columns in place, so its cost follows its new points, not the held hour: each array is a view
+    of the window's T columns into a buffer a quarter wider, moved along it and copied back to its
+    start only when it reaches the end (every T / 4 steps: amortised, a few columns a cycle). Rows
+    are looked up by their labels once per answered series, and a row's cell (signal part, node,
+    key) is worked out once, when it appears. Rows are the `n` first of the arrays' rows; the
+    spare ones, and columns as they enter the window, are empty (NaN, no point)."""
+
+    __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks")
 
     def __init__(self):
-        self.rows: dict[tuple, int] = {}
-        self.cells: dict[int, tuple] = {}  # row -> (signal, node, key) as add_held maps it, () for none
+        self.rows: dict[tuple, int] = {}  # labels sorted -> row
+        self.answered: dict[tuple, int] = {}  # labels as answered (names, values) -> row
         self.labels: list[dict] = []
-        self.vals = np.zeros((0, 0))
-        self.have = np.zeros((0, 0), bool)
+        self.keys: list[tuple] = []  # per row its labels sorted: the order a cell's rows are added in
+        self.cells: list[tuple | None] = []  # per row (signal part, node, key), () for none, None: not mapped yet
+        self.n = 0
+        self.T = 0
+        self._bufs = [np.full((0, 0), empty, dtype) for dtype, empty in _ARRAYS]
+        self._off = 0  # the buffers' column that is the window's first
         self.t0 = math.nan
         self.until = -math.inf
+        self.version = next(_VERSIONS)
+        self._blocks: list[GridBlock] | None = None
 
-    def merge(self, data: dict, start: float, since: float, until: float, step: float) -> None:
+    have = property(lambda self: self._window_of(0))
+    aligned = property(lambda self: self._window_of(1))
+
+    def _window_of(self, i: int) -> np.ndarray:
+        return self._bufs[i][:, self._off:self._off + self.T]
+
+    def merge(self, data: dict, start: float, since: float, until: float, step: float, lookback: float,
+              sparse: bool = False) -> None:
         """The points before `since` held, the fetched ones from `since` on (they replace the held
-        ones there), those before `start` dropped; rows left without a point dropped."""
+        ones there), those before `start` dropped; rows left without a point dropped. A sparse
+        signal's missing point is one the filter dropped (SPARSE): aligned as NaN, never as the
+        point before it."""
         T = grid(start, until, step).shape[0]
         labels, sid, col, val = decode_range(data, start, step, T)
-        rows = dict(self.rows)
-        keep_labels = list(self.labels)
-        fresh = np.empty(len(labels), np.int64)
-        for i, lab in enumerate(labels):
-            key = tuple(sorted(lab.items()))
-            r = rows.get(key)
-            if r is None:
-                r = rows[key] = len(keep_labels)
-                keep_labels.append(lab)
-            fresh[i] = r
-        vals = np.full((len(keep_labels), T), np.nan)
-        have = np.zeros((len(keep_labels), T), bool)
+        self._frame(start, T, step)
+        rows = self._rows_of(labels)
         cut = int(round((since - start) / step))  # the first column fetched again
-        if self.vals.size:
-            shift = int(round((self.t0 - start) / step))  # held column j is column j + shift now
-            lo, hi = max(0, shift), min(cut, shift + self.vals.shape[1])
-            if hi > lo:
-                n = self.vals.shape[0]
-                vals[:n, lo:hi] = self.vals[:, lo - shift:hi - shift]
-                have[:n, lo:hi] = self.have[:, lo - shift:hi - shift]
-        at = (fresh[sid], col)
-        vals[at] = val
-        have[at] = True
-        live = have.any(axis=1)
-        if not live.all():
-            idx = np.flatnonzero(live)
-            keep_labels = [keep_labels[i] for i in idx]
-            vals, have = vals[idx], have[idx]
-            rows = {tuple(sorted(lab.items())): i for i, lab in enumerate(keep_labels)}
-            self.cells = {}
-        self.rows, self.labels, self.vals, self.have = rows, keep_labels, vals, have
+        have = self.have
+        have[:self.n, cut:] = False
+        have[rows[sid], col] = True
+        fetched = np.full((self.n, T - cut), np.nan)
+        fetched[rows[sid], col - cut] = val
+        self._align(cut, fetched, step, lookback, sparse)
+        self._drop_empty()
         self.t0, self.until = start, until
+
+    def _frame(self, start: float, T: int, step: float) -> None:
+        """The window starting at `start`, T columns: moved along the buffers by the steps it moved
+        (a steady cycle), else the buffers laid out anew keeping what overlaps."""
+        moved = int(round((start - self.t0) / step)) if self.n else T
+        if T == self.T and 0 <= moved < T:
+            width = self._bufs[0].shape[1]
+            if self._off + moved + T <= width:
+                self._off += moved
+                for buf, (_, empty) in zip(self._bufs, _ARRAYS):
+                    buf[:, self._off + T - moved:self._off + T] = empty  # the columns entering the window
+            else:  # the end of the buffers: what stays in the window back to their start
+                for buf, (_, empty) in zip(self._bufs, _ARRAYS):
+                    buf[:, :T - moved] = buf[:, self._off + moved:self._off + T]
+                    buf[:, T - moved:] = empty
+                self._off = 0
+            return
+        old = (self.have, self.aligned)
+        cap, n = self._bufs[0].shape[0], self.n
+        self._bufs = [np.full((cap, T + T // 4 + 1), empty, dtype) for dtype, empty in _ARRAYS]
+        self._off, self.T = 0, T
+        lo, hi = max(0, -moved), min(T, old[0].shape[1] - moved)  # new columns that held columns land on
+        if hi > lo and n:
+            for new, was in zip((self.have, self.aligned), old):
+                new[:n, lo:hi] = was[:n, lo + moved:hi + moved]
+
+    def _rows_of(self, labels: list[dict]) -> np.ndarray:
+        """The row of each answered series, new rows added. Looked up by the labels as the engine
+        answered them (their names and their values, two tuples: no sort, no tuple per label;
+        the same every cycle), by the sorted labels only on a miss."""
+        answered = list(zip(map(tuple, labels), map(tuple, map(dict.values, labels))))
+        got = list(map(self.answered.get, answered))
+        for i in (i for i, r in enumerate(got) if r is None):
+            key = tuple(sorted(labels[i].items()))
+            r = self.rows.get(key)
+            if r is None:
+                r = self.rows[key] = self.n
+                self.labels.append(labels[i])
+                self.keys.append(key)
+                self.cells.append(None)
+                self.n += 1
+                self._changed()
+            got[i] = self.answered[answered[i]] = r
+        self._grow(self.n)
+        return np.array(got, np.int64)
+
+    def _grow(self, need: int) -> None:
+        cap = self._bufs[0].shape[0]
+        if need > cap:  # by a quarter at least: rows appearing a few a cycle cost amortised O(1) each
+            cap = max(need, cap + cap // 4, 64)
+            grown = [np.full((cap, buf.shape[1]), empty, dtype) for buf, (dtype, empty) in zip(self._bufs, _ARRAYS)]
+            for new, buf in zip(grown, self._bufs):
+                new[:buf.shape[0]] = buf
+            self._bufs = grown
+
+    def _drop_empty(self) -> None:
+        """Rows left without a point in the window dropped (the arrays' spare rows kept empty)."""
+        n = self.n
+        live = self.have[:n].any(axis=1)
+        if live.all():
+            return
+        idx = np.flatnonzero(live)
+        m = idx.shape[0]
+        for a, (_, empty) in zip((self.have, self.aligned), _ARRAYS):
+            a[:m] = a[idx]
+            a[m:n] = empty
+        self.labels = [self.labels[i] for i in idx]
+        self.keys = [self.keys[i] for i in idx]
+        self.cells = [self.cells[i] for i in idx]
+        self.rows = {k: i for i, k in enumerate(self.keys)}
+        self.answered = {}  # found again by their sorted labels on the next answer
+        self.n = m
+        self._changed()
+
+    def _changed(self) -> None:
+        self.version = next(_VERSIONS)
+        self._blocks = None
+
+    def _align(self, cut: int, fetched: np.ndarray, step: float, lookback: float, sparse: bool) -> None:
+        """`aligned` again where it may have changed: from the first column fetched on (`fetched`:
+        their values), and the first columns (the ones before them moved out of the window). A
+        column depends only on itself and the `reach` before it."""
+        n, T = self.n, self.T
+        reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
+        for lo, hi in ((0, min(reach, cut, T)), (cut, T)):
+            if hi > lo:
+                ctx = max(0, lo - reach)
+                vals = self.aligned[:n, ctx:min(hi, cut)]  # held points' values (class doc)
+                if hi > cut:
+                    vals = np.hstack([vals, fetched[:, :hi - cut]])
+                have = np.ones((n, hi - ctx), bool) if sparse else self.have[:n, ctx:hi]
+                self.aligned[:n, lo:hi] = align_grid(vals, have, step, lookback)[:, lo - ctx:]
+
+    def blocks(self, signal: str, level: str, matcher: NodeMatcher) -> list[tuple[GridBlock, np.ndarray]]:
+        """The rows as HeldGrid blocks (a shared query's parts apart), each with its aligned rows;
+        rows the matcher gives no node or key left out."""
+        if self._blocks is None:
+            probe = Mapping(signal, level, "")
+            parts: dict[str, list[int]] = defaultdict(list)
+            for i, labels in enumerate(self.labels):
+                if self.cells[i] is None:  # a row's labels never change: mapped once, on the cycle it appears
+                    node, key = matcher(labels), sub_key(probe, labels)
+                    self.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if node is not None and key is not None else ()
+                if self.cells[i]:
+                    parts[self.cells[i][0]].append(i)
+            self._blocks = [GridBlock(part, level, np.array(rows, np.int64), [self.cells[i][1:] for i in rows],
+                                      [self.keys[i] for i in rows], self.version) for part, rows in parts.items()]
+        aligned = self.aligned[:self.n]
+        return [(b, aligned) for b in self._blocks]
 
 
 def decode_range(data: dict, start: float, step: float, n: int) -> tuple[list[dict], np.ndarray, np.ndarray, np.ndarray]:
     """A range query's answer as (labels per series, then per point: its series, its column on the
-    grid start + k * step (k < n), its value), decoded in bulk rather than series by series. A point
-    off that grid (no engine that evaluates PromQL returns one) raises ValueError: the signal is then
-    absent and named, never misplaced."""
+    grid start + k * step (k < n), its value), decoded in bulk rather than series by series: every
+    point's two fields flattened into one list, times and values read from its even and odd
+    places. A point off that grid (no engine that evaluates PromQL returns one) raises ValueError:
+    the signal is then absent and named, never misplaced."""
     result = [s for s in data.get("result") or [] if s.get("values")]
     labels = [s.get("metric") or {} for s in result]
-    lengths = np.fromiter((len(s["values"]) for s in result), np.int64, len(result))
-    points = list(chain.from_iterable(s["values"] for s in result))
     try:
-        ts = np.fromiter(map(float, map(itemgetter(0), points)), np.float64, len(points))
-        vs = np.fromiter(map(float, map(itemgetter(1), points)), np.float64, len(points))
-    except (TypeError, IndexError) as exc:
+        values = list(map(itemgetter("values"), result))
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        flat = list(chain.from_iterable(chain.from_iterable(values)))
+        if len(flat) != 2 * int(lengths.sum()):
+            raise ValueError("a point is not [time, value]")
+        ts = np.array(flat[0::2], np.float64)
+        vs = np.fromiter(map(float, flat[1::2]), np.float64, len(flat) // 2)
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed matrix: {exc}") from None
     col = np.rint((ts - start) / step).astype(np.int64)
     if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
@@ -378,6 +513,7 @@ class PrometheusSource:
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
         self.settle_seconds = SETTLE_SECONDS  # what a steady cycle asks for again (_settle, on each cold cycle)
         self._interval: tuple[float, float] | None = None  # (scrape interval, when asked)
+        self._grid = HeldGrid()  # the window's layout and where the held rows land in it, kept between cycles
 
     def _get(self, path: str, params: dict) -> dict:
         r = fetch.get(self.url + path, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), params=params,
@@ -418,6 +554,18 @@ class PrometheusSource:
     def window(self, end: float | None = None, span: float = 3600.0, step: float = 15.0,
                deadline: Deadline | None = None) -> Window:
         """All the queries of one window share `deadline` (default: `timeout` seconds from now)."""
+        # The cycle makes a Python object per answered point (orjson) and drops them within the
+        # cycle: the cyclic collector would walk them, and every held label dict, many times over
+        # for nothing (reference counting frees them; they hold no cycles). Paused meanwhile.
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return self._window(end, span, step, deadline)
+        finally:
+            if was:
+                gc.enable()
+
+    def _window(self, end: float | None, span: float, step: float, deadline: Deadline | None) -> Window:
         self.queries_last_cycle = 0
         self._deadline = deadline or Deadline(self.timeout)
         end = time.time() if end is None else float(end)
@@ -437,12 +585,12 @@ class PrometheusSource:
         asks = []
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
-            # ask only for what is not held yet (a cold cycle: the whole window)
-            since = max(start, held.until - settle) if start <= held.until <= end else start
+            # ask only for what is not held yet (a cold cycle, or a window that begins before the
+            # held one (a longer span, a step back): the whole window)
+            since = max(start, held.until - settle) if held.t0 <= start <= held.until <= end else start
             asks.append((signal, level, held, since, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
         self.queries_last_cycle += len(asks) + 1
-        times = grid(start, end, step)
         # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
         # while this thread decodes and merges an answer (in plan order: the window is the same
         # whatever order the answers arrive in)
@@ -453,15 +601,16 @@ class PrometheusSource:
                 topo = None
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
                                                             "time": f"{end:.3f}"})
+            blocks = []
             for (signal, level, held, since, _), got in zip(asks, pending):
                 try:
-                    held.merge(got.result(), start, since, end, step)
+                    held.merge(got.result(), start, since, end, step, LOOKBACK_STEPS * step, signal in SPARSE)
                 except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                     # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
                     failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
                     continue
                 self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
-                add_held(store, signal, level, held, times, self.matcher)
+                blocks += held.blocks(signal, level, self.matcher)
                 self._held[(signal, level)] = held
             try:
                 data = info.result()
@@ -481,7 +630,7 @@ class PrometheusSource:
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
                                + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else ""))
-        win = _zero_reads(store.window(start, end, step))
+        win = _zero_reads(self._grid.window(store, blocks, start, end, step))
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
         if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window
@@ -551,26 +700,6 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
             except (TypeError, ValueError, IndexError):
                 continue
         store.add(part, level, node, key, ts, vs, "mean")
-
-
-def add_held(store: SignalStore, signal: str, level: str, held: _Held, times: np.ndarray, matcher: NodeMatcher) -> None:
-    """`add_matrix` of what `held` holds, as grid rows: one block per signal (a shared query's
-    parts apart)."""
-    probe = Mapping(signal, level, "")
-    parts: dict[str, tuple[list[int], list[tuple[str, str]]]] = defaultdict(lambda: ([], []))
-    for i, labels in enumerate(held.labels):
-        cell = held.cells.get(i)
-        if cell is None:  # a row's labels never change: mapped once, on the cycle it appears
-            node, key = matcher(labels), sub_key(probe, labels)
-            cell = held.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if node is not None and key is not None else ()
-        if cell:
-            rows, cells = parts[cell[0]]
-            rows.append(i)
-            cells.append(cell[1:])
-    # a sparse signal's missing point is one the filter dropped (SPARSE): NaN, never the point before it
-    have = np.ones(held.have.shape, bool) if signal in SPARSE else held.have
-    for part, (rows, cells) in parts.items():
-        store.add_grid(part, level, cells, times, held.vals[rows], have[rows])
 
 
 def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:

@@ -45,7 +45,6 @@ in a note and in `last_errors` (serve's "partly down" detail); the other nodes a
 
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 import re
@@ -64,6 +63,7 @@ from collectors import fetch
 from collectors.fetch import Deadline
 import numpy as np
 
+from dashboard.analysis.gcpause import gc_paused
 from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
@@ -557,13 +557,8 @@ class PrometheusSource:
         # The cycle makes a Python object per answered point (orjson) and drops them within the
         # cycle: the cyclic collector would walk them, and every held label dict, many times over
         # for nothing (reference counting frees them; they hold no cycles). Paused meanwhile.
-        was = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return self._window(end, span, step, deadline)
-        finally:
-            if was:
-                gc.enable()
 
     def _window(self, end: float | None, span: float, step: float, deadline: Deadline | None) -> Window:
         self.queries_last_cycle = 0

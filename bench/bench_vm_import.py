@@ -36,7 +36,12 @@ answered, span asked, the CPU seconds the engine and our process used (and per s
 on a host whose cores other work shares, these, not the wall time, are the cycle's cost); and the
 load average at each stage.
 
+`--serve-cycles K` first runs K cycles from cold as `serve --prometheus` does with its defaults
+(a 10 s deadline), printing per cycle the signals that failed and those known only in part: at a
+size whose cold cycle does not fit that deadline, how many cycles it takes to see every signal.
+
 Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR] [--profile]
+                                       [--serve-cycles K]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
 
@@ -49,6 +54,7 @@ import json
 import math
 import os
 import pstats
+import re
 import shutil
 import subprocess
 import sys
@@ -249,6 +255,25 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
             + "\n".join(line for line in text.getvalue().splitlines()[-12:] if line.strip()))
 
 
+def serve_cycles(url: str, end: float, k: int) -> None:
+    """`k` cycles one step apart, from cold, with serve's defaults (its 10 s deadline): at a size
+    where a signal's whole window does not answer in its share of that, the cycle leaves it absent
+    and the next ones ask for its newest part (COLD_SHRINK). Per cycle: wall time, the signals
+    that failed and those known only in part."""
+    from dashboard.sources.prometheus import PrometheusSource
+
+    src = PrometheusSource(url)
+    for i in range(k):
+        t0 = time.perf_counter()
+        win = src.window(end - STEP * (k - 1 - i), 3600.0, STEP)
+        wall = time.perf_counter() - t0
+        failed = next((n.split(": ", 1)[1] for n in win.notes if re.search(r": \d+ quer(y|ies) failed: ", n)), "")
+        part = next((n.rsplit("): ", 1)[1] for n in win.notes if "newest part" in n), "")
+        print(f"    serve cycle {i + 1}: {wall:5.1f} s, {src.failed_last_cycle} failed"
+              + (f" ({failed[:300]})" if failed else "")
+              + (f"; in part: {part}" if part else ""), flush=True)
+
+
 def measure(engine: str, url: str, pid: int, end: float, args) -> dict:
     """Our source's cycles, then the baseline's (a process of its own), on one engine."""
     rows = {"ours": cycles(url, end, args.repeat, pid, args.profile)}
@@ -266,6 +291,9 @@ def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
     after them, the figures; the engine stopped in any case."""
     try:
         before()
+        if args.serve_cycles:
+            print(f"  {engine}: {args.serve_cycles} cycles with serve's defaults (10 s deadline), from cold:", flush=True)
+            serve_cycles(server.url, end, args.serve_cycles)
         rows = measure(engine, server.url, server.process.proc.pid, end, args)
         print(f"  {engine} RSS after the cycles: "
               f"{psutil.Process(server.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
@@ -299,6 +327,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="victoriametrics,prometheus")
     ap.add_argument("--profile", action="store_true", help="one more steady cycle of ours under cProfile")
     ap.add_argument("--baseline", help="another checkout whose diagnosis cycles to measure beside ours")
+    ap.add_argument("--serve-cycles", type=int, default=0,
+                    help="first, this many cycles from cold with serve's defaults (its 10 s deadline)")
     ap.add_argument("--keep", help="a directory to keep the import files and engines' data in (default: a temporary one)")
     ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end,engine's PID
     ap.add_argument("--root", help=argparse.SUPPRESS)

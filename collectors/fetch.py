@@ -33,6 +33,10 @@ class FetchError(httpx.HTTPError):
     callers that handle httpx's errors handle these too)."""
 
 
+class FetchLate(FetchError):
+    """The request did not complete within its timeout, or the deadline had no time left for it."""
+
+
 class Deadline:
     """One time budget for several requests: `left()` seconds remain (never below 0)."""
 
@@ -75,7 +79,7 @@ def get(url: str, timeout: float, *, params: dict | None = None, headers: dict |
     if deadline is not None:
         timeout = min(timeout, deadline.left())
     if timeout <= 0:
-        raise FetchError(f"GET {url}: no time left for the request")
+        raise FetchLate(f"GET {url}: no time left for the request")
     cancel = threading.Event()
     done = threading.Event()
     box: dict = {}
@@ -91,7 +95,7 @@ def get(url: str, timeout: float, *, params: dict | None = None, headers: dict |
     threading.Thread(target=work, name="gangwatch-fetch", daemon=True).start()
     if not done.wait(timeout):
         cancel.set()
-        raise FetchError(f"GET {url}: no complete answer within {timeout:g} s")
+        raise FetchLate(f"GET {url}: no complete answer within {timeout:g} s")
     err = box.pop("error", None)
     if err is not None:
         try:

@@ -314,6 +314,101 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
 
 
+def _range_engine(answer) -> httpx.Client:
+    """A fake engine without the status API whose instant queries answer nothing and whose range
+    queries answer `answer(query, start, end, step)`: a list of series, or a response of its own."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        if "/status/" in request.url.path:
+            return no_status_api()
+        if request.url.path.endswith("/query"):
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+        start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
+        got = answer(request.url.params.get("query", ""), start, end, step)
+        if isinstance(got, httpx.Response):
+            return got
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": got}})
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def _util_series(start: float, end: float, step: float, nodes: int) -> list[dict]:
+    """GPU 0 of `nodes` nodes at 50 % over the span asked."""
+    return [{"metric": {"instance": f"n{i:04d}:9810", "gpu": "0"},
+             "values": [[t, "0.5"] for t in np.arange(start, end + 1e-6, step)]} for i in range(nodes)]
+
+
+def test_a_signal_whose_whole_window_fails_is_asked_for_its_newest_part():
+    """At a size where one signal's whole window costs more than the engine allows (its query
+    timeout, its sample limit), that signal is not left absent cycle after cycle: it is asked for a
+    quarter of what failed, then kept up to date as any other; the part of the window before it is
+    unknown (NaN, never a value carried back) and named in a note until the window moves past it,
+    and the next cold cycle asks twice that part."""
+    asked: list[tuple[str, float, float]] = []
+    limit = {"seconds": 200.0}  # the engine refuses a utilisation query over a longer span
+
+    def answer(q: str, start: float, end: float, step: float):
+        signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "other"
+        asked.append((signal, start, end))
+        if signal == "util" and end - start > limit["seconds"]:
+            return httpx.Response(422, json={"status": "error", "errorType": "execution",
+                                             "error": "query processing would load too many samples into memory"})
+        return _util_series(start, end, step, 2) if signal == "util" else []
+
+    src = PrometheusSource("http://prom:9090", client=_range_engine(answer))
+    win = src.window(T0, 600, 15)
+    assert "util" not in win.gpu and any("util (RuntimeError: HTTP 422 execution: query processing would load too many"
+                                         in n for n in win.notes)  # absent and named, in the engine's words
+    asked.clear()
+    win = src.window(T0 + 15, 600, 15)
+    assert [e - st for s, st, e in asked if s == "util"] == [150]  # a quarter of the window
+    util = win.gpu["util"]
+    assert np.isnan(util[:, 0, :-11]).all() and (util[:, 0, -11:] == 0.5).all()
+    note = next(n for n in win.notes if "newest part" in n)
+    assert "util (its last 2.5 min)" in note and "too many samples" in note
+    asked.clear()
+    win = src.window(T0 + 30, 600, 15)  # steady: only the new span and the settle before it
+    assert [e - st for s, st, e in asked if s == "util"] == [75]
+    assert np.isfinite(win.gpu["util"][:, 0, -12:]).all() and any("newest part" in n for n in win.notes)
+    for k in range(3, 45):  # the window moves past the part it did not ask for
+        win = src.window(T0 + 15 * k, 600, 15)
+    assert np.isfinite(win.gpu["util"]).all() and not any("newest part" in n for n in win.notes)
+    src._held.clear()  # a cold cycle again (an engine restart): twice the part that answered
+    asked.clear()
+    limit["seconds"] = 1e9
+    src.window(T0 + 15 * 45, 600, 15)
+    assert [e - st for s, st, e in asked if s == "util"] == [300]
+    asked.clear()
+    src._held.clear()
+    src.window(T0 + 15 * 46, 600, 15)
+    assert [e - st for s, st, e in asked if s == "util"] == [600]  # the whole window again
+
+
+@pytest.mark.parametrize("takes, timeout", [(3.0, 8.0), (5.0, 4.0)])
+def test_a_query_slower_than_its_share_gets_more_time_next_cycle(takes, timeout):
+    """A query that used its whole share of the cycle's deadline (a quarter, at least 2 s) without
+    an answer is given twice as much the next cycle, up to the whole deadline: one that needs 3 s
+    comes back on the second cycle; one that needs more than the whole deadline is named with what
+    to do (a longer timeout)."""
+    import time
+
+    def answer(q: str, start: float, end: float, step: float):
+        if "gangwatch_gpu_utilization_ratio" not in q:
+            return []
+        time.sleep(takes)
+        return _util_series(start, end, step, 1)
+
+    src = PrometheusSource("http://prom:9090", timeout=timeout, client=_range_engine(answer))
+    first = src.window(T0, 600, 15)
+    assert "util" not in first.gpu and any("util (SlowQuery: no answer within its 2 s share" in n for n in first.notes)
+    win = src.window(T0 + 15, 600, 15)
+    if takes < timeout:
+        assert "util" in win.gpu and src.failed_last_cycle == 0, win.notes
+    else:
+        assert "util" not in win.gpu
+        assert any(f"the cycle's deadline, {timeout:g} s, is too short for the engine" in n and "--prometheus-timeout" in n
+                   for n in win.notes), win.notes
+    assert not any("too short" in n for n in first.notes)  # a quarter of it: not yet
+
+
 def _changing_engine(state: dict):
     """A fake engine whose series change over time, answering every range query from the same
     points (a point at t depends on t only, as on a real engine): GPU utilisation of four nodes (one

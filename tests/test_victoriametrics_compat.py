@@ -356,26 +356,20 @@ def test_same_verdicts_network_and_straggler_faults(tmp_path):
     assert states - {"progressing", "insufficient_data"}, states
 
 
-def test_one_diagnosis_query_timing_out(engines):
-    """VictoriaMetrics behind a proxy that holds one diagnosis query (GPU clocks) past its share of
-    the cycle's deadline: that signal is absent and named, every other signal arrives, and the
-    diagnosis still judges."""
+@contextmanager
+def holding_proxy(engine: str, hold):
+    """An HTTP proxy in front of a real engine that holds the requests `hold(params)` picks (a hung
+    query: until the test is done), and passes the others on: its URL."""
     import threading
-    import time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from dashboard.analysis.diagnose import diagnose
-    from dashboard.sources.prometheus import PrometheusSource, plan_queries
-
-    slow = next(q for signal, _, q in plan_queries(60.0, STEP) if signal == "clock")
     release = threading.Event()
 
     class Proxy(BaseHTTPRequestHandler):
         def do_GET(self):
-            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("query", [""])[0]
-            if query == slow:
-                release.wait(30)  # held until the test is done: a hung query
-            with urllib.request.urlopen(engines["vm"] + self.path, timeout=30) as r:
+            if hold(urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)):
+                release.wait(30)
+            with urllib.request.urlopen(engine + self.path, timeout=30) as r:
                 body = r.read()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -389,17 +383,65 @@ def test_one_diagnosis_query_timing_out(engines):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        src = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}", timeout=8.0)
-        t0 = time.monotonic()
-        win = src.window(engines["last"], engines["last"] - engines["first"], STEP)
-        took = time.monotonic() - t0
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         release.set()
         server.shutdown()
         server.server_close()
+
+
+def test_one_diagnosis_query_timing_out(engines):
+    """VictoriaMetrics behind a proxy that holds one diagnosis query (GPU clocks) past its share of
+    the cycle's deadline: that signal is absent and named, every other signal arrives, and the
+    diagnosis still judges."""
+    import time
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.sources.prometheus import PrometheusSource, plan_queries
+
+    slow = next(q for signal, _, q in plan_queries(60.0, STEP) if signal == "clock")
+    with holding_proxy(engines["vm"], lambda params: params.get("query", [""])[0] == slow) as url:
+        src = PrometheusSource(url, timeout=8.0)
+        t0 = time.monotonic()
+        win = src.window(engines["last"], engines["last"] - engines["first"], STEP)
+        took = time.monotonic() - t0
     assert src.failed_last_cycle == 1, win.notes
     assert any("1 query failed: clock" in n for n in win.notes), win.notes
     assert "clock" not in win.gpu and "util" in win.gpu and win.gpu_jobs
     assert took < 8.0
     jobs = [j for j in engines["snapshot"].jobs if j.state == "RUNNING"]
     assert {v.state for v in diagnose(win, jobs).verdicts} - {"insufficient_data"}
+
+
+def test_a_query_too_costly_for_its_whole_window_comes_back_in_part(engines):
+    """On each real engine, behind a proxy that holds the GPU clock query whenever it asks for more
+    than a quarter of the window (an engine that cannot answer one signal's hour in time at this
+    size): the first cycle has no clock and names it; the next asks for the window's newest quarter,
+    whose points equal a cold full cycle's, the rest unknown (NaN) and named in a note; the other
+    signals are whole throughout."""
+    import numpy as np
+
+    from dashboard.sources.prometheus import PrometheusSource, plan_queries
+
+    slow = next(q for signal, _, q in plan_queries(60.0, STEP) if signal == "clock")
+    span = 600.0
+    end = engines["last"] - 60
+
+    def too_long(params) -> bool:
+        q, start, stop = (params.get(k, [""])[0] for k in ("query", "start", "end"))
+        return q == slow and float(stop) - float(start) > span / 4
+
+    for name in ("prom", "vm"):
+        full = PrometheusSource(engines[name], timeout=30).window(end + STEP, span, STEP)
+        with holding_proxy(engines[name], too_long) as url:
+            src = PrometheusSource(url, timeout=8.0)
+            first = src.window(end, span, STEP)
+            assert "clock" not in first.gpu and any("1 query failed: clock" in n for n in first.notes), name
+            win = src.window(end + STEP, span, STEP)
+        assert win.nodes == full.nodes and win.gpus == full.gpus and src.failed_last_cycle == 0, name
+        clock, want = win.gpu["clock"], full.gpu["clock"]
+        k = int(span / 4 / STEP) + 1  # the columns asked for: the newest quarter and its end
+        assert np.isnan(clock[..., :-k]).all(), name
+        assert np.array_equal(clock[..., -k:], want[..., -k:], equal_nan=True) and np.isfinite(want[..., -k:]).any(), name
+        assert all(np.array_equal(win.gpu[s], full.gpu[s], equal_nan=True) for s in full.gpu if s != "clock"), name
+        assert any(f"clock (its last {span / 4 / 60:.3g} min)" in n for n in win.notes), (name, win.notes)

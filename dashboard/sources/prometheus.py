@@ -34,9 +34,10 @@ out of the held span) is fetched whole the next cycle. Samples that reach the en
 cycle drops what is held, so the cycles after an engine restart start cold.
 
 Failure modes: the queries of one window share a deadline (`timeout`, default 10 s) and each may
-use at most a quarter of it (`QUERY_SHARE`), so one hung query costs its own signal, not the ones
-after it (what a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or
-erroring query leaves its signal absent (unknown) and adds a note naming it; Prometheus down means an empty
+use at most a quarter of it (`QUERY_SHARE`; twice that the next cycle where it used all of it:
+`_shares`), so one hung query costs its own signal, not the ones after it (what a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or
+erroring query leaves its signal absent (unknown) and adds a note naming it (and where a cold
+cycle's whole window is what failed, the next asks for its newest part: COLD_SHRINK); Prometheus down means an empty
 window whose notes say so, and the diagnosis then reports insufficient_data with that reason.
 Nodes that sent GPU samples earlier in the window but none in its last `stale_seconds` (their
 scraper died: one vmagent shard of several, one Prometheus of a functional shard set) are named
@@ -249,6 +250,15 @@ RATE_INTERVALS = 2.5
 # so the newest points can still change; older ones cannot. Less on a Prometheus that only scrapes
 # (`scrape_settle`).
 SETTLE_SECONDS = 60.0
+
+# A signal whose whole window failed (the engine's query timeout, its sample limit, our deadline: at
+# a size where one query of the hour costs more than its share of the cycle) is asked next for a
+# part of it, the newest: COLD_SHRINK times less each time it fails, never under COLD_MIN_STEPS
+# steps. A part that answers is held and kept up to date as any other, its earlier columns unknown
+# (NaN) until the window moves past them, and the part asked on the next cold cycle is twice as
+# long, so a signal goes back to its whole window once the engine answers that in time.
+COLD_SHRINK = 4.0
+COLD_MIN_STEPS = 8
 
 
 def scrape_settle(flags: dict, config_yaml: str) -> float | None:
@@ -514,10 +524,32 @@ class PrometheusSource:
         self.settle_seconds = SETTLE_SECONDS  # what a steady cycle asks for again (_settle, on each cold cycle)
         self._interval: tuple[float, float] | None = None  # (scrape interval, when asked)
         self._grid = HeldGrid()  # the window's layout and where the held rows land in it, kept between cycles
+        # (signal, level) -> (seconds to ask on its next cold cycle, why its whole window failed)
+        # (COLD_SHRINK); and -> (the time it is held from, why) while that is after the window's start
+        self._cold: dict[tuple[str, str], tuple[float, str]] = {}
+        self._partial: dict[tuple[str, str], tuple[float, str]] = {}
+        self._shares: dict[str, float] = {}  # query (signal or "facts") -> its time share, where it was slow
+        self._too_short = False
 
-    def _get(self, path: str, params: dict) -> dict:
-        r = fetch.get(self.url + path, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), params=params,
-                      client=self.client, deadline=self._deadline, max_bytes=fetch.PROMETHEUS_MAX_BYTES)
+    def _get(self, path: str, params: dict, name: str = "") -> dict:
+        """One request, within the time share of query `name` (QUERY_SHARE, or more where it was slow:
+        `_shares`) and the cycle's deadline; SlowQuery where it used its whole share and did not answer."""
+        share = self._shares.get(name, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS))
+        whole = self._deadline is None or share <= 1.1 * self._deadline.left()  # (nearly) its whole share
+        try:
+            r = fetch.get(self.url + path, share, params=params, client=self.client, deadline=self._deadline,
+                          max_bytes=fetch.PROMETHEUS_MAX_BYTES)
+        except (fetch.FetchLate, httpx.TimeoutException) as exc:
+            if whole and name:
+                raise SlowQuery(name, share, exc) from None
+            raise
+        if r.status_code >= 400:  # the engine's own words where it gives them (its timeout, its sample limit)
+            try:
+                doc = orjson.loads(r.content)
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+                raise RuntimeError(f"HTTP {r.status_code} {doc.get('errorType') or 'error'}: {doc['error']}")
         r.raise_for_status()
         try:
             doc = orjson.loads(r.content)
@@ -534,6 +566,26 @@ class PrometheusSource:
         except (httpx.HTTPError, RuntimeError, ValueError, AttributeError):
             got = None
         return SETTLE_SECONDS if got is None else got
+
+    def _slow(self, exc: Exception) -> None:
+        """A query that used its whole share of the deadline without an answer is given twice as much
+        the next cycle, up to the whole deadline: at a size where it legitimately takes longer, it
+        comes back (and keeps that share); a hung one still costs its own worker only."""
+        if isinstance(exc, SlowQuery):
+            self._too_short |= exc.share >= self.timeout
+            self._shares[exc.name] = min(self.timeout, 2 * exc.share)
+        elif isinstance(exc, (fetch.FetchLate, httpx.TimeoutException)):
+            self._too_short = True  # the cycle's deadline ran out before this query's share did
+
+    def _cold_answered(self, key: tuple[str, str], start: float, since: float, end: float) -> None:
+        """A cold ask of a signal whose whole window had failed answered: held from `since` (the window's
+        earlier part unknown until it moves past it), and twice as much asked on its next cold cycle
+        (COLD_SHRINK)."""
+        span, why = self._cold.pop(key)
+        if since > start:
+            self._partial[key] = (since, why)
+        if 2 * span < end - start:
+            self._cold[key] = (2 * span, why)
 
     def _rate_window(self, end: float, failed: list[str]) -> float:
         """The configured rate window, widened to RATE_INTERVALS scrape intervals (INTERVAL_QUERY);
@@ -563,6 +615,7 @@ class PrometheusSource:
     def _window(self, end: float | None, span: float, step: float, deadline: Deadline | None) -> Window:
         self.queries_last_cycle = 0
         self._deadline = deadline or Deadline(self.timeout)
+        self._too_short = False  # a query had the whole deadline, or what the others left of it, and did not answer
         end = time.time() if end is None else float(end)
         end = math.floor(end / step) * step
         start = end - step * math.floor(span / step)
@@ -581,29 +634,43 @@ class PrometheusSource:
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
             # ask only for what is not held yet (a cold cycle, or a window that begins before the
-            # held one (a longer span, a step back): the whole window)
-            since = max(start, held.until - settle) if held.t0 <= start <= held.until <= end else start
-            asks.append((signal, level, held, since, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
+            # held one (a longer span, a step back): the whole window, or its newest part where the
+            # whole failed before: COLD_SHRINK)
+            cold = not held.t0 <= start <= held.until <= end
+            if cold:
+                since = max(start, end - step * math.floor(self._cold.get((signal, level), (end - start,))[0] / step))
+                self._partial.pop((signal, level), None)
+            else:
+                since = max(start, held.until - settle)
+            asks.append((signal, level, held, since, cold, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
         self.queries_last_cycle += len(asks) + 1
         # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
         # while this thread decodes and merges an answer (in plan order: the window is the same
         # whatever order the answers arrive in)
         with ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="gangwatch-query") as pool:
-            pending = [pool.submit(self._get, "/api/v1/query_range", params) for *_, params in asks]
             topo = self._topology
             if topo is not None and (not topo[1] <= end < topo[1] + TOPOLOGY_SECONDS or not topo[2].issuperset(self.targets)):
                 topo = None
+            # the facts first: without them no GPU has a job, and a cycle short of time drops its last queries
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
-                                                            "time": f"{end:.3f}"})
+                                                            "time": f"{end:.3f}"}, "facts")
+            pending = [pool.submit(self._get, "/api/v1/query_range", params, signal) for signal, *_, params in asks]
             blocks = []
-            for (signal, level, held, since, _), got in zip(asks, pending):
+            for (signal, level, held, since, cold, _), got in zip(asks, pending):
                 try:
                     held.merge(got.result(), start, since, end, step, LOOKBACK_STEPS * step, signal in SPARSE)
                 except (httpx.HTTPError, RuntimeError, ValueError) as exc:
-                    # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next
-                    failed.append(f"{signal} ({type(exc).__name__}: {str(exc)[:80]})")
+                    # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next,
+                    # or only its newest part where a cold ask failed (COLD_SHRINK)
+                    why = f"{type(exc).__name__}: {str(exc)[:80]}"
+                    failed.append(f"{signal} ({why})")
+                    self._slow(exc)
+                    if cold:
+                        self._cold[(signal, level)] = (max(step * COLD_MIN_STEPS, (end - since) / COLD_SHRINK), why)
                     continue
+                if cold and (signal, level) in self._cold:
+                    self._cold_answered((signal, level), start, since, end)
                 self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
                 blocks += held.blocks(signal, level, self.matcher)
                 self._held[(signal, level)] = held
@@ -611,6 +678,7 @@ class PrometheusSource:
                 data = info.result()
             except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                 failed.append(f"facts ({type(exc).__name__})")
+                self._slow(exc)
                 self._topology = None
             else:
                 result = data.get("result") or []
@@ -622,9 +690,19 @@ class PrometheusSource:
                 store.add_hardware(topo[0])
                 add_info(store, {"result": result}, self.matcher)
         self.failed_last_cycle = len(failed)
+        self._partial = {k: v for k, v in self._partial.items() if v[0] > start}  # others: the window moved past
+        partial = sorted((t, signal, why) for (signal, _), (t, why) in self._partial.items())
+        if partial:
+            store.notes.append(f"Prometheus {self.url}: {len(partial)} signal{'s' if len(partial) > 1 else ''} known only "
+                               "for the newest part of the window, the rest unknown until the window moves past it "
+                               "(the whole window's query failed: " + partial[0][2] + "): " + ", ".join(
+                                   f"{signal} (its last {(end - t) / 60:.3g} min)" for t, signal, _ in partial[:4])
+                               + (" ..." if len(partial) > 4 else ""))
         if failed:
             store.notes.append(f"Prometheus {self.url}: {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed: "
-                               + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else ""))
+                               + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else "")
+                               + (f" (the cycle's deadline, {self.timeout:g} s, is too short for the engine at this size: "
+                                  "raise it, serve --prometheus-timeout)" if self._too_short else ""))
         win = _zero_reads(self._grid.window(store, blocks, start, end, step))
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
@@ -636,6 +714,14 @@ class PrometheusSource:
                                                   f"{Thresholds().stale_seconds:.0f} s; their scraper or the node is down): "
                                                   + ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")))
         return win
+
+
+class SlowQuery(RuntimeError):
+    """Query `name` used its whole time share (`share` seconds) without an answer."""
+
+    def __init__(self, name: str, share: float, cause: Exception):
+        super().__init__(f"no answer within its {share:g} s share of the deadline ({type(cause).__name__})")
+        self.name, self.share = name, share
 
 
 def _hardware(series: dict) -> bool:

@@ -339,11 +339,12 @@ def _util_series(start: float, end: float, step: float, nodes: int) -> list[dict
 def test_a_signal_whose_whole_window_fails_is_asked_for_its_newest_part():
     """At a size where one signal's whole window costs more than the engine allows (its query
     timeout, its sample limit), that signal is not left absent cycle after cycle: it is asked for a
-    quarter of what failed, then kept up to date as any other; the part of the window before it is
-    unknown (NaN, never a value carried back) and named in a note until the window moves past it,
-    and the next cold cycle asks twice that part."""
+    quarter of what failed (never under COLD_MIN_SECONDS), then kept up to date as any other; the
+    part of the window before it is unknown (NaN, never a value carried back) and named in a note
+    while each cycle fetches as much again before it, until the window equals a whole one; the
+    next cold cycle asks twice the part that answered."""
     asked: list[tuple[str, float, float]] = []
-    limit = {"seconds": 200.0}  # the engine refuses a utilisation query over a longer span
+    limit = {"seconds": 1000.0}  # the engine refuses a utilisation query over a longer span
 
     def answer(q: str, start: float, end: float, step: float):
         signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "other"
@@ -354,32 +355,41 @@ def test_a_signal_whose_whole_window_fails_is_asked_for_its_newest_part():
         return _util_series(start, end, step, 2) if signal == "util" else []
 
     src = PrometheusSource("http://prom:9090", client=_range_engine(answer))
-    win = src.window(T0, 600, 15)
+    win = src.window(T0, 3600, 15)
     assert "util" not in win.gpu and any("util (RuntimeError: HTTP 422 execution: query processing would load too many"
                                          in n for n in win.notes)  # absent and named, in the engine's words
     asked.clear()
-    win = src.window(T0 + 15, 600, 15)
-    assert [e - st for s, st, e in asked if s == "util"] == [150]  # a quarter of the window
+    win = src.window(T0 + 15, 3600, 15)
+    assert [e - st for s, st, e in asked if s == "util"] == [900]  # a quarter of the window
     util = win.gpu["util"]
-    assert np.isnan(util[:, 0, :-11]).all() and (util[:, 0, -11:] == 0.5).all()
+    assert np.isnan(util[:, 0, :-61]).all() and (util[:, 0, -61:] == 0.5).all()
     note = next(n for n in win.notes if "newest part" in n)
-    assert "util (its last 2.5 min)" in note and "too many samples" in note
+    assert "util (its last 15 min)" in note and "too many samples" in note
+    known = [int(np.isfinite(util[0, 0]).sum())]
+    for k in (2, 3, 4):
+        asked.clear()
+        win = src.window(T0 + 15 * k, 3600, 15)
+        # steady: the new span and the settle before it, and the span that answered before the part held
+        spans = [e - st for s, st, e in asked if s == "util"]
+        assert spans[0] == 75 and 0 < spans[1] <= 885, spans
+        known.append(int(np.isfinite(win.gpu["util"][0, 0]).sum()))
+    assert known == [61, 122, 183, 241]  # a new column and 60 filled a cycle: the whole window after three
+    assert not any("newest part" in n for n in win.notes)
+    whole = PrometheusSource("http://prom:9090", client=_range_engine(lambda q, a, b, c: _util_series(a, b, c, 2)
+                                                                       if "gpu_utilization" in q else []))
+    assert np.array_equal(win.gpu["util"], whole.window(T0 + 60, 3600, 15).gpu["util"], equal_nan=True)
     asked.clear()
-    win = src.window(T0 + 30, 600, 15)  # steady: only the new span and the settle before it
-    assert [e - st for s, st, e in asked if s == "util"] == [75]
-    assert np.isfinite(win.gpu["util"][:, 0, -12:]).all() and any("newest part" in n for n in win.notes)
-    for k in range(3, 45):  # the window moves past the part it did not ask for
-        win = src.window(T0 + 15 * k, 600, 15)
-    assert np.isfinite(win.gpu["util"]).all() and not any("newest part" in n for n in win.notes)
+    win = src.window(T0 + 75, 3600, 15)
+    assert [e - st for s, st, e in asked if s == "util"] == [75]  # nothing more to fill
     src._held.clear()  # a cold cycle again (an engine restart): twice the part that answered
     asked.clear()
     limit["seconds"] = 1e9
-    src.window(T0 + 15 * 45, 600, 15)
-    assert [e - st for s, st, e in asked if s == "util"] == [300]
+    src.window(T0 + 90, 3600, 15)
+    assert [e - st for s, st, e in asked if s == "util"] == [1800]
     asked.clear()
     src._held.clear()
-    src.window(T0 + 15 * 46, 600, 15)
-    assert [e - st for s, st, e in asked if s == "util"] == [600]  # the whole window again
+    src.window(T0 + 105, 3600, 15)
+    assert [e - st for s, st, e in asked if s == "util"] == [3600]  # the whole window again
 
 
 @pytest.mark.parametrize("takes, timeout", [(3.0, 8.0), (5.0, 4.0)])

@@ -413,16 +413,18 @@ def test_one_diagnosis_query_timing_out(engines):
     assert {v.state for v in diagnose(win, jobs).verdicts} - {"insufficient_data"}
 
 
-def test_a_query_too_costly_for_its_whole_window_comes_back_in_part(engines):
+def test_a_query_too_costly_for_its_whole_window_comes_back_in_part(engines, monkeypatch):
     """On each real engine, behind a proxy that holds the GPU clock query whenever it asks for more
     than a quarter of the window (an engine that cannot answer one signal's hour in time at this
     size): the first cycle has no clock and names it; the next asks for the window's newest quarter,
     whose points equal a cold full cycle's, the rest unknown (NaN) and named in a note; the other
-    signals are whole throughout."""
+    signals are whole throughout; the cycles after it fill the window back to a cold cycle's."""
     import numpy as np
 
+    from dashboard.sources import prometheus
     from dashboard.sources.prometheus import PrometheusSource, plan_queries
 
+    monkeypatch.setattr(prometheus, "COLD_MIN_SECONDS", 60.0)  # the capture holds 15 minutes, not an hour
     slow = next(q for signal, _, q in plan_queries(60.0, STEP) if signal == "clock")
     span = 600.0
     end = engines["last"] - 60
@@ -438,6 +440,7 @@ def test_a_query_too_costly_for_its_whole_window_comes_back_in_part(engines):
             first = src.window(end, span, STEP)
             assert "clock" not in first.gpu and any("1 query failed: clock" in n for n in first.notes), name
             win = src.window(end + STEP, span, STEP)
+            later = [src.window(end + STEP * k, span, STEP) for k in (2, 3, 4)]
         assert win.nodes == full.nodes and win.gpus == full.gpus and src.failed_last_cycle == 0, name
         clock, want = win.gpu["clock"], full.gpu["clock"]
         k = int(span / 4 / STEP) + 1  # the columns asked for: the newest quarter and its end
@@ -445,3 +448,7 @@ def test_a_query_too_costly_for_its_whole_window_comes_back_in_part(engines):
         assert np.array_equal(clock[..., -k:], want[..., -k:], equal_nan=True) and np.isfinite(want[..., -k:]).any(), name
         assert all(np.array_equal(win.gpu[s], full.gpu[s], equal_nan=True) for s in full.gpu if s != "clock"), name
         assert any(f"clock (its last {span / 4 / 60:.3g} min)" in n for n in win.notes), (name, win.notes)
+        # each later cycle also asks for as much again before the part held: whole after three
+        assert not any("newest part" in n for n in later[-1].notes), (name, later[-1].notes)
+        again = PrometheusSource(engines[name], timeout=30).window(end + STEP * 4, span, STEP)
+        assert all(np.array_equal(later[-1].gpu[s], again.gpu[s], equal_nan=True) for s in again.gpu), name

@@ -206,7 +206,8 @@ def _family(metric: str) -> str:
 
 # Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals
 # sharing one) and the facts query, plus the scrape interval on a cold cycle (INTERVAL_QUERY).
-# Tests hold the source to it.
+# Tests hold the source to it. (While a signal is known only in part, after its whole window
+# failed, each cycle asks for the span before that part too: COLD_SHRINK.)
 QUERY_BUDGET = 21
 
 # Share of the window's deadline one query may take, but never under QUERY_MIN_SECONDS (a short
@@ -253,12 +254,14 @@ SETTLE_SECONDS = 60.0
 
 # A signal whose whole window failed (the engine's query timeout, its sample limit, our deadline: at
 # a size where one query of the hour costs more than its share of the cycle) is asked next for a
-# part of it, the newest: COLD_SHRINK times less each time it fails, never under COLD_MIN_STEPS
-# steps. A part that answers is held and kept up to date as any other, its earlier columns unknown
-# (NaN) until the window moves past them, and the part asked on the next cold cycle is twice as
-# long, so a signal goes back to its whole window once the engine answers that in time.
+# part of it, the newest: COLD_SHRINK times less each time it fails, never under COLD_MIN_SECONDS
+# (twice the diagnosis' longest look-back, 5 minutes: a stall without I/O signals, a link's
+# errors). A part that answers is held and kept up to date as any other, its earlier columns
+# unknown (NaN) until the cycles after it have fetched as much again before it each (`_fill`), and
+# the part asked on the next cold cycle is twice as long, so a signal goes back to its whole window
+# once the engine answers that in time.
 COLD_SHRINK = 4.0
-COLD_MIN_STEPS = 8
+COLD_MIN_SECONDS = 600.0
 
 
 def scrape_settle(flags: dict, config_yaml: str) -> float | None:
@@ -363,6 +366,22 @@ class _Held:
         self._align(cut, fetched, step, lookback, sparse)
         self._drop_empty()
         self.t0, self.until = start, until
+
+    def fill(self, data: dict, lo: int, hi: int, step: float, lookback: float, sparse: bool = False) -> None:
+        """Columns lo..hi-1 of the window (held empty: a cold ask that answered in part) fetched: their
+        points written, they and the columns that look back into them aligned again."""
+        labels, sid, col, val = decode_range(data, self.t0 + lo * step, step, hi - lo)
+        rows = self._rows_of(labels)
+        n, T = self.n, self.T
+        reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
+        ctx, stop = max(0, lo - reach), min(T, hi + reach)
+        self.have[:n, lo:hi] = False
+        self.have[rows[sid], col + lo] = True
+        vals = self.aligned[:n, ctx:stop].copy()  # held points' values (class doc)
+        vals[:, lo - ctx:hi - ctx] = np.nan
+        vals[rows[sid], col + lo - ctx] = val
+        have = np.ones((n, stop - ctx), bool) if sparse else self.have[:n, ctx:stop]
+        self.aligned[:n, lo:stop] = align_grid(vals, have, step, lookback)[:, lo - ctx:]
 
     def _frame(self, start: float, T: int, step: float) -> None:
         """The window starting at `start`, T columns: moved along the buffers by the steps it moved
@@ -525,9 +544,10 @@ class PrometheusSource:
         self._interval: tuple[float, float] | None = None  # (scrape interval, when asked)
         self._grid = HeldGrid()  # the window's layout and where the held rows land in it, kept between cycles
         # (signal, level) -> (seconds to ask on its next cold cycle, why its whole window failed)
-        # (COLD_SHRINK); and -> (the time it is held from, why) while that is after the window's start
+        # (COLD_SHRINK); and -> (the time it is held from, why, the span that answered) while that is
+        # after the window's start: each cycle asks for that span before it too (`_fill`)
         self._cold: dict[tuple[str, str], tuple[float, str]] = {}
-        self._partial: dict[tuple[str, str], tuple[float, str]] = {}
+        self._partial: dict[tuple[str, str], tuple[float, str, float]] = {}
         self._shares: dict[str, float] = {}  # query (signal or "facts") -> its time share, where it was slow
         self._too_short = False
 
@@ -577,13 +597,24 @@ class PrometheusSource:
         elif isinstance(exc, (fetch.FetchLate, httpx.TimeoutException)):
             self._too_short = True  # the cycle's deadline ran out before this query's share did
 
+    def _fill(self, held: _Held, key: tuple[str, str], start: float, step: float, lo: float, hi: float, got) -> None:
+        """The span before a signal known in part (`_partial`), times lo..hi, written into what is held;
+        one that fails is asked again the next cycle (the signal is not affected)."""
+        try:
+            held.fill(got.result(), round((lo - start) / step), round((hi - start) / step) + 1, step,
+                      LOOKBACK_STEPS * step, key[0] in SPARSE)
+        except (httpx.HTTPError, RuntimeError, ValueError):
+            return
+        _, why, span = self._partial[key]
+        self._partial[key] = (lo, why, span)
+
     def _cold_answered(self, key: tuple[str, str], start: float, since: float, end: float) -> None:
         """A cold ask of a signal whose whole window had failed answered: held from `since` (the window's
         earlier part unknown until it moves past it), and twice as much asked on its next cold cycle
         (COLD_SHRINK)."""
         span, why = self._cold.pop(key)
         if since > start:
-            self._partial[key] = (since, why)
+            self._partial[key] = (since, why, end - since)
         if 2 * span < end - start:
             self._cold[key] = (2 * span, why)
 
@@ -630,7 +661,7 @@ class PrometheusSource:
         settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
         plan = plan_queries(rate_window, step, self.matcher.host_labels)
-        asks = []
+        asks, fills = [], {}
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
             # ask only for what is not held yet (a cold cycle, or a window that begins before the
@@ -642,9 +673,14 @@ class PrometheusSource:
                 self._partial.pop((signal, level), None)
             else:
                 since = max(start, held.until - settle)
+                part = self._partial.get((signal, level))
+                if part is not None and part[0] > start:  # known in part: the span before it too
+                    lo = max(start, part[0] - part[2])
+                    fills[(signal, level)] = (lo, part[0] - step, {"query": q, "start": f"{lo:.3f}",
+                                                                   "end": f"{part[0] - step:.3f}", "step": f"{step:g}"})
             asks.append((signal, level, held, since, cold, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
-        self.queries_last_cycle += len(asks) + 1
+        self.queries_last_cycle += len(asks) + 1 + len(fills)
         # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
         # while this thread decodes and merges an answer (in plan order: the window is the same
         # whatever order the answers arrive in)
@@ -656,6 +692,7 @@ class PrometheusSource:
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
                                                             "time": f"{end:.3f}"}, "facts")
             pending = [pool.submit(self._get, "/api/v1/query_range", params, signal) for signal, *_, params in asks]
+            filling = {k: (lo, hi, pool.submit(self._get, "/api/v1/query_range", params)) for k, (lo, hi, params) in fills.items()}
             blocks = []
             for (signal, level, held, since, cold, _), got in zip(asks, pending):
                 try:
@@ -667,10 +704,12 @@ class PrometheusSource:
                     failed.append(f"{signal} ({why})")
                     self._slow(exc)
                     if cold:
-                        self._cold[(signal, level)] = (max(step * COLD_MIN_STEPS, (end - since) / COLD_SHRINK), why)
+                        self._cold[(signal, level)] = (max(COLD_MIN_SECONDS, (end - since) / COLD_SHRINK), why)
                     continue
                 if cold and (signal, level) in self._cold:
                     self._cold_answered((signal, level), start, since, end)
+                if (signal, level) in filling:
+                    self._fill(held, (signal, level), start, step, *filling[(signal, level)])
                 self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
                 blocks += held.blocks(signal, level, self.matcher)
                 self._held[(signal, level)] = held
@@ -691,7 +730,7 @@ class PrometheusSource:
                 add_info(store, {"result": result}, self.matcher)
         self.failed_last_cycle = len(failed)
         self._partial = {k: v for k, v in self._partial.items() if v[0] > start}  # others: the window moved past
-        partial = sorted((t, signal, why) for (signal, _), (t, why) in self._partial.items())
+        partial = sorted((t, signal, why) for (signal, _), (t, why, _) in self._partial.items())
         if partial:
             store.notes.append(f"Prometheus {self.url}: {len(partial)} signal{'s' if len(partial) > 1 else ''} known only "
                                "for the newest part of the window, the rest unknown until the window moves past it "

@@ -419,6 +419,36 @@ def test_a_query_slower_than_its_share_gets_more_time_next_cycle(takes, timeout)
     assert not any("too short" in n for n in first.notes)  # a quarter of it: not yet
 
 
+def test_a_steady_query_that_comes_late_keeps_what_is_held():
+    """A steady cycle's query that times out leaves its signal absent that cycle, but what is held
+    of it stays valid: the next cycle asks from its end (two steps and the settle), not the whole
+    window again (the costlier cold ask that would make an overloaded cycle worse), and builds the
+    window a fresh source does. An answer that is wrong (an HTTP error) still drops it."""
+    import time
+
+    asked: list[float] = []
+    slow = {"seconds": 0.0}
+
+    def answer(q: str, start: float, end: float, step: float):
+        if "gangwatch_gpu_utilization_ratio" not in q:
+            return []
+        asked.append(end - start)
+        time.sleep(slow["seconds"])
+        return _util_series(start, end, step, 2)
+
+    src = PrometheusSource("http://prom:9090", timeout=8.0, client=_range_engine(answer))
+    src.window(T0, 600, 15)
+    slow["seconds"] = 3.0  # over its 2 s share
+    assert "util" not in src.window(T0 + 15, 600, 15).gpu
+    slow["seconds"] = 0.0
+    asked.clear()
+    win = src.window(T0 + 30, 600, 15)
+    from dashboard.sources.prometheus import SETTLE_SECONDS
+    assert asked == [30 + SETTLE_SECONDS]
+    fresh = PrometheusSource("http://prom:9090", client=_range_engine(answer)).window(T0 + 30, 600, 15)
+    assert np.array_equal(win.gpu["util"], fresh.gpu["util"], equal_nan=True)
+
+
 def _changing_engine(state: dict):
     """A fake engine whose series change over time, answering every range query from the same
     points (a point at t depends on t only, as on a real engine): GPU utilisation of four nodes (one

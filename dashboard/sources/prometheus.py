@@ -29,7 +29,8 @@ cold cycle and then every `TOPOLOGY_SECONDS`, or on the cycle after a node appea
 cover; the cycles between ask for the job facts only.
 A point the engine computes at time t depends only on samples at or before t, so held points equal
 what a cold query returns; a signal whose query fails (or a change of step, rate window or a jump
-out of the held span) is fetched whole the next cycle. Samples that reach the engine more than
+out of the held span) is fetched whole the next cycle, unless it only came late (a timeout: what is
+held stays, and the next cycle asks from its end). Samples that reach the engine more than
 `SETTLE_SECONDS` late (a vmagent replaying its disk buffer) are seen by cold cycles only: a failed
 cycle drops what is held, so the cycles after an engine restart start cold.
 
@@ -705,6 +706,10 @@ class PrometheusSource:
                     self._slow(exc)
                     if cold:
                         self._cold[(signal, level)] = (max(COLD_MIN_SECONDS, (end - since) / COLD_SHRINK), why)
+                    elif isinstance(exc, (SlowQuery, fetch.FetchLate, httpx.TimeoutException)):
+                        # late, not wrong: what is held stays valid, and the next cycle asks from its end
+                        # (a cycle over its deadline would otherwise make its last signals cold, costlier still)
+                        self._held[(signal, level)] = held
                     continue
                 if cold and (signal, level) in self._cold:
                     self._cold_answered((signal, level), start, since, end)

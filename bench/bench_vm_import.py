@@ -36,12 +36,13 @@ answered, span asked, the CPU seconds the engine and our process used (and per s
 on a host whose cores other work shares, these, not the wall time, are the cycle's cost); and the
 load average at each stage.
 
-`--serve-cycles K` first runs K cycles from cold as `serve --prometheus` does with its defaults
-(a 10 s deadline), printing per cycle the signals that failed and those known only in part: at a
-size whose cold cycle does not fit that deadline, how many cycles it takes to see every signal.
+`--serve-cycles K` first runs K cycles from cold as `serve --prometheus` does (its default 10 s
+deadline, or `--serve-timeout S`), printing per cycle the signals that failed and those known only
+in part: at a size whose cold cycle does not fit that deadline, how many cycles it takes to see
+every signal. With `--repeat 0` only those run.
 
 Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR] [--profile]
-                                       [--serve-cycles K]
+                                       [--serve-cycles K [--serve-timeout S]]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
 
@@ -255,14 +256,14 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
             + "\n".join(line for line in text.getvalue().splitlines()[-12:] if line.strip()))
 
 
-def serve_cycles(url: str, end: float, k: int) -> None:
+def serve_cycles(url: str, end: float, k: int, timeout: float = 10.0) -> None:
     """`k` cycles one step apart, from cold, with serve's defaults (its 10 s deadline): at a size
     where a signal's whole window does not answer in its share of that, the cycle leaves it absent
     and the next ones ask for its newest part (COLD_SHRINK). Per cycle: wall time, the signals
     that failed and those known only in part."""
     from dashboard.sources.prometheus import PrometheusSource
 
-    src = PrometheusSource(url)
+    src = PrometheusSource(url, timeout=timeout)
     for i in range(k):
         t0 = time.perf_counter()
         win = src.window(end - STEP * (k - 1 - i), 3600.0, STEP)
@@ -292,8 +293,11 @@ def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
     try:
         before()
         if args.serve_cycles:
-            print(f"  {engine}: {args.serve_cycles} cycles with serve's defaults (10 s deadline), from cold:", flush=True)
-            serve_cycles(server.url, end, args.serve_cycles)
+            print(f"  {engine}: {args.serve_cycles} cycles as serve runs them, --prometheus-timeout "
+                  f"{args.serve_timeout:g} s, from cold:", flush=True)
+            serve_cycles(server.url, end, args.serve_cycles, args.serve_timeout)
+        if not args.repeat:
+            return
         rows = measure(engine, server.url, server.process.proc.pid, end, args)
         print(f"  {engine} RSS after the cycles: "
               f"{psutil.Process(server.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
@@ -328,7 +332,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="one more steady cycle of ours under cProfile")
     ap.add_argument("--baseline", help="another checkout whose diagnosis cycles to measure beside ours")
     ap.add_argument("--serve-cycles", type=int, default=0,
-                    help="first, this many cycles from cold with serve's defaults (its 10 s deadline)")
+                    help="first, this many cycles from cold as serve runs them (--repeat 0: only those)")
+    ap.add_argument("--serve-timeout", type=float, default=10.0, help="their deadline (serve's --prometheus-timeout)")
     ap.add_argument("--keep", help="a directory to keep the import files and engines' data in (default: a temporary one)")
     ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end,engine's PID
     ap.add_argument("--root", help=argparse.SUPPRESS)

@@ -392,11 +392,11 @@ def test_a_signal_whose_whole_window_fails_is_asked_for_its_newest_part():
     assert [e - st for s, st, e in asked if s == "util"] == [3600]  # the whole window again
 
 
-@pytest.mark.parametrize("takes, timeout", [(3.0, 8.0), (5.0, 4.0)])
+@pytest.mark.parametrize("takes, timeout", [(3.0, 8.0), (5.0, 8.0)])
 def test_a_query_slower_than_its_share_gets_more_time_next_cycle(takes, timeout):
     """A query that used its whole share of the cycle's deadline (a quarter, at least 2 s) without
-    an answer is given twice as much the next cycle, up to the whole deadline: one that needs 3 s
-    comes back on the second cycle; one that needs more than the whole deadline is named with what
+    an answer is given twice as much the next cycle, up to half the deadline: one that needs 3 s
+    comes back on the second cycle; one that needs more than half the deadline is named with what
     to do (a longer timeout)."""
     import time
 
@@ -410,7 +410,7 @@ def test_a_query_slower_than_its_share_gets_more_time_next_cycle(takes, timeout)
     first = src.window(T0, 600, 15)
     assert "util" not in first.gpu and any("util (SlowQuery: no answer within its 2 s share" in n for n in first.notes)
     win = src.window(T0 + 15, 600, 15)
-    if takes < timeout:
+    if takes < timeout / 2:
         assert "util" in win.gpu and src.failed_last_cycle == 0, win.notes
     else:
         assert "util" not in win.gpu

@@ -314,14 +314,15 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
 
 
-def _range_engine(answer) -> httpx.Client:
-    """A fake engine without the status API whose instant queries answer nothing and whose range
-    queries answer `answer(query, start, end, step)`: a list of series, or a response of its own."""
+def _range_engine(answer, instant=lambda q: []) -> httpx.Client:
+    """A fake engine without the status API whose instant queries answer `instant(query)` and whose
+    range queries answer `answer(query, start, end, step)`: a list of series, or a response of its own."""
     def handler(request: httpx.Request) -> httpx.Response:
         if "/status/" in request.url.path:
             return no_status_api()
         if request.url.path.endswith("/query"):
-            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+            got = instant(request.url.params.get("query", ""))
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": got}})
         start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
         got = answer(request.url.params.get("query", ""), start, end, step)
         if isinstance(got, httpx.Response):
@@ -417,6 +418,27 @@ def test_a_query_slower_than_its_share_gets_more_time_next_cycle(takes, timeout)
         assert any(f"the cycle's deadline, {timeout:g} s, is too short for the engine" in n and "--prometheus-timeout" in n
                    for n in win.notes), win.notes
     assert not any("too short" in n for n in first.notes)  # a quarter of it: not yet
+
+
+def test_the_facts_may_take_the_whole_deadline():
+    """The facts query (which GPU runs which job: every verdict needs it) is sent first and, where it
+    is slow, may grow to the whole deadline (a signal's query to half of it): at 3 s in a 4 s
+    deadline it fails once, then answers."""
+    import time
+
+    def facts(q: str) -> list:
+        if "gangwatch_job_gpu_info" not in q:
+            return []
+        time.sleep(3.0)
+        return [{"metric": {"__name__": "gangwatch_job_gpu_info", "instance": "n0000:9810", "gpu": "0", "jobid": "7"},
+                 "value": [T0, "1"]}]
+
+    src = PrometheusSource("http://prom:9090", timeout=4.0, client=_range_engine(
+        lambda q, a, b, c: _util_series(a, b, c, 1) if "gpu_utilization" in q else [], facts))
+    first = src.window(T0, 600, 15)
+    assert not first.gpu_jobs and any("facts (SlowQuery)" in n for n in first.notes)
+    win = src.window(T0 + 15, 600, 15)
+    assert src.failed_last_cycle == 0 and win.gpu_jobs, win.notes
 
 
 def test_a_steady_query_that_comes_late_keeps_what_is_held():

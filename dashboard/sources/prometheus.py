@@ -592,9 +592,12 @@ class PrometheusSource:
         """A query that used its whole share of the deadline without an answer is given twice as much
         the next cycle, up to half the deadline: at a size where it legitimately takes longer, it
         comes back (and keeps that share); a hung one holds one of the QUERY_WORKERS for at most
-        half the deadline, which leaves the other the whole of it for the rest."""
+        half the deadline, which leaves the other the whole of it for the rest. The facts, sent
+        first and needed by every job's verdict, may grow to the whole deadline: the other worker
+        has all of it for the signals meanwhile."""
         if isinstance(exc, SlowQuery):
-            most = max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS, self.timeout / QUERY_WORKERS)
+            most = self.timeout if exc.name == "facts" else max(
+                self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS, self.timeout / QUERY_WORKERS)
             self._too_short |= exc.share >= most
             self._shares[exc.name] = min(most, 2 * exc.share)
         elif isinstance(exc, (fetch.FetchLate, httpx.TimeoutException)):

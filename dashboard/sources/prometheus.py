@@ -36,7 +36,7 @@ cycle drops what is held, so the cycles after an engine restart start cold.
 
 Failure modes: the queries of one window share a deadline (`timeout`, default 10 s) and each may
 use at most a quarter of it (`QUERY_SHARE`; twice that the next cycle where it used all of it,
-up to half: `_shares`), so one hung query costs its own signal, not the ones after it (what a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or
+up to the whole: `_shares`), so one hung query costs its own signal, not the ones after it (what a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or
 erroring query leaves its signal absent (unknown) and adds a note naming it (and where a cold
 cycle's whole window is what failed, the next asks for its newest part: COLD_SHRINK); Prometheus down means an empty
 window whose notes say so, and the diagnosis then reports insufficient_data with that reason.
@@ -590,16 +590,13 @@ class PrometheusSource:
 
     def _slow(self, exc: Exception) -> None:
         """A query that used its whole share of the deadline without an answer is given twice as much
-        the next cycle, up to half the deadline: at a size where it legitimately takes longer, it
-        comes back (and keeps that share); a hung one holds one of the QUERY_WORKERS for at most
-        half the deadline, which leaves the other the whole of it for the rest. The facts, sent
-        first and needed by every job's verdict, may grow to the whole deadline: the other worker
-        has all of it for the signals meanwhile."""
+        the next cycle, up to the whole deadline: at a size where it legitimately takes longer, it
+        comes back (and keeps that share); a hung one holds one of the QUERY_WORKERS, and the other
+        has the whole deadline for the rest. (Half the deadline at most was tried: at 1,024 nodes
+        Prometheus' cold `read` and `latency` then never answered.)"""
         if isinstance(exc, SlowQuery):
-            most = self.timeout if exc.name == "facts" else max(
-                self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS, self.timeout / QUERY_WORKERS)
-            self._too_short |= exc.share >= most
-            self._shares[exc.name] = min(most, 2 * exc.share)
+            self._too_short |= exc.share >= self.timeout
+            self._shares[exc.name] = min(self.timeout, 2 * exc.share)
         elif isinstance(exc, (fetch.FetchLate, httpx.TimeoutException)):
             self._too_short = True  # the cycle's deadline ran out before this query's share did
 

@@ -36,9 +36,10 @@ cycle drops what is held, so the cycles after an engine restart start cold.
 
 Failure modes: the queries of one window share a deadline (`timeout`, default 10 s) and each may
 use at most a quarter of it (`QUERY_SHARE`; twice that the next cycle where it used all of it,
-up to the whole: `_shares`), so one hung query costs its own signal, not the ones after it (what a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or
-erroring query leaves its signal absent (unknown) and adds a note naming it (and where a cold
-cycle's whole window is what failed, the next asks for its newest part: COLD_SHRINK); Prometheus down means an empty
+up to the whole: `_shares`), so one hung query costs its own signal, not the ones after it (what
+a cycle costs per size: docs/victoriametrics.md, Sizing); a failed, slow or erroring query leaves
+its signal absent (unknown) and adds a note naming it (and where a cold cycle's whole window is
+what failed, the next asks for its newest part: COLD_SHRINK); Prometheus down means an empty
 window whose notes say so, and the diagnosis then reports insufficient_data with that reason.
 Nodes that sent GPU samples earlier in the window but none in its last `stale_seconds` (their
 scraper died: one vmagent shard of several, one Prometheus of a functional shard set) are named
@@ -740,7 +741,7 @@ class PrometheusSource:
         partial = sorted((t, signal, why) for (signal, _), (t, why, _) in self._partial.items())
         if partial:
             store.notes.append(f"Prometheus {self.url}: {len(partial)} signal{'s' if len(partial) > 1 else ''} known only "
-                               "for the newest part of the window, the rest unknown until the window moves past it "
+                               "for the newest part of the window, the rest unknown until the next cycles have fetched it "
                                "(the whole window's query failed: " + partial[0][2] + "): " + ", ".join(
                                    f"{signal} (its last {(end - t) / 60:.3g} min)" for t, signal, _ in partial[:4])
                                + (" ..." if len(partial) > 4 else ""))

@@ -169,7 +169,7 @@ def test_shard_down_then_victoriametrics_restart(stack):
         assert not dead & set(re.findall(r"node\d{4}", v["reason"])) and "stale" not in v["reason"], v
     for j in dead_jobs:  # unknown, not healthy and not stalled, and the node named
         v = after[j]
-        assert v["state"] == "insufficient_data" and any(n in v["reason"] for n in v["nodes"]), v
+        assert v["state"] == "insufficient_data" and any(n in v["reason"] for n in v["nodes"]), (v["reason"], v["nodes"])
 
     vm.stop()
     kept = wait_for(lambda: [n for n in _findings(serve).get("notes", []) if "metric source down" in n], 60,

@@ -93,6 +93,9 @@ class Columns:
         self.heads: list[tuple[int, str]] = []  # per series: (node, exposition head)
         self.values: list[list[str]] = []
         self.steps: list[list[int]] = []
+        # scrape targets other than the nodes' agents (the slurm-exporter): index in `names` ->
+        # their job; instance = the name, no `node` label added
+        self.jobs: dict[int, str] = {}
 
     @property
     def samples(self) -> int:
@@ -104,61 +107,85 @@ class Columns:
 
         node, head = self.heads[sid]
         name, labels, _, _ = split_line(head + " 0")
-        for key in SCRAPE_LABELS:
+        job = self.jobs.get(node)
+        added = ("job", "instance") if job else SCRAPE_LABELS
+        for key in added:
             if key in labels:
                 labels["exported_" + key] = labels.pop(key)
         name_of = self.names[node]
+        if job:
+            return name, {**labels, "job": job, "instance": name_of}
         return name, {**labels, "job": JOB, "instance": name_of, "node": name_of}
 
 
-def simulate(nodes: int, steps: int, seed: int, end: float | None = None) -> Columns:
+def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted: frozenset[str] | None = None,
+             slurm: str = "") -> Columns:
     """`steps` steps of the simulated cluster, the last at `end` (default: the latest 15 s boundary
-    before now)."""
+    before now): the families in `wanted` (default: those the diagnosis reads) of every node's
+    agent, and with `slurm` (the exporter's address, its `instance`) the slurm-exporter's families
+    and every target's `up`, as the demo's /sim/prometheus.yml scrapes them."""
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.analysis.sim.render import NodeRenderer
+    from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
     # the families a diagnosis reads: the rest of an agent's exposition (three quarters of its
     # lines: throttle reasons, ECC, temperatures, NVLink and PCIe traffic) only costs the engines
     # memory and the import time, and no query here reads it. (dashboard is imported in the
     # functions, not at the top: a baseline's process imports its own.)
     from dashboard.sources.build import WANTED
 
+    wanted = WANTED if wanted is None else wanted
     end = math.floor((time.time() if end is None else end) / STEP) * STEP
     start = end - STEP * steps
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300))
     renderer = NodeRenderer(sim)
     cols = Columns(list(sim.cluster.names), [])
-    index: list[dict[str, int]] = [{} for _ in cols.names]  # per node: exposition head -> series
+    if slurm:
+        cols.jobs[len(cols.names)] = "gangwatch-slurm"
+        cols.names.append(slurm)
+    index: list[dict[str, int]] = [{} for _ in cols.names]  # per target: exposition head -> series
     heads, values, steps_of = cols.heads, cols.values, cols.steps
+
+    def put(i: int, lines, k: int) -> None:
+        own = index[i]
+        for line in lines:
+            head, _, value = line.rpartition(" ")
+            sid = own.get(head)
+            if sid is None:
+                sid = own[head] = len(heads)
+                heads.append((i, head))
+                values.append([])
+                steps_of.append([])
+            values[sid].append(value)
+            steps_of[sid].append(k)
+
+    up = ("up 1",) if slurm else ()
     while sim.t < end - 1e-6:
         sim.step()
         k = len(cols.times)
         cols.times.append(float(sim.t))
-        for i, own in enumerate(index):
+        for i in range(nodes):
             for fam in renderer.families(i):
-                if fam.name not in WANTED:
-                    continue
-                for line in fam.lines:
-                    head, _, value = line.rpartition(" ")
-                    sid = own.get(head)
-                    if sid is None:
-                        sid = own[head] = len(heads)
-                        heads.append((i, head))
-                        values.append([])
-                        steps_of.append([])
-                    values[sid].append(value)
-                    steps_of[sid].append(k)
+                if fam.name in wanted:
+                    put(i, fam.lines, k)
+            put(i, up, k)
+        if slurm:
+            for fam in exporter_families(sim, build_snapshot(sim)):
+                if fam.name in wanted:
+                    put(nodes, fam.lines, k)
+            put(nodes, up, k)
     return cols
 
 
-def write(cols: Columns, jsonl: Path, om: Path) -> None:
-    """Both import files, each series once with all its steps (module doc). A value that is not a
-    finite number (NaN, Inf: the text JSON cannot hold) stops the run: none is dropped or replaced."""
+def write(cols: Columns, jsonl: Path, om: Path | None) -> None:
+    """Both import files (JSON lines only without `om`), each series once with all its steps
+    (module doc). A value that is not a finite number (NaN, Inf: the text JSON cannot hold) stops
+    the run: none is dropped or replaced."""
     from collectors.exposition import format_labels
 
     ms = [str(int(round(t * 1000))) for t in cols.times]
     secs = [f"{t:.3f}" for t in cols.times]
     all_ms = ",".join(ms)
-    with open(jsonl, "wb") as fj, open(om, "w") as fo:
+    with open(jsonl, "wb") as fj, open(om or os.devnull, "w") as fo:
         for sid, (vals, steps) in enumerate(zip(cols.values, cols.steps)):
             joined = ",".join(vals)
             if "n" in joined:  # nan, inf: no digit string or exponent holds an n
@@ -167,8 +194,9 @@ def write(cols: Columns, jsonl: Path, om: Path) -> None:
             ts = all_ms if len(steps) == len(ms) else ",".join([ms[k] for k in steps])
             fj.write(b'{"metric":%s,"values":[%s],"timestamps":[%s]}\n' % (
                 orjson.dumps({"__name__": name, **labels}), joined.encode(), ts.encode()))
-            head = name + format_labels(labels) + " "
-            fo.write("".join([f"{head}{v} {secs[k]}\n" for v, k in zip(vals, steps)]))
+            if om:
+                head = name + format_labels(labels) + " "
+                fo.write("".join([f"{head}{v} {secs[k]}\n" for v, k in zip(vals, steps)]))
         fo.write("# EOF\n")
 
 

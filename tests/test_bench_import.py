@@ -108,3 +108,34 @@ def test_both_engines_hold_the_same_samples(cols, tmp_path):
     finally:
         for proc in reversed(started):
             proc.stop()
+
+
+def test_rules_bench_writes_the_rules_families_into_prometheus_by_remote_write(tmp_path):
+    """bench_rules_import.py's data: only the families the rules read, the slurm-exporter's under its
+    own job and instance (its series' own `node` kept), every target's `up`; and its hand-made remote
+    write (protobuf, snappy literals) read back by a real Prometheus sample for sample."""
+    from bench.bench_rules_import import SLURM, remote_write, rule_families
+
+    wanted = rule_families()
+    assert {"gangwatch_gpu_node_utilization_ratio", "gangwatch_slurm_node_info", "up"} <= wanted
+    assert "gangwatch_gpu_utilization_ratio" not in wanted  # rules read no per-GPU family
+    cols = simulate(NODES, STEPS, seed=5, end=END, wanted=wanted, slurm=SLURM)
+    named = [cols.labels(sid) for sid in range(len(cols.heads))]
+    assert {name for name, _ in named} <= wanted
+    slurm = [labels for name, labels in named if labels["job"] == "gangwatch-slurm"]
+    assert slurm and all(lb["instance"] == SLURM for lb in slurm)
+    assert any(name == "gangwatch_slurm_node_info" and lb.get("node") in cols.names for name, lb in named)
+    ups = {(lb["job"], lb["instance"]) for name, lb in named if name == "up"}
+    assert ups == {("gangwatch-agent", n) for n in cols.names[:NODES]} | {("gangwatch-slurm", SLURM)}
+    prom = Prometheus(tmp_path, [], extra_flags=["--web.enable-remote-write-receiver"])
+    try:
+        remote_write(prom.url, cols)
+        held = sum(float(prom.query(f"sum(count_over_time({name}[{STEPS * 15 + 60}s] @ {END}))")[0]["value"][1])
+                   for name in {name for name, _ in named})
+        assert held == cols.samples
+        got = prom.query(f'gangwatch_gpu_node_utilization_ratio{{node="{cols.names[0]}"}} @ {END}')
+        sid = next(i for i, (name, lb) in enumerate(named)
+                   if name == "gangwatch_gpu_node_utilization_ratio" and lb["node"] == cols.names[0])
+        assert float(got[0]["value"][1]) == float(cols.values[sid][-1])
+    finally:
+        prom.stop()

@@ -51,14 +51,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
-import promql_parser as pp  # noqa: E402
 import psutil  # noqa: E402
-import yaml  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
 from bench.bench_rules import one_cycle  # noqa: E402
 from bench.bench_victoriametrics import vmalert_rule_times  # noqa: E402
 from tests.support import vmstack  # noqa: E402
+from tests.support.promql_names import alerting_rules, metric_names, recording_rules  # noqa: E402
 from tests.support.promstack import Prometheus, wait_for  # noqa: E402
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
@@ -67,15 +66,10 @@ SLURM = "127.0.0.1:9815"  # the slurm-exporter's scrape address (its `instance`)
 BATCH = 2000  # series per remote-write request
 
 
-def recordings() -> list[str]:
-    return [r["record"] for f in RULE_FILES for g in yaml.safe_load(f.read_text())["groups"]
-            for r in g["rules"] if "record" in r]
-
-
 def recorded(url: str) -> str:
     """How many recording rules' outputs have series now, and which have none: the rules saw the
     samples (a rule over nothing costs nothing, and would flatter the figures)."""
-    names = recordings()
+    names = sorted(recording_rules())
     with httpx.Client(timeout=60) as client:
         r = client.get(url + "/api/v1/query", params={"query": f'count by (__name__) ({{__name__=~"{"|".join(names)}"}})'})
         r.raise_for_status()
@@ -85,20 +79,9 @@ def recorded(url: str) -> str:
 
 def rule_families() -> frozenset[str]:
     """The metric names the rules select, less their own recordings."""
-    names, records = set(), set()
-
-    def visit(node):
-        if isinstance(node, pp.VectorSelector) and node.name:
-            names.add(node.name)
-        return True
-
-    for f in RULE_FILES:
-        for group in yaml.safe_load(f.read_text())["groups"]:
-            for rule in group["rules"]:
-                if "record" in rule:
-                    records.add(rule["record"])
-                pp.walk(pp.parse(rule["expr"]), visit)
-    return frozenset(names - records)
+    records = recording_rules()
+    exprs = [*records.values(), *(r["expr"] for r in alerting_rules())]
+    return frozenset(set().union(*map(metric_names, exprs)) - set(records))
 
 
 # ---- remote write 1.0: protobuf by hand (prometheus.WriteRequest), snappy's block format with

@@ -13,7 +13,7 @@ The engine's work follows the raw series read, not the series answered: a query 
 filters many raw series (the Lustre client's per-target counters, one per node and target) costs
 in proportion to those, whatever it returns. The last lines give both totals and the shares.
 
-    python bench/bench_query_cost.py [--nodes 512] [--repeat 3] [--engines victoriametrics,prometheus]
+    python bench/bench_query_cost.py [--nodes 512] [--repeat 3] [--osts K] [--engines victoriametrics,prometheus]
 
 Needs Debian's victoria-metrics and prometheus packages (promtool).
 """
@@ -95,6 +95,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--osts", type=int, help="the Lustre filesystem's OSTs (default: the simulator's, at most 32)")
     ap.add_argument("--engines", default="victoriametrics,prometheus")
     args = ap.parse_args(argv)
     engines = args.engines.split(",")
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-qcost-"))
     totals = {}
     try:
-        cols = imp.simulate(args.nodes, 20, 1)
+        cols = imp.simulate(args.nodes, 20, 1, osts=args.osts)
         jsonl, om = work / "series.jsonl", work / "series.om"
         imp.write(cols, jsonl, om)
         end = cols.times[-1]

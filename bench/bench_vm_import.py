@@ -33,8 +33,10 @@ checkout's source (main's) on the same engines right after ours, in a process of
 Prints the series and samples imported and how long each stage took, the engines' resident memory,
 per cycle: wall time, time queries were in flight and their seconds added up, bytes and series
 answered, span asked, the CPU seconds the engine and our process used (and per series answered:
-on a host whose cores other work shares, these, not the wall time, are the cycle's cost); and the
-load average at each stage.
+on a host whose cores other work shares, these, not the wall time, are the cycle's cost); the
+bytes serve holds for them (the last window's arrays, the source's held ones); and the load
+average at each stage. `--osts K` gives the filesystem K OSTs (each a series per client and
+counter; the simulator's default stops at 32, where sites of thousands of nodes have hundreds).
 
 `--serve-cycles K` first runs K cycles from cold as `serve --prometheus` does (its default 10 s
 deadline, or `--serve-timeout S`), printing per cycle the signals that failed and those known only
@@ -42,7 +44,7 @@ in part: at a size whose cold cycle does not fit that deadline, how many cycles 
 every signal. With `--repeat 0` only those run.
 
 Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR] [--profile]
-                                       [--serve-cycles K [--serve-timeout S]]
+                                       [--serve-cycles K [--serve-timeout S]] [--osts K]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
 
@@ -119,11 +121,13 @@ class Columns:
 
 
 def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted: frozenset[str] | None = None,
-             slurm: str = "") -> Columns:
+             slurm: str = "", osts: int | None = None) -> Columns:
     """`steps` steps of the simulated cluster, the last at `end` (default: the latest 15 s boundary
     before now): the families in `wanted` (default: those the diagnosis reads) of every node's
     agent, and with `slurm` (the exporter's address, its `instance`) the slurm-exporter's families
-    and every target's `up`, as the demo's /sim/prometheus.yml scrapes them."""
+    and every target's `up`, as the demo's /sim/prometheus.yml scrapes them. `osts`: the Lustre
+    filesystem's OSTs (default: the simulator's, nodes / 16 between 8 and 32; sites of thousands of
+    nodes have hundreds, each a series per client and counter)."""
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.analysis.sim.render import NodeRenderer
     from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
@@ -136,7 +140,7 @@ def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted
     wanted = WANTED if wanted is None else wanted
     end = math.floor((time.time() if end is None else end) / STEP) * STEP
     start = end - STEP * steps
-    sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300))
+    sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300, osts=osts))
     renderer = NodeRenderer(sim)
     cols = Columns(list(sim.cluster.names), [])
     if slurm:
@@ -248,6 +252,9 @@ def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = F
     out["steady"] = min(steady)
     ours = sorted(row[-1] for row in steady)
     out["our_cpu"] = (ours[0], ours[len(ours) // 2])
+    win = meter.window  # what serve holds: the last window's arrays and the source's held ones
+    out["held_bytes"] = (sum(a.nbytes for level in (win.gpu, win.rail, win.node, win.target) for a in level.values()),
+                         sum(buf.nbytes for held in src._held.values() for buf in held._bufs))
     if profile:
         out["profile"] = profiled(src, meter, end)
     return out
@@ -345,6 +352,9 @@ def report(engine: str, nodes: int, rows: dict, nsteady: int) -> None:
     for who, got in rows.items():
         print(f"{who} steady, our CPU over the {nsteady} cycles: least {got['our_cpu'][0]:.2f} s, "
               f"median {got['our_cpu'][1]:.2f} s")
+        if "held_bytes" in got:
+            print(f"{who}: the window's arrays {got['held_bytes'][0] / 2**20:,.0f} MiB, the held signals' "
+                  f"{got['held_bytes'][1] / 2**20:,.0f} MiB")
     if rows["ours"].get("profile"):
         print(rows["ours"]["profile"])
     print(flush=True)
@@ -355,6 +365,7 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--osts", type=int, help="the Lustre filesystem's OSTs (default: the simulator's, at most 32)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", default="victoriametrics,prometheus")
     ap.add_argument("--profile", action="store_true", help="one more steady cycle of ours under cProfile")
@@ -382,7 +393,7 @@ def main(argv=None) -> int:
     try:
         print(f"load {load()}; {psutil.virtual_memory().available / 2**30:.1f} GiB available", flush=True)
         t0 = time.perf_counter()
-        cols = simulate(args.nodes, args.steps, args.seed)
+        cols = simulate(args.nodes, args.steps, args.seed, osts=args.osts)
         t1 = time.perf_counter()
         jsonl, om = work / "series.jsonl", work / "series.om"
         write(cols, jsonl, om)

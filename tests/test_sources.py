@@ -586,6 +586,43 @@ def test_steady_cycles_give_cold_windows():
     assert np.isnan(win.gpu["util"]).any() and np.isfinite(win.gpu["util"]).any() and win.nodes == ("n0", "n1", "n2", "n3")
 
 
+def test_held_grid_lays_out_again_only_when_the_union_of_its_blocks_changes():
+    """A node starting to read from a target changes the sparse signal's block (its facts), not the
+    window's layout, which the node's GPUs put it in already: the layout is kept (and the other
+    blocks' placements), and the window is the one a fresh HeldGrid gives. A target or node new to
+    every block lays the window out again."""
+    from dashboard.sources.build import GridBlock, HeldGrid
+
+    T = 5
+    rng = np.random.default_rng(3)
+    util = GridBlock("util", "gpu", np.arange(3), [("n0", "0"), ("n1", "0"), ("n1", "1")],
+                     [(("gpu", "0"), ("node", "n0")), (("gpu", "0"), ("node", "n1")), (("gpu", "1"), ("node", "n1"))], 1)
+    gpu_rows = rng.random((3, T))
+
+    def read(version, cells):
+        order = [(("node", n), ("target", t)) for n, t in cells]
+        return GridBlock("read", "target", np.arange(len(cells)), cells, order, version), rng.random((len(cells), T))
+
+    def window(grid, blocks):
+        store = SignalStore()
+        store.known_targets.update({"fs-OST0000"})
+        return grid.window(store, [(util, gpu_rows)] + blocks, T0, T0 + 15 * (T - 1), 15.0)
+
+    held = HeldGrid()
+    window(held, [read(10, [("n0", "fs-OST0000")])])
+    lay, placed_util = held._lay, held._placed[(1, "util")]
+    for version, cells, same in ((11, [("n0", "fs-OST0000"), ("n1", "fs-OST0000")], True),  # n1 reads now
+                                 (12, [("n1", "fs-OST0000")], True),
+                                 (13, [("n1", "fs-OST0001")], False),  # a target no block had
+                                 (14, [("n2", "fs-OST0000")], False)):  # a node no block had
+        blocks = [read(version, cells)]
+        win = window(held, blocks)
+        assert (held._lay is lay) == same and (held._placed[(1, "util")] is placed_util) == same, version
+        lay, placed_util = held._lay, held._placed[(1, "util")]
+        assert_same_window(win, window(HeldGrid(), blocks))
+        assert np.isfinite(win.target["read"]).any()
+
+
 def test_scrape_settle_only_where_samples_cannot_come_later():
     """The settle a steady cycle re-asks is the longest scrape timeout only on a Prometheus whose
     samples all come from its own scrapes; anything else may bring samples later: SETTLE_SECONDS."""

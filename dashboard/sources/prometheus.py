@@ -523,7 +523,13 @@ def decode_range(data: dict, start: float, step: float, n: int) -> tuple[list[di
         if len(flat) != 2 * int(lengths.sum()):
             raise ValueError("a point is not [time, value]")
         ts = np.array(flat[0::2], np.float64)
-        vs = np.fromiter(map(float, flat[1::2]), np.float64, len(flat) // 2)
+        vs = flat[1::2]
+        seen = set(vs)
+        # each distinct value parsed once where they repeat (zeros, link rates, counters standing
+        # still, re-asked points: a steady cycle's values at 512 nodes are 11 % distinct), which
+        # takes this function's time down by about 15 %
+        parse = dict(zip(seen, map(float, seen))).__getitem__ if 2 * len(seen) < len(vs) else float
+        vs = np.fromiter(map(parse, vs), np.float64, len(vs))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed matrix: {exc}") from None
     col = np.rint((ts - start) / step).astype(np.int64)
@@ -792,13 +798,20 @@ def _hardware(series: dict) -> bool:
 def _zero_reads(win: Window) -> Window:
     """`read` 0 where the sparse answer (SPARSE) left a node's target out and that node's filesystem
     total is known: what the unfiltered answer said there (the node read nothing from that target),
-    so pages show 0, not unknown; NaN stays where the node's reads are unknown."""
+    so pages show 0, not unknown; NaN stays where the node's reads are unknown. For a window just
+    built (HeldGrid.window's arrays are its own): its `read` is written in place, the one pass being
+    `fmax` with 0 where the total is known (NaN elsewhere), which fills only the NaN cells as every
+    point the filter kept is > 0 (at 4,096 nodes and 32 targets a copy and a masked write took
+    0.2 s of a steady cycle)."""
     total = win.node.get("fs_read")
     if total is None or not win.targets:
         return win
+    zero = np.where(np.isfinite(total), np.float32(0), np.float32(np.nan))[:, None, :]
     read = win.target.get("read")
-    read = np.full((len(win.nodes), len(win.targets), win.n_steps), np.nan, np.float32) if read is None else read.copy()
-    read[np.isnan(read) & np.isfinite(total)[:, None, :]] = 0.0
+    if read is not None:
+        np.fmax(read, zero, out=read)
+        return win
+    read = np.broadcast_to(zero, (len(win.nodes), len(win.targets), win.n_steps)).copy()
     return replace(win, target={**win.target, "read": read})
 
 

@@ -425,9 +425,9 @@ class _Held:
 
     def _rows_of(self, labels: list[dict]) -> np.ndarray:
         """The row of each answered series, new rows added. Looked up by the labels as the engine
-        answered them (their names and their values, two tuples: no sort, no tuple per label;
-        the same every cycle), by the sorted labels only on a miss."""
-        answered = list(zip(map(tuple, labels), map(tuple, map(dict.values, labels))))
+        answered them (their names, then their values, in one tuple, its length saying where they
+        part: no sort, no tuple per label; the same every cycle), by the sorted labels only on a miss."""
+        answered = [(*series, *series.values()) for series in labels]
         got = list(map(self.answered.get, answered))
         for i in (i for i, r in enumerate(got) if r is None):
             key = tuple(sorted(labels[i].items()))

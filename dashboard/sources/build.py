@@ -273,7 +273,7 @@ class HeldGrid:
         every block placed again) otherwise. What it depends on is the union of the blocks' facts:
         a node that starts reading from a target changes the sparse signals' facts every few
         cycles at a thousand nodes, yet it is in the layout already by its GPUs, and laying the
-        window out again placed every block again (a fifth of a steady cycle's own CPU)."""
+        window out again placed every block again (about a tenth of a steady cycle's own CPU)."""
         facts = {(b.version, b.signal): self._facts.get((b.version, b.signal)) or _layout_facts(b) for b in blocks}
         self._facts = facts
         lay_key = (T, frozenset(targets), tuple(facts.values()))  # unchanged blocks: the same objects, compared by identity

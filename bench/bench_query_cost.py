@@ -4,8 +4,9 @@
 bench_vm_import.py measures whole cycles; this says which queries the engine's CPU goes to, and
 why. The same imported data (bench_vm_import's simulated cluster, `--nodes` x 20 steps of 15 s,
 into both engines; VictoriaMetrics' caches off, so every answer is computed from the samples), then
-each query `serve --prometheus` sends (dashboard.sources.prometheus.plan_queries) asked alone over
-a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
+each query `serve --prometheus` sends a steady cycle (dashboard.sources.prometheus.plan_queries,
+less the per-target fallbacks where every node has the filesystem totals; the versions with them,
+as asked while a node lacks the totals, beside them, marked `fallback`) asked alone over a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
 the engine's CPU seconds and the wall time, the series answered and the raw series the query's
 selectors match (each mapping's selector counted at the last step: what the engine must read).
 
@@ -32,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
-from dashboard.sources.prometheus import SHARED_QUERIES, plan_queries, series_selector  # noqa: E402
+from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, SHARED_QUERIES,  # noqa: E402
+                                          plan_queries, series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus  # noqa: E402
@@ -40,7 +42,7 @@ from tests.support.promstack import Prometheus  # noqa: E402
 SPAN = 75.0  # a steady cycle on VictoriaMetrics: the new step and the 60 s settle
 
 
-def selectors(signal: str, level: str) -> list[str]:
+def selectors(signal: str, level: str, covered: frozenset[str]) -> list[str]:
     """The selectors of the raw series one planned query reads (its shared members' and its
     ratio's parts' too)."""
     names = set(SHARED_QUERIES.get(signal, (signal,)))
@@ -48,12 +50,25 @@ def selectors(signal: str, level: str) -> list[str]:
         if name in RATIOS:
             names |= set(RATIOS[name][:2])
     return sorted({series_selector(m) for m in MAPPINGS
-                   if m.signal in names and m.level == level and not m.scale_label})
+                   if m.signal in names and m.level == level and not m.scale_label and m.fallback not in covered})
+
+
+def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[str], list]:
+    """What serve asks a cycle: the plan less the fallbacks every node does without, as FALLBACK_FACTS
+    say (the source's `_covered`); and the queries of the plan with them (while a node lacks the
+    totals: an older agent) that differ, marked, to be measured beside them."""
+    r = client.get(url + "/api/v1/query", params={"query": FALLBACK_FACTS, "time": end})
+    r.raise_for_status()
+    covered = REPLACEMENTS - {row["metric"].get(LACKS_LABEL) for row in r.json()["data"]["result"]}
+    steady = plan_queries(60.0, imp.STEP, covered=covered)
+    kept = [(f"{signal} fallback", level, q) for signal, level, q in plan_queries(60.0, imp.STEP) if (signal, level, q) not in steady]
+    return covered, steady + kept
 
 
 def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> list[dict]:
     rows = []
-    for signal, level, query in plan_queries(60.0, imp.STEP):
+    covered, plan = steady_plan(client, url, end)
+    for signal, level, query in plan:
         best = None
         for _ in range(repeat):
             cpu0, t0 = imp.cpu(pid), time.perf_counter()
@@ -64,21 +79,25 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
             got = (cpu, wall, len(r.json()["data"]["result"]), len(r.content))
             best = got if best is None or got[0] < best[0] else best
         raw = 0
-        for sel in selectors(signal, level):
+        fallback = signal.endswith(" fallback")
+        for sel in selectors(signal.removesuffix(" fallback"), level, frozenset() if fallback else covered):
             r = client.get(url + "/api/v1/query", params={"query": f"count({sel})", "time": end})
             r.raise_for_status()
             res = r.json()["data"]["result"]
             raw += int(float(res[0]["value"][1])) if res else 0
         rows.append({"query": f"{signal}/{level}", "cpu": best[0], "wall": best[1], "series": best[2],
-                     "bytes": best[3], "raw": raw})
+                     "bytes": best[3], "raw": raw, "fallback": fallback})
     return rows
 
 
 def report(engine: str, nodes: int, rows: list[dict]) -> dict:
+    """The cycle's queries; those of the plan that keeps the per-target fallbacks (`... fallback`: as
+    a cycle asks while a node lacks the totals) that differ listed, not counted."""
+    kept, rows = [r for r in rows if r["fallback"]], [r for r in rows if not r["fallback"]]
     cpu, raw, series = (sum(r[k] for r in rows) for k in ("cpu", "raw", "series"))
     print(f"\n{engine}, {nodes:,} nodes, span {SPAN:.0f} s, load {imp.load()}")
     print(f"{'query':18} {'engine CPU':>10} {'wall':>7} {'answered':>9} {'raw read':>9} {'us/raw':>7} {'us/answered':>11}")
-    for r in sorted(rows, key=lambda r: -r["cpu"]):
+    for r in sorted(rows, key=lambda r: -r["cpu"]) + kept:
         print(f"{r['query']:18} {r['cpu']:9.3f}s {r['wall']:6.3f}s {r['series']:9,} {r['raw']:9,} "
               f"{1e6 * r['cpu'] / max(r['raw'], 1):7.1f} {1e6 * r['cpu'] / max(r['series'], 1):11.1f}")
     target = [r for r in rows if r["query"].endswith("/target") or r["query"].startswith(("fs_read", "fs_write"))]
@@ -88,6 +107,13 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
     print(f"the filesystem queries (read, latency per node and target; fs_read, fs_write per node): "
           f"{tcpu / max(cpu, 1e-9):.0%} of the engine's CPU, {traw / max(raw, 1):.0%} of the raw series read, "
           f"{tser / max(series, 1):.0%} of the series answered")
+    if kept:
+        swapped = {r["query"].replace(" fallback", "") for r in kept}
+        now = sum(r["cpu"] for r in rows if r["query"] in swapped)
+        was = sum(r["cpu"] for r in kept)
+        print(f"{', '.join(sorted(swapped))}: {now:.3f} s from the agents' per-filesystem totals against {was:.3f} s "
+              f"with the per-target fallback kept (a node lacking them): {now / max(was, 1e-9):.2f}; the steady "
+              f"cycle {cpu:.2f} s against {cpu - now + was:.2f} s ({cpu / max(cpu - now + was, 1e-9):.2f})")
     return {"cpu": cpu, "raw": raw, "series": series}
 
 

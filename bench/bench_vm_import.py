@@ -28,7 +28,8 @@ asked, only the imported minutes there) `--repeat` steps before the last importe
 before asks only for the new step and its settle), the best of them reported. `--profile` adds one
 more steady cycle under cProfile (the main thread: decoding, merging, window building) and times
 orjson over that cycle's answers (the query threads' parsing). `--baseline DIR` measures another
-checkout's source (main's) on the same engines right after ours, in a process of its own.
+checkout's source (main's) on the same engines right after ours (before them with
+`--baseline-first`), in a process of its own.
 
 Prints the series and samples imported and how long each stage took, the engines' resident memory,
 per cycle: wall time, time queries were in flight and their seconds added up, bytes and series
@@ -43,7 +44,7 @@ deadline, or `--serve-timeout S`), printing per cycle the signals that failed an
 in part: at a size whose cold cycle does not fit that deadline, how many cycles it takes to see
 every signal. With `--repeat 0` only those run.
 
-Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR] [--profile]
+Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR [--baseline-first]] [--profile]
                                        [--serve-cycles K [--serve-timeout S]] [--osts K]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
@@ -311,15 +312,25 @@ def serve_cycles(url: str, end: float, k: int, timeout: float = 10.0) -> None:
 
 
 def measure(engine: str, url: str, pid: int, end: float, args) -> dict:
-    """Our source's cycles, then the baseline's (a process of its own), on one engine."""
-    rows = {"ours": cycles(url, end, args.repeat, pid, args.profile)}
-    print(f"  {engine}: our cycles done, load {load()}", flush=True)
-    if args.baseline:
+    """Our source's cycles, then the baseline's (a process of its own), on one engine; the other way
+    round with `--baseline-first` (the first cycles after an import also pay the engine's background
+    merges, which its CPU counts)."""
+    rows = {}
+
+    def ours() -> None:
+        rows["ours"] = cycles(url, end, args.repeat, pid, args.profile)
+        print(f"  {engine}: our cycles done, load {load()}", flush=True)
+
+    def baseline() -> None:
         out = subprocess.run([sys.executable, __file__, "--cycles", f"{url},{end},{pid}", "--root", args.baseline,
                               "--repeat", str(args.repeat)], capture_output=True, text=True, timeout=7200, check=True)
         rows["baseline"] = json.loads(out.stdout.splitlines()[-1])
         print(f"  {engine}: the baseline's cycles done, load {load()}", flush=True)
-    return rows
+
+    order = (baseline, ours) if args.baseline and args.baseline_first else (ours, baseline) if args.baseline else (ours,)
+    for run in order:
+        run()
+    return {k: rows[k] for k in ("ours", "baseline") if k in rows}
 
 
 def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
@@ -370,6 +381,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="victoriametrics,prometheus")
     ap.add_argument("--profile", action="store_true", help="one more steady cycle of ours under cProfile")
     ap.add_argument("--baseline", help="another checkout whose diagnosis cycles to measure beside ours")
+    ap.add_argument("--baseline-first", action="store_true", help="the baseline's cycles before ours")
     ap.add_argument("--serve-cycles", type=int, default=0,
                     help="first, this many cycles from cold as serve runs them (--repeat 0: only those)")
     ap.add_argument("--serve-timeout", type=float, default=10.0, help="their deadline (serve's --prometheus-timeout)")

@@ -26,6 +26,7 @@ import argparse
 import glob
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -230,6 +231,45 @@ class Accumulator:
                 fam.add_rendered(format_labels(labels), value)
             out.append(fam)
         return out
+
+
+class MemberSum:
+    """Totals of counters summed over members (a filesystem's targets) that only go up, across scrapes.
+
+    A plain sum would drop when a member goes away (an OST deactivated, its OSC gone) or one member's
+    counter is cleared (`lctl set_param osc.*.stats=clear`, a reconnect), and `rate()` would read the
+    drop as a reset of the whole total: one step of the filesystem's whole history as throughput.
+    Here each member adds what it grew since its last reading; a member whose counter went down adds
+    its new value (counting from zero again); one first seen adds its whole value, so the totals
+    start, when the agent starts, at the plain sum (the same value a restarted agent had before, as
+    the kernel's counters were not reset). A member missing from one reading (its file unreadable
+    that scrape) keeps its last value, so it does not count twice when it is back. Concurrent
+    scrapes (two Prometheus servers) update under a lock. Groups named in `also` are reported even
+    without a member reading this time (their total so far, 0 if none ever had one), so a series
+    is there from the start, not from the first byte (which is what a reader tells an agent that
+    has it from one that has not by).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple, float] = {}
+        self._total: dict[tuple, float] = {}
+        self._lock = threading.Lock()
+
+    def update(self, readings: dict[tuple[tuple, tuple], float], also: Iterable[tuple] = ()) -> dict[tuple, float]:
+        """{(group, member): counter} -> {group: total} for the groups with a member in `readings`
+        and those in `also`."""
+        with self._lock:
+            seen: dict[tuple, None] = {}  # in the readings' order, then `also`'s sorted: the same every scrape
+            for key, value in readings.items():
+                old = self._last.get(key)
+                grew = value if old is None or value < old else value - old
+                group = key[0]
+                self._total[group] = self._total.get(group, 0.0) + grew
+                self._last[key] = value
+                seen[group] = None
+            for group in sorted(also):
+                seen.setdefault(group)
+            return {g: self._total.get(g, 0.0) for g in seen}
 
 
 _LATENCY_DIVISORS = {"usec": 1e6, "usecs": 1e6}  # division keeps 1234 usec -> 0.001234 exact

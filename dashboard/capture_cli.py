@@ -30,12 +30,12 @@ from collectors import fetch
 from collectors.fetch import Deadline
 from dashboard.sources.build import WANTED
 from dashboard.sources.exposition import Sample
-from dashboard.sources.schema import MAPPINGS
+from dashboard.sources.schema import FALLBACK_MARKERS, MAPPINGS
 
 
 def _queries(per_query: int = 12) -> list[str]:
-    """Raw selectors for every mapped metric, each name in exactly one query."""
-    names = sorted({m.metric for m in MAPPINGS})
+    """Raw selectors for every mapped metric and fallback marker, each name in exactly one query."""
+    names = sorted({m.metric for m in MAPPINGS} | {m.metric for m in FALLBACK_MARKERS.values()})
     return [f'{{__name__=~"{"|".join(names[i:i + per_query])}"}}' for i in range(0, len(names), per_query)]
 
 

@@ -25,12 +25,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(root, sim, steps: int):
-    """The simulator's bundle after `steps` steps, imported into a real Prometheus: (url, bundle)."""
+def _serve(root, sim, steps: int, edit=None):
+    """The simulator's bundle after `steps` steps (its metrics passed through `edit(line) -> keep`
+    where given), imported into a real Prometheus: (url, bundle)."""
     from dashboard.sources.simulated import BundleWriter
 
     bundle = root / "bundle"
     BundleWriter(sim).run(steps).write(str(bundle))
+    if edit is not None:
+        om = bundle / "metrics.om"
+        om.write_text("".join(line for line in om.read_text().splitlines(keepends=True) if edit(line)))
     data = root / "data"
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(bundle / "metrics.om"), str(data)],
                    check=True, capture_output=True, timeout=120)
@@ -223,3 +227,79 @@ def test_per_filesystem_reads_reach_the_window_keyed_as_targets(tmp_path):
                          {"series": 'gpfs_perf_read_bytes_total{fs="scratch",instance="n1:9100"}', "values": "0+0x10"}],
         "promql_expr_test": [{"expr": query, "eval_time": "90s",
                               "exp_samples": [{"labels": '{fs="gpfs1",instance="n1:9100",target="gpfs1"}', "value": 1e6}]}]}])
+
+
+@pytest.mark.skipif(not which("promtool"), reason="promtool (Debian package prometheus) not installed")
+def test_a_node_reads_its_filesystem_total_once_old_agents_from_their_targets(tmp_path):
+    """The agent's one series per filesystem (`targets_io_bytes`) is read where a node has it, and an
+    older agent's per-target series where it has not: never both added up. The facts name the nodes
+    without it, and the plan that leaves the per-target series out (every node has the total) reads
+    the same for the others."""
+    from dashboard.sources.prometheus import FALLBACK_FACTS, REPLACEMENTS, plan_queries
+
+    def fs_read(**kw) -> str:
+        (query,) = [q for s, _, q in plan_queries(**kw) if s == "fs_read"]
+        return query
+
+    per_target = 'gangwatch_lustre_client_target_io_bytes_total{{fs="lfs",type="osc",operation="read",target="lfs-OST000{}",instance="{}"}}'
+    total = 'gangwatch_lustre_client_targets_io_bytes_total{fs="lfs",type="osc",operation="read",instance="new:9810"}'
+    series = [{"series": per_target.format(0, "new:9810"), "values": "0+15000x10"},  # 1,000 B/s
+              {"series": per_target.format(1, "new:9810"), "values": "0+15000x10"},
+              {"series": total, "values": "0+30000x10"},
+              {"series": per_target.format(0, "old:9810"), "values": "0+15000x10"},
+              {"series": per_target.format(1, "old:9810"), "values": "0+45000x10"},
+              # an older agent's node that only writes
+              {"series": per_target.format(0, "writer:9810").replace('"read"', '"write"'), "values": "0+15000x10"}]
+    # every agent's one-per-filesystem marker (FALLBACK_MARKERS), by which the facts tell the nodes
+    # without the totals, whatever they read or write
+    series += [{"series": f'gangwatch_lustre_client_import_rpc_wait_max_seconds{{fs="lfs",type="osc",instance="{n}:9810"}}',
+                "values": "0.001x10"} for n in ("new", "old", "writer")]
+    assert "gangwatch_lustre_client_target_io_bytes_total" not in fs_read(covered=REPLACEMENTS)
+    _promtool(tmp_path, [{
+        "interval": "15s", "input_series": series,
+        "promql_expr_test": [
+            {"expr": fs_read(), "eval_time": "90s",
+             "exp_samples": [{"labels": '{instance="new:9810"}', "value": 2000},
+                             {"labels": '{instance="old:9810"}', "value": 4000}]},
+            {"expr": fs_read(covered=REPLACEMENTS), "eval_time": "90s",
+             "exp_samples": [{"labels": '{instance="new:9810"}', "value": 2000}]},
+            {"expr": FALLBACK_FACTS, "eval_time": "90s",
+             "exp_samples": [{"labels": '{gw_fact="lacks",gw_lacks="gangwatch_lustre_client_targets_io_bytes_total",'
+                                        f'instance="{node}:9810"}}', "value": 1} for node in ("old", "writer")]}]}])
+
+
+def test_old_agents_on_some_nodes_are_read_from_their_targets_through_prometheus_and_bundles(tmp_path):
+    """Two of six nodes run an agent without the per-filesystem total: the facts name them, the plan
+    keeps the per-target fallback (cycle after cycle), and every node's filesystem reads are its
+    targets' reads added up once, from Prometheus as from the bundle (where a node with both would
+    otherwise count them twice); the verdicts are the bundle's."""
+    import numpy as np
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.prometheus import PrometheusSource
+
+    old = ('instance="node0002:9810"', 'instance="node0005:9810"')
+    sim = Simulation(SimConfig(nodes=6, seed=3, prefill=False, nodes_per_leaf=3, faults="ost_slow@10m+20m"))
+
+    def without_totals(line: str) -> bool:
+        return not (line.startswith("gangwatch_lustre_client_targets_io_bytes_total{") and any(o in line for o in old))
+
+    for url, bundle in _serve(tmp_path, sim, 60, edit=without_totals):
+        b = load_bundle(str(bundle))
+        src = PrometheusSource(url)
+        cold = src.window(b.end - 60, b.end - b.start - 60, 15.0)
+        assert src._covered == frozenset() and not cold.notes
+        steady = src.window(b.end, b.end - b.start - 60, 15.0)
+        fresh = PrometheusSource(url).window(b.end, b.end - b.start - 60, 15.0)
+        for win in (b.window, cold, steady):
+            fs, read = win.node["fs_read"], win.target["read"]
+            assert np.isfinite(fs).any(axis=1).all()  # every node's reads known, the old agents' too
+            both = np.isfinite(fs) & np.isfinite(read).all(axis=1)
+            assert both.sum() > len(win.nodes) * 20
+            assert np.allclose(fs[both], np.nansum(read, axis=1)[both], rtol=1e-6)  # once, not twice
+            assert (fs[both] > 0).any()
+        assert np.array_equal(steady.node["fs_read"], fresh.node["fs_read"], equal_nan=True)
+        want = _verdicts(diagnose(b.window, b.jobs))
+        assert _verdicts(diagnose(steady, b.jobs)) == want and {s for s, _ in want.values()} - {"progressing"}

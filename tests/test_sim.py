@@ -363,10 +363,12 @@ def _check_rollups(text: str) -> dict:
     state = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_state_id")}
     phys = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_physical_state_id")}
     assert _one(S, f"{ib}node_ports_down") == sum(v < 4 and phys[key] != 3 for key, v in state.items())
-    # Lustre: llite is what went through the OSCs; the slowest import per type; every import FULL
+    # Lustre: llite and the targets' sum are what went through the OSCs; the slowest import per type; every import FULL
     for op in ("read", "write"):
         osc = [v for lbl, v in per("gangwatch_lustre_client_target_io_bytes_total", type="osc", operation=op)]
         assert [v for _, v in per("gangwatch_lustre_client_io_bytes_total", fs=C.FS_NAME, operation=op)] == [sum(osc)]
+        assert [v for _, v in per("gangwatch_lustre_client_targets_io_bytes_total", fs=C.FS_NAME, type="osc",
+                                  operation=op)] == [sum(osc)]
     for kind in ("osc", "mdc"):
         waits = [v for _, v in per("gangwatch_lustre_client_import_rpc_wait_average_seconds", type=kind)]
         assert [v for _, v in per("gangwatch_lustre_client_import_rpc_wait_max_seconds", fs=C.FS_NAME, type=kind)] == \

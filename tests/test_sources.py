@@ -676,7 +676,7 @@ def test_prometheus_hardware_facts_are_kept_between_cycles():
     """A steady cycle asks for the job facts only and keeps the leaf, NVLink and NUMA facts of the
     last full facts query; a node those facts did not cover, `TOPOLOGY_SECONDS` passing, or a failed
     facts query makes a later cycle ask for all of them again. The window is a cold cycle's."""
-    from dashboard.sources.prometheus import INFO_QUERY, INTERVAL_QUERY, JOB_FACTS, TOPOLOGY_SECONDS
+    from dashboard.sources.prometheus import INFO_QUERY, JOB_FACTS, PLAN_QUERY, TOPOLOGY_SECONDS
 
     facts: list[str] = []
     nodes = [2]
@@ -686,7 +686,7 @@ def test_prometheus_hardware_facts_are_kept_between_cycles():
         q = request.url.params.get("query", "")
         if "/status/" in request.url.path:
             return no_status_api()
-        if q == INTERVAL_QUERY:
+        if q == PLAN_QUERY:
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         if request.url.path.endswith("/query"):
             facts.append(q)
@@ -737,6 +737,55 @@ def test_prometheus_hardware_facts_are_kept_between_cycles():
     facts.clear()
     warm.window(T0 + 75 + TOPOLOGY_SECONDS, 600, 15)
     assert facts == [INFO_QUERY]
+
+
+def test_a_node_without_the_filesystem_total_brings_the_fallback_back():
+    """Every node has the agent's per-filesystem totals: even the cold cycle asks for them alone (the
+    plan's facts come before the plan). A node appears whose agent lacks them: the cycle after it
+    asks which nodes lack them again, and from then on asks for the per-target series too, `fs_read`
+    and `fs_write` over the whole window (their held points did not cover that node)."""
+    from dashboard.sources.prometheus import FACT_LABEL, LACKS_LABEL, PLAN_QUERY
+
+    lacking: list[str] = []
+    nodes = [2]
+    asked: list[tuple[str, float]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = request.url.params.get("query", "")
+        if "/status/" in request.url.path:
+            return no_status_api()
+        if request.url.path.endswith("/query"):
+            result = [{"metric": {FACT_LABEL: "lacks", LACKS_LABEL: "gangwatch_lustre_client_targets_io_bytes_total",
+                                  "instance": f"{n}:9810"}, "value": [T0, "1"]} for n in lacking] if q == PLAN_QUERY else []
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+        start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
+        asked.append((q, start))
+        result = []
+        if "gangwatch_gpu_utilization_ratio" in q:
+            result = [{"metric": {"instance": f"n{i:04d}:9810", "gpu": "0"},
+                       "values": [[t, "0.5"] for t in np.arange(start, end + 1e-6, step)]} for i in range(nodes[0])]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+    def fs_queries() -> list[tuple[str, float]]:
+        return [(q, start) for q, start in asked if "targets_io_bytes_total" in q]  # fs_read, fs_write
+
+    src = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    win = src.window(T0, 600, 15)
+    assert len(fs_queries()) == 2 and all("target_io_bytes_total" not in q for q, _ in fs_queries())
+    asked.clear()
+    src.window(T0 + 15, 600, 15)
+    assert all("target_io_bytes_total" not in q and start > win.start for q, start in fs_queries())
+    nodes[0], lacking[:] = 3, ["n0002"]  # an older agent's node appears
+    asked.clear()
+    src.window(T0 + 30, 600, 15)  # seen this cycle; its facts, and the plan's, the next
+    assert all("target_io_bytes_total" not in q for q, _ in fs_queries())
+    asked.clear()
+    win = src.window(T0 + 45, 600, 15)
+    got = fs_queries()
+    assert len(got) == 2 and all("target_io_bytes_total{" in q and start == win.start for q, start in got)
+    asked.clear()
+    src.window(T0 + 60, 600, 15)  # and stays, asking only the new span
+    assert all("target_io_bytes_total{" in q and start > win.start for q, start in fs_queries())
 
 
 def test_serve_gives_the_prometheus_source_its_timeout():
@@ -794,6 +843,41 @@ def test_job_cgroup_pressure_becomes_a_job_series():
     assert win.nodes == ()  # a job series alone does not invent nodes
 
 
+def test_embedded_scraper_reads_a_filesystem_total_once():
+    """A node whose agent exports the per-filesystem total reads it instead of its per-target series
+    (the same bytes: added up they would count twice); a node without it reads its targets."""
+    lines = []
+    for k in range(4):
+        t = T0 + 15 * k
+        for node, targets, total in (("new", 2, True), ("old", 3, False)):
+            for j in range(targets):
+                lines.append(f'gangwatch_lustre_client_target_io_bytes_total{{fs="lfs",target="lfs-OST000{j}",type="osc",'
+                             f'operation="read",instance="{node}:9810"}} {15000 * k} {t}')
+            if total:
+                lines.append(f'gangwatch_lustre_client_targets_io_bytes_total{{fs="lfs",type="osc",operation="read",'
+                             f'instance="{node}:9810"}} {15000 * targets * k} {t}')
+    store = RawStore()
+    store.add_all(iter_samples("\n".join(lines)))
+    win = store.signals().window(T0, T0 + 45, 15.0)
+    fs = dict(zip(win.nodes, win.node["fs_read"]))
+    assert fs["new"][1:].tolist() == [2000.0] * 3 and fs["old"][1:].tolist() == [3000.0] * 3
+
+
+def test_every_fallback_has_the_marker_the_facts_tell_it_by():
+    """A fallback leaves the Prometheus plan only where the facts can say no node needs it: by its
+    replacement's marker (one series a node, kept in bundles and captures so an imported one says
+    the same)."""
+    from dashboard.sources.build import WANTED
+    from dashboard.sources.prometheus import FALLBACK_FACTS, REPLACEMENTS
+    from dashboard.sources.schema import FALLBACK_MARKERS, MAPPINGS
+
+    fallbacks = {m.fallback for m in MAPPINGS if m.fallback}
+    assert fallbacks and fallbacks == REPLACEMENTS == set(FALLBACK_MARKERS)
+    for metric, marker in FALLBACK_MARKERS.items():
+        assert marker.metric in WANTED and marker.metric in FALLBACK_FACTS and metric in FALLBACK_FACTS
+        assert not any(m.fallback for m in MAPPINGS if m.metric == metric)  # a replacement is not itself a fallback
+
+
 def test_clock_skew_between_nodes_is_absorbed():
     lines = []
     for k in range(6):
@@ -840,14 +924,14 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
     every counter would be unknown: the window widens to 2.5 scrape intervals, read from `up` on a
     cold cycle (no `up`, as in imported data: the configured window). Event counters take the
     difference of the samples one step apart, which holds at any interval."""
-    from dashboard.sources.prometheus import INTERVAL_QUERY
+    from dashboard.sources.prometheus import PLAN_QUERY
 
     asked: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         q = request.url.params.get("query", "")
         asked.append(q)
-        if q == INTERVAL_QUERY and interval is not None:
+        if q == PLAN_QUERY and interval is not None:
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector",
                                                                             "result": [{"metric": {}, "value": [T0, str(interval)]}]}})
         if request.url.path.endswith("/query"):
@@ -862,4 +946,4 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
     assert any("offset 15s" in q and "link_downed" in q for q in asked)
     asked.clear()
     src.window(T0 + 15, 600, 15)  # the interval is kept: not asked again
-    assert INTERVAL_QUERY not in asked
+    assert PLAN_QUERY not in asked

@@ -237,13 +237,28 @@ def test_grafana_queries_agree(engines):
 def test_diagnosis_queries_agree(engines):
     """Every query one diagnosis cycle sends (dashboard/sources/prometheus.py), at its own step and
     rate window, plus the instant facts query."""
-    from dashboard.sources.prometheus import INFO_QUERY, plan_queries
+    from dashboard.sources.prometheus import (FALLBACK_FACTS, INFO_QUERY, PLAN_QUERY, RATE_INTERVALS, REPLACEMENTS,
+                                              plan_queries)
 
-    problems, nonempty, _, edges = disagreements(engines, [(signal, q) for signal, _, q in plan_queries(60.0, STEP)])
+    # the plan of a cold cycle, and the one after it that leaves out the fallbacks every node does without
+    plans = dict.fromkeys((signal, q) for covered in (frozenset(), REPLACEMENTS)
+                          for signal, _, q in plan_queries(60.0, STEP, covered=covered))
+    assert len(plans) > len(plan_queries(60.0, STEP))
+    problems, nonempty, _, edges = disagreements(engines, list(plans))
     end = engines["last"]
     a = query_range(engines["prom"], INFO_QUERY, end, end)
     b = query_range(engines["vm"], INFO_QUERY, end, end)
     assert a and set(a) == set(b), f"facts differ: {sorted(set(a) ^ set(b))[:3]}"
+    # the plan's facts: every node has the filesystem totals here, so none answered; and as if none
+    # had them (the replacement's selector matching nothing), every node with the marker, on both
+    # the plan's own query: the scrape interval differs by an edge sample (docs/victoriametrics.md), not
+    # the rate window it gives
+    a, b = (query_range(engines[e], PLAN_QUERY, end, end) for e in ("prom", "vm"))
+    assert a.keys() == b.keys() and {max(60, math.ceil(RATE_INTERVALS * v)) for v in (*a.values(), *b.values())} == {60}
+    assert not query_range(engines["prom"], FALLBACK_FACTS, end, end)
+    none_have = FALLBACK_FACTS.replace('targets_io_bytes_total{type="osc"}', 'targets_io_bytes_total{type="none"}')
+    a, b = (query_range(engines[e], none_have, end, end) for e in ("prom", "vm"))
+    assert len(a) == 8 and a == b
     assert not problems, "\n".join(problems)
     assert not edges.unexplained, edges.unexplained[:3]
     assert nonempty >= 12
@@ -276,11 +291,13 @@ def test_same_verdicts(engines):
 def test_steady_state_cycle_asks_only_the_new_span(engines):
     """serve's every-cycle path on either engine: a source that judged the window ending 5 minutes
     ago asks, for the window ending now, only for those 5 minutes (and SETTLE_SECONDS before), and
-    builds exactly the window (every array, NaN where unknown) and the verdicts of a cold cycle."""
+    builds exactly the window (every array, NaN where unknown) and the verdicts of a cold cycle,
+    though it asks for the filesystem totals alone (every node has them) where the cold cycle also
+    asked for the per-target counters."""
     import numpy as np
 
     from dashboard.analysis.diagnose import diagnose
-    from dashboard.sources.prometheus import SETTLE_SECONDS, PrometheusSource
+    from dashboard.sources.prometheus import REPLACEMENTS, SETTLE_SECONDS, PrometheusSource
 
     def arrays(win):
         return (win.nodes, win.gpus, win.rails, win.targets, win.gpu_jobs,
@@ -293,6 +310,7 @@ def test_steady_state_cycle_asks_only_the_new_span(engines):
     for name in ("prom", "vm"):
         warm = PrometheusSource(engines[name], timeout=30)
         first = warm.window(engines["last"] - 300, span, STEP)
+        assert warm._covered == REPLACEMENTS  # so the per-target fallbacks leave this cycle's plan
         win = warm.window(engines["last"], span, STEP)
         assert warm.seconds_asked_last_cycle == win.end - first.end + SETTLE_SECONDS, name
         cold = PrometheusSource(engines[name], timeout=30).window(engines["last"], span, STEP)

@@ -10,6 +10,12 @@ Metrics (labels `fs` = filesystem name, `target` = OST/MDT name such as `lustre-
 - `gangwatch_lustre_client_{operations,io_bytes,operation_latency_seconds}_total{fs,operation}` from llite.
 - `gangwatch_lustre_client_target_{operations,io_bytes,operation_latency_seconds}_total{fs,target,type,operation}`
   from the OSC/MDC `stats` (RPC counts and service times per request type, `req_waittime`, ...).
+- `gangwatch_lustre_client_targets_io_bytes_total{fs,type,operation}`: the target counters' bytes
+  summed over the filesystem's targets, one series per node and filesystem where the per-target
+  ones are one per OST (hundreds on a large filesystem); what the diagnosis reads a node's filesystem
+  throughput from. `read` and `write` of every filesystem with OSC stats are there from 0 on, before
+  the first byte. Kept monotonic across scrapes (lustre_common.MemberSum): a target that goes away,
+  or whose stats are cleared, does not make the total drop (which `rate()` would read as a reset).
 - `gangwatch_lustre_client_target_rpcs_in_flight`, `..._pending_pages` {fs,target,type,operation}: now.
 - `gangwatch_lustre_client_rpcs_by_pages_total{fs,type,operation,pages}` and
   `gangwatch_lustre_client_rpcs_by_in_flight_total{fs,type,operation,in_flight}`: the rpc_stats
@@ -31,7 +37,7 @@ kernel: the scrape wrapper then reports this collector as failed and the scrape 
 
 from __future__ import annotations
 
-from ..lustre_common import (Accumulator, LustreSource, StatsFamilies, add_common_arguments,
+from ..lustre_common import (Accumulator, LustreSource, MemberSum, StatsFamilies, add_common_arguments,
                              command_families, parse_failures_family, split_param, wanted)
 from ..lustre_parse import fs_of_target, parse_import, parse_rpc_stats, parse_stats, split_client_device
 from ..registry import Collector, NoData, register
@@ -39,6 +45,10 @@ from ..registry import Collector, NoData, register
 PARAMS = ("llite.*.stats", "osc.*.stats", "osc.*.rpc_stats", "osc.*.import",
           "mdc.*.stats", "mdc.*.rpc_stats", "mdc.*.import")
 WANTED = wanted(PARAMS)
+TARGETS_IO = "gangwatch_lustre_client_targets_io_bytes_total"
+TARGETS_IO_HELP = ("Bytes read or written as counted by the client's OSCs (or MDCs) of the filesystem: "
+                   "gangwatch_lustre_client_target_io_bytes_total summed over the targets, kept from going "
+                   "down when a target goes away or its counters are cleared.")
 HISTOGRAMS = {"pages per rpc": ("rpcs_by_pages", "pages", "RPCs sent, by the number of pages they carried"),
               "rpcs in flight": ("rpcs_by_in_flight", "in_flight",
                                  "RPCs sent, by how many RPCs were already in flight to the target")}
@@ -54,6 +64,7 @@ class LustreClientCollector(Collector):
         super().__init__(ctx)
         self.source = LustreSource(ctx)
         self.per_target = bool(ctx.option("collector_lustre_client_per_target_histograms", False))
+        self.target_sums = MemberSum()  # gangwatch_lustre_client_targets_io_bytes_total, across scrapes
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -99,10 +110,24 @@ class LustreClientCollector(Collector):
                 failures += not self._rpc_stats(acc, text, labels)
             elif leaf == "import":
                 failures += not self._import(acc, text, labels)
+        self._target_sums(acc, target_stats)
         fams = acc.render()
         fams += command_families(self.name, fetch)
         fams.append(parse_failures_family(self.name, failures))
         return fams
+
+    def _target_sums(self, acc: Accumulator, target_stats: StatsFamilies) -> None:
+        readings = {((labels[0], labels[2], labels[3]), labels[1]): value
+                    for labels, value in acc.values[target_stats.bytes].items()}  # (fs, type, operation), target
+        # read and write of every filesystem with OSC stats, from 0 before its first byte: a reader
+        # tells this agent from an older one by the series being there (prometheus.FALLBACK_FACTS)
+        also = {(labels[0], labels[2], ("operation", op)) for labels in acc.values[target_stats.ops]
+                if labels[2] == ("type", "osc") for op in ("read", "write")}
+        if not (readings or also):
+            return
+        fam = acc.family(TARGETS_IO, "counter", TARGETS_IO_HELP)
+        for group, total in self.target_sums.update(readings, also).items():
+            acc.set(fam, group, total)
 
     def _rpc_stats(self, acc: Accumulator, text: str, labels) -> bool:
         rpc = parse_rpc_stats(text)

@@ -18,6 +18,7 @@ import math
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import replace
+from operator import itemgetter
 from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
@@ -25,9 +26,12 @@ import numpy as np
 from dashboard.analysis.window import Window, grid
 
 from .exposition import Columns, Sample, concat_ranges
-from .schema import BY_METRIC, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping, NodeMatcher, matches, sub_key
+from .schema import (BY_METRIC, FALLBACK_MARKERS, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping, NodeMatcher,
+                     drop_fallbacks, matches, sub_key)
 
-WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS)
+# the metrics a bundle keeps: the mapped ones, the facts, and the markers by which the Prometheus
+# source tells an older agent (a bundle imported into an engine is read as a live one)
+WANTED = frozenset(BY_METRIC) | frozenset(INFO_METRICS) | frozenset(m.metric for m in FALLBACK_MARKERS.values())
 # Steps back a grid time looks for its latest sample (`align`'s lookback, unless given): two scrapes at the
 # step's interval, so one missed scrape is carried over, two are unknown.
 LOOKBACK_STEPS = 2
@@ -438,16 +442,17 @@ class RawStore:
 
     def signals(self) -> SignalStore:
         out = SignalStore()
-        for (name, items), (ts_l, vs_l) in self.points.items():
+        feeds = []  # (cell, mapping, series): a fallback mapping's dropped where its replacement feeds the cell
+        for (name, items), points in self.points.items():
             labels = dict(items)
             node = self.matcher(labels)
             if node is None:
                 self.unmatched += 1
                 continue
-            ts, vs = np.asarray(ts_l, np.float64), np.asarray(vs_l, np.float64)
-            for m, key in cells_of(name, labels):
-                t2, v2 = _transform(m, ts, vs)
-                out.add(m.signal, m.level, node, key, t2, v2, m.combine)
+            feeds.extend(((m.signal, m.level, node, key), m, points) for m, key in cells_of(name, labels))
+        for (signal, level, node, key), m, (ts_l, vs_l) in drop_fallbacks(feeds, itemgetter(0), itemgetter(1)):
+            t2, v2 = _transform(m, np.asarray(ts_l, np.float64), np.asarray(vs_l, np.float64))
+            out.add(signal, level, node, key, t2, v2, m.combine)
         out.add_infos(((name, labels) for (name, _), labels in self.info.items()), self.matcher)
         if self.unmatched:
             out.notes.append(f"{self.unmatched} series without a host label ({', '.join(self.matcher.host_labels)})")
@@ -674,6 +679,7 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
             unmatched += 1
             continue
         items.extend(((m.signal, m.level, node, key), c, m) for m, key in cells_of(name, labels))
+    items = drop_fallbacks(items, itemgetter(0), itemgetter(2))
     info.add_infos(infos, node_for)
     notes: list[str] = []
     if unmatched:

@@ -16,7 +16,11 @@ still grows with the hour is numpy copying the held rows into the window's fresh
 
 The per-node-and-target signals (`read`, `latency`: every client has a series for every target)
 are asked for only where they carry something (`SPARSE`: reads > 0, finite latencies), which
-leaves what the diagnosis takes from them as it was (docs/victoriametrics.md, Sizing).
+leaves what the diagnosis takes from them as it was (docs/victoriametrics.md, Sizing). A node's
+filesystem throughput (`fs_read`, `fs_write`) comes from the agent's one series per filesystem;
+the per-target series it is the sum of (an older agent's only ones) are a fallback the plan leaves
+out where no node lacks the total (PLAN_QUERY, asked before the plan: FALLBACK_FACTS, `covered`):
+PromQL's `or` would read them for every node.
 
 Steady state: the source keeps what it fetched and each cycle asks only for the span since the
 previous cycle's end, plus a settle before it (points a late sample could still change:
@@ -71,7 +75,8 @@ from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
-from .schema import HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping, NodeMatcher, sub_key
+from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
+                     NodeMatcher, sub_key)
 
 
 def series_selector(m: Mapping) -> str:
@@ -86,12 +91,13 @@ def series_selector(m: Mapping) -> str:
 def _summed(ms: list[Mapping]) -> list[list[Mapping]]:
     """Mappings of one signal that one exporter means to be added up (combine="sum", the same kind,
     scale and filters: RoCE's ECN marks and CNPs) grouped, so PromQL adds them as the bundle reader
-    does instead of `or` keeping the first; every other mapping alone."""
+    does instead of `or` keeping the first; every other mapping alone (a fallback too: `or` keeps
+    its replacement where a node has both, as `drop_fallbacks` does)."""
     out: list[list[Mapping]] = []
     groups: dict[tuple, list[Mapping]] = defaultdict(list)
     for m in ms:
         if m.combine == "sum" and m.counter:
-            groups[(_family(m.metric), m.events, m.scale, m.filters, m.key)].append(m)
+            groups[(_family(m.metric), m.events, m.scale, m.filters, m.key, m.fallback)].append(m)
         else:
             out.append([m])
     return out + list(groups.values())
@@ -131,12 +137,14 @@ def _expr(m: Mapping, by: str, rate_window: float, step: float, sparse: bool = F
     return inner if m.scale == 1.0 else f"({inner}) * {m.scale:g}"
 
 
-def plan_queries(rate_window: float = 60.0, step: float = 15.0,
-                 host_labels: tuple[str, ...] = HOST_LABELS) -> list[tuple[str, str, str]]:
-    """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in."""
+def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tuple[str, ...] = HOST_LABELS,
+                 covered: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
+    """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in, less the fallback
+    mappings whose replacement every node has (`covered`: PLAN_QUERY's FALLBACK_FACTS said so). PromQL's `or`
+    evaluates both sides, so a fallback left in costs its series even where its replacement is read."""
     # a scale read from a label (a histogram bucket's bound) has no PromQL form: such rows are for
     # bundles and the embedded scraper only
-    mappings = [m for m in MAPPINGS if not m.scale_label]
+    mappings = [m for m in MAPPINGS if not m.scale_label and m.fallback not in covered]
     groups: dict[tuple[str, str], list[Mapping]] = defaultdict(list)
     for m in mappings:
         groups[(m.signal, m.level)].append(m)
@@ -194,6 +202,30 @@ def _target_facts() -> str:
     return " or ".join(f'label_replace({count(m)}, "{FACT_LABEL}", "target", "", "")' for m in ms)
 
 
+def _fallback_facts() -> str:
+    """An instant query for the nodes that lack a fallback's replacement (an agent from before it):
+    those with its marker (FALLBACK_MARKERS: one series a node and filesystem, where the fallback's
+    own are one per target) and no series of the replacement; one series per such node, labelled
+    FACT_LABEL="lacks" and LACKS_LABEL=<the replacement metric>. None answered for a replacement
+    means every node has it, and the plan leaves its fallbacks out (`covered`). (Reading the
+    fallback's per-target series instead took a 512-node, 256-OST cold cycle 5 s more of the
+    engine's CPU.)"""
+    by = ",".join(HOST_LABELS)
+    parts = []
+    for metric, marker in FALLBACK_MARKERS.items():
+        lacking = (f"count by ({by}) ({series_selector(marker)}) unless on ({by}) "
+                   f"{series_selector(replace(marker, metric=metric))}")
+        parts.append(f'label_replace(label_replace({lacking}, "{FACT_LABEL}", "lacks", "", ""), '
+                     f'"{LACKS_LABEL}", "{metric}", "", "")')
+    return " or ".join(parts)
+
+
+LACKS_LABEL = "gw_lacks"
+FALLBACK_FACTS = _fallback_facts()
+# a fallback without a marker is never left out: no fact could say every node does without it
+REPLACEMENTS = frozenset(m.fallback for m in MAPPINGS if m.fallback in FALLBACK_MARKERS)
+
+
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
 # no transmit wait; the ethtool collector's rollups, read on RoCE; the tasks in I/O wait, read where
 # PSI is off, beside iowait) share one query: each part is labelled with its signal, which add_matrix
@@ -220,7 +252,8 @@ def _family(metric: str) -> str:
 
 
 # Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals
-# sharing one) and the facts query, plus the scrape interval on a cold cycle (INTERVAL_QUERY).
+# sharing one) and the facts query, plus PLAN_QUERY (the scrape interval, the nodes lacking a
+# fallback's replacement) on a cold cycle and with the hardware facts.
 # Tests hold the source to it. (While a signal is known only in part, after its whole window
 # failed, each cycle asks for the span before that part too: COLD_SHRINK.)
 QUERY_BUDGET = 21
@@ -257,6 +290,11 @@ TOPOLOGY_SECONDS = 600.0
 # (Prometheus' default) a 60 s window holds one and every counter would be unknown. The window
 # is then `RATE_INTERVALS` scrape intervals (at least the configured one): two samples always.
 INTERVAL_QUERY = "quantile(0.9, 300 / count_over_time(up[5m]))"
+# What the plan depends on, asked in one instant query before it, on a cold cycle and whenever the
+# hardware facts are asked again (every TOPOLOGY_SECONDS, a node they did not cover): the scrape
+# interval (a series without labels) and the nodes lacking a fallback's replacement (FALLBACK_FACTS),
+# so even a cold cycle leaves out the fallbacks no node needs.
+PLAN_QUERY = f"{INTERVAL_QUERY} or {FALLBACK_FACTS}"
 RATE_INTERVALS = 2.5
 
 
@@ -571,6 +609,10 @@ class PrometheusSource:
         self._partial: dict[tuple[str, str], tuple[float, str, float]] = {}
         self._shares: dict[str, float] = {}  # query (signal or "facts") -> its time share, where it was slow
         self._too_short = False
+        # the fallbacks' replacements every node has, as the last PLAN_QUERY said (FALLBACK_FACTS),
+        # and per held signal the fallbacks its points were asked without
+        self._covered: frozenset[str] = frozenset()
+        self._dropped: dict[tuple[str, str], frozenset[str]] = {}
 
     def _get(self, path: str, params: dict, name: str = "") -> dict:
         """One request, within the time share of query `name` (QUERY_SHARE, or more where it was slow:
@@ -641,15 +683,18 @@ class PrometheusSource:
         if 2 * span < end - start:
             self._cold[key] = (2 * span, why)
 
-    def _rate_window(self, end: float, failed: list[str]) -> float:
-        """The configured rate window, widened to RATE_INTERVALS scrape intervals (INTERVAL_QUERY);
-        a failed query is added to `failed` (the cycle's failures: all of them failed means down)."""
-        if self._interval is None or not self._interval[1] <= end < self._interval[1] + TOPOLOGY_SECONDS:
+    def _rate_window(self, end: float, failed: list[str], again: bool) -> float:
+        """The configured rate window, widened to RATE_INTERVALS scrape intervals (PLAN_QUERY, which
+        also sets `_covered`; asked `again` with the hardware facts); a failed query is added to
+        `failed` (the cycle's failures: all of them failed means down) and leaves `_covered` as it was."""
+        if again or self._interval is None or not self._interval[1] <= end < self._interval[1] + TOPOLOGY_SECONDS:
             self.queries_last_cycle += 1
             try:
-                result = self._get("/api/v1/query", {"query": INTERVAL_QUERY, "time": f"{end:.3f}"}).get("result") or []
-                got = float(result[0]["value"][1]) if result else 0.0
-            except (httpx.HTTPError, RuntimeError, ValueError, KeyError, IndexError, TypeError) as exc:
+                result = self._get("/api/v1/query", {"query": PLAN_QUERY, "time": f"{end:.3f}"}).get("result") or []
+                labels = [r.get("metric") or {} for r in result]
+                got = next((float(r["value"][1]) for r, lbl in zip(result, labels) if FACT_LABEL not in lbl), 0.0)
+                self._covered = REPLACEMENTS - {lbl.get(LACKS_LABEL) for lbl in labels if lbl.get(FACT_LABEL) == "lacks"}
+            except (httpx.HTTPError, RuntimeError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
                 got = math.nan  # unknown: the configured window, asked again next cycle
                 failed.append(f"scrape interval ({type(exc).__name__})")
             if not math.isnan(got):  # no `up` series (data imported, not scraped): the configured window
@@ -675,7 +720,10 @@ class PrometheusSource:
         start = end - step * math.floor(span / step)
         store = SignalStore()
         failed = []
-        rate_window = self._rate_window(end, failed)
+        topo = self._topology  # the hardware facts, unless too old or a node of the last window is not in them
+        if topo is not None and (not topo[1] <= end < topo[1] + TOPOLOGY_SECONDS or not topo[2].issuperset(self.targets)):
+            topo = None
+        rate_window = self._rate_window(end, failed, again=topo is None)
         shape = (step, rate_window, self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
@@ -683,14 +731,20 @@ class PrometheusSource:
             self.settle_seconds = self._settle()
         settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
-        plan = plan_queries(rate_window, step, self.matcher.host_labels)
+        plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered)
         asks, fills = [], {}
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
+            # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
+            # node had both; the node's only ones before its agent had it); one back in the plan (a node
+            # without the replacement appeared) makes the signal cold, as that node's points were not asked
+            dropped = frozenset(m.fallback for m in MAPPINGS if m.signal == signal and m.fallback in self._covered)
+            widened = not self._dropped.get((signal, level), frozenset()) <= dropped
+            self._dropped[(signal, level)] = dropped
             # ask only for what is not held yet (a cold cycle, or a window that begins before the
             # held one (a longer span, a step back): the whole window, or its newest part where the
             # whole failed before: COLD_SHRINK)
-            cold = not held.t0 <= start <= held.until <= end
+            cold = widened or not held.t0 <= start <= held.until <= end
             if cold:
                 since = max(start, end - step * math.floor(self._cold.get((signal, level), (end - start,))[0] / step))
                 self._partial.pop((signal, level), None)
@@ -708,9 +762,6 @@ class PrometheusSource:
         # while this thread decodes and merges an answer (in plan order: the window is the same
         # whatever order the answers arrive in)
         with ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="gangwatch-query") as pool:
-            topo = self._topology
-            if topo is not None and (not topo[1] <= end < topo[1] + TOPOLOGY_SECONDS or not topo[2].issuperset(self.targets)):
-                topo = None
             # the facts first: without them no GPU has a job, and a cycle short of time drops its last queries
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
                                                             "time": f"{end:.3f}"}, "facts")

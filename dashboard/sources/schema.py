@@ -8,7 +8,8 @@ Schemas: gangwatch's own agent (`gangwatch_*`, RoCE from its roce and ethtool co
 A row: signal, level (gpu / rail / node / target), metric, whether it is a counter (turned into a
 per-second rate, or per-step increase for event counters), a scale to base units, label filters
 (exact values; a leading `!` excludes), and how several series of the same key combine (`mean`
-for GPU-wide gauges repeated per MIG instance, `sum` for per-target or per-CPU counters).
+for GPU-wide gauges repeated per MIG instance, `sum` for per-target or per-CPU counters). A row
+with a `fallback` is read for a node only where that node lacks the metric it names.
 
 Nodes are matched to Slurm by the first of `HOST_LABELS` present, with the port and the domain
 stripped (`node0001.cluster.local:9810` -> `node0001`); `NodeMatcher` also takes an alias map
@@ -37,6 +38,9 @@ class Mapping:
     events: bool = False  # counter of events: per-step increase, not per-second rate
     key: str = ""  # label that keys a target-level series, when not `target`
     scale_label: str = ""  # label whose value multiplies the scale (a histogram bucket's bound)
+    # a metric that, where a node has it for this signal, is read instead of this one (the same
+    # quantity from fewer series): `drop_fallbacks`, and the Prometheus plan's `covered`
+    fallback: str = ""
 
 
 MIB = float(1 << 20)
@@ -86,11 +90,18 @@ MAPPINGS: tuple[Mapping, ...] = (
     # errors, as link_downed is on InfiniBand
     Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, events=True),
     Mapping("eth_down", "node", "node_ethtool_link_down_events_phy", counter=True, events=True, combine="sum"),
-    # ---- filesystem clients, per node (all targets summed)
-    Mapping("fs_read", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
+    # ---- filesystem clients, per node (all targets summed): the agent's one series per filesystem,
+    # else (an agent from before it) the same bytes from its one series per target (hundreds a node)
+    Mapping("fs_read", "node", "gangwatch_lustre_client_targets_io_bytes_total", counter=True,
             filters=(("operation", "read"), ("type", "osc")), combine="sum"),
-    Mapping("fs_write", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
+    Mapping("fs_write", "node", "gangwatch_lustre_client_targets_io_bytes_total", counter=True,
             filters=(("operation", "write"), ("type", "osc")), combine="sum"),
+    Mapping("fs_read", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
+            filters=(("operation", "read"), ("type", "osc")), combine="sum",
+            fallback="gangwatch_lustre_client_targets_io_bytes_total"),
+    Mapping("fs_write", "node", "gangwatch_lustre_client_target_io_bytes_total", counter=True,
+            filters=(("operation", "write"), ("type", "osc")), combine="sum",
+            fallback="gangwatch_lustre_client_targets_io_bytes_total"),
     Mapping("fs_read", "node", "gangwatch_gpfs_read_bytes_total", counter=True, combine="sum"),
     Mapping("fs_write", "node", "gangwatch_gpfs_write_bytes_total", counter=True, combine="sum"),
     Mapping("fs_read", "node", "gpfs_perf_read_bytes_total", counter=True, combine="sum"),
@@ -147,6 +158,13 @@ INFO_METRICS = ("gangwatch_job_gpu_info", "gangwatch_sim_node_info", "gangwatch_
                 "gangwatch_gpu_affinity_info") + JOB_TARGET_METRICS
 HPC_JOB_LABEL = "hpc_job"  # dcgm-exporter's job label (set from the prolog's GPU -> job files)
 
+# Per fallback's replacement, a series of one per node and filesystem that every agent with the
+# fallback's series exports too, older ones included: the nodes lacking the replacement are those
+# with it (prometheus.FALLBACK_FACTS), found without reading the one-per-target series. The agent
+# exports the replacement's read and write for every filesystem whose OSC stats it reads, from 0.
+FALLBACK_MARKERS = {"gangwatch_lustre_client_targets_io_bytes_total":
+                    Mapping("", "node", "gangwatch_lustre_client_import_rpc_wait_max_seconds", filters=(("type", "osc"),))}
+
 BY_METRIC: dict[str, tuple[Mapping, ...]] = {}
 for _m in MAPPINGS:
     BY_METRIC[_m.metric] = BY_METRIC.get(_m.metric, ()) + (_m,)
@@ -155,6 +173,16 @@ KEY_OF_LEVEL = {"gpu": ("gpu",), "rail": ("device", "port"), "target": ("target"
 # derived signal -> (numerator, denominator, level): the ratio of two counters' rates, unknown where
 # the denominator is 0 (PromQL divides in the query; bundles and the embedded scraper in build.py)
 RATIOS = {"iowait": ("iowait_cpu", "cpu_all", "node"), "latency": ("lat_sum", "lat_count", "target")}
+
+
+def drop_fallbacks(items: list, cell, mapping) -> list:
+    """`items` less those of a fallback mapping whose replacement feeds the same cell (`cell(item)`:
+    (signal, level, node, key); `mapping(item)`: its Mapping), so the two are never added up."""
+    replacements = {m.fallback for m in map(mapping, items) if m.fallback}
+    if not replacements:
+        return items
+    have = {(cell(it), mapping(it).metric) for it in items if mapping(it).metric in replacements}
+    return [it for it in items if not mapping(it).fallback or (cell(it), mapping(it).fallback) not in have]
 
 
 def matches(m: Mapping, labels: dict[str, str]) -> bool:

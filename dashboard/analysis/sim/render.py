@@ -11,7 +11,7 @@ Not rendered either: `gangwatch_gpu_pcie_throughput_bytes_per_second` (opt-in in
 
 The agent's per-node and per-job rollups (`gangwatch_gpu_node_*`, `gangwatch_job_gpus`,
 `gangwatch_job_gpu_utilization_ratio`, `gangwatch_infiniband_node_*`, the llite
-`gangwatch_lustre_client_io_bytes_total`, `gangwatch_lustre_client_import_rpc_wait_max_seconds`,
+`gangwatch_lustre_client_io_bytes_total`, `gangwatch_lustre_client_targets_io_bytes_total`, `gangwatch_lustre_client_import_rpc_wait_max_seconds`,
 `gangwatch_scrape_collectors_failed`) are computed here from the very values rendered in the
 per-device series of the same exposition, as the agent computes them from the readings of one
 scrape, so the two always agree. Faults show in them as in the devices: a link_flap rail counts in
@@ -42,6 +42,7 @@ from collectors.node.gpu_profiling import SPECS as PROF_SPECS
 from collectors.node.infiniband import COUNTERS as IB_COUNTERS, NODE_HELP as IB_NODE_HELP, PORTS_DOWN_HELP
 from collectors.node.infiniband import PREFIX as IB
 from collectors.node.jobs import JobFamilies
+from collectors.node.lustre_client import TARGETS_IO, TARGETS_IO_HELP
 from collectors.node.ethtool import NODE_HELP as ETH_NODE_HELP, PREFIX as ETH
 from collectors.node.roce import COUNTERS as ROCE_COUNTERS, NODE_HELP as ROCE_NODE_HELP, PREFIX as ROCE
 
@@ -114,6 +115,7 @@ def _agent_specs() -> dict[str, tuple[str, str]]:
     out[ETH_PAUSE] = (COUNTER, ETH_NODE_HELP["node_received_pause_frames_total"])
     out[ETH_DOWN] = (COUNTER, ETH_NODE_HELP["node_link_down_events_total"])
     out.update((f.name, (f.kind, f.help)) for f in _lustre.families.values())
+    out[TARGETS_IO] = (COUNTER, TARGETS_IO_HELP)
     out.update((f.name, (f.kind, f.help)) for f in JobFamilies().all())
     return out
 
@@ -278,6 +280,8 @@ class NodeRenderer:
         self.mdc_wait = [p + str(MDC_WAIT_SECONDS) for p in _pre(wait, imp[len(cl.osts):])]
         self.llite_pre = _pre("gangwatch_lustre_client_io_bytes_total",
                               [format_labels({"fs": C.FS_NAME, "operation": op}) for op in ("read", "write")])
+        self.osc_sum_pre = _pre(TARGETS_IO,
+                                [format_labels({"fs": C.FS_NAME, "type": "osc", "operation": op}) for op in ("read", "write")])
         self.wait_max_pre = _pre("gangwatch_lustre_client_import_rpc_wait_max_seconds",
                                  [format_labels({"fs": C.FS_NAME, "type": t}) for t in ("osc", "mdc")])
         self._jobs_pre: dict[int, dict] = {}
@@ -457,14 +461,17 @@ class NodeRenderer:
         if self.n_mdts:
             wait_max.append(self.wait_max_pre[1] + str(MDC_WAIT_SECONDS))
         # llite counts what the node's processes read and wrote through the mount: all of it went
-        # to the OSTs (no client cache is simulated), so it is the sum over the OSCs
+        # to the OSTs (no client cache is simulated), so it is the sum over the OSCs, as the agent's
+        # targets_io_bytes is (no target goes away or is cleared here)
+        total = [sum(rb), sum(wb)]
         return [("gangwatch_lustre_client_target_operations_total", ops),
                 ("gangwatch_lustre_client_target_io_bytes_total", _lines(p[0], rb) + _lines(p[1], wb)),
                 ("gangwatch_lustre_client_target_operation_latency_seconds_total", _lines(self.ost_f[0], lat)),
                 ("gangwatch_lustre_client_target_rpcs_in_flight", _lines(p[4], inflight)),
                 ("gangwatch_lustre_client_import_rpc_wait_average_seconds", _lines(self.ost_f[1], wait) + self.mdc_wait),
                 ("gangwatch_lustre_client_import_rpc_wait_max_seconds", wait_max),
-                ("gangwatch_lustre_client_io_bytes_total", _lines(self.llite_pre, [sum(rb), sum(wb)]))]
+                (TARGETS_IO, _lines(self.osc_sum_pre, total)),
+                ("gangwatch_lustre_client_io_bytes_total", _lines(self.llite_pre, total))]
 
     def _pressure(self, v: _Step, i: int) -> list[Series]:
         io_some, io_full, cpu_some, _ = v.node[i].tolist()

@@ -26,8 +26,8 @@ import numpy as np
 from dashboard.analysis.window import Window, grid
 
 from .exposition import Columns, Sample, concat_ranges
-from .schema import (BY_METRIC, FALLBACK_MARKERS, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping, NodeMatcher,
-                     drop_fallbacks, matches, sub_key)
+from .schema import (BY_METRIC, FALLBACK_MARKERS, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping,
+                     NodeMatcher, drop_fallbacks, matches, sub_key)
 
 # the metrics a bundle keeps: the mapped ones, the facts, and the markers by which the Prometheus
 # source tells an older agent (a bundle imported into an engine is read as a live one)

@@ -11,8 +11,8 @@ Not rendered either: `gangwatch_gpu_pcie_throughput_bytes_per_second` (opt-in in
 
 The agent's per-node and per-job rollups (`gangwatch_gpu_node_*`, `gangwatch_job_gpus`,
 `gangwatch_job_gpu_utilization_ratio`, `gangwatch_infiniband_node_*`, the llite
-`gangwatch_lustre_client_io_bytes_total`, `gangwatch_lustre_client_targets_io_bytes_total`, `gangwatch_lustre_client_import_rpc_wait_max_seconds`,
-`gangwatch_scrape_collectors_failed`) are computed here from the very values rendered in the
+`gangwatch_lustre_client_io_bytes_total`, `gangwatch_lustre_client_targets_io_bytes_total`,
+`gangwatch_lustre_client_import_rpc_wait_max_seconds`, `gangwatch_scrape_collectors_failed`) are computed here from the very values rendered in the
 per-device series of the same exposition, as the agent computes them from the readings of one
 scrape, so the two always agree. Faults show in them as in the devices: a link_flap rail counts in
 `gangwatch_infiniband_node_ports_down` while it is down, an ost_slow OST raises the rpc wait of the

@@ -96,13 +96,13 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
     kept, rows = [r for r in rows if r["fallback"]], [r for r in rows if not r["fallback"]]
     cpu, raw, series = (sum(r[k] for r in rows) for k in ("cpu", "raw", "series"))
     print(f"\n{engine}, {nodes:,} nodes, span {SPAN:.0f} s, load {imp.load()}")
-    print(f"{'query':18} {'engine CPU':>10} {'wall':>7} {'answered':>9} {'raw read':>9} {'us/raw':>7} {'us/answered':>11}")
+    print(f"{'query':22} {'engine CPU':>10} {'wall':>7} {'answered':>9} {'raw read':>9} {'us/raw':>7} {'us/answered':>11}")
     for r in sorted(rows, key=lambda r: -r["cpu"]) + kept:
-        print(f"{r['query']:18} {r['cpu']:9.3f}s {r['wall']:6.3f}s {r['series']:9,} {r['raw']:9,} "
+        print(f"{r['query']:22} {r['cpu']:9.3f}s {r['wall']:6.3f}s {r['series']:9,} {r['raw']:9,} "
               f"{1e6 * r['cpu'] / max(r['raw'], 1):7.1f} {1e6 * r['cpu'] / max(r['series'], 1):11.1f}")
     target = [r for r in rows if r["query"].endswith("/target") or r["query"].startswith(("fs_read", "fs_write"))]
     tcpu, traw, tser = (sum(r[k] for r in target) for k in ("cpu", "raw", "series"))
-    print(f"{'all queries':18} {cpu:9.3f}s {'':7} {series:9,} {raw:9,} {1e6 * cpu / max(raw, 1):7.1f} "
+    print(f"{'all queries':22} {cpu:9.3f}s {'':7} {series:9,} {raw:9,} {1e6 * cpu / max(raw, 1):7.1f} "
           f"{1e6 * cpu / max(series, 1):11.1f}")
     print(f"the filesystem queries (read, latency per node and target; fs_read, fs_write per node): "
           f"{tcpu / max(cpu, 1e-9):.0%} of the engine's CPU, {traw / max(raw, 1):.0%} of the raw series read, "

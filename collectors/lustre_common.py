@@ -239,15 +239,15 @@ class MemberSum:
     A plain sum would drop when a member goes away (an OST deactivated, its OSC gone) or one member's
     counter is cleared (`lctl set_param osc.*.stats=clear`, a reconnect), and `rate()` would read the
     drop as a reset of the whole total: one step of the filesystem's whole history as throughput.
-    Here each member adds what it grew since its last reading; a member whose counter went down adds
-    its new value (counting from zero again); one first seen adds its whole value, so the totals
-    start, when the agent starts, at the plain sum (the same value a restarted agent had before, as
-    the kernel's counters were not reset). A member missing from one reading (its file unreadable
-    that scrape) keeps its last value, so it does not count twice when it is back. Concurrent
-    scrapes (two Prometheus servers) update under a lock. Groups named in `also` are reported even
-    without a member reading this time (their total so far, 0 if none ever had one), so a series
-    is there from the start, not from the first byte (which is what a reader tells an agent that
-    has it from one that has not by).
+    Here each member adds what it grew since its last reading, and one whose counter went down adds
+    its new value (counting from zero again). A member's first reading only sets where it starts:
+    the totals count from the agent's start (0 then, a reset `rate()` reads as such), never a
+    member's history at once, whether it was unreadable at the start (a hung `lctl`) or appeared
+    later. A member missing from one reading (its file unreadable that scrape) keeps its last value,
+    so it does not count twice when it is back. Concurrent scrapes (two Prometheus servers) update
+    under a lock. Groups named in `also` are reported even without a member reading this time
+    (their total so far, 0 if none), so a series is there from the start, not from the first byte
+    (which is what a reader tells an agent that has it from one that has not by).
     """
 
     def __init__(self) -> None:
@@ -262,7 +262,7 @@ class MemberSum:
             seen: dict[tuple, None] = {}  # in the readings' order, then `also`'s sorted: the same every scrape
             for key, value in readings.items():
                 old = self._last.get(key)
-                grew = value if old is None or value < old else value - old
+                grew = 0.0 if old is None else value if value < old else value - old
                 group = key[0]
                 self._total[group] = self._total.get(group, 0.0) + grew
                 self._last[key] = value

@@ -349,25 +349,16 @@ def test_rpc_wait_max_is_the_slowest_import_per_fs_and_type(hpe, tmp_path):
     assert not_full == {"lustrefs-OST0003": "CONNECTING"}
 
 
-def test_targets_io_bytes_is_the_per_target_sum_and_never_goes_down(hpe, tmp_path):
-    """One series per filesystem (what the diagnosis reads instead of one per OST): the sum of the
-    per-target counters on the real tree, then kept from going down across scrapes when a target goes
-    away, is unreadable for a scrape or has its stats cleared, which `rate()` would read as a reset."""
-    def sums(got: dict) -> tuple[dict, dict]:
-        per_target: dict = {}
-        for (name, labels), v in got.items():
-            if name == "gangwatch_lustre_client_target_io_bytes_total":
-                lbl = dict(labels)
-                key = (("fs", lbl["fs"]), ("operation", lbl["operation"]), ("type", lbl["type"]))
-                per_target[key] = per_target.get(key, 0) + v
-        return per_target, {labels: v for (name, labels), v in got.items()
-                            if name == "gangwatch_lustre_client_targets_io_bytes_total"}
-
-    per_target, totals = sums(samples(encode(LustreClientCollector(tree_ctx(hpe)).collect())))
+def test_targets_io_bytes_counts_from_the_agent_start_and_never_goes_down(hpe, tmp_path):
+    """One series per filesystem (what the diagnosis reads instead of one per OST): 0 at the agent's
+    start, read and write alike (read or not: a reader tells this agent from an older one by it),
+    then the per-target counters' growth added up across scrapes. It never goes down when a target
+    is unreadable for a scrape, goes away or has its stats cleared (`rate()` would read a reset),
+    nor jumps by a target's whole history when that target is first read late."""
+    name = "gangwatch_lustre_client_targets_io_bytes_total"
     read, write = ((("fs", "lustrefs"), ("operation", op), ("type", "osc")) for op in ("read", "write"))
-    # only OST0000 writes, and no OST was read from: the read total is there, at 0 (what tells a
-    # reader this agent has the totals, read or not)
-    assert totals == {read: 0, **per_target} and totals[write] == pytest.approx(65298098221056)
+    got = samples(encode(LustreClientCollector(tree_ctx(hpe)).collect()))
+    assert {labels: v for (n, labels), v in got.items() if n == name} == {read: 0, write: 0}
     lustre = tmp_path / "proc" / "fs" / "lustre"
     shutil.copytree(hpe / "proc/fs/lustre/osc", lustre / "osc")
     stats = lustre / "osc/lustrefs-OST0000-osc-ffff88105db50000/stats"
@@ -375,20 +366,25 @@ def test_targets_io_bytes_is_the_per_target_sum_and_never_goes_down(hpe, tmp_pat
     collector = LustreClientCollector(tree_ctx(tmp_path))
 
     def total() -> float:
-        return samples(encode(collector.collect()))[("gangwatch_lustre_client_targets_io_bytes_total", write)]
+        return samples(encode(collector.collect()))[(name, write)]
 
-    first = total()
-    assert first == pytest.approx(65298098221056)
+    assert total() == 0
     stats.write_text(original.replace("65298098221056", "65298098225152"))  # one more 4 KiB write
-    assert total() == pytest.approx(first + 4096)
+    assert total() == 4096
     parked = tmp_path / "parked"
     stats.rename(parked)  # unreadable for a scrape (or the OSC gone): the total stays where it was
-    assert total() == pytest.approx(first + 4096)
+    assert total() == 4096
     parked.rename(stats)  # back with the same count: not counted twice
-    assert total() == pytest.approx(first + 4096)
+    assert total() == 4096
     stats.write_text(original.replace("write_bytes               18210280 samples [bytes] 4096 4194304 65298098221056",
                                       "write_bytes               2 samples [bytes] 4096 4096 8192"))  # cleared, 2 writes since
-    assert total() == pytest.approx(first + 4096 + 8192)
+    assert total() == 4096 + 8192
+    late = lustre / "osc/lustrefs-OST0007-osc-ffff88105db50000"  # a target first read now, 59 TiB behind it
+    shutil.copytree(stats.parent, late)
+    (late / "stats").write_text(original)
+    assert total() == 4096 + 8192
+    (late / "stats").write_text(original.replace("65298098221056", "65298098229248"))
+    assert total() == 4096 + 8192 + 8192
 
 
 def test_rpc_wait_max_left_out_without_waits(tmp_path):

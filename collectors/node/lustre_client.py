@@ -13,9 +13,10 @@ Metrics (labels `fs` = filesystem name, `target` = OST/MDT name such as `lustre-
 - `gangwatch_lustre_client_targets_io_bytes_total{fs,type,operation}`: the target counters' bytes
   summed over the filesystem's targets, one series per node and filesystem where the per-target
   ones are one per OST (hundreds on a large filesystem); what the diagnosis reads a node's filesystem
-  throughput from. `read` and `write` of every filesystem with OSC stats are there from 0 on, before
-  the first byte. Kept monotonic across scrapes (lustre_common.MemberSum): a target that goes away,
-  or whose stats are cleared, does not make the total drop (which `rate()` would read as a reset).
+  throughput from. It counts from the agent's start (0; `read` and `write` of every filesystem with
+  OSC stats are there from the first scrape on) and never drops while the agent runs
+  (lustre_common.MemberSum): a target that goes away, or whose stats are cleared, does not make it
+  drop (which `rate()` would read as a reset), nor does a target first read late add its history.
 - `gangwatch_lustre_client_target_rpcs_in_flight`, `..._pending_pages` {fs,target,type,operation}: now.
 - `gangwatch_lustre_client_rpcs_by_pages_total{fs,type,operation,pages}` and
   `gangwatch_lustre_client_rpcs_by_in_flight_total{fs,type,operation,in_flight}`: the rpc_stats
@@ -46,9 +47,9 @@ PARAMS = ("llite.*.stats", "osc.*.stats", "osc.*.rpc_stats", "osc.*.import",
           "mdc.*.stats", "mdc.*.rpc_stats", "mdc.*.import")
 WANTED = wanted(PARAMS)
 TARGETS_IO = "gangwatch_lustre_client_targets_io_bytes_total"
-TARGETS_IO_HELP = ("Bytes read or written as counted by the client's OSCs (or MDCs) of the filesystem: "
-                   "gangwatch_lustre_client_target_io_bytes_total summed over the targets, kept from going "
-                   "down when a target goes away or its counters are cleared.")
+TARGETS_IO_HELP = ("Bytes read or written as counted by the client's OSCs (or MDCs) of the filesystem since the "
+                   "agent started: the growth of gangwatch_lustre_client_target_io_bytes_total summed over the "
+                   "targets, kept from going down when a target goes away or its counters are cleared.")
 HISTOGRAMS = {"pages per rpc": ("rpcs_by_pages", "pages", "RPCs sent, by the number of pages they carried"),
               "rpcs in flight": ("rpcs_by_in_flight", "in_flight",
                                  "RPCs sent, by how many RPCs were already in flight to the target")}

@@ -461,8 +461,8 @@ class NodeRenderer:
         if self.n_mdts:
             wait_max.append(self.wait_max_pre[1] + str(MDC_WAIT_SECONDS))
         # llite counts what the node's processes read and wrote through the mount: all of it went
-        # to the OSTs (no client cache is simulated), so it is the sum over the OSCs, as the agent's
-        # targets_io_bytes is (no target goes away or is cleared here)
+        # to the OSTs (no client cache is simulated), so it is the sum over the OSCs; so is the
+        # agent's targets_io_bytes here (its rate is; a real agent's value counts from its start)
         total = [sum(rb), sum(wb)]
         return [("gangwatch_lustre_client_target_operations_total", ops),
                 ("gangwatch_lustre_client_target_io_bytes_total", _lines(p[0], rb) + _lines(p[1], wb)),

@@ -292,8 +292,8 @@ def test_steady_state_cycle_asks_only_the_new_span(engines):
     """serve's every-cycle path on either engine: a source that judged the window ending 5 minutes
     ago asks, for the window ending now, only for those 5 minutes (and SETTLE_SECONDS before), and
     builds exactly the window (every array, NaN where unknown) and the verdicts of a cold cycle,
-    though it asks for the filesystem totals alone (every node has them) where the cold cycle also
-    asked for the per-target counters."""
+    both asking for the filesystem totals alone (every node has them: PLAN_QUERY said so before the
+    first plan)."""
     import numpy as np
 
     from dashboard.analysis.diagnose import diagnose
@@ -310,7 +310,7 @@ def test_steady_state_cycle_asks_only_the_new_span(engines):
     for name in ("prom", "vm"):
         warm = PrometheusSource(engines[name], timeout=30)
         first = warm.window(engines["last"] - 300, span, STEP)
-        assert warm._covered == REPLACEMENTS  # so the per-target fallbacks leave this cycle's plan
+        assert warm._covered == REPLACEMENTS  # so the per-target fallbacks left both cycles' plans
         win = warm.window(engines["last"], span, STEP)
         assert warm.seconds_asked_last_cycle == win.end - first.end + SETTLE_SECONDS, name
         cold = PrometheusSource(engines[name], timeout=30).window(engines["last"], span, STEP)

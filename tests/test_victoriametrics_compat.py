@@ -264,6 +264,36 @@ def test_diagnosis_queries_agree(engines):
     assert nonempty >= 12
 
 
+def test_both_engines_answers_are_split_without_json(engines):
+    """The source reads a range answer by cutting it (dashboard/sources/matrix.py) where the
+    engine writes the compact layout: both engines do, for every query of a cycle, and the cut
+    answer decodes to what JSON's reading of the same bytes does."""
+    import numpy as np
+    import orjson
+
+    from dashboard.sources.matrix import Matrix, decode_range, split_matrix
+    from dashboard.sources.prometheus import REPLACEMENTS, plan_queries
+
+    end = engines["last"]
+    start = end - 20 * STEP
+    split = 0
+    for engine in ("prom", "vm"):
+        for _, _, q in plan_queries(60.0, STEP, covered=REPLACEMENTS):
+            params = urllib.parse.urlencode({"query": q, "start": start, "end": end, "step": STEP})
+            with urllib.request.urlopen(f"{engines[engine]}/api/v1/query_range?{params}", timeout=60) as r:
+                raw = r.read()
+            parsed = orjson.loads(raw)["data"]
+            got = split_matrix(raw)
+            if not parsed["result"]:
+                continue
+            assert isinstance(got, Matrix), (engine, q, raw[:200])
+            a, b = decode_range(got, start, STEP, 21), decode_range(parsed, start, STEP, 21)
+            assert [a[1](i) for i in range(len(a[0]))] == [b[1](i) for i in range(len(b[0]))]
+            assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a[2:], b[2:]))
+            split += 1
+    assert split >= 24
+
+
 def verdicts_on_both(engines) -> dict[str, dict]:
     """`gangwatch diagnose`'s path (PrometheusSource -> diagnose) over each engine."""
     from dashboard.analysis.diagnose import diagnose

@@ -8,8 +8,9 @@ a signal can come from (schema.MAPPINGS) is OR-ed into the same query, so the nu
 cycle is fixed (`len(plan_queries())`, 19) whatever the node count or the schemas in use; plus one
 instant query for facts (GPU -> job, leaf switch, NVLink peers, NUMA) and, on a cold cycle, one
 for the scrape interval. PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
-answers are decoded in bulk (orjson, then every point of an answer at once onto the step grid),
-never series by series, and written into the signal's held arrays in place (`_Held`); the window
+answers are decoded in bulk (matrix.py: no JSON object per point or per series, each series'
+labels' bytes finding its row as they are; then every point of an answer at once onto the step
+grid), never series by series, and written into the signal's held arrays in place (`_Held`); the window
 is assembled from those by `HeldGrid` (build.py), which keeps the layout and where each row lands
 between cycles. So a steady cycle's own work follows its new points, not the hour it holds; what
 still grows with the hour is numpy copying the held rows into the window's fresh arrays.
@@ -58,8 +59,6 @@ import re
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from itertools import chain
-from operator import itemgetter
 from dataclasses import replace
 
 import httpx
@@ -74,6 +73,7 @@ from dashboard.analysis.gcpause import gc_paused
 from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
+from .matrix import Matrix, decode_range, split_matrix
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
                      NodeMatcher, sub_key)
@@ -270,6 +270,7 @@ QUERY_MIN_SECONDS = 2.0
 # VictoriaMetrics' -search.maxQueueDuration (its -search.maxConcurrentRequests slots, twice its
 # cores, are shared with vmalert and Grafana).
 QUERY_WORKERS = 2
+RANGE_PATH = "/api/v1/query_range"
 
 # The facts of a window: which job holds each GPU (changes with every job), and the node's hardware
 # (leaf switch, NVLink peers, NUMA: changes when the hardware does; 56 NVLink pairs a node make it
@@ -407,9 +408,9 @@ class _Held:
         signal's missing point is one the filter dropped (SPARSE): aligned as NaN, never as the
         point before it."""
         T = grid(start, until, step).shape[0]
-        labels, sid, col, val = decode_range(data, start, step, T)
+        answered, labels_of, sid, col, val = decode_range(data, start, step, T)
         self._frame(start, T, step)
-        rows = self._rows_of(labels)
+        rows = self._rows_of(answered, labels_of)
         cut = int(round((since - start) / step))  # the first column fetched again
         have = self.have
         have[:self.n, cut:] = False
@@ -423,8 +424,8 @@ class _Held:
     def fill(self, data: dict, lo: int, hi: int, step: float, lookback: float, sparse: bool = False) -> None:
         """Columns lo..hi-1 of the window (held empty: a cold ask that answered in part) fetched: their
         points written, they and the columns that look back into them aligned again."""
-        labels, sid, col, val = decode_range(data, self.t0 + lo * step, step, hi - lo)
-        rows = self._rows_of(labels)
+        answered, labels_of, sid, col, val = decode_range(data, self.t0 + lo * step, step, hi - lo)
+        rows = self._rows_of(answered, labels_of)
         n, T = self.n, self.T
         reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
         ctx, stop = max(0, lo - reach), min(T, hi + reach)
@@ -461,18 +462,18 @@ class _Held:
             for new, was in zip((self.have, self.aligned), old):
                 new[:n, lo:hi] = was[:n, lo + moved:hi + moved]
 
-    def _rows_of(self, labels: list[dict]) -> np.ndarray:
+    def _rows_of(self, answered: list, labels_of) -> np.ndarray:
         """The row of each answered series, new rows added. Looked up by the labels as the engine
-        answered them (their names, then their values, in one tuple, its length saying where they
-        part: no sort, no tuple per label; the same every cycle), by the sorted labels only on a miss."""
-        answered = [(*series, *series.values()) for series in labels]
+        answered them (decode_range's keys: the same every cycle, no sort), by the sorted labels
+        (`labels_of(i)`, parsed only here) on a miss."""
         got = list(map(self.answered.get, answered))
         for i in (i for i, r in enumerate(got) if r is None):
-            key = tuple(sorted(labels[i].items()))
+            labels = labels_of(i)
+            key = tuple(sorted(labels.items()))
             r = self.rows.get(key)
             if r is None:
                 r = self.rows[key] = self.n
-                self.labels.append(labels[i])
+                self.labels.append(labels)
                 self.keys.append(key)
                 self.cells.append(None)
                 self.n += 1
@@ -546,36 +547,6 @@ class _Held:
         return [(b, aligned) for b in self._blocks]
 
 
-def decode_range(data: dict, start: float, step: float, n: int) -> tuple[list[dict], np.ndarray, np.ndarray, np.ndarray]:
-    """A range query's answer as (labels per series, then per point: its series, its column on the
-    grid start + k * step (k < n), its value), decoded in bulk rather than series by series: every
-    point's two fields flattened into one list, times and values read from its even and odd
-    places. A point off that grid (no engine that evaluates PromQL returns one) raises ValueError:
-    the signal is then absent and named, never misplaced."""
-    result = [s for s in data.get("result") or [] if s.get("values")]
-    labels = [s.get("metric") or {} for s in result]
-    try:
-        values = list(map(itemgetter("values"), result))
-        lengths = np.fromiter(map(len, values), np.int64, len(values))
-        flat = list(chain.from_iterable(chain.from_iterable(values)))
-        if len(flat) != 2 * int(lengths.sum()):
-            raise ValueError("a point is not [time, value]")
-        ts = np.array(flat[0::2], np.float64)
-        vs = flat[1::2]
-        seen = set(vs)
-        # each distinct value parsed once where they repeat (zeros, link rates, counters standing
-        # still, re-asked points: a steady cycle's values at 512 nodes are 11 % distinct), which
-        # takes this function's time down by about 15 %
-        parse = dict(zip(seen, map(float, seen))).__getitem__ if 2 * len(seen) < len(vs) else float
-        vs = np.fromiter(map(parse, vs), np.float64, len(vs))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"malformed matrix: {exc}") from None
-    col = np.rint((ts - start) / step).astype(np.int64)
-    if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
-        raise ValueError("points off the query's step grid")
-    return labels, np.repeat(np.arange(len(result)), lengths), col, vs
-
-
 class PrometheusSource:
     name = "prometheus"
 
@@ -614,7 +585,7 @@ class PrometheusSource:
         self._covered: frozenset[str] = frozenset()
         self._dropped: dict[tuple[str, str], frozenset[str]] = {}
 
-    def _get(self, path: str, params: dict, name: str = "") -> dict:
+    def _get(self, path: str, params: dict, name: str = "") -> dict | Matrix:
         """One request, within the time share of query `name` (QUERY_SHARE, or more where it was slow:
         `_shares`) and the cycle's deadline; SlowQuery where it used its whole share and did not answer."""
         share = self._shares.get(name, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS))
@@ -634,6 +605,10 @@ class PrometheusSource:
             if isinstance(doc, dict) and isinstance(doc.get("error"), str):
                 raise RuntimeError(f"HTTP {r.status_code} {doc.get('errorType') or 'error'}: {doc['error']}")
         r.raise_for_status()
+        if path == RANGE_PATH:  # its points not one JSON object each (matrix.py)
+            split = split_matrix(r.content)
+            if split is not None:
+                return split
         try:
             doc = orjson.loads(r.content)
         except orjson.JSONDecodeError as exc:
@@ -765,8 +740,8 @@ class PrometheusSource:
             # the facts first: without them no GPU has a job, and a cycle short of time drops its last queries
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
                                                             "time": f"{end:.3f}"}, "facts")
-            pending = [pool.submit(self._get, "/api/v1/query_range", params, signal) for signal, *_, params in asks]
-            filling = {k: (lo, hi, pool.submit(self._get, "/api/v1/query_range", params)) for k, (lo, hi, params) in fills.items()}
+            pending = [pool.submit(self._get, RANGE_PATH, params, signal) for signal, *_, params in asks]
+            filling = {k: (lo, hi, pool.submit(self._get, RANGE_PATH, params)) for k, (lo, hi, params) in fills.items()}
             blocks = []
             for (signal, level, held, since, cold, _), got in zip(asks, pending):
                 try:

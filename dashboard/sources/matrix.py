@@ -1,0 +1,147 @@
+"""A range query's answer (`/api/v1/query_range`, a matrix) decoded onto the step grid.
+
+At 4,096 nodes a steady cycle's answers hold about 400,000 series and 2 million points; parsed as
+JSON, each point is a list, an int and a str, and each series a dict of labels that is then looked
+up again to find its row: that was most of the source's own CPU a cycle. Prometheus (and Thanos,
+which serves its API code) and VictoriaMetrics write the answer in one compact layout,
+
+    {"status":"success","data":{"resultType":"matrix","result":[{"metric":{...},"values":[[t,"v"],...]},...]}...}
+
+which `split_matrix` reads without a JSON object per point or per series: each series' labels stay
+the bytes the engine wrote (the same bytes every cycle, so they find the series' row as they are,
+and are parsed only for a series not seen before), and the points are one list of numbers' texts,
+read in one call. The split is exact: the sequences it cuts at (`,"values":[` where a series'
+labels end, `]},{"metric":` where its points end) hold an unescaped quote, which no JSON string
+can, so a label value never misleads it; the pieces must alternate labels and points, the envelope
+after the last series parse as a successful answer, and every point be `[time,"value"]`. An answer
+in any other layout (whitespace, another key order, a native histogram's fields) is parsed as JSON
+instead, with the same result (tests/test_matrix.py).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from operator import itemgetter
+
+import fastnumbers
+import numpy as np
+import orjson
+
+HEAD = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":'
+# where a series' labels end and its points begin, and where its points end and the next series'
+# labels begin: in place of each, a newline, which compact JSON never holds
+_LABELS_END = b',"values":['
+_POINTS_END = b']},{"metric":'
+_POINT_PUNCTUATION = b'["]'
+
+
+class Matrix:
+    """A matrix answer split (`split_matrix`): per series its labels as the engine wrote them (JSON
+    bytes) and its points' count; the points' times and values as texts, in order."""
+
+    __slots__ = ("metrics", "lengths", "times", "values")
+
+    def __init__(self, metrics: list[bytes], lengths: np.ndarray, times: list[bytes], values: list[bytes]):
+        self.metrics, self.lengths, self.times, self.values = metrics, lengths, times, values
+
+
+def split_matrix(content: bytes) -> Matrix | None:
+    """`content` split as the module doc says; None where it is not in the compact layout or not a
+    successful matrix (the caller parses it as JSON and reports what it says)."""
+    if not content.startswith(HEAD) or b"\n" in content:
+        return None
+    parts = content[len(HEAD):].replace(_LABELS_END, b"\n").replace(_POINTS_END, b"\n").split(b"\n")
+    # labels, points, labels, points...: the last points end with the series' `]}`, the result's `]`
+    # and the envelope's rest (data's end, stats, warnings), which must parse as such
+    if len(parts) % 2:
+        return None
+    last = parts[-1]
+    cut = last.find(b"]}]")
+    if cut < 0:
+        return None
+    try:
+        envelope = orjson.loads(HEAD[:-len(b'{"metric":')] + last[cut + 2:])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(envelope, dict) or envelope.get("status") != "success":
+        return None
+    parts[-1] = last[:cut]
+    metrics, points = parts[0::2], parts[1::2]
+    flat = b",".join(filter(None, points))
+    if b":" in flat or b"}" in flat:  # a series with more than its points (native histograms): JSON's
+        return None
+    lengths = np.fromiter(map(bytes.count, points, [b"["] * len(points)), np.int64, len(points))
+    flat = flat.translate(None, _POINT_PUNCTUATION)
+    tokens = flat.split(b",") if flat else []
+    if len(tokens) != 2 * int(lengths.sum()):
+        raise ValueError("malformed matrix: a point is not [time, value]")
+    return Matrix(metrics, lengths, tokens[0::2], tokens[1::2])
+
+
+def _floats(texts: list, what: str) -> np.ndarray:
+    """Texts (str or bytes) as floats, each distinct one parsed once where they repeat (zeros, link
+    rates, counters standing still, a steady answer's few times: at 512 nodes 11 % of a steady
+    cycle's values are distinct, which takes a decode's time down by about 15 %)."""
+    seen = set(texts)
+    try:
+        parse = dict(zip(seen, map(float, seen))).__getitem__ if 2 * len(seen) < len(texts) else float
+        return np.fromiter(map(parse, texts), np.float64, len(texts))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed matrix: {what}: {exc}") from None
+
+
+def _numbers(texts: list[bytes], what: str) -> np.ndarray:
+    """Number texts as floats in one call (fastnumbers: correctly rounded, as float(); half the
+    time of parsing each distinct text once)."""
+    got = np.empty(len(texts))
+    try:
+        fastnumbers.try_array(texts, got)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"malformed matrix: {what}: {exc}") from None
+    return got
+
+
+def decode_range(data, start: float, step: float, n: int) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:
+    """A range query's answer (a Matrix, or the `data` of one parsed as JSON) as (a key per series
+    with points, unique to its labels: the labels' bytes or their names and values; a function from
+    a series' index to its labels, a dict; then per point: its series, its column on the grid
+    start + k * step (k < n), its value), decoded in bulk rather than series by series. A point off
+    that grid (no engine that evaluates PromQL returns one) or malformed labels raise ValueError:
+    the signal is then absent and named, never misplaced."""
+    if isinstance(data, Matrix):
+        keep = np.flatnonzero(data.lengths)
+        keys = [data.metrics[i] for i in keep]
+        lengths, labels_of = data.lengths[keep], _parsed(keys)
+        ts, vs = _numbers(data.times, "time"), _numbers(data.values, "value")
+    else:
+        result = [s for s in (data.get("result") or []) if s.get("values")]
+        labels = [s.get("metric") or {} for s in result]
+        if not all(isinstance(lbl, dict) for lbl in labels):
+            raise ValueError("malformed matrix: a series' labels are not an object")
+        keys = [(*lbl, *lbl.values()) for lbl in labels]  # names, then values: no sort, the length tells
+        labels_of = labels.__getitem__
+        try:
+            values = list(map(itemgetter("values"), result))
+            lengths = np.fromiter(map(len, values), np.int64, len(values))
+            flat = list(chain.from_iterable(chain.from_iterable(values)))
+        except TypeError as exc:
+            raise ValueError(f"malformed matrix: {exc}") from None
+        if len(flat) != 2 * int(lengths.sum()):
+            raise ValueError("malformed matrix: a point is not [time, value]")
+        ts, vs = _floats(flat[0::2], "time"), _floats(flat[1::2], "value")
+    col = np.rint((ts - start) / step).astype(np.int64)
+    if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
+        raise ValueError("points off the query's step grid")
+    return keys, labels_of, np.repeat(np.arange(len(keys)), lengths), col, vs
+
+
+def _parsed(keys: list[bytes]):
+    def labels_of(i: int) -> dict:
+        try:
+            got = orjson.loads(keys[i])
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"malformed matrix: a series' labels: {exc}") from None
+        if not all(isinstance(v, str) for v in got.values()):
+            raise ValueError("malformed matrix: a label's value is not a string")
+        return got
+    return labels_of

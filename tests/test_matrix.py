@@ -1,0 +1,96 @@
+"""A range query's answer split without a JSON object per point (dashboard/sources/matrix.py) gives
+what parsing it as JSON gives, whatever the labels hold; anything else falls back to JSON or is
+refused, never misread."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dashboard.sources.matrix import Matrix, decode_range, split_matrix
+
+START, STEP, N = 1_796_440_800, 15, 8
+# the texts the engines write for values (Go's strconv 'g' formatting, Prometheus' and MetricsQL's specials)
+VALUES = st.one_of(st.floats(allow_nan=False, allow_infinity=False).map(repr),
+                   st.sampled_from(["NaN", "+Inf", "-Inf", "0", "1e+21", "-0", "1980000000"]))
+# label names and values as hostile as JSON lets them be: quotes, backslashes, the very bytes the
+# split cuts at, newlines (escaped in JSON), any Unicode but lone surrogates
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ['},"values":[', ']},{"metric":', '"', "\\", "\n", ']}]}', '{"metric":{', "[1,\"2\"]"])
+SERIES = st.builds(lambda labels, pts: {"metric": labels, "values": [[START + STEP * k, v] for k, v in sorted(pts)]},
+                   st.dictionaries(TEXT, TEXT, max_size=4),
+                   st.lists(st.tuples(st.integers(0, N - 1), VALUES), max_size=N, unique_by=lambda p: p[0]))
+# what may follow the data in the envelope
+TAILS = st.sampled_from(["", ',"stats":{"seriesFetched":"3","executionTimeMsec":1}',
+                         ',"warnings":["a \\"warning\\" ]}]"]', ',"infos":["x"]'])
+
+
+def body(result: list, tail: str = "") -> bytes:
+    whole = orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
+    return whole[:-1] + tail.encode() + b"}"
+
+
+def same(a: tuple, b: tuple) -> None:
+    keys_a, labels_a, *arrays_a = a
+    keys_b, labels_b, *arrays_b = b
+    assert len(keys_a) == len(keys_b)
+    assert [labels_a(i) for i in range(len(keys_a))] == [labels_b(i) for i in range(len(keys_b))]
+    for x, y in zip(arrays_a, arrays_b):
+        assert np.array_equal(x, y, equal_nan=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SERIES, max_size=6), TAILS)
+def test_split_answers_what_json_does(result, tail):
+    raw = body(result, tail)
+    split = split_matrix(raw)
+    parsed = orjson.loads(raw)["data"]
+    if result:
+        assert isinstance(split, Matrix)  # the engines' compact layout is always taken apart
+        same(decode_range(split, START, STEP, N), decode_range(parsed, START, STEP, N))
+    assert decode_range(split or parsed, START, STEP, N)[2].shape[0] == sum(len(s["values"]) for s in result)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(SERIES, min_size=1, max_size=4))
+def test_another_layout_is_read_as_json(result):
+    """Whitespace or another key order: not split, parsed as JSON, the same values."""
+    pretty = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}, indent=1).encode()
+    reordered = orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"values": s["values"], "metric": s["metric"]} for s in result]}})
+    compact = split_matrix(body(result))
+    for raw in (pretty, reordered):
+        if any(s["values"] for s in result):
+            assert split_matrix(raw) is None
+        same(decode_range(orjson.loads(raw)["data"], START, STEP, N), decode_range(compact, START, STEP, N))
+
+
+def test_what_is_not_a_whole_successful_matrix_is_left_to_json():
+    one = body([{"metric": {"node": "n1"}, "values": [[START, "1"]]}])
+    assert split_matrix(one) is not None
+    for raw in (one[:-3], one[:-1], one.replace(b'"success"', b'"error"'),
+                one.replace(b'"matrix"', b'"vector"'), b"",
+                # a native histogram beside the values: more than points
+                one.replace(b'"values":[[1796440800,"1"]]', b'"values":[[1796440800,"1"]],"histograms":[[1,{"count":"2"}]]')):
+        assert split_matrix(raw) is None, raw
+
+
+@pytest.mark.parametrize("points", [b'[[1796440800,"1","2"]]', b'[[1796440800]]', b'[[1796440800,"x"]]',
+                                    b'[[1796440807,"1"]]', b'[[1796441800,"1"]]'])
+def test_a_malformed_point_is_refused(points):
+    raw = body([{"metric": {"node": "n1"}, "values": [[START, "1"]]}]).replace(b'[[1796440800,"1"]]', points)
+    with pytest.raises(ValueError):
+        split = split_matrix(raw)
+        decode_range(split if split is not None else orjson.loads(raw)["data"], START, STEP, N)
+
+
+def test_labels_that_are_not_strings_are_refused_when_first_read():
+    raw = body([{"metric": {"node": "n1"}, "values": [[START, "1"]]}]).replace(b'"node":"n1"', b'"node":1')
+    keys, labels_of, *_ = decode_range(split_matrix(raw), START, STEP, N)
+    with pytest.raises(ValueError):
+        labels_of(0)

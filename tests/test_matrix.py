@@ -94,3 +94,17 @@ def test_labels_that_are_not_strings_are_refused_when_first_read():
     keys, labels_of, *_ = decode_range(split_matrix(raw), START, STEP, N)
     with pytest.raises(ValueError):
         labels_of(0)
+
+
+@pytest.mark.parametrize("data", [[], {"result": {}}, {"result": [1]}, {"result": [{"metric": [], "values": [[1, "1"]]}]},
+                                  {"result": [{"metric": {}, "values": 5}]}, {"result": [{"metric": {}, "values": [7]}]}])
+def test_a_malformed_json_answer_is_refused_not_crashed_on(data):
+    with pytest.raises(ValueError):
+        decode_range(data, START, STEP, N)
+
+
+def test_labels_that_are_not_an_object_are_refused():
+    raw = body([{"metric": {"node": "n1"}, "values": [[START, "1"]]}]).replace(b'{"node":"n1"}', b'"n1"')
+    keys, labels_of, *_ = decode_range(split_matrix(raw), START, STEP, N)
+    with pytest.raises(ValueError):
+        labels_of(0)

@@ -33,6 +33,7 @@ HEAD = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":'
 _LABELS_END = b',"values":['
 _POINTS_END = b']},{"metric":'
 _POINT_PUNCTUATION = b'["]'
+_RESULT_OPEN = HEAD[:-len(b'{"metric":')]
 
 
 class Matrix:
@@ -60,7 +61,7 @@ def split_matrix(content: bytes) -> Matrix | None:
     if cut < 0:
         return None
     try:
-        envelope = orjson.loads(HEAD[:-len(b'{"metric":')] + last[cut + 2:])
+        envelope = orjson.loads(_RESULT_OPEN + last[cut + 2:])
     except orjson.JSONDecodeError:
         return None
     if not isinstance(envelope, dict) or envelope.get("status") != "success":
@@ -114,7 +115,11 @@ def decode_range(data, start: float, step: float, n: int) -> tuple[list, object,
         lengths, labels_of = data.lengths[keep], _parsed(keys)
         ts, vs = _numbers(data.times, "time"), _numbers(data.values, "value")
     else:
-        result = [s for s in (data.get("result") or []) if s.get("values")]
+        result = data.get("result", []) if isinstance(data, dict) else None
+        result = [] if result is None and isinstance(data, dict) else result  # `null`: none
+        if not isinstance(result, list) or not all(isinstance(s, dict) for s in result):
+            raise ValueError("malformed matrix: the result is not a list of series")
+        result = [s for s in result if s.get("values")]
         labels = [s.get("metric") or {} for s in result]
         if not all(isinstance(lbl, dict) for lbl in labels):
             raise ValueError("malformed matrix: a series' labels are not an object")
@@ -141,7 +146,7 @@ def _parsed(keys: list[bytes]):
             got = orjson.loads(keys[i])
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"malformed matrix: a series' labels: {exc}") from None
-        if not all(isinstance(v, str) for v in got.values()):
-            raise ValueError("malformed matrix: a label's value is not a string")
+        if not isinstance(got, dict) or not all(isinstance(v, str) for v in got.values()):
+            raise ValueError("malformed matrix: a series' labels are not an object of strings")
         return got
     return labels_of

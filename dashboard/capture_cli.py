@@ -54,23 +54,39 @@ def fetch_samples(url: str, start: float, end: float, step: float, timeout: floa
                           params={"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
             r.raise_for_status()
             doc = r.json()
-            if doc.get("status") != "success":
-                raise RuntimeError(doc.get("error", "query failed"))
+            if not isinstance(doc, dict) or doc.get("status") != "success":
+                raise RuntimeError((doc.get("error") if isinstance(doc, dict) else None) or "query failed")
+            result = doc.get("data") or {}
+            result = (result.get("result") if isinstance(result, dict) else None) or []
+            if not isinstance(result, list):
+                raise ValueError("the answer's result is not a list of series")
         except (httpx.HTTPError, RuntimeError, ValueError) as exc:
             notes.append(f"query {q[:60]}...: {type(exc).__name__}: {exc}")
             continue
         ok += 1
-        for series in (doc.get("data") or {}).get("result") or []:
-            labels = dict(series.get("metric") or {})
-            name = labels.pop("__name__", "")
-            if not name:
-                continue
-            for t, v in series.get("values") or []:
-                try:
-                    out.append(Sample(name, labels, float(v), float(t)))
-                except (TypeError, ValueError):
-                    continue
+        for series in result:
+            out.extend(_series_samples(series))
     return out, ok
+
+
+def _series_samples(series) -> list[Sample]:
+    """One answered series' samples; none from a series of another shape, and no point that is
+    not [time, value] (an engine's odd answer is skipped, never a crash)."""
+    if not isinstance(series, dict) or not isinstance(series.get("metric") or {}, dict):
+        return []
+    labels = dict(series.get("metric") or {})
+    name = labels.pop("__name__", "")
+    values = series.get("values") or []
+    if not name or not isinstance(values, list) or not all(isinstance(v, str) for v in labels.values()):
+        return []
+    out = []
+    for point in values:
+        try:
+            t, v = point
+            out.append(Sample(name, labels, float(v), float(t)))
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -474,6 +474,31 @@ def test_capture_fails_on_a_dead_prometheus_and_an_unwritable_out(tmp_path, caps
     assert "cannot create /proc/x" in capsys.readouterr().err
 
 
+def test_capture_skips_an_engines_odd_answers():
+    """Answers of every wrong shape: each query noted or its odd series skipped, the good series
+    kept, never a crash."""
+    import httpx
+
+    from dashboard.capture_cli import fetch_samples
+
+    good = {"metric": {"__name__": "gangwatch_gpu_power_watts", "node": "n1", "gpu": "0"}, "values": [[100, "1.5"]]}
+    odd = [{"status": "success", "data": {"result": [1, {"metric": [], "values": []}, {"metric": {"__name__": "x", "a": 1},
+                                                        "values": [[1, "2"]]}, {"metric": {"__name__": "y"}, "values": 7},
+                                                        {"metric": {"__name__": "z"}, "values": [[1], [1, 2, 3], None, [2, "3"]]},
+                                                        good]}},
+           [], "x", {"status": "success", "data": []}, {"status": "success", "data": {"result": {}}},
+           {"status": "success", "data": {"result": 5}}, {"status": "error"}]
+    answers = iter(odd * 3)
+
+    def handler(request):
+        return httpx.Response(200, json=next(answers))
+
+    notes: list[str] = []
+    samples, ok = fetch_samples("http://engine", 0, 100, 15, 10, notes, client=httpx.Client(transport=httpx.MockTransport(handler)))
+    assert ok and notes
+    assert samples and {(s.name, s.value) for s in samples} == {("gangwatch_gpu_power_watts", 1.5), ("z", 3.0)}
+
+
 @pytest.fixture(scope="module")
 def small_bundle(tmp_path_factory):
     from dashboard.analysis.sim import SimConfig, Simulation

@@ -108,3 +108,12 @@ def test_labels_that_are_not_an_object_are_refused():
     keys, labels_of, *_ = decode_range(split_matrix(raw), START, STEP, N)
     with pytest.raises(ValueError):
         labels_of(0)
+
+
+@pytest.mark.parametrize("partial", [b"false", b"true"])
+def test_newer_victoriametrics_head_is_split_and_says_whether_in_part(partial):
+    result = [{"metric": {"node": "n1"}, "values": [[START, "1"], [START + STEP, "2"]]}]
+    raw = body(result).replace(b'"success",', b'"success","isPartial":' + partial + b",", 1)
+    split = split_matrix(raw)
+    assert split is not None and split.envelope["isPartial"] is (partial == b"true")
+    same(decode_range(split, START, STEP, N), decode_range(orjson.loads(raw)["data"], START, STEP, N))

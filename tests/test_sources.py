@@ -246,6 +246,26 @@ def test_prometheus_query_budget_does_not_grow_with_nodes(nodes):
     assert len(win.nodes) == nodes and win.gpu["util"].shape == (nodes, 2, 41)
 
 
+def test_an_answer_in_part_is_used_and_named():
+    """A VictoriaMetrics cluster missing a storage node answers `"isPartial":true`: what it answered
+    is used, and the window says which queries came in part and why (split answers and JSON ones)."""
+    inner = _fake_prometheus(3, [])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        r = inner.get(str(request.url))
+        doc = r.json()
+        if "gangwatch_gpu_utilization_ratio" in request.url.params.get("query", "") or request.url.path.endswith("/query"):
+            doc = {"status": "success", "isPartial": True, "data": doc["data"]}
+        return httpx.Response(r.status_code, json=doc)
+
+    src = PrometheusSource("http://vmselect:8481/select/0/prometheus", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    win = src.window(T0, 600, 15)
+    assert win.gpu["util"].shape == (3, 2, 41) and np.isfinite(win.gpu["util"]).all()
+    note = next(n for n in win.notes if "answered in part" in n)
+    assert "isPartial" in note and "util" in note and "facts" in note and "power" not in note
+    assert not src.failed_last_cycle
+
+
 @pytest.mark.parametrize("fail", ["down", "slow"])
 def test_prometheus_down_or_slow_gives_insufficient_data(fail):
     from collectors.slurm.model import Job

@@ -5,7 +5,7 @@ JSON, each point is a list, an int and a str, and each series a dict of labels t
 up again to find its row: that was most of the source's own CPU a cycle. Prometheus (and Thanos,
 which serves its API code) and VictoriaMetrics write the answer in one compact layout,
 
-    {"status":"success","data":{"resultType":"matrix","result":[{"metric":{...},"values":[[t,"v"],...]},...]}...}
+    {"status":"success",["isPartial":false,]"data":{"resultType":"matrix","result":[{"metric":{...},"values":[[t,"v"],...]},...]}...}
 
 which `split_matrix` reads without a JSON object per point or per series: each series' labels stay
 the bytes the engine wrote (the same bytes every cycle, so they find the series' row as they are,
@@ -27,31 +27,37 @@ import fastnumbers
 import numpy as np
 import orjson
 
-HEAD = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":'
+# how a successful matrix begins: Prometheus' and VictoriaMetrics' before 1.9x; then newer
+# VictoriaMetrics' (single-node and cluster), which says whether a storage node failed to answer
+HEADS = tuple(b'{"status":"success",' + partial + b'"data":{"resultType":"matrix","result":[{"metric":'
+              for partial in (b"", b'"isPartial":false,', b'"isPartial":true,'))
+_FIRST_LABELS = len(b'{"metric":')
 # where a series' labels end and its points begin, and where its points end and the next series'
 # labels begin: in place of each, a newline, which compact JSON never holds
 _LABELS_END = b',"values":['
 _POINTS_END = b']},{"metric":'
 _POINT_PUNCTUATION = b'["]'
-_RESULT_OPEN = HEAD[:-len(b'{"metric":')]
 
 
 class Matrix:
     """A matrix answer split (`split_matrix`): per series its labels as the engine wrote them (JSON
     bytes) and its points' count; the points' times and values as texts, in order."""
 
-    __slots__ = ("metrics", "lengths", "times", "values")
+    __slots__ = ("metrics", "lengths", "times", "values", "envelope")
 
-    def __init__(self, metrics: list[bytes], lengths: np.ndarray, times: list[bytes], values: list[bytes]):
+    def __init__(self, metrics: list[bytes], lengths: np.ndarray, times: list[bytes], values: list[bytes],
+                 envelope: dict):
         self.metrics, self.lengths, self.times, self.values = metrics, lengths, times, values
+        self.envelope = envelope  # the answer less its series (status, isPartial, stats, warnings)
 
 
 def split_matrix(content: bytes) -> Matrix | None:
     """`content` split as the module doc says; None where it is not in the compact layout or not a
     successful matrix (the caller parses it as JSON and reports what it says)."""
-    if not content.startswith(HEAD) or b"\n" in content:
+    head = next((h for h in HEADS if content.startswith(h)), None)
+    if head is None or b"\n" in content:
         return None
-    parts = content[len(HEAD):].replace(_LABELS_END, b"\n").replace(_POINTS_END, b"\n").split(b"\n")
+    parts = content[len(head):].replace(_LABELS_END, b"\n").replace(_POINTS_END, b"\n").split(b"\n")
     # labels, points, labels, points...: the last points end with the series' `]}`, the result's `]`
     # and the envelope's rest (data's end, stats, warnings), which must parse as such
     if len(parts) % 2:
@@ -61,7 +67,7 @@ def split_matrix(content: bytes) -> Matrix | None:
     if cut < 0:
         return None
     try:
-        envelope = orjson.loads(_RESULT_OPEN + last[cut + 2:])
+        envelope = orjson.loads(head[:-_FIRST_LABELS] + last[cut + 2:])
     except orjson.JSONDecodeError:
         return None
     if not isinstance(envelope, dict) or envelope.get("status") != "success":
@@ -76,7 +82,7 @@ def split_matrix(content: bytes) -> Matrix | None:
     tokens = flat.split(b",") if flat else []
     if len(tokens) != 2 * int(lengths.sum()):
         raise ValueError("malformed matrix: a point is not [time, value]")
-    return Matrix(metrics, lengths, tokens[0::2], tokens[1::2])
+    return Matrix(metrics, lengths, tokens[0::2], tokens[1::2], envelope)
 
 
 def _floats(texts: list, what: str) -> np.ndarray:

@@ -584,6 +584,7 @@ class PrometheusSource:
         # and per held signal the fallbacks its points were asked without
         self._covered: frozenset[str] = frozenset()
         self._dropped: dict[tuple[str, str], frozenset[str]] = {}
+        self._in_part: list[str] = []  # the queries of this cycle answered without a storage node (_answered_in_part)
 
     def _get(self, path: str, params: dict, name: str = "") -> dict | Matrix:
         """One request, within the time share of query `name` (QUERY_SHARE, or more where it was slow:
@@ -608,6 +609,7 @@ class PrometheusSource:
         if path == RANGE_PATH:  # its points not one JSON object each (matrix.py)
             split = split_matrix(r.content)
             if split is not None:
+                self._answered_in_part(split.envelope, name or path)
                 return split
         try:
             doc = orjson.loads(r.content)
@@ -615,7 +617,15 @@ class PrometheusSource:
             raise ValueError(f"not JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
             raise RuntimeError((doc.get("error") if isinstance(doc, dict) else None) or "status not success")
+        self._answered_in_part(doc, name or path)
         return doc.get("data") or {}
+
+    def _answered_in_part(self, doc: dict, name: str) -> None:
+        """A VictoriaMetrics cluster answers without a storage node that did not (`isPartial`, unless
+        vmselect runs with -search.denyPartialResponse): the series that node holds are missing, so
+        their nodes go silent and are named stale; the cycle's notes say why."""
+        if doc.get("isPartial") is True:
+            self._in_part.append(name)
 
     def _settle(self) -> float:
         """`scrape_settle` of this engine, SETTLE_SECONDS where it says nothing or cannot be asked."""
@@ -695,6 +705,7 @@ class PrometheusSource:
         start = end - step * math.floor(span / step)
         store = SignalStore()
         failed = []
+        self._in_part = []
         topo = self._topology  # the hardware facts, unless too old or a node of the last window is not in them
         if topo is not None and (not topo[1] <= end < topo[1] + TOPOLOGY_SECONDS or not topo[2].issuperset(self.targets)):
             topo = None
@@ -795,6 +806,10 @@ class PrometheusSource:
                                + "; ".join(failed[:4]) + (" ..." if len(failed) > 4 else "")
                                + (f" (the cycle's deadline, {self.timeout:g} s, is too short for the engine at this size: "
                                   "raise it, serve --prometheus-timeout)" if self._too_short else ""))
+        if self._in_part:
+            store.notes.append(f"Prometheus {self.url}: {len(self._in_part)} quer{'y' if len(self._in_part) == 1 else 'ies'} "
+                               "answered in part (isPartial: a storage node of the VictoriaMetrics cluster did not answer; "
+                               "the series it holds are missing): " + ", ".join(sorted(set(self._in_part))[:6]))
         win = _zero_reads(self._grid.window(store, blocks, start, end, step))
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent

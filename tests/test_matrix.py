@@ -111,7 +111,7 @@ def test_labels_that_are_not_an_object_are_refused():
 
 
 @pytest.mark.parametrize("partial", [b"false", b"true"])
-def test_newer_victoriametrics_head_is_split_and_says_whether_in_part(partial):
+def test_vmselects_head_is_split_and_says_whether_in_part(partial):
     result = [{"metric": {"node": "n1"}, "values": [[START, "1"], [START + STEP, "2"]]}]
     raw = body(result).replace(b'"success",', b'"success","isPartial":' + partial + b",", 1)
     split = split_matrix(raw)

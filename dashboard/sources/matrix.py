@@ -3,7 +3,8 @@
 At 4,096 nodes a steady cycle's answers hold about 400,000 series and 2 million points; parsed as
 JSON, each point is a list, an int and a str, and each series a dict of labels that is then looked
 up again to find its row: that was most of the source's own CPU a cycle. Prometheus (and Thanos,
-which serves its API code) and VictoriaMetrics write the answer in one compact layout,
+which serves its API code) and VictoriaMetrics (vmselect adding `isPartial`) write the answer in one
+compact layout,
 
     {"status":"success",["isPartial":false,]"data":{"resultType":"matrix","result":[{"metric":{...},"values":[[t,"v"],...]},...]}...}
 
@@ -27,8 +28,8 @@ import fastnumbers
 import numpy as np
 import orjson
 
-# how a successful matrix begins: Prometheus' and VictoriaMetrics' before 1.9x; then newer
-# VictoriaMetrics' (single-node and cluster), which says whether a storage node failed to answer
+# how a successful matrix begins: Prometheus' and single-node VictoriaMetrics'; then a VictoriaMetrics
+# cluster's vmselect's, which says in every answer whether a storage node failed to answer
 HEADS = tuple(b'{"status":"success",' + partial + b'"data":{"resultType":"matrix","result":[{"metric":'
               for partial in (b"", b'"isPartial":false,', b'"isPartial":true,'))
 _FIRST_LABELS = len(b'{"metric":')

@@ -28,6 +28,7 @@ import httpx
 
 from collectors import fetch
 from collectors.fetch import Deadline
+from dashboard import http_auth
 from dashboard.sources.build import WANTED
 from dashboard.sources.exposition import Sample
 from dashboard.sources.schema import FALLBACK_MARKERS, MAPPINGS
@@ -41,7 +42,7 @@ def _queries(per_query: int = 12) -> list[str]:
 
 def fetch_samples(url: str, start: float, end: float, step: float, timeout: float, notes: list[str],
                   client: httpx.Client | None = None, deadline: Deadline | None = None,
-                  max_bytes: int = fetch.PROMETHEUS_MAX_BYTES) -> tuple[list[Sample], int]:
+                  max_bytes: int = fetch.PROMETHEUS_MAX_BYTES, headers: dict | None = None) -> tuple[list[Sample], int]:
     """-> (samples, how many queries succeeded); every query within what is left of `deadline`."""
     deadline = deadline or Deadline(timeout)
     out: list[Sample] = []
@@ -50,7 +51,7 @@ def fetch_samples(url: str, start: float, end: float, step: float, timeout: floa
     for q in queries:
         try:
             r = fetch.get(url.rstrip("/") + "/api/v1/query_range", timeout, client=client, deadline=deadline,
-                          max_bytes=max_bytes,
+                          max_bytes=max_bytes, headers=headers,
                           params={"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
             r.raise_for_status()
             doc = r.json()
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gangwatch capture", description=__doc__.split("\n")[0])
     ap.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     ap.add_argument("--prometheus", metavar="URL", required=True)
+    http_auth.add_engine_arguments(ap)
     ap.add_argument("--out", metavar="DIR", required=True, help="bundle directory to write (created)")
     ap.add_argument("--span", type=float, default=3600.0)
     ap.add_argument("--step", type=float, default=15.0)
@@ -103,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-query-mb", type=float, default=1024.0,
                     help="largest answer one query may return, in MiB (raw series: default %(default)s)")
     args = ap.parse_args(argv)
+    try:
+        headers = http_auth.engine_headers(args)
+    except ValueError as exc:
+        print(f"gangwatch capture: {exc}", file=sys.stderr)
+        return 2
     from collectors.runner import CommandRunner
     from dashboard.diagnose_cli import jobs_from
     from dashboard.sources.bundle import openmetrics, squeue_json, write_bundle
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     deadline = Deadline.for_command(args.timeout)
     samples, ok = fetch_samples(args.prometheus, start, end, args.step, args.timeout, notes, deadline=deadline,
-                                max_bytes=int(args.max_query_mb * 1024 * 1024))
+                                max_bytes=int(args.max_query_mb * 1024 * 1024), headers=headers)
     if not samples:
         for n in notes[:3]:
             print(f"gangwatch capture: {n}", file=sys.stderr)

@@ -22,6 +22,7 @@ import sys
 import time
 
 from collectors.slurm.model import Job
+from dashboard import http_auth
 from dashboard.units import fmt_value
 
 log = logging.getLogger("gangwatch.diagnose")
@@ -31,6 +32,7 @@ def build_parser(prog: str = "gangwatch diagnose", description: str | None = Non
     ap = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n")[0])
     ap.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     ap.add_argument("--prometheus", metavar="URL", help="Prometheus (or compatible) base URL")
+    http_auth.add_engine_arguments(ap)
     ap.add_argument("--bundle", metavar="DIR", help="a bundle directory (metrics.om + squeue.json)")
     ap.add_argument("--snapshot", metavar="URL|FILE",
                     help="jobs for --prometheus: slurm-exporter /api/v1/snapshot URL, snapshot file or squeue --json file")
@@ -134,7 +136,11 @@ def run(args, broken: list[str] | None = None) -> tuple[object, list[str]]:
         from collectors.fetch import Deadline
 
         deadline = Deadline.for_command(args.timeout)  # --timeout bounds the whole run, not each query
-        src = PrometheusSource(args.prometheus, timeout=args.timeout, matcher=_matcher(args))
+        try:
+            headers = http_auth.engine_headers(args)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        src = PrometheusSource(args.prometheus, timeout=args.timeout, matcher=_matcher(args), headers=headers)
         win = src.window(args.at if args.at is not None else time.time(), args.span, args.step, deadline)
         notes.append(f"Prometheus: {src.queries_last_cycle} queries")
         if src.queries_last_cycle and src.failed_last_cycle == src.queries_last_cycle:

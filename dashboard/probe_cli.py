@@ -19,7 +19,6 @@ ended or is unknown, a one-node job, unreadable credentials): one line on stderr
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 import threading
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
 from collectors.slurm.model import Job, Snapshot
+from dashboard import http_auth
 from dashboard.analysis.findings import Verdict
 from dashboard.analysis.linkprobe import PairResult, attach, evidence, rounds
 
@@ -130,21 +130,10 @@ def agent_urls(nodes, template: str, overrides: list[str]) -> dict[str, str]:
 
 
 def auth_headers(token_file: str | None, user: str | None, password_file: str | None) -> dict[str, str]:
-    def read(path: str, what: str) -> str:
-        try:
-            with open(path) as fh:
-                return fh.read().strip()
-        except OSError as exc:
-            raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-
-    if token_file:
-        return {"Authorization": f"Bearer {read(token_file, '--token-file')}"}
-    if user:
-        if not password_file:
-            raise InputError("--basic-auth-user needs --basic-auth-password-file")
-        pw = read(password_file, "--basic-auth-password-file")
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()}
-    return {}
+    try:
+        return http_auth.auth_headers(token_file, user, password_file)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _get(url: str, params: dict, headers: dict, timeout: float) -> tuple[int | None, dict, str]:

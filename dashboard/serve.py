@@ -33,7 +33,7 @@ import logging
 import sys
 
 from collectors.web import WebConfig, WebConfigError, parse_listen_address
-from dashboard import probe_cli
+from dashboard import http_auth, probe_cli
 
 DEFAULT_LISTEN = "127.0.0.1:8050"
 # Connection limits of the dashboard's server (docs/deployment.md): a browser holds about six.
@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     met = p.add_mutually_exclusive_group()
     met.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible HTTP API for node metrics")
     met.add_argument("--targets", metavar="FILE", help="agent endpoints to scrape directly (embedded metric source)")
+    http_auth.add_engine_arguments(p)
     p.add_argument("--prometheus-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="seconds one cycle's queries to --prometheus may take, each at most a quarter (default "
                         "%(default)s); raise it for large clusters, whose first cycle fetches the whole hour")
@@ -93,7 +94,7 @@ def make_metrics(args: argparse.Namespace):
     if args.prometheus:
         from dashboard.sources.prometheus import PrometheusSource
 
-        return PrometheusSource(args.prometheus, timeout=args.prometheus_timeout)
+        return PrometheusSource(args.prometheus, timeout=args.prometheus_timeout, headers=http_auth.engine_headers(args))
     if args.targets:
         from dashboard.sources.embedded import EmbeddedSource
 

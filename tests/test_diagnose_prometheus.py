@@ -25,6 +25,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_ready(url: str) -> None:
+    for _ in range(100):
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+
+
 def _serve(root, sim, steps: int, edit=None):
     """The simulator's bundle after `steps` steps (its metrics passed through `edit(line) -> keep`
     where given), imported into a real Prometheus: (url, bundle)."""
@@ -45,13 +55,7 @@ def _serve(root, sim, steps: int, edit=None):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        _wait_ready(url + "/-/ready")
         yield url, bundle
     finally:
         proc.terminate()
@@ -303,3 +307,48 @@ def test_old_agents_on_some_nodes_are_read_from_their_targets_through_prometheus
         assert np.array_equal(steady.node["fs_read"], fresh.node["fs_read"], equal_nan=True)
         want = _verdicts(diagnose(b.window, b.jobs))
         assert _verdicts(diagnose(steady, b.jobs)) == want and {s for s, _ in want.values()} - {"progressing"}
+
+
+@pytest.mark.skipif(not which("vmauth"), reason="vmauth (Debian package victoria-metrics) not installed")
+def test_diagnose_and_capture_through_vmauth_with_credentials(served, tmp_path, capsys):
+    """The engine behind a real vmauth that asks for a bearer token or basic auth: `diagnose` and
+    `capture` given the credentials' files get the same verdicts; without them the queries fail
+    (401) and say so."""
+    import json
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.capture_cli import main as capture
+    from dashboard.diagnose_cli import main as diagnose_cli
+    from dashboard.sources.bundle import load_bundle
+
+    url, bundle, _ = served
+    b = load_bundle(str(bundle))
+    (tmp_path / "token").write_text("gw-t0ken\n")
+    (tmp_path / "pw").write_text("s3cret\n")
+    (tmp_path / "auth.yml").write_text(f'users:\n- bearer_token: "gw-t0ken"\n  url_prefix: "{url}"\n'
+                                       f'- username: "ops"\n  password: "s3cret"\n  url_prefix: "{url}"\n')
+    port = _free_port()
+    proc = subprocess.Popen(["vmauth", f"-auth.config={tmp_path / 'auth.yml'}", f"-httpListenAddr=127.0.0.1:{port}",
+                             "-loggerLevel=ERROR"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(proxy + "/health")
+        common = ["--prometheus", proxy, "--snapshot", str(bundle / "squeue.json"), "--at", str(b.end),
+                  "--span", str(b.end - b.start), "--format", "json"]
+        want = {(v.jobid, v.state) for v in diagnose(b.window, b.jobs).verdicts}
+        for creds in (["--prometheus-bearer-token-file", str(tmp_path / "token")],
+                      ["--prometheus-basic-auth-user", "ops", "--prometheus-basic-auth-password-file", str(tmp_path / "pw")]):
+            assert diagnose_cli(common + creds) == 0
+            doc = json.loads(capsys.readouterr().out)
+            assert {(v["jobid"], v["state"]) for v in doc["verdicts"]} == want
+            assert not any("failed" in n for n in doc["notes"])
+        assert diagnose_cli(common) == 1
+        doc = json.loads(capsys.readouterr().out)
+        assert any("failed" in n and "401" in n for n in doc["notes"])
+        out = tmp_path / "captured"
+        assert capture(["--prometheus", proxy, "--out", str(out), "--at", str(b.end), "--span", str(b.end - b.start),
+                        "--snapshot", str(bundle / "squeue.json"), *creds]) == 0
+        assert _verdicts(diagnose(load_bundle(str(out)).window, b.jobs)) == _verdicts(diagnose(b.window, b.jobs))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

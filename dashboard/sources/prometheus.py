@@ -401,7 +401,7 @@ class _Held:
     def _window_of(self, i: int) -> np.ndarray:
         return self._bufs[i][:, self._off:self._off + self.T]
 
-    def merge(self, data: dict, start: float, since: float, until: float, step: float, lookback: float,
+    def merge(self, data: dict | Matrix, start: float, since: float, until: float, step: float, lookback: float,
               sparse: bool = False) -> None:
         """The points before `since` held, the fetched ones from `since` on (they replace the held
         ones there), those before `start` dropped; rows left without a point dropped. A sparse
@@ -421,7 +421,7 @@ class _Held:
         self._drop_empty()
         self.t0, self.until = start, until
 
-    def fill(self, data: dict, lo: int, hi: int, step: float, lookback: float, sparse: bool = False) -> None:
+    def fill(self, data: dict | Matrix, lo: int, hi: int, step: float, lookback: float, sparse: bool = False) -> None:
         """Columns lo..hi-1 of the window (held empty: a cold ask that answered in part) fetched: their
         points written, they and the columns that look back into them aligned again."""
         answered, labels_of, sid, col, val = decode_range(data, self.t0 + lo * step, step, hi - lo)

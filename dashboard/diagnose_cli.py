@@ -33,6 +33,7 @@ def build_parser(prog: str = "gangwatch diagnose", description: str | None = Non
     ap.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     ap.add_argument("--prometheus", metavar="URL", help="Prometheus (or compatible) base URL")
     http_auth.add_engine_arguments(ap)
+    http_auth.add_concurrency_argument(ap)
     ap.add_argument("--bundle", metavar="DIR", help="a bundle directory (metrics.om + squeue.json)")
     ap.add_argument("--snapshot", metavar="URL|FILE",
                     help="jobs for --prometheus: slurm-exporter /api/v1/snapshot URL, snapshot file or squeue --json file")
@@ -140,7 +141,8 @@ def run(args, broken: list[str] | None = None) -> tuple[object, list[str]]:
             headers = http_auth.engine_headers(args)
         except ValueError as exc:
             raise InputError(str(exc)) from None
-        src = PrometheusSource(args.prometheus, timeout=args.timeout, matcher=_matcher(args), headers=headers)
+        src = PrometheusSource(args.prometheus, timeout=args.timeout, matcher=_matcher(args), headers=headers,
+                               concurrency=args.prometheus_concurrency)
         win = src.window(args.at if args.at is not None else time.time(), args.span, args.step, deadline)
         notes.append(f"Prometheus: {src.queries_last_cycle} queries")
         if src.queries_last_cycle and src.failed_last_cycle == src.queries_last_cycle:

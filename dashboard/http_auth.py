@@ -1,5 +1,6 @@
 """Credentials and headers for the servers the dashboard-side commands ask: the agents (the link
-probe) and the metrics engine (`serve`, `diagnose`, `capture --prometheus`).
+probe) and the metrics engine (`serve`, `diagnose`, `capture --prometheus`); and how many queries
+`serve` and `diagnose` send that engine at a time.
 
 An engine behind vmauth or a reverse proxy asks for a bearer token or basic auth; a multi-tenant
 Mimir or Cortex for its tenant (`X-Scope-OrgID`); a VictoriaMetrics cluster's tenant is in the URL
@@ -75,3 +76,21 @@ def engine_headers(args: argparse.Namespace) -> dict[str, str]:
             raise ValueError("--prometheus-header Authorization and a credentials flag: give one")
         headers[name] = value
     return headers
+
+
+def query_concurrency(text: str) -> int | None:
+    """`--prometheus-query-concurrency`'s value (an argparse type): 1 to 64 queries, or None for `auto`."""
+    if text == "auto":
+        return None
+    n = int(text) if text.isdigit() else 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of queries at a time, 1 to 64, or auto")
+    return n
+
+
+def add_concurrency_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prometheus-query-concurrency", dest="prometheus_concurrency", type=query_concurrency,
+                   default=None, metavar="N|auto",
+                   help="queries a cycle sends --prometheus at a time (default auto: half the cores a Prometheus "
+                        "reports, 2 to 8; 2 where the engine does not say, as VictoriaMetrics, which spreads each "
+                        "query over its cores itself)")

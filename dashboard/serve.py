@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     met.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible HTTP API for node metrics")
     met.add_argument("--targets", metavar="FILE", help="agent endpoints to scrape directly (embedded metric source)")
     http_auth.add_engine_arguments(p)
+    http_auth.add_concurrency_argument(p)
     p.add_argument("--prometheus-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="seconds one cycle's queries to --prometheus may take, each at most a quarter (default "
                         "%(default)s); raise it for large clusters, whose first cycle fetches the whole hour")
@@ -94,7 +95,8 @@ def make_metrics(args: argparse.Namespace):
     if args.prometheus:
         from dashboard.sources.prometheus import PrometheusSource
 
-        return PrometheusSource(args.prometheus, timeout=args.prometheus_timeout, headers=http_auth.engine_headers(args))
+        return PrometheusSource(args.prometheus, timeout=args.prometheus_timeout, headers=http_auth.engine_headers(args),
+                                concurrency=args.prometheus_concurrency)
     if args.targets:
         from dashboard.sources.embedded import EmbeddedSource
 

@@ -87,3 +87,24 @@ def test_commands_refuse_bad_credentials_in_one_line(tmp_path, capsys):
     assert serve(["--snapshot", str(tmp_path / "s.json"), "--prometheus", "http://127.0.0.1:9", *bad]) == 2
     err = capsys.readouterr().err
     assert err.count("needs --prometheus-basic-auth-password-file") == 3 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value, want", [("auto", None), ("1", 1), ("8", 8), ("64", 64)])
+def test_query_concurrency_flag(value, want):
+    from dashboard.diagnose_cli import build_parser
+    from dashboard.serve import build_parser as serve_parser
+
+    assert build_parser().parse_args(["--prometheus-query-concurrency", value]).prometheus_concurrency == want
+    assert serve_parser().parse_args(["--snapshot", "s.json", "--prometheus-query-concurrency", value]).prometheus_concurrency == want
+    assert build_parser().parse_args([]).prometheus_concurrency is None  # auto
+
+
+@pytest.mark.parametrize("value", ["0", "65", "-2", "two", "", "1.5"])
+def test_query_concurrency_flag_refuses_other_values(value, capsys):
+    from dashboard.diagnose_cli import main as diagnose
+
+    with pytest.raises(SystemExit) as exc:
+        diagnose(["--prometheus", "http://127.0.0.1:9", "--prometheus-query-concurrency", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--prometheus-query-concurrency" in err and "1 to 64, or auto" in err and "Traceback" not in err

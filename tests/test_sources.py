@@ -266,6 +266,52 @@ def test_an_answer_in_part_is_used_and_named():
     assert not src.failed_last_cycle
 
 
+@pytest.mark.parametrize("runtimeinfo, concurrency, want", [
+    ({"GOMAXPROCS": 12}, None, 6),  # half a Prometheus' cores
+    ({"GOMAXPROCS": 64}, None, 8),  # at most MAX_QUERY_WORKERS
+    ({"GOMAXPROCS": 2}, None, 2),
+    (None, None, 2),  # an engine that does not say (VictoriaMetrics: 400)
+    ({"GOMAXPROCS": "12"}, None, 2),  # nor one that says it oddly
+    ({"GOMAXPROCS": 12}, 3, 3),  # --prometheus-query-concurrency
+    (None, 5, 5),
+])
+def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, concurrency, want):
+    """Prometheus evaluates a query on one core: a cycle sends half the cores its runtimeinfo reports
+    at a time (2 to 8), 2 where the engine does not say, or what the flag says; the window is the
+    same whatever the number."""
+    import threading
+    import time as clock
+
+    inner = _fake_prometheus(3, [])
+    lock, now, peak = threading.Lock(), [0], [0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/status/runtimeinfo"):
+            if runtimeinfo is None:
+                return httpx.Response(400, text="unsupported path requested")
+            return httpx.Response(200, json={"status": "success", "data": runtimeinfo})
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        try:
+            if request.url.path.endswith("/query_range"):
+                clock.sleep(0.15)  # long enough that every worker has one in flight
+            r = inner.get(str(request.url))
+            return httpx.Response(r.status_code, content=r.content)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    src = PrometheusSource("http://prom:9090", concurrency=concurrency, client=httpx.Client(transport=httpx.MockTransport(handler)))
+    win = src.window(T0, 600, 15)
+    assert src.workers == want and peak[0] == want
+    assert not src.failed_last_cycle and np.isfinite(win.gpu["util"]).all()
+    one = PrometheusSource("http://prom:9090", concurrency=1, client=_fake_prometheus(3, [])).window(T0, 600, 15)
+    assert np.array_equal(one.gpu["util"], win.gpu["util"])
+    with pytest.raises(ValueError):
+        PrometheusSource("http://prom:9090", concurrency=0)
+
+
 @pytest.mark.parametrize("fail", ["down", "slow"])
 def test_prometheus_down_or_slow_gives_insufficient_data(fail):
     from collectors.slurm.model import Job

@@ -350,6 +350,34 @@ def test_steady_state_cycle_asks_only_the_new_span(engines):
         assert {s for s, _, _ in verdicts.values()} - {"progressing", "insufficient_data"}, name
 
 
+def test_query_concurrency_follows_the_engines_cores(engines, tmp_path):
+    """A real Prometheus says its GOMAXPROCS (runtimeinfo): a cycle sends it half that many queries
+    at a time; VictoriaMetrics does not say (it spreads each query over its cores itself): two. The
+    window is the same at any concurrency."""
+    import numpy as np
+
+    from dashboard.sources.prometheus import QUERY_WORKERS, PrometheusSource
+
+    span = engines["last"] - engines["first"] - 300
+    many = Prometheus(tmp_path, [], env={"GOMAXPROCS": "12"})
+    try:
+        src = PrometheusSource(many.url, timeout=30)
+        src.window(engines["last"], span, STEP)
+        assert src.workers == 6
+    finally:
+        many.stop()
+    src = PrometheusSource(engines["vm"], timeout=30)
+    src.window(engines["last"], span, STEP)
+    assert src.workers == QUERY_WORKERS
+    for name in ("prom", "vm"):
+        one = PrometheusSource(engines[name], timeout=30, concurrency=1).window(engines["last"], span, STEP)
+        eight = PrometheusSource(engines[name], timeout=30, concurrency=8).window(engines["last"], span, STEP)
+        assert not eight.notes and one.nodes == eight.nodes, name
+        for level in ("gpu", "rail", "node", "target"):
+            for k, v in getattr(one, level).items():
+                assert np.array_equal(v, getattr(eight, level)[k], equal_nan=True), (name, level, k)
+
+
 def test_sparse_target_queries_give_the_diagnosis_what_the_full_ones_do(engines, monkeypatch):
     """The per-node-and-target `read` and `latency` asked for only where they carry something
     (prometheus.SPARSE) against the same queries unfiltered (as before), over the same data on

@@ -7,7 +7,8 @@ INTERVAL_QUERY), event counters as the difference of samples one step apart. Eve
 a signal can come from (schema.MAPPINGS) is OR-ed into the same query, so the number of queries per
 cycle is fixed (`len(plan_queries())`, 19) whatever the node count or the schemas in use; plus one
 instant query for facts (GPU -> job, leaf switch, NVLink peers, NUMA) and, on a cold cycle, one
-for the scrape interval. PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time;
+for the scrape interval. PromQL lives here and nowhere else. The queries run `QUERY_WORKERS` at a time
+(more on a Prometheus with more cores: `engine_workers`);
 answers are decoded in bulk (matrix.py: no JSON object per point or per series, each series'
 labels' bytes finding its row as they are; then every point of an answer at once onto the step
 grid), never series by series, and written into the signal's held arrays in place (`_Held`); the window
@@ -271,6 +272,24 @@ QUERY_MIN_SECONDS = 2.0
 # cores, are shared with vmalert and Grafana).
 QUERY_WORKERS = 2
 RANGE_PATH = "/api/v1/query_range"
+# Prometheus (and Thanos' querier, which runs its engine) evaluates each query on one core, so two
+# at a time bound a cycle to two of its cores however many it has: at 4,096 nodes a steady cycle is
+# 10-13 CPU-seconds of the engine's work, 5-6 s of wall time at two at a time on any host. An engine
+# that says its GOMAXPROCS (/api/v1/status/runtimeinfo; VictoriaMetrics, which spreads each query
+# over its cores itself, does not) is given half its cores (the other half ingest, evaluate rules
+# and answer Grafana), QUERY_WORKERS to MAX_QUERY_WORKERS at a time; serve's and diagnose's
+# `--prometheus-query-concurrency` sets it instead (http_auth.py). Asked on each cold cycle.
+MAX_QUERY_WORKERS = 8
+RUNTIME_PATH = "/api/v1/status/runtimeinfo"
+
+
+def engine_workers(runtimeinfo) -> int:
+    """Queries a cycle runs at a time on an engine whose /api/v1/status/runtimeinfo `data` this is:
+    half its GOMAXPROCS, within QUERY_WORKERS..MAX_QUERY_WORKERS; QUERY_WORKERS where it does not say."""
+    procs = runtimeinfo.get("GOMAXPROCS") if isinstance(runtimeinfo, dict) else None
+    if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
+        return QUERY_WORKERS
+    return max(QUERY_WORKERS, min(MAX_QUERY_WORKERS, procs // 2))
 
 # The facts of a window: which job holds each GPU (changes with every job), and the node's hardware
 # (leaf switch, NVLink peers, NUMA: changes when the hardware does; 56 NVLink pairs a node make it
@@ -551,8 +570,12 @@ class PrometheusSource:
     name = "prometheus"
 
     def __init__(self, url: str, timeout: float = 10.0, rate_window: float = 60.0, matcher: NodeMatcher | None = None,
-                 client: httpx.Client | None = None, headers: dict | None = None):
+                 client: httpx.Client | None = None, headers: dict | None = None, concurrency: int | None = None):
+        if concurrency is not None and not 1 <= concurrency <= 64:
+            raise ValueError(f"query concurrency {concurrency}: 1 to 64")
         self.url = url.rstrip("/")
+        self.concurrency = concurrency  # queries at a time; None: as the engine's cores allow (engine_workers)
+        self.workers = concurrency or QUERY_WORKERS
         self.rate_window = rate_window
         self.matcher = matcher or NodeMatcher()
         self.client = client or httpx.Client(timeout=httpx.Timeout(timeout), headers=headers or {})
@@ -635,11 +658,18 @@ class PrometheusSource:
             got = None
         return SETTLE_SECONDS if got is None else got
 
+    def _engine_workers(self) -> int:
+        """`engine_workers` of this engine; QUERY_WORKERS where it cannot be asked."""
+        try:
+            return engine_workers(self._get(RUNTIME_PATH, {}))
+        except (httpx.HTTPError, RuntimeError, ValueError):
+            return QUERY_WORKERS
+
     def _slow(self, exc: Exception) -> None:
         """A query that used its whole share of the deadline without an answer is given twice as much
         the next cycle, up to the whole deadline: at a size where it legitimately takes longer, it
-        comes back (and keeps that share); a hung one holds one of the QUERY_WORKERS, and the other
-        has the whole deadline for the rest. (Half the deadline at most was tried: at 1,024 nodes
+        comes back (and keeps that share); a hung one holds one of the `workers`, and the others
+        have the whole deadline for the rest. (Half the deadline at most was tried: at 1,024 nodes
         Prometheus' cold `read` and `latency` then never answered.)"""
         if isinstance(exc, SlowQuery):
             self._too_short |= exc.share >= self.timeout
@@ -713,8 +743,9 @@ class PrometheusSource:
         shape = (step, rate_window, self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
-        if not self._held:  # cold: how late samples can reach this engine, asked again
+        if not self._held:  # cold: how late samples can reach this engine, and its cores, asked again
             self.settle_seconds = self._settle()
+            self.workers = self.concurrency or self._engine_workers()
         settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
         plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered)
@@ -744,10 +775,10 @@ class PrometheusSource:
             asks.append((signal, level, held, since, cold, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
         self.queries_last_cycle += len(asks) + 1 + len(fills)
-        # the queries are independent: QUERY_WORKERS at a time, so the engine computes the next ones
-        # while this thread decodes and merges an answer (in plan order: the window is the same
-        # whatever order the answers arrive in)
-        with ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="gangwatch-query") as pool:
+        # the queries are independent: `workers` at a time (QUERY_WORKERS, or as the engine's cores
+        # allow), so the engine computes the next ones while this thread decodes and merges an answer
+        # (in plan order: the window is the same whatever order the answers arrive in)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="gangwatch-query") as pool:
             # the facts first: without them no GPU has a job, and a cycle short of time drops its last queries
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
                                                             "time": f"{end:.3f}"}, "facts")

@@ -9,6 +9,7 @@ process started here is stopped by its own PID. Recipes and timings:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -176,7 +177,8 @@ class Prometheus:
 
     def __init__(self, workdir: Path, scrape_configs: list[dict], rule_files: list[Path] = (),
                  alertmanager_port: int | None = None, interval: str = "1s", extra_flags: list[str] = (),
-                 external_labels: dict | None = None, self_scrape: bool = False, scrape_timeout: str | None = None):
+                 external_labels: dict | None = None, self_scrape: bool = False, scrape_timeout: str | None = None,
+                 env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         if self_scrape:  # its own telemetry, e.g. prometheus_rule_group_last_duration_seconds
@@ -197,7 +199,7 @@ class Prometheus:
         self.process = Process([shutil.which("prometheus") or "prometheus", f"--config.file={config}",
                                 f"--storage.tsdb.path={workdir / 'prom-data'}",
                                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn", *extra_flags],
-                               workdir / "prometheus.log")
+                               workdir / "prometheus.log", env={**os.environ, **env} if env else None)
         wait_for(lambda: self.process.check_alive() or http_get(self.url + "/-/ready"), 30, "Prometheus ready")
 
     def query(self, expr: str) -> list[dict]:

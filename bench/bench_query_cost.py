@@ -12,7 +12,11 @@ selectors match (each mapping's selector counted at the last step: what the engi
 
 The engine's work follows the raw series read, not the series answered: a query that sums or
 filters many raw series (the Lustre client's per-target counters, one per node and target) costs
-in proportion to those, whatever it returns. The last lines give both totals and the shares.
+in proportion to those, whatever it returns. The last lines give both totals and the shares. The
+`floor` column is the least any query reading the same raw series can cost: `count()` of each of
+its selectors over the same span (each series read once, nothing computed, one series answered per
+selector); its total, in CPU-seconds, is the cores a cycle that reads every series needs to take
+1 s of the engine's wall time.
 
     python bench/bench_query_cost.py [--nodes 512] [--repeat 3] [--osts K] [--engines victoriametrics,prometheus]
 
@@ -65,28 +69,41 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
     return covered, steady + kept
 
 
+def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int) -> tuple[float, float, int, int]:
+    """The query over the steady span, best of `repeat`: (engine CPU, wall, series answered, bytes)."""
+    best = None
+    for _ in range(repeat):
+        cpu0, t0 = imp.cpu(pid), time.perf_counter()
+        r = client.get(url + "/api/v1/query_range", params={"query": query, "start": end - SPAN, "end": end, "step": imp.STEP})
+        wall, cpu = time.perf_counter() - t0, imp.cpu(pid) - cpu0
+        r.raise_for_status()
+        got = (cpu, wall, len(r.json()["data"]["result"]), len(r.content))
+        best = got if best is None or got[0] < best[0] else best
+    return best
+
+
+def floor_query(sels: list[str]) -> str:
+    """The least a query reading `sels` can cost: each raw series read once over the span and
+    counted, nothing computed or answered per series (one series per selector)."""
+    return " or ".join(f'label_replace(count({sel}), "gw_sel", "{i}", "", "")' for i, sel in enumerate(sels))
+
+
 def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> list[dict]:
     rows = []
     covered, plan = steady_plan(client, url, end)
     for signal, level, query in plan:
-        best = None
-        for _ in range(repeat):
-            cpu0, t0 = imp.cpu(pid), time.perf_counter()
-            r = client.get(url + "/api/v1/query_range",
-                           params={"query": query, "start": end - SPAN, "end": end, "step": imp.STEP})
-            wall, cpu = time.perf_counter() - t0, imp.cpu(pid) - cpu0
-            r.raise_for_status()
-            got = (cpu, wall, len(r.json()["data"]["result"]), len(r.content))
-            best = got if best is None or got[0] < best[0] else best
+        best = timed(client, url, pid, end, query, repeat)
         raw = 0
         fallback = signal.endswith(" fallback")
-        for sel in selectors(signal.removesuffix(" fallback"), level, frozenset() if fallback else covered):
+        sels = selectors(signal.removesuffix(" fallback"), level, frozenset() if fallback else covered)
+        for sel in sels:
             r = client.get(url + "/api/v1/query", params={"query": f"count({sel})", "time": end})
             r.raise_for_status()
             res = r.json()["data"]["result"]
             raw += int(float(res[0]["value"][1])) if res else 0
         rows.append({"query": f"{signal}/{level}", "cpu": best[0], "wall": best[1], "series": best[2],
-                     "bytes": best[3], "raw": raw, "fallback": fallback})
+                     "bytes": best[3], "raw": raw, "fallback": fallback,
+                     "floor": timed(client, url, pid, end, floor_query(sels), repeat)[0] if sels else 0.0})
     return rows
 
 
@@ -96,14 +113,20 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
     kept, rows = [r for r in rows if r["fallback"]], [r for r in rows if not r["fallback"]]
     cpu, raw, series = (sum(r[k] for r in rows) for k in ("cpu", "raw", "series"))
     print(f"\n{engine}, {nodes:,} nodes, span {SPAN:.0f} s, load {imp.load()}")
-    print(f"{'query':22} {'engine CPU':>10} {'wall':>7} {'answered':>9} {'raw read':>9} {'us/raw':>7} {'us/answered':>11}")
+    floor = sum(r["floor"] for r in rows)
+    print(f"{'query':22} {'engine CPU':>10} {'wall':>7} {'answered':>9} {'raw read':>9} {'us/raw':>7} {'us/answered':>11} "
+          f"{'floor':>7}")
     for r in sorted(rows, key=lambda r: -r["cpu"]) + kept:
         print(f"{r['query']:22} {r['cpu']:9.3f}s {r['wall']:6.3f}s {r['series']:9,} {r['raw']:9,} "
-              f"{1e6 * r['cpu'] / max(r['raw'], 1):7.1f} {1e6 * r['cpu'] / max(r['series'], 1):11.1f}")
+              f"{1e6 * r['cpu'] / max(r['raw'], 1):7.1f} {1e6 * r['cpu'] / max(r['series'], 1):11.1f} {r['floor']:6.3f}s")
     target = [r for r in rows if r["query"].endswith("/target") or r["query"].startswith(("fs_read", "fs_write"))]
     tcpu, traw, tser = (sum(r[k] for r in target) for k in ("cpu", "raw", "series"))
     print(f"{'all queries':22} {cpu:9.3f}s {'':7} {series:9,} {raw:9,} {1e6 * cpu / max(raw, 1):7.1f} "
-          f"{1e6 * cpu / max(series, 1):11.1f}")
+          f"{1e6 * cpu / max(series, 1):11.1f} {floor:6.3f}s")
+    print(f"floor (each query's raw series read once over the span and counted, nothing computed or answered per "
+          f"series): {floor:.2f} s, {1e6 * floor / max(raw, 1):.1f} us per raw series; the queries cost "
+          f"{cpu / max(floor, 1e-9):.2f}x it. Cores a 1 s cycle needs for the reading alone: {floor:.1f}; "
+          f"for the queries as they are: {cpu:.1f}")
     print(f"the filesystem queries (read, latency per node and target; fs_read, fs_write per node): "
           f"{tcpu / max(cpu, 1e-9):.0%} of the engine's CPU, {traw / max(raw, 1):.0%} of the raw series read, "
           f"{tser / max(series, 1):.0%} of the series answered")
@@ -114,7 +137,7 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
         print(f"{', '.join(sorted(swapped))}: {now:.3f} s from the agents' per-filesystem totals against {was:.3f} s "
               f"with the per-target fallback kept (a node lacking them): {now / max(was, 1e-9):.2f}; the steady "
               f"cycle {cpu:.2f} s against {cpu - now + was:.2f} s ({cpu / max(cpu - now + was, 1e-9):.2f})")
-    return {"cpu": cpu, "raw": raw, "series": series}
+    return {"cpu": cpu, "raw": raw, "series": series, "floor": floor}
 
 
 def main(argv=None) -> int:

@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -90,11 +91,15 @@ def rss(proc: Process) -> int:
 class QueryMeter:
     """httpx event hooks that measure one diagnosis cycle's queries; `cycle()` runs one and returns
     its row: (wall s, seconds from the first query sent to the last answer read, the queries'
-    seconds added up (they overlap: QUERY_WORKERS at a time), queries, response bytes, longest span
-    asked in s, series answered). `keep`: the cycle's answers are kept in `bodies` too."""
+    seconds added up (they overlap: the source's `workers` at a time), queries, response bytes, longest
+    span asked in s, series answered). `keep`: the cycle's answers are kept in `bodies` too. The hooks
+    run in the query threads: the counts are added under a lock (a `+=` on a dict item is a read and
+    a write, and two threads interleaving them lose one answer's count: the 32,768 series "missing"
+    from some 4,096-node cycles in earlier sessions' figures were that, one per-GPU query's)."""
 
     def __init__(self, keep: bool = False):
         self.keep = keep
+        self._lock = threading.Lock()
         self.bodies: list[bytes] = []
         self._sent_at: dict[int, float] = {}
         self.window = None
@@ -106,18 +111,22 @@ class QueryMeter:
         self.bodies = []
 
     def _sent(self, request):
-        self._sent_at[id(request)] = now = time.perf_counter()
-        self.got["first"] = min(self.got["first"], now)
+        with self._lock:
+            self._sent_at[id(request)] = now = time.perf_counter()
+            self.got["first"] = min(self.got["first"], now)
 
     def _count(self, response):  # request to last byte is one query's (engine and transfer)
         response.read()
-        now, got = time.perf_counter(), self.got
-        got["bytes"] += len(response.content)
-        got["series"] += response.content.count(b'"metric":')  # one per series, in either engine's JSON
-        got["seconds"] += now - self._sent_at.pop(id(response.request), now)
-        got["last"] = max(got["last"], now)
-        if self.keep:
-            self.bodies.append(response.content)
+        now = time.perf_counter()
+        series = response.content.count(b'"metric":')  # one per series, in either engine's JSON
+        with self._lock:
+            got = self.got
+            got["bytes"] += len(response.content)
+            got["series"] += series
+            got["seconds"] += now - self._sent_at.pop(id(response.request), now)
+            got["last"] = max(got["last"], now)
+            if self.keep:
+                self.bodies.append(response.content)
 
     def cycle(self, src, end: float) -> tuple:
         self._reset()

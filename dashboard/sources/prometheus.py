@@ -272,7 +272,7 @@ QUERY_MIN_SECONDS = 2.0
 # cores, are shared with vmalert and Grafana).
 QUERY_WORKERS = 2
 RANGE_PATH = "/api/v1/query_range"
-# Prometheus (and Thanos' querier, which runs its engine) evaluates each query on one core, so two
+# Prometheus (and a Thanos querier on Prometheus' engine) evaluates each query on one core, so two
 # at a time bound a cycle to two of its cores however many it has: at 4,096 nodes a steady cycle is
 # 10-13 CPU-seconds of the engine's work, 5-6 s of wall time at two at a time on any host. An engine
 # that says its GOMAXPROCS (/api/v1/status/runtimeinfo; VictoriaMetrics, which spreads each query

@@ -33,7 +33,8 @@ checkout's source (main's) on the same engines right after ours (before them wit
 
 Prints the series and samples imported and how long each stage took, the engines' resident memory,
 per cycle: wall time, time queries were in flight and their seconds added up, bytes and series
-answered, span asked, the CPU seconds the engine and our process used (and per series answered:
+answered, span asked, the CPU seconds the engine and our process used (with its decode processes,
+`--decode-processes N`, which serve starts on a host of 4 cores or more; and per series answered:
 on a host whose cores other work shares, these, not the wall time, are the cycle's cost); the
 bytes serve holds for them (the last window's arrays, the source's held ones); and the load
 average at each stage. `--osts K` gives the filesystem K OSTs (each a series per client and
@@ -227,7 +228,14 @@ def cpu(pid: int) -> float:
     return t.user + t.system
 
 
-def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = False) -> dict:
+def our_cpu() -> tuple[float, float]:
+    """(this process' CPU seconds, its decode processes': dashboard/sources/decode_pool.py, the
+    forkserver and its workers; not the engines, which are this process' children too)."""
+    workers = [c for c in psutil.Process().children(recursive=True) if "multiprocessing" in " ".join(c.cmdline())]
+    return time.process_time(), sum(c.cpu_times().user + c.cpu_times().system for c in workers)
+
+
+def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = False, decode: int | None = None) -> dict:
     """{"cold": row, "steady": best row, "our_cpu": (min, median), "profile": text}, a row being QueryMeter's (wall s, in
     flight s, the queries' seconds added up, queries, bytes, span asked s, series answered) and the
     CPU seconds the engine's process and this one (all threads) used in the cycle: on a host whose
@@ -239,13 +247,18 @@ def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = F
 
     meter = QueryMeter(keep=profile)
     # a long deadline: a cold cycle at these sizes must be measured, not cut short
-    src = PrometheusSource(url, timeout=2400, client=httpx.Client(timeout=600, event_hooks=meter.hooks))
+    src = PrometheusSource(url, timeout=2400, client=httpx.Client(timeout=600, event_hooks=meter.hooks),
+                           **({} if decode is None else {"decode_processes": decode}))
+
+    in_workers = []
 
     def one(at):
-        engine0, ours0 = cpu(engine_pid), time.process_time()
+        engine0, (main0, workers0) = cpu(engine_pid), our_cpu()
         row = meter.cycle(src, at)
         assert not src.failed_last_cycle, meter.window.notes
-        return (*row, cpu(engine_pid) - engine0, time.process_time() - ours0)
+        main, workers = our_cpu()
+        in_workers.append(workers - workers0)
+        return (*row, cpu(engine_pid) - engine0, main - main0 + workers - workers0)
 
     first = end - STEP * (repeat + (1 if profile else 0))
     out = {"cold": one(first)}
@@ -253,6 +266,7 @@ def cycles(url: str, end: float, repeat: int, engine_pid: int, profile: bool = F
     out["steady"] = min(steady)
     ours = sorted(row[-1] for row in steady)
     out["our_cpu"] = (ours[0], ours[len(ours) // 2])
+    out["decode_processes"] = (src.decode.processes, sorted(in_workers[1:])[len(in_workers[1:]) // 2])  # steady: median
     win = meter.window  # what serve holds: the last window's arrays and the source's held ones
     out["held_bytes"] = (sum(a.nbytes for level in (win.gpu, win.rail, win.node, win.target) for a in level.values()),
                          sum(buf.nbytes for held in src._held.values() for buf in held._bufs))
@@ -320,7 +334,7 @@ def measure(engine: str, url: str, pid: int, end: float, args) -> dict:
     rows = {}
 
     def ours() -> None:
-        rows["ours"] = cycles(url, end, args.repeat, pid, args.profile)
+        rows["ours"] = cycles(url, end, args.repeat, pid, args.profile, args.decode_processes)
         print(f"  {engine}: our cycles done, load {load()}", flush=True)
 
     def baseline() -> None:
@@ -363,8 +377,10 @@ def report(engine: str, nodes: int, rows: dict, nsteady: int) -> None:
             print(f"{who + ' ' + kind:24} {w:7.2f}s {f:8.2f}s {added:7.2f}s {b / 1e6:6.1f} {s:8,} {span:4.0f}s "
                   f"{ecpu:9.2f}s {ocpu:7.2f}s {1e6 * ecpu / max(s, 1):6.1f} +{1e6 * ocpu / max(s, 1):6.1f}")
     for who, got in rows.items():
+        procs, in_workers = got.get("decode_processes", (0, 0.0))
         print(f"{who} steady, our CPU over the {nsteady} cycles: least {got['our_cpu'][0]:.2f} s, "
-              f"median {got['our_cpu'][1]:.2f} s")
+              f"median {got['our_cpu'][1]:.2f} s" + (f", of which in its {procs} decode processes {in_workers:.2f} s "
+                                                     f"(median)" if procs else ""))
         if "held_bytes" in got:
             print(f"{who}: the window's arrays {got['held_bytes'][0] / 2**20:,.0f} MiB, the held signals' "
                   f"{got['held_bytes'][1] / 2**20:,.0f} MiB")
@@ -387,6 +403,9 @@ def main(argv=None) -> int:
     ap.add_argument("--serve-cycles", type=int, default=0,
                     help="first, this many cycles from cold as serve runs them (--repeat 0: only those)")
     ap.add_argument("--serve-timeout", type=float, default=10.0, help="their deadline (serve's --prometheus-timeout)")
+    ap.add_argument("--decode-processes", type=int,
+                    help="our source's decode processes (default: as serve picks them for this host: "
+                         "dashboard/sources/decode_pool.py)")
     ap.add_argument("--keep", help="a directory to keep the import files and engines' data in (default: a temporary one)")
     ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end,engine's PID
     ap.add_argument("--root", help=argparse.SUPPRESS)

@@ -117,3 +117,60 @@ def test_vmselects_head_is_split_and_says_whether_in_part(partial):
     split = split_matrix(raw)
     assert split is not None and split.envelope["isPartial"] is (partial == b"true")
     same(decode_range(split, START, STEP, N), decode_range(orjson.loads(raw)["data"], START, STEP, N))
+
+
+def _large_answer(series: int = 6000, nan_every: int = 0) -> tuple[bytes, list]:
+    """An answer over MIN_BYTES (decode_pool.py): one series per GPU of `series // 8` nodes."""
+    rng = np.random.default_rng(7)
+    result = [{"metric": {"instance": f"node{i // 8:05d}:9400", "gpu": str(i % 8), "note": 'a "quoted" ]},{"metric":'},
+               "values": [[START + STEP * k, "NaN" if nan_every and (i * N + k) % nan_every == 0 else repr(float(v))]
+                          for k, v in enumerate(rng.random(N) * 10.0 ** rng.integers(-3, 9))]} for i in range(series)]
+    return body(result), result
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_answers_split_in_worker_processes_decode_as_in_the_thread(processes):
+    """A large answer split and read in a worker process (decode_pool.py) decodes to exactly what
+    the thread's split and JSON do; a small one is split in the thread; a malformed one is refused
+    the same way."""
+    from dashboard.sources.decode_pool import MIN_BYTES, DecodePool
+
+    raw, result = _large_answer(nan_every=11)
+    assert len(raw) > MIN_BYTES
+    pool = DecodePool(processes)
+    try:
+        got = pool.split(raw)
+        assert isinstance(got.times, np.ndarray) and isinstance(got.values, np.ndarray)
+        want = decode_range({"result": result}, START, STEP, N)
+        same(decode_range(got, START, STEP, N), want)
+        same(decode_range(split_matrix(raw), START, STEP, N), want)
+        small = body(result[:3])
+        same(decode_range(pool.split(small), START, STEP, N), decode_range({"result": result[:3]}, START, STEP, N))
+        bad = raw.replace(b'"NaN"', b'"NaN?"', 1)
+        with pytest.raises(ValueError, match="malformed matrix"):
+            pool.split(bad)
+        assert not pool.broken
+    finally:
+        pool.close()
+
+
+def test_a_broken_decode_pool_falls_back_to_the_thread(caplog):
+    """A worker killed mid-cycle breaks the pool: it is dropped, the reason logged and kept, and the
+    answer (and every one after it) split in the thread, to the same result."""
+    import os
+    import signal
+
+    from dashboard.sources.decode_pool import DecodePool
+
+    raw, result = _large_answer()
+    pool = DecodePool(1)
+    try:
+        pool.split(raw)  # the worker started
+        for pid in list(pool._pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        got = pool.split(raw)
+        assert pool.broken and "decode processes dropped" in caplog.text
+        same(decode_range(got, START, STEP, N), decode_range({"result": result}, START, STEP, N))
+        assert pool.split(raw) is not None and pool._pool is None
+    finally:
+        pool.close()

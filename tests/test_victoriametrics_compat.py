@@ -350,12 +350,14 @@ def test_steady_state_cycle_asks_only_the_new_span(engines):
         assert {s for s, _, _ in verdicts.values()} - {"progressing", "insufficient_data"}, name
 
 
-def test_query_concurrency_follows_the_engines_cores(engines, tmp_path):
+def test_query_concurrency_follows_the_engines_cores(engines, tmp_path, monkeypatch):
     """A real Prometheus says its GOMAXPROCS (runtimeinfo): a cycle sends it half that many queries
     at a time; VictoriaMetrics does not say (it spreads each query over its cores itself): two. The
-    window is the same at any concurrency."""
+    window is the same at any concurrency, and with every answer split in worker processes
+    (decode_pool.py, here for answers of any size)."""
     import numpy as np
 
+    from dashboard.sources import decode_pool
     from dashboard.sources.prometheus import QUERY_WORKERS, PrometheusSource
 
     span = engines["last"] - engines["first"] - 300
@@ -369,9 +371,12 @@ def test_query_concurrency_follows_the_engines_cores(engines, tmp_path):
     src = PrometheusSource(engines["vm"], timeout=30)
     src.window(engines["last"], span, STEP)
     assert src.workers == QUERY_WORKERS
+    monkeypatch.setattr(decode_pool, "MIN_BYTES", 0)
     for name in ("prom", "vm"):
-        one = PrometheusSource(engines[name], timeout=30, concurrency=1).window(engines["last"], span, STEP)
-        eight = PrometheusSource(engines[name], timeout=30, concurrency=8).window(engines["last"], span, STEP)
+        one = PrometheusSource(engines[name], timeout=30, concurrency=1, decode_processes=0).window(engines["last"], span, STEP)
+        src = PrometheusSource(engines[name], timeout=30, concurrency=8, decode_processes=2)
+        eight = src.window(engines["last"], span, STEP)
+        assert src.decode.processes == 2 and src.decode._pool is not None and not src.decode.broken
         assert not eight.notes and one.nodes == eight.nodes, name
         for level in ("gpu", "rail", "node", "target"):
             for k, v in getattr(one, level).items():

@@ -42,14 +42,27 @@ _POINT_PUNCTUATION = b'["]'
 
 class Matrix:
     """A matrix answer split (`split_matrix`): per series its labels as the engine wrote them (JSON
-    bytes) and its points' count; the points' times and values as texts, in order."""
+    bytes) and its points' count; the points' times and values as texts, in order, or as numbers
+    once read (`split_numbers`)."""
 
     __slots__ = ("metrics", "lengths", "times", "values", "envelope")
 
-    def __init__(self, metrics: list[bytes], lengths: np.ndarray, times: list[bytes], values: list[bytes],
-                 envelope: dict):
+    def __init__(self, metrics: list[bytes], lengths: np.ndarray, times: list[bytes] | np.ndarray,
+                 values: list[bytes] | np.ndarray, envelope: dict):
         self.metrics, self.lengths, self.times, self.values = metrics, lengths, times, values
         self.envelope = envelope  # the answer less its series (status, isPartial, stats, warnings)
+
+    def __reduce__(self):  # sent back from a decode process (decode_pool.py)
+        return Matrix, (self.metrics, self.lengths, self.times, self.values, self.envelope)
+
+
+def split_numbers(content: bytes) -> Matrix | None:
+    """`split_matrix` with the points' times and values read as numbers: all of the answer's work
+    that needs no state, so it can run in another process (decode_pool.py)."""
+    m = split_matrix(content)
+    if m is not None:
+        m.times, m.values = _numbers(m.times, "time"), _numbers(m.values, "value")
+    return m
 
 
 def split_matrix(content: bytes) -> Matrix | None:
@@ -108,7 +121,8 @@ def decode_range(data, start: float, step: float, n: int) -> tuple[list, object,
         keep = np.flatnonzero(data.lengths)
         keys = [data.metrics[i] for i in keep]
         lengths, labels_of = data.lengths[keep], _parsed(keys)
-        ts, vs = _numbers(data.times, "time"), _numbers(data.values, "value")
+        ts, vs = (x if isinstance(x, np.ndarray) else _numbers(x, what)
+                  for x, what in ((data.times, "time"), (data.values, "value")))
     else:
         result = data.get("result", []) if isinstance(data, dict) else None
         result = [] if result is None and isinstance(data, dict) else result  # `null`: none

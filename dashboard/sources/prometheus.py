@@ -11,7 +11,8 @@ for the scrape interval. PromQL lives here and nowhere else. The queries run `QU
 (more on a Prometheus with more cores: `engine_workers`);
 answers are decoded in bulk (matrix.py: no JSON object per point or per series, each series'
 labels' bytes finding its row as they are; then every point of an answer at once onto the step
-grid), never series by series, and written into the signal's held arrays in place (`_Held`); the window
+grid; a large answer split in a worker process on a host with cores to spare: decode_pool.py),
+never series by series, and written into the signal's held arrays in place (`_Held`); the window
 is assembled from those by `HeldGrid` (build.py), which keeps the layout and where each row lands
 between cycles. So a steady cycle's own work follows its new points, not the hour it holds; what
 still grows with the hour is numpy copying the held rows into the window's fresh arrays.
@@ -74,7 +75,8 @@ from dashboard.analysis.gcpause import gc_paused
 from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
-from .matrix import Matrix, decode_range, split_matrix
+from . import decode_pool
+from .matrix import Matrix, decode_range
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
                      NodeMatcher, sub_key)
@@ -570,12 +572,15 @@ class PrometheusSource:
     name = "prometheus"
 
     def __init__(self, url: str, timeout: float = 10.0, rate_window: float = 60.0, matcher: NodeMatcher | None = None,
-                 client: httpx.Client | None = None, headers: dict | None = None, concurrency: int | None = None):
+                 client: httpx.Client | None = None, headers: dict | None = None, concurrency: int | None = None,
+                 decode_processes: int | None = None):
         if concurrency is not None and not 1 <= concurrency <= 64:
             raise ValueError(f"query concurrency {concurrency}: 1 to 64")
         self.url = url.rstrip("/")
         self.concurrency = concurrency  # queries at a time; None: as the engine's cores allow (engine_workers)
         self.workers = concurrency or QUERY_WORKERS
+        # large range answers split in worker processes where the host has cores to spare (decode_pool.py)
+        self.decode = decode_pool.shared(decode_pool.host_processes() if decode_processes is None else decode_processes)
         self.rate_window = rate_window
         self.matcher = matcher or NodeMatcher()
         self.client = client or httpx.Client(timeout=httpx.Timeout(timeout), headers=headers or {})
@@ -630,7 +635,7 @@ class PrometheusSource:
                 raise RuntimeError(f"HTTP {r.status_code} {doc.get('errorType') or 'error'}: {doc['error']}")
         r.raise_for_status()
         if path == RANGE_PATH:  # its points not one JSON object each (matrix.py)
-            split = split_matrix(r.content)
+            split = self.decode.split(r.content)
             if split is not None:
                 self._answered_in_part(split.envelope, name or path)
                 return split

@@ -312,6 +312,25 @@ def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, c
         PrometheusSource("http://prom:9090", concurrency=0)
 
 
+def test_a_hung_runtimeinfo_costs_its_share_not_the_cycle():
+    """An engine whose /api/v1/status/runtimeinfo does not answer: the cycle gives it up at its share
+    of the deadline, runs two queries at a time, and every signal answers."""
+    import time as clock
+
+    inner = _fake_prometheus(3, [])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/status/runtimeinfo"):
+            clock.sleep(3.0)
+            raise httpx.ReadTimeout("timed out", request=request)
+        r = inner.get(str(request.url))
+        return httpx.Response(r.status_code, content=r.content)
+
+    src = PrometheusSource("http://prom:9090", timeout=8.0, client=httpx.Client(transport=httpx.MockTransport(handler)))
+    win = src.window(T0, 600, 15)
+    assert src.workers == 2 and not src.failed_last_cycle and np.isfinite(win.gpu["util"]).all()
+
+
 @pytest.mark.parametrize("fail", ["down", "slow"])
 def test_prometheus_down_or_slow_gives_insufficient_data(fail):
     from collectors.slurm.model import Job

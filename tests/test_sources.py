@@ -312,6 +312,43 @@ def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, c
         PrometheusSource("http://prom:9090", concurrency=0)
 
 
+def test_window_arrays_are_given_again_only_once_nothing_holds_them():
+    """serve's steady cycles reuse the arrays of a window nothing refers to any more (build.py
+    `_Recycler`), never one a page may still be reading: a window held, or an array of it a view
+    holds, stays as it was; every window equals a fresh source's."""
+    def arrays(win):
+        return [a for level in (win.gpu, win.rail, win.node, win.target) for a in level.values()]
+
+    def cold(end):
+        return PrometheusSource("http://prom:9090", client=_fake_prometheus(3, [])).window(end, 600, 15)
+
+    def same(a, b):
+        return all(np.array_equal(x, y, equal_nan=True) for x, y in zip(arrays(a), arrays(b))) and len(arrays(a)) == len(arrays(b))
+
+    src = PrometheusSource("http://prom:9090", client=_fake_prometheus(3, []))
+    recycler = src._grid._recycler
+    w1 = src.window(T0, 600, 15)
+    before = [a.copy() for a in arrays(w1)]
+    w2 = src.window(T0 + 15, 600, 15)
+    w3 = src.window(T0 + 30, 600, 15)
+    assert recycler.reused == 0  # w1 and w2 held
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(arrays(w1), before))
+    del w1, before
+    n = len(arrays(w2))
+    ids = {id(a) for a in arrays(w2)}
+    del w2  # nothing holds it now
+    w4 = src.window(T0 + 45, 600, 15)
+    assert recycler.reused == n and {id(a) for a in arrays(w4)} == ids
+    assert same(w3, cold(T0 + 30)) and same(w4, cold(T0 + 45))
+    util = w3.gpu["util"]
+    kept = util.copy()
+    row = util[0]  # a view: its array stays w3's
+    del w3, util
+    w5 = src.window(T0 + 60, 600, 15)
+    assert recycler.reused == 2 * n - 1 and np.array_equal(row.base, kept, equal_nan=True)
+    assert same(w5, cold(T0 + 60)) and same(w4, cold(T0 + 45))
+
+
 def test_a_hung_runtimeinfo_costs_its_share_not_the_cycle():
     """An engine whose /api/v1/status/runtimeinfo does not answer: the cycle gives it up at its share
     of the deadline, runs two queries at a time, and every signal answers."""

@@ -15,7 +15,8 @@ grid; a large answer split in a worker process on a host with cores to spare: de
 never series by series, and written into the signal's held arrays in place (`_Held`); the window
 is assembled from those by `HeldGrid` (build.py), which keeps the layout and where each row lands
 between cycles. So a steady cycle's own work follows its new points, not the hour it holds; what
-still grows with the hour is numpy copying the held rows into the window's fresh arrays.
+still grows with the hour is numpy copying the held rows into the window's arrays (those of a
+window nothing holds any more, refilled: build.py `_Recycler`).
 
 The per-node-and-target signals (`read`, `latency`: every client has a series for every target)
 are asked for only where they carry something (`SPARSE`: reads > 0, finite latencies), which

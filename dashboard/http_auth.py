@@ -82,7 +82,7 @@ def query_concurrency(text: str) -> int | None:
     """`--prometheus-query-concurrency`'s value (an argparse type): 1 to 64 queries, or None for `auto`."""
     if text == "auto":
         return None
-    n = int(text) if text.isdigit() else 0
+    n = int(text) if text.isascii() and text.isdigit() else 0
     if not 1 <= n <= 64:
         raise argparse.ArgumentTypeError(f"{text!r}: a number of queries at a time, 1 to 64, or auto")
     return n

@@ -99,7 +99,7 @@ def test_query_concurrency_flag(value, want):
     assert build_parser().parse_args([]).prometheus_concurrency is None  # auto
 
 
-@pytest.mark.parametrize("value", ["0", "65", "-2", "two", "", "1.5"])
+@pytest.mark.parametrize("value", ["0", "65", "-2", "two", "", "1.5", "\u00b2", "\u0663"])
 def test_query_concurrency_flag_refuses_other_values(value, capsys):
     from dashboard.diagnose_cli import main as diagnose
 

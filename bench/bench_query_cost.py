@@ -6,7 +6,8 @@ why. The same imported data (bench_vm_import's simulated cluster, `--nodes` x 20
 into both engines; VictoriaMetrics' caches off, so every answer is computed from the samples), then
 each query `serve --prometheus` sends a steady cycle (dashboard.sources.prometheus.plan_queries,
 less the per-target fallbacks where every node has the filesystem totals; the versions with them,
-as asked while a node lacks the totals, beside them, marked `fallback`) asked alone over a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
+as asked while a node lacks the totals, beside them, marked `fallback`; the event counters' queries
+as the engine would work out their step's increase, marked `by engine`) asked alone over a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
 the engine's CPU seconds and the wall time, the series answered and the raw series the query's
 selectors match (each mapping's selector counted at the last step: what the engine must read).
 
@@ -38,12 +39,13 @@ import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
 from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, SHARED_QUERIES,  # noqa: E402
-                                          plan_queries, series_selector)
+                                          STEP_INCREASE, plan_queries, series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus  # noqa: E402
 
 SPAN = 75.0  # a steady cycle on VictoriaMetrics: the new step and the 60 s settle
+ENGINE_SIDE = "by engine"
 
 
 def selectors(signal: str, level: str, covered: frozenset[str]) -> list[str]:
@@ -66,15 +68,21 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
     covered = REPLACEMENTS - {row["metric"].get(LACKS_LABEL) for row in r.json()["data"]["result"]}
     steady = plan_queries(60.0, imp.STEP, covered=covered)
     kept = [(f"{signal} fallback", level, q) for signal, level, q in plan_queries(60.0, imp.STEP) if (signal, level, q) not in steady]
-    return covered, steady + kept
+    # the event counters' step increase as the engine would work it out (clamp_min(c - c offset), 0))
+    by_engine = [(f"{signal} {ENGINE_SIDE}", level, q) for signal, level, q in
+                 plan_queries(60.0, imp.STEP, covered=covered, here=frozenset()) if signal in STEP_INCREASE]
+    return covered, steady + kept + by_engine
 
 
-def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int) -> tuple[float, float, int, int]:
-    """The query over the steady span, best of `repeat`: (engine CPU, wall, series answered, bytes)."""
+def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int,
+          before: float = 0.0) -> tuple[float, float, int, int]:
+    """The query over the steady span (and `before` it: an event counter's point one step before),
+    best of `repeat`: (engine CPU, wall, series answered, bytes)."""
     best = None
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()
-        r = client.get(url + "/api/v1/query_range", params={"query": query, "start": end - SPAN, "end": end, "step": imp.STEP})
+        r = client.get(url + "/api/v1/query_range", params={"query": query, "start": end - SPAN - before, "end": end,
+                                                            "step": imp.STEP})
         wall, cpu = time.perf_counter() - t0, imp.cpu(pid) - cpu0
         r.raise_for_status()
         got = (cpu, wall, len(r.json()["data"]["result"]), len(r.content))
@@ -92,10 +100,10 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
     rows = []
     covered, plan = steady_plan(client, url, end)
     for signal, level, query in plan:
-        best = timed(client, url, pid, end, query, repeat)
+        best = timed(client, url, pid, end, query, repeat, imp.STEP if signal in STEP_INCREASE else 0.0)
         raw = 0
-        fallback = signal.endswith(" fallback")
-        sels = selectors(signal.removesuffix(" fallback"), level, frozenset() if fallback else covered)
+        fallback = signal.endswith((" fallback", f" {ENGINE_SIDE}"))
+        sels = selectors(signal.split(" ")[0], level, frozenset() if signal.endswith(" fallback") else covered)
         for sel in sels:
             r = client.get(url + "/api/v1/query", params={"query": f"count({sel})", "time": end})
             r.raise_for_status()
@@ -109,7 +117,8 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
 
 def report(engine: str, nodes: int, rows: list[dict]) -> dict:
     """The cycle's queries; those of the plan that keeps the per-target fallbacks (`... fallback`: as
-    a cycle asks while a node lacks the totals) that differ listed, not counted."""
+    a cycle asks while a node lacks the totals) that differ, and the event counters' queries with
+    the engine working out their increase (`... by engine`: the peer), listed, not counted."""
     kept, rows = [r for r in rows if r["fallback"]], [r for r in rows if not r["fallback"]]
     cpu, raw, series = (sum(r[k] for r in rows) for k in ("cpu", "raw", "series"))
     print(f"\n{engine}, {nodes:,} nodes, span {SPAN:.0f} s, load {imp.load()}")
@@ -130,13 +139,18 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
     print(f"the filesystem queries (read, latency per node and target; fs_read, fs_write per node): "
           f"{tcpu / max(cpu, 1e-9):.0%} of the engine's CPU, {traw / max(raw, 1):.0%} of the raw series read, "
           f"{tser / max(series, 1):.0%} of the series answered")
-    if kept:
-        swapped = {r["query"].replace(" fallback", "") for r in kept}
+    for suffix, what in ((" fallback", "from the agents' per-filesystem totals against {was:.3f} s with the "
+                                       "per-target fallback kept (a node lacking them)"),
+                         (f" {ENGINE_SIDE}", "read once, the step's increase worked out by serve, against {was:.3f} s "
+                                             "with the engine's clamp_min(c - c offset 15s, 0)")):
+        these = [r for r in kept if r["query"].split("/")[0].endswith(suffix)]
+        if not these:
+            continue
+        swapped = {r["query"].replace(suffix, "") for r in these}
         now = sum(r["cpu"] for r in rows if r["query"] in swapped)
-        was = sum(r["cpu"] for r in kept)
-        print(f"{', '.join(sorted(swapped))}: {now:.3f} s from the agents' per-filesystem totals against {was:.3f} s "
-              f"with the per-target fallback kept (a node lacking them): {now / max(was, 1e-9):.2f}; the steady "
-              f"cycle {cpu:.2f} s against {cpu - now + was:.2f} s ({cpu / max(cpu - now + was, 1e-9):.2f})")
+        was = sum(r["cpu"] for r in these)
+        print(f"{', '.join(sorted(swapped))}: {now:.3f} s " + what.format(was=was) + f": {now / max(was, 1e-9):.2f}; "
+              f"the steady cycle {cpu:.2f} s against {cpu - now + was:.2f} s ({cpu / max(cpu - now + was, 1e-9):.2f})")
     return {"cpu": cpu, "raw": raw, "series": series, "floor": floor}
 
 

@@ -183,8 +183,12 @@ def test_prometheus_source_reads_nic_link_downs_on_roce(tmp_path):
 def test_event_counters_are_counted_off_the_scrape_grid(tmp_path, scrape):
     """Live scrapes are never on the query's grid: at 67 s, with samples every 15 s (or 60 s) from
     0 s, Prometheus' `increase(x[15s])` sees one sample and returns nothing, so a link that went down
-    would be unknown. The diagnosis's event query (evaluated by promtool's PromQL engine) counts the
-    drop once, at the first step that sees it, and nothing at the steps around it."""
+    would be unknown. The diagnosis's event query (evaluated by promtool's PromQL engine) reads the
+    counter at each step, and its step's increase worked out here (matrix.decode_increase) counts
+    the drop once, at the first step that sees it, and nothing at the steps around it."""
+    import numpy as np
+
+    from dashboard.sources.matrix import decode_increase
     from dashboard.sources.prometheus import plan_queries
 
     (query,) = [q for s, _, q in plan_queries() if s == "ib_down"]
@@ -192,17 +196,22 @@ def test_event_counters_are_counted_off_the_scrape_grid(tmp_path, scrape):
     values = " ".join(["0"] * n + ["1"] * n)  # the link went down between sample n-1 and n
     went = n * scrape
     first = next(t for t in (went + k * 15 + 7 for k in range(-2, 8)) if t >= went)
+    steps = [first - 30, first - 15, first, first + 15]
+    counter = [0, 0, 1, 1]
+    labels = {"__name__": "node_infiniband_link_downed_total", "device": "mlx5_0", "instance": "n1:9100", "port": "1"}
     tests = [{"interval": f"{scrape}s",
               "input_series": [{"series": 'node_infiniband_link_downed_total{device="mlx5_0",port="1",instance="n1:9100"}',
                                 "values": values}],
               "promql_expr_test": (
-                  [{"expr": query, "eval_time": f"{first}s",
-                    "exp_samples": [{"labels": '{device="mlx5_0",instance="n1:9100",port="1"}', "value": 1}]},
-                   {"expr": "increase(node_infiniband_link_downed_total[15s])", "eval_time": f"{first}s", "exp_samples": []}]
+                  [{"expr": "increase(node_infiniband_link_downed_total[15s])", "eval_time": f"{first}s", "exp_samples": []}]
                   + [{"expr": query, "eval_time": f"{t}s",
-                      "exp_samples": [{"labels": '{device="mlx5_0",instance="n1:9100",port="1"}', "value": 0}]}
-                     for t in (first - 15, first + 15)])}]
+                      "exp_samples": [{"labels": "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}",
+                                       "value": c}]}
+                     for t, c in zip(steps, counter)])}]
     _promtool(tmp_path, tests)
+    answer = {"result": [{"metric": labels, "values": [[t, str(c)] for t, c in zip(steps, counter)]}]}
+    _, _, _, col, rise = decode_increase(answer, first - 15, 15, 3)
+    assert col.tolist() == [0, 1, 2] and np.array_equal(rise, [0.0, 1.0, 0.0])
 
 
 def _promtool(tmp_path, tests: list) -> None:

@@ -174,3 +174,41 @@ def test_a_broken_decode_pool_falls_back_to_the_thread(caplog):
         assert pool.split(raw) is not None and pool._pool is None
     finally:
         pool.close()
+
+
+COUNTS = st.one_of(st.integers(0, 2**40).map(str), st.sampled_from(["NaN", "+Inf", "0", "1e+21"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, N), COUNTS), max_size=N + 1, unique_by=lambda p: p[0]), max_size=5),
+       st.booleans())
+def test_an_event_counters_increase_is_what_the_engine_would_answer(series, split):
+    """decode_increase over a counter asked from one step before the span gives, point for point,
+    what `clamp_min(c - c offset <step>, 0)` answers over the span: the increase where the point a
+    step before is there (a reset counting 0, NaN where either is NaN), nothing where it is not;
+    from the compact layout or JSON alike."""
+    from dashboard.sources.matrix import decode_increase
+
+    result = [{"metric": {"port": str(i)}, "values": [[START - STEP + STEP * k, v] for k, v in sorted(pts)]}
+              for i, pts in enumerate(series)]
+    data = (split and split_matrix(body(result))) or {"result": result}
+    keys, labels_of, sid, col, val = decode_increase(data, START, STEP, N)
+    got = {(labels_of(int(s))["port"], int(c)): v for s, c, v in zip(sid, col, val)}
+    want = {}
+    for i, pts in enumerate(series):
+        at = {k: float(v) for k, v in pts}  # columns from START - STEP
+        for k, v in at.items():
+            if k - 1 in at:
+                with np.errstate(invalid="ignore"):
+                    want[(str(i), k - 1)] = float(np.maximum(v - at[k - 1], 0.0))
+    assert got.keys() == want.keys()
+    assert all(got[k] == want[k] or (np.isnan(got[k]) and np.isnan(want[k])) for k in want)
+    assert all(0 <= c < N for c in col)
+
+
+def test_an_event_counters_points_out_of_order_are_put_in_order():
+    from dashboard.sources.matrix import decode_increase
+
+    result = [{"metric": {"port": "1"}, "values": [[START + STEP, "7"], [START - STEP, "2"], [START, "5"]]}]
+    _, _, sid, col, val = decode_increase({"result": result}, START, STEP, N)
+    assert col.tolist() == [0, 1] and val.tolist() == [3.0, 2.0]

@@ -403,7 +403,7 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
         if request.url.path.endswith("/query"):
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
-        signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "other"
+        signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "increase" if "__name__=~" in q else "other"
         asked.append((signal, start, end))
         if signal in fail:
             return httpx.Response(503, text="overloaded")
@@ -423,7 +423,9 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     warm.window(T0, 600, 15)
     asked.clear()
     win = warm.window(T0 + 450, 600, 15)
-    assert {(s, e - st) for s, st, e in asked} == {("util", 450 + settle), ("other", 450 + settle)}
+    # event counters from one step before: their first increase (STEP_INCREASE)
+    assert {(s, e - st) for s, st, e in asked} == {("util", 450 + settle), ("other", 450 + settle),
+                                                   ("increase", 450 + settle + 15)}
     assert warm.seconds_asked_last_cycle == 450 + settle
     assert arrays(win) == arrays(cold.window(T0 + 450, 600, 15))
     assert np.isnan(win.gpu["util"][2, 0, -10:]).all() and np.isfinite(win.gpu["util"][2, 0, :10]).all()
@@ -432,7 +434,7 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     fail.clear()
     asked.clear()
     win = warm.window(T0 + 480, 600, 15)
-    assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + settle}
+    assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + settle, "increase": 30 + settle}
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
 
 
@@ -457,6 +459,37 @@ def _util_series(start: float, end: float, step: float, nodes: int) -> list[dict
     """GPU 0 of `nodes` nodes at 50 % over the span asked."""
     return [{"metric": {"instance": f"n{i:04d}:9810", "gpu": "0"},
              "values": [[t, "0.5"] for t in np.arange(start, end + 1e-6, step)]} for i in range(nodes)]
+
+
+def test_each_event_counter_counts_its_own_events():
+    """A port whose link went down once at T0 - 300, reported by the agent's counter and by
+    node_exporter's under the same labels (instance relabelled to the host name on both jobs), and
+    by the agent scraped twice: the drop counted once, at its step, from each counter's own points
+    (their values differ: an `or` of the two would take one step's point from each), whether the
+    window is asked cold or steady; a counter reset counts nothing."""
+    def answer(q: str, start: float, end: float, step: float):
+        if "__name__=~" not in q or "link_downed" not in q:
+            return []
+        ts = np.arange(start, end + 1e-6, step)
+        # the agent's counter from 7, node_exporter's from 2 (it started counting later); the
+        # agent's restarted at T0 - 120 (its counter back to 0, then 1 again where it reads the port)
+        agent = [7 + (t >= T0 - 300) if t < T0 - 120 else 1 for t in ts]
+        node = [2 + (t >= T0 - 300) for t in ts]
+        labels = {"instance": "n0000", "device": "mlx5_0", "port": "1"}
+        return [{"metric": {"__name__": name, **labels, "job": job}, "values": [[t, str(v)] for t, v in zip(ts, vals)]}
+                for name, job, vals in (("gangwatch_infiniband_port_link_downed_total", "agent", agent),
+                                        ("gangwatch_infiniband_port_link_downed_total", "agent-again", agent),
+                                        ("node_infiniband_link_downed_total", "node", node))]
+
+    asked: list = []
+    src = PrometheusSource("http://prom:9090", client=_range_engine(lambda *a: asked.append(a) or answer(*a)))
+    for end in (T0, T0 + 15, T0 + 30):
+        down = src.window(end, 600, 15).rail["ib_down"][0, 0]
+        times = end - 600 + 15 * np.arange(down.size)
+        assert np.isfinite(down).all()
+        assert down.tolist() == [1.0 if t == T0 - 300 else 0.0 for t in times], end
+    starts = [a[1] for a in asked if "link_downed" in a[0]]
+    assert starts[0] == T0 - 600 - 15  # the point a step before the window: its first step's increase
 
 
 def test_a_signal_whose_whole_window_fails_is_asked_for_its_newest_part():
@@ -1045,7 +1078,7 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
     """At a 1-minute scrape interval (Prometheus' default) a 60 s `rate` window holds one sample and
     every counter would be unknown: the window widens to 2.5 scrape intervals, read from `up` on a
     cold cycle (no `up`, as in imported data: the configured window). Event counters take the
-    difference of the samples one step apart, which holds at any interval."""
+    difference of the points one step apart, which holds at any interval."""
     from dashboard.sources.prometheus import PLAN_QUERY
 
     asked: list[str] = []
@@ -1065,7 +1098,9 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
     rates = {w for q in asked for w in re.findall(r"rate\([^\[]*\[(\d+)s\]", q)}
     assert rates == {str(window)}
     assert not any("increase(" in q for q in asked)
-    assert any("offset 15s" in q and "link_downed" in q for q in asked)
+    # the difference worked out here for InfiniBand's (STEP_INCREASE), by the engine for ethtool's
+    assert any("link_downed" in q and "offset" not in q and "clamp_min" not in q for q in asked)
+    assert any("offset 15s" in q and "link_down_events" in q for q in asked)
     asked.clear()
     src.window(T0 + 15, 600, 15)  # the interval is kept: not asked again
     assert PLAN_QUERY not in asked

@@ -425,6 +425,35 @@ def test_sparse_target_queries_give_the_diagnosis_what_the_full_ones_do(engines,
         assert any(v[1] in win.targets for v in judged(win).values()), "no target named: the fault seed proves little"
 
 
+def test_event_increases_worked_out_here_equal_the_engines(engines, monkeypatch):
+    """InfiniBand's link-down and symbol-error counters read once and their step's increase worked
+    out here (prometheus.STEP_INCREASE) against the engine's `clamp_min(c - c offset 15s, 0)` over
+    the same data, on either engine: the very same rail arrays, from a cold window and from a steady
+    one after it (asked from one step before its span), the flapping link's events among them."""
+    import numpy as np
+
+    from dashboard.sources import prometheus
+    from dashboard.sources.prometheus import PrometheusSource
+
+    assert prometheus.STEP_INCREASE == {"ib_down", "ib_err"}
+    span = engines["last"] - engines["first"] - 10 * STEP
+    for name in ("prom", "vm"):
+        here = PrometheusSource(engines[name], timeout=30)
+        cold = here.window(engines["last"] - 5 * STEP, span, STEP)
+        steady = here.window(engines["last"], span, STEP)
+        with monkeypatch.context() as m:
+            m.setattr(prometheus, "STEP_INCREASE", frozenset())
+            assert all("offset 15s" in q for s, _, q in prometheus.plan_queries(60.0, STEP) if s in ("ib_down", "ib_err"))
+            by_engine = [PrometheusSource(engines[name], timeout=30).window(end, span, STEP)
+                         for end in (engines["last"] - 5 * STEP, engines["last"])]
+        assert not cold.notes and not steady.notes and steady.nodes == by_engine[1].nodes
+        for got, want in zip((cold, steady), by_engine):
+            for signal in ("ib_down", "ib_err"):
+                assert np.array_equal(got.rail[signal], want.rail[signal], equal_nan=True), (name, signal)
+        assert np.nansum(steady.rail["ib_down"]) > 0 and np.nansum(steady.rail["ib_err"]) > 0, name
+        assert np.isfinite(steady.rail["ib_down"]).mean() > 0.9, name
+
+
 def test_same_verdicts_network_and_straggler_faults(tmp_path):
     """A second seed with the fault kinds the first lacks: a thermally throttled node (a straggler
     verdict), with leaf congestion, a flapping link and a slow scrape endpoint alongside (in 10

@@ -77,7 +77,7 @@ from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
 from . import decode_pool
-from .matrix import Matrix, decode_range
+from .matrix import Matrix, decode_increase, decode_range
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
                      NodeMatcher, sub_key)
@@ -142,9 +142,10 @@ def _expr(m: Mapping, by: str, rate_window: float, step: float, sparse: bool = F
 
 
 def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tuple[str, ...] = HOST_LABELS,
-                 covered: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
+                 covered: frozenset[str] = frozenset(), here: frozenset[str] | None = None) -> list[tuple[str, str, str]]:
     """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in, less the fallback
-    mappings whose replacement every node has (`covered`: PLAN_QUERY's FALLBACK_FACTS said so). PromQL's `or`
+    mappings whose replacement every node has (`covered`: PLAN_QUERY's FALLBACK_FACTS said so); the
+    event counters of `here` (default STEP_INCREASE) as they stand, their increase worked out here. PromQL's `or`
     evaluates both sides, so a fallback left in costs its series even where its replacement is read."""
     # a scale read from a label (a histogram bucket's bound) has no PromQL form: such rows are for
     # bundles and the embedded scraper only
@@ -158,6 +159,9 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
         if signal in parts:
             continue
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
+        if signal in (STEP_INCREASE if here is None else here):
+            out.append((signal, level, counters_selector(ms)))
+            continue
         out.append((signal, level, " or ".join(f"({_sum_expr(g, by, rate_window, step, signal in SPARSE)})"
                                                for g in _summed(ms))))
     for signal, (num, den, level) in RATIOS.items():
@@ -230,6 +234,43 @@ FALLBACK_FACTS = _fallback_facts()
 REPLACEMENTS = frozenset(m.fallback for m in MAPPINGS if m.fallback in FALLBACK_MARKERS)
 
 
+# Event counters whose step's increase this process works out from the counters themselves, asked
+# from one step before the span (matrix.decode_increase): `clamp_min(c - c offset <step>, 0)` makes
+# the engine read each raw series twice, match the two and aggregate, 2-6x the work of reading it
+# once (bench/README.md, "Event counters read once"). Those whose mappings stand alone and share
+# their label filters: one summed with others of its exporter (RoCE's sequence errors) or sharing a
+# query (SHARED_QUERIES) is asked as before. All of a signal's counters (the agent's, node_exporter's)
+# are one selector on their names (`counters_selector`), neither `or` nor `sum by`, which cost
+# Prometheus as much again: each series keeps its name, so no counter's count is ever taken from
+# another's (an `or` of the counters would, where relabelling gives both the same labels), each
+# row's increase is its own, and the rows of one port average as any series of one key do (two
+# scrapes of one agent count a link's drop once, where `sum by` counted it twice).
+def _step_increase() -> frozenset[str]:
+    by_signal: dict[str, list[Mapping]] = defaultdict(list)
+    for m in MAPPINGS:
+        if not m.scale_label:
+            by_signal[m.signal].append(m)
+    shared = {s for members in SHARED_QUERIES.values() for s in members}
+    parts = {name for pair in RATIOS.values() for name in pair[:2]}
+    return frozenset(signal for signal, ms in by_signal.items()
+                     if signal not in shared | parts and len({(m.level, m.filters, m.scale) for m in ms}) == 1
+                     and all(m.events and m.scale == 1.0 and len(g) == 1 for g in _summed(ms) for m in g))
+
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def counters_selector(ms: list[Mapping]) -> str:
+    """One selector for the raw series of mappings that share their label filters."""
+    names = sorted({m.metric for m in ms})
+    if not all(_METRIC_NAME.fullmatch(n) for n in names) or len({m.filters for m in ms}) != 1:
+        raise ValueError(f"not one selector: {names}")
+    if len(names) == 1:
+        return series_selector(ms[0])
+    rest = series_selector(replace(ms[0], metric=""))
+    return "{" + f'__name__=~"{"|".join(names)}"' + ("," + rest[1:-1] if rest else "") + "}"
+
+
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
 # no transmit wait; the ethtool collector's rollups, read on RoCE; the tasks in I/O wait, read where
 # PSI is off, beside iowait) share one query: each part is labelled with its signal, which add_matrix
@@ -253,6 +294,9 @@ def _shared(plan: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
 
 def _family(metric: str) -> str:
     return "_".join(metric.split("_")[:2])
+
+
+STEP_INCREASE = _step_increase()
 
 
 # Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals
@@ -424,13 +468,14 @@ class _Held:
         return self._bufs[i][:, self._off:self._off + self.T]
 
     def merge(self, data: dict | Matrix, start: float, since: float, until: float, step: float, lookback: float,
-              sparse: bool = False) -> None:
+              sparse: bool = False, increase: bool = False) -> None:
         """The points before `since` held, the fetched ones from `since` on (they replace the held
         ones there), those before `start` dropped; rows left without a point dropped. A sparse
         signal's missing point is one the filter dropped (SPARSE): aligned as NaN, never as the
-        point before it."""
+        point before it. `increase`: an event counter asked from one step before `since`, held as
+        its step's increase (STEP_INCREASE)."""
         T = grid(start, until, step).shape[0]
-        answered, labels_of, sid, col, val = decode_range(data, start, step, T)
+        answered, labels_of, sid, col, val = (decode_increase if increase else decode_range)(data, start, step, T)
         self._frame(start, T, step)
         rows = self._rows_of(answered, labels_of)
         cut = int(round((since - start) / step))  # the first column fetched again
@@ -443,10 +488,12 @@ class _Held:
         self._drop_empty()
         self.t0, self.until = start, until
 
-    def fill(self, data: dict | Matrix, lo: int, hi: int, step: float, lookback: float, sparse: bool = False) -> None:
+    def fill(self, data: dict | Matrix, lo: int, hi: int, step: float, lookback: float, sparse: bool = False,
+             increase: bool = False) -> None:
         """Columns lo..hi-1 of the window (held empty: a cold ask that answered in part) fetched: their
         points written, they and the columns that look back into them aligned again."""
-        answered, labels_of, sid, col, val = decode_range(data, self.t0 + lo * step, step, hi - lo)
+        decode = decode_increase if increase else decode_range
+        answered, labels_of, sid, col, val = decode(data, self.t0 + lo * step, step, hi - lo)
         rows = self._rows_of(answered, labels_of)
         n, T = self.n, self.T
         reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
@@ -688,7 +735,7 @@ class PrometheusSource:
         one that fails is asked again the next cycle (the signal is not affected)."""
         try:
             held.fill(got.result(), round((lo - start) / step), round((hi - start) / step) + 1, step,
-                      LOOKBACK_STEPS * step, key[0] in SPARSE)
+                      LOOKBACK_STEPS * step, key[0] in SPARSE, key[0] in STEP_INCREASE)
         except (httpx.HTTPError, RuntimeError, ValueError):
             return
         _, why, span = self._partial[key]
@@ -758,6 +805,7 @@ class PrometheusSource:
         asks, fills = [], {}
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()
+            before = step if signal in STEP_INCREASE else 0.0  # the point each first increase is counted from
             # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
             # node had both; the node's only ones before its agent had it); one back in the plan (a node
             # without the replacement appeared) makes the signal cold, as that node's points were not asked
@@ -776,9 +824,9 @@ class PrometheusSource:
                 part = self._partial.get((signal, level))
                 if part is not None and part[0] > start:  # known in part: the span before it too
                     lo = max(start, part[0] - part[2])
-                    fills[(signal, level)] = (lo, part[0] - step, {"query": q, "start": f"{lo:.3f}",
+                    fills[(signal, level)] = (lo, part[0] - step, {"query": q, "start": f"{lo - before:.3f}",
                                                                    "end": f"{part[0] - step:.3f}", "step": f"{step:g}"})
-            asks.append((signal, level, held, since, cold, {"query": q, "start": f"{since:.3f}", "end": f"{end:.3f}",
+            asks.append((signal, level, held, since, cold, {"query": q, "start": f"{since - before:.3f}", "end": f"{end:.3f}",
                                                       "step": f"{step:g}"}))
         self.queries_last_cycle += len(asks) + 1 + len(fills)
         # the queries are independent: `workers` at a time (QUERY_WORKERS, or as the engine's cores
@@ -793,7 +841,8 @@ class PrometheusSource:
             blocks = []
             for (signal, level, held, since, cold, _), got in zip(asks, pending):
                 try:
-                    held.merge(got.result(), start, since, end, step, LOOKBACK_STEPS * step, signal in SPARSE)
+                    held.merge(got.result(), start, since, end, step, LOOKBACK_STEPS * step, signal in SPARSE,
+                               signal in STEP_INCREASE)
                 except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                     # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next,
                     # or only its newest part where a cold ask failed (COLD_SHRINK)

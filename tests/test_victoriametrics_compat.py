@@ -425,11 +425,13 @@ def test_sparse_target_queries_give_the_diagnosis_what_the_full_ones_do(engines,
         assert any(v[1] in win.targets for v in judged(win).values()), "no target named: the fault seed proves little"
 
 
-def test_event_increases_worked_out_here_equal_the_engines(engines, monkeypatch):
-    """InfiniBand's link-down and symbol-error counters read once and their step's increase worked
-    out here (prometheus.STEP_INCREASE) against the engine's `clamp_min(c - c offset 15s, 0)` over
-    the same data, on either engine: the very same rail arrays, from a cold window and from a steady
-    one after it (asked from one step before its span), the flapping link's events among them."""
+def test_per_device_series_as_they_stand_give_the_engines_aggregates(engines, monkeypatch):
+    """The per-GPU and per-port series asked for as they stand (prometheus.RAW_LEVELS), and
+    InfiniBand's link-down and symbol-error counters read once with their step's increase worked
+    out here (prometheus.STEP_INCREASE), against the engine's `avg by`/`sum by` and
+    `clamp_min(c - c offset 15s, 0)` over the same data, on either engine: the very same GPU and
+    rail arrays, from a cold window and from a steady one after it (the counters asked from one step
+    before its span), the flapping link's events among them."""
     import numpy as np
 
     from dashboard.sources import prometheus
@@ -443,15 +445,20 @@ def test_event_increases_worked_out_here_equal_the_engines(engines, monkeypatch)
         steady = here.window(engines["last"], span, STEP)
         with monkeypatch.context() as m:
             m.setattr(prometheus, "STEP_INCREASE", frozenset())
-            assert all("offset 15s" in q for s, _, q in prometheus.plan_queries(60.0, STEP) if s in ("ib_down", "ib_err"))
+            m.setattr(prometheus, "RAW_LEVELS", ())
+            asked = {s: q for s, _, q in prometheus.plan_queries(60.0, STEP)}
+            assert "offset 15s" in asked["ib_down"] and asked["util"].startswith("(avg by (")
             by_engine = [PrometheusSource(engines[name], timeout=30).window(end, span, STEP)
                          for end in (engines["last"] - 5 * STEP, engines["last"])]
         assert not cold.notes and not steady.notes and steady.nodes == by_engine[1].nodes
         for got, want in zip((cold, steady), by_engine):
-            for signal in ("ib_down", "ib_err"):
-                assert np.array_equal(got.rail[signal], want.rail[signal], equal_nan=True), (name, signal)
+            for level in ("gpu", "rail"):
+                a, b = getattr(got, level), getattr(want, level)
+                assert set(a) == set(b) and len(a) >= 5, (name, level, sorted(a))
+                for signal in a:
+                    assert np.array_equal(a[signal], b[signal], equal_nan=True), (name, signal)
         assert np.nansum(steady.rail["ib_down"]) > 0 and np.nansum(steady.rail["ib_err"]) > 0, name
-        assert np.isfinite(steady.rail["ib_down"]).mean() > 0.9, name
+        assert np.isfinite(steady.rail["ib_down"]).mean() > 0.9 and np.isfinite(steady.gpu["util"]).mean() > 0.9, name
 
 
 def test_same_verdicts_network_and_straggler_faults(tmp_path):

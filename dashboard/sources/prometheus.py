@@ -107,17 +107,30 @@ def _summed(ms: list[Mapping]) -> list[list[Mapping]]:
     return out + list(groups.values())
 
 
-def _sum_expr(ms: list[Mapping], by: str, rate_window: float, step: float, sparse: bool = False) -> str:
+# Levels whose series are asked for as they stand, not aggregated by the host labels and the key:
+# one series a GPU or port and exporter, so `avg by`/`sum by` only renamed them, and cost Prometheus
+# about as much again as reading them (per-GPU and per-port queries 1.0-1.5 CPU-seconds each at
+# 4,096 nodes against 0.4-0.5; VictoriaMetrics a tenth: bench/README.md, "Per-device series as they
+# stand"). Serve maps each row to its GPU or port as it did the aggregate's, and the rows of one
+# cell average (HeldGrid), which is what `avg by` did and, for a rate, what the bundle reader does
+# where `sum by` added a duplicate (one agent scraped twice) twice. Mappings added up by design
+# (combine="sum": RoCE's) are still aggregated by the engine.
+RAW_LEVELS = ("gpu", "rail")
+
+
+def _sum_expr(ms: list[Mapping], by: str, rate_window: float, step: float, sparse: bool = False,
+              raw: tuple[str, ...] = ()) -> str:
     if len(ms) == 1:
-        return _expr(ms[0], by, rate_window, step, sparse)
+        return _expr(ms[0], by, rate_window, step, sparse, aggregate=ms[0].level not in raw or ms[0].combine != "mean")
     # each part labelled apart so `or` keeps them all, then added up where any is present
     return f"sum by ({by}) (" + " or ".join(
         f'label_replace({_expr(m, by, rate_window, step, sparse)}, "gw_part", "{i}", "", "")'
         for i, m in enumerate(ms)) + ")"
 
 
-def _expr(m: Mapping, by: str, rate_window: float, step: float, sparse: bool = False) -> str:
-    """One mapping's PromQL, aggregated `by` the host labels and the level's key. `sparse` (a SPARSE
+def _expr(m: Mapping, by: str, rate_window: float, step: float, sparse: bool = False, aggregate: bool = True) -> str:
+    """One mapping's PromQL, aggregated `by` the host labels and the level's key (unless not to
+    `aggregate`: RAW_LEVELS). `sparse` (a SPARSE
     signal's counters): each raw series' rate filtered to > 0 before the sum, which leaves every
     sum > 0 as it was (rates are never negative) and drops the zero ones, so the engine aggregates
     and matches only the series that moved (docs/victoriametrics.md, Sizing)."""
@@ -133,19 +146,23 @@ def _expr(m: Mapping, by: str, rate_window: float, step: float, sparse: bool = F
         # increase() over one step sees a single sample (scrapes are not on the query's grid) and
         # returns nothing; this counts each event once, at the first step that sees it, at any
         # scrape interval (a counter reset counts none)
-        inner = f"sum by ({by}) (clamp_min({sel} - {sel} offset {int(max(step, 1))}s, 0))"
+        inner = f"clamp_min({sel} - {sel} offset {int(max(step, 1))}s, 0)"
     elif m.counter:
-        inner = f"sum by ({by}) (rate({sel}[{int(rate_window)}s]){' > 0' if sparse else ''})"
+        inner = f"rate({sel}[{int(rate_window)}s]){' > 0' if sparse else ''}"
     else:  # gauges: several series of one key average, or add up where the schema says so
-        inner = f"{'sum' if m.combine == 'sum' else 'avg'} by ({by}) ({sel})"
-    return inner if m.scale == 1.0 else f"({inner}) * {m.scale:g}"
+        inner = sel
+    if aggregate:
+        inner = f"{'avg' if not (m.events or m.counter) and m.combine != 'sum' else 'sum'} by ({by}) ({inner})"
+    # repr: every digit of the scale (`:g` wrote 1.04858e+06 for a MiB)
+    return inner if m.scale == 1.0 else f"({inner}) * {float(m.scale)!r}"
 
 
 def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tuple[str, ...] = HOST_LABELS,
-                 covered: frozenset[str] = frozenset(), here: frozenset[str] | None = None) -> list[tuple[str, str, str]]:
+                 covered: frozenset[str] = frozenset(), by_engine: bool = False) -> list[tuple[str, str, str]]:
     """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in, less the fallback
     mappings whose replacement every node has (`covered`: PLAN_QUERY's FALLBACK_FACTS said so); the
-    event counters of `here` (default STEP_INCREASE) as they stand, their increase worked out here. PromQL's `or`
+    series of RAW_LEVELS as they stand and the event counters of STEP_INCREASE read once, unless
+    all of it is to be worked out `by_engine` (benchmarks measure both). PromQL's `or`
     evaluates both sides, so a fallback left in costs its series even where its replacement is read."""
     # a scale read from a label (a histogram bucket's bound) has no PromQL form: such rows are for
     # bundles and the embedded scraper only
@@ -159,10 +176,11 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
         if signal in parts:
             continue
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
-        if signal in (STEP_INCREASE if here is None else here):
+        if signal in STEP_INCREASE and not by_engine:
             out.append((signal, level, counters_selector(ms)))
             continue
-        out.append((signal, level, " or ".join(f"({_sum_expr(g, by, rate_window, step, signal in SPARSE)})"
+        raw = () if by_engine else RAW_LEVELS
+        out.append((signal, level, " or ".join(f"({_sum_expr(g, by, rate_window, step, signal in SPARSE, raw)})"
                                                for g in _summed(ms))))
     for signal, (num, den, level) in RATIOS.items():
         by = ",".join(host_labels + KEY_OF_LEVEL[level])

@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
-from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, SHARED_QUERIES,  # noqa: E402
-                                          STEP_INCREASE, plan_queries, series_selector)
+from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
+                                          SHARED_QUERIES, STEP_INCREASE, plan_queries, raw_levels, series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus  # noqa: E402
@@ -67,8 +67,11 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
     r = client.get(url + "/api/v1/query", params={"query": FALLBACK_FACTS, "time": end})
     r.raise_for_status()
     covered = REPLACEMENTS - {row["metric"].get(LACKS_LABEL) for row in r.json()["data"]["result"]}
-    steady = plan_queries(60.0, imp.STEP, covered=covered)
-    kept = [(f"{signal} fallback", level, q) for signal, level, q in plan_queries(60.0, imp.STEP) if (signal, level, q) not in steady]
+    info = client.get(url + RUNTIME_PATH)  # which levels serve asks this engine for as they stand
+    raw = raw_levels(info.json().get("data") if info.status_code == 200 else None)
+    steady = plan_queries(60.0, imp.STEP, covered=covered, raw=raw)
+    kept = [(f"{signal} fallback", level, q) for signal, level, q in plan_queries(60.0, imp.STEP, raw=raw)
+            if (signal, level, q) not in steady]
     # the per-device series aggregated and the event counters' step increase worked out by the engine
     # (avg by, sum by, clamp_min(c - c offset 15s, 0)), where the plan differs
     by_engine = [(f"{signal} {ENGINE_SIDE}", level, q) for signal, level, q in

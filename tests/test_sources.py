@@ -278,7 +278,8 @@ def test_an_answer_in_part_is_used_and_named():
 def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, concurrency, want):
     """Prometheus evaluates a query on one core: a cycle sends half the cores its runtimeinfo reports
     at a time (2 to 8), 2 where the engine does not say, or what the flag says; the window is the
-    same whatever the number."""
+    same whatever the number. An engine that says its cores is Prometheus' own, asked for the
+    per-GPU and per-port series as they stand (RAW_LEVELS); one that does not, for their aggregates."""
     import threading
     import time as clock
 
@@ -305,6 +306,8 @@ def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, c
     src = PrometheusSource("http://prom:9090", concurrency=concurrency, client=httpx.Client(transport=httpx.MockTransport(handler)))
     win = src.window(T0, 600, 15)
     assert src.workers == want and peak[0] == want
+    says = isinstance(runtimeinfo, dict) and isinstance(runtimeinfo["GOMAXPROCS"], int)
+    assert src.raw_levels == (("gpu", "rail") if says else ())
     assert not src.failed_last_cycle and np.isfinite(win.gpu["util"]).all()
     one = PrometheusSource("http://prom:9090", concurrency=1, client=_fake_prometheus(3, [])).window(T0, 600, 15)
     assert np.array_equal(one.gpu["util"], win.gpu["util"])

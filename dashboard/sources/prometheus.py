@@ -107,15 +107,25 @@ def _summed(ms: list[Mapping]) -> list[list[Mapping]]:
     return out + list(groups.values())
 
 
-# Levels whose series are asked for as they stand, not aggregated by the host labels and the key:
-# one series a GPU or port and exporter, so `avg by`/`sum by` only renamed them, and cost Prometheus
-# about as much again as reading them (per-GPU and per-port queries 1.0-1.5 CPU-seconds each at
-# 4,096 nodes against 0.4-0.5; VictoriaMetrics a tenth: bench/README.md, "Per-device series as they
-# stand"). Serve maps each row to its GPU or port as it did the aggregate's, and the rows of one
-# cell average (HeldGrid), which is what `avg by` did and, for a rate, what the bundle reader does
-# where `sum by` added a duplicate (one agent scraped twice) twice. Mappings added up by design
-# (combine="sum": RoCE's) are still aggregated by the engine.
+# Levels whose series are asked for as they stand on Prometheus' own engine, not aggregated by the
+# host labels and the key: one series a GPU or port and exporter, so `avg by`/`sum by` only renamed
+# them, and Prometheus hashes every series' labels at every step to do it, about as much again as
+# reading them (the ten per-GPU and per-port queries 13.8 CPU-seconds a steady cycle at 4,096 nodes
+# against 5.7: bench/README.md, "Per-device series as they stand"). VictoriaMetrics aggregates in
+# the pass that reads (the same queries 7.5 s against 6.9 s, within its noise), and the answers as
+# they stand are a quarter larger, which cost serve more than that: it keeps the aggregates
+# (`raw_levels`). Serve maps each row to its GPU or port as it did the aggregate's, and the rows
+# of one cell average (HeldGrid), which is what `avg by` did and, for a rate, what the bundle
+# reader does where `sum by` added a duplicate (one agent scraped twice) twice. Mappings added up
+# by design (combine="sum": RoCE's) are aggregated by the engine whatever it is.
 RAW_LEVELS = ("gpu", "rail")
+
+
+def raw_levels(runtimeinfo) -> tuple[str, ...]:
+    """The levels to ask for as they stand from an engine whose /api/v1/status/runtimeinfo `data`
+    this is: RAW_LEVELS where it is Prometheus' own (it says its GOMAXPROCS; VictoriaMetrics answers
+    400), none where it does not say (the aggregates, as before)."""
+    return RAW_LEVELS if _gomaxprocs(runtimeinfo) is not None else ()
 
 
 def _sum_expr(ms: list[Mapping], by: str, rate_window: float, step: float, sparse: bool = False,
@@ -158,11 +168,13 @@ def _expr(m: Mapping, by: str, rate_window: float, step: float, sparse: bool = F
 
 
 def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tuple[str, ...] = HOST_LABELS,
-                 covered: frozenset[str] = frozenset(), by_engine: bool = False) -> list[tuple[str, str, str]]:
+                 covered: frozenset[str] = frozenset(), raw: tuple[str, ...] = (),
+                 by_engine: bool = False) -> list[tuple[str, str, str]]:
     """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in, less the fallback
     mappings whose replacement every node has (`covered`: PLAN_QUERY's FALLBACK_FACTS said so); the
-    series of RAW_LEVELS as they stand and the event counters of STEP_INCREASE read once, unless
-    all of it is to be worked out `by_engine` (benchmarks measure both). PromQL's `or`
+    series of the `raw` levels as they stand (RAW_LEVELS, on an engine that gains by it) and the
+    event counters of STEP_INCREASE read once, unless everything is to be worked out `by_engine`
+    (benchmarks measure both). PromQL's `or`
     evaluates both sides, so a fallback left in costs its series even where its replacement is read."""
     # a scale read from a label (a histogram bucket's bound) has no PromQL form: such rows are for
     # bundles and the embedded scraper only
@@ -179,8 +191,8 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
         if signal in STEP_INCREASE and not by_engine:
             out.append((signal, level, counters_selector(ms)))
             continue
-        raw = () if by_engine else RAW_LEVELS
-        out.append((signal, level, " or ".join(f"({_sum_expr(g, by, rate_window, step, signal in SPARSE, raw)})"
+        kept_raw = () if by_engine else raw
+        out.append((signal, level, " or ".join(f"({_sum_expr(g, by, rate_window, step, signal in SPARSE, kept_raw)})"
                                                for g in _summed(ms))))
     for signal, (num, den, level) in RATIOS.items():
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
@@ -351,10 +363,13 @@ RUNTIME_PATH = "/api/v1/status/runtimeinfo"
 def engine_workers(runtimeinfo) -> int:
     """Queries a cycle runs at a time on an engine whose /api/v1/status/runtimeinfo `data` this is:
     half its GOMAXPROCS, within QUERY_WORKERS..MAX_QUERY_WORKERS; QUERY_WORKERS where it does not say."""
+    procs = _gomaxprocs(runtimeinfo)
+    return QUERY_WORKERS if procs is None else max(QUERY_WORKERS, min(MAX_QUERY_WORKERS, procs // 2))
+
+
+def _gomaxprocs(runtimeinfo) -> int | None:
     procs = runtimeinfo.get("GOMAXPROCS") if isinstance(runtimeinfo, dict) else None
-    if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
-        return QUERY_WORKERS
-    return max(QUERY_WORKERS, min(MAX_QUERY_WORKERS, procs // 2))
+    return procs if isinstance(procs, int) and not isinstance(procs, bool) and procs >= 1 else None
 
 # The facts of a window: which job holds each GPU (changes with every job), and the node's hardware
 # (leaf switch, NVLink peers, NUMA: changes when the hardware does; 56 NVLink pairs a node make it
@@ -645,6 +660,7 @@ class PrometheusSource:
         self.url = url.rstrip("/")
         self.concurrency = concurrency  # queries at a time; None: as the engine's cores allow (engine_workers)
         self.workers = concurrency or QUERY_WORKERS
+        self.raw_levels: tuple[str, ...] = ()  # the levels asked for as they stand (`raw_levels`)
         # large range answers split in worker processes where the host has cores to spare (decode_pool.py)
         self.decode = decode_pool.shared(decode_pool.host_processes() if decode_processes is None else decode_processes)
         self.rate_window = rate_window
@@ -729,12 +745,12 @@ class PrometheusSource:
             got = None
         return SETTLE_SECONDS if got is None else got
 
-    def _engine_workers(self) -> int:
-        """`engine_workers` of this engine; QUERY_WORKERS where it cannot be asked."""
+    def _runtimeinfo(self) -> dict | None:
+        """This engine's /api/v1/status/runtimeinfo `data`; None where it cannot be asked."""
         try:
-            return engine_workers(self._get(RUNTIME_PATH, {}))
+            return self._get(RUNTIME_PATH, {})
         except (httpx.HTTPError, RuntimeError, ValueError):
-            return QUERY_WORKERS
+            return None
 
     def _slow(self, exc: Exception) -> None:
         """A query that used its whole share of the deadline without an answer is given twice as much
@@ -814,12 +830,14 @@ class PrometheusSource:
         shape = (step, rate_window, self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
-        if not self._held:  # cold: how late samples can reach this engine, and its cores, asked again
+        if not self._held:  # cold: how late samples can reach this engine, its cores and its kind, asked again
             self.settle_seconds = self._settle()
-            self.workers = self.concurrency or self._engine_workers()
+            info = self._runtimeinfo()
+            self.workers = self.concurrency or engine_workers(info)
+            self.raw_levels = raw_levels(info)
         settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
-        plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered)
+        plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered, self.raw_levels)
         asks, fills = [], {}
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or _Held()

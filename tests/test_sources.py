@@ -495,6 +495,33 @@ def test_each_event_counter_counts_its_own_events():
     assert starts[0] == T0 - 600 - 15  # the point a step before the window: its first step's increase
 
 
+def test_an_event_counter_known_in_part_is_filled_back_to_a_whole_window():
+    """An event counter whose whole window the engine refuses is asked for its newest part, then
+    filled before it cycle by cycle (each part asked from one step before it too), until the window
+    equals a whole one's: no step's increase lost or counted twice at the parts' seams."""
+    def counter(q: str, start: float, end: float, step: float):
+        ts = np.arange(start, end + 1e-6, step)
+        return [{"metric": {"__name__": "gangwatch_infiniband_port_link_downed_total", "instance": "n0000:9810",
+                            "device": "mlx5_0", "port": "1"},
+                 "values": [[t, str(int((t - T0) // 600) + 100)] for t in ts]}]  # a drop every 10 minutes
+
+    def answer(q: str, start: float, end: float, step: float):
+        if "link_downed" not in q:
+            return []
+        if end - start > 1000:
+            return httpx.Response(422, json={"status": "error", "errorType": "execution", "error": "too many samples"})
+        return counter(q, start, end, step)
+
+    src = PrometheusSource("http://prom:9090", client=_range_engine(answer))
+    assert "ib_down" not in src.window(T0, 3600, 15).rail
+    for k in range(1, 6):
+        win = src.window(T0 + 15 * k, 3600, 15)
+    whole = PrometheusSource("http://prom:9090", client=_range_engine(
+        lambda q, a, b, c: counter(q, a, b, c) if "link_downed" in q else [])).window(T0 + 75, 3600, 15)
+    assert np.array_equal(win.rail["ib_down"], whole.rail["ib_down"], equal_nan=True)
+    assert np.nansum(whole.rail["ib_down"]) == 6 and np.isfinite(whole.rail["ib_down"]).all()
+
+
 def test_a_signal_whose_whole_window_fails_is_asked_for_its_newest_part():
     """At a size where one signal's whole window costs more than the engine allows (its query
     timeout, its sample limit), that signal is not left absent cycle after cycle: it is asked for a

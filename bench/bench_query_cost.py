@@ -122,8 +122,9 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
 
 def report(engine: str, nodes: int, rows: list[dict]) -> dict:
     """The cycle's queries; those of the plan that keeps the per-target fallbacks (`... fallback`: as
-    a cycle asks while a node lacks the totals) that differ, and the event counters' queries with
-    the engine working out their increase (`... by engine`: the peer), listed, not counted."""
+    a cycle asks while a node lacks the totals) that differ, and the queries as the engine would work
+    them out (`... by engine`, the peer: per-device aggregates, the event counters' increase),
+    listed, not counted."""
     kept, rows = [r for r in rows if r["fallback"]], [r for r in rows if not r["fallback"]]
     cpu, raw, series = (sum(r[k] for r in rows) for k in ("cpu", "raw", "series"))
     print(f"\n{engine}, {nodes:,} nodes, span {SPAN:.0f} s, load {imp.load()}")
@@ -146,9 +147,9 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
           f"{tser / max(series, 1):.0%} of the series answered")
     for suffix, what in ((" fallback", "from the agents' per-filesystem totals against {was:.3f} s with the "
                                        "per-target fallback kept (a node lacking them)"),
-                         (f" {ENGINE_SIDE}", "as they stand (the event counters read once, their step's increase "
-                                             "worked out by serve) against {was:.3f} s aggregated by the engine (avg by, "
-                                             "sum by; clamp_min(c - c offset 15s, 0))")):
+                         (f" {ENGINE_SIDE}", "as serve asks this engine (the event counters read once, their step's "
+                                             "increase worked out by serve) against {was:.3f} s worked out by the engine "
+                                             "(avg by, sum by; clamp_min(c - c offset 15s, 0))")):
         these = [r for r in kept if r["query"].split("/")[0].endswith(suffix)]
         if not these:
             continue

@@ -139,8 +139,8 @@ def _sum_expr(ms: list[Mapping], by: str, rate_window: float, step: float, spars
 
 
 def _expr(m: Mapping, by: str, rate_window: float, step: float, sparse: bool = False, aggregate: bool = True) -> str:
-    """One mapping's PromQL, aggregated `by` the host labels and the level's key (unless not to
-    `aggregate`: RAW_LEVELS). `sparse` (a SPARSE
+    """One mapping's PromQL, aggregated `by` the host labels and the level's key where asked to
+    `aggregate` (not the RAW_LEVELS of a Prometheus). `sparse` (a SPARSE
     signal's counters): each raw series' rate filtered to > 0 before the sum, which leaves every
     sum > 0 as it was (rates are never negative) and drops the zero ones, so the engine aggregates
     and matches only the series that moved (docs/victoriametrics.md, Sizing)."""
@@ -283,7 +283,7 @@ def _step_increase() -> frozenset[str]:
     shared = {s for members in SHARED_QUERIES.values() for s in members}
     parts = {name for pair in RATIOS.values() for name in pair[:2]}
     return frozenset(signal for signal, ms in by_signal.items()
-                     if signal not in shared | parts and len({(m.level, m.filters, m.scale) for m in ms}) == 1
+                     if signal not in shared | parts and len({(m.level, m.filters) for m in ms}) == 1
                      and all(m.events and m.scale == 1.0 and len(g) == 1 for g in _summed(ms) for m in g))
 
 

@@ -45,8 +45,12 @@ deadline, or `--serve-timeout S`), printing per cycle the signals that failed an
 in part: at a size whose cold cycle does not fit that deadline, how many cycles it takes to see
 every signal. With `--repeat 0` only those run.
 
+`--target-idle 0,600` measures the agents' per-target counters exported at every scrape (0) and
+left out while they stand still (600 s, the agent's default: collectors.lustre_common.QuietSeries),
+each a dataset of its own through the same stages, and ends with the steady cycles' ratio.
+
 Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR [--baseline-first]] [--profile]
-                                       [--serve-cycles K [--serve-timeout S]] [--osts K]
+                                       [--serve-cycles K [--serve-timeout S]] [--osts K] [--target-idle S[,S...]]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
 
@@ -123,13 +127,14 @@ class Columns:
 
 
 def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted: frozenset[str] | None = None,
-             slurm: str = "", osts: int | None = None) -> Columns:
+             slurm: str = "", osts: int | None = None, target_idle: float | None = None) -> Columns:
     """`steps` steps of the simulated cluster, the last at `end` (default: the latest 15 s boundary
     before now): the families in `wanted` (default: those the diagnosis reads) of every node's
     agent, and with `slurm` (the exporter's address, its `instance`) the slurm-exporter's families
     and every target's `up`, as the demo's /sim/prometheus.yml scrapes them. `osts`: the Lustre
     filesystem's OSTs (default: the simulator's, nodes / 16 between 8 and 32; sites of thousands of
-    nodes have hundreds, each a series per client and counter)."""
+    nodes have hundreds, each a series per client and counter). `target_idle`: the agents'
+    --collector.lustre_client.target-idle-seconds (default theirs; 0: every OST's counters)."""
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.analysis.sim.render import NodeRenderer
     from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
@@ -143,7 +148,7 @@ def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted
     end = math.floor((time.time() if end is None else end) / STEP) * STEP
     start = end - STEP * steps
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300, osts=osts))
-    renderer = NodeRenderer(sim)
+    renderer = NodeRenderer(sim, *(() if target_idle is None else (target_idle,)))
     cols = Columns(list(sim.cluster.names), [])
     if slurm:
         cols.jobs[len(cols.names)] = "gangwatch-slurm"
@@ -297,8 +302,8 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
              "decode + merge (_Held.merge)": cum("sources/prometheus.py", "merge"),
              "into the store (_Held.blocks or main's add_held, add_info)":
                  cum("sources/prometheus.py", "blocks", "add_held", "add_info"),
-             "window assembly (HeldGrid.window or SignalStore.window, _zero_reads, silent_nodes)":
-                 cum("sources/build.py", "window") + cum("sources/prometheus.py", "_zero_reads", "silent_nodes")}
+             "window assembly (HeldGrid.window or SignalStore.window, zero_reads, silent_nodes)":
+                 cum("sources/build.py", "window") + cum("sources/prometheus.py", "silent_nodes")}
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(8)
     return (f"profiled steady cycle (main thread; load {load()}): wall {row[0]:.3f} s, queries in flight {row[1]:.3f} s, "
@@ -349,9 +354,9 @@ def measure(engine: str, url: str, pid: int, end: float, args) -> dict:
     return {k: rows[k] for k in ("ours", "baseline") if k in rows}
 
 
-def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
+def run_on(engine: str, server, end: float, args, before=lambda: None) -> dict | None:
     """`before()` (the import), then our cycles and the baseline's on a started engine, its memory
-    after them, the figures; the engine stopped in any case."""
+    after them, the figures (returned); the engine stopped in any case."""
     try:
         before()
         if args.serve_cycles:
@@ -359,11 +364,12 @@ def run_on(engine: str, server, end: float, args, before=lambda: None) -> None:
                   f"{args.serve_timeout:g} s, from cold:", flush=True)
             serve_cycles(server.url, end, args.serve_cycles, args.serve_timeout)
         if not args.repeat:
-            return
+            return None
         rows = measure(engine, server.url, server.process.proc.pid, end, args)
         print(f"  {engine} RSS after the cycles: "
               f"{psutil.Process(server.process.proc.pid).memory_info().rss / 2**30:.2f} GiB", flush=True)
         report(engine, args.nodes, rows, args.repeat)
+        return rows
     finally:
         server.stop()
 
@@ -389,6 +395,50 @@ def report(engine: str, nodes: int, rows: dict, nsteady: int) -> None:
     print(flush=True)
 
 
+def one_dataset(args, work: Path, engines: list[str], idle: float | None):
+    """Simulate, write, import into each engine and measure; yields (engine, rows)."""
+    t0 = time.perf_counter()
+    cols = simulate(args.nodes, args.steps, args.seed, osts=args.osts, target_idle=idle)
+    t1 = time.perf_counter()
+    jsonl, om = work / "series.jsonl", work / "series.om"
+    write(cols, jsonl, om)
+    t2 = time.perf_counter()
+    end, series, samples = cols.times[-1], len(cols.heads), cols.samples
+    print(f"{args.nodes:,} nodes, {len(cols.times)} steps: {series:,} series ({series / args.nodes:.0f} a node), "
+          f"{samples:,} samples; simulated and collected in {t1 - t0:.0f} s ({samples / (t1 - t0):,.0f} samples/s), "
+          f"written in {t2 - t1:.0f} s (JSON lines {jsonl.stat().st_size / MIB:,.0f} MiB, OpenMetrics "
+          f"{om.stat().st_size / MIB:,.0f} MiB); load {load()}", flush=True)
+    del cols
+    if "victoriametrics" in engines:
+        vm = vmstack.VictoriaMetrics(work, extra_flags=["-search.maxQueryDuration=1200s"])
+
+        def fill():
+            rss0 = psutil.Process(vm.process.proc.pid).memory_info().rss
+            t0 = time.perf_counter()
+            import_vm(vm.url, jsonl)
+            rows = metric(vm.url, "vm_rows_added_to_storage_total")
+            held = json.loads(http_get(vm.url + "/api/v1/series/count", timeout=300))["data"][0]  # count() hits the series limit
+            rss = psutil.Process(vm.process.proc.pid).memory_info().rss
+            print(f"VictoriaMetrics: {rows:,.0f} samples, {held:,.0f} series imported in {time.perf_counter() - t0:.0f} s; "
+                  f"RSS {rss / 2**30:.2f} GiB (growth {(rss - rss0) / 2**30:.2f}); load {load()}", flush=True)
+
+        rows = run_on("VictoriaMetrics", vm, end, args, fill)
+        if rows:
+            yield "VictoriaMetrics", rows
+    if "prometheus" in engines:
+        t0 = time.perf_counter()
+        blocks, bseries, bsamples = prometheus_blocks(om, work / "prom-data")
+        print(f"promtool: {blocks} block(s), {bseries:,} series, {bsamples:,} samples in "
+              f"{time.perf_counter() - t0:.0f} s; load {load()}", flush=True)
+        # a cold cycle's queries at these sizes take minutes (as on VictoriaMetrics' side: its
+        # -search.maxQueryDuration above): 503 past Prometheus' default 2 min
+        rows = run_on("Prometheus", Prometheus(work, [], interval="15s", self_scrape=True,
+                                               extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"]),
+                      end, args)
+        if rows:
+            yield "Prometheus", rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=4096)
@@ -406,6 +456,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-processes", type=int,
                     help="our source's decode processes (default: as serve picks them for this host: "
                          "dashboard/sources/decode_pool.py)")
+    ap.add_argument("--target-idle", help="the agents' --collector.lustre_client.target-idle-seconds, or several "
+                                          "comma-separated (each a dataset of its own, measured in turn; 0: every "
+                                          "OST's counters at every scrape); default the agent's")
     ap.add_argument("--keep", help="a directory to keep the import files and engines' data in (default: a temporary one)")
     ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end,engine's PID
     ap.add_argument("--root", help=argparse.SUPPRESS)
@@ -423,44 +476,24 @@ def main(argv=None) -> int:
         return 2
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-import-"))
     work.mkdir(parents=True, exist_ok=True)
+    idles = [float(x) for x in args.target_idle.split(",")] if args.target_idle else [None]
     try:
         print(f"load {load()}; {psutil.virtual_memory().available / 2**30:.1f} GiB available", flush=True)
-        t0 = time.perf_counter()
-        cols = simulate(args.nodes, args.steps, args.seed, osts=args.osts)
-        t1 = time.perf_counter()
-        jsonl, om = work / "series.jsonl", work / "series.om"
-        write(cols, jsonl, om)
-        t2 = time.perf_counter()
-        end, series, samples = cols.times[-1], len(cols.heads), cols.samples
-        print(f"{args.nodes:,} nodes, {len(cols.times)} steps: {series:,} series ({series / args.nodes:.0f} a node), "
-              f"{samples:,} samples; simulated and collected in {t1 - t0:.0f} s ({samples / (t1 - t0):,.0f} samples/s), "
-              f"written in {t2 - t1:.0f} s (JSON lines {jsonl.stat().st_size / MIB:,.0f} MiB, OpenMetrics "
-              f"{om.stat().st_size / MIB:,.0f} MiB); load {load()}", flush=True)
-        del cols
-        if "victoriametrics" in engines:
-            vm = vmstack.VictoriaMetrics(work, extra_flags=["-search.maxQueryDuration=1200s"])
-
-            def fill():
-                rss0 = psutil.Process(vm.process.proc.pid).memory_info().rss
-                t0 = time.perf_counter()
-                import_vm(vm.url, jsonl)
-                rows = metric(vm.url, "vm_rows_added_to_storage_total")
-                held = json.loads(http_get(vm.url + "/api/v1/series/count", timeout=300))["data"][0]  # count() hits the series limit
-                rss = psutil.Process(vm.process.proc.pid).memory_info().rss
-                print(f"VictoriaMetrics: {rows:,.0f} samples, {held:,.0f} series imported in {time.perf_counter() - t0:.0f} s; "
-                      f"RSS {rss / 2**30:.2f} GiB (growth {(rss - rss0) / 2**30:.2f}); load {load()}", flush=True)
-
-            run_on("VictoriaMetrics", vm, end, args, fill)
-        if "prometheus" in engines:
-            t0 = time.perf_counter()
-            blocks, bseries, bsamples = prometheus_blocks(om, work / "prom-data")
-            print(f"promtool: {blocks} block(s), {bseries:,} series, {bsamples:,} samples in "
-                  f"{time.perf_counter() - t0:.0f} s; load {load()}", flush=True)
-            # a cold cycle's queries at these sizes take minutes (as on VictoriaMetrics' side: its
-            # -search.maxQueryDuration above): 503 past Prometheus' default 2 min
-            run_on("Prometheus", Prometheus(work, [], interval="15s", self_scrape=True,
-                                            extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"]),
-                   end, args)
+        steady = {}
+        for idle in idles:
+            if idle is not None:
+                print(f"\n== the agents' --collector.lustre_client.target-idle-seconds {idle:g}"
+                      + (" (every OST's counters at every scrape)" if idle <= 0 else ""), flush=True)
+            sub = work / f"idle-{idle:g}" if len(idles) > 1 else work
+            sub.mkdir(parents=True, exist_ok=True)
+            for engine, rows in one_dataset(args, sub, engines, idle):
+                steady[(idle, engine)] = rows["ours"]["steady"]
+        if len(idles) > 1:
+            print("\nsteady cycle, ours, by the agents' idle window (wall s, engine CPU s, series answered):")
+            for (idle, engine), row in steady.items():
+                first = steady[(idles[0], engine)]
+                print(f"  {engine:16} {idle:6g} s: {row[0]:6.2f} s, {row[7]:6.2f} s, {row[6]:8,}   ratio to "
+                      f"{idles[0]:g} s: wall {row[0] / first[0]:.2f}, engine CPU {row[7] / max(first[7], 1e-9):.2f}")
         print(f"\nload at the end: {load()}")
         return 0
     finally:

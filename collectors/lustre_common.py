@@ -272,6 +272,50 @@ class MemberSum:
             return {g: self._total.get(g, 0.0) for g in seen}
 
 
+# Seconds a per-target counter may stand still before the client collector leaves its series out
+# (--collector.lustre_client.target-idle-seconds; the simulator renders its agents the same way).
+TARGET_IDLE_SECONDS = 600.0
+
+
+class QuietSeries:
+    """Counters left out of the exposition while they stand still: a client keeps an OSC per target
+    of every filesystem it mounts (hundreds to thousands of OSTs), and most of its per-target
+    counters stay where they are for hours (the OSTs its jobs' files are not striped over), yet each
+    is a series every query over the family reads. A series is exported while its value moved in
+    the last `idle` seconds, from its first reading on (the agent's start, a target that appears);
+    left out, it goes stale in the TSDB and comes back at its next move (its first interval's
+    growth then seen only in the per-filesystem totals, which count every target). Series not read
+    in a scrape (a file unreadable once) keep when they last moved, so they do not count as new;
+    those unread for longer than `idle` are forgotten. Concurrent scrapes update under a lock."""
+
+    def __init__(self, idle: float):
+        self.idle = idle
+        self._seen: dict[tuple, tuple[float, float]] = {}  # (family, labels) -> (value, when it last moved)
+        self._lock = threading.Lock()
+
+    def prune(self, acc: "Accumulator", families: Iterable[str], now: float) -> int:
+        """Drop from `acc` the series of `families` that stood still for over `idle` seconds; how many."""
+        if self.idle <= 0:
+            return 0
+        dropped, read = 0, set()
+        with self._lock:
+            seen = self._seen
+            for fam in families:
+                series = acc.values.get(fam, {})
+                for labels, value in list(series.items()):
+                    key = (fam, labels)
+                    old = seen.get(key)
+                    moved = old[1] if old is not None and old[0] == value else now
+                    seen[key] = (value, moved)
+                    read.add(key)
+                    if now - moved > self.idle:
+                        del series[labels]
+                        dropped += 1
+            if len(seen) > 2 * len(read) + 64:  # targets gone: forget them once unread for longer than `idle`
+                self._seen = {k: v for k, v in seen.items() if k in read or now - v[1] <= self.idle}
+        return dropped
+
+
 _LATENCY_DIVISORS = {"usec": 1e6, "usecs": 1e6}  # division keeps 1234 usec -> 0.001234 exact
 
 

@@ -35,13 +35,13 @@ def _wait_ready(url: str) -> None:
         time.sleep(0.2)
 
 
-def _serve(root, sim, steps: int, edit=None):
+def _serve(root, sim, steps: int, edit=None, **renderer):
     """The simulator's bundle after `steps` steps (its metrics passed through `edit(line) -> keep`
-    where given), imported into a real Prometheus: (url, bundle)."""
+    where given; `renderer`: NodeRenderer's options), imported into a real Prometheus: (url, bundle)."""
     from dashboard.sources.simulated import BundleWriter
 
     bundle = root / "bundle"
-    BundleWriter(sim).run(steps).write(str(bundle))
+    BundleWriter(sim, **renderer).run(steps).write(str(bundle))
     if edit is not None:
         om = bundle / "metrics.om"
         om.write_text("".join(line for line in om.read_text().splitlines(keepends=True) if edit(line)))
@@ -293,13 +293,14 @@ def test_old_agents_on_some_nodes_are_read_from_their_targets_through_prometheus
     from dashboard.sources.bundle import load_bundle
     from dashboard.sources.prometheus import PrometheusSource
 
-    old = ('instance="node0002:9810"', 'instance="node0005:9810"')
+    old = ('instance="node0002:9810"', 'instance="node0005:9810"')  # agents from before the totals, which
+    # exported every target's counters at every scrape: so do the others here (target_idle_seconds 0)
     sim = Simulation(SimConfig(nodes=6, seed=3, prefill=False, nodes_per_leaf=3, faults="ost_slow@10m+20m"))
 
     def without_totals(line: str) -> bool:
         return not (line.startswith("gangwatch_lustre_client_targets_io_bytes_total{") and any(o in line for o in old))
 
-    for url, bundle in _serve(tmp_path, sim, 60, edit=without_totals):
+    for url, bundle in _serve(tmp_path, sim, 60, edit=without_totals, target_idle_seconds=0):
         b = load_bundle(str(bundle))
         src = PrometheusSource(url)
         cold = src.window(b.end - 60, b.end - b.start - 60, 15.0)
@@ -316,6 +317,50 @@ def test_old_agents_on_some_nodes_are_read_from_their_targets_through_prometheus
         assert np.array_equal(steady.node["fs_read"], fresh.node["fs_read"], equal_nan=True)
         want = _verdicts(diagnose(b.window, b.jobs))
         assert _verdicts(diagnose(steady, b.jobs)) == want and {s for s, _ in want.values()} - {"progressing"}
+
+
+def test_agents_leaving_still_target_counters_out_give_the_same_verdicts(tmp_path):
+    """The same simulated cluster with the agents' per-target counters left out while they stand
+    still (the default, QuietSeries) and with every one at every scrape: about half the series, and
+    the same verdicts and culprits from the bundle and through Prometheus; a node's `read` from a
+    target it does not use is 0 (its filesystem total known), not unknown, in both sources; the
+    targets' latency the same wherever the nodes read."""
+    import numpy as np
+
+    from dashboard.analysis.diagnose import diagnose
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.prometheus import PrometheusSource
+
+    got = {}
+    for idle in (0.0, 600.0):
+        sim = Simulation(SimConfig(nodes=10, seed=3, prefill=False, nodes_per_leaf=4,
+                                   faults="ost_slow@12m+20m,gpu_throttle@5m+40m,nccl_hang@10m+30m"))
+        for url, bundle in _serve(tmp_path / f"idle{idle:g}", sim, 72, target_idle_seconds=idle):
+            b = load_bundle(str(bundle))
+            win = PrometheusSource(url).window(b.end, b.end - b.start, 15.0)
+            lines = sum(1 for line in (bundle / "metrics.om").open() if line.startswith("gangwatch_lustre_client_target_"))
+            got[idle] = (b, win, lines)
+    (b0, w0, n0), (b1, w1, n1) = got[0.0], got[600.0]
+    assert n1 < 0.6 * n0
+    want = _verdicts(diagnose(b0.window, b0.jobs))
+    assert any(state == "stalled_io" for state, _ in want.values())
+    for win in (w0, b1.window, w1):
+        assert _verdicts(diagnose(win, b0.jobs)) == want
+    for win in (b1.window, w1):
+        fs, read = win.node["fs_read"], win.target["read"]
+        known = np.broadcast_to(np.isfinite(fs)[:, None, :], read.shape)
+        assert np.isfinite(read[known]).all()  # 0 where left out, not unknown
+        assert (read[known] == 0).mean() > 0.5
+    for a, b in ((b0.window, b1.window), (w0, w1)):
+        assert a.targets == b.targets or set(b.targets) <= set(a.targets)
+        cols = [a.targets.index(t) for t in b.targets]
+        la, lb = a.target["latency"][:, cols], b.target["latency"]
+        both = np.isfinite(la) & np.isfinite(lb)
+        # a pair back after standing still misses its first interval: its first step unknown, and
+        # PromQL's 60 s rates over its next few steps span only the samples since it came back
+        assert both.sum() > 0.9 * np.isfinite(la).sum()
+        assert np.isclose(la[both], lb[both], rtol=1e-5).mean() > 0.95
 
 
 @pytest.mark.skipif(not which("vmauth"), reason="vmauth (Debian package victoria-metrics) not installed")

@@ -387,6 +387,58 @@ def test_targets_io_bytes_counts_from_the_agent_start_and_never_goes_down(hpe, t
     assert total() == 4096 + 8192 + 8192
 
 
+def test_per_target_counters_left_out_while_they_stand_still(hpe, tmp_path):
+    """A per-target counter's series is exported while it moved in the last idle window (from its
+    first reading on) and left out after, counted in target_idle_series; it comes back with its next
+    move; the per-filesystem totals and the imports still cover every target; 0 exports all."""
+    lustre = tmp_path / "proc" / "fs" / "lustre"
+    shutil.copytree(hpe / "proc/fs/lustre/osc", lustre / "osc")
+    stats = lustre / "osc/lustrefs-OST0000-osc-ffff88105db50000/stats"
+    original = stats.read_text()
+    now = [1000.0]
+    ctx = tree_ctx(tmp_path, collector_lustre_client_target_idle_seconds=600.0)
+    ctx.clock = lambda: now[0]
+    collector = LustreClientCollector(ctx)
+    per_target = ("gangwatch_lustre_client_target_operations_total", "gangwatch_lustre_client_target_io_bytes_total",
+                  "gangwatch_lustre_client_target_operation_latency_seconds_total")
+    write = (("fs", "lustrefs"), ("operation", "write"), ("target", "lustrefs-OST0000"), ("type", "osc"))
+
+    def scrape(at: float) -> tuple[dict, dict]:
+        now[0] = at
+        got = samples(encode(collector.collect()))
+        return ({k: v for k, v in got.items() if k[0] in per_target}, got)
+
+    first, got = scrape(1000.0)
+    assert len(first) > 3 and (per_target[1], write) in first
+    assert value(got, "gangwatch_lustre_client_target_idle_series") == 0
+    assert scrape(1600.0)[0] == first  # still within the window since the first reading
+    stats.write_text(original.replace("65298098221056", "65298098225152"))  # one more 4 KiB write at 1,700 s
+    moved, _ = scrape(1700.0)
+    assert moved[(per_target[1], write)] == 65298098225152
+    kept, got = scrape(2250.0)  # 1,250 s after the first reading, 550 s after the write
+    assert set(kept) == {k for k in first if k[1] == write}  # only the write's own counters moved
+    assert value(got, "gangwatch_lustre_client_target_idle_series") == len(first) - len(kept)
+    total = ("gangwatch_lustre_client_targets_io_bytes_total", (("fs", "lustrefs"), ("operation", "write"), ("type", "osc")))
+    assert got[total] == 4096  # the totals count every target
+    assert value(got, "gangwatch_lustre_client_import_connected", fs="lustrefs", target="lustrefs-OST0000", type="osc") == 1
+    assert scrape(2400.0)[0] == {}  # 700 s after the write: nothing moved
+    stats.rename(tmp_path / "parked")  # unreadable for a scrape: not new when it is back unchanged
+    scrape(2415.0)
+    (tmp_path / "parked").rename(stats)
+    assert scrape(2430.0)[0] == {}
+    stats.write_text(original.replace("65298098221056", "65298098229248"))  # moves again: back
+    back, _ = scrape(2445.0)
+    assert back[(per_target[1], write)] == 65298098229248
+    everything = tree_ctx(tmp_path, collector_lustre_client_target_idle_seconds=0.0)
+    everything.clock = lambda: now[0]
+    allc = LustreClientCollector(everything)
+    for at in (1000.0, 5000.0):
+        now[0] = at
+        got = samples(encode(allc.collect()))
+        assert len({k for k in got if k[0] in per_target}) == len(first)
+        assert value(got, "gangwatch_lustre_client_target_idle_series") is None
+
+
 def test_rpc_wait_max_left_out_without_waits(tmp_path):
     imp = tmp_path / "proc/fs/lustre/mdc/scratch-MDT0000-mdc-ffff88105db50000/import"
     imp.parent.mkdir(parents=True)

@@ -307,9 +307,16 @@ def _one(series, name):
     return got[0][1] if got else None
 
 
-def _check_rollups(text: str) -> dict:
+def _osc_state(r: NodeRenderer, i: int) -> tuple[dict, dict]:
+    """Node i's read and write counters of every OST as the step holds them, exported or not."""
+    v = r.values()
+    return tuple(dict(zip(r.sim.cluster.osts, v.ost_i[i, k].tolist())) for k in (0, 1))
+
+
+def _check_rollups(text: str, osts: tuple[dict, dict]) -> dict:
     """Every rollup of the exposition against the per-device series it summarises (the agent's
-    semantics: over the devices that gave the reading, left out when none did); returns the series."""
+    semantics: over the devices that gave the reading, left out when none did); returns the series.
+    `osts`: every OST's counters (_osc_state), which the Lustre totals sum."""
     S = _series(text)
 
     def per(name, **want):
@@ -363,12 +370,16 @@ def _check_rollups(text: str) -> dict:
     state = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_state_id")}
     phys = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_physical_state_id")}
     assert _one(S, f"{ib}node_ports_down") == sum(v < 4 and phys[key] != 3 for key, v in state.items())
-    # Lustre: llite and the targets' sum are what went through the OSCs; the slowest import per type; every import FULL
-    for op in ("read", "write"):
-        osc = [v for lbl, v in per("gangwatch_lustre_client_target_io_bytes_total", type="osc", operation=op)]
-        assert [v for _, v in per("gangwatch_lustre_client_io_bytes_total", fs=C.FS_NAME, operation=op)] == [sum(osc)]
+    # Lustre: llite and the targets' sum are what went through the OSCs (every OST's, exported or left
+    # out for standing still: the per-target series the node renders are some of them, each at its
+    # OST's value); the slowest import per type; every import FULL
+    for every, op in zip(osts, ("read", "write")):
+        osc = {lbl["target"]: v for lbl, v in per("gangwatch_lustre_client_target_io_bytes_total", type="osc", operation=op)}
+        assert all(every[t] == v for t, v in osc.items())
+        total = sum(every.values())
+        assert [v for _, v in per("gangwatch_lustre_client_io_bytes_total", fs=C.FS_NAME, operation=op)] == [total]
         assert [v for _, v in per("gangwatch_lustre_client_targets_io_bytes_total", fs=C.FS_NAME, type="osc",
-                                  operation=op)] == [sum(osc)]
+                                  operation=op)] == [total]
     for kind in ("osc", "mdc"):
         waits = [v for _, v in per("gangwatch_lustre_client_import_rpc_wait_average_seconds", type=kind)]
         assert [v for _, v in per("gangwatch_lustre_client_import_rpc_wait_max_seconds", fs=C.FS_NAME, type=kind)] == \
@@ -390,7 +401,7 @@ def test_rollups_agree_with_the_per_device_series(sim):
     lost_seen = 0
     for i in range(sim.n):
         text = r.render(i)
-        S = _check_rollups(text)
+        S = _check_rollups(text, _osc_state(r, i))
         lost_seen += _one(S, "gangwatch_gpu_node_lost")
         assert "gangwatch_gpu_pcie_throughput_bytes_per_second" not in S  # opt-in in the agent
         # render() writes the families itself: the same samples as the agent's encoder, each family once
@@ -401,13 +412,47 @@ def test_rollups_agree_with_the_per_device_series(sim):
     assert sim.running  # and jobs were there to check
 
 
+def test_per_ost_counters_rendered_while_they_moved_in_the_agents_idle_window():
+    """As the agent (QuietSeries): a node renders an OST's read counters while that OST's read bytes
+    moved in the last TARGET_IDLE_SECONDS, from the first rendered step on where it was being read;
+    target_idle_series counts those left out; the totals keep counting every OST."""
+    from collectors.lustre_common import TARGET_IDLE_SECONDS
+
+    s = Simulation(SimConfig(nodes=8, seed=5, start=T0, history_seconds=600))
+    r = NodeRenderer(s)
+    last = np.where(s.ost_rate > 0, s.t, -np.inf)
+    prev = s.ost_read.copy()
+    shown, hidden = set(), set()
+    for k in range(70):  # 17.5 minutes: past one idle window after the first step
+        if k:
+            s.step()
+            last[s.ost_read != prev] = s.t
+            prev = s.ost_read.copy()
+        for i in range(s.n):
+            S = _check_rollups(r.render(i), _osc_state(r, i))
+            got = {lbl["target"] for lbl, _ in S.get("gangwatch_lustre_client_target_io_bytes_total", [])
+                   if lbl["operation"] == "read"}
+            want = {t for j, t in enumerate(s.cluster.osts) if s.t - last[i, j] <= TARGET_IDLE_SECONDS}
+            assert got == want, (k, i)
+            lat = {lbl["target"] for lbl, _ in S.get("gangwatch_lustre_client_target_operation_latency_seconds_total", [])}
+            assert lat == want
+            writes = {lbl["target"] for lbl, _ in S.get("gangwatch_lustre_client_target_io_bytes_total", [])
+                      if lbl["operation"] == "write"}
+            assert _one(S, "gangwatch_lustre_client_target_idle_series") == 4 * (len(s.cluster.osts) - len(want)) + 2 * (
+                len(s.cluster.osts) - len(writes))
+            shown |= {(i, t) for t in want}
+            hidden |= {(i, t) for t in set(s.cluster.osts) - want}
+    assert shown & hidden  # some OSTs went quiet or came back while rendered
+    assert len(hidden) > len(shown) / 4
+
+
 def test_link_flap_shows_in_the_ports_down_rollup_while_the_rail_is_down():
     s = Simulation(SimConfig(nodes=8, seed=3, start=T0, history_seconds=60, faults="link_flap@90s+3m:node=node0002;gpu=3"))
     r = NodeRenderer(s)
     seen = []
     for _ in range(10):
         s.step()
-        S = _check_rollups(r.render(1))
+        S = _check_rollups(r.render(1), _osc_state(r, 1))
         state = {lbl["device"]: v for lbl, v in S["gangwatch_infiniband_port_state_id"]}
         down = _one(S, "gangwatch_infiniband_node_ports_down")
         assert down == (state["mlx5_3"] != 4) and all(v == 4 for d, v in state.items() if d != "mlx5_3")
@@ -426,7 +471,7 @@ def test_slow_ost_raises_the_rpc_wait_rollup_of_its_clients():
     r = NodeRenderer(s)
     hit, other = [], []
     for i, name in enumerate(s.cluster.names):
-        S = _check_rollups(r.render(i))
+        S = _check_rollups(r.render(i), _osc_state(r, i))
         (lbl, worst), = [(lbl, v) for lbl, v in S["gangwatch_lustre_client_import_rpc_wait_max_seconds"] if lbl["type"] == "osc"]
         slowest = max(S["gangwatch_lustre_client_import_rpc_wait_average_seconds"], key=lambda lv: lv[1])[0]["target"]
         if name in g["nodes"]:

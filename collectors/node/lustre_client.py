@@ -9,7 +9,11 @@ Metrics (labels `fs` = filesystem name, `target` = OST/MDT name such as `lustre-
 `osc` or `mdc`):
 - `gangwatch_lustre_client_{operations,io_bytes,operation_latency_seconds}_total{fs,operation}` from llite.
 - `gangwatch_lustre_client_target_{operations,io_bytes,operation_latency_seconds}_total{fs,target,type,operation}`
-  from the OSC/MDC `stats` (RPC counts and service times per request type, `req_waittime`, ...).
+  from the OSC/MDC `stats` (RPC counts and service times per request type, `req_waittime`, ...),
+  each series only while it moved in the last `--collector.lustre_client.target-idle-seconds` (600;
+  0: always): a client has an OSC per OST of every mount, and the counters of the OSTs its jobs do
+  not use stand still for hours yet would be series every query over the family reads
+  (lustre_common.QuietSeries). `gangwatch_lustre_client_target_idle_series`: how many were left out.
 - `gangwatch_lustre_client_targets_io_bytes_total{fs,type,operation}`: the target counters' bytes
   summed over the filesystem's targets, one series per node and filesystem where the per-target
   ones are one per OST (hundreds on a large filesystem); what the diagnosis reads a node's filesystem
@@ -38,8 +42,8 @@ kernel: the scrape wrapper then reports this collector as failed and the scrape 
 
 from __future__ import annotations
 
-from ..lustre_common import (Accumulator, LustreSource, MemberSum, StatsFamilies, add_common_arguments,
-                             command_families, parse_failures_family, split_param, wanted)
+from ..lustre_common import (TARGET_IDLE_SECONDS, Accumulator, LustreSource, MemberSum, QuietSeries, StatsFamilies,
+                             add_common_arguments, command_families, parse_failures_family, split_param, wanted)
 from ..lustre_parse import fs_of_target, parse_import, parse_rpc_stats, parse_stats, split_client_device
 from ..registry import Collector, NoData, register
 
@@ -50,6 +54,9 @@ TARGETS_IO = "gangwatch_lustre_client_targets_io_bytes_total"
 TARGETS_IO_HELP = ("Bytes read or written as counted by the client's OSCs (or MDCs) of the filesystem since the "
                    "agent started: the growth of gangwatch_lustre_client_target_io_bytes_total summed over the "
                    "targets, kept from going down when a target goes away or its counters are cleared.")
+IDLE_SERIES = "gangwatch_lustre_client_target_idle_series"
+IDLE_SERIES_HELP = ("Per-target counter series left out of this scrape because they have not moved for "
+                    "--collector.lustre_client.target-idle-seconds (targets this node does not use now).")
 HISTOGRAMS = {"pages per rpc": ("rpcs_by_pages", "pages", "RPCs sent, by the number of pages they carried"),
               "rpcs in flight": ("rpcs_by_in_flight", "in_flight",
                                  "RPCs sent, by how many RPCs were already in flight to the target")}
@@ -66,6 +73,7 @@ class LustreClientCollector(Collector):
         self.source = LustreSource(ctx)
         self.per_target = bool(ctx.option("collector_lustre_client_per_target_histograms", False))
         self.target_sums = MemberSum()  # gangwatch_lustre_client_targets_io_bytes_total, across scrapes
+        self.quiet = QuietSeries(float(ctx.option("collector_lustre_client_target_idle_seconds", TARGET_IDLE_SECONDS)))
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -74,6 +82,10 @@ class LustreClientCollector(Collector):
                             dest="collector_lustre_client_per_target_histograms", action="store_true",
                             help="Label the rpc_stats histograms by target instead of summing them per "
                                  "filesystem (many more series on large filesystems).")
+        parser.add_argument("--collector.lustre_client.target-idle-seconds", dest="collector_lustre_client_target_idle_seconds",
+                            type=float, default=TARGET_IDLE_SECONDS,
+                            help="Leave a per-target counter's series out while it has not moved for this many "
+                                 "seconds (the OSTs this node's jobs do not use); 0 exports every one.")
 
     def collect(self):
         fetch = self.source.fetch(PARAMS)
@@ -112,6 +124,10 @@ class LustreClientCollector(Collector):
             elif leaf == "import":
                 failures += not self._import(acc, text, labels)
         self._target_sums(acc, target_stats)
+        per_target = (target_stats.ops, target_stats.bytes, target_stats.latency)
+        if self.quiet.idle > 0 and any(acc.values[f] for f in per_target):  # after the sums, which count every target
+            idle = self.quiet.prune(acc, per_target, self.ctx.clock())
+            acc.set(acc.family(IDLE_SERIES, "gauge", IDLE_SERIES_HELP), (), idle)
         fams = acc.render()
         fams += command_families(self.name, fetch)
         fams.append(parse_failures_family(self.name, failures))

@@ -386,6 +386,7 @@ class Layout:
         for name, (num, den, level) in RATIOS.items():
             _ratio(arrays[level], name, num, den)
         f32 = {lvl: {s: a.astype(np.float32, copy=False) for s, a in d.items()} for lvl, d in arrays.items()}
+        zero_reads(f32, len(self.nodes), len(self.targets), len(times))
         if not f32["gpu"]:
             notes.append("no GPU metrics found (gangwatch_gpu_*, DCGM_FI_*)")
         leaves = dict(info.leaf_of)
@@ -399,6 +400,26 @@ class Layout:
                       nvlink_peers={n: frozenset(p) for n, p in info.nvlink_peers.items()},
                       gpu_numa={n: dict(d) for n, d in info.gpu_numa.items()},
                       job_targets={j: frozenset(t) for j, t in info.job_targets.items()}, notes=tuple(notes))
+
+
+def zero_reads(arrays: dict[str, dict[str, np.ndarray]], N: int, F: int, T: int) -> None:
+    """`read` 0 wherever a node's series for a target is missing and that node's filesystem total
+    (`fs_read`) is known: the node read nothing from it (Prometheus' sparse answer leaves such
+    points out, SPARSE; an agent leaves out a target's counters while they stand still,
+    collectors.lustre_common.QuietSeries); NaN stays where the node's reads are unknown. Pages show
+    0, not unknown, and every source (Prometheus, bundle, embedded scraper) says the same. In place:
+    one `fmax` with 0 where the total is known (NaN elsewhere) fills only the NaN cells, as every
+    point there is >= 0 (at 4,096 nodes and 32 targets a copy and a masked write took 0.2 s of a
+    steady cycle)."""
+    total = arrays["node"].get("fs_read")
+    if total is None or not F:
+        return
+    zero = np.where(np.isfinite(total), np.float32(0), np.float32(np.nan))[:, None, :]
+    read = arrays["target"].get("read")
+    if read is not None:
+        np.fmax(read, zero, out=read)
+    else:
+        arrays["target"]["read"] = np.broadcast_to(zero, (N, F, T)).copy()
 
 
 class RawStore:

@@ -221,7 +221,7 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
 # spends 3-4x less CPU on these two so; the answer is the same, a latency whose time counter stood
 # still while its operations counter moved being the one point left out, as no RPC takes 0 s). A
 # point the filter dropped is NaN in the window, never an earlier point carried over it (`add_held`),
-# and `read` is 0 there wherever the node's filesystem total (`fs_read`) is known (`_zero_reads`), as
+# and `read` is 0 there wherever the node's filesystem total (`fs_read`) is known (build.zero_reads), as
 # the unfiltered answer said; the targets nobody read come from TARGET_FACTS. docs/victoriametrics.md,
 # Sizing.
 SPARSE = {"read": "> 0", "latency": "< +Inf"}
@@ -932,7 +932,7 @@ class PrometheusSource:
             store.notes.append(f"Prometheus {self.url}: {len(self._in_part)} quer{'y' if len(self._in_part) == 1 else 'ies'} "
                                "answered in part (isPartial: a storage node of the VictoriaMetrics cluster did not answer; "
                                "the series it holds are missing): " + ", ".join(sorted(set(self._in_part))[:6]))
-        win = _zero_reads(self._grid.window(store, blocks, start, end, step))
+        win = self._grid.window(store, blocks, start, end, step)
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
         if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window
@@ -956,26 +956,6 @@ class SlowQuery(RuntimeError):
 def _hardware(series: dict) -> bool:
     labels = series.get("metric") or {}
     return labels.get("__name__") in TOPOLOGY_METRICS or FACT_LABEL in labels
-
-
-def _zero_reads(win: Window) -> Window:
-    """`read` 0 where the sparse answer (SPARSE) left a node's target out and that node's filesystem
-    total is known: what the unfiltered answer said there (the node read nothing from that target),
-    so pages show 0, not unknown; NaN stays where the node's reads are unknown. For a window just
-    built (HeldGrid.window's arrays are its own): its `read` is written in place, the one pass being
-    `fmax` with 0 where the total is known (NaN elsewhere), which fills only the NaN cells as every
-    point the filter kept is > 0 (at 4,096 nodes and 32 targets a copy and a masked write took
-    0.2 s of a steady cycle)."""
-    total = win.node.get("fs_read")
-    if total is None or not win.targets:
-        return win
-    zero = np.where(np.isfinite(total), np.float32(0), np.float32(np.nan))[:, None, :]
-    read = win.target.get("read")
-    if read is not None:
-        np.fmax(read, zero, out=read)
-        return win
-    read = np.broadcast_to(zero, (len(win.nodes), len(win.targets), win.n_steps)).copy()
-    return replace(win, target={**win.target, "read": read})
 
 
 def silent_nodes(win: Window, stale_seconds: float) -> tuple[tuple[str, ...], dict[str, str]]:

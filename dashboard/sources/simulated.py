@@ -195,13 +195,14 @@ class BundleWriter:
     would have scraped them: `instance` = node:9810) or, with `schema="exporters"`, in
     node_exporter + dcgm-exporter (+ Lustre exporter) names with FQDN host labels."""
 
-    def __init__(self, sim, schema: str = "gangwatch", domain: str = "cluster.local"):
+    def __init__(self, sim, schema: str = "gangwatch", domain: str = "cluster.local", **renderer):
+        """`renderer`: NodeRenderer's options (target_idle_seconds: the agents' idle window)."""
         from dashboard.analysis.sim.render import NodeRenderer
 
         from .build import WANTED
 
         self.sim, self.schema, self.domain = sim, schema, domain
-        self.renderer = NodeRenderer(sim)
+        self.renderer = NodeRenderer(sim, **renderer)
         self.wanted = WANTED | {"gangwatch_lustre_client_target_io_bytes_total"}
         self.samples: list = []
         self.start: float | None = None

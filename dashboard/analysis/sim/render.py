@@ -4,7 +4,8 @@ Names, types and help texts are taken from the agent's own collectors where they
 and GPU-profiling SPECS, the InfiniBand counter table and node help texts, the Lustre stats
 families, the jobs collector's families), so a rename there reaches the simulator. Collectors
 rendered: gpu, gpu_profiling (as if DCGM were running), infiniband (one HCA `mlx5_<k>` per GPU, port
-1), lustre_client (filesystem `lustre`, every OST and MDT, type osc/mdc), pressure, jobs, and the
+1), lustre_client (filesystem `lustre`, every OST and MDT, type osc/mdc; per-OST counters left out
+while they stand still, as the agent does), pressure, jobs, and the
 scrape's own success/duration series. Not simulated: cpu, memory, diskstats, netdev, filesystem,
 GPFS (a reader of those gets no series, which the agent also allows: a collector with no data).
 Not rendered either: `gangwatch_gpu_pcie_throughput_bytes_per_second` (opt-in in the agent).
@@ -36,13 +37,13 @@ import numpy as np
 
 from collectors import __version__
 from collectors.exposition import COUNTER, GAUGE, Family, encode, format_labels
-from collectors.lustre_common import Accumulator, StatsFamilies
+from collectors.lustre_common import TARGET_IDLE_SECONDS, Accumulator, StatsFamilies
 from collectors.node.gpu import SPECS as GPU_SPECS
 from collectors.node.gpu_profiling import SPECS as PROF_SPECS
 from collectors.node.infiniband import COUNTERS as IB_COUNTERS, NODE_HELP as IB_NODE_HELP, PORTS_DOWN_HELP
 from collectors.node.infiniband import PREFIX as IB
 from collectors.node.jobs import JobFamilies
-from collectors.node.lustre_client import TARGETS_IO, TARGETS_IO_HELP
+from collectors.node.lustre_client import IDLE_SERIES, IDLE_SERIES_HELP, TARGETS_IO, TARGETS_IO_HELP
 from collectors.node.ethtool import NODE_HELP as ETH_NODE_HELP, PREFIX as ETH
 from collectors.node.roce import COUNTERS as ROCE_COUNTERS, NODE_HELP as ROCE_NODE_HELP, PREFIX as ROCE
 
@@ -116,6 +117,7 @@ def _agent_specs() -> dict[str, tuple[str, str]]:
     out[ETH_DOWN] = (COUNTER, ETH_NODE_HELP["node_link_down_events_total"])
     out.update((f.name, (f.kind, f.help)) for f in _lustre.families.values())
     out[TARGETS_IO] = (COUNTER, TARGETS_IO_HELP)
+    out[IDLE_SERIES] = (GAUGE, IDLE_SERIES_HELP)
     out.update((f.name, (f.kind, f.help)) for f in JobFamilies().all())
     return out
 
@@ -139,6 +141,11 @@ def _fam(name: str, lines: list[str]) -> Family:
 def _lines(prefixes: list[str], values: list) -> list[str]:
     """`name{labels} value` lines: the prefixes end in a space; values are Python ints or floats."""
     return list(map(str.__add__, prefixes, map(str, values)))
+
+
+def _kept(prefixes: list[str], values: list, keep: np.ndarray) -> list[str]:
+    """_lines of the rows `keep` says are exported."""
+    return [p + str(x) for p, x, k in zip(prefixes, values, keep.tolist()) if k]
 
 
 def _text(families: list[Series]) -> str:
@@ -205,8 +212,9 @@ class _Step:
 class NodeRenderer:
     """Renders any node of one simulation; holds the label strings, built once (node facts on first use)."""
 
-    def __init__(self, sim):
+    def __init__(self, sim, target_idle_seconds: float = TARGET_IDLE_SECONDS):
         self.sim = sim
+        self.target_idle = target_idle_seconds if target_idle_seconds > 0 else math.inf  # 0: every OST's counters, always
         self.g = g = sim.g
         self._topo: list[Family] | None = None
         cl = sim.cluster
@@ -289,14 +297,38 @@ class NodeRenderer:
         self._shared = self._shared_families(imp, targets)
         self._shared_text = _text([(f.name, f.lines) for f in self._shared])
         self._step: _Step | None = None
+        self._moved: tuple[np.ndarray, np.ndarray] | None = None  # per node and OST: when its read, write counters last moved
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def values(self) -> _Step:
         """This step's tables, converted on the first render of the step (rendering is read-only: the
         demo holds its lock, and the simulation changes only in step())."""
         s = self.sim
         if self._step is None or self._step.key != (s.steps, s.t):
-            self._step = _Step(s)
+            step = _Step(s)
+            self._quiet(step, s.t, s.ost_rate > 0)
+            self._step = step
         return self._step
+
+    def _quiet(self, step: _Step, t: float, reading: np.ndarray) -> None:
+        """Which OSC counters each node exports this step, as the agent leaves out those that stood
+        still for its --collector.lustre_client.target-idle-seconds (collectors.lustre_common.QuietSeries): a target's read
+        counters (bytes, calls, ost_read RPCs and their time) move together, its write counters
+        together. The virtual agents have run longer than that window: a target not read in the
+        first rendered step counts as still since long before it."""
+        reads, writes = step.ost_i[:, 0, :], step.ost_i[:, 1, :]
+        if self._moved is None:
+            self._moved = (np.where(reading, t, -np.inf), np.full(writes.shape, -np.inf))
+        else:
+            last_r, last_w = self._moved
+            prev_r, prev_w = self._last
+            last_r[reads != prev_r] = t
+            last_w[writes != prev_w] = t
+        self._last = (reads, writes)
+        step.keep_r, step.keep_w = ((t - m) <= self.target_idle for m in self._moved)
+        # per node: the read counters are 4 series a target (io read, read_bytes and ost_read calls,
+        # ost_read time), the write counters 2 (io write, write_bytes calls)
+        step.idle = (4 * (~step.keep_r).sum(axis=1) + 2 * (~step.keep_w).sum(axis=1)).tolist()
 
     # ------------------------------------------------------------------------------ facts
 
@@ -455,8 +487,10 @@ class NodeRenderer:
     def _lustre(self, v: _Step, i: int) -> list[Series]:
         (rb, wb, ro, wo, inflight), (lat, wait) = v.ost_i[i].tolist(), v.ost_f[i].tolist()
         p = self.ost_i
+        r, w = v.keep_r[i], v.keep_w[i]
         mdt_ops = [int(v.node[i, 3]) // max(1, self.n_mdts)] * self.n_mdts
-        ops = _lines(p[2], ro) + _lines(p[3], wo) + _lines(self.ost_read_ops_again, ro) + _lines(self.mds_getattr, mdt_ops)
+        ops = (_kept(p[2], ro, r) + _kept(p[3], wo, w) + _kept(self.ost_read_ops_again, ro, r)
+               + _lines(self.mds_getattr, mdt_ops))
         wait_max = [self.wait_max_pre[0] + str(max(wait))] if wait else []
         if self.n_mdts:
             wait_max.append(self.wait_max_pre[1] + str(MDC_WAIT_SECONDS))
@@ -465,8 +499,9 @@ class NodeRenderer:
         # agent's targets_io_bytes here (its rate is; a real agent's value counts from its start)
         total = [sum(rb), sum(wb)]
         return [("gangwatch_lustre_client_target_operations_total", ops),
-                ("gangwatch_lustre_client_target_io_bytes_total", _lines(p[0], rb) + _lines(p[1], wb)),
-                ("gangwatch_lustre_client_target_operation_latency_seconds_total", _lines(self.ost_f[0], lat)),
+                ("gangwatch_lustre_client_target_io_bytes_total", _kept(p[0], rb, r) + _kept(p[1], wb, w)),
+                ("gangwatch_lustre_client_target_operation_latency_seconds_total", _kept(self.ost_f[0], lat, r)),
+                (IDLE_SERIES, [f"{IDLE_SERIES} {v.idle[i]}"]),
                 ("gangwatch_lustre_client_target_rpcs_in_flight", _lines(p[4], inflight)),
                 ("gangwatch_lustre_client_import_rpc_wait_average_seconds", _lines(self.ost_f[1], wait) + self.mdc_wait),
                 ("gangwatch_lustre_client_import_rpc_wait_max_seconds", wait_max),

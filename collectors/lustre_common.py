@@ -283,10 +283,12 @@ class QuietSeries:
     counters stay where they are for hours (the OSTs its jobs' files are not striped over), yet each
     is a series every query over the family reads. A series is exported while its value moved in
     the last `idle` seconds, from its first reading on (the agent's start, a target that appears);
-    left out, it goes stale in the TSDB and comes back at its next move (its first interval's
-    growth then seen only in the per-filesystem totals, which count every target). Series not read
-    in a scrape (a file unreadable once) keep when they last moved, so they do not count as new;
-    those unread for longer than `idle` are forgotten. Concurrent scrapes update under a lock."""
+    left out, it goes stale in the TSDB and comes back at its next move, at the value it stood at
+    for that one scrape and at its own from the next: `rate()` and `increase()` count the growth
+    in between one scrape late rather than never (a second scraper of the same agent, which did
+    not scrape that one, misses it). Series not read in a scrape (a file unreadable once) keep when
+    they last moved, so they do not count as new; those unread for longer than `idle` are
+    forgotten. Concurrent scrapes update under a lock."""
 
     def __init__(self, idle: float):
         self.idle = idle
@@ -311,6 +313,10 @@ class QuietSeries:
                     if now - moved > self.idle:
                         del series[labels]
                         dropped += 1
+                    elif old is not None and moved == now and now - old[1] > self.idle:
+                        # back after standing still: the value it stood at first, so that rate()
+                        # counts the growth since (one scrape late) rather than none of it
+                        series[labels] = old[0]
             if len(seen) > 2 * len(read) + 64:  # targets gone: forget them once unread for longer than `idle`
                 self._seen = {k: v for k, v in seen.items() if k in read or now - v[1] <= self.idle}
         return dropped

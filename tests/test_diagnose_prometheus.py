@@ -357,8 +357,8 @@ def test_agents_leaving_still_target_counters_out_give_the_same_verdicts(tmp_pat
         cols = [a.targets.index(t) for t in b.targets]
         la, lb = a.target["latency"][:, cols], b.target["latency"]
         both = np.isfinite(la) & np.isfinite(lb)
-        # a pair back after standing still misses its first interval: its first step unknown, and
-        # PromQL's 60 s rates over its next few steps span only the samples since it came back
+        # a pair back after standing still shows its first interval one step late: that step
+        # unknown, and PromQL's 60 s rates over its next few steps span only the samples since
         assert both.sum() > 0.9 * np.isfinite(la).sum()
         assert np.isclose(la[both], lb[both], rtol=1e-5).mean() > 0.95
 

@@ -390,7 +390,8 @@ def test_targets_io_bytes_counts_from_the_agent_start_and_never_goes_down(hpe, t
 def test_per_target_counters_left_out_while_they_stand_still(hpe, tmp_path):
     """A per-target counter's series is exported while it moved in the last idle window (from its
     first reading on) and left out after, counted in target_idle_series; it comes back with its next
-    move; the per-filesystem totals and the imports still cover every target; 0 exports all."""
+    move, for one scrape at the value it stood at (so rate() counts the growth); the per-filesystem
+    totals and the imports still cover every target; 0 exports all."""
     lustre = tmp_path / "proc" / "fs" / "lustre"
     shutil.copytree(hpe / "proc/fs/lustre/osc", lustre / "osc")
     stats = lustre / "osc/lustrefs-OST0000-osc-ffff88105db50000/stats"
@@ -413,8 +414,9 @@ def test_per_target_counters_left_out_while_they_stand_still(hpe, tmp_path):
     assert value(got, "gangwatch_lustre_client_target_idle_series") == 0
     assert scrape(1600.0)[0] == first  # still within the window since the first reading
     stats.write_text(original.replace("65298098221056", "65298098225152"))  # one more 4 KiB write at 1,700 s
-    moved, _ = scrape(1700.0)
-    assert moved[(per_target[1], write)] == 65298098225152
+    moved, _ = scrape(1700.0)  # back: at the value it stood at, then its own, so rate() counts the write
+    assert moved == {k: v for k, v in first.items() if k[1] == write}
+    assert scrape(1715.0)[0][(per_target[1], write)] == 65298098225152
     kept, got = scrape(2250.0)  # 1,250 s after the first reading, 550 s after the write
     assert set(kept) == {k for k in first if k[1] == write}  # only the write's own counters moved
     assert value(got, "gangwatch_lustre_client_target_idle_series") == len(first) - len(kept)
@@ -427,8 +429,8 @@ def test_per_target_counters_left_out_while_they_stand_still(hpe, tmp_path):
     (tmp_path / "parked").rename(stats)
     assert scrape(2430.0)[0] == {}
     stats.write_text(original.replace("65298098221056", "65298098229248"))  # moves again: back
-    back, _ = scrape(2445.0)
-    assert back[(per_target[1], write)] == 65298098229248
+    assert scrape(2445.0)[0] == {(per_target[1], write): 65298098225152}
+    assert scrape(2460.0)[0] == {(per_target[1], write): 65298098229248}
     everything = tree_ctx(tmp_path, collector_lustre_client_target_idle_seconds=0.0)
     everything.clock = lambda: now[0]
     allc = LustreClientCollector(everything)

@@ -307,13 +307,14 @@ def _one(series, name):
     return got[0][1] if got else None
 
 
-def _osc_state(r: NodeRenderer, i: int) -> tuple[dict, dict]:
-    """Node i's read and write counters of every OST as the step holds them, exported or not."""
+def _osc_state(r: NodeRenderer, i: int) -> tuple[tuple[dict, dict], tuple[dict, dict]]:
+    """Node i's read and write counters of every OST: as the step holds them (exported or not), and
+    as the per-target series show them (one back after standing still: the value it stood at)."""
     v = r.values()
-    return tuple(dict(zip(r.sim.cluster.osts, v.ost_i[i, k].tolist())) for k in (0, 1))
+    return tuple(tuple(dict(zip(r.sim.cluster.osts, a[i, k].tolist())) for k in (0, 1)) for a in (v.ost_i, v.shown_i))
 
 
-def _check_rollups(text: str, osts: tuple[dict, dict]) -> dict:
+def _check_rollups(text: str, osts: tuple[tuple[dict, dict], tuple[dict, dict]]) -> dict:
     """Every rollup of the exposition against the per-device series it summarises (the agent's
     semantics: over the devices that gave the reading, left out when none did); returns the series.
     `osts`: every OST's counters (_osc_state), which the Lustre totals sum."""
@@ -373,9 +374,9 @@ def _check_rollups(text: str, osts: tuple[dict, dict]) -> dict:
     # Lustre: llite and the targets' sum are what went through the OSCs (every OST's, exported or left
     # out for standing still: the per-target series the node renders are some of them, each at its
     # OST's value); the slowest import per type; every import FULL
-    for every, op in zip(osts, ("read", "write")):
+    for every, shown, op in zip(*osts, ("read", "write")):
         osc = {lbl["target"]: v for lbl, v in per("gangwatch_lustre_client_target_io_bytes_total", type="osc", operation=op)}
-        assert all(every[t] == v for t, v in osc.items())
+        assert all(shown[t] == v for t, v in osc.items())
         total = sum(every.values())
         assert [v for _, v in per("gangwatch_lustre_client_io_bytes_total", fs=C.FS_NAME, operation=op)] == [total]
         assert [v for _, v in per("gangwatch_lustre_client_targets_io_bytes_total", fs=C.FS_NAME, type="osc",
@@ -414,26 +415,36 @@ def test_rollups_agree_with_the_per_device_series(sim):
 
 def test_per_ost_counters_rendered_while_they_moved_in_the_agents_idle_window():
     """As the agent (QuietSeries): a node renders an OST's read counters while that OST's read bytes
-    moved in the last TARGET_IDLE_SECONDS, from the first rendered step on where it was being read;
-    target_idle_series counts those left out; the totals keep counting every OST."""
+    moved in the last TARGET_IDLE_SECONDS, from the first rendered step on where it was being read,
+    and one back after standing still at the value it stood at for that step; target_idle_series
+    counts those left out; the totals keep counting every OST."""
     from collectors.lustre_common import TARGET_IDLE_SECONDS
 
-    s = Simulation(SimConfig(nodes=8, seed=5, start=T0, history_seconds=600))
+    s = Simulation(SimConfig(nodes=16, seed=5, start=T0, history_seconds=600))
     r = NodeRenderer(s)
     last = np.where(s.ost_rate > 0, s.t, -np.inf)
     prev = s.ost_read.copy()
-    shown, hidden = set(), set()
-    for k in range(70):  # 17.5 minutes: past one idle window after the first step
+    shown, hidden, back = set(), set(), 0
+    before = None  # the previous step's read counters as the step held them
+    for k in range(120):  # 30 minutes: OSTs go quiet past one idle window, and some come back
         if k:
             s.step()
+            was = last.copy()
             last[s.ost_read != prev] = s.t
             prev = s.ost_read.copy()
         for i in range(s.n):
-            S = _check_rollups(r.render(i), _osc_state(r, i))
-            got = {lbl["target"] for lbl, _ in S.get("gangwatch_lustre_client_target_io_bytes_total", [])
-                   if lbl["operation"] == "read"}
+            text = r.render(i)
+            S = (_check_rollups(text, _osc_state(r, i)) if k % 10 == 0 else  # the rest: the families checked here
+                 _series("\n".join(line for line in text.splitlines() if line.startswith("gangwatch_lustre_client_target_"))))
+            rows = {lbl["target"]: v for lbl, v in S.get("gangwatch_lustre_client_target_io_bytes_total", [])
+                    if lbl["operation"] == "read"}
+            got = set(rows)
             want = {t for j, t in enumerate(s.cluster.osts) if s.t - last[i, j] <= TARGET_IDLE_SECONDS}
             assert got == want, (k, i)
+            for j, t in enumerate(s.cluster.osts):  # back after standing still: at the value it stood at
+                if k and t in want and last[i, j] == s.t and s.t - s.cfg.step_seconds - was[i, j] > TARGET_IDLE_SECONDS:
+                    assert rows[t] == before[i, j] != r.values().ost_i[i, 0, j]
+                    back += 1
             lat = {lbl["target"] for lbl, _ in S.get("gangwatch_lustre_client_target_operation_latency_seconds_total", [])}
             assert lat == want
             writes = {lbl["target"] for lbl, _ in S.get("gangwatch_lustre_client_target_io_bytes_total", [])
@@ -442,7 +453,8 @@ def test_per_ost_counters_rendered_while_they_moved_in_the_agents_idle_window():
                 len(s.cluster.osts) - len(writes))
             shown |= {(i, t) for t in want}
             hidden |= {(i, t) for t in set(s.cluster.osts) - want}
-    assert shown & hidden  # some OSTs went quiet or came back while rendered
+        before = r.values().ost_i[:, 0, :].copy()
+    assert shown & hidden and back  # some OSTs went quiet and came back while rendered
     assert len(hidden) > len(shown) / 4
 
 

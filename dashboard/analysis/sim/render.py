@@ -298,7 +298,6 @@ class NodeRenderer:
         self._shared_text = _text([(f.name, f.lines) for f in self._shared])
         self._step: _Step | None = None
         self._moved: tuple[np.ndarray, np.ndarray] | None = None  # per node and OST: when its read, write counters last moved
-        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def values(self) -> _Step:
         """This step's tables, converted on the first render of the step (rendering is read-only: the
@@ -306,26 +305,37 @@ class NodeRenderer:
         s = self.sim
         if self._step is None or self._step.key != (s.steps, s.t):
             step = _Step(s)
-            self._quiet(step, s.t, s.ost_rate > 0)
+            self._quiet(step, s.t, s.ost_rate > 0, self._step)
             self._step = step
         return self._step
 
-    def _quiet(self, step: _Step, t: float, reading: np.ndarray) -> None:
-        """Which OSC counters each node exports this step, as the agent leaves out those that stood
-        still for its --collector.lustre_client.target-idle-seconds (collectors.lustre_common.QuietSeries): a target's read
-        counters (bytes, calls, ost_read RPCs and their time) move together, its write counters
-        together. The virtual agents have run longer than that window: a target not read in the
-        first rendered step counts as still since long before it."""
+    def _quiet(self, step: _Step, t: float, reading: np.ndarray, prev: _Step | None) -> None:
+        """Which OSC counters each node exports this step, and at what value, as the agent leaves out
+        those that stood still for its --collector.lustre_client.target-idle-seconds and shows one
+        back at the value it stood at for one scrape (collectors.lustre_common.QuietSeries): a
+        target's read counters (bytes, calls, ost_read RPCs and their time) move together, its write
+        counters together. The virtual agents have run longer than that window: a target not read
+        in the first rendered step counts as still since long before it. `step.shown_i`,
+        `step.shown_f`: the Lustre tables as the per-target series show them (the totals count the
+        steps' own values)."""
         reads, writes = step.ost_i[:, 0, :], step.ost_i[:, 1, :]
-        if self._moved is None:
+        step.shown_i, step.shown_f = step.ost_i, step.ost_f
+        if self._moved is None or prev is None:
             self._moved = (np.where(reading, t, -np.inf), np.full(writes.shape, -np.inf))
+            step.keep_r, step.keep_w = ((t - m) <= self.target_idle for m in self._moved)
         else:
             last_r, last_w = self._moved
-            prev_r, prev_w = self._last
-            last_r[reads != prev_r] = t
-            last_w[writes != prev_w] = t
-        self._last = (reads, writes)
-        step.keep_r, step.keep_w = ((t - m) <= self.target_idle for m in self._moved)
+            moved_r, moved_w = reads != prev.ost_i[:, 0, :], writes != prev.ost_i[:, 1, :]
+            last_r[moved_r] = t
+            last_w[moved_w] = t
+            step.keep_r, step.keep_w = ((t - m) <= self.target_idle for m in self._moved)
+            back_r, back_w = moved_r & ~prev.keep_r, moved_w & ~prev.keep_w
+            if back_r.any() or back_w.any():
+                shown_i, shown_f = step.ost_i.copy(), step.ost_f.copy()
+                for row, back in ((0, back_r), (2, back_r), (1, back_w), (3, back_w)):
+                    shown_i[:, row, :][back] = prev.ost_i[:, row, :][back]
+                shown_f[:, 0, :][back_r] = prev.ost_f[:, 0, :][back_r]
+                step.shown_i, step.shown_f = shown_i, shown_f
         # per node: the read counters are 4 series a target (io read, read_bytes and ost_read calls,
         # ost_read time), the write counters 2 (io write, write_bytes calls)
         step.idle = (4 * (~step.keep_r).sum(axis=1) + 2 * (~step.keep_w).sum(axis=1)).tolist()
@@ -485,7 +495,7 @@ class NodeRenderer:
         return out
 
     def _lustre(self, v: _Step, i: int) -> list[Series]:
-        (rb, wb, ro, wo, inflight), (lat, wait) = v.ost_i[i].tolist(), v.ost_f[i].tolist()
+        (rb, wb, ro, wo, inflight), (lat, wait) = v.shown_i[i].tolist(), v.shown_f[i].tolist()
         p = self.ost_i
         r, w = v.keep_r[i], v.keep_w[i]
         mdt_ops = [int(v.node[i, 3]) // max(1, self.n_mdts)] * self.n_mdts
@@ -497,7 +507,7 @@ class NodeRenderer:
         # llite counts what the node's processes read and wrote through the mount: all of it went
         # to the OSTs (no client cache is simulated), so it is the sum over the OSCs; so is the
         # agent's targets_io_bytes here (its rate is; a real agent's value counts from its start)
-        total = [sum(rb), sum(wb)]
+        total = v.ost_i[i, :2].sum(axis=1).tolist()  # every OST's own value, shown or not
         return [("gangwatch_lustre_client_target_operations_total", ops),
                 ("gangwatch_lustre_client_target_io_bytes_total", _kept(p[0], rb, r) + _kept(p[1], wb, w)),
                 ("gangwatch_lustre_client_target_operation_latency_seconds_total", _kept(self.ost_f[0], lat, r)),

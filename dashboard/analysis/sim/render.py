@@ -320,7 +320,7 @@ class NodeRenderer:
         steps' own values)."""
         reads, writes = step.ost_i[:, 0, :], step.ost_i[:, 1, :]
         step.shown_i, step.shown_f = step.ost_i, step.ost_f
-        if self._moved is None or prev is None:
+        if prev is None:  # the first rendered step
             self._moved = (np.where(reading, t, -np.inf), np.full(writes.shape, -np.inf))
             step.keep_r, step.keep_w = ((t - m) <= self.target_idle for m in self._moved)
         else:

@@ -167,8 +167,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--osts", type=int, help="the Lustre filesystem's OSTs (default: the simulator's, at most 32)")
     ap.add_argument("--engines", default="victoriametrics,prometheus")
-    ap.add_argument("--target-idle", type=float, help="the agents' --collector.lustre_client.target-idle-seconds "
-                                                      "(default theirs; 0: every OST's counters at every scrape)")
+    ap.add_argument("--idle", type=imp.parse_idle, metavar="S|TARGETS:PORTS",
+                    help="the agents' idle windows (--collector.lustre_client.target-idle-seconds and "
+                         "--collector.infiniband.error-idle-seconds; default theirs; 0: every counter at every scrape)")
     args = ap.parse_args(argv)
     engines = args.engines.split(",")
     if not vmstack.available() or not shutil.which("promtool"):
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-qcost-"))
     totals = {}
     try:
-        cols = imp.simulate(args.nodes, 20, 1, osts=args.osts, target_idle=args.target_idle)
+        cols = imp.simulate(args.nodes, 20, 1, osts=args.osts, idle=args.idle)
         jsonl, om = work / "series.jsonl", work / "series.om"
         imp.write(cols, jsonl, om)
         end = cols.times[-1]

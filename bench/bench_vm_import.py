@@ -45,12 +45,14 @@ deadline, or `--serve-timeout S`), printing per cycle the signals that failed an
 in part: at a size whose cold cycle does not fit that deadline, how many cycles it takes to see
 every signal. With `--repeat 0` only those run.
 
-`--target-idle 0,600` measures the agents' per-target counters exported at every scrape (0) and
-left out while they stand still (600 s, the agent's default: collectors.lustre_common.QuietSeries),
-each a dataset of its own through the same stages, and ends with the steady cycles' ratio.
+`--idle 0,600` measures the agents' still counters (Lustre's per-target ones, InfiniBand's per-port
+error counters) exported at every scrape (0) and left out while they stand still (600 s, the
+agent's defaults: collectors.quiet.QuietSeries), each a dataset of its own through the same stages,
+and ends with the steady cycles' ratio; `TARGETS:PORTS` sets the two windows apart (`600:0,600`:
+the port error counters alone, as agents before they were left out).
 
 Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR [--baseline-first]] [--profile]
-                                       [--serve-cycles K [--serve-timeout S]] [--osts K] [--target-idle S[,S...]]
+                                       [--serve-cycles K [--serve-timeout S]] [--osts K] [--idle S|T:P[,...]]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
 
@@ -127,14 +129,15 @@ class Columns:
 
 
 def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted: frozenset[str] | None = None,
-             slurm: str = "", osts: int | None = None, target_idle: float | None = None) -> Columns:
+             slurm: str = "", osts: int | None = None, idle: tuple[float, float] | None = None) -> Columns:
     """`steps` steps of the simulated cluster, the last at `end` (default: the latest 15 s boundary
     before now): the families in `wanted` (default: those the diagnosis reads) of every node's
     agent, and with `slurm` (the exporter's address, its `instance`) the slurm-exporter's families
     and every target's `up`, as the demo's /sim/prometheus.yml scrapes them. `osts`: the Lustre
     filesystem's OSTs (default: the simulator's, nodes / 16 between 8 and 32; sites of thousands of
-    nodes have hundreds, each a series per client and counter). `target_idle`: the agents'
-    --collector.lustre_client.target-idle-seconds (default theirs; 0: every OST's counters)."""
+    nodes have hundreds, each a series per client and counter). `idle`: the agents'
+    --collector.lustre_client.target-idle-seconds and --collector.infiniband.error-idle-seconds
+    (default theirs; 0: every OST's or port's counters at every scrape)."""
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.analysis.sim.render import NodeRenderer
     from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
@@ -148,7 +151,7 @@ def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted
     end = math.floor((time.time() if end is None else end) / STEP) * STEP
     start = end - STEP * steps
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300, osts=osts))
-    renderer = NodeRenderer(sim, *(() if target_idle is None else (target_idle,)))
+    renderer = NodeRenderer(sim, *(idle or ()))
     cols = Columns(list(sim.cluster.names), [])
     if slurm:
         cols.jobs[len(cols.names)] = "gangwatch-slurm"
@@ -395,10 +398,18 @@ def report(engine: str, nodes: int, rows: dict, nsteady: int) -> None:
     print(flush=True)
 
 
-def one_dataset(args, work: Path, engines: list[str], idle: float | None):
+def parse_idle(text: str) -> tuple[float, float]:
+    """`S` (both windows) or `TARGETS:PORTS`."""
+    parts = [float(x) for x in text.split(":")]
+    if len(parts) > 2:
+        raise ValueError(f"not S or TARGETS:PORTS: {text!r}")
+    return parts[0], parts[-1]
+
+
+def one_dataset(args, work: Path, engines: list[str], idle: tuple[float, float] | None):
     """Simulate, write, import into each engine and measure; yields (engine, rows)."""
     t0 = time.perf_counter()
-    cols = simulate(args.nodes, args.steps, args.seed, osts=args.osts, target_idle=idle)
+    cols = simulate(args.nodes, args.steps, args.seed, osts=args.osts, idle=idle)
     t1 = time.perf_counter()
     jsonl, om = work / "series.jsonl", work / "series.om"
     write(cols, jsonl, om)
@@ -456,9 +467,10 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-processes", type=int,
                     help="our source's decode processes (default: as serve picks them for this host: "
                          "dashboard/sources/decode_pool.py)")
-    ap.add_argument("--target-idle", help="the agents' --collector.lustre_client.target-idle-seconds, or several "
-                                          "comma-separated (each a dataset of its own, measured in turn; 0: every "
-                                          "OST's counters at every scrape); default the agent's")
+    ap.add_argument("--idle", help="the agents' idle windows (--collector.lustre_client.target-idle-seconds and "
+                                   "--collector.infiniband.error-idle-seconds), or several comma-separated (each a "
+                                   "dataset of its own, measured in turn; 0: every counter at every scrape); default "
+                                   "the agent's")
     ap.add_argument("--keep", help="a directory to keep the import files and engines' data in (default: a temporary one)")
     ap.add_argument("--cycles", help=argparse.SUPPRESS)  # the baseline's process: URL,end,engine's PID
     ap.add_argument("--root", help=argparse.SUPPRESS)
@@ -476,24 +488,24 @@ def main(argv=None) -> int:
         return 2
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-import-"))
     work.mkdir(parents=True, exist_ok=True)
-    idles = [float(x) for x in args.target_idle.split(",")] if args.target_idle else [None]
+    idles = [(x, parse_idle(x)) for x in args.idle.split(",")] if args.idle else [("", None)]
     try:
         print(f"load {load()}; {psutil.virtual_memory().available / 2**30:.1f} GiB available", flush=True)
         steady = {}
-        for idle in idles:
+        for name, idle in idles:
             if idle is not None:
-                print(f"\n== the agents' --collector.lustre_client.target-idle-seconds {idle:g}"
-                      + (" (every OST's counters at every scrape)" if idle <= 0 else ""), flush=True)
-            sub = work / f"idle-{idle:g}" if len(idles) > 1 else work
+                print(f"\n== the agents' idle windows: Lustre targets {idle[0]:g} s, InfiniBand port errors "
+                      f"{idle[1]:g} s (0: every counter at every scrape)", flush=True)
+            sub = work / f"idle-{name.replace(':', '-')}" if len(idles) > 1 else work
             sub.mkdir(parents=True, exist_ok=True)
             for engine, rows in one_dataset(args, sub, engines, idle):
-                steady[(idle, engine)] = rows["ours"]["steady"]
+                steady[(name, engine)] = rows["ours"]["steady"]
         if len(idles) > 1:
             print("\nsteady cycle, ours, by the agents' idle window (wall s, engine CPU s, series answered):")
-            for (idle, engine), row in steady.items():
-                first = steady[(idles[0], engine)]
-                print(f"  {engine:16} {idle:6g} s: {row[0]:6.2f} s, {row[7]:6.2f} s, {row[6]:8,}   ratio to "
-                      f"{idles[0]:g} s: wall {row[0] / first[0]:.2f}, engine CPU {row[7] / max(first[7], 1e-9):.2f}")
+            for (name, engine), row in steady.items():
+                first = steady[(idles[0][0], engine)]
+                print(f"  {engine:16} {name:>8} s: {row[0]:6.2f} s, {row[7]:6.2f} s, {row[6]:8,}   ratio to "
+                      f"{idles[0][0]} s: wall {row[0] / first[0]:.2f}, engine CPU {row[7] / max(first[7], 1e-9):.2f}")
         print(f"\nload at the end: {load()}")
         return 0
     finally:

@@ -33,6 +33,7 @@ from typing import Iterable
 
 from .exposition import Family, counter, format_labels, gauge
 from .lustre_parse import Stats, split_lctl_output
+from .quiet import IDLE_SECONDS, QuietSeries
 from .readers import read_text
 from .registry import Context
 
@@ -274,52 +275,20 @@ class MemberSum:
 
 # Seconds a per-target counter may stand still before the client collector leaves its series out
 # (--collector.lustre_client.target-idle-seconds; the simulator renders its agents the same way).
-TARGET_IDLE_SECONDS = 600.0
+TARGET_IDLE_SECONDS = IDLE_SECONDS
 
 
-class QuietSeries:
-    """Counters left out of the exposition while they stand still: a client keeps an OSC per target
-    of every filesystem it mounts (hundreds to thousands of OSTs), and most of its per-target
-    counters stay where they are for hours (the OSTs its jobs' files are not striped over), yet each
-    is a series every query over the family reads. A series is exported while its value moved in
-    the last `idle` seconds, from its first reading on (the agent's start, a target that appears);
-    left out, it goes stale in the TSDB and comes back at its next move, at the value it stood at
-    for that one scrape and at its own from the next: `rate()` and `increase()` count the growth
-    in between one scrape late rather than never (a second scraper of the same agent, which did
-    not scrape that one, misses it). Series not read in a scrape (a file unreadable once) keep when
-    they last moved, so they do not count as new; those unread for longer than `idle` are
-    forgotten. Concurrent scrapes update under a lock."""
-
-    def __init__(self, idle: float):
-        self.idle = idle
-        self._seen: dict[tuple, tuple[float, float]] = {}  # (family, labels) -> (value, when it last moved)
-        self._lock = threading.Lock()
-
-    def prune(self, acc: "Accumulator", families: Iterable[str], now: float) -> int:
-        """Drop from `acc` the series of `families` that stood still for over `idle` seconds; how many."""
-        if self.idle <= 0:
-            return 0
-        dropped, read = 0, set()
-        with self._lock:
-            seen = self._seen
-            for fam in families:
-                series = acc.values.get(fam, {})
-                for labels, value in list(series.items()):
-                    key = (fam, labels)
-                    old = seen.get(key)
-                    moved = old[1] if old is not None and old[0] == value else now
-                    seen[key] = (value, moved)
-                    read.add(key)
-                    if now - moved > self.idle:
-                        del series[labels]
-                        dropped += 1
-                    elif old is not None and moved == now and now - old[1] > self.idle:
-                        # back after standing still: the value it stood at first, so that rate()
-                        # counts the growth since (one scrape late) rather than none of it
-                        series[labels] = old[0]
-            if len(seen) > 2 * len(read) + 64:  # targets gone: forget them once unread for longer than `idle`
-                self._seen = {k: v for k, v in seen.items() if k in read or now - v[1] <= self.idle}
-        return dropped
+def prune_quiet(quiet: QuietSeries, acc: "Accumulator", families: Iterable[str], now: float) -> int:
+    """Drop from `acc` the series of `families` that `quiet` leaves out and set the others to the
+    value it shows; how many were left out."""
+    families = list(families)
+    shown, dropped = quiet.shown([((fam, labels), value) for fam in families
+                                  for labels, value in acc.values.get(fam, {}).items()], now)
+    for fam in families:
+        acc.values[fam] = {}
+    for (fam, labels), value in shown:
+        acc.values[fam][labels] = value
+    return dropped
 
 
 _LATENCY_DIVISORS = {"usec": 1e6, "usecs": 1e6}  # division keeps 1234 usec -> 0.001234 exact

@@ -319,12 +319,14 @@ def test_old_agents_on_some_nodes_are_read_from_their_targets_through_prometheus
         assert _verdicts(diagnose(steady, b.jobs)) == want and {s for s, _ in want.values()} - {"progressing"}
 
 
-def test_agents_leaving_still_target_counters_out_give_the_same_verdicts(tmp_path):
-    """The same simulated cluster with the agents' per-target counters left out while they stand
-    still (the default, QuietSeries) and with every one at every scrape: about half the series, and
-    the same verdicts and culprits from the bundle and through Prometheus; a node's `read` from a
-    target it does not use is 0 (its filesystem total known), not unknown, in both sources; the
-    targets' latency the same wherever the nodes read."""
+def test_agents_leaving_still_counters_out_give_the_same_verdicts(tmp_path):
+    """The same simulated cluster with the agents' per-target Lustre counters and per-port error
+    counters left out while they stand still (the defaults, collectors.quiet) and with every one at
+    every scrape: about half the target series and a fifth of the port error series, and the same
+    verdicts and culprits from the bundle and through Prometheus; a node's `read` from a target it
+    does not use is 0 (its filesystem total known), not unknown, and a port's `ib_down` and
+    `ib_err` 0 where its counters were left out (the agent's marker known), in both sources; the
+    targets' latency the same wherever the nodes read; the link drops counted the same."""
     import numpy as np
 
     from dashboard.analysis.diagnose import diagnose
@@ -334,17 +336,19 @@ def test_agents_leaving_still_target_counters_out_give_the_same_verdicts(tmp_pat
 
     got = {}
     for idle in (0.0, 600.0):
-        sim = Simulation(SimConfig(nodes=10, seed=3, prefill=False, nodes_per_leaf=4,
-                                   faults="ost_slow@12m+20m,gpu_throttle@5m+40m,nccl_hang@10m+30m"))
-        for url, bundle in _serve(tmp_path / f"idle{idle:g}", sim, 72, target_idle_seconds=idle):
+        sim = Simulation(SimConfig(nodes=10, seed=10, prefill=False, nodes_per_leaf=4,
+                                   faults="ost_slow@12m+20m,gpu_throttle@5m+40m,nccl_hang@10m+30m,link_flap@8m+20m"))
+        for url, bundle in _serve(tmp_path / f"idle{idle:g}", sim, 72, target_idle_seconds=idle, port_idle_seconds=idle):
             b = load_bundle(str(bundle))
             win = PrometheusSource(url).window(b.end, b.end - b.start, 15.0)
-            lines = sum(1 for line in (bundle / "metrics.om").open() if line.startswith("gangwatch_lustre_client_target_"))
+            lines = {kind: sum(1 for line in (bundle / "metrics.om").open() if line.startswith(prefix))
+                     for kind, prefix in (("target", "gangwatch_lustre_client_target_"),
+                                          ("port", ("gangwatch_infiniband_port_symbol", "gangwatch_infiniband_port_link_down")))}
             got[idle] = (b, win, lines)
     (b0, w0, n0), (b1, w1, n1) = got[0.0], got[600.0]
-    assert n1 < 0.6 * n0
+    assert n1["target"] < 0.6 * n0["target"] and n1["port"] < 0.2 * n0["port"]
     want = _verdicts(diagnose(b0.window, b0.jobs))
-    assert any(state == "stalled_io" for state, _ in want.values())
+    assert {"stalled_io", "stalled_network"} <= {state for state, _ in want.values()}, want
     for win in (w0, b1.window, w1):
         assert _verdicts(diagnose(win, b0.jobs)) == want
     for win in (b1.window, w1):
@@ -352,6 +356,9 @@ def test_agents_leaving_still_target_counters_out_give_the_same_verdicts(tmp_pat
         known = np.broadcast_to(np.isfinite(fs)[:, None, :], read.shape)
         assert np.isfinite(read[known]).all()  # 0 where left out, not unknown
         assert (read[known] == 0).mean() > 0.5
+        port = np.isfinite(win.rail["ib_rate"])
+        assert port.mean() > 0.9 and all(np.isfinite(win.rail[s][port]).all() for s in ("ib_down", "ib_err"))
+        assert "ib_quiet" not in win.node
     for a, b in ((b0.window, b1.window), (w0, w1)):
         assert a.targets == b.targets or set(b.targets) <= set(a.targets)
         cols = [a.targets.index(t) for t in b.targets]
@@ -361,6 +368,10 @@ def test_agents_leaving_still_target_counters_out_give_the_same_verdicts(tmp_pat
         # unknown, and PromQL's 60 s rates over its next few steps span only the samples since
         assert both.sum() > 0.9 * np.isfinite(la).sum()
         assert np.isclose(la[both], lb[both], rtol=1e-5).mean() > 0.95
+        # a port's first drop after standing still counts one step late, never lost
+        for signal in ("ib_down", "ib_err"):
+            da, db = np.nansum(a.rail[signal], axis=2), np.nansum(b.rail[signal], axis=2)
+            assert da.sum() > 0 and np.array_equal(da, db), signal
 
 
 @pytest.mark.skipif(not which("vmauth"), reason="vmauth (Debian package victoria-metrics) not installed")

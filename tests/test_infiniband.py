@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from collectors.exposition import encode, iter_samples
 from collectors.node import infiniband as ib
-from collectors.node.infiniband import InfinibandCollector
+from collectors.node.infiniband import PREFIX, InfinibandCollector
 from collectors.registry import Context, NoData, Paths
 from tests.conftest import REPO, which
 from tests.support.golden import check_golden
@@ -455,3 +455,44 @@ def test_open_files_read_all_batches_and_costs_only_the_failing_file(tmp_path):
     assert files._held is None and not files.fds
     assert files.read_all(good, 64) == [b"1\n", b"30\n"]  # opened again after close
     files.close()
+
+
+def test_still_error_counters_left_out_after_the_idle_window(tmp_path):
+    """A port's error counters and hw_counters are exported while they moved in the last idle
+    window (from the first reading on), then left out and counted in port_idle_series; one that
+    moves comes back for one scrape at the value it stood at, then its own; the traffic counters and
+    the node rollups stay, the rollups counting every port; 0 exports every counter, no gauge."""
+    quiet = {"symbol_error": "0\n", "link_downed": "2\n", "port_rcv_errors": "0\n"}
+    pdirs = [make_port(tmp_path, f"mlx5_{k}", "1", counters={"port_xmit_data": "10\n", **quiet},
+                       hw={"out_of_buffer": "7\n"}) for k in range(2)]
+    now = [1000.0]
+    c = InfinibandCollector(Context(paths=Paths(sysfs=str(tmp_path)), clock=lambda: now[0],
+                                    options={"collector_infiniband_error_idle_seconds": 600.0}))
+    names = {PREFIX + ib.COUNTERS[k].metric for k in quiet} | {PREFIX + "port_hw_stat_total"}
+
+    def scrape(at: float, data: str = "10\n") -> tuple[dict, dict]:
+        now[0] = at
+        for p in pdirs:
+            (p / "counters" / "port_xmit_data").write_text(data)
+        got = samples(encode(c.collect()))
+        return {k: v for k, v in got.items() if k[0] in names}, got
+
+    first, got = scrape(1000.0)
+    assert len(first) == 8 and got[(PREFIX + "port_idle_series", ())] == 0
+    assert scrape(1600.0)[0] == first
+    (pdirs[1] / "counters" / "link_downed").write_text("3\n")
+    moved, got = scrape(1700.0, "20\n")
+    downed = (PREFIX + "port_link_downed_total", (("device", "mlx5_1"), ("port", "1")))
+    assert moved == {downed: 2}  # back at the value it stood at, so increase() counts the drop
+    assert got[(PREFIX + "port_idle_series", ())] == 7
+    assert got[(PREFIX + "node_link_downed_total", ())] == 5  # the rollup: every port's own value
+    assert got[(PREFIX + "port_transmit_data_bytes_total", (("device", "mlx5_0"), ("port", "1")))] == 80
+    assert scrape(1715.0)[0] == {downed: 3}
+    assert scrape(2400.0)[0] == {}
+    c.close()
+    every = InfinibandCollector(Context(paths=Paths(sysfs=str(tmp_path)), clock=lambda: 5000.0,
+                                        options={"collector_infiniband_error_idle_seconds": 0.0}))
+    for _ in range(2):
+        got = samples(encode(every.collect()))
+        assert len({k for k in got if k[0] in names}) == 8 and (PREFIX + "port_idle_series", ()) not in got
+    every.close()

@@ -17,7 +17,7 @@ from collectors.slurm.model import Snapshot
 from dashboard.analysis.sim import SimConfig, Simulation
 from dashboard.analysis.sim import cluster as C
 from dashboard.analysis.sim.faults import KINDS, parse_duration, parse_faults
-from dashboard.analysis.sim.render import NodeRenderer
+from dashboard.analysis.sim.render import IB_ROWS, QUIET_IB, NodeRenderer
 from dashboard.analysis.sim.slurm_view import build_snapshot
 from dashboard.analysis.sim.workload import parse_rows, model_arrivals, read_trace, trace_arrivals
 
@@ -307,18 +307,26 @@ def _one(series, name):
     return got[0][1] if got else None
 
 
-def _osc_state(r: NodeRenderer, i: int) -> tuple[tuple[dict, dict], tuple[dict, dict]]:
-    """Node i's read and write counters of every OST: as the step holds them (exported or not), and
-    as the per-target series show them (one back after standing still: the value it stood at)."""
+def _counters(r: NodeRenderer, i: int) -> tuple:
+    """Node i's counters that the agent leaves out while they stand still, as the step holds them
+    (exported or not) and as the series show them (one back after standing still: the value it
+    stood at): every OST's read and write counters, ((every read, every write), (shown read, shown
+    write)) by target; every port's symbol errors and link drops, {counter: (every, shown)} by device."""
     v = r.values()
-    return tuple(tuple(dict(zip(r.sim.cluster.osts, a[i, k].tolist())) for k in (0, 1)) for a in (v.ost_i, v.shown_i))
+    osts = tuple(tuple(dict(zip(r.sim.cluster.osts, a[i, k].tolist())) for k in (0, 1)) for a in (v.ost_i, v.shown_i))
+    devices = [f"mlx5_{k}" for k in range(r.g)]
+    ports = {key: tuple(dict(zip(devices, a[i, IB_ROWS.index(key)].tolist())) for a in (v.ib, v.ib_shown))
+             for key in QUIET_IB}
+    return osts, ports
 
 
-def _check_rollups(text: str, osts: tuple[tuple[dict, dict], tuple[dict, dict]]) -> dict:
+def _check_rollups(text: str, counters: tuple) -> dict:
     """Every rollup of the exposition against the per-device series it summarises (the agent's
     semantics: over the devices that gave the reading, left out when none did); returns the series.
-    `osts`: every OST's counters (_osc_state), which the Lustre totals sum."""
+    `counters`: every OST's and port's counters that may be left out (_counters), which the Lustre
+    totals and the InfiniBand error rollups sum."""
     S = _series(text)
+    osts, ports = counters
 
     def per(name, **want):
         return [(lbl, v) for lbl, v in S.get(name, []) if all(lbl.get(k) == x for k, x in want.items())]
@@ -364,10 +372,13 @@ def _check_rollups(text: str, osts: tuple[tuple[dict, dict], tuple[dict, dict]])
         assert close(value, math.fsum(answered) / len(answered)), jid
     # InfiniBand: sums over the ports, and the ports that left Active (all were Active at start)
     ib = "gangwatch_infiniband_"
-    for node, port in (("transmit_data_bytes", "transmit_data_bytes"), ("receive_data_bytes", "receive_data_bytes"),
-                       ("transmit_wait_ticks", "transmit_wait_ticks"), ("link_downed", "link_downed"),
-                       ("symbol_errors", "symbol_errors")):
-        assert _one(S, f"{ib}node_{node}_total") == sum(v for _, v in per(f"{ib}port_{port}_total")), node
+    for name in ("transmit_data_bytes", "receive_data_bytes", "transmit_wait_ticks"):
+        assert _one(S, f"{ib}node_{name}_total") == sum(v for _, v in per(f"{ib}port_{name}_total")), name
+    # the error rollups count every port's own value; a port's series, where shown, its shown value
+    for key, name in (("link_downed", "link_downed"), ("symbol_error", "symbol_errors")):
+        every, shown = ports[key]
+        assert _one(S, f"{ib}node_{name}_total") == sum(every.values()), name
+        assert all(shown[lbl["device"]] == v for lbl, v in per(f"{ib}port_{name}_total")), name
     state = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_state_id")}
     phys = {(lbl["device"], lbl["port"]): v for lbl, v in per(f"{ib}port_physical_state_id")}
     assert _one(S, f"{ib}node_ports_down") == sum(v < 4 and phys[key] != 3 for key, v in state.items())
@@ -402,7 +413,7 @@ def test_rollups_agree_with_the_per_device_series(sim):
     lost_seen = 0
     for i in range(sim.n):
         text = r.render(i)
-        S = _check_rollups(text, _osc_state(r, i))
+        S = _check_rollups(text, _counters(r, i))
         lost_seen += _one(S, "gangwatch_gpu_node_lost")
         assert "gangwatch_gpu_pcie_throughput_bytes_per_second" not in S  # opt-in in the agent
         # render() writes the families itself: the same samples as the agent's encoder, each family once
@@ -434,7 +445,7 @@ def test_per_ost_counters_rendered_while_they_moved_in_the_agents_idle_window():
             prev = s.ost_read.copy()
         for i in range(s.n):
             text = r.render(i)
-            S = (_check_rollups(text, _osc_state(r, i)) if k % 10 == 0 else  # the rest: the families checked here
+            S = (_check_rollups(text, _counters(r, i)) if k % 10 == 0 else  # the rest: the families checked here
                  _series("\n".join(line for line in text.splitlines() if line.startswith("gangwatch_lustre_client_target_"))))
             rows = {lbl["target"]: v for lbl, v in S.get("gangwatch_lustre_client_target_io_bytes_total", [])
                     if lbl["operation"] == "read"}
@@ -464,7 +475,7 @@ def test_link_flap_shows_in_the_ports_down_rollup_while_the_rail_is_down():
     seen = []
     for _ in range(10):
         s.step()
-        S = _check_rollups(r.render(1), _osc_state(r, 1))
+        S = _check_rollups(r.render(1), _counters(r, 1))
         state = {lbl["device"]: v for lbl, v in S["gangwatch_infiniband_port_state_id"]}
         down = _one(S, "gangwatch_infiniband_node_ports_down")
         assert down == (state["mlx5_3"] != 4) and all(v == 4 for d, v in state.items() if d != "mlx5_3")
@@ -477,13 +488,51 @@ def test_link_flap_shows_in_the_ports_down_rollup_while_the_rail_is_down():
     assert seen[-1][2] - seen[0][2] == sum(during)  # every time it went down counts once
 
 
+def test_port_error_counters_rendered_while_they_moved_in_the_agents_idle_window():
+    """As the agent (--collector.infiniband.error-idle-seconds): a port's error counters are left
+    out while they stand still, counted in port_idle_series with those the simulator keeps at 0; a
+    flapping link's come back at the value they stood at for one step, then their own, so the
+    port's increases add up to the rollup's, one step late; gone again an idle window after the
+    last drop. Every counter at every step with the window 0, and no gauge."""
+    s = Simulation(SimConfig(nodes=8, seed=3, start=T0, history_seconds=60, faults="link_flap@90s+3m:node=node0002;gpu=3"))
+    r, every = NodeRenderer(s), NodeRenderer(s, port_idle_seconds=0)
+    i = s.cluster.names.index("node0002")
+    ib = "gangwatch_infiniband_"
+    seen = []
+    for k in range(80):  # 20 minutes: the flap, then one idle window past its last drop
+        if k:
+            s.step()
+        S = _check_rollups(r.render(i), _counters(r, i))
+        downed = {lbl["device"]: v for lbl, v in S.get(f"{ib}port_link_downed_total", [])}
+        assert downed == {lbl["device"]: v for lbl, v in S.get(f"{ib}port_link_error_recoveries_total", [])}
+        sym = {lbl["device"] for lbl, _ in S.get(f"{ib}port_symbol_errors_total", [])}
+        assert set(downed) <= {"mlx5_3"} and sym <= {"mlx5_3"}
+        assert _one(S, f"{ib}port_idle_series") == 40 - len(sym) - 2 * len(downed)  # 5 error counters x 8 ports
+        assert f"{ib}port_receive_errors_total" not in S
+        seen.append((s.t, downed.get("mlx5_3"), _one(S, f"{ib}node_link_downed_total")))
+        E = _series(every.render(i))
+        assert len(E[f"{ib}port_link_downed_total"]) == len(E[f"{ib}port_receive_errors_total"]) == 8
+        assert f"{ib}port_idle_series" not in E
+    rollup = [total for _, _, total in seen]
+    moves = [k for k in range(1, len(seen)) if rollup[k] != rollup[k - 1]]
+    assert len(moves) >= 2 and all(seen[k - 1][1] is None for k in moves[:1])
+    first, last = moves[0], moves[-1]
+    assert seen[first][1] == rollup[first - 1]  # back at the value it stood at
+    assert seen[first + 1][1] == rollup[first + 1]  # then its own
+    shown = [k for k, (_, v, _) in enumerate(seen) if v is not None]
+    assert shown == list(range(first, shown[-1] + 1))
+    assert seen[shown[-1]][0] - seen[last][0] <= 600 < seen[shown[-1] + 1][0] - seen[last][0]
+    increases = sum(b - a for (_, a, _), (_, b, _) in zip(seen, seen[1:]) if a is not None and b is not None)
+    assert increases == rollup[-1] - rollup[0]
+
+
 def test_slow_ost_raises_the_rpc_wait_rollup_of_its_clients():
     s = Simulation(SimConfig(nodes=32, seed=7, start=T0, history_seconds=900, faults="ost_slow@5m+20m"))
     g = _truth(s, "ost_slow")
     r = NodeRenderer(s)
     hit, other = [], []
     for i, name in enumerate(s.cluster.names):
-        S = _check_rollups(r.render(i), _osc_state(r, i))
+        S = _check_rollups(r.render(i), _counters(r, i))
         (lbl, worst), = [(lbl, v) for lbl, v in S["gangwatch_lustre_client_import_rpc_wait_max_seconds"] if lbl["type"] == "osc"]
         slowest = max(S["gangwatch_lustre_client_import_rpc_wait_average_seconds"], key=lambda lv: lv[1])[0]["target"]
         if name in g["nodes"]:

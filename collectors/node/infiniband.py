@@ -60,6 +60,7 @@ from itertools import repeat
 from typing import Iterable, NamedTuple
 
 from ..exposition import Family, counter, escape_label_value, format_labels, gauge
+from ..quiet import IDLE_SECONDS, QuietSeries
 from ..registry import Collector, NoData, register
 
 PREFIX = "gangwatch_infiniband_"
@@ -120,6 +121,15 @@ NODE_HELP: dict[str, str] = {
     "node_link_downed_total": f"Times a link failed to recover from an error and went down (link_downed), {_SUM}",
     "node_symbol_errors_total": f"Minor link errors on the physical lanes (symbol_error), {_SUM}",
 }
+# Counters that move on any port in use (data, packets, transmit wait: the diagnosis reads their
+# rates as levels). Every other counter, and every hw_counters entry, counts events that a healthy
+# link does not have: left out while it stands still (--collector.infiniband.error-idle-seconds).
+TRAFFIC = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "unicast_xmit_packets",
+                     "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets", "port_xmit_wait"})
+QUIET_METRICS = frozenset(spec.metric for key, spec in COUNTERS.items() if key not in TRAFFIC)
+IDLE_SERIES = PREFIX + "port_idle_series"
+IDLE_SERIES_HELP = ("Port error and hw_counters series left out of this scrape because they stood still for "
+                    "--collector.infiniband.error-idle-seconds: a missing one of them means no change, not unknown.")
 PORTS_DOWN_HELP = ("InfiniBand ports of this node that are not Active (state_id < 4), not Disabled on purpose "
                    "(physical_state_id 3), and were seen Active since the agent started; a port never seen "
                    "Active (uncabled) does not count. Absent when no InfiniBand port's state could be read.")
@@ -374,6 +384,7 @@ SATURATED_HELP = ("1 when a port counter sits at the maximum of its IBA width (e
                   "no longer counts; rates computed from it read 0. Present only for saturated counters.")
 HW_HELP = ("Driver-specific RDMA counters from hw_counters/, by file name (e.g. out_of_buffer, "
            "local_ack_timeout_err, np_cnp_sent).")
+HW_SPEC = CounterSpec("port_hw_stat_total", HW_HELP)
 
 
 @dataclass
@@ -504,6 +515,7 @@ class InfinibandCollector(Collector):
         # (device, port) of the InfiniBand ports seen Active since start: only those count as down
         # when they leave Active. Bounded by the ports the node ever had; kept across layout rescans.
         self._seen_active: set[tuple[str, str]] = set()
+        self.quiet = QuietSeries(float(ctx.option("collector_infiniband_error_idle_seconds", IDLE_SECONDS)))
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -519,6 +531,12 @@ class InfinibandCollector(Collector):
             help="Rate every link-up port should run at, e.g. '200 Gb/sec', or per device name "
                  "'mlx5_[0-7]=400,mlx5_8=200'. A port below it is flagged degraded. Without it, ports "
                  "are compared with the fastest link-up port of the same HCA model and link layer.")
+        parser.add_argument(
+            "--collector.infiniband.error-idle-seconds", dest="collector_infiniband_error_idle_seconds",
+            type=float, default=IDLE_SECONDS, metavar="SECONDS",
+            help="Export a port's error counters and hw_counters only while they moved in the last SECONDS "
+                 "(they stand still on a healthy link, yet each is a series every query reads); back at "
+                 "the value they stood at for one scrape, then their own. 0: every counter at every scrape.")
 
     def collect(self):
         base = self.ctx.paths.sys("class", "infiniband")
@@ -536,9 +554,15 @@ class InfinibandCollector(Collector):
         for lbl in layout.devices:
             info.add_rendered(lbl, 1)
         totals: dict[str, int] = {}
-        readings = [self._collect_port(fams, plan, totals) for plan in layout.ports]
+        still: list[tuple[tuple[CounterSpec, str], int]] = []
+        readings = [self._collect_port(fams, plan, totals, still) for plan in layout.ports]
         for metric, total in totals.items():
             fams.get(metric, NODE_HELP[metric]).add_rendered("", total)
+        shown, idle = self.quiet.shown(still, self.ctx.clock())  # after the sums, which count every port
+        for (spec, lbl), value in shown:
+            fams.get(spec.metric, spec.help).add_rendered(lbl, value)
+        if self.quiet.idle > 0:
+            fams.get("port_idle_series", IDLE_SERIES_HELP, gauge).add_rendered("", idle)
         self._degraded(fams, readings)
         self._ports_down(fams, readings)
         return [info, *fams.by_metric.values()]
@@ -546,7 +570,10 @@ class InfinibandCollector(Collector):
     def close(self) -> None:
         self._files.close()
 
-    def _collect_port(self, fams: _Families, plan: PortPlan, totals: dict[str, int]) -> PortReading:
+    def _collect_port(self, fams: _Families, plan: PortPlan, totals: dict[str, int],
+                      still: list[tuple[tuple[CounterSpec, str], int]]) -> PortReading:
+        """The port's series into `fams`, its counters summed into `totals`; its error counters and
+        hw_counters into `still`, for the idle window to choose from."""
         lbl = plan.labels
         read = self._files.read
         for path, spec, counter_lbl in plan.counters:
@@ -554,17 +581,18 @@ class InfinibandCollector(Collector):
             if value is None:
                 continue
             scaled = value * spec.scale
-            fams.get(spec.metric, spec.help).add_rendered(lbl, scaled)
+            if spec.metric in QUIET_METRICS:
+                still.append(((spec, lbl), scaled))
+            else:
+                fams.get(spec.metric, spec.help).add_rendered(lbl, scaled)
             if spec.node:
                 totals[spec.node] = totals.get(spec.node, 0) + scaled
             if spec.width and saturated(value, spec.width):
                 fams.get("pma_saturated", SATURATED_HELP, gauge).add_rendered(counter_lbl, 1)
-        if plan.hw:
-            hw = fams.get("port_hw_stat_total", HW_HELP)
-            for path, counter_lbl in plan.hw:
-                value = parse_counter(read(path))
-                if value is not None:
-                    hw.add_rendered(counter_lbl, value)
+        for path, counter_lbl in plan.hw:
+            value = parse_counter(read(path))
+            if value is not None:
+                still.append(((HW_SPEC, counter_lbl), value))
         state = parse_state(_decode(read(plan.state_path)))
         phys = parse_phys_state(_decode(read(plan.phys_path)))
         rate = parse_rate(_decode(read(plan.rate_path)))

@@ -13,7 +13,7 @@ Metrics (labels `fs` = filesystem name, `target` = OST/MDT name such as `lustre-
   each series only while it moved in the last `--collector.lustre_client.target-idle-seconds` (600;
   0: always): a client has an OSC per OST of every mount, and the counters of the OSTs its jobs do
   not use stand still for hours yet would be series every query over the family reads
-  (lustre_common.QuietSeries). `gangwatch_lustre_client_target_idle_series`: how many were left out.
+  (collectors.quiet). `gangwatch_lustre_client_target_idle_series`: how many were left out.
 - `gangwatch_lustre_client_targets_io_bytes_total{fs,type,operation}`: the target counters' bytes
   summed over the filesystem's targets, one series per node and filesystem where the per-target
   ones are one per OST (hundreds on a large filesystem); what the diagnosis reads a node's filesystem
@@ -42,9 +42,10 @@ kernel: the scrape wrapper then reports this collector as failed and the scrape 
 
 from __future__ import annotations
 
-from ..lustre_common import (TARGET_IDLE_SECONDS, Accumulator, LustreSource, MemberSum, QuietSeries, StatsFamilies,
-                             add_common_arguments, command_families, parse_failures_family, split_param, wanted)
+from ..lustre_common import (TARGET_IDLE_SECONDS, Accumulator, LustreSource, MemberSum, StatsFamilies,
+                             add_common_arguments, prune_quiet, command_families, parse_failures_family, split_param, wanted)
 from ..lustre_parse import fs_of_target, parse_import, parse_rpc_stats, parse_stats, split_client_device
+from ..quiet import QuietSeries
 from ..registry import Collector, NoData, register
 
 PARAMS = ("llite.*.stats", "osc.*.stats", "osc.*.rpc_stats", "osc.*.import",
@@ -126,7 +127,7 @@ class LustreClientCollector(Collector):
         self._target_sums(acc, target_stats)
         per_target = (target_stats.ops, target_stats.bytes, target_stats.latency)
         if self.quiet.idle > 0 and any(acc.values[f] for f in per_target):  # after the sums, which count every target
-            idle = self.quiet.prune(acc, per_target, self.ctx.clock())
+            idle = prune_quiet(self.quiet, acc, per_target, self.ctx.clock())
             acc.set(acc.family(IDLE_SERIES, "gauge", IDLE_SERIES_HELP), (), idle)
         fams = acc.render()
         fams += command_families(self.name, fetch)

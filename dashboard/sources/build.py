@@ -387,6 +387,7 @@ class Layout:
             _ratio(arrays[level], name, num, den)
         f32 = {lvl: {s: a.astype(np.float32, copy=False) for s, a in d.items()} for lvl, d in arrays.items()}
         zero_reads(f32, len(self.nodes), len(self.targets), len(times))
+        zero_port_events(f32)
         if not f32["gpu"]:
             notes.append("no GPU metrics found (gangwatch_gpu_*, DCGM_FI_*)")
         leaves = dict(info.leaf_of)
@@ -406,7 +407,7 @@ def zero_reads(arrays: dict[str, dict[str, np.ndarray]], N: int, F: int, T: int)
     """`read` 0 wherever a node's series for a target is missing and that node's filesystem total
     (`fs_read`) is known: the node read nothing from it (Prometheus' sparse answer leaves such
     points out, SPARSE; an agent leaves out a target's counters while they stand still,
-    collectors.lustre_common.QuietSeries); NaN stays where the node's reads are unknown. Pages show
+    collectors.quiet.QuietSeries); NaN stays where the node's reads are unknown. Pages show
     0, not unknown, and every source (Prometheus, bundle, embedded scraper) says the same. In place:
     one `fmax` with 0 where the total is known (NaN elsewhere) fills only the NaN cells, as every
     point there is >= 0 (at 4,096 nodes and 32 targets a copy and a masked write took 0.2 s of a
@@ -420,6 +421,31 @@ def zero_reads(arrays: dict[str, dict[str, np.ndarray]], N: int, F: int, T: int)
         np.fmax(read, zero, out=read)
     else:
         arrays["target"]["read"] = np.broadcast_to(zero, (N, F, T)).copy()
+
+
+PORT_EVENTS = ("ib_down", "ib_err")  # what an agent with QUIET_MARKER leaves out while it stands still
+QUIET_MARKER = "ib_quiet"
+
+
+def zero_port_events(arrays: dict[str, dict[str, np.ndarray]]) -> None:
+    """`ib_down` and `ib_err` 0 wherever a port's series is missing, the port was read at that step
+    (its `ib_rate` or `ib_tx` is known) and the node's agent says it leaves still error counters out
+    (`ib_quiet`, its gangwatch_infiniband_port_idle_series; collectors.quiet): no event there. NaN
+    stays where either is unknown: node_exporter and older agents, which export every counter, give
+    no marker, so a counter they miss stays unknown. The marker only feeds this and is dropped."""
+    marker = arrays["node"].pop(QUIET_MARKER, None)
+    rail = arrays["rail"]
+    read = [np.isfinite(rail[s]) for s in ("ib_rate", "ib_tx") if s in rail]
+    if marker is None or not read:
+        return
+    known = np.logical_or.reduce(read) & np.isfinite(marker)[:, None, :]
+    zero = np.where(known, np.float32(0), np.float32(np.nan))
+    for signal in PORT_EVENTS:
+        got = rail.get(signal)
+        if got is not None:
+            np.fmax(got, zero, out=got)  # every point there is >= 0: fills only the NaN cells
+        elif known.any():
+            rail[signal] = zero.copy()
 
 
 class RawStore:

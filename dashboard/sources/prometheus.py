@@ -303,9 +303,10 @@ def counters_selector(ms: list[Mapping]) -> str:
 
 # Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
 # no transmit wait; the ethtool collector's rollups, read on RoCE; the tasks in I/O wait, read where
-# PSI is off, beside iowait) share one query: each part is labelled with its signal, which add_matrix
-# reads. So the cycle's query count stays in budget.
-SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "ethtool": ("eth_pause", "eth_down"),
+# PSI is off, beside iowait; the agent's one-a-node marker that it leaves still port error counters
+# out, beside the NICs' link events) share one query: each part is labelled with its signal, which
+# add_matrix reads. So the cycle's query count stays in budget.
+SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "links": ("eth_pause", "eth_down", "ib_quiet"),
                   "host_io": ("iowait", "blocked")}
 SIGNAL_LABEL = "gw_signal"
 

@@ -70,6 +70,9 @@ MAPPINGS: tuple[Mapping, ...] = (
     # the rate the link trained at (width x speed): a degraded link paces a ring collective
     Mapping("ib_rate", "rail", "gangwatch_infiniband_port_rate_bytes_per_second"),
     Mapping("ib_rate", "rail", "node_infiniband_rate_bytes_per_second"),
+    # where the agent says it leaves a port's still error counters out, a missing one is 0, not unknown
+    # (build.zero_port_events; dropped from the window there)
+    Mapping("ib_quiet", "node", "gangwatch_infiniband_port_idle_series"),
     # ---- RoCE (key: device/port, as InfiniBand): no port_xmit_wait there; congestion is ECN-marked
     # packets plus the CNPs senders acted on (per second, summed), link trouble is sequence errors,
     # NAKs, ACK timeouts and retransmissions (per step, summed); the diagnosis reads them in

@@ -4,8 +4,9 @@ Names, types and help texts are taken from the agent's own collectors where they
 and GPU-profiling SPECS, the InfiniBand counter table and node help texts, the Lustre stats
 families, the jobs collector's families), so a rename there reaches the simulator. Collectors
 rendered: gpu, gpu_profiling (as if DCGM were running), infiniband (one HCA `mlx5_<k>` per GPU, port
-1), lustre_client (filesystem `lustre`, every OST and MDT, type osc/mdc; per-OST counters left out
-while they stand still, as the agent does), pressure, jobs, and the
+1; error counters left out while they stand still, as the agent does), lustre_client (filesystem
+`lustre`, every OST and MDT, type osc/mdc; per-OST counters left out while they stand still, as
+the agent does), pressure, jobs, and the
 scrape's own success/duration series. Not simulated: cpu, memory, diskstats, netdev, filesystem,
 GPFS (a reader of those gets no series, which the agent also allows: a collector with no data).
 Not rendered either: `gangwatch_gpu_pcie_throughput_bytes_per_second` (opt-in in the agent).
@@ -37,10 +38,12 @@ import numpy as np
 
 from collectors import __version__
 from collectors.exposition import COUNTER, GAUGE, Family, encode, format_labels
-from collectors.lustre_common import TARGET_IDLE_SECONDS, Accumulator, StatsFamilies
+from collectors.quiet import IDLE_SECONDS
+from collectors.lustre_common import Accumulator, StatsFamilies
 from collectors.node.gpu import SPECS as GPU_SPECS
 from collectors.node.gpu_profiling import SPECS as PROF_SPECS
 from collectors.node.infiniband import COUNTERS as IB_COUNTERS, NODE_HELP as IB_NODE_HELP, PORTS_DOWN_HELP
+from collectors.node.infiniband import IDLE_SERIES as IB_IDLE_SERIES, IDLE_SERIES_HELP as IB_IDLE_SERIES_HELP
 from collectors.node.infiniband import PREFIX as IB
 from collectors.node.jobs import JobFamilies
 from collectors.node.lustre_client import IDLE_SERIES, IDLE_SERIES_HELP, TARGETS_IO, TARGETS_IO_HELP
@@ -57,6 +60,7 @@ IB_DATA = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_pac
 # the simulated port counters, in the order of _Step.ib's rows (the other IB_DATA counters stay 0)
 IB_ROWS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_xmit_wait",
            "symbol_error", "link_downed")
+QUIET_IB = ("symbol_error", "link_downed")  # the simulated error counters: left out while they stand still
 # fabric "roce": the simulated hw_counters (in the order of _Step.roce's rows), and no port_xmit_wait
 ROCE_ROWS = ("np_ecn_marked_roce_packets", "rp_cnp_handled", "out_of_sequence")
 ETH_PAUSE = ETH + "node_received_pause_frames_total"
@@ -118,6 +122,7 @@ def _agent_specs() -> dict[str, tuple[str, str]]:
     out.update((f.name, (f.kind, f.help)) for f in _lustre.families.values())
     out[TARGETS_IO] = (COUNTER, TARGETS_IO_HELP)
     out[IDLE_SERIES] = (GAUGE, IDLE_SERIES_HELP)
+    out[IB_IDLE_SERIES] = (GAUGE, IB_IDLE_SERIES_HELP)
     out.update((f.name, (f.kind, f.help)) for f in JobFamilies().all())
     return out
 
@@ -212,9 +217,10 @@ class _Step:
 class NodeRenderer:
     """Renders any node of one simulation; holds the label strings, built once (node facts on first use)."""
 
-    def __init__(self, sim, target_idle_seconds: float = TARGET_IDLE_SECONDS):
+    def __init__(self, sim, target_idle_seconds: float = IDLE_SECONDS, port_idle_seconds: float = IDLE_SECONDS):
         self.sim = sim
         self.target_idle = target_idle_seconds if target_idle_seconds > 0 else math.inf  # 0: every OST's counters, always
+        self.port_idle = port_idle_seconds if port_idle_seconds > 0 else math.inf  # 0: every port error counter, always
         self.g = g = sim.g
         self._topo: list[Family] | None = None
         cl = sim.cluster
@@ -298,6 +304,7 @@ class NodeRenderer:
         self._shared_text = _text([(f.name, f.lines) for f in self._shared])
         self._step: _Step | None = None
         self._moved: tuple[np.ndarray, np.ndarray] | None = None  # per node and OST: when its read, write counters last moved
+        self._port_moved: np.ndarray | None = None  # (node, QUIET_IB, rail): when each error counter last moved
 
     def values(self) -> _Step:
         """This step's tables, converted on the first render of the step (rendering is read-only: the
@@ -306,13 +313,14 @@ class NodeRenderer:
         if self._step is None or self._step.key != (s.steps, s.t):
             step = _Step(s)
             self._quiet(step, s.t, s.ost_rate > 0, self._step)
+            self._quiet_ports(step, s.t, self._step)
             self._step = step
         return self._step
 
     def _quiet(self, step: _Step, t: float, reading: np.ndarray, prev: _Step | None) -> None:
         """Which OSC counters each node exports this step, and at what value, as the agent leaves out
         those that stood still for its --collector.lustre_client.target-idle-seconds and shows one
-        back at the value it stood at for one scrape (collectors.lustre_common.QuietSeries): a
+        back at the value it stood at for one scrape (collectors.quiet.QuietSeries): a
         target's read counters (bytes, calls, ost_read RPCs and their time) move together, its write
         counters together. The virtual agents have run longer than that window: a target not read
         in the first rendered step counts as still since long before it. `step.shown_i`,
@@ -339,6 +347,35 @@ class NodeRenderer:
         # per node: the read counters are 4 series a target (io read, read_bytes and ost_read calls,
         # ost_read time), the write counters 2 (io write, write_bytes calls)
         step.idle = (4 * (~step.keep_r).sum(axis=1) + 2 * (~step.keep_w).sum(axis=1)).tolist()
+
+    def _quiet_ports(self, step: _Step, t: float, prev: _Step | None) -> None:
+        """Which port error counters each node exports this step, and at what value, as the agent
+        leaves out those that stood still for its --collector.infiniband.error-idle-seconds
+        (collectors.quiet.QuietSeries): the simulated symbol errors and link drops (a drop's link
+        error recovery moves with it); the error counters the simulator keeps at 0 are never shown,
+        the virtual agents having run longer than the window. A counter that is not 0 at the first
+        rendered step counts as moved then (when is not known; shown for a window more than needed,
+        never less). `step.ib_shown`: the port table as the per-port series show it (the node
+        rollups count the step's own values); `step.keep_ib` (node, QUIET_IB, rail)."""
+        rows = [IB_ROWS.index(k) for k in QUIET_IB]
+        now = step.ib[:, rows, :]
+        step.ib_shown = step.ib
+        if prev is None:
+            self._port_moved = np.where(now != 0, t, -np.inf)
+        else:
+            moved = now != prev.ib[:, rows, :]
+            self._port_moved[moved] = t
+            back = moved & ~prev.keep_ib
+            if back.any():
+                shown = step.ib.copy()
+                for k, row in enumerate(rows):
+                    shown[:, row, :][back[:, k, :]] = prev.ib[:, row, :][back[:, k, :]]
+                step.ib_shown = shown
+        step.keep_ib = (t - self._port_moved) <= self.port_idle
+        # per node: symbol errors 1 series a port, link drops 2 (link_downed, link_error_recovery),
+        # and the counters kept at 0 unless every counter is exported
+        never = 0 if self.port_idle == math.inf else len(self.ib_zero) * self.g
+        step.port_idle = ((~step.keep_ib[:, 0, :]).sum(axis=1) + 2 * (~step.keep_ib[:, 1, :]).sum(axis=1) + never).tolist()
 
     # ------------------------------------------------------------------------------ facts
 
@@ -475,18 +512,23 @@ class NodeRenderer:
 
     def _infiniband(self, v: _Step, i: int) -> list[Series]:
         g = self.g
-        table = v.ib[i].tolist()
+        table, shown = v.ib[i].tolist(), v.ib_shown[i].tolist()
+        sym, down = v.keep_ib[i]
+        keep = {"symbol_error": sym, "link_downed": down}
         out = []
-        for row, values in zip(self.ib_rows, table):
+        for key, row, values, seen in zip(IB_ROWS, self.ib_rows, table, shown):
             if row is None:
                 continue
             name, prefixes, node = row
-            out.append((name, _lines(prefixes, values)))
+            out.append((name, _kept(prefixes, seen, keep[key]) if key in keep else _lines(prefixes, seen)))
             if node:
                 out.append((node, [f"{node} {sum(values)}"]))
         recoveries = IB + IB_COUNTERS["link_error_recovery"].metric  # as often as the link went down
-        out.append((recoveries, _lines(self.ib_downed_again, table[IB_ROWS.index("link_downed")])))
-        out += [(name, lines) for name, lines in self.ib_zero]
+        out.append((recoveries, _kept(self.ib_downed_again, shown[IB_ROWS.index("link_downed")], down)))
+        if self.port_idle == math.inf:
+            out += [(name, lines) for name, lines in self.ib_zero]
+        else:
+            out.append((IB_IDLE_SERIES, [f"{IB_IDLE_SERIES} {v.port_idle[i]}"]))
         up = table[-1]
         out.append((IB + "port_state_id", [self.ib_state[k][up[k]] for k in range(g)]))
         out.append((IB + "port_physical_state_id", [self.ib_phys[k][up[k]] for k in range(g)]))

@@ -84,6 +84,7 @@ from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus, http_get  # noqa: E402
 
 STEP = 15.0
+BLOCK_SECONDS = 7200.0  # Prometheus' block range (promtool create-blocks-from cuts there)
 JOB = "gangwatch-agent"  # the demo's /sim/prometheus.yml job, with instance = node = the node's name
 SCRAPE_LABELS = ("job", "instance", "node")
 MIB = 2 ** 20
@@ -148,7 +149,14 @@ def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted
     from dashboard.sources.build import WANTED
 
     wanted = WANTED if wanted is None else wanted
-    end = math.floor((time.time() if end is None else end) / STEP) * STEP
+    if end is None:
+        end = time.time()
+        # promtool cuts blocks at Prometheus' 2-hour boundaries: data across one is two blocks that
+        # each hold every series, so Prometheus reads each twice, and a comparison would favour
+        # the dataset that did not cross one. Such data ends just before the boundary instead.
+        if math.floor(end / BLOCK_SECONDS) != math.floor((end - STEP * (steps + 1)) / BLOCK_SECONDS):
+            end = math.floor(end / BLOCK_SECONDS) * BLOCK_SECONDS - STEP
+    end = math.floor(end / STEP) * STEP
     start = end - STEP * steps
     sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300, osts=osts))
     renderer = NodeRenderer(sim, *(idle or ()))

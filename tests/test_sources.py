@@ -1134,3 +1134,34 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
     asked.clear()
     src.window(T0 + 15, 600, 15)  # the interval is kept: not asked again
     assert PLAN_QUERY not in asked
+
+
+def test_port_events_missing_from_an_agent_that_leaves_still_ones_out_are_0():
+    """ib_down/ib_err 0 where a port's series is missing, the port was read at that step and the
+    node's agent says it leaves still error counters out (its gauge, `ib_quiet`); unknown where the
+    node has no gauge (node_exporter, older agents), the port was not read, or the node's scrape
+    failed; the counted events kept; the gauge dropped from the window."""
+    import numpy as np
+
+    from dashboard.sources.build import zero_port_events
+
+    nan = np.nan
+    rate = np.array([[[1.0, 1.0, nan], [1.0, 1.0, 1.0]],  # node 0: port 0 unread at the last step
+                     [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]])  # node 1: node_exporter, no gauge
+
+    def down():
+        return np.array([[[nan, 2.0, nan], [nan, nan, nan]], [[nan, nan, nan], [nan, nan, nan]]], dtype=np.float32)
+
+    marker = np.array([[0.0, 0.0, 0.0], [nan, nan, nan]])
+    marker[0, 1] = nan  # node 0's scrape failed at the second step: its gauge unknown there
+    arrays = {"node": {"ib_quiet": marker}, "rail": {"ib_rate": rate, "ib_down": down()}}
+    zero_port_events(arrays)
+    assert "ib_quiet" not in arrays["node"]
+    np.testing.assert_array_equal(arrays["rail"]["ib_down"],
+                                  [[[0, 2, nan], [0, nan, 0]], [[nan, nan, nan], [nan, nan, nan]]])
+    np.testing.assert_array_equal(arrays["rail"]["ib_err"],  # no port counted one: made where known
+                                  [[[0, nan, nan], [0, nan, 0]], [[nan, nan, nan], [nan, nan, nan]]])
+    without = {"node": {}, "rail": {"ib_rate": rate, "ib_down": down()}}
+    zero_port_events(without)
+    assert "ib_err" not in without["rail"]
+    np.testing.assert_array_equal(without["rail"]["ib_down"], down())

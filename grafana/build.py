@@ -28,6 +28,19 @@ SCHEMA_VERSION = 39
 DS = {"type": "prometheus", "uid": "${datasource}"}
 NODE = 'node=~"$node"'
 JOB = 'jobid=~"$job"'
+_QUIET_PORTS = ("0 for a port whose counter the agent left out while it stood still "
+                "(--collector.infiniband.error-idle-seconds; its port_idle_series says it does); no line where "
+                "nothing says so.")
+
+
+def _port_errors(metric: str) -> str:
+    """A port error counter's increase over the hour, and 0 for the ports of the nodes whose agent
+    leaves still error counters out (gangwatch_infiniband_port_idle_series) where the counter is
+    missing: there a missing series means no event, and a panel of only the ports that erred
+    would be empty on a healthy fabric, as if nothing were collected."""
+    ports = f"max by (node, device, port) (gangwatch_infiniband_port_rate_bytes_per_second{{{NODE}}})"
+    return (f"increase({metric}{{{NODE}}}[1h]) or on (node, device, port) "
+            f"(0 * {ports} and on (node) gangwatch_infiniband_port_idle_series{{{NODE}}})")
 # The selected jobs' GPUs, joined on demand to a per-GPU series of the selected nodes: the job's
 # GPU map on the "many" side, so a GPU shared by two jobs shows under both.
 JOB_GPUS = f"gangwatch_job_gpu_info{{{JOB},{NODE}}} * on (node, gpu) group_left "
@@ -266,10 +279,10 @@ NETWORK = D("gangwatch-network", "gangwatch / network", "InfiniBand ports, links
         ts("Wait ticks per second", Q(f"node:gangwatch_infiniband_node_transmit_wait_ticks:rate5m{{{NODE}}}", "{{node}}"),
            description="Summed over the node's ports; InfinibandCongestion fires above 1e6 for 10 minutes."),
         ts("Wait per leaf switch", Q("switch:gangwatch_infiniband_node_transmit_wait_ticks:rate5m", "{{switch}}")),
-        ts("Symbol errors (1h)", Q(f"increase(gangwatch_infiniband_port_symbol_errors_total{{{NODE}}}[1h])",
-                                   "{{node}} {{device}}/{{port}}")),
-        ts("Link downs (1h)", Q(f"increase(gangwatch_infiniband_port_link_downed_total{{{NODE}}}[1h])",
-                                "{{node}} {{device}}/{{port}}")),
+        ts("Symbol errors (1h)", Q(_port_errors("gangwatch_infiniband_port_symbol_errors_total"),
+                                   "{{node}} {{device}}/{{port}}"), description=_QUIET_PORTS),
+        ts("Link downs (1h)", Q(_port_errors("gangwatch_infiniband_port_link_downed_total"),
+                                "{{node}} {{device}}/{{port}}"), description=_QUIET_PORTS),
     )),
     Row("Ports", (
         ts("Ports down", Q(f"gangwatch_infiniband_node_ports_down{{{NODE}}}", "{{node}}"), width=12,

@@ -182,3 +182,39 @@ def test_queries_parse_with_prometheus(tmp_path):
     path.write_text(yaml.safe_dump({"groups": [{"name": "grafana", "rules": rules}]}))
     r = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not which("promtool"), reason="promtool not installed")
+def test_port_error_panels_show_0_for_counters_an_agent_left_out(tmp_path):
+    """The per-port error panels (promtool test rules on their queries): a port that erred shows its
+    increase; a port whose counter the agent left out for standing still shows 0 where the node
+    has the agent's port_idle_series; a node without it (node_exporter's names, an older agent)
+    shows nothing for a port without the counter: unknown, not 0."""
+    panels = {p["title"]: p["targets"][0]["expr"] for p in DASHBOARDS["network"]["panels"] if p.get("targets")}
+    exprs = {name: panels[title].replace("$node", ".*") for name, title in
+             (("downs", "Link downs (1h)"), ("symbols", "Symbol errors (1h)"))}
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": [
+        {"record": f"panel:{name}", "expr": expr} for name, expr in exprs.items()]}]}))
+    ib = "gangwatch_infiniband_"
+
+    def port(node, device, more=""):
+        return f'{{job="agent",instance="{node}:9810",node="{node}",device="{device}",port="1"{more}}}'
+
+    series = [{"series": f"{ib}port_rate_bytes_per_second{port(n, d)}", "values": "5e10x8"}
+              for n in ("gpu1", "gpu2") for d in ("mlx5_0", "mlx5_1")]
+    series += [{"series": f'{ib}port_idle_series{{job="agent",instance="gpu1:9810",node="gpu1"}}', "values": "7x8"},
+               {"series": f"{ib}port_link_downed_total{port('gpu1', 'mlx5_1')}", "values": "2 2 3 3 4 4 4 4 4"}]
+    test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [
+            {"expr": "panel:downs", "eval_time": "8m", "exp_samples": [
+                {"labels": f'panel:downs{{device="mlx5_0",node="gpu1",port="1"}}', "value": 0},
+                # 2 drops over the 8 minutes, extrapolated half a scrape interval back (increase())
+                {"labels": f"panel:downs{port('gpu1', 'mlx5_1')}", "value": 2 * 8.5 / 8}]},
+            {"expr": "panel:symbols", "eval_time": "8m", "exp_samples": [
+                {"labels": f'panel:symbols{{device="{d}",node="gpu1",port="1"}}', "value": 0}
+                for d in ("mlx5_0", "mlx5_1")]}]}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    r = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -16,7 +16,7 @@ the sign that a missing series of this agent means "no change", not "unknown".
 from __future__ import annotations
 
 import threading
-from typing import Hashable, Iterable
+from typing import Hashable, Sequence
 
 # Seconds a counter may stand still before a collector leaves its series out (the collectors'
 # `...-idle-seconds` flags; the simulator renders its agents the same way).
@@ -33,28 +33,31 @@ class QuietSeries:
         self._seen: dict[Hashable, tuple[float, float]] = {}  # key -> (value, when it last moved)
         self._lock = threading.Lock()
 
-    def shown(self, readings: Iterable[tuple[Hashable, float]], now: float) -> tuple[list[tuple[Hashable, float]], int]:
+    def shown(self, readings: Sequence[tuple[Hashable, float]], now: float) -> tuple[list[tuple[Hashable, float]], int]:
         """The (key, value) of `readings` to export, each at the value to show, and how many were
         left out. With no idle window every reading is shown."""
         if self.idle <= 0:
             return list(readings), 0
         out: list[tuple[Hashable, float]] = []
-        dropped, read = 0, set()
+        dropped, idle = 0, self.idle
         with self._lock:
             seen = self._seen
             for key, value in readings:
                 old = seen.get(key)
-                moved = old[1] if old is not None and old[0] == value else now
-                seen[key] = (value, moved)
-                read.add(key)
-                if now - moved > self.idle:
-                    dropped += 1
-                elif old is not None and moved == now and now - old[1] > self.idle:
+                if old is not None and old[0] == value:  # most scrapes: nothing to store
+                    if now - old[1] > idle:
+                        dropped += 1
+                    else:
+                        out.append((key, value))
+                    continue
+                seen[key] = (value, now)
+                if old is not None and now - old[1] > idle:
                     # back after standing still: the value it stood at first, so that rate()
                     # counts the growth since (one scrape late) rather than none of it
                     out.append((key, old[0]))
                 else:
                     out.append((key, value))
-            if len(seen) > 2 * len(read) + 64:  # series gone: forget them once unread for longer than `idle`
-                self._seen = {k: v for k, v in seen.items() if k in read or now - v[1] <= self.idle}
+            if len(seen) > 2 * len(readings) + 64:  # series gone: forget them once unread for longer than `idle`
+                read = {key for key, _ in readings}
+                self._seen = {k: v for k, v in seen.items() if k in read or now - v[1] <= idle}
         return out, dropped

@@ -510,6 +510,7 @@ class InfinibandCollector(Collector):
         raw = ctx.option("collector_infiniband_expected_rate", "")
         self.expected: tuple[ExpectedRule, ...] = parse_expected_rate(raw) if isinstance(raw, str) else tuple(raw or ())
         self._layout: Layout | None = None
+        self._quiet_of: dict[str, tuple[CounterSpec, str]] = {}  # counter file -> its spec and port labels
         self._scanned = 0.0
         self._files = OpenFiles()
         # (device, port) of the InfiniBand ports seen Active since start: only those count as down
@@ -545,6 +546,10 @@ class InfinibandCollector(Collector):
         if layout is None or now - self._scanned > RESCAN_SECONDS or sorted(_listdir(base)) != layout.names:
             self._files.close()  # files of devices that went away must not stay open
             self._layout, self._scanned = scan_layout(base), now
+            # the idle window's keys are the counter files' paths (a string keeps its hash): what each renders as
+            self._quiet_of = {path: (spec, plan.labels) for plan in self._layout.ports
+                              for path, spec, _ in plan.counters if spec.metric in QUIET_METRICS}
+            self._quiet_of.update((path, (HW_SPEC, lbl)) for plan in self._layout.ports for path, lbl in plan.hw)
         layout = self._layout
         if not layout.devices:
             self._layout = None  # look again next scrape: the driver may still be loading
@@ -554,12 +559,14 @@ class InfinibandCollector(Collector):
         for lbl in layout.devices:
             info.add_rendered(lbl, 1)
         totals: dict[str, int] = {}
-        still: list[tuple[tuple[CounterSpec, str], int]] = []
+        still: list[tuple[str, int]] = []
         readings = [self._collect_port(fams, plan, totals, still) for plan in layout.ports]
         for metric, total in totals.items():
             fams.get(metric, NODE_HELP[metric]).add_rendered("", total)
         shown, idle = self.quiet.shown(still, self.ctx.clock())  # after the sums, which count every port
-        for (spec, lbl), value in shown:
+        quiet_of = self._quiet_of
+        for path, value in shown:
+            spec, lbl = quiet_of[path]
             fams.get(spec.metric, spec.help).add_rendered(lbl, value)
         if self.quiet.idle > 0:
             fams.get("port_idle_series", IDLE_SERIES_HELP, gauge).add_rendered("", idle)
@@ -571,9 +578,9 @@ class InfinibandCollector(Collector):
         self._files.close()
 
     def _collect_port(self, fams: _Families, plan: PortPlan, totals: dict[str, int],
-                      still: list[tuple[tuple[CounterSpec, str], int]]) -> PortReading:
+                      still: list[tuple[str, int]]) -> PortReading:
         """The port's series into `fams`, its counters summed into `totals`; its error counters and
-        hw_counters into `still`, for the idle window to choose from."""
+        hw_counters into `still` by file path, for the idle window to choose from."""
         lbl = plan.labels
         read = self._files.read
         for path, spec, counter_lbl in plan.counters:
@@ -582,7 +589,7 @@ class InfinibandCollector(Collector):
                 continue
             scaled = value * spec.scale
             if spec.metric in QUIET_METRICS:
-                still.append(((spec, lbl), scaled))
+                still.append((path, scaled))
             else:
                 fams.get(spec.metric, spec.help).add_rendered(lbl, scaled)
             if spec.node:
@@ -592,7 +599,7 @@ class InfinibandCollector(Collector):
         for path, counter_lbl in plan.hw:
             value = parse_counter(read(path))
             if value is not None:
-                still.append(((HW_SPEC, counter_lbl), value))
+                still.append((path, value))
         state = parse_state(_decode(read(plan.state_path)))
         phys = parse_phys_state(_decode(read(plan.phys_path)))
         rate = parse_rate(_decode(read(plan.rate_path)))

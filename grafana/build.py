@@ -38,9 +38,10 @@ def _port_errors(metric: str) -> str:
     leaves still error counters out (gangwatch_infiniband_port_idle_series) where the counter is
     missing: there a missing series means no event, and a panel of only the ports that erred
     would be empty on a healthy fabric, as if nothing were collected."""
-    ports = f"max by (node, device, port) (gangwatch_infiniband_port_rate_bytes_per_second{{{NODE}}})"
-    return (f"increase({metric}{{{NODE}}}[1h]) or on (node, device, port) "
-            f"(0 * {ports} and on (node) gangwatch_infiniband_port_idle_series{{{NODE}}})")
+    # the port's rate series carry the counter's labels (job, instance, node, device, port), so
+    # `or` keeps one line a port, the same on every engine
+    return (f"increase({metric}{{{NODE}}}[1h]) or (0 * gangwatch_infiniband_port_rate_bytes_per_second{{{NODE}}} "
+            f"and on (node) gangwatch_infiniband_port_idle_series{{{NODE}}})")
 # The selected jobs' GPUs, joined on demand to a per-GPU series of the selected nodes: the job's
 # GPU map on the "many" side, so a GPU shared by two jobs shows under both.
 JOB_GPUS = f"gangwatch_job_gpu_info{{{JOB},{NODE}}} * on (node, gpu) group_left "

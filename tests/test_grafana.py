@@ -208,11 +208,11 @@ def test_port_error_panels_show_0_for_counters_an_agent_left_out(tmp_path):
         "interval": "1m", "input_series": series,
         "promql_expr_test": [
             {"expr": "panel:downs", "eval_time": "8m", "exp_samples": [
-                {"labels": f'panel:downs{{device="mlx5_0",node="gpu1",port="1"}}', "value": 0},
+                {"labels": f"panel:downs{port('gpu1', 'mlx5_0')}", "value": 0},
                 # 2 drops over the 8 minutes, extrapolated half a scrape interval back (increase())
                 {"labels": f"panel:downs{port('gpu1', 'mlx5_1')}", "value": 2 * 8.5 / 8}]},
             {"expr": "panel:symbols", "eval_time": "8m", "exp_samples": [
-                {"labels": f'panel:symbols{{device="{d}",node="gpu1",port="1"}}', "value": 0}
+                {"labels": f"panel:symbols{port('gpu1', d)}", "value": 0}
                 for d in ("mlx5_0", "mlx5_1")]}]}]}
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
     r = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,

@@ -18,7 +18,9 @@ in proportion to those, whatever it returns. The last lines give both totals and
 `floor` column is the least any query reading the same raw series can cost: `count()` of each of
 its selectors over the same span (each series read once, nothing computed, one series answered per
 selector); its total, in CPU-seconds, is the cores a cycle that reads every series needs to take
-1 s of the engine's wall time.
+1 s of the engine's wall time. A last line puts the per-GPU and per-port levels (gauges) beside
+the same series asked for their raw samples (an instant query of `selector[75s]`, the alignment to
+the grid left to the asker): what reading them so would save on each engine.
 
     python bench/bench_query_cost.py [--nodes 512] [--repeat 3] [--osts K] [--engines victoriametrics,prometheus]
 
@@ -32,6 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -80,13 +83,15 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
 
 
 def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int,
-          before: float = 0.0) -> tuple[float, float, int, int]:
+          before: float = 0.0, samples: bool = False) -> tuple[float, float, int, int]:
     """The query over the steady span (and `before` it: an event counter's point one step before),
-    best of `repeat`: (engine CPU, wall, series answered, bytes)."""
+    best of `repeat`: (engine CPU, wall, series answered, bytes). `samples`: `query` is a selector,
+    asked for its raw samples over the span (an instant query of `query[span]`) instead."""
     best = None
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()
-        r = client.get(url + "/api/v1/query_range", params={"query": query, "start": end - SPAN - before, "end": end,
+        r = client.get(url + "/api/v1/query", params={"query": f"{query}[{int(SPAN)}s]", "time": end}) if samples else \
+            client.get(url + "/api/v1/query_range", params={"query": query, "start": end - SPAN - before, "end": end,
                                                             "step": imp.STEP})
         wall, cpu = time.perf_counter() - t0, imp.cpu(pid) - cpu0
         r.raise_for_status()
@@ -120,7 +125,19 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
     return rows
 
 
-def report(engine: str, nodes: int, rows: list[dict]) -> dict:
+def raw_samples(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> dict[str, float]:
+    """The per-GPU and per-port levels (gauges: no rate, no increase) asked for their raw samples
+    over the span, one instant query `selector[75s]` per mapping, the grid alignment left to the
+    asker (serve's `align`, as for bundles): {signal: engine CPU}. Not what serve asks; measured
+    to say what reading them so would save on each engine."""
+    got: dict[str, float] = defaultdict(float)
+    for m in MAPPINGS:
+        if m.level in ("gpu", "rail") and not m.counter and not m.scale_label:
+            got[m.signal] += timed(client, url, pid, end, series_selector(m), repeat, samples=True)[0]
+    return dict(got)
+
+
+def report(engine: str, nodes: int, rows: list[dict], samples: dict[str, float] | None = None) -> dict:
     """The cycle's queries; those of the plan that keeps the per-target fallbacks (`... fallback`: as
     a cycle asks while a node lacks the totals) that differ, and the queries as the engine would work
     them out (`... by engine`, the peer: per-device aggregates, the event counters' increase),
@@ -158,6 +175,15 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
         was = sum(r["cpu"] for r in these)
         print(f"{', '.join(sorted(swapped))}: {now:.3f} s " + what.format(was=was) + f": {now / max(was, 1e-9):.2f}; "
               f"the steady cycle {cpu:.2f} s against {cpu - now + was:.2f} s ({cpu / max(cpu - now + was, 1e-9):.2f})")
+    if samples:
+        asked = {r["query"].split("/")[0]: r for r in rows if r["query"].endswith(("/gpu", "/rail"))}
+        now = sum(asked[s]["cpu"] for s in samples if s in asked)
+        fl = sum(asked[s]["floor"] for s in samples if s in asked)
+        was = sum(samples.values())
+        print(f"{', '.join(sorted(samples))} (levels, one series a GPU or port): {now:.3f} s as range queries against "
+              f"{was:.3f} s asked for their raw samples (instant `selector[{SPAN:.0f}s]`, aligned by the asker): "
+              f"{was / max(now, 1e-9):.2f}; their floor {fl:.3f} s; the steady cycle {cpu:.2f} s against "
+              f"{cpu - now + was:.2f} s ({(cpu - now + was) / max(cpu, 1e-9):.2f})")
     return {"cpu": cpu, "raw": raw, "series": series, "floor": floor}
 
 
@@ -189,8 +215,10 @@ def main(argv=None) -> int:
                 vm = vmstack.VictoriaMetrics(work, extra_flags=["-search.maxQueryDuration=1200s", "-search.disableCache"])
                 try:
                     imp.import_vm(vm.url, jsonl)
+                    pid = vm.process.proc.pid
                     totals["VictoriaMetrics"] = report("VictoriaMetrics", args.nodes,
-                                                       cost(client, vm.url, vm.process.proc.pid, end, args.repeat))
+                                                       cost(client, vm.url, pid, end, args.repeat),
+                                                       raw_samples(client, vm.url, pid, end, args.repeat))
                 finally:
                     vm.stop()
             if "prometheus" in engines:
@@ -198,8 +226,9 @@ def main(argv=None) -> int:
                 prom = Prometheus(work, [], interval="15s", self_scrape=True,
                                   extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"])
                 try:
-                    totals["Prometheus"] = report("Prometheus", args.nodes,
-                                                  cost(client, prom.url, prom.process.proc.pid, end, args.repeat))
+                    pid = prom.process.proc.pid
+                    totals["Prometheus"] = report("Prometheus", args.nodes, cost(client, prom.url, pid, end, args.repeat),
+                                                  raw_samples(client, prom.url, pid, end, args.repeat))
                 finally:
                     prom.stop()
         if len(totals) == 2:

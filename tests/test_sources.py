@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dashboard.analysis.diagnose import diagnose
-from dashboard.sources.build import RawStore, SignalStore, align, counter_rate
+from dashboard.sources.build import RawStore, SignalStore, align, align_grid, counter_rate, job_mean, job_means
 from dashboard.sources.exposition import iter_samples
 from dashboard.sources.prometheus import QUERY_BUDGET, PrometheusSource, add_matrix, plan_queries
 from dashboard.sources.schema import Mapping, NodeMatcher, short_host, sub_key
@@ -107,6 +107,44 @@ def test_counter_rate_resets_and_alignment():
     assert list(got[:4]) == [1.0, 1.0, 3.0, 3.0] and np.isnan(got[-1])  # stale after the lookback
     got = align(np.array([10.0, 20]), np.array([np.inf, 5.0]), np.array([10.0, 20.0]), 30)
     assert np.isnan(got[0]) and got[1] == 5.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([15.0, 30.0, 45.0]))
+def test_align_grid_is_align_of_each_row(seed, holes, lookback):
+    """Rows on the grid (a range answer) aligned as `align` aligns their points, whether every grid
+    time has a point (a level's steady answer: copied as it is) or some lack one; NaN and infinite
+    points hide older ones and align to NaN."""
+    rng = np.random.default_rng(seed)
+    vals = rng.choice([1.0, 2.5, np.nan, np.inf, -np.inf, 7.0], size=(5, 9))
+    have = rng.random(vals.shape) >= holes * 0.6
+    times = 15.0 * np.arange(9)
+    got = align_grid(vals, have, 15.0, lookback)
+    want = np.vstack([align(times[h], v[h], times, lookback) for v, h in zip(vals, have)])
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=15), st.integers(0, 2**32 - 1))
+def test_job_means_of_many_jobs_are_each_jobs_own(sizes, seed):
+    """Every job's mean worked out side by side (thousands of jobs a window) is the one its rows
+    alone give, to the last bit, whatever the order the jobs come in; the mean of the known rows,
+    NaN where none is."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array(sizes, np.int64)
+    stack = rng.standard_normal((int(sizes.sum()), 7)) * rng.choice([1e-3, 1.0, 1e9], size=(int(sizes.sum()), 1))
+    stack[rng.random(stack.shape) < 0.3] = np.nan
+    stack[rng.random(stack.shape) < 0.05] = np.inf
+    starts = np.cumsum(sizes) - sizes
+    order = rng.permutation(sizes.shape[0])
+    got = job_means(stack, starts[order], sizes[order])
+    for row, i in zip(got, order):
+        own = stack[starts[i]:starts[i] + sizes[i]]
+        assert np.array_equal(row, job_mean(own), equal_nan=True)
+        cnt = np.isfinite(own).sum(axis=0)
+        total = np.where(np.isfinite(own), own, 0).sum(axis=0)  # numpy's own order: equal within rounding
+        want = np.where(cnt > 0, total / np.maximum(cnt, 1), np.nan)
+        np.testing.assert_allclose(row, want, rtol=1e-9, atol=np.abs(own[np.isfinite(own)]).max(initial=1.0) * 1e-12)
 
 
 def test_host_names():

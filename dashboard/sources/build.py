@@ -60,6 +60,10 @@ def align_grid(vals: np.ndarray, have: np.ndarray, step: float, lookback: float)
     """`align` of rows already on the grid (a range query's answer): (rows, T) values and whether a
     point is there at all (a point whose value is NaN is there: it hides the older ones, as in
     `align`). A grid time without a point takes the nearest earlier one within `lookback`."""
+    if have.all():  # a point at every grid time (a level's steady answer): nothing to carry over
+        out = np.array(vals, np.float64)
+        out[~np.isfinite(out)] = np.nan
+        return out
     out = np.full(vals.shape, np.nan, np.float64)
     filled = np.zeros(vals.shape, bool)
     T = vals.shape[-1]
@@ -246,16 +250,22 @@ class _Placement:
         self.where = tuple(np.array(where, np.int64).T) if where else ()
         self.groups = [(cell, block.rows[np.array(sorted(rs, key=lambda i: block.order[i]), np.int64)])
                        for cell, rs in by_cell.items() if job or len(rs) > 1]
+        if job:  # every job's rows one after the other: their means in one pass (thousands of jobs)
+            self.job_rows = np.concatenate([rows for _, rows in self.groups]) if self.groups else np.zeros(0, np.int64)
+            self.job_sizes = np.array([rows.shape[0] for _, rows in self.groups], np.int64)
+            self.job_starts = np.cumsum(self.job_sizes) - self.job_sizes
 
     def fill(self, block: GridBlock, aligned: np.ndarray, lay: Layout, arrays: dict, jobs: dict, full=None) -> None:
         if self.alone.size:
             _array(arrays, lay, block.level, block.signal, full)[self.where] = aligned[self.alone]
+        if block.level == "job":
+            if self.groups:
+                means = job_means(aligned[self.job_rows], self.job_starts, self.job_sizes)
+                jobs[block.signal].update((cell[0], means[i]) for i, (cell, _) in enumerate(self.groups))
+            return
         for cell, rows in self.groups:
-            if block.level == "job":
-                jobs[block.signal][cell[0]] = job_mean(aligned[rows])
-            else:
-                _array(arrays, lay, block.level, block.signal, full)[lay.index(block.level, *cell)] = \
-                    combine_rows(aligned[rows], "mean")
+            _array(arrays, lay, block.level, block.signal, full)[lay.index(block.level, *cell)] = \
+                combine_rows(aligned[rows], "mean")
 
 
 class HeldGrid:
@@ -336,9 +346,31 @@ def combine_rows(stack: np.ndarray, combine: str) -> np.ndarray:
 
 def job_mean(stack: np.ndarray) -> np.ndarray:
     """A job's series from its nodes' rows (k, T): the mean of the known ones, NaN where none is."""
+    return job_means(stack, np.zeros(1, np.int64), np.array([stack.shape[0]], np.int64))[0]
+
+
+def job_means(stack: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """`job_mean` of each run of `sizes[i]` (>= 1) rows of `stack` from `starts[i]`, one row each:
+    the runs side by side, a pass per row of the longest run rather than a call per job (thousands
+    a window). A run's rows are added one after another in their order, in both, so a job's mean is
+    the same to the last bit however many jobs are worked out with it (numpy's `sum(axis=0)` and
+    `add.reduceat` choose their own order)."""
+    by_size = np.argsort(-sizes, kind="stable")  # the runs still adding a j-th row: a prefix
+    first, longest = starts[by_size], int(sizes.max(initial=0))
+    left = np.searchsorted(-sizes[by_size], -np.arange(longest), side="left")  # left[j]: the runs of more than j rows
     with np.errstate(invalid="ignore"):
-        cnt = np.isfinite(stack).sum(axis=0)
-        return np.where(cnt > 0, np.where(np.isfinite(stack), stack, 0).sum(axis=0) / np.maximum(cnt, 1), np.nan)
+        rows = stack[first]
+        known = np.isfinite(rows)
+        total, cnt = np.where(known, rows, 0) + 0.0, known.astype(np.int64)  # + 0.0: sum()'s start, so -0.0 adds up to 0.0
+        for j in range(1, longest):
+            m = left[j]
+            rows = stack[first[:m] + j]
+            known = np.isfinite(rows)
+            total[:m] += np.where(known, rows, 0)
+            cnt[:m] += known
+        out = np.empty_like(total)
+        out[by_size] = np.where(cnt > 0, total / np.maximum(cnt, 1), np.nan)
+        return out
 
 
 AUX_SIGNALS = frozenset(part for num, den, _ in RATIOS.values() for part in (num, den))  # only feed derived signals

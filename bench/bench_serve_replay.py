@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -131,11 +132,11 @@ def main(argv=None) -> int:
         return 2
     if args.cycles < 2:
         ap.error("--cycles: 2 at least (the first steady cycle is not counted)")
-    work = Path(args.keep or tempfile.mkdtemp(prefix="bench-replay-"))
-    work.mkdir(parents=True, exist_ok=True)
     ours_root = Path(__file__).resolve().parents[1]
     trees = {"ours": ours_root} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
-    try:
+    with nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="bench-replay-") as where:
+        work = Path(where)
+        work.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         answers = capture(args.nodes, args.steps, args.cycles, work)
         print(f"{args.nodes:,} nodes: the answers of a cold and {args.cycles} steady cycles captured from "
@@ -153,17 +154,13 @@ def main(argv=None) -> int:
                 steady[name] += cpu[2:]
                 print(f"  round {r + 1}, {name:8}: cold {cpu[0]:.2f} s, steady " +
                       " ".join(f"{c:.3f}" for c in cpu[1:]) + f" s; load {imp.load()}", flush=True)
-        print(f"\nour CPU a steady cycle, {args.nodes:,} nodes ({args.rounds} rounds x {args.cycles - 1} cycles, "
-              f"the first steady cycle of each left out):")
-        for name, cpu in steady.items():
-            print(f"  {name:8} least {min(cpu):.3f} s, median {statistics.median(cpu):.3f} s")
-        if "baseline" in steady:
-            print(f"  ours / baseline, medians: {statistics.median(steady['ours']) / statistics.median(steady['baseline']):.2f}")
-        return 0
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-
+    print(f"\nour CPU a steady cycle, {args.nodes:,} nodes ({args.rounds} rounds x {args.cycles - 1} cycles, "
+          f"the first steady cycle of each left out):")
+    for name, cpu in steady.items():
+        print(f"  {name:8} least {min(cpu):.3f} s, median {statistics.median(cpu):.3f} s")
+    if "baseline" in steady:
+        print(f"  ours / baseline, medians: {statistics.median(steady['ours']) / statistics.median(steady['baseline']):.2f}")
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -138,6 +138,7 @@ def test_job_means_of_many_jobs_are_each_jobs_own(sizes, seed):
     starts = np.cumsum(sizes) - sizes
     order = rng.permutation(sizes.shape[0])
     got = job_means(stack, starts[order], sizes[order])
+    assert np.isnan(job_mean(stack[:0])).all() and job_mean(stack[:0]).shape == (7,)  # no rows: unknown
     for row, i in zip(got, order):
         own = stack[starts[i]:starts[i] + sizes[i]]
         assert np.array_equal(row, job_mean(own), equal_nan=True)

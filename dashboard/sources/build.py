@@ -346,6 +346,8 @@ def combine_rows(stack: np.ndarray, combine: str) -> np.ndarray:
 
 def job_mean(stack: np.ndarray) -> np.ndarray:
     """A job's series from its nodes' rows (k, T): the mean of the known ones, NaN where none is."""
+    if not stack.shape[0]:
+        return np.full(stack.shape[1:], np.nan)
     return job_means(stack, np.zeros(1, np.int64), np.array([stack.shape[0]], np.int64))[0]
 
 

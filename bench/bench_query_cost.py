@@ -7,8 +7,9 @@ into both engines; VictoriaMetrics' caches off, so every answer is computed from
 each query `serve --prometheus` sends a steady cycle (dashboard.sources.prometheus.plan_queries,
 less the per-target fallbacks where every node has the filesystem totals; the versions with them,
 as asked while a node lacks the totals, beside them, marked `fallback`; the per-GPU and per-port
-queries as the engine would aggregate them, and the event counters' as it would work out their
-step's increase, marked `by engine`) asked alone over a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
+queries as the engine would aggregate them, the levels' as range queries rather than their raw
+samples, and the event counters' as it would work out their step's increase, marked `by engine`)
+asked alone over a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
 the engine's CPU seconds and the wall time, the series answered and the raw series the query's
 selectors match (each mapping's selector counted at the last step: what the engine must read).
 
@@ -18,9 +19,7 @@ in proportion to those, whatever it returns. The last lines give both totals and
 `floor` column is the least any query reading the same raw series can cost: `count()` of each of
 its selectors over the same span (each series read once, nothing computed, one series answered per
 selector); its total, in CPU-seconds, is the cores a cycle that reads every series needs to take
-1 s of the engine's wall time. A last line puts the per-GPU and per-port levels (gauges) beside
-the same series asked for their raw samples (an instant query of `selector[75s]`, the alignment to
-the grid left to the asker): what reading them so would save on each engine.
+1 s of the engine's wall time.
 
     python bench/bench_query_cost.py [--nodes 512] [--repeat 3] [--osts K] [--engines victoriametrics,prometheus]
 
@@ -34,7 +33,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,7 +41,7 @@ import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
 from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
-                                          SHARED_QUERIES, STEP_INCREASE, plan_queries, raw_levels, series_selector)
+                                          SHARED_QUERIES, plan_queries, query_request, raw_levels, series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus  # noqa: E402
@@ -83,16 +81,15 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
 
 
 def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int,
-          before: float = 0.0, samples: bool = False) -> tuple[float, float, int, int]:
-    """The query over the steady span (and `before` it: an event counter's point one step before),
-    best of `repeat`: (engine CPU, wall, series answered, bytes). `samples`: `query` is a selector,
-    asked for its raw samples over the span (an instant query of `query[span]`) instead."""
+          signal: str = "") -> tuple[float, float, int, int]:
+    """The query over the steady span, asked as serve asks `signal`'s (prometheus.query_request: a
+    range query, from a step before the span for an event counter, the raw samples of a level's),
+    best of `repeat`: (engine CPU, wall, series answered, bytes)."""
     best = None
+    path, params = query_request(signal, query, end - SPAN, end, imp.STEP)
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()
-        r = client.get(url + "/api/v1/query", params={"query": f"{query}[{int(SPAN)}s]", "time": end}) if samples else \
-            client.get(url + "/api/v1/query_range", params={"query": query, "start": end - SPAN - before, "end": end,
-                                                            "step": imp.STEP})
+        r = client.get(url + path, params=params)
         wall, cpu = time.perf_counter() - t0, imp.cpu(pid) - cpu0
         r.raise_for_status()
         got = (cpu, wall, len(r.json()["data"]["result"]), len(r.content))
@@ -110,7 +107,7 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
     rows = []
     covered, plan = steady_plan(client, url, end)
     for signal, level, query in plan:
-        best = timed(client, url, pid, end, query, repeat, imp.STEP if signal in STEP_INCREASE else 0.0)
+        best = timed(client, url, pid, end, query, repeat, "" if signal.endswith(ENGINE_SIDE) else signal)
         raw = 0
         fallback = signal.endswith((" fallback", f" {ENGINE_SIDE}"))
         sels = selectors(signal.split(" ")[0], level, frozenset() if signal.endswith(" fallback") else covered)
@@ -125,19 +122,7 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
     return rows
 
 
-def raw_samples(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> dict[str, float]:
-    """The per-GPU and per-port levels (gauges: no rate, no increase) asked for their raw samples
-    over the span, one instant query `selector[75s]` per mapping, the grid alignment left to the
-    asker (serve's `align`, as for bundles): {signal: engine CPU}. Not what serve asks; measured
-    to say what reading them so would save on each engine."""
-    got: dict[str, float] = defaultdict(float)
-    for m in MAPPINGS:
-        if m.level in ("gpu", "rail") and not m.counter and not m.scale_label:
-            got[m.signal] += timed(client, url, pid, end, series_selector(m), repeat, samples=True)[0]
-    return dict(got)
-
-
-def report(engine: str, nodes: int, rows: list[dict], samples: dict[str, float] | None = None) -> dict:
+def report(engine: str, nodes: int, rows: list[dict]) -> dict:
     """The cycle's queries; those of the plan that keeps the per-target fallbacks (`... fallback`: as
     a cycle asks while a node lacks the totals) that differ, and the queries as the engine would work
     them out (`... by engine`, the peer: per-device aggregates, the event counters' increase),
@@ -164,9 +149,10 @@ def report(engine: str, nodes: int, rows: list[dict], samples: dict[str, float] 
           f"{tser / max(series, 1):.0%} of the series answered")
     for suffix, what in ((" fallback", "from the agents' per-filesystem totals against {was:.3f} s with the "
                                        "per-target fallback kept (a node lacking them)"),
-                         (f" {ENGINE_SIDE}", "as serve asks this engine (the event counters read once, their step's "
-                                             "increase worked out by serve) against {was:.3f} s worked out by the engine "
-                                             "(avg by, sum by; clamp_min(c - c offset 15s, 0))")):
+                         (f" {ENGINE_SIDE}", "as serve asks this engine (the levels' raw samples placed on the grid "
+                                             "and the event counters read once, their step's increase worked out, by "
+                                             "serve) against {was:.3f} s worked out by the engine (avg by, sum by, range "
+                                             "queries; clamp_min(c - c offset 15s, 0))")):
         these = [r for r in kept if r["query"].split("/")[0].endswith(suffix)]
         if not these:
             continue
@@ -175,15 +161,6 @@ def report(engine: str, nodes: int, rows: list[dict], samples: dict[str, float] 
         was = sum(r["cpu"] for r in these)
         print(f"{', '.join(sorted(swapped))}: {now:.3f} s " + what.format(was=was) + f": {now / max(was, 1e-9):.2f}; "
               f"the steady cycle {cpu:.2f} s against {cpu - now + was:.2f} s ({cpu / max(cpu - now + was, 1e-9):.2f})")
-    if samples:
-        asked = {r["query"].split("/")[0]: r for r in rows if r["query"].endswith(("/gpu", "/rail"))}
-        now = sum(asked[s]["cpu"] for s in samples if s in asked)
-        fl = sum(asked[s]["floor"] for s in samples if s in asked)
-        was = sum(samples.values())
-        print(f"{', '.join(sorted(samples))} (levels, one series a GPU or port): {now:.3f} s as range queries against "
-              f"{was:.3f} s asked for their raw samples (instant `selector[{SPAN:.0f}s]`, aligned by the asker): "
-              f"{was / max(now, 1e-9):.2f}; their floor {fl:.3f} s; the steady cycle {cpu:.2f} s against "
-              f"{cpu - now + was:.2f} s ({(cpu - now + was) / max(cpu, 1e-9):.2f})")
     return {"cpu": cpu, "raw": raw, "series": series, "floor": floor}
 
 
@@ -217,8 +194,7 @@ def main(argv=None) -> int:
                     imp.import_vm(vm.url, jsonl)
                     pid = vm.process.proc.pid
                     totals["VictoriaMetrics"] = report("VictoriaMetrics", args.nodes,
-                                                       cost(client, vm.url, pid, end, args.repeat),
-                                                       raw_samples(client, vm.url, pid, end, args.repeat))
+                                                       cost(client, vm.url, pid, end, args.repeat))
                 finally:
                     vm.stop()
             if "prometheus" in engines:
@@ -227,8 +203,7 @@ def main(argv=None) -> int:
                                   extra_flags=["--query.timeout=20m", "--query.max-samples=200000000"])
                 try:
                     pid = prom.process.proc.pid
-                    totals["Prometheus"] = report("Prometheus", args.nodes, cost(client, prom.url, pid, end, args.repeat),
-                                                  raw_samples(client, prom.url, pid, end, args.repeat))
+                    totals["Prometheus"] = report("Prometheus", args.nodes, cost(client, prom.url, pid, end, args.repeat))
                 finally:
                     prom.stop()
         if len(totals) == 2:

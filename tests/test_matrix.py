@@ -212,3 +212,42 @@ def test_an_event_counters_points_out_of_order_are_put_in_order():
     result = [{"metric": {"port": "1"}, "values": [[START + STEP, "7"], [START - STEP, "2"], [START, "5"]]}]
     _, _, sid, col, val = decode_increase({"result": result}, START, STEP, N)
     assert col.tolist() == [0, 1] and val.tolist() == [3.0, 2.0]
+
+
+# raw samples' times in milliseconds, from two steps before the grid to one after it, many on the
+# grid's own times (a scrape exactly at a grid time belongs to it)
+SAMPLE_MS = st.one_of(st.integers(-2 * STEP * 1000, (N + 1) * STEP * 1000),
+                      st.integers(-2, N).map(lambda k: k * STEP * 1000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(SAMPLE_MS, VALUES), max_size=12, unique_by=lambda p: p[0]), max_size=5),
+       st.booleans())
+def test_raw_samples_land_on_the_first_grid_time_at_or_after_them(series, split):
+    """decode_samples over an instant query's raw samples (`selector[span]`) gives each series, at
+    each grid time, its latest sample of the step that ends there (a range query's point there,
+    where the series has a sample in that step), NaN kept as a point; samples before the grid's
+    first step or after its last time are left out; from the compact layout or JSON alike."""
+    from dashboard.sources.matrix import decode_samples
+
+    result = [{"metric": {"gpu": str(i)}, "values": [[(START * 1000 + ms) / 1000, v] for ms, v in sorted(pts)]}
+              for i, pts in enumerate(series)]
+    data = (split and split_matrix(body(result))) or {"result": result}
+    keys, labels_of, sid, col, val = decode_samples(data, START, STEP, N)
+    got = {(labels_of(int(s))["gpu"], int(c)): v for s, c, v in zip(sid, col, val)}
+    want = {}
+    for i, pts in enumerate(series):
+        for k in range(N):
+            inside = [(ms, v) for ms, v in pts if (k - 1) * STEP * 1000 < ms <= k * STEP * 1000]
+            if inside:
+                want[(str(i), k)] = float(max(inside)[1])
+    assert got.keys() == want.keys()
+    assert all(got[k] == want[k] or (np.isnan(got[k]) and np.isnan(want[k])) for k in want)
+
+
+def test_raw_samples_out_of_order_are_put_in_order():
+    from dashboard.sources.matrix import decode_samples
+
+    result = [{"metric": {"gpu": "0"}, "values": [[START + 14, "3"], [START + 2, "1"], [START - 1, "9"], [START + 10, "2"]]}]
+    _, _, sid, col, val = decode_samples({"result": result}, START, STEP, N)
+    assert col.tolist() == [0, 1] and val.tolist() == [9.0, 3.0]

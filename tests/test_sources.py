@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dashboard.analysis.diagnose import diagnose
 from dashboard.sources.build import RawStore, SignalStore, align, align_grid, counter_rate, job_mean, job_means
 from dashboard.sources.exposition import iter_samples
-from dashboard.sources.prometheus import QUERY_BUDGET, PrometheusSource, add_matrix, plan_queries
+from dashboard.sources.prometheus import QUERY_BUDGET, SAMPLED, PrometheusSource, add_matrix, plan_queries, sampled_selector
 from dashboard.sources.schema import Mapping, NodeMatcher, short_host, sub_key
 
 T0 = 1_767_225_600.0
@@ -247,6 +247,35 @@ def no_status_api() -> httpx.Response:
     return httpx.Response(404, text="unsupported path")
 
 
+SAMPLED_BY_SELECTOR = {sampled_selector(ms): ms for ms in SAMPLED.values()}
+SCRAPE = 15.0  # the fakes' points: on this grid, each depending on its time only (as scrapes every 15 s)
+
+
+def _mock(handler) -> httpx.Client:
+    """A client of a fake engine whose `handler` answers range queries: a SAMPLED level's raw samples
+    (an instant query of `selector[span]` at `time`) are what it answers for the range query of that
+    span at its scrape interval, SCRAPE (the same request otherwise: a failure, a note)."""
+    def sampled(request: httpx.Request) -> httpx.Response:
+        q, at = request.url.params.get("query", ""), request.url.params.get("time")
+        got = re.fullmatch(r"(.+)\[(\d+)(ms|s)\]", q)
+        if request.url.path.endswith("/query") and got and at is not None:
+            span = int(got[2]) / (1000 if got[3] == "ms" else 1)
+            end = float(at)
+            start = SCRAPE * math.floor((end - span) / SCRAPE) + SCRAPE  # the first scrape inside (end - span, end]
+            params = {"query": got[1], "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{SCRAPE:g}"}
+            r = handler(httpx.Request("GET", request.url.copy_with(path=request.url.path + "_range", params=params)))
+            doc = r.json() if r.status_code == 200 else None
+            if not (isinstance(doc, dict) and isinstance(doc.get("data"), dict)):
+                return r
+            # the fakes' series have no name; a real engine's raw series have theirs: the agent's
+            agent = next(m for m in SAMPLED_BY_SELECTOR[got[1]] if m.metric.startswith("gangwatch_"))
+            for series in doc["data"].get("result") or []:
+                series["metric"] = {"__name__": agent.metric, **dict(agent.filters), **series["metric"]}
+            return httpx.Response(200, json=doc)
+        return handler(request)
+    return httpx.Client(transport=httpx.MockTransport(sampled))
+
+
 def _fake_prometheus(nodes: int, calls: list, fail: str | None = None):
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.url.path)
@@ -268,7 +297,7 @@ def _fake_prometheus(nodes: int, calls: list, fail: str | None = None):
                     result.append({"metric": {"instance": f"n{i:04d}:9810", "gpu": str(g)},
                                    "values": [[float(t), "0.9"] for t in ts]})
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
-    return httpx.Client(transport=httpx.MockTransport(handler))
+    return _mock(handler)
 
 
 @pytest.mark.parametrize("nodes", [2, 200])
@@ -297,7 +326,7 @@ def test_an_answer_in_part_is_used_and_named():
             doc = {"status": "success", "isPartial": True, "data": doc["data"]}
         return httpx.Response(r.status_code, json=doc)
 
-    src = PrometheusSource("http://vmselect:8481/select/0/prometheus", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    src = PrometheusSource("http://vmselect:8481/select/0/prometheus", client=_mock(handler))
     win = src.window(T0, 600, 15)
     assert win.gpu["util"].shape == (3, 2, 41) and np.isfinite(win.gpu["util"]).all()
     note = next(n for n in win.notes if "answered in part" in n)
@@ -342,7 +371,7 @@ def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, c
             with lock:
                 now[0] -= 1
 
-    src = PrometheusSource("http://prom:9090", concurrency=concurrency, client=httpx.Client(transport=httpx.MockTransport(handler)))
+    src = PrometheusSource("http://prom:9090", concurrency=concurrency, client=_mock(handler))
     win = src.window(T0, 600, 15)
     assert src.workers == want and peak[0] == want
     says = isinstance(runtimeinfo, dict) and isinstance(runtimeinfo["GOMAXPROCS"], int)
@@ -405,7 +434,7 @@ def test_a_hung_runtimeinfo_costs_its_share_not_the_cycle():
         r = inner.get(str(request.url))
         return httpx.Response(r.status_code, content=r.content)
 
-    src = PrometheusSource("http://prom:9090", timeout=8.0, client=httpx.Client(transport=httpx.MockTransport(handler)))
+    src = PrometheusSource("http://prom:9090", timeout=8.0, client=_mock(handler))
     win = src.window(T0, 600, 15)
     assert src.workers == 2 and not src.failed_last_cycle and np.isfinite(win.gpu["util"]).all()
 
@@ -445,7 +474,7 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
         if request.url.path.endswith("/query"):
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
-        signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "increase" if "__name__=~" in q else "other"
+        signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "increase" if "__name__=~" in q and "_total" in q else "other"
         asked.append((signal, start, end))
         if signal in fail:
             return httpx.Response(503, text="overloaded")
@@ -460,8 +489,8 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     def arrays(win):
         return win.nodes, {k: np.nan_to_num(v, nan=-1.0).tolist() for k, v in win.gpu.items()}  # NaN == NaN here
 
-    warm = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
-    cold = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    warm = PrometheusSource("http://prom:9090", client=_mock(handler))
+    cold = PrometheusSource("http://prom:9090", client=_mock(handler))
     warm.window(T0, 600, 15)
     asked.clear()
     win = warm.window(T0 + 450, 600, 15)
@@ -494,7 +523,7 @@ def _range_engine(answer, instant=lambda q: []) -> httpx.Client:
         if isinstance(got, httpx.Response):
             return got
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": got}})
-    return httpx.Client(transport=httpx.MockTransport(handler))
+    return _mock(handler)
 
 
 def _util_series(start: float, end: float, step: float, nodes: int) -> list[dict]:
@@ -749,7 +778,7 @@ def _changing_engine(state: dict):
         result = answer(q, *(float(request.url.params[k]) for k in ("start", "end", "step")))
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
     state["answer"] = answer
-    return httpx.Client(transport=httpx.MockTransport(handler))
+    return _mock(handler)
 
 
 def assert_same_window(a, b) -> None:
@@ -792,7 +821,9 @@ def test_steady_cycles_give_cold_windows():
         reference = SignalStore()  # the generic path, point by point, the rows in label order
         for signal, level in (("util", "gpu"), ("psi_io", "job"), ("roce", "rail")):
             q = next(q for s, lvl, q in plan_queries(60, step) if (s, lvl) == (signal, level))
-            for series in sorted(state["answer"](q, win.start, win.end, step), key=lambda r: sorted(r["metric"].items())):
+            # a SAMPLED level's points: the raw samples of the steps ending at the window's times
+            lo, every = (win.start - step + SCRAPE, SCRAPE) if signal in SAMPLED else (win.start, step)
+            for series in sorted(state["answer"](q, lo, win.end, every), key=lambda r: sorted(r["metric"].items())):
                 labels = series["metric"]
                 part = labels.get("gw_signal", signal)
                 ts, vs = np.array([p[0] for p in series["values"]]), np.array([float(p[1]) for p in series["values"]])
@@ -808,6 +839,74 @@ def test_steady_cycles_give_cold_windows():
         assert np.isnan(read[dropped]).all() and np.isfinite(read[~dropped]).all()
     # what the cycles went through, so the checks above were not vacuous
     assert np.isnan(win.gpu["util"]).any() and np.isfinite(win.gpu["util"]).any() and win.nodes == ("n0", "n1", "n2", "n3")
+
+
+def _scraping_engine(asked: list) -> httpx.Client:
+    """A fake engine holding scrapes every 10 s at 3 s past the grid (off the query's step grid):
+    node a's agent (GPU utilisation as a ratio, its SM clock in Hz, and a clock series without the
+    `clock` label that the raw-sample selector lets in and no mapping takes), node b's DCGM exporter
+    (percent, MHz), which misses its scrapes between T0 - 100 and T0 - 60. It answers the raw
+    samples of an instant `selector[span]` query as a real engine does, names included, and nothing
+    else (`asked`: the raw-sample queries, as (query, time))."""
+    def value(name: str, t: float) -> float:
+        return float((int(t) * 7 + len(name)) % 97)
+
+    series = [({"__name__": "gangwatch_gpu_utilization_ratio", "instance": "a:9810", "gpu": "0"}, lambda t: True),
+              ({"__name__": "gangwatch_gpu_clock_hz", "instance": "a:9810", "gpu": "0", "clock": "sm"}, lambda t: True),
+              ({"__name__": "gangwatch_gpu_clock_hz", "instance": "a:9810", "gpu": "0"}, lambda t: True),
+              ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "b", "gpu": "0"}, lambda t: not T0 - 100 < t < T0 - 60),
+              ({"__name__": "DCGM_FI_DEV_SM_CLOCK", "Hostname": "b", "gpu": "0"}, lambda t: not T0 - 100 < t < T0 - 60)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = request.url.params.get("query", "")
+        got = re.fullmatch(r"(.+)\[(\d+)s\]", q)
+        result = []
+        if got and request.url.path.endswith("/query"):
+            asked.append((q, float(request.url.params["time"])))
+            end = float(request.url.params["time"])
+            names = re.findall(r"[A-Za-z_]+", got[1].split('"')[1]) if "__name__" in got[1] else [got[1]]
+            for labels, up in series:
+                ts = [t for t in np.arange(math.floor((end - int(got[2])) / 10) * 10 + 3, end + 1e-6, 10.0)
+                      if end - int(got[2]) < t <= end and up(t)]
+                if labels["__name__"] in names and ts:
+                    result.append({"metric": labels, "values": [[float(t), repr(value(labels["__name__"], t))] for t in ts]})
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix" if got else "vector",
+                                                                        "result": result}})
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_levels_are_read_as_their_raw_samples():
+    """The per-GPU levels are asked for as raw samples (prometheus.SAMPLED: `selector[span]`, an
+    instant query at the window's end, the span its steps): each grid time takes the latest sample
+    of the step that ends at it (scrapes every 10 s, 3 s off the grid), carried over one missed
+    scrape and unknown after two; each series in its own mapping's unit (DCGM's percent and MHz);
+    a series the selector lets in that no mapping takes left out; a steady window is a cold one."""
+    from dashboard.sources.prometheus import sample_lookback
+
+    asked: list = []
+    src = PrometheusSource("http://prom:9090", client=_scraping_engine(asked))
+    win = src.window(T0, 300, 15)
+    assert {q.split("[")[1] for q, _ in asked} == {"315s]"} and {t for _, t in asked} == {T0}
+    assert "util" in {s for s in SAMPLED} and sample_lookback(15, 0.0) == 30.0
+    a, b = win.nodes.index("a"), win.nodes.index("b")
+    for k, t in enumerate(win.times):
+        latest = 10 * math.floor((t - 3) / 10) + 3  # the last scrape at or before t (never more than 10 s back)
+        assert win.gpu["util"][a, 0, k] == np.float32((int(latest) * 7 + 31) % 97)
+        assert win.gpu["clock"][a, 0, k] == np.float32((int(latest) * 7 + 22) % 97)  # the clock="sm" series alone
+        if not T0 - 100 < latest < T0 - 60:
+            assert win.gpu["util"][b, 0, k] == np.float32(((int(latest) * 7 + 20) % 97) * 0.01)
+            assert win.gpu["clock"][b, 0, k] == np.float32(((int(latest) * 7 + 20) % 97) * 1e6)
+    # b's scrapes around the gap: T0 - 107, then T0 - 57; T0 - 90 carries the first, T0 - 75 and
+    # T0 - 60 (more than two steps after it) do not
+    gap = [k for k, t in enumerate(win.times) if np.isnan(win.gpu["util"][b, 0, k])]
+    assert [float(win.times[k] - T0) for k in gap] == [-75.0, -60.0]
+    assert win.gpu["util"][b, 0, list(win.times).index(T0 - 90)] == np.float32(((int(T0 - 107) * 7 + 20) % 97) * 0.01)
+    steady = PrometheusSource("http://prom:9090", client=_scraping_engine(asked))
+    steady.window(T0 - 45, 300, 15)
+    asked.clear()
+    again = steady.window(T0, 300, 15)
+    assert {q.split("[")[1] for q, _ in asked} == {f"{45 + 60 + 15}s]"}  # the new steps, the settle, one step before
+    assert_same_window(again, win)
 
 
 def test_held_grid_lays_out_again_only_when_the_union_of_its_blocks_changes():
@@ -933,7 +1032,7 @@ def test_prometheus_hardware_facts_are_kept_between_cycles():
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
 
     def source():
-        return PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+        return PrometheusSource("http://prom:9090", client=_mock(handler))
 
     def same(a, b):
         for field in ("nodes", "gpu_jobs", "leaf_of", "nvlink_peers"):
@@ -993,7 +1092,7 @@ def test_a_node_without_the_filesystem_total_brings_the_fallback_back():
     def fs_queries() -> list[tuple[str, float]]:
         return [(q, start) for q, start in asked if "targets_io_bytes_total" in q]  # fs_read, fs_write
 
-    src = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    src = PrometheusSource("http://prom:9090", client=_mock(handler))
     win = src.window(T0, 600, 15)
     assert len(fs_queries()) == 2 and all("target_io_bytes_total" not in q for q, _ in fs_queries())
     asked.clear()
@@ -1040,7 +1139,7 @@ def test_embedded_source_scrapes_and_marks_failed_targets_stale():
         return httpx.Response(200, text=r.render(sim.cluster.index(name)))
 
     targets = [f"{n}:9810" for n in sim.cluster.names]
-    src = EmbeddedSource(targets, client=httpx.Client(transport=httpx.MockTransport(handler)), retention=120)
+    src = EmbeddedSource(targets, client=_mock(handler), retention=120)
     try:
         for k in range(6):
             sim.step()
@@ -1162,7 +1261,7 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
 
-    src = PrometheusSource("http://prom:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    src = PrometheusSource("http://prom:9090", client=_mock(handler))
     src.window(T0, 600, 15)
     rates = {w for q in asked for w in re.findall(r"rate\([^\[]*\[(\d+)s\]", q)}
     assert rates == {str(window)}

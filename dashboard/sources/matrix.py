@@ -1,4 +1,5 @@
-"""A range query's answer (`/api/v1/query_range`, a matrix) decoded onto the step grid.
+"""A range query's answer (`/api/v1/query_range`, a matrix), or an instant query's of a range
+selector (`selector[span]`: raw samples, the same layout), decoded onto the step grid.
 
 At 4,096 nodes a steady cycle's answers hold about 400,000 series and 2 million points; parsed as
 JSON, each point is a list, an int and a str, and each series a dict of labels that is then looked
@@ -117,6 +118,37 @@ def decode_range(data, start: float, step: float, n: int) -> tuple[list, object,
     start + k * step (k < n), its value), decoded in bulk rather than series by series. A point off
     that grid (no engine that evaluates PromQL returns one) or malformed labels raise ValueError:
     the signal is then absent and named, never misplaced."""
+    keys, labels_of, lengths, ts, vs = _points(data)
+    col = np.rint((ts - start) / step).astype(np.int64)
+    if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
+        raise ValueError("points off the query's step grid")
+    return keys, labels_of, np.repeat(np.arange(len(keys)), lengths), col, vs
+
+
+def decode_samples(data, start: float, step: float, n: int) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:
+    """`decode_range` of raw samples (an instant query of `selector[span]`: each series' samples at
+    their scrape times): each sample on the first grid time at or after it, the latest of a series
+    there where several are (a scrape interval shorter than the step), those before `start` or after
+    the grid's last time left out. So a grid time holds the latest sample of the step that ends at
+    it, which is what a range query's point there is where the series has a sample in that step;
+    older ones are carried over by the window's alignment (`align_grid`, LOOKBACK_STEPS), not by the
+    engine's look-back (5 minutes on Prometheus)."""
+    keys, labels_of, lengths, ts, vs = _points(data)
+    sid = np.repeat(np.arange(len(keys)), lengths)
+    # a millisecond timestamp exactly on a grid time belongs to it, never to the next one
+    col = np.ceil((ts - start) / step - 1e-6).astype(np.int64)
+    keep = (col >= 0) & (col < n)
+    sid, col, ts, vs = sid[keep], col[keep], ts[keep], vs[keep]
+    if sid.size > 1 and np.any((sid[1:] < sid[:-1]) | ((sid[1:] == sid[:-1]) & (ts[1:] < ts[:-1]))):
+        order = np.lexsort((ts, sid))  # an engine answers each series in time order; not relied on
+        sid, col, vs = sid[order], col[order], vs[order]
+    last = np.ones(sid.shape, bool)
+    last[:-1] = (sid[1:] != sid[:-1]) | (col[1:] != col[:-1])
+    return keys, labels_of, sid[last], col[last], vs[last]
+
+
+def _points(data) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:
+    """A matrix answer's (series keys, labels_of, points per series, every point's time and value)."""
     if isinstance(data, Matrix):
         keep = np.flatnonzero(data.lengths)
         keys = [data.metrics[i] for i in keep]
@@ -143,10 +175,7 @@ def decode_range(data, start: float, step: float, n: int) -> tuple[list, object,
         if len(flat) != 2 * int(lengths.sum()):
             raise ValueError("malformed matrix: a point is not [time, value]")
         ts, vs = _numbers(flat[0::2], "time"), _numbers(flat[1::2], "value")
-    col = np.rint((ts - start) / step).astype(np.int64)
-    if np.any(np.abs(ts - (start + col * step)) > 1e-3) or np.any((col < 0) | (col >= n)):
-        raise ValueError("points off the query's step grid")
-    return keys, labels_of, np.repeat(np.arange(len(keys)), lengths), col, vs
+    return keys, labels_of, lengths, ts, vs
 
 
 def decode_increase(data, start: float, step: float, n: int) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:

@@ -77,7 +77,7 @@ from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
 from . import decode_pool
-from .matrix import Matrix, decode_increase, decode_range
+from .matrix import Matrix, decode_increase, decode_range, decode_samples
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
                      NodeMatcher, sub_key)
@@ -172,9 +172,10 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
                  by_engine: bool = False) -> list[tuple[str, str, str]]:
     """[(signal, level, PromQL)]: one query per signal, every schema OR-ed in, less the fallback
     mappings whose replacement every node has (`covered`: PLAN_QUERY's FALLBACK_FACTS said so); the
-    series of the `raw` levels as they stand (RAW_LEVELS, on an engine that gains by it) and the
-    event counters of STEP_INCREASE read once, unless everything is to be worked out `by_engine`
-    (benchmarks measure both). PromQL's `or`
+    series of the `raw` levels as they stand (RAW_LEVELS, on an engine that gains by it), the
+    event counters of STEP_INCREASE read once and the SAMPLED levels' raw series (a selector each,
+    asked for its samples), unless everything is to be worked out `by_engine` (benchmarks measure
+    both). PromQL's `or`
     evaluates both sides, so a fallback left in costs its series even where its replacement is read."""
     # a scale read from a label (a histogram bucket's bound) has no PromQL form: such rows are for
     # bundles and the embedded scraper only
@@ -190,6 +191,9 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
         if signal in STEP_INCREASE and not by_engine:
             out.append((signal, level, counters_selector(ms)))
+            continue
+        if signal in SAMPLED and not by_engine:
+            out.append((signal, level, sampled_selector(ms)))
             continue
         kept_raw = () if by_engine else raw
         out.append((signal, level, " or ".join(f"({_sum_expr(g, by, rate_window, step, signal in SPARSE, kept_raw)})"
@@ -276,15 +280,20 @@ REPLACEMENTS = frozenset(m.fallback for m in MAPPINGS if m.fallback in FALLBACK_
 # row's increase is its own, and the rows of one port average as any series of one key do (two
 # scrapes of one agent count a link's drop once, where `sum by` counted it twice).
 def _step_increase() -> frozenset[str]:
+    return frozenset(signal for signal, ms in _alone().items() if len({(m.level, m.filters) for m in ms}) == 1
+                     and all(m.events and m.scale == 1.0 and len(g) == 1 for g in _summed(ms) for m in g))
+
+
+def _alone() -> dict[str, list[Mapping]]:
+    """The mappings PromQL can ask for of each signal that has a query of its own: neither a part of
+    a shared one (SHARED_QUERIES) nor of a ratio (RATIOS)."""
     by_signal: dict[str, list[Mapping]] = defaultdict(list)
     for m in MAPPINGS:
         if not m.scale_label:
             by_signal[m.signal].append(m)
     shared = {s for members in SHARED_QUERIES.values() for s in members}
     parts = {name for pair in RATIOS.values() for name in pair[:2]}
-    return frozenset(signal for signal, ms in by_signal.items()
-                     if signal not in shared | parts and len({(m.level, m.filters) for m in ms}) == 1
-                     and all(m.events and m.scale == 1.0 and len(g) == 1 for g in _summed(ms) for m in g))
+    return {signal: ms for signal, ms in by_signal.items() if signal not in shared | parts}
 
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -328,6 +337,62 @@ def _family(metric: str) -> str:
 
 
 STEP_INCREASE = _step_increase()
+
+
+# The levels of one GPU or port (utilisation, SM activity, power, memory, SM clock, the rate a link
+# trained at: two thirds of a cycle's per-device series) are asked for as their raw samples,
+# `selector[span]` in an instant query at the span's end, and placed on the grid here
+# (matrix.decode_samples: the latest sample of the step that ends at each grid time), then carried
+# over one missed scrape as a bundle's samples are (`sample_lookback`, align_grid). A range query
+# makes the engine work out every series' point at every step (and VictoriaMetrics aggregate them
+# by the host labels): the samples as stored cost it 0.55 of that on VictoriaMetrics and 0.70 on
+# Prometheus at 4,096 nodes (bench/README.md, "The levels asked for their raw samples"). A signal's
+# mappings share one selector: its metric names, each label filter with its alternatives (and
+# none, where a mapping has no such filter: `sampled_selector`); each answered series then finds its
+# own mapping by its name and labels (`sample_mapping`), which scales it (DCGM's percent, MiB, MHz)
+# or leaves it out (a series the alternatives let in that no mapping takes), and the series of one
+# GPU or port average (HeldGrid), as RAW_LEVELS' do. What differs from a range query: a series that
+# stops is carried over for `sample_lookback` (an engine ends it at its staleness marker at once), and
+# a gap of more than that is unknown, where an engine carries the last sample up to 5 minutes
+# (docs/victoriametrics.md, "Levels as raw samples").
+def _sampled() -> dict[str, tuple[Mapping, ...]]:
+    return {signal: tuple(ms) for signal, ms in _alone().items()
+            if signal not in SPARSE and len({m.level for m in ms}) == 1 and ms[0].level in RAW_LEVELS
+            and all(not (m.counter or m.events or m.key or m.fallback) and m.combine == "mean"
+                    and not any(v.startswith("!") for _, v in m.filters) for m in ms)}
+
+
+SAMPLED = _sampled()
+
+
+def sampled_selector(ms: tuple[Mapping, ...] | list[Mapping]) -> str:
+    """One selector for the raw series of all of a signal's mappings: their names, and per label a
+    filter names the value (or values) the mappings want, "" among them where one has no filter on
+    it (PromQL's empty value matches a series without the label)."""
+    names = sorted({m.metric for m in ms})
+    if not all(_METRIC_NAME.fullmatch(n) for n in names):
+        raise ValueError(f"not one selector: {names}")
+    parts = [f'__name__=~"{"|".join(names)}"'] if len(names) > 1 else []
+    for k in sorted({k for m in ms for k, _ in m.filters}):
+        alts = sorted({dict(m.filters).get(k, "") for m in ms})
+        parts.append(f'{k}="{alts[0]}"' if len(alts) == 1 else
+                     f'{k}=~"' + "|".join(re.escape(a).replace("\\", "\\\\") for a in alts) + '"')
+    return (names[0] if len(names) == 1 else "") + ("{" + ",".join(parts) + "}" if parts else "")
+
+
+def sample_mapping(ms: tuple[Mapping, ...], labels: dict) -> Mapping | None:
+    """The mapping a raw series of `sampled_selector(ms)` belongs to, by its name and labels; None
+    where no mapping takes it."""
+    name = labels.get("__name__")
+    return next((m for m in ms if m.metric == name and all(labels.get(k) == v for k, v in m.filters)), None)
+
+
+def sample_lookback(step: float, interval: float) -> float:
+    """How far back a grid time takes a raw sample's value (SAMPLED): LOOKBACK_STEPS scrape
+    intervals in whole steps (at least one), so one missed scrape is carried over at any interval.
+    A quarter of a step's leeway keeps it from moving with the measured interval's jitter (a 15 s
+    scrape measured at 15.8 s), which would make every held signal cold (`window`'s shape)."""
+    return LOOKBACK_STEPS * step * max(1, math.ceil(interval / step - 0.25))
 
 
 # Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals
@@ -478,9 +543,13 @@ class _Held:
     key) is worked out once, when it appears. Rows are the `n` first of the arrays' rows; the
     spare ones, and columns as they enter the window, are empty (NaN, no point)."""
 
-    __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks")
+    __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks",
+                 "mappings", "scale")
 
-    def __init__(self):
+    def __init__(self, mappings: tuple[Mapping, ...] | None = None):
+        # a SAMPLED signal's mappings: each row's own scales it (`scale`: NaN where none takes it)
+        self.mappings = mappings
+        self.scale: list[float] = []
         self.rows: dict[tuple, int] = {}  # labels sorted -> row
         self.answered: dict[tuple, int] = {}  # labels as answered (names, values) -> row
         self.labels: list[dict] = []
@@ -502,17 +571,22 @@ class _Held:
         return self._bufs[i][:, self._off:self._off + self.T]
 
     def merge(self, data: dict | Matrix, start: float, since: float, until: float, step: float, lookback: float,
-              sparse: bool = False, increase: bool = False) -> None:
+              sparse: bool = False, decode=decode_range) -> None:
         """The points before `since` held, the fetched ones from `since` on (they replace the held
         ones there), those before `start` dropped; rows left without a point dropped. A sparse
         signal's missing point is one the filter dropped (SPARSE): aligned as NaN, never as the
-        point before it. `increase`: an event counter asked from one step before `since`, held as
-        its step's increase (STEP_INCREASE)."""
+        point before it. `decode`: decode_range, decode_increase (an event counter asked from one
+        step before `since`, held as its step's increase: STEP_INCREASE) or decode_samples (raw
+        samples: SAMPLED; those of the step before `since` dropped)."""
         T = grid(start, until, step).shape[0]
-        answered, labels_of, sid, col, val = (decode_increase if increase else decode_range)(data, start, step, T)
+        answered, labels_of, sid, col, val = decode(data, start, step, T)
         self._frame(start, T, step)
         rows = self._rows_of(answered, labels_of)
         cut = int(round((since - start) / step))  # the first column fetched again
+        if col.size and col.min() < cut:
+            keep = col >= cut
+            sid, col, val = sid[keep], col[keep], val[keep]
+        val = self._scaled(rows[sid], val)
         have = self.have
         have[:self.n, cut:] = False
         have[rows[sid], col] = True
@@ -523,12 +597,12 @@ class _Held:
         self.t0, self.until = start, until
 
     def fill(self, data: dict | Matrix, lo: int, hi: int, step: float, lookback: float, sparse: bool = False,
-             increase: bool = False) -> None:
+             decode=decode_range) -> None:
         """Columns lo..hi-1 of the window (held empty: a cold ask that answered in part) fetched: their
         points written, they and the columns that look back into them aligned again."""
-        decode = decode_increase if increase else decode_range
         answered, labels_of, sid, col, val = decode(data, self.t0 + lo * step, step, hi - lo)
         rows = self._rows_of(answered, labels_of)
+        val = self._scaled(rows[sid], val)
         n, T = self.n, self.T
         reach = max(0, math.ceil(lookback / step - 1e-9) - 1)
         ctx, stop = max(0, lo - reach), min(T, hi + reach)
@@ -579,11 +653,25 @@ class _Held:
                 self.labels.append(labels)
                 self.keys.append(key)
                 self.cells.append(None)
+                self.scale.append(self._scale_of(labels))
                 self.n += 1
                 self._changed()
             got[i] = self.answered[answered[i]] = r
         self._grow(self.n)
         return np.array(got, np.int64)
+
+    def _scale_of(self, labels: dict) -> float:
+        if self.mappings is None:
+            return 1.0
+        m = sample_mapping(self.mappings, labels)
+        return math.nan if m is None else m.scale
+
+    def _scaled(self, rows: np.ndarray, val: np.ndarray) -> np.ndarray:
+        """The points' values in the signal's unit: each row's mapping's scale (SAMPLED), NaN for a
+        row no mapping takes (left out of every cell: `blocks`)."""
+        if self.mappings is None:
+            return val
+        return val * np.array(self.scale)[rows]
 
     def _grow(self, need: int) -> None:
         cap = self._bufs[0].shape[0]
@@ -608,6 +696,7 @@ class _Held:
         self.labels = [self.labels[i] for i in idx]
         self.keys = [self.keys[i] for i in idx]
         self.cells = [self.cells[i] for i in idx]
+        self.scale = [self.scale[i] for i in idx]
         self.rows = {k: i for i, k in enumerate(self.keys)}
         self.answered = {}  # found again by their sorted labels on the next answer
         self.n = m
@@ -641,7 +730,8 @@ class _Held:
             for i, labels in enumerate(self.labels):
                 if self.cells[i] is None:  # a row's labels never change: mapped once, on the cycle it appears
                     node, key = matcher(labels), sub_key(probe, labels)
-                    self.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if node is not None and key is not None else ()
+                    mapped = node is not None and key is not None and not math.isnan(self.scale[i])
+                    self.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if mapped else ()
                 if self.cells[i]:
                     parts[self.cells[i][0]].append(i)
             self._blocks = [GridBlock(part, level, np.array(rows, np.int64), [self.cells[i][1:] for i in rows],
@@ -697,9 +787,11 @@ class PrometheusSource:
         self._dropped: dict[tuple[str, str], frozenset[str]] = {}
         self._in_part: list[str] = []  # the queries of this cycle answered without a storage node (_answered_in_part)
 
-    def _get(self, path: str, params: dict, name: str = "") -> dict | Matrix:
+    def _get(self, path: str, params: dict, name: str = "", matrix: bool = False) -> dict | Matrix:
         """One request, within the time share of query `name` (QUERY_SHARE, or more where it was slow:
-        `_shares`) and the cycle's deadline; SlowQuery where it used its whole share and did not answer."""
+        `_shares`) and the cycle's deadline; SlowQuery where it used its whole share and did not answer.
+        A `matrix` (a range query's answer, an instant one's of raw samples) is split, not parsed as
+        JSON, where it can be (matrix.py)."""
         share = self._shares.get(name, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS))
         whole = self._deadline is None or share <= 1.1 * self._deadline.left()  # (nearly) its whole share
         try:
@@ -717,7 +809,7 @@ class PrometheusSource:
             if isinstance(doc, dict) and isinstance(doc.get("error"), str):
                 raise RuntimeError(f"HTTP {r.status_code} {doc.get('errorType') or 'error'}: {doc['error']}")
         r.raise_for_status()
-        if path == RANGE_PATH:  # its points not one JSON object each (matrix.py)
+        if matrix:  # its points not one JSON object each (matrix.py)
             split = self.decode.split(r.content)
             if split is not None:
                 self._answered_in_part(split.envelope, name or path)
@@ -770,7 +862,7 @@ class PrometheusSource:
         one that fails is asked again the next cycle (the signal is not affected)."""
         try:
             held.fill(got.result(), round((lo - start) / step), round((hi - start) / step) + 1, step,
-                      LOOKBACK_STEPS * step, key[0] in SPARSE, key[0] in STEP_INCREASE)
+                      self._lookback(key[0], step), key[0] in SPARSE, _decoder(key[0]))
         except (httpx.HTTPError, RuntimeError, ValueError):
             return
         _, why, span = self._partial[key]
@@ -785,6 +877,13 @@ class PrometheusSource:
             self._partial[key] = (since, why, end - since)
         if 2 * span < end - start:
             self._cold[key] = (2 * span, why)
+
+    def _lookback(self, signal: str, step: float) -> float:
+        """How far back a grid time takes the latest point of `signal` (align_grid): LOOKBACK_STEPS
+        steps of the engine's points, `sample_lookback` of a SAMPLED signal's raw samples."""
+        if signal in SAMPLED:
+            return sample_lookback(step, self._interval[0] if self._interval else 0.0)
+        return LOOKBACK_STEPS * step
 
     def _rate_window(self, end: float, failed: list[str], again: bool) -> float:
         """The configured rate window, widened to RATE_INTERVALS scrape intervals (PLAN_QUERY, which
@@ -828,7 +927,7 @@ class PrometheusSource:
         if topo is not None and (not topo[1] <= end < topo[1] + TOPOLOGY_SECONDS or not topo[2].issuperset(self.targets)):
             topo = None
         rate_window = self._rate_window(end, failed, again=topo is None)
-        shape = (step, rate_window, self.matcher.host_labels)
+        shape = (step, rate_window, self._lookback(next(iter(SAMPLED), ""), step), self.matcher.host_labels)
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
         if not self._held:  # cold: how late samples can reach this engine, its cores and its kind, asked again
@@ -841,8 +940,7 @@ class PrometheusSource:
         plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered, self.raw_levels)
         asks, fills = [], {}
         for signal, level, q in plan:
-            held = self._held.pop((signal, level), None) or _Held()
-            before = step if signal in STEP_INCREASE else 0.0  # the point each first increase is counted from
+            held = self._held.pop((signal, level), None) or _Held(SAMPLED.get(signal))
             # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
             # node had both; the node's only ones before its agent had it); one back in the plan (a node
             # without the replacement appeared) makes the signal cold, as that node's points were not asked
@@ -861,10 +959,8 @@ class PrometheusSource:
                 part = self._partial.get((signal, level))
                 if part is not None and part[0] > start:  # known in part: the span before it too
                     lo = max(start, part[0] - part[2])
-                    fills[(signal, level)] = (lo, part[0] - step, {"query": q, "start": f"{lo - before:.3f}",
-                                                                   "end": f"{part[0] - step:.3f}", "step": f"{step:g}"})
-            asks.append((signal, level, held, since, cold, {"query": q, "start": f"{since - before:.3f}", "end": f"{end:.3f}",
-                                                      "step": f"{step:g}"}))
+                    fills[(signal, level)] = (lo, part[0] - step, query_request(signal, q, lo, part[0] - step, step))
+            asks.append((signal, level, held, since, cold, query_request(signal, q, since, end, step)))
         self.queries_last_cycle += len(asks) + 1 + len(fills)
         # the queries are independent: `workers` at a time (QUERY_WORKERS, or as the engine's cores
         # allow), so the engine computes the next ones while this thread decodes and merges an answer
@@ -873,13 +969,13 @@ class PrometheusSource:
             # the facts first: without them no GPU has a job, and a cycle short of time drops its last queries
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
                                                             "time": f"{end:.3f}"}, "facts")
-            pending = [pool.submit(self._get, RANGE_PATH, params, signal) for signal, *_, params in asks]
-            filling = {k: (lo, hi, pool.submit(self._get, RANGE_PATH, params)) for k, (lo, hi, params) in fills.items()}
+            pending = [pool.submit(self._get, *ask, signal, True) for signal, *_, ask in asks]
+            filling = {k: (lo, hi, pool.submit(self._get, *ask, "", True)) for k, (lo, hi, ask) in fills.items()}
             blocks = []
             for (signal, level, held, since, cold, _), got in zip(asks, pending):
                 try:
-                    held.merge(got.result(), start, since, end, step, LOOKBACK_STEPS * step, signal in SPARSE,
-                               signal in STEP_INCREASE)
+                    held.merge(got.result(), start, since, end, step, self._lookback(signal, step), signal in SPARSE,
+                               _decoder(signal))
                 except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                     # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next,
                     # or only its newest part where a cold ask failed (COLD_SHRINK)
@@ -944,6 +1040,24 @@ class PrometheusSource:
                                                   f"{Thresholds().stale_seconds:.0f} s; their scraper or the node is down): "
                                                   + ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")))
         return win
+
+
+def query_request(signal: str, q: str, lo: float, hi: float, step: float) -> tuple[str, dict]:
+    """(path, parameters) of the request for `signal`'s points at the grid times lo..hi: a range
+    query, from one step before lo for an event counter's first increase (STEP_INCREASE); the raw
+    samples of the steps ending at lo..hi for a SAMPLED level (a range selector, in milliseconds where
+    the step is not whole seconds)."""
+    if signal in SAMPLED:
+        ms = round((hi - lo + step) * 1000)
+        span = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+        return "/api/v1/query", {"query": f"{q}[{span}]", "time": f"{hi:.3f}"}
+    before = step if signal in STEP_INCREASE else 0.0  # the point each first increase is counted from
+    return RANGE_PATH, {"query": q, "start": f"{lo - before:.3f}", "end": f"{hi:.3f}", "step": f"{step:g}"}
+
+
+def _decoder(signal: str):
+    """How `signal`'s answers are read onto the grid (matrix.py)."""
+    return decode_samples if signal in SAMPLED else decode_increase if signal in STEP_INCREASE else decode_range
 
 
 class SlowQuery(RuntimeError):

@@ -3,7 +3,9 @@
 One range query per diagnosis signal (`/api/v1/query_range`), aggregated on the server to one
 series per node (and GPU, port or target): `avg by (<host labels>, gpu) (...)`, `sum by (...)
 (rate(...[1m]))` (the window widened to 2.5 scrape intervals where scrapes are sparser:
-INTERVAL_QUERY), event counters as the difference of samples one step apart. Every exporter schema
+INTERVAL_QUERY), event counters as the difference of samples one step apart; the per-GPU and
+per-port levels (utilisation, power, clocks, a link's rate) as their raw samples instead, one
+instant query of `selector[span]` each, placed on the step grid here (SAMPLED). Every exporter schema
 a signal can come from (schema.MAPPINGS) is OR-ed into the same query, so the number of queries per
 cycle is fixed (`len(plan_queries())`, 19) whatever the node count or the schemas in use; plus one
 instant query for facts (GPU -> job, leaf switch, NVLink peers, NUMA) and, on a cold cycle, one
@@ -108,7 +110,7 @@ def _summed(ms: list[Mapping]) -> list[list[Mapping]]:
 
 
 # Levels whose series are asked for as they stand on Prometheus' own engine, not aggregated by the
-# host labels and the key: one series a GPU or port and exporter, so `avg by`/`sum by` only renamed
+# host labels and the key (those of them that are not SAMPLED: the port counters' rates): one series a GPU or port and exporter, so `avg by`/`sum by` only renamed
 # them, and Prometheus hashes every series' labels at every step to do it, about as much again as
 # reading them (the ten per-GPU and per-port queries 13.8 CPU-seconds a steady cycle at 4,096 nodes
 # against 5.7: bench/README.md, "Per-device series as they stand"). VictoriaMetrics aggregates in

@@ -862,6 +862,7 @@ def _scraping_engine(asked: list) -> httpx.Client:
         got = re.fullmatch(r"(.+)\[(\d+)s\]", q)
         result = []
         if got and request.url.path.endswith("/query"):
+            assert request.url.params.get("nocache") == "1"  # else a VictoriaMetrics would hide its last 30 s
             asked.append((q, float(request.url.params["time"])))
             end = float(request.url.params["time"])
             names = re.findall(r"[A-Za-z_]+", got[1].split('"')[1]) if "__name__" in got[1] else [got[1]]

@@ -618,3 +618,32 @@ def test_a_query_too_costly_for_its_whole_window_comes_back_in_part(engines, mon
         assert not any("newest part" in n for n in later[-1].notes), (name, later[-1].notes)
         again = PrometheusSource(engines[name], timeout=30).window(end + STEP * 4, span, STEP)
         assert all(np.array_equal(later[-1].gpu[s], again.gpu[s], equal_nan=True) for s in again.gpu), name
+
+
+def test_raw_samples_reach_the_newest_step_at_the_default_latency_offset(tmp_path):
+    """A VictoriaMetrics left at its default -search.latencyOffset (30 s): the levels' raw samples
+    (prometheus.SAMPLED) of the window's newest step are there. (Versions that move an instant
+    query at "now" that far back before reading a range selector's samples would hide them; serve
+    asks with `nocache=1`, which keeps the time as asked. 1.79, Debian's, reads them unmoved.)"""
+    import time
+
+    import numpy as np
+
+    from dashboard.sources.prometheus import PrometheusSource
+
+    vm = vmstack.VictoriaMetrics(tmp_path, extra_flags=["-search.latencyOffset=30s"])
+    try:
+        now = time.time()
+        end = math.floor(now / STEP) * STEP
+        lines = "".join(f'gangwatch_gpu_utilization_ratio{{instance="n{i}:9810",gpu="0"}} 0.{i + 5} {int((t) * 1000)}\n'
+                        for i in range(2) for t in np.arange(end - 300, end + 1e-6, 5.0))
+        req = urllib.request.Request(vm.url + "/api/v1/import/prometheus", data=lines.encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+        with urllib.request.urlopen(vm.url + "/internal/force_flush", timeout=60) as r:
+            r.read()
+        win = PrometheusSource(vm.url, timeout=30).window(end, 120, STEP)
+        assert win.nodes == ("n0", "n1") and np.isfinite(win.gpu["util"][:, 0, -1]).all(), win.gpu["util"][:, 0, -3:]
+        assert np.allclose(win.gpu["util"][:, 0, -1], [0.5, 0.6])
+    finally:
+        vm.stop()

@@ -1052,7 +1052,11 @@ def query_request(signal: str, q: str, lo: float, hi: float, step: float) -> tup
     if signal in SAMPLED:
         ms = round((hi - lo + step) * 1000)
         span = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-        return "/api/v1/query", {"query": f"{q}[{span}]", "time": f"{hi:.3f}"}
+        # nocache: a VictoriaMetrics left at its default -search.latencyOffset (30 s) would otherwise
+        # move an instant query's time that far back, and the newest steps would have no samples
+        # (a sample not visible yet is only missing: the next cycle's settle asks for it again);
+        # other engines ignore the parameter
+        return "/api/v1/query", {"query": f"{q}[{span}]", "time": f"{hi:.3f}", "nocache": "1"}
     before = step if signal in STEP_INCREASE else 0.0  # the point each first increase is counted from
     return RANGE_PATH, {"query": q, "start": f"{lo - before:.3f}", "end": f"{hi:.3f}", "step": f"{step:g}"}
 

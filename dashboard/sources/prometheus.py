@@ -110,9 +110,9 @@ def _summed(ms: list[Mapping]) -> list[list[Mapping]]:
 
 
 # Levels whose series are asked for as they stand on Prometheus' own engine, not aggregated by the
-# host labels and the key (those of them that are not SAMPLED: the port counters' rates): one series a GPU or port and exporter, so `avg by`/`sum by` only renamed
-# them, and Prometheus hashes every series' labels at every step to do it, about as much again as
-# reading them (the ten per-GPU and per-port queries 13.8 CPU-seconds a steady cycle at 4,096 nodes
+# host labels and the key (those of their signals that are not SAMPLED: the port counters' rates):
+# one series a GPU or port and exporter, so `avg by`/`sum by` only renamed them, and Prometheus
+# hashes every series' labels at every step to do it, about as much again as reading them (the ten per-GPU and per-port queries 13.8 CPU-seconds a steady cycle at 4,096 nodes
 # against 5.7: bench/README.md, "Per-device series as they stand"). VictoriaMetrics aggregates in
 # the pass that reads (the same queries 7.5 s against 6.9 s, within its noise), and the answers as
 # they stand are a quarter larger, which cost serve more than that: it keeps the aggregates
@@ -348,7 +348,7 @@ STEP_INCREASE = _step_increase()
 # over one missed scrape as a bundle's samples are (`sample_lookback`, align_grid). A range query
 # makes the engine work out every series' point at every step (and VictoriaMetrics aggregate them
 # by the host labels): the samples as stored cost it 0.55 of that on VictoriaMetrics and 0.70 on
-# Prometheus at 4,096 nodes (bench/README.md, "The levels asked for their raw samples"). A signal's
+# Prometheus at 4,096 nodes (bench/README.md, "The levels as raw samples, built"). A signal's
 # mappings share one selector: its metric names, each label filter with its alternatives (and
 # none, where a mapping has no such filter: `sampled_selector`); each answered series then finds its
 # own mapping by its name and labels (`sample_mapping`), which scales it (DCGM's percent, MiB, MHz)

@@ -910,6 +910,17 @@ def test_levels_are_read_as_their_raw_samples():
     assert_same_window(again, win)
 
 
+@pytest.mark.parametrize("interval, want", [(15.0, 30.0), (14.3, 30.0), (15.8, 30.0), (10.0, 30.0), (7.5, 15.0),
+                                             (1.0, 15.0), (30.0, 60.0), (27.3, 60.0), (60.0, 120.0), (0.0, 30.0)])
+def test_raw_samples_carry_one_missed_scrape(interval, want):
+    """A raw sample is carried over one missed scrape at the measured interval (whole steps of 15 s,
+    steady under its jitter: 14.3 and 15.8 s are a 15 s scrape), none where scrapes come twice a
+    step or more, two steps where the interval is unknown (0)."""
+    from dashboard.sources.prometheus import sample_lookback
+
+    assert sample_lookback(15.0, interval) == want
+
+
 def test_held_grid_lays_out_again_only_when_the_union_of_its_blocks_changes():
     """A node starting to read from a target changes the sparse signal's block (its facts), not the
     window's layout, which the node's GPUs put it in already: the layout is kept (and the other

@@ -391,10 +391,15 @@ def sample_mapping(ms: tuple[Mapping, ...], labels: dict) -> Mapping | None:
 
 def sample_lookback(step: float, interval: float) -> float:
     """How far back a grid time takes a raw sample's value (SAMPLED): LOOKBACK_STEPS scrape
-    intervals in whole steps (at least one), so one missed scrape is carried over at any interval.
-    A quarter of a step's leeway keeps it from moving with the measured interval's jitter (a 15 s
-    scrape measured at 15.8 s), which would make every held signal cold (`window`'s shape)."""
-    return LOOKBACK_STEPS * step * max(1, math.ceil(interval / step - 0.25))
+    intervals rounded up to whole steps, at least one, so one missed scrape is carried over at any
+    interval and nothing longer (a node whose scraper died goes unknown, then stale, as soon as
+    that allows: 30 s at a 15 s scrape, at once where it scrapes twice a step or more); LOOKBACK_STEPS
+    steps where the interval is unknown (0: data imported, no `up`). A quarter of a step's leeway
+    keeps it from moving with the measured interval's jitter (a 15 s scrape measured at 14.3 or
+    15.8 s), which would make every held signal cold (`window`'s shape)."""
+    if interval <= 0:
+        return LOOKBACK_STEPS * step
+    return step * max(1, math.ceil(LOOKBACK_STEPS * interval / step - 0.25))
 
 
 # Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals

@@ -647,3 +647,30 @@ def test_raw_samples_reach_the_newest_step_at_the_default_latency_offset(tmp_pat
         assert np.allclose(win.gpu["util"][:, 0, -1], [0.5, 0.6])
     finally:
         vm.stop()
+
+
+def test_a_young_targets_scrape_interval_is_measured_over_its_last_minute(tmp_path):
+    """INTERVAL_QUERY per target, on a real VictoriaMetrics: a target scraped every 15 s for 10
+    minutes measures 15 s over 5 minutes; one scraped every second for the last 40 s (a fresh stack)
+    about 1.5 s over its last minute, where 300 over its count said 7.5 s, and 100 s three seconds in."""
+    import time
+
+    from dashboard.sources.prometheus import INTERVAL_QUERY
+
+    per_target = INTERVAL_QUERY[len("quantile(0.9, "):-1]
+    vm = vmstack.VictoriaMetrics(tmp_path)
+    try:
+        end = math.floor(time.time())
+        lines = [f'up{{instance="old"}} 1 {(end - k * 15) * 1000}\n' for k in range(40)]
+        lines += [f'up{{instance="young"}} 1 {(end - k) * 1000}\n' for k in range(40)]
+        req = urllib.request.Request(vm.url + "/api/v1/import/prometheus", data="".join(lines).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+        with urllib.request.urlopen(vm.url + "/internal/force_flush", timeout=60) as r:
+            r.read()
+        q = urllib.parse.urlencode({"query": per_target, "time": end})
+        with urllib.request.urlopen(f"{vm.url}/api/v1/query?{q}", timeout=60) as r:
+            got = {s["metric"]["instance"]: float(s["value"][1]) for s in json.loads(r.read())["data"]["result"]}
+        assert 14 <= got["old"] <= 15.8 and 1 <= got["young"] <= 1.6, got
+    finally:
+        vm.stop()

@@ -461,8 +461,13 @@ TOPOLOGY_SECONDS = 600.0
 # The scrape interval of the slowest tenth of the targets, asked for on a cold cycle and every
 # TOPOLOGY_SECONDS: `rate` needs two samples in its window, so at a 1-minute scrape interval
 # (Prometheus' default) a 60 s window holds one and every counter would be unknown. The window
-# is then `RATE_INTERVALS` scrape intervals (at least the configured one): two samples always.
-INTERVAL_QUERY = "quantile(0.9, 300 / count_over_time(up[5m]))"
+# is then `RATE_INTERVALS` scrape intervals (at least the configured one): two samples always;
+# the raw samples' carry is two of them (`sample_lookback`). A target scraped for less than the 5
+# minutes counted (a fresh stack, a new target) is measured over its last minute instead: 300 over
+# its count would make 1 s scrapes 100 s long in their first three seconds, and the rate window and
+# the carry as long until the next measure, TOPOLOGY_SECONDS later (a dead shard's nodes then
+# named stale minutes late).
+INTERVAL_QUERY = "quantile(0.9, (300 / count_over_time(up[5m]) and up offset 5m) or 60 / count_over_time(up[1m]))"
 # What the plan depends on, asked in one instant query before it, on a cold cycle and whenever the
 # hardware facts are asked again (every TOPOLOGY_SECONDS, a node they did not cover): the scrape
 # interval (a series without labels) and the nodes lacking a fallback's replacement (FALLBACK_FACTS),

@@ -888,7 +888,7 @@ def test_levels_are_read_as_their_raw_samples():
     src = PrometheusSource("http://prom:9090", client=_scraping_engine(asked))
     win = src.window(T0, 300, 15)
     assert {q.split("[")[1] for q, _ in asked} == {"315s]"} and {t for _, t in asked} == {T0}
-    assert "util" in {s for s in SAMPLED} and sample_lookback(15, 0.0) == 30.0
+    assert "util" in SAMPLED and sample_lookback(15, 0.0) == 30.0
     a, b = win.nodes.index("a"), win.nodes.index("b")
     for k, t in enumerate(win.times):
         latest = 10 * math.floor((t - 3) / 10) + 3  # the last scrape at or before t (never more than 10 s back)

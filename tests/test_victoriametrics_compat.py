@@ -637,11 +637,7 @@ def test_raw_samples_reach_the_newest_step_at_the_default_latency_offset(tmp_pat
         end = math.floor(now / STEP) * STEP
         lines = "".join(f'gangwatch_gpu_utilization_ratio{{instance="n{i}:9810",gpu="0"}} 0.{i + 5} {int((t) * 1000)}\n'
                         for i in range(2) for t in np.arange(end - 300, end + 1e-6, 5.0))
-        req = urllib.request.Request(vm.url + "/api/v1/import/prometheus", data=lines.encode(), method="POST")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            r.read()
-        with urllib.request.urlopen(vm.url + "/internal/force_flush", timeout=60) as r:
-            r.read()
+        vm.import_text(lines.encode())
         win = PrometheusSource(vm.url, timeout=30).window(end, 120, STEP)
         assert win.nodes == ("n0", "n1") and np.isfinite(win.gpu["util"][:, 0, -1]).all(), win.gpu["util"][:, 0, -3:]
         assert np.allclose(win.gpu["util"][:, 0, -1], [0.5, 0.6])
@@ -663,11 +659,7 @@ def test_a_young_targets_scrape_interval_is_measured_over_its_last_minute(tmp_pa
         end = math.floor(time.time())
         lines = [f'up{{instance="old"}} 1 {(end - k * 15) * 1000}\n' for k in range(40)]
         lines += [f'up{{instance="young"}} 1 {(end - k) * 1000}\n' for k in range(40)]
-        req = urllib.request.Request(vm.url + "/api/v1/import/prometheus", data="".join(lines).encode(), method="POST")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            r.read()
-        with urllib.request.urlopen(vm.url + "/internal/force_flush", timeout=60) as r:
-            r.read()
+        vm.import_text("".join(lines).encode())
         q = urllib.parse.urlencode({"query": per_target, "time": end})
         with urllib.request.urlopen(f"{vm.url}/api/v1/query?{q}", timeout=60) as r:
             got = {s["metric"]["instance"]: float(s["value"][1]) for s in json.loads(r.read())["data"]["result"]}

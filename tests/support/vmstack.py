@@ -47,7 +47,12 @@ class VictoriaMetrics:
     def import_openmetrics(self, path: Path) -> None:
         """A bundle's metrics.om (timestamps in seconds) through /api/v1/import/prometheus, then a
         flush so queries see every sample."""
-        body = b"".join(_millis(line) for line in path.read_bytes().splitlines(keepends=True) if not line.startswith(b"#"))
+        self.import_text(b"".join(_millis(line) for line in path.read_bytes().splitlines(keepends=True)
+                                  if not line.startswith(b"#")))
+
+    def import_text(self, body: bytes) -> None:
+        """Prometheus text lines with timestamps in milliseconds through /api/v1/import/prometheus,
+        then a flush so queries see every sample."""
         req = urllib.request.Request(self.url + "/api/v1/import/prometheus", data=body, method="POST")
         with urllib.request.urlopen(req, timeout=120) as r:
             r.read()

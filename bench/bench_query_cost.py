@@ -41,7 +41,8 @@ import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
 from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
-                                          SHARED_QUERIES, plan_queries, query_request, raw_levels, series_selector)
+                                          SHARED_QUERIES, plan_queries, query_request, rated_here, raw_levels,
+                                          series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus  # noqa: E402
@@ -61,10 +62,11 @@ def selectors(signal: str, level: str, covered: frozenset[str]) -> list[str]:
                    if m.signal in names and m.level == level and not m.scale_label and m.fallback not in covered})
 
 
-def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[str], list]:
+def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[str], frozenset[str], list]:
     """What serve asks a cycle: the plan less the fallbacks every node does without, as FALLBACK_FACTS
     say (the source's `_covered`); and the queries of the plan with them (while a node lacks the
-    totals: an older agent) that differ, marked, to be measured beside them."""
+    totals: an older agent) that differ, marked, to be measured beside them; and the port counters
+    whose rate serve works out on this engine (`rated_here`)."""
     r = client.get(url + "/api/v1/query", params={"query": FALLBACK_FACTS, "time": end})
     r.raise_for_status()
     covered = REPLACEMENTS - {row["metric"].get(LACKS_LABEL) for row in r.json()["data"]["result"]}
@@ -77,16 +79,17 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
     # (avg by, sum by, clamp_min(c - c offset 15s, 0)), where the plan differs
     by_engine = [(f"{signal} {ENGINE_SIDE}", level, q) for signal, level, q in
                  plan_queries(60.0, imp.STEP, covered=covered, by_engine=True) if (signal, level, q) not in steady]
-    return covered, steady + kept + by_engine
+    return covered, rated_here(raw), steady + kept + by_engine
 
 
 def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int,
-          signal: str = "") -> tuple[float, float, int, int]:
+          signal: str = "", rated: frozenset[str] = frozenset()) -> tuple[float, float, int, int]:
     """The query over the steady span, asked as serve asks `signal`'s (prometheus.query_request: a
-    range query, from a step before the span for an event counter, the raw samples of a level's),
+    range query, from a step before the span for an event counter, the raw samples of a level's, of a
+    port counter's from its rate window before),
     best of `repeat`: (engine CPU, wall, series answered, bytes)."""
     best = None
-    path, params = query_request(signal, query, end - SPAN, end, imp.STEP)
+    path, params = query_request(signal, query, end - SPAN, end, imp.STEP, 60.0 if signal in rated else None)
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()
         r = client.get(url + path, params=params)
@@ -105,9 +108,9 @@ def floor_query(sels: list[str]) -> str:
 
 def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> list[dict]:
     rows = []
-    covered, plan = steady_plan(client, url, end)
+    covered, rated, plan = steady_plan(client, url, end)
     for signal, level, query in plan:
-        best = timed(client, url, pid, end, query, repeat, "" if signal.endswith(ENGINE_SIDE) else signal)
+        best = timed(client, url, pid, end, query, repeat, "" if signal.endswith(ENGINE_SIDE) else signal, rated)
         raw = 0
         fallback = signal.endswith((" fallback", f" {ENGINE_SIDE}"))
         sels = selectors(signal.split(" ")[0], level, frozenset() if signal.endswith(" fallback") else covered)
@@ -149,9 +152,10 @@ def report(engine: str, nodes: int, rows: list[dict]) -> dict:
           f"{tser / max(series, 1):.0%} of the series answered")
     for suffix, what in ((" fallback", "from the agents' per-filesystem totals against {was:.3f} s with the "
                                        "per-target fallback kept (a node lacking them)"),
-                         (f" {ENGINE_SIDE}", "as serve asks this engine (the levels' raw samples placed on the grid "
-                                             "and the event counters read once, their step's increase worked out, by "
-                                             "serve) against {was:.3f} s worked out by the engine (avg by, sum by, range "
+                         (f" {ENGINE_SIDE}", "as serve asks this engine (the levels' raw samples placed on the grid, "
+                                             "the port counters' rates worked out from theirs except on Prometheus' own "
+                                             "engine, and the event counters read once, their step's increase worked "
+                                             "out, by serve) against {was:.3f} s worked out by the engine (avg by, sum by, range "
                                              "queries; clamp_min(c - c offset 15s, 0))")):
         these = [r for r in kept if r["query"].split("/")[0].endswith(suffix)]
         if not these:

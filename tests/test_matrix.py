@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dashboard.sources.matrix import Matrix, decode_range, split_matrix
+from tests.support.promql_rate import prometheus_rate
 
 START, STEP, N = 1_796_440_800, 15, 8
 # the texts the engines write for values (Go's strconv 'g' formatting, Prometheus' and MetricsQL's specials)
@@ -251,3 +252,40 @@ def test_raw_samples_out_of_order_are_put_in_order():
     result = [{"metric": {"gpu": "0"}, "values": [[START + 14, "3"], [START + 2, "1"], [START - 1, "9"], [START + 10, "2"]]}]
     _, _, sid, col, val = decode_samples({"result": result}, START, STEP, N)
     assert col.tolist() == [0, 1] and val.tolist() == [9.0, 3.0]
+
+
+# counters: mostly rising, sometimes reset, now and then NaN
+COUNTER_VALUES = st.one_of(st.integers(0, 10**6).map(float), st.floats(0, 1e15, allow_nan=False), st.just(float("nan")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(SAMPLE_MS.map(lambda ms: ms - 45_000), COUNTER_VALUES), max_size=14,
+                         unique_by=lambda p: p[0]), max_size=5),
+       st.sampled_from([60.0, 45.0, 37.5]), st.integers(0, N - 1), st.booleans())
+def test_a_counters_rate_is_what_prometheus_works_out(series, window, since, split):
+    """decode_rate over a counter's raw samples gives, at each grid time from `since` on, Prometheus'
+    `rate(selector[window])` there (its loop over the window's samples, both ends included),
+    nothing where it has fewer than two samples; from the compact layout or JSON alike."""
+    from dashboard.sources.matrix import decode_rate
+
+    result = [{"metric": {"port": str(i)}, "values": [[(START * 1000 + ms) / 1000, repr(v)] for ms, v in sorted(pts)]}
+              for i, pts in enumerate(series)]
+    data = (split and split_matrix(body(result))) or {"result": result}
+    keys, labels_of, sid, col, val = decode_rate(data, START, STEP, N, window, START + since * STEP)
+    got = {(labels_of(int(s))["port"], int(c)): v for s, c, v in zip(sid, col, val)}
+    want = {}
+    for i, pts in enumerate(series):
+        for k in range(since, N):
+            r = prometheus_rate(sorted(pts), k * STEP * 1000, int(window * 1000))
+            if r is not None:
+                want[(str(i), k)] = r
+    assert got.keys() == want.keys()
+    assert all(got[k] == want[k] or (np.isnan(got[k]) and np.isnan(want[k])) for k in want)
+
+
+def test_a_counters_samples_out_of_order_or_repeated_are_put_in_order():
+    from dashboard.sources.matrix import decode_rate
+
+    result = [{"metric": {"port": "1"}, "values": [[START, "30"], [START - 30, "0"], [START - 15, "15"], [START - 15, "15"]]}]
+    _, _, sid, col, val = decode_rate({"result": result}, START, STEP, 2, 30.0)
+    assert col.tolist() == [0, 1] and val.tolist() == [1.0, 1.0]

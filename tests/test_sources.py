@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from dashboard.analysis.diagnose import diagnose
 from dashboard.sources.build import RawStore, SignalStore, align, align_grid, counter_rate, job_mean, job_means
 from dashboard.sources.exposition import iter_samples
-from dashboard.sources.prometheus import QUERY_BUDGET, SAMPLED, PrometheusSource, add_matrix, plan_queries, sampled_selector
+from dashboard.sources.prometheus import (QUERY_BUDGET, RAW_SERIES, SAMPLED, PrometheusSource, add_matrix, plan_queries,
+                                          sampled_selector)
 from dashboard.sources.schema import Mapping, NodeMatcher, short_host, sub_key
 
 T0 = 1_767_225_600.0
@@ -247,14 +248,16 @@ def no_status_api() -> httpx.Response:
     return httpx.Response(404, text="unsupported path")
 
 
-SAMPLED_BY_SELECTOR = {sampled_selector(ms): ms for ms in SAMPLED.values()}
+RAW_BY_SELECTOR = {sampled_selector(ms): ms for ms in RAW_SERIES.values()}
 SCRAPE = 15.0  # the fakes' points: on this grid, each depending on its time only (as scrapes every 15 s)
 
 
 def _mock(handler) -> httpx.Client:
     """A client of a fake engine whose `handler` answers range queries: a SAMPLED level's raw samples
     (an instant query of `selector[span]` at `time`) are what it answers for the range query of that
-    span at its scrape interval, SCRAPE (the same request otherwise: a failure, a note)."""
+    span at its scrape interval, SCRAPE (the same request otherwise: a failure, a note); a RATED
+    counter's are its answer v at t made a counter, v * t (a function of the time alone, as a
+    counter's samples are, so every cycle asks the same ones; its rate is v where v holds still)."""
     def sampled(request: httpx.Request) -> httpx.Response:
         q, at = request.url.params.get("query", ""), request.url.params.get("time")
         got = re.fullmatch(r"(.+)\[(\d+)(ms|s)\]", q)
@@ -268,9 +271,11 @@ def _mock(handler) -> httpx.Client:
             if not (isinstance(doc, dict) and isinstance(doc.get("data"), dict)):
                 return r
             # the fakes' series have no name; a real engine's raw series have theirs: the agent's
-            agent = next(m for m in SAMPLED_BY_SELECTOR[got[1]] if m.metric.startswith("gangwatch_"))
+            agent = next(m for m in RAW_BY_SELECTOR[got[1]] if m.metric.startswith("gangwatch_"))
             for series in doc["data"].get("result") or []:
                 series["metric"] = {"__name__": agent.metric, **dict(agent.filters), **series["metric"]}
+                if agent.counter:
+                    series["values"] = [[t, repr(float(v) * float(t))] for t, v in series["values"]]
             return httpx.Response(200, json=doc)
         return handler(request)
     return httpx.Client(transport=httpx.MockTransport(sampled))
@@ -347,7 +352,8 @@ def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, c
     """Prometheus evaluates a query on one core: a cycle sends half the cores its runtimeinfo reports
     at a time (2 to 8), 2 where the engine does not say, or what the flag says; the window is the
     same whatever the number. An engine that says its cores is Prometheus' own, asked for the
-    per-GPU and per-port series as they stand (RAW_LEVELS); one that does not, for their aggregates."""
+    per-GPU and per-port series as they stand (RAW_LEVELS) and their `rate`; one that does not, for
+    their aggregates and the port counters' raw samples (RATED)."""
     import threading
     import time as clock
 
@@ -376,6 +382,9 @@ def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, c
     assert src.workers == want and peak[0] == want
     says = isinstance(runtimeinfo, dict) and isinstance(runtimeinfo["GOMAXPROCS"], int)
     assert src.raw_levels == (("gpu", "rail") if says else ())
+    # the port counters' rates: Prometheus' own engine's `rate`, else worked out here from raw samples
+    assert src.rated == (frozenset() if says else {"ib_tx", "ib_wait"})
+    assert all(("rate(" in q) == says for s, _, q in plan_queries(60, 15, raw=src.raw_levels) if s in ("ib_tx", "ib_wait"))
     assert not src.failed_last_cycle and np.isfinite(win.gpu["util"]).all()
     one = PrometheusSource("http://prom:9090", concurrency=1, client=_fake_prometheus(3, [])).window(T0, 600, 15)
     assert np.array_equal(one.gpu["util"], win.gpu["util"])
@@ -474,7 +483,8 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
         if request.url.path.endswith("/query"):
             return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
         start, end, step = (float(request.url.params[k]) for k in ("start", "end", "step"))
-        signal = "util" if "gangwatch_gpu_utilization_ratio" in q else "increase" if "__name__=~" in q and "_total" in q else "other"
+        signal = ("util" if "gangwatch_gpu_utilization_ratio" in q else "rate" if RAW_BY_SELECTOR.get(q, [Mapping("", "", "")])[0].counter
+                  else "increase" if "__name__=~" in q and "_total" in q else "other")
         asked.append((signal, start, end))
         if signal in fail:
             return httpx.Response(503, text="overloaded")
@@ -494,9 +504,10 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     warm.window(T0, 600, 15)
     asked.clear()
     win = warm.window(T0 + 450, 600, 15)
-    # event counters from one step before: their first increase (STEP_INCREASE)
+    # event counters from one step before: their first increase (STEP_INCREASE); the port counters'
+    # samples from one rate window before (RATED)
     assert {(s, e - st) for s, st, e in asked} == {("util", 450 + settle), ("other", 450 + settle),
-                                                   ("increase", 450 + settle + 15)}
+                                                   ("increase", 450 + settle + 15), ("rate", 450 + settle + 60)}
     assert warm.seconds_asked_last_cycle == 450 + settle
     assert arrays(win) == arrays(cold.window(T0 + 450, 600, 15))
     assert np.isnan(win.gpu["util"][2, 0, -10:]).all() and np.isfinite(win.gpu["util"][2, 0, :10]).all()
@@ -505,7 +516,8 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     fail.clear()
     asked.clear()
     win = warm.window(T0 + 480, 600, 15)
-    assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + settle, "increase": 30 + settle}
+    assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + settle, "increase": 30 + settle,
+                                                 "rate": 15 + settle + 60}
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
 
 
@@ -758,6 +770,9 @@ def _changing_engine(state: dict):
         if '"gw_signal", "roce_cong"' in q:  # one query, two signals (SHARED_QUERIES), told apart by a label
             return [({"instance": f"n{i}:9810", "device": "mlx5_0", "port": "1", "gw_signal": part}, 400 + 10 * i + j,
                      lambda t, k: True) for i in range(3) for j, part in enumerate(("roce_cong", "roce_err"))]
+        if "gangwatch_infiniband_port_transmit_data_bytes_total" in q:  # RATED: a counter's raw samples (_mock)
+            return [({"instance": f"n{i}:9810", "device": "mlx5_0", "port": "1"}, 500 + i,
+                     lambda t, k, i=i: i != 1 or k % 4 != 1) for i in range(3)]
         if q.endswith("> 0"):  # `read`, SPARSE
             return [({"instance": "n0:9810", "target": "fs-OST0000"}, 300, lambda t, k: k % 3 != 1),
                     ({"instance": "n1:9810", "target": "fs-OST0001"}, 301, lambda t, k: t >= T0 + 45)]
@@ -839,36 +854,41 @@ def test_steady_cycles_give_cold_windows():
         assert np.isnan(read[dropped]).all() and np.isfinite(read[~dropped]).all()
     # what the cycles went through, so the checks above were not vacuous
     assert np.isnan(win.gpu["util"]).any() and np.isfinite(win.gpu["util"]).any() and win.nodes == ("n0", "n1", "n2", "n3")
+    assert np.isfinite(win.rail["ib_tx"][:3]).all()
 
 
-def _scraping_engine(asked: list) -> httpx.Client:
-    """A fake engine holding scrapes every 10 s at 3 s past the grid (off the query's step grid):
-    node a's agent (GPU utilisation as a ratio, its SM clock in Hz, and a clock series without the
-    `clock` label that the raw-sample selector lets in and no mapping takes), node b's DCGM exporter
-    (percent, MHz), which misses its scrapes between T0 - 100 and T0 - 60. It answers the raw
-    samples of an instant `selector[span]` query as a real engine does, names included, and nothing
-    else (`asked`: the raw-sample queries, as (query, time))."""
-    def value(name: str, t: float) -> float:
-        return float((int(t) * 7 + len(name)) % 97)
+def _level(name: str, t: float) -> float:
+    return float((int(t) * 7 + len(name)) % 97)
 
-    series = [({"__name__": "gangwatch_gpu_utilization_ratio", "instance": "a:9810", "gpu": "0"}, lambda t: True),
-              ({"__name__": "gangwatch_gpu_clock_hz", "instance": "a:9810", "gpu": "0", "clock": "sm"}, lambda t: True),
-              ({"__name__": "gangwatch_gpu_clock_hz", "instance": "a:9810", "gpu": "0"}, lambda t: True),
-              ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "b", "gpu": "0"}, lambda t: not T0 - 100 < t < T0 - 60),
-              ({"__name__": "DCGM_FI_DEV_SM_CLOCK", "Hostname": "b", "gpu": "0"}, lambda t: not T0 - 100 < t < T0 - 60)]
 
+# node a's agent (GPU utilisation as a ratio, its SM clock in Hz, and a clock series without the
+# `clock` label that the raw-sample selector lets in and no mapping takes), node b's DCGM exporter
+# (percent, MHz), which misses its scrapes between T0 - 100 and T0 - 60
+LEVELS = [({"__name__": "gangwatch_gpu_utilization_ratio", "instance": "a:9810", "gpu": "0"}, lambda t: True),
+          ({"__name__": "gangwatch_gpu_clock_hz", "instance": "a:9810", "gpu": "0", "clock": "sm"}, lambda t: True),
+          ({"__name__": "gangwatch_gpu_clock_hz", "instance": "a:9810", "gpu": "0"}, lambda t: True),
+          ({"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "b", "gpu": "0"}, lambda t: not T0 - 100 < t < T0 - 60),
+          ({"__name__": "DCGM_FI_DEV_SM_CLOCK", "Hostname": "b", "gpu": "0"}, lambda t: not T0 - 100 < t < T0 - 60)]
+
+
+def _scraping_engine(asked: list, series=LEVELS, value=_level) -> httpx.Client:
+    """A fake engine holding scrapes every 10 s at 3 s past the grid (off the query's step grid) of
+    `series` ((labels, whether it was scraped at t)), each sample `value(name, t)`. It answers the
+    raw samples of an instant `selector[span]` query as a real engine does, names included, and
+    nothing else (`asked`: the raw-sample queries, as (query, time))."""
     def handler(request: httpx.Request) -> httpx.Response:
         q = request.url.params.get("query", "")
-        got = re.fullmatch(r"(.+)\[(\d+)s\]", q)
+        got = re.fullmatch(r"(.+)\[(\d+)(ms|s)\]", q)
         result = []
         if got and request.url.path.endswith("/query"):
             assert request.url.params.get("nocache") == "1"  # else a VictoriaMetrics would hide its last 30 s
             asked.append((q, float(request.url.params["time"])))
             end = float(request.url.params["time"])
+            span = int(got[2]) / (1000 if got[3] == "ms" else 1)
             names = re.findall(r"[A-Za-z_]+", got[1].split('"')[1]) if "__name__" in got[1] else [got[1]]
             for labels, up in series:
-                ts = [t for t in np.arange(math.floor((end - int(got[2])) / 10) * 10 + 3, end + 1e-6, 10.0)
-                      if end - int(got[2]) < t <= end and up(t)]
+                ts = [t for t in np.arange(math.floor((end - span) / 10) * 10 + 3, end + 1e-6, 10.0)
+                      if end - span < t <= end and up(t)]
                 if labels["__name__"] in names and ts:
                     result.append({"metric": labels, "values": [[float(t), repr(value(labels["__name__"], t))] for t in ts]})
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix" if got else "vector",
@@ -887,7 +907,8 @@ def test_levels_are_read_as_their_raw_samples():
     asked: list = []
     src = PrometheusSource("http://prom:9090", client=_scraping_engine(asked))
     win = src.window(T0, 300, 15)
-    assert {q.split("[")[1] for q, _ in asked} == {"315s]"} and {t for _, t in asked} == {T0}
+    levels = [(q, t) for q, t in asked if RAW_BY_SELECTOR[q.split("[")[0]][0].signal in SAMPLED]
+    assert {q.split("[")[1] for q, _ in levels} == {"315s]"} and {t for _, t in levels} == {T0}
     assert "util" in SAMPLED and sample_lookback(15, 0.0) == 30.0
     a, b = win.nodes.index("a"), win.nodes.index("b")
     for k, t in enumerate(win.times):
@@ -906,7 +927,46 @@ def test_levels_are_read_as_their_raw_samples():
     steady.window(T0 - 45, 300, 15)
     asked.clear()
     again = steady.window(T0, 300, 15)
-    assert {q.split("[")[1] for q, _ in asked} == {f"{45 + 60 + 15}s]"}  # the new steps, the settle, one step before
+    # the new steps, the settle, one step before
+    assert {q.split("[")[1] for q, _ in asked if RAW_BY_SELECTOR[q.split("[")[0]][0].signal in SAMPLED} == {f"{45 + 60 + 15}s]"}
+    assert_same_window(again, win)
+
+
+def test_port_counters_rates_are_worked_out_from_their_raw_samples():
+    """The port counters are asked for as raw samples from one rate window before the span
+    (prometheus.RATED) and their rate worked out here as Prometheus' `rate(selector[60s])` at each
+    grid time (scrapes every 10 s, 3 s off the grid; a counter reset; node b's scrapes missing
+    between T0 - 140 and T0 - 60, where a grid time's window holds fewer than two samples and the
+    point before is carried one step, as an engine's range answer is); each series its own
+    exporter's; a steady window is a cold one."""
+    from dashboard.sources.prometheus import RATED
+    from tests.support.promql_rate import prometheus_rate
+
+    def counter(name: str, t: float) -> float:  # bytes, reset at T0 - 200 (the agent restarted)
+        return float(int(t - (T0 - 200 if t >= T0 - 200 else T0 - 4000)) * (1000 + len(name)) + (int(t) % 7) * 100)
+
+    ports = [({"__name__": "gangwatch_infiniband_port_transmit_data_bytes_total", "instance": "a:9810",
+               "device": "mlx5_0", "port": "1"}, lambda t: True),
+             ({"__name__": "node_infiniband_port_data_transmitted_bytes_total", "instance": "b:9100",
+               "device": "mlx5_0", "port": "1"}, lambda t: not T0 - 140 < t < T0 - 60)]
+    asked: list = []
+    src = PrometheusSource("http://prom:9090", client=_scraping_engine(asked, ports, counter))
+    win = src.window(T0, 300, 15)
+    assert "ib_tx" in RATED and {q.split("[")[1] for q, _ in asked if "transmit_data" in q} == {"360001ms]"}
+    for (labels, up), node in zip(ports, ("a", "b")):
+        samples = [(int(t) * 1000, counter(labels["__name__"], t)) for t in np.arange(T0 - 400 + 3, T0, 10.0) if up(t)]
+        want = [prometheus_rate(samples, int(t) * 1000, 60_000) for t in win.times]
+        got = win.rail["ib_tx"][win.nodes.index(node), 0]
+        for k, w in enumerate(want):
+            if w is None and k and want[k - 1] is not None:
+                w = want[k - 1]  # carried one step, as a range answer's missing point is
+            assert (np.isnan(got[k]) if w is None else got[k] == np.float32(w)), (node, k)
+    assert np.isnan(win.rail["ib_tx"][win.nodes.index("b"), 0]).any()
+    steady = PrometheusSource("http://prom:9090", client=_scraping_engine(asked, ports, counter))
+    steady.window(T0 - 45, 300, 15)
+    asked.clear()
+    again = steady.window(T0, 300, 15)
+    assert {q.split("[")[1] for q, _ in asked if "transmit_data" in q} == {f"{(45 + 60 + 60) * 1000 + 1}ms]"}
     assert_same_window(again, win)
 
 

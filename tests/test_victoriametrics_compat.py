@@ -294,12 +294,12 @@ def test_both_engines_answers_are_split_without_json(engines):
             assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a[2:], b[2:]))
             split += 1
     assert split >= 24
-    # the levels' raw samples (prometheus.SAMPLED: an instant query of `selector[span]`): split alike,
-    # and the very same samples from both engines
+    # the levels' and the port counters' raw samples (prometheus.SAMPLED, RATED: an instant query of
+    # `selector[span]`): split alike, and the very same samples from both engines
     from dashboard.sources.matrix import decode_samples
-    from dashboard.sources.prometheus import SAMPLED, sampled_selector
+    from dashboard.sources.prometheus import RAW_SERIES, sampled_selector
 
-    for ms in SAMPLED.values():
+    for ms in RAW_SERIES.values():
         placed = {}
         for engine in ("prom", "vm"):
             params = urllib.parse.urlencode({"query": f"{sampled_selector(ms)}[{int(21 * STEP)}s]", "time": end})
@@ -448,12 +448,15 @@ def test_sparse_target_queries_give_the_diagnosis_what_the_full_ones_do(engines,
 def test_per_device_series_as_they_stand_give_the_engines_aggregates(engines, monkeypatch):
     """The per-GPU and per-port series asked for as they stand (prometheus.RAW_LEVELS, of a
     Prometheus), the levels asked for their raw samples and placed on the grid here
-    (prometheus.SAMPLED), and
+    (prometheus.SAMPLED), the port counters' rates worked out here from their raw samples
+    (prometheus.RATED), and
     InfiniBand's link-down and symbol-error counters read once with their step's increase worked
-    out here (prometheus.STEP_INCREASE), against the engine's `avg by`/`sum by` and
+    out here (prometheus.STEP_INCREASE), against the engine's `avg by`/`sum by`, `rate` and
     `clamp_min(c - c offset 15s, 0)` over the same data, on either engine: the very same GPU and
     rail arrays, from a cold window and from a steady one after it (the counters asked from one step
-    before its span), the flapping link's events among them."""
+    before its span), the flapping link's events among them. The rates are Prometheus' on both
+    engines. (VictoriaMetrics' own `rate`, which starts from the sample before the window and does
+    not extrapolate, agrees here: the capture's samples are on the query's grid.)"""
     import numpy as np
 
     from dashboard.sources import prometheus
@@ -461,6 +464,7 @@ def test_per_device_series_as_they_stand_give_the_engines_aggregates(engines, mo
 
     assert prometheus.STEP_INCREASE == {"ib_down", "ib_err"}
     span = engines["last"] - engines["first"] - 10 * STEP
+    by_engines = {}
     for name in ("prom", "vm"):
         here = PrometheusSource(engines[name], timeout=30)
         cold = here.window(engines["last"] - 5 * STEP, span, STEP)
@@ -471,22 +475,24 @@ def test_per_device_series_as_they_stand_give_the_engines_aggregates(engines, mo
         with monkeypatch.context() as m:
             m.setattr(prometheus, "STEP_INCREASE", frozenset())
             m.setattr(prometheus, "RAW_LEVELS", ())
-            m.setattr(prometheus, "SAMPLED", {})
+            for rows in ("SAMPLED", "RATED", "RAW_SERIES"):
+                m.setattr(prometheus, rows, {})
             asked = {s: q for s, _, q in prometheus.plan_queries(60.0, STEP)}
-            assert "offset 15s" in asked["ib_down"] and asked["util"].startswith("(avg by (")
-            by_engine = [PrometheusSource(engines[name], timeout=30).window(end, span, STEP)
-                         for end in (engines["last"] - 5 * STEP, engines["last"])]
+            assert "offset 15s" in asked["ib_down"] and asked["util"].startswith("(avg by (") and "rate(" in asked["ib_tx"]
+            by_engine = by_engines[name] = [PrometheusSource(engines[name], timeout=30).window(end, span, STEP)
+                                            for end in (engines["last"] - 5 * STEP, engines["last"])]
         assert not cold.notes and not steady.notes and steady.nodes == by_engine[1].nodes
-        for got, want in zip((cold, steady), by_engine):
+        for got, want, prom in zip((cold, steady), by_engine, by_engines["prom"]):
             for level in ("gpu", "rail"):
                 a, b = getattr(got, level), getattr(want, level)
                 assert set(a) == set(b) and len(a) >= 5, (name, level, sorted(a))
                 for signal in a:
-                    x, y = a[signal], b[signal]
+                    x, y = a[signal], (getattr(prom, level) if signal in prometheus.RATED else b)[signal]
                     if signal in prometheus.SAMPLED:
                         x, y = x.copy(), y.copy()
                         carried_on(x, y, name, signal)
                     assert np.array_equal(x, y, equal_nan=True), (name, signal)
+        assert np.isfinite(steady.rail["ib_tx"]).mean() > 0.9 and np.nanmax(steady.rail["ib_tx"]) > 0, name
         assert np.nansum(steady.rail["ib_down"]) > 0 and np.nansum(steady.rail["ib_err"]) > 0, name
         assert np.isfinite(steady.rail["ib_down"]).mean() > 0.9 and np.isfinite(steady.gpu["util"]).mean() > 0.9, name
 

@@ -1,5 +1,6 @@
 """A range query's answer (`/api/v1/query_range`, a matrix), or an instant query's of a range
-selector (`selector[span]`: raw samples, the same layout), decoded onto the step grid.
+selector (`selector[span]`: raw samples, the same layout), decoded onto the step grid (a counter's
+raw samples as its rate there: `decode_rate`).
 
 At 4,096 nodes a steady cycle's answers hold about 400,000 series and 2 million points; parsed as
 JSON, each point is a list, an int and a str, and each series a dict of labels that is then looked
@@ -145,6 +146,95 @@ def decode_samples(data, start: float, step: float, n: int) -> tuple[list, objec
     last = np.ones(sid.shape, bool)
     last[:-1] = (sid[1:] != sid[:-1]) | (col[1:] != col[:-1])
     return keys, labels_of, sid[last], col[last], vs[last]
+
+
+def decode_rate(data, start: float, step: float, n: int, window: float, since: float | None = None
+                ) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:
+    """`decode_range` of a counter's per-second rate over `window` seconds from its raw samples (an
+    instant query of `selector[span]` reaching `window` before the first grid time asked), worked
+    out as Prometheus' `rate(selector[window])` at each grid time t from `since` on (all of them
+    where None): the samples in [t - window, t], both ends included as Prometheus 2 includes them,
+    at least two; their increase, a decrease being a reset (the value before it added back); then
+    extrapolated towards the window's ends by what the samples' spacing allows (to an end within
+    1.1 of the mean spacing, else half a spacing; a counter's start no further back than where it
+    would be 0), per second of the window. Times are the samples' milliseconds, as the engine's.
+    What this leaves out is what that query leaves out: a grid time with fewer than two samples."""
+    keys, labels_of, lengths, ts, vs = _points(data)
+    sid = np.repeat(np.arange(len(keys)), lengths)
+    tms = np.rint(ts * 1000.0).astype(np.int64)
+    first = 0 if since is None else max(0, int(np.ceil((since - start) / step - 1e-6)))
+    cols = np.arange(first, n, dtype=np.int64)
+    empty = (keys, labels_of, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    if not tms.size or not cols.size:
+        return empty
+    if sid.size > 1 and np.any((sid[1:] < sid[:-1]) | ((sid[1:] == sid[:-1]) & (tms[1:] <= tms[:-1]))):
+        order = np.lexsort((tms, sid))  # an engine answers each series in time order; not relied on
+        sid, tms, vs = sid[order], tms[order], vs[order]
+        once = np.ones(sid.shape, bool)  # a repeated time is one sample (the last)
+        once[:-1] = (sid[1:] != sid[:-1]) | (tms[1:] != tms[:-1])
+        sid, tms, vs = sid[once], tms[once], vs[once]
+    wms = int(round(window * 1000))
+    at = np.rint((start + cols * step) * 1000.0).astype(np.int64)
+    # per series and grid time, how many of its samples lie at or before it, and before its window:
+    # each sample's first grid time at or after it (and after it less the window), counted per
+    # (series, grid time) and summed along the grid; the window's first and last samples' indices
+    # follow from the series' start. Linear in the samples and cells, for a cold hour as a steady step.
+    S, C = len(keys), cols.size
+    per = np.bincount(sid, minlength=S)
+    first_of = np.zeros(S, np.int64)
+    np.cumsum(per[:-1], out=first_of[1:])
+    base = np.arange(0, S * (C + 1), C + 1)[sid]
+
+    def counted(after: np.ndarray) -> np.ndarray:  # (S, C + 1): the last column past the grid
+        counts = np.bincount(base + after, minlength=S * (C + 1)).reshape(S, C + 1)
+        return np.cumsum(counts, axis=1, out=counts).ravel()
+
+    upto = counted(np.searchsorted(at, tms, side="left"))
+    before = counted(np.searchsorted(at, tms + wms, side="right"))
+    enough = (upto - before) >= 2
+    enough[C::C + 1] = False
+    cell = np.flatnonzero(enough)
+    del enough
+    row, col = np.divmod(cell, C + 1)
+    lo = before[cell] + first_of[row]
+    hi = upto[cell] + (first_of[row] - 1)
+    del upto, before, cell
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        first_v = vs[lo]
+        result = vs[hi] - first_v
+        # a reset adds back the value before it: added up in order over each window that has one,
+        # as Prometheus adds them (a running sum over every series would round them)
+        reset = np.zeros(vs.shape[0] + 1, bool)
+        reset[1:-1] = (sid[1:] == sid[:-1]) & (vs[1:] < vs[:-1])
+        if reset.any():
+            resets = np.cumsum(reset)
+            some = np.flatnonzero(resets[hi] > resets[lo])
+            drop = np.zeros(vs.shape[0] + 1)
+            drop[1:-1] = np.where(reset[1:-1], vs[:-1], 0.0)
+            at_, end_, added = lo[some] + 1, hi[some], np.zeros(some.size)
+            for _ in range(int((end_ - at_).max(initial=-1)) + 1):  # one sample of every such window at a time
+                added += np.where(at_ <= end_, drop[np.minimum(at_, end_)], 0.0)
+                at_ += 1
+            result[some] += added
+        t_lo, t_hi, t_at = tms[lo], tms[hi], at[col]
+        spacing = (hi - lo).astype(np.float64)
+        del lo, hi
+        sampled = (t_hi - t_lo) / 1000.0
+        to_start = (t_lo - (t_at - wms)) / 1000.0
+        to_end = np.subtract(t_at, t_hi, out=t_at) / 1000.0
+        del t_lo, t_hi, t_at
+        np.divide(sampled, spacing, out=spacing)
+        # a counter starts no further back than where it would be 0
+        to_zero = sampled * (first_v / result)
+        np.copyto(to_start, to_zero, where=(result > 0) & (first_v >= 0) & (to_zero < to_start))
+        del to_zero, first_v
+        reach = spacing * 1.1
+        half = spacing / 2
+        stretch = sampled + np.where(to_start < reach, to_start, half)
+        stretch += np.where(to_end < reach, to_end, half)
+        result *= stretch / sampled
+        result /= wms / 1000.0
+    return keys, labels_of, row, col + first, result
 
 
 def _points(data) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:

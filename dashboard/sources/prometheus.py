@@ -5,7 +5,9 @@ series per node (and GPU, port or target): `avg by (<host labels>, gpu) (...)`, 
 (rate(...[1m]))` (the window widened to 2.5 scrape intervals where scrapes are sparser:
 INTERVAL_QUERY), event counters as the difference of samples one step apart; the per-GPU and
 per-port levels (utilisation, power, clocks, a link's rate) as their raw samples instead, one
-instant query of `selector[span]` each, placed on the step grid here (SAMPLED). Every exporter schema
+instant query of `selector[span]` each, placed on the step grid here (SAMPLED), and on an engine other
+than Prometheus' own the port counters' too, their rate worked out here as Prometheus works it out
+(RATED). Every exporter schema
 a signal can come from (schema.MAPPINGS) is OR-ed into the same query, so the number of queries per
 cycle is fixed (`len(plan_queries())`, 19) whatever the node count or the schemas in use; plus one
 instant query for facts (GPU -> job, leaf switch, NVLink peers, NUMA) and, on a cold cycle, one
@@ -65,6 +67,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 
 import httpx
 import orjson
@@ -79,7 +82,7 @@ from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
 from . import decode_pool
-from .matrix import Matrix, decode_increase, decode_range, decode_samples
+from .matrix import Matrix, decode_increase, decode_range, decode_rate, decode_samples
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
                      NodeMatcher, sub_key)
@@ -194,7 +197,7 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
         if signal in STEP_INCREASE and not by_engine:
             out.append((signal, level, counters_selector(ms)))
             continue
-        if signal in SAMPLED and not by_engine:
+        if (signal in SAMPLED or signal in rated_here(raw)) and not by_engine:
             out.append((signal, level, sampled_selector(ms)))
             continue
         kept_raw = () if by_engine else raw
@@ -357,14 +360,38 @@ STEP_INCREASE = _step_increase()
 # stops is carried over for `sample_lookback` (an engine ends it at its staleness marker at once), and
 # a gap of more than that is unknown, where an engine carries the last sample up to 5 minutes
 # (docs/victoriametrics.md, "Levels as raw samples").
-def _sampled() -> dict[str, tuple[Mapping, ...]]:
+def _raw_series(counters: bool) -> dict[str, tuple[Mapping, ...]]:
+    """The signals of one GPU or port whose mappings are all levels (or all counters of a rate) that
+    one selector can ask for: neither events, nor keyed by another label, nor a fallback, nor
+    excluding a label's value, each series standing for its GPU or port alone (mean)."""
     return {signal: tuple(ms) for signal, ms in _alone().items()
             if signal not in SPARSE and len({m.level for m in ms}) == 1 and ms[0].level in RAW_LEVELS
-            and all(not (m.counter or m.events or m.key or m.fallback) and m.combine == "mean"
+            and all(m.counter == counters and not (m.events or m.key or m.fallback) and m.combine == "mean"
                     and not any(v.startswith("!") for _, v in m.filters) for m in ms)}
 
 
-SAMPLED = _sampled()
+SAMPLED = _raw_series(counters=False)
+
+# The port counters' rates (a link's traffic, its transmit wait: a third of a cycle's per-device
+# series) are asked for as their raw samples too, from one rate window before the span, and their
+# rate worked out here as Prometheus works it out (matrix.decode_rate: the same extrapolation, the
+# samples' own milliseconds), so every engine gives the same rate: VictoriaMetrics' `rate` starts
+# from the sample before the window and does not extrapolate, so where scrapes are off the query's
+# grid it covered up to a scrape interval more than Prometheus' (docs/victoriametrics.md, "Rates
+# from raw samples").
+# A rate's points are what the engine's range query has, so they are carried as its points are
+# (LOOKBACK_STEPS), not as a level's samples. Not on Prometheus' own engine (one that says its
+# GOMAXPROCS: `raw_levels`), whose `rate` is that rate already and costs it less than writing out
+# the samples of the window before the span (4,096 nodes, steady: 3.5 CPU-s a cycle against 3.9;
+# bench/README.md, "Port rates from raw samples"): it is asked for `rate` of the series as they stand.
+RATED = _raw_series(counters=True)
+RAW_SERIES = {**SAMPLED, **RATED}
+
+
+def rated_here(raw: tuple[str, ...]) -> frozenset[str]:
+    """The RATED signals whose rate this process works out, on an engine asked for the `raw` levels
+    as they stand (`raw_levels`: none but on Prometheus' own engine)."""
+    return frozenset() if raw else frozenset(RATED)
 
 
 def sampled_selector(ms: tuple[Mapping, ...] | list[Mapping]) -> str:
@@ -764,6 +791,7 @@ class PrometheusSource:
         self.concurrency = concurrency  # queries at a time; None: as the engine's cores allow (engine_workers)
         self.workers = concurrency or QUERY_WORKERS
         self.raw_levels: tuple[str, ...] = ()  # the levels asked for as they stand (`raw_levels`)
+        self.rated = rated_here(())  # the port counters whose rate is worked out here (`rated_here`)
         # large range answers split in worker processes where the host has cores to spare (decode_pool.py)
         self.decode = decode_pool.shared(decode_pool.host_processes() if decode_processes is None else decode_processes)
         self.rate_window = rate_window
@@ -869,12 +897,13 @@ class PrometheusSource:
         elif isinstance(exc, (fetch.FetchLate, httpx.TimeoutException)):
             self._too_short = True  # the cycle's deadline ran out before this query's share did
 
-    def _fill(self, held: _Held, key: tuple[str, str], start: float, step: float, lo: float, hi: float, got) -> None:
+    def _fill(self, held: _Held, key: tuple[str, str], start: float, step: float, rated: float | None, lo: float,
+              hi: float, got) -> None:
         """The span before a signal known in part (`_partial`), times lo..hi, written into what is held;
         one that fails is asked again the next cycle (the signal is not affected)."""
         try:
             held.fill(got.result(), round((lo - start) / step), round((hi - start) / step) + 1, step,
-                      self._lookback(key[0], step), key[0] in SPARSE, _decoder(key[0]))
+                      self._lookback(key[0], step), key[0] in SPARSE, _decoder(key[0], rated))
         except (httpx.HTTPError, RuntimeError, ValueError):
             return
         _, why, span = self._partial[key]
@@ -947,12 +976,15 @@ class PrometheusSource:
             info = self._runtimeinfo()
             self.workers = self.concurrency or engine_workers(info)
             self.raw_levels = raw_levels(info)
+            self.rated = rated_here(self.raw_levels)
         settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
         plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered, self.raw_levels)
         asks, fills = [], {}
         for signal, level, q in plan:
-            held = self._held.pop((signal, level), None) or _Held(SAMPLED.get(signal))
+            held = self._held.pop((signal, level), None) or _Held(SAMPLED.get(signal) or (
+                RATED.get(signal) if signal in self.rated else None))
+            rated = rate_window if signal in self.rated else None
             # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
             # node had both; the node's only ones before its agent had it); one back in the plan (a node
             # without the replacement appeared) makes the signal cold, as that node's points were not asked
@@ -971,8 +1003,8 @@ class PrometheusSource:
                 part = self._partial.get((signal, level))
                 if part is not None and part[0] > start:  # known in part: the span before it too
                     lo = max(start, part[0] - part[2])
-                    fills[(signal, level)] = (lo, part[0] - step, query_request(signal, q, lo, part[0] - step, step))
-            asks.append((signal, level, held, since, cold, query_request(signal, q, since, end, step)))
+                    fills[(signal, level)] = (lo, part[0] - step, query_request(signal, q, lo, part[0] - step, step, rated))
+            asks.append((signal, level, held, since, cold, query_request(signal, q, since, end, step, rated)))
         self.queries_last_cycle += len(asks) + 1 + len(fills)
         # the queries are independent: `workers` at a time (QUERY_WORKERS, or as the engine's cores
         # allow), so the engine computes the next ones while this thread decodes and merges an answer
@@ -987,7 +1019,7 @@ class PrometheusSource:
             for (signal, level, held, since, cold, _), got in zip(asks, pending):
                 try:
                     held.merge(got.result(), start, since, end, step, self._lookback(signal, step), signal in SPARSE,
-                               _decoder(signal))
+                               _decoder(signal, rate_window if signal in self.rated else None, since))
                 except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                     # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next,
                     # or only its newest part where a cold ask failed (COLD_SHRINK)
@@ -1004,7 +1036,8 @@ class PrometheusSource:
                 if cold and (signal, level) in self._cold:
                     self._cold_answered((signal, level), start, since, end)
                 if (signal, level) in filling:
-                    self._fill(held, (signal, level), start, step, *filling[(signal, level)])
+                    self._fill(held, (signal, level), start, step, rate_window if signal in self.rated else None,
+                               *filling[(signal, level)])
                 self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
                 blocks += held.blocks(signal, level, self.matcher)
                 self._held[(signal, level)] = held
@@ -1054,13 +1087,17 @@ class PrometheusSource:
         return win
 
 
-def query_request(signal: str, q: str, lo: float, hi: float, step: float) -> tuple[str, dict]:
+def query_request(signal: str, q: str, lo: float, hi: float, step: float,
+                  rated: float | None = None) -> tuple[str, dict]:
     """(path, parameters) of the request for `signal`'s points at the grid times lo..hi: a range
     query, from one step before lo for an event counter's first increase (STEP_INCREASE); the raw
-    samples of the steps ending at lo..hi for a SAMPLED level (a range selector, in milliseconds where
-    the step is not whole seconds)."""
-    if signal in SAMPLED:
-        ms = round((hi - lo + step) * 1000)
+    samples of the steps ending at lo..hi for a SAMPLED level, of the `rated` (the rate window's
+    seconds) windows ending at lo..hi for a RATED counter whose rate is worked out here
+    (`rated_here`; a range selector, in milliseconds where the span is not whole seconds; one more
+    millisecond where an engine leaves out a sample at its start, as Prometheus 3 and
+    VictoriaMetrics do, and Prometheus 2's rate takes one at the window's start)."""
+    if signal in SAMPLED or (signal in RATED and rated is not None):
+        ms = round((hi - lo + step) * 1000) if signal in SAMPLED else round((hi - lo + rated) * 1000) + 1
         span = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
         # nocache: a VictoriaMetrics left at its default -search.latencyOffset (30 s) would otherwise
         # move an instant query's time that far back, and the newest steps would have no samples
@@ -1071,8 +1108,12 @@ def query_request(signal: str, q: str, lo: float, hi: float, step: float) -> tup
     return RANGE_PATH, {"query": q, "start": f"{lo - before:.3f}", "end": f"{hi:.3f}", "step": f"{step:g}"}
 
 
-def _decoder(signal: str):
-    """How `signal`'s answers are read onto the grid (matrix.py)."""
+def _decoder(signal: str, rated: float | None = None, since: float | None = None):
+    """How `signal`'s answers are read onto the grid (matrix.py); a RATED counter's whose rate is
+    worked out here, over `rated` seconds, at the grid times from `since` on (the earlier ones'
+    windows were not asked)."""
+    if signal in RATED and rated is not None:
+        return partial(decode_rate, window=rated, since=since)
     return decode_samples if signal in SAMPLED else decode_increase if signal in STEP_INCREASE else decode_range
 
 

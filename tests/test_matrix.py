@@ -254,8 +254,9 @@ def test_raw_samples_out_of_order_are_put_in_order():
     assert col.tolist() == [0, 1] and val.tolist() == [9.0, 3.0]
 
 
-# counters: mostly rising, sometimes reset, now and then NaN
-COUNTER_VALUES = st.one_of(st.integers(0, 10**6).map(float), st.floats(0, 1e15, allow_nan=False), st.just(float("nan")))
+# counters: mostly rising, sometimes reset, now and then NaN, infinite or (a broken exporter) negative
+COUNTER_VALUES = st.one_of(st.integers(0, 10**6).map(float), st.floats(0, 1e15, allow_nan=False),
+                           st.sampled_from([float("nan"), float("inf"), float("-inf")]), st.floats(-1e3, 0))
 
 
 @settings(max_examples=300, deadline=None)

@@ -505,9 +505,9 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     asked.clear()
     win = warm.window(T0 + 450, 600, 15)
     # event counters from one step before: their first increase (STEP_INCREASE); the port counters'
-    # samples from one rate window before (RATED)
+    # samples of the span alone, the rate window before it held (RATED)
     assert {(s, e - st) for s, st, e in asked} == {("util", 450 + settle), ("other", 450 + settle),
-                                                   ("increase", 450 + settle + 15), ("rate", 450 + settle + 60)}
+                                                   ("increase", 450 + settle + 15), ("rate", 450 + settle)}
     assert warm.seconds_asked_last_cycle == 450 + settle
     assert arrays(win) == arrays(cold.window(T0 + 450, 600, 15))
     assert np.isnan(win.gpu["util"][2, 0, -10:]).all() and np.isfinite(win.gpu["util"][2, 0, :10]).all()
@@ -517,7 +517,7 @@ def test_prometheus_steady_state_asks_only_the_new_span(engine):
     asked.clear()
     win = warm.window(T0 + 480, 600, 15)
     assert {s: e - st for s, st, e in asked} == {"util": 600, "other": 15 + settle, "increase": 30 + settle,
-                                                 "rate": 15 + settle + 60}
+                                                 "rate": 15 + settle}
     assert arrays(win) == arrays(cold.window(T0 + 480, 600, 15))
 
 
@@ -771,8 +771,9 @@ def _changing_engine(state: dict):
             return [({"instance": f"n{i}:9810", "device": "mlx5_0", "port": "1", "gw_signal": part}, 400 + 10 * i + j,
                      lambda t, k: True) for i in range(3) for j, part in enumerate(("roce_cong", "roce_err"))]
         if "gangwatch_infiniband_port_transmit_data_bytes_total" in q:  # RATED: a counter's raw samples (_mock)
+            # n1 misses every fourth scrape; n3 appears at T0 + 60, its first sample no rate yet
             return [({"instance": f"n{i}:9810", "device": "mlx5_0", "port": "1"}, 500 + i,
-                     lambda t, k, i=i: i != 1 or k % 4 != 1) for i in range(3)]
+                     lambda t, k, i=i: (i != 1 or k % 4 != 1) and (i != 3 or t >= T0 + 60)) for i in range(4)]
         if q.endswith("> 0"):  # `read`, SPARSE
             return [({"instance": "n0:9810", "target": "fs-OST0000"}, 300, lambda t, k: k % 3 != 1),
                     ({"instance": "n1:9810", "target": "fs-OST0001"}, 301, lambda t, k: t >= T0 + 45)]
@@ -932,13 +933,14 @@ def test_levels_are_read_as_their_raw_samples():
     assert_same_window(again, win)
 
 
-def test_port_counters_rates_are_worked_out_from_their_raw_samples():
+def test_port_counters_rates_are_worked_out_from_their_raw_samples(monkeypatch):
     """The port counters are asked for as raw samples from one rate window before the span
     (prometheus.RATED) and their rate worked out here as Prometheus' `rate(selector[60s])` at each
     grid time (scrapes every 10 s, 3 s off the grid; a counter reset; node b's scrapes missing
     between T0 - 140 and T0 - 60, where a grid time's window holds fewer than two samples and the
     point before is carried one step, as an engine's range answer is); each series its own
-    exporter's; a steady window is a cold one."""
+    exporter's; a steady window, whose cycle asks for its span alone and takes the rate window
+    before it from the samples the cycle before held, is a cold one."""
     from dashboard.sources.prometheus import RATED
     from tests.support.promql_rate import prometheus_rate
 
@@ -966,8 +968,22 @@ def test_port_counters_rates_are_worked_out_from_their_raw_samples():
     steady.window(T0 - 45, 300, 15)
     asked.clear()
     again = steady.window(T0, 300, 15)
-    assert {q.split("[")[1] for q, _ in asked if "transmit_data" in q} == {f"{(45 + 60 + 60) * 1000 + 1}ms]"}
+    # the new steps and the settle: the rate window before them is held from the cycle before
+    assert {q.split("[")[1] for q, _ in asked if "transmit_data" in q} == {f"{(45 + 60) * 1000 + 1}ms]"}
     assert_same_window(again, win)
+    # a settle shorter than the rate window (as a Prometheus that only scrapes has): node c's port,
+    # scraped once at T0 - 117 and again from T0 - 77 on, has no rate for cycles (a row with no point,
+    # kept for its held sample), then one from both samples, cycle after cycle as a cold cycle says
+    from dashboard.sources import prometheus
+
+    monkeypatch.setattr(prometheus, "SETTLE_SECONDS", 15.0)
+    ports.append(({"__name__": "gangwatch_infiniband_port_transmit_data_bytes_total", "instance": "c:9810",
+                   "device": "mlx5_0", "port": "1"}, lambda t: t == T0 - 117 or t >= T0 - 77))
+    steady = PrometheusSource("http://prom:9090", client=_scraping_engine(asked, ports, counter))
+    for end in np.arange(T0 - 150, T0 + 1, 15.0):
+        got = steady.window(end, 300, 15)
+        assert_same_window(got, PrometheusSource("http://prom:9090", client=_scraping_engine(asked, ports, counter)).window(end, 300, 15))
+    assert np.isfinite(got.rail["ib_tx"][got.nodes.index("c"), 0, list(got.times).index(T0 - 75)])
 
 
 @pytest.mark.parametrize("interval, want", [(15.0, 30.0), (14.3, 30.0), (15.8, 30.0), (10.0, 30.0), (7.5, 15.0),

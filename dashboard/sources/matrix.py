@@ -159,27 +159,44 @@ def decode_rate(data, start: float, step: float, n: int, window: float, since: f
     1.1 of the mean spacing, else half a spacing; a counter's start no further back than where it
     would be 0), per second of the window. Times are the samples' milliseconds, as the engine's.
     What this leaves out is what that query leaves out: a grid time with fewer than two samples."""
+    keys, labels_of, sid, tms, vs = counter_samples(data)
+    return (keys, labels_of, *rates(sid, tms, vs, len(keys), start, step, n, window, since))
+
+
+def counter_samples(data) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:
+    """A raw-sample answer's (series keys, labels_of, then per sample: its series, its time in
+    milliseconds, its value), ordered by series and time, a repeated time once (its last sample)."""
     keys, labels_of, lengths, ts, vs = _points(data)
     sid = np.repeat(np.arange(len(keys)), lengths)
-    tms = np.rint(ts * 1000.0).astype(np.int64)
-    first = 0 if since is None else max(0, int(np.ceil((since - start) / step - 1e-6)))
-    cols = np.arange(first, n, dtype=np.int64)
-    empty = (keys, labels_of, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-    if not tms.size or not cols.size:
-        return empty
+    return (keys, labels_of, *in_order(sid, np.rint(ts * 1000.0).astype(np.int64), vs))
+
+
+def in_order(sid: np.ndarray, tms: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Samples ordered by series and time, a repeated time once (the last of them)."""
     if sid.size > 1 and np.any((sid[1:] < sid[:-1]) | ((sid[1:] == sid[:-1]) & (tms[1:] <= tms[:-1]))):
         order = np.lexsort((tms, sid))  # an engine answers each series in time order; not relied on
         sid, tms, vs = sid[order], tms[order], vs[order]
-        once = np.ones(sid.shape, bool)  # a repeated time is one sample (the last)
+        once = np.ones(sid.shape, bool)
         once[:-1] = (sid[1:] != sid[:-1]) | (tms[1:] != tms[:-1])
         sid, tms, vs = sid[once], tms[once], vs[once]
+    return sid, tms, vs
+
+
+def rates(sid: np.ndarray, tms: np.ndarray, vs: np.ndarray, S: int, start: float, step: float, n: int,
+          window: float, since: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`decode_rate`'s rates of the samples of S series (`in_order`; times in milliseconds): per
+    rate its series, its column, its value."""
+    first = 0 if since is None else max(0, int(np.ceil((since - start) / step - 1e-6)))
+    cols = np.arange(first, n, dtype=np.int64)
+    if not tms.size or not cols.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     wms = int(round(window * 1000))
     at = np.rint((start + cols * step) * 1000.0).astype(np.int64)
     # per series and grid time, how many of its samples lie at or before it, and before its window:
     # each sample's first grid time at or after it (and after it less the window), counted per
     # (series, grid time) and summed along the grid; the window's first and last samples' indices
     # follow from the series' start. Linear in the samples and cells, for a cold hour as a steady step.
-    S, C = len(keys), cols.size
+    C = cols.size
     per = np.bincount(sid, minlength=S)
     first_of = np.zeros(S, np.int64)
     np.cumsum(per[:-1], out=first_of[1:])
@@ -234,7 +251,7 @@ def decode_rate(data, start: float, step: float, n: int, window: float, since: f
         stretch += np.where(to_end < reach, to_end, half)
         result *= stretch / sampled
         result /= wms / 1000.0
-    return keys, labels_of, row, col + first, result
+    return row, col + first, result
 
 
 def _points(data) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:

@@ -82,7 +82,7 @@ from dashboard.analysis.thresholds import Thresholds
 from dashboard.analysis.window import Window, grid
 
 from . import decode_pool
-from .matrix import Matrix, decode_increase, decode_range, decode_rate, decode_samples
+from .matrix import Matrix, counter_samples, decode_increase, decode_range, decode_rate, decode_samples, in_order, rates
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
 from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
                      NodeMatcher, sub_key)
@@ -380,7 +380,9 @@ SAMPLED = _raw_series(counters=False)
 # grid it covered up to a scrape interval more than Prometheus' (docs/victoriametrics.md, "Rates
 # from raw samples").
 # A rate's points are what the engine's range query has, so they are carried as its points are
-# (LOOKBACK_STEPS), not as a level's samples. Not on Prometheus' own engine (one that says its
+# (LOOKBACK_STEPS), not as a level's samples. A cycle keeps each port's samples of the rate window
+# before the next cycle's first grid time (`_Held.tail`: settled, so what the engine would answer
+# again), and that cycle asks for its own span alone, as a level's. Not on Prometheus' own engine (one that says its
 # GOMAXPROCS: `raw_levels`), whose `rate` is that rate already and costs it less than writing out
 # the samples of the window before the span (4,096 nodes, steady: 3.5 CPU-s a cycle against 3.9;
 # bench/README.md, "Port rates from raw samples"): it is asked for `rate` of the series as they stand.
@@ -583,7 +585,7 @@ class _Held:
     spare ones, and columns as they enter the window, are empty (NaN, no point)."""
 
     __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks",
-                 "mappings", "scale")
+                 "mappings", "scale", "tail")
 
     def __init__(self, mappings: tuple[Mapping, ...] | None = None):
         # a SAMPLED signal's mappings: each row's own scales it (`scale`: NaN where none takes it)
@@ -602,6 +604,10 @@ class _Held:
         self.until = -math.inf
         self.version = next(_VERSIONS)
         self._blocks: list[GridBlock] | None = None
+        # a RATED counter's samples of the last rate window before the next cycle's first grid time
+        # (settled: no late sample changes them), so that cycle asks for its own span only:
+        # (rows, times in ms, values, the time in ms they are kept from), None where not held
+        self.tail: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
 
     have = property(lambda self: self._window_of(0))
     aligned = property(lambda self: self._window_of(1))
@@ -621,19 +627,52 @@ class _Held:
         answered, labels_of, sid, col, val = decode(data, start, step, T)
         self._frame(start, T, step)
         rows = self._rows_of(answered, labels_of)
+        self._write(rows[sid], col, val, start, since, until, step, lookback, sparse)
+
+    def merge_rates(self, data: dict | Matrix, start: float, since: float, until: float, step: float, lookback: float,
+                    window: float, fresh: float | None, keep: float) -> None:
+        """`merge` of a RATED counter's raw samples, its rates over `window` worked out here
+        (matrix.rates): those fetched from `fresh` on with the held `tail` before it (None: all
+        fetched, from a window before `since`); the samples from `keep` on held as the next tail."""
+        T = grid(start, until, step).shape[0]
+        answered, labels_of, sid, tms, vs = counter_samples(data)
+        self._frame(start, T, step)
+        rows = self._rows_of(answered, labels_of)[sid]
+        if fresh is not None:
+            cut = round(fresh * 1000)
+            new = tms >= cut
+            rows, tms, vs = rows[new], tms[new], vs[new]
+            if self.tail is not None:
+                old = self.tail[1] < cut
+                rows, tms, vs = (np.concatenate((a[old], b)) for a, b in zip(self.tail[:3], (rows, tms, vs)))
+        rows, tms, vs = in_order(rows, tms, vs)
+        kept = round(keep * 1000)
+        held = tms >= kept
+        self.tail = (rows[held], tms[held], vs[held], kept)
+        self._write(*rates(rows, tms, vs, self.n, start, step, T, window, since), start, since, until, step, lookback)
+
+    def _write(self, rows: np.ndarray, col: np.ndarray, val: np.ndarray, start: float, since: float, until: float,
+               step: float, lookback: float, sparse: bool = False) -> None:
+        """The points fetched from `since` on (per point its row, column, value) written in place of
+        the held ones there, and aligned (`merge`)."""
+        T = self.T
         cut = int(round((since - start) / step))  # the first column fetched again
         if col.size and col.min() < cut:
             keep = col >= cut
-            sid, col, val = sid[keep], col[keep], val[keep]
-        val = self._scaled(rows[sid], val)
+            rows, col, val = rows[keep], col[keep], val[keep]
+        val = self._scaled(rows, val)
         have = self.have
         have[:self.n, cut:] = False
-        have[rows[sid], col] = True
+        have[rows, col] = True
         fetched = np.full((self.n, T - cut), np.nan)
-        fetched[rows[sid], col - cut] = val
+        fetched[rows, col - cut] = val
         self._align(cut, fetched, step, lookback, sparse)
         self._drop_empty()
         self.t0, self.until = start, until
+
+    def tail_reaches(self, since: float, window: float) -> bool:
+        """Whether the held tail has the samples of the rate window before `since`."""
+        return self.tail is not None and self.tail[3] <= round((since - window) * 1000)
 
     def fill(self, data: dict | Matrix, lo: int, hi: int, step: float, lookback: float, sparse: bool = False,
              decode=decode_range) -> None:
@@ -725,6 +764,8 @@ class _Held:
         """Rows left without a point in the window dropped (the arrays' spare rows kept empty)."""
         n = self.n
         live = self.have[:n].any(axis=1)
+        if self.tail is not None:  # a row with samples held for the next cycle's rates stays
+            live[self.tail[0]] = True
         if live.all():
             return
         idx = np.flatnonzero(live)
@@ -738,6 +779,10 @@ class _Held:
         self.scale = [self.scale[i] for i in idx]
         self.rows = {k: i for i, k in enumerate(self.keys)}
         self.answered = {}  # found again by their sorted labels on the next answer
+        if self.tail is not None:
+            moved = np.full(n, -1, np.int64)
+            moved[idx] = np.arange(m)
+            self.tail = (moved[self.tail[0]], *self.tail[1:])
         self.n = m
         self._changed()
 
@@ -1004,7 +1049,10 @@ class PrometheusSource:
                 if part is not None and part[0] > start:  # known in part: the span before it too
                     lo = max(start, part[0] - part[2])
                     fills[(signal, level)] = (lo, part[0] - step, query_request(signal, q, lo, part[0] - step, step, rated))
-            asks.append((signal, level, held, since, cold, query_request(signal, q, since, end, step, rated)))
+            # a rate worked out here asks for the window before `since` too, unless the tail held has it
+            fresh = since if rated is not None and not cold and held.tail_reaches(since, rated) else None
+            asks.append((signal, level, held, since, cold, fresh,
+                         query_request(signal, q, since, end, step, 0.0 if fresh is not None else rated)))
         self.queries_last_cycle += len(asks) + 1 + len(fills)
         # the queries are independent: `workers` at a time (QUERY_WORKERS, or as the engine's cores
         # allow), so the engine computes the next ones while this thread decodes and merges an answer
@@ -1016,10 +1064,14 @@ class PrometheusSource:
             pending = [pool.submit(self._get, *ask, signal, True) for signal, *_, ask in asks]
             filling = {k: (lo, hi, pool.submit(self._get, *ask, "", True)) for k, (lo, hi, ask) in fills.items()}
             blocks = []
-            for (signal, level, held, since, cold, _), got in zip(asks, pending):
+            for (signal, level, held, since, cold, fresh, _), got in zip(asks, pending):
                 try:
-                    held.merge(got.result(), start, since, end, step, self._lookback(signal, step), signal in SPARSE,
-                               _decoder(signal, rate_window if signal in self.rated else None, since))
+                    if signal in self.rated:
+                        held.merge_rates(got.result(), start, since, end, step, self._lookback(signal, step), rate_window,
+                                         fresh, keep=end - settle - rate_window)
+                    else:
+                        held.merge(got.result(), start, since, end, step, self._lookback(signal, step), signal in SPARSE,
+                                   _decoder(signal))
                 except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                     # absent this cycle (unknown, as a cold cycle would say) and fetched whole the next,
                     # or only its newest part where a cold ask failed (COLD_SHRINK)
@@ -1092,8 +1144,8 @@ def query_request(signal: str, q: str, lo: float, hi: float, step: float,
     """(path, parameters) of the request for `signal`'s points at the grid times lo..hi: a range
     query, from one step before lo for an event counter's first increase (STEP_INCREASE); the raw
     samples of the steps ending at lo..hi for a SAMPLED level, of the `rated` (the rate window's
-    seconds) windows ending at lo..hi for a RATED counter whose rate is worked out here
-    (`rated_here`; a range selector, in milliseconds where the span is not whole seconds; one more
+    seconds; 0 where the window before lo is held: `_Held.tail`) windows ending at lo..hi for a
+    RATED counter whose rate is worked out here (`rated_here`; a range selector, in milliseconds where the span is not whole seconds; one more
     millisecond where an engine leaves out a sample at its start, as Prometheus 3 and
     VictoriaMetrics do, and Prometheus 2's rate takes one at the window's start)."""
     if signal in SAMPLED or (signal in RATED and rated is not None):
@@ -1108,12 +1160,12 @@ def query_request(signal: str, q: str, lo: float, hi: float, step: float,
     return RANGE_PATH, {"query": q, "start": f"{lo - before:.3f}", "end": f"{hi:.3f}", "step": f"{step:g}"}
 
 
-def _decoder(signal: str, rated: float | None = None, since: float | None = None):
+def _decoder(signal: str, rated: float | None = None):
     """How `signal`'s answers are read onto the grid (matrix.py); a RATED counter's whose rate is
-    worked out here, over `rated` seconds, at the grid times from `since` on (the earlier ones'
-    windows were not asked)."""
+    worked out here as its rate over `rated` seconds (a window's whole span: `_Held.fill`; a cycle's
+    go through `_Held.merge_rates`)."""
     if signal in RATED and rated is not None:
-        return partial(decode_rate, window=rated, since=since)
+        return partial(decode_rate, window=rated)
     return decode_samples if signal in SAMPLED else decode_increase if signal in STEP_INCREASE else decode_range
 
 

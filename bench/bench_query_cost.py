@@ -85,11 +85,12 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
 def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int,
           signal: str = "", rated: frozenset[str] = frozenset()) -> tuple[float, float, int, int]:
     """The query over the steady span, asked as serve asks `signal`'s (prometheus.query_request: a
-    range query, from a step before the span for an event counter, the raw samples of a level's, of a
-    port counter's from its rate window before),
+    range query, from a step before the span for an event counter, the raw samples of a level's and
+    of a port counter's whose rate serve works out),
     best of `repeat`: (engine CPU, wall, series answered, bytes)."""
     best = None
-    path, params = query_request(signal, query, end - SPAN, end, imp.STEP, 60.0 if signal in rated else None)
+    # a steady cycle holds a rated counter's samples of the rate window before its span (_Held.tail)
+    path, params = query_request(signal, query, end - SPAN, end, imp.STEP, 0.0 if signal in rated else None)
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()
         r = client.get(url + path, params=params)

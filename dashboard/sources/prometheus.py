@@ -645,6 +645,10 @@ class _Held:
             if self.tail is not None:
                 old = self.tail[1] < cut
                 rows, tms, vs = (np.concatenate((a[old], b)) for a, b in zip(self.tail[:3], (rows, tms, vs)))
+                # every held sample is older than every fetched one: grouped by row, stably, each row's
+                # are in time order (two ascending runs where the engine answers in the rows' order)
+                order = np.argsort(rows, kind="stable")
+                rows, tms, vs = rows[order], tms[order], vs[order]
         rows, tms, vs = in_order(rows, tms, vs)
         kept = round(keep * 1000)
         held = tms >= kept

@@ -4,12 +4,12 @@ engine's own `rate` answer for the same ports and grid times.
 
 On an engine other than Prometheus' own, serve asks for `ib_tx` and `ib_wait` as raw samples and
 works the rate out itself (prometheus.RATED). This times one signal's answer merged into what serve
-holds (`_Held.merge_rates`: split, rows found, rates worked out, written and aligned), on answers
+holds (`Held.merge_rates`: split, rows found, rates worked out, written and aligned), on answers
 written as VictoriaMetrics writes them (the agent's label set, millisecond times, scrapes every
 15 s at a port's own offset): a steady cycle's (the last 75 s, the new step and the settle, with
 the rate window before them held from the cycle before; rates at the 6 newest grid times) and a
 cold cycle's (an hour and the window before it; 241 grid times). The peer is what serve did before
-with the engine's answer, `_Held.merge` of a range answer holding the same ports' rates at the same
+with the engine's answer, `Held.merge` of a range answer holding the same ports' rates at the same
 grid times (host labels only, as `sum by` leaves them). Best of `--repeat`, each on a copy of the
 same held state, after one warm-up (a fresh process' first pass also pays for its fresh pages).
 
@@ -30,7 +30,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dashboard.sources.matrix import split_numbers  # noqa: E402
-from dashboard.sources.prometheus import RATED, _Held  # noqa: E402
+from dashboard.sources.prometheus import RATED, Held  # noqa: E402
 
 END = 1_796_440_800.0
 STEP, WINDOW, SCRAPE = 15.0, 60.0, 15.0
@@ -63,7 +63,7 @@ def range_answer(ports: int, start: float, n: int) -> bytes:
     return orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
 
 
-def best(fn, state: _Held, repeat: int) -> float:
+def best(fn, state: Held, repeat: int) -> float:
     """Least seconds of fn(a copy of `state`), after a warm-up."""
     times = []
     for _ in range(repeat + 1):
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     print(f"{'cycle':8} {'raw MB':>7} {'ours: merge_rates':>18} {'range MB':>9} {'peer: merge':>12} {'ratio':>6}")
     for name, since in (("steady", END - 75.0), ("cold", start)):
         ranged = range_answer(args.ports, since, int(round((END - since) / STEP)) + 1)
-        ours, peer = _Held(RATED["ib_tx"]), _Held()
+        ours, peer = Held(RATED["ib_tx"]), Held()
         fresh = None
         if name == "steady":  # the cycle before, one step earlier: what it holds, the tail among it
             was = END - STEP

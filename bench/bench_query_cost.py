@@ -89,7 +89,7 @@ def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repe
     of a port counter's whose rate serve works out),
     best of `repeat`: (engine CPU, wall, series answered, bytes)."""
     best = None
-    # a steady cycle holds a rated counter's samples of the rate window before its span (_Held.tail)
+    # a steady cycle holds a rated counter's samples of the rate window before its span (Held.tail)
     path, params = query_request(signal, query, end - SPAN, end, imp.STEP, 0.0 if signal in rated else None)
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()

@@ -310,8 +310,8 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
         return sum(v[3] for (f, _, fn), v in stats.stats.items() if f.endswith(file) and fn in funcs)
 
     parts = {"waiting for answers": cum("concurrent/futures/_base.py", "result"),
-             "decode + merge (_Held.merge)": cum("sources/prometheus.py", "merge"),
-             "into the store (_Held.blocks or main's add_held, add_info)":
+             "decode + merge (Held.merge)": cum("sources/prometheus.py", "merge"),
+             "into the store (Held.blocks or main's add_held, add_info)":
                  cum("sources/prometheus.py", "blocks", "add_held", "add_info"),
              "window assembly (HeldGrid.window or SignalStore.window, zero_reads, silent_nodes)":
                  cum("sources/build.py", "window") + cum("sources/prometheus.py", "silent_nodes")}

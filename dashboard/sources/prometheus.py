@@ -16,7 +16,7 @@ for the scrape interval. PromQL lives here and nowhere else. The queries run `QU
 answers are decoded in bulk (matrix.py: no JSON object per point or per series, each series'
 labels' bytes finding its row as they are; then every point of an answer at once onto the step
 grid; a large answer split in a worker process on a host with cores to spare: decode_pool.py),
-never series by series, and written into the signal's held arrays in place (`_Held`); the window
+never series by series, and written into the signal's held arrays in place (`Held`); the window
 is assembled from those by `HeldGrid` (build.py), which keeps the layout and where each row lands
 between cycles. So a steady cycle's own work follows its new points, not the hour it holds; what
 still grows with the hour is numpy copying the held rows into the window's arrays (those of a
@@ -381,11 +381,12 @@ SAMPLED = _raw_series(counters=False)
 # from raw samples").
 # A rate's points are what the engine's range query has, so they are carried as its points are
 # (LOOKBACK_STEPS), not as a level's samples. A cycle keeps each port's samples of the rate window
-# before the next cycle's first grid time (`_Held.tail`: settled, so what the engine would answer
-# again), and that cycle asks for its own span alone, as a level's. Not on Prometheus' own engine (one that says its
-# GOMAXPROCS: `raw_levels`), whose `rate` is that rate already and costs it less than writing out
-# the samples of the window before the span (4,096 nodes, steady: 3.5 CPU-s a cycle against 3.9;
-# bench/README.md, "Port rates from raw samples"): it is asked for `rate` of the series as they stand.
+# before the next cycle's first grid time (`Held.tail`: settled, so what the engine would answer
+# again), and that cycle asks for its own span alone, as a level's. Not on Prometheus' own engine
+# (one that says its GOMAXPROCS: `raw_levels`), whose `rate` is that rate already and costs it less
+# than writing out the samples of the window before the span (4,096 nodes, steady: 3.5 CPU-s a
+# cycle against 3.9; bench/README.md, "Port rates from raw samples"): it is asked for `rate` of the
+# series as they stand.
 RATED = _raw_series(counters=True)
 RAW_SERIES = {**SAMPLED, **RATED}
 
@@ -558,7 +559,7 @@ def _seconds(text: str) -> float:
     return sum(int(n) * _DURATION[u] for n, u in parts)
 
 
-# Each _Held's rows and cells get a version of their own (HeldGrid keeps where they land per version).
+# Each Held's rows and cells get a version of their own (HeldGrid keeps where they land per version).
 _VERSIONS = itertools.count()
 
 
@@ -567,7 +568,7 @@ _VERSIONS = itertools.count()
 _ARRAYS = ((bool, False), (np.float64, np.nan))
 
 
-class _Held:
+class Held:
     """One signal's series as fetched so far, kept between cycles on the window's step grid (column
     j is the window's start + j * step): per row its labels, whether a point is there (a point
     whose value is NaN is there: the window's alignment carries an earlier point over a missing
@@ -855,7 +856,7 @@ class PrometheusSource:
         self.last_errors: dict[str, str] = {}
         self._deadline: Deadline | None = None
         # steady state (module doc): (signal, level) -> what is held, valid for one query shape
-        self._held: dict[tuple[str, str], _Held] = {}
+        self._held: dict[tuple[str, str], Held] = {}
         self._held_shape: tuple = ()
         # the hardware facts of the last INFO_QUERY: (them, their time, the nodes of its window)
         self._topology: tuple[SignalStore, float, frozenset[str] | None] | None = None
@@ -946,7 +947,7 @@ class PrometheusSource:
         elif isinstance(exc, (fetch.FetchLate, httpx.TimeoutException)):
             self._too_short = True  # the cycle's deadline ran out before this query's share did
 
-    def _fill(self, held: _Held, key: tuple[str, str], start: float, step: float, rated: float | None, lo: float,
+    def _fill(self, held: Held, key: tuple[str, str], start: float, step: float, rated: float | None, lo: float,
               hi: float, got) -> None:
         """The span before a signal known in part (`_partial`), times lo..hi, written into what is held;
         one that fails is asked again the next cycle (the signal is not affected)."""
@@ -1031,7 +1032,7 @@ class PrometheusSource:
         plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered, self.raw_levels)
         asks, fills = [], {}
         for signal, level, q in plan:
-            held = self._held.pop((signal, level), None) or _Held(SAMPLED.get(signal) or (
+            held = self._held.pop((signal, level), None) or Held(SAMPLED.get(signal) or (
                 RATED.get(signal) if signal in self.rated else None))
             rated = rate_window if signal in self.rated else None
             # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
@@ -1148,7 +1149,7 @@ def query_request(signal: str, q: str, lo: float, hi: float, step: float,
     """(path, parameters) of the request for `signal`'s points at the grid times lo..hi: a range
     query, from one step before lo for an event counter's first increase (STEP_INCREASE); the raw
     samples of the steps ending at lo..hi for a SAMPLED level, of the `rated` (the rate window's
-    seconds; 0 where the window before lo is held: `_Held.tail`) windows ending at lo..hi for a
+    seconds; 0 where the window before lo is held: `Held.tail`) windows ending at lo..hi for a
     RATED counter whose rate is worked out here (`rated_here`; a range selector, in milliseconds where the span is not whole seconds; one more
     millisecond where an engine leaves out a sample at its start, as Prometheus 3 and
     VictoriaMetrics do, and Prometheus 2's rate takes one at the window's start)."""
@@ -1166,8 +1167,8 @@ def query_request(signal: str, q: str, lo: float, hi: float, step: float,
 
 def _decoder(signal: str, rated: float | None = None):
     """How `signal`'s answers are read onto the grid (matrix.py); a RATED counter's whose rate is
-    worked out here as its rate over `rated` seconds (a window's whole span: `_Held.fill`; a cycle's
-    go through `_Held.merge_rates`)."""
+    worked out here as its rate over `rated` seconds (a window's whole span: `Held.fill`; a cycle's
+    go through `Held.merge_rates`)."""
     if signal in RATED and rated is not None:
         return partial(decode_rate, window=rated)
     return decode_samples if signal in SAMPLED else decode_increase if signal in STEP_INCREASE else decode_range
@@ -1215,7 +1216,7 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
         key = sub_key(probe, labels)
         if node is None or key is None:
             continue
-        if "times" in series:  # decoded already (_Held.merge)
+        if "times" in series:  # decoded already (Held.merge)
             ts, vs = series["times"], series["vals"]
         else:
             vals = series.get("values") or ([series["value"]] if series.get("value") else [])

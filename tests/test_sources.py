@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dashboard.analysis.diagnose import diagnose
 from dashboard.sources.build import RawStore, SignalStore, align, align_grid, counter_rate, job_mean, job_means
 from dashboard.sources.exposition import iter_samples
-from dashboard.sources.prometheus import (QUERY_BUDGET, RAW_SERIES, SAMPLED, PrometheusSource, add_matrix, plan_queries,
+from dashboard.sources.prometheus import (QUERY_BUDGET, RATED, SAMPLED, PrometheusSource, add_matrix, plan_queries,
                                           sampled_selector)
 from dashboard.sources.schema import Mapping, NodeMatcher, short_host, sub_key
 
@@ -248,7 +248,7 @@ def no_status_api() -> httpx.Response:
     return httpx.Response(404, text="unsupported path")
 
 
-RAW_BY_SELECTOR = {sampled_selector(ms): ms for ms in RAW_SERIES.values()}
+RAW_BY_SELECTOR = {sampled_selector(ms): ms for ms in (*SAMPLED.values(), *RATED.values())}
 SCRAPE = 15.0  # the fakes' points: on this grid, each depending on its time only (as scrapes every 15 s)
 
 
@@ -941,7 +941,6 @@ def test_port_counters_rates_are_worked_out_from_their_raw_samples(monkeypatch):
     point before is carried one step, as an engine's range answer is); each series its own
     exporter's; a steady window, whose cycle asks for its span alone and takes the rate window
     before it from the samples the cycle before held, is a cold one."""
-    from dashboard.sources.prometheus import RATED
     from tests.support.promql_rate import prometheus_rate
 
     def counter(name: str, t: float) -> float:  # bytes, reset at T0 - 200 (the agent restarted)

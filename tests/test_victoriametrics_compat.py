@@ -297,9 +297,9 @@ def test_both_engines_answers_are_split_without_json(engines):
     # the levels' and the port counters' raw samples (prometheus.SAMPLED, RATED: an instant query of
     # `selector[span]`): split alike, and the very same samples from both engines
     from dashboard.sources.matrix import decode_samples
-    from dashboard.sources.prometheus import RAW_SERIES, sampled_selector
+    from dashboard.sources.prometheus import RATED, SAMPLED, sampled_selector
 
-    for ms in RAW_SERIES.values():
+    for ms in (*SAMPLED.values(), *RATED.values()):
         placed = {}
         for engine in ("prom", "vm"):
             params = urllib.parse.urlencode({"query": f"{sampled_selector(ms)}[{int(21 * STEP)}s]", "time": end})
@@ -475,7 +475,7 @@ def test_per_device_series_as_they_stand_give_the_engines_aggregates(engines, mo
         with monkeypatch.context() as m:
             m.setattr(prometheus, "STEP_INCREASE", frozenset())
             m.setattr(prometheus, "RAW_LEVELS", ())
-            for rows in ("SAMPLED", "RATED", "RAW_SERIES"):
+            for rows in ("SAMPLED", "RATED"):
                 m.setattr(prometheus, rows, {})
             asked = {s: q for s, _, q in prometheus.plan_queries(60.0, STEP)}
             assert "offset 15s" in asked["ib_down"] and asked["util"].startswith("(avg by (") and "rate(" in asked["ib_tx"]

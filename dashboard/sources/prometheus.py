@@ -388,7 +388,6 @@ SAMPLED = _raw_series(counters=False)
 # cycle against 3.9; bench/README.md, "Port rates from raw samples"): it is asked for `rate` of the
 # series as they stand.
 RATED = _raw_series(counters=True)
-RAW_SERIES = {**SAMPLED, **RATED}
 
 
 def rated_here(raw: tuple[str, ...]) -> frozenset[str]:

@@ -56,7 +56,7 @@ def build_scraper(args: argparse.Namespace, runner: CommandRunner | None = None,
                   runner=runner or CommandRunner(), nvml=nvml, options=vars(args))
     enabled = [cls(ctx) for name, cls in collectors.items() if getattr(args, f"collector_{name}")]
     return Scraper(enabled, timeout=args.scrape_timeout, cache_ttl=args.scrape_cache_ttl,
-                   static=[build_info("gangwatch", "agent")])
+                   static=[build_info("gangwatch", "agent")], cadence=ctx.cadence)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable
 
 from .exposition import Family
+from .quiet import ScrapeCadence
 from .runner import CommandRunner
 
 
@@ -47,6 +48,9 @@ class Context:
     runner: CommandRunner = field(default_factory=CommandRunner)
     nvml: Any = None  # the pynvml module, or a fake with the same surface; None = import lazily
     options: dict[str, Any] = field(default_factory=dict)
+    # how often this process is scraped (its Scraper records each scrape): how long a counter back
+    # after standing still is shown at the value it stood at (quiet.QuietSeries)
+    cadence: ScrapeCadence = field(default_factory=ScrapeCadence)
 
     def option(self, key: str, default: Any = None) -> Any:
         return self.options.get(key, default)

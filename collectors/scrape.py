@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .exposition import Family, counter, encode, format_labels, gauge
+from .quiet import ScrapeCadence
 from .registry import Collector, NoData
 
 log = logging.getLogger(__name__)
@@ -168,8 +169,10 @@ class Scrape:
 
 class Scraper:
     def __init__(self, collectors: Iterable[Collector], timeout: float = 0.9, cache_ttl: float = 1.0,
-                 prefix: str = "gangwatch", static: Iterable[Family] = (), spread_after: float = 0.05):
+                 prefix: str = "gangwatch", static: Iterable[Family] = (), spread_after: float = 0.05,
+                 cadence: ScrapeCadence | None = None):
         self.collectors = list(collectors)
+        self.cadence = cadence  # told of every scrape, served from the cache or not
         self.timeout = timeout
         self.cache_ttl = cache_ttl
         self.spread_after = spread_after
@@ -252,8 +255,11 @@ class Scraper:
         fams += [success, duration, failed, collections]
         return Scrape(encode(fams), None, time.monotonic(), outcomes)
 
-    def scrape(self) -> Scrape:
-        """Return a fresh-enough scrape, joining one in flight rather than starting another."""
+    def scrape(self, client: str | None = None) -> Scrape:
+        """Return a fresh-enough scrape, joining one in flight rather than starting another;
+        `client`: the scraper's connection (ScrapeCadence)."""
+        if client is not None and self.cadence is not None:
+            self.cadence.scraped(client)
         while True:
             with self._lock:
                 last = self._last

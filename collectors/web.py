@@ -40,6 +40,7 @@ class Request:
     path: str
     query: dict[str, list[str]]
     headers: dict[str, str]
+    client: str = ""  # the connection's peer, address:port
 
 
 class WebConfigError(ValueError):
@@ -460,7 +461,8 @@ class _Handler(socketserver.StreamRequestHandler):
             self._send(404, "text/plain; charset=utf-8", b"Not Found\n", {}, send_body, keep)
             return keep
         try:
-            status, ctype, body, extra = handler(Request(path, parse_qs(qs) if qs else {}, headers))
+            status, ctype, body, extra = handler(Request(path, parse_qs(qs) if qs else {}, headers,
+                                                          ":".join(map(str, self.client_address[:2]))))
         except Exception as exc:
             log.exception("handler for %s failed", path)
             status, ctype, body, extra = 500, "text/plain; charset=utf-8", f"error: {type(exc).__name__}\n".encode(), {}
@@ -525,7 +527,7 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 def metrics_handler(scraper) -> Handler:
     def handle(req: Request) -> Response:
-        scrape = scraper.scrape()
+        scrape = scraper.scrape(req.client)
         if accepts_gzip(req.headers.get("accept-encoding", "")):
             return 200, TEXT_FORMAT, scrape.gzip_body(), {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
         return 200, TEXT_FORMAT, scrape.body(), {"Vary": "Accept-Encoding"}

@@ -838,18 +838,27 @@ def test_any_job_id_survives_the_exposition(ids):
     assert got == want | {"_other", "_total"}
 
 
-@pytest.mark.skipif(not which("prometheus"), reason="prometheus (Debian package) not installed")
-def test_still_target_counters_go_stale_in_prometheus_and_come_back_counted(hpe, tmp_path):
-    """The real agent over a tree whose OST counters stand still, scraped by a real Prometheus each
-    second with a 4 s idle window: the per-target series go stale (an instant query finds none, the
-    idle gauge counts them); after a 4 KiB write the OST's write counter is back at the value it
-    stood at, then at its own, so increase() over the window counts the write."""
+@pytest.mark.skipif(not which("prometheus") or not which("vmagent"), reason="prometheus, vmagent (Debian packages) not installed")
+@pytest.mark.parametrize("scrapers", ["prometheus", "prometheus HA pair", "vmagent replicas"])
+def test_still_target_counters_go_stale_and_come_back_counted(hpe, tmp_path, scrapers):
+    """The real agent over a tree whose OST counters stand still, scraped each second with a 4 s
+    idle window: the per-target series go stale (an instant query finds none, the idle gauge counts
+    them); after a 4 KiB write the OST's write counter is back at the value it stood at, then at its
+    own, so increase() over the window counts the write. Then by two scrapers, and no result cache
+    in the agent, so each scrape is a collection of its own: an HA pair of Prometheus servers (their
+    own external labels, so their scrapes fall at other times in the second), each of which counts
+    the write; two vmagent shards scraping every target (replicationFactor 2) into a
+    VictoriaMetrics that keeps the last sample of each second (-dedup.minScrapeInterval), which
+    counts it. (With the stood-at value shown for one collection only, one of the pair, and the
+    deduplicated series, saw the counter come back at its new value and counted nothing.)"""
     import sys
 
     from collectors.registry import load_builtin_collectors
     from tests.conftest import REPO
+    from tests.support import vmstack
     from tests.support.promstack import Process, Prometheus, free_port, http_get, wait_for
 
+    pair = scrapers != "prometheus"
     lustre = tmp_path / "proc" / "fs" / "lustre"
     shutil.copytree(hpe / "proc/fs/lustre/osc", lustre / "osc")
     stats = lustre / "osc/lustrefs-OST0000-osc-ffff88105db50000/stats"
@@ -857,36 +866,50 @@ def test_still_target_counters_go_stale_in_prometheus_and_come_back_counted(hpe,
     agent = Process([sys.executable, "-m", "dashboard.cli", "agent", "--log-level=error",
                      f"--web.listen-address=127.0.0.1:{port}", f"--path.procfs={tmp_path / 'proc'}",
                      f"--path.sysfs={tmp_path / 'sys'}", f"--path.rootfs={tmp_path}", "--collector.lustre.source=files",
-                     "--collector.lustre_client.target-idle-seconds=4",
+                     "--collector.lustre_client.target-idle-seconds=4", *(["--scrape.cache-ttl=0"] if pair else []),
                      *(f"--no-collector.{n}" for n in load_builtin_collectors() if n != "lustre_client")],
                     tmp_path / "agent.log", cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    prom = None
+    job = [{"job_name": "gangwatch-agent", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]
+    stack: list = []
     try:
         wait_for(lambda: agent.check_alive() or http_get(f"http://127.0.0.1:{port}/"), 30, "agent")
-        (tmp_path / "prom").mkdir()
-        prom = Prometheus(tmp_path / "prom", [{"job_name": "gangwatch-agent",
-                                               "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}])
+        if scrapers == "vmagent replicas":
+            stack.append(vmstack.VictoriaMetrics(tmp_path, ["-dedup.minScrapeInterval=1s"]))
+            stack += [vmstack.VMAgent(tmp_path, job, stack[0].url, member=k, members=2, replication=2) for k in range(2)]
+            proms = stack[:1]
+        else:
+            for k in range(1 + pair):
+                (tmp_path / f"prom{k}").mkdir()
+                stack.append(Prometheus(tmp_path / f"prom{k}", job, external_labels={"replica": str(k)}))
+            proms = stack
         series = 'gangwatch_lustre_client_target_io_bytes_total{target="lustrefs-OST0000",operation="write"}'
-        wait_for(lambda: prom.query(series), 30, "the per-target series scraped")
-        wait_for(lambda: not prom.query(series), 30, "the still series gone stale")
-        idle = prom.query("gangwatch_lustre_client_target_idle_series")
-        assert idle and float(idle[0]["value"][1]) > 3
-        assert prom.query("gangwatch_lustre_client_targets_io_bytes_total")  # the totals stay
+        for prom in proms:
+            wait_for(lambda: prom.query(f"last_over_time({series}[60s])"), 30, "the per-target series scraped")
+        for prom in proms:
+            wait_for(lambda: not prom.query(series), 30, "the still series gone stale")
+            idle = prom.query("gangwatch_lustre_client_target_idle_series")
+            assert idle and float(idle[0]["value"][1]) > 3
+            assert prom.query("gangwatch_lustre_client_targets_io_bytes_total")  # the totals stay
         stats.write_text(stats.read_text().replace("65298098221056", "65298098225152"))  # one more 4 KiB write
 
-        def back() -> list[float]:
-            """The samples since the series went stale (after the widest gap between two scrapes)."""
-            got = prom.query(series + "[60s]")
-            points = [(float(t), float(v)) for t, v in got[0]["values"]] if got else []
-            gaps = [b[0] - a[0] for a, b in zip(points, points[1:])]
-            return [v for _, v in points[gaps.index(max(gaps)) + 1:]] if gaps and max(gaps) > 2.5 else []
+        for prom in proms:
+            def back() -> list[float]:
+                """The samples since the series went stale (after the widest gap between two scrapes)."""
+                got = prom.query(series + "[60s]")
+                points = [(float(t), float(v)) for t, v in got[0]["values"]] if got else []
+                gaps = [b[0] - a[0] for a, b in zip(points, points[1:])]
+                return [v for _, v in points[gaps.index(max(gaps)) + 1:]] if gaps and max(gaps) > 1.5 else []
 
-        values = wait_for(lambda: 65298098225152 in back() and back(), 30, "the series back at its own value")
-        # (a scrape within the agent's result cache gets the same answer again)
-        assert values[0] == 65298098221056 and values == sorted(values) and set(values) == {65298098221056, 65298098225152}
-        got = float(prom.query(f"increase({series}[20s])")[0]["value"][1])
-        assert 4096 <= got < 4096 * 2  # extrapolated over the window, never lost
+            values = wait_for(lambda: 65298098225152 in back() and back(), 30, "the series back at its own value")
+            # (a scrape within the agent's result cache, or within the slowest scraper's gap of the
+            # comeback, gets the stood-at value again)
+            assert values[0] == 65298098221056 and values == sorted(values), (prom.url, values)
+            assert set(values) == {65298098221056, 65298098225152}
+            # (VictoriaMetrics' rollups may not see the newest second yet: asked until they do)
+            got = wait_for(lambda: max(0.0, float(prom.query(f"increase({series}[20s])")[0]["value"][1])) or None, 10,
+                           "the write counted")
+            assert 4096 <= got < 4096 * 2  # extrapolated over the window, never lost
     finally:
-        if prom is not None:
-            prom.stop()
+        for process in reversed(stack):
+            process.stop()
         agent.stop()

@@ -516,7 +516,7 @@ class InfinibandCollector(Collector):
         # (device, port) of the InfiniBand ports seen Active since start: only those count as down
         # when they leave Active. Bounded by the ports the node ever had; kept across layout rescans.
         self._seen_active: set[tuple[str, str]] = set()
-        self.quiet = QuietSeries(float(ctx.option("collector_infiniband_error_idle_seconds", IDLE_SECONDS)))
+        self.quiet = QuietSeries(float(ctx.option("collector_infiniband_error_idle_seconds", IDLE_SECONDS)), ctx.cadence)
 
     @classmethod
     def add_arguments(cls, parser) -> None:

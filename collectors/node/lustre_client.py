@@ -74,7 +74,7 @@ class LustreClientCollector(Collector):
         self.source = LustreSource(ctx)
         self.per_target = bool(ctx.option("collector_lustre_client_per_target_histograms", False))
         self.target_sums = MemberSum()  # gangwatch_lustre_client_targets_io_bytes_total, across scrapes
-        self.quiet = QuietSeries(float(ctx.option("collector_lustre_client_target_idle_seconds", TARGET_IDLE_SECONDS)))
+        self.quiet = QuietSeries(float(ctx.option("collector_lustre_client_target_idle_seconds", TARGET_IDLE_SECONDS)), ctx.cadence)
 
     @classmethod
     def add_arguments(cls, parser) -> None:

@@ -66,10 +66,11 @@ class VictoriaMetrics:
 
 
 class VMAgent:
-    """One scrape shard: `member` of `members`, writing to `remote_write` (VictoriaMetrics)."""
+    """One scrape shard: `member` of `members`, writing to `remote_write` (VictoriaMetrics); with
+    `replication` > 1 each target is scraped by that many shards (VictoriaMetrics then deduplicates)."""
 
     def __init__(self, workdir: Path, scrape_configs: list[dict], remote_write: str, member: int = 0,
-                 members: int = 1, interval: str = "1s", external_labels: dict | None = None):
+                 members: int = 1, interval: str = "1s", external_labels: dict | None = None, replication: int = 1):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         name = f"vmagent-{member}"
@@ -82,6 +83,7 @@ class VMAgent:
                                 f"-remoteWrite.url={remote_write}/api/v1/write",
                                 f"-remoteWrite.tmpDataPath={workdir / (name + '-queue')}",
                                 f"-promscrape.cluster.membersCount={members}", f"-promscrape.cluster.memberNum={member}",
+                                f"-promscrape.cluster.replicationFactor={replication}",
                                 "-remoteWrite.flushInterval=200ms", f"-httpListenAddr=127.0.0.1:{self.port}",
                                 "-loggerLevel=ERROR"], workdir / f"{name}.log")
         wait_for(lambda: self.process.check_alive() or http_get(self.url + "/health"), 30, f"{name} ready")

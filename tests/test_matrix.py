@@ -74,7 +74,12 @@ def test_another_layout_is_read_as_json(result):
 def test_what_is_not_a_whole_successful_matrix_is_left_to_json():
     one = body([{"metric": {"node": "n1"}, "values": [[START, "1"]]}])
     assert split_matrix(one) is not None
+    histograms = {"metric": {"node": "n2"}, "histograms": [[START, {"count": "2", "sum": "3"}]]}
     for raw in (one[:-3], one[:-1], one.replace(b'"success"', b'"error"'),
+                # a series of native histograms alone between two of values, or before them
+                body([{"metric": {"node": "n1"}, "values": [[START, "1"]]}, histograms,
+                      {"metric": {"node": "n3"}, "values": [[START, "4"]]}]),
+                body([histograms, {"metric": {"node": "n3"}, "values": [[START, "4"]]}]),
                 one.replace(b'"matrix"', b'"vector"'), b"",
                 # a native histogram beside the values: more than points
                 one.replace(b'"values":[[1796440800,"1"]]', b'"values":[[1796440800,"1"]],"histograms":[[1,{"count":"2"}]]')):

@@ -23,7 +23,7 @@ instead, with the same result (tests/test_matrix.py).
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, islice
 from operator import itemgetter
 
 import fastnumbers
@@ -73,7 +73,17 @@ def split_matrix(content: bytes) -> Matrix | None:
     head = next((h for h in HEADS if content.startswith(h)), None)
     if head is None or b"\n" in content:
         return None
-    parts = content[len(head):].replace(_LABELS_END, b"\n").replace(_POINTS_END, b"\n").split(b"\n")
+    # cut at each series' labels' end, then each piece at its points' end: one pass over the bytes
+    # for each, where replacing both with a newline and splitting at that made three
+    pieces = content[len(head):].split(_LABELS_END)
+    parts = [pieces[0]]
+    for piece in islice(pieces, 1, None):
+        points, cut, labels = piece.partition(_POINTS_END)
+        parts.append(points)
+        if cut:
+            parts.append(labels)
+    if content.count(_POINTS_END, len(head)) != len(parts) - len(pieces):  # each cut where one is: exact
+        return None  # two points' ends between labels' ends (a series without "values"): JSON's
     # labels, points, labels, points...: the last points end with the series' `]}`, the result's `]`
     # and the envelope's rest (data's end, stats, warnings), which must parse as such
     if len(parts) % 2:

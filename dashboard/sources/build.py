@@ -20,6 +20,7 @@ import weakref
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import replace
+from functools import partial
 from operator import itemgetter
 from typing import Callable, Iterable, NamedTuple
 
@@ -250,12 +251,17 @@ class _Placement:
         self.where = tuple(np.array(where, np.int64).T) if where else ()
         self.groups = [(cell, block.rows[np.array(sorted(rs, key=lambda i: block.order[i]), np.int64)])
                        for cell, rs in by_cell.items() if job or len(rs) > 1]
+        # every cell of the array written (most per-GPU and per-port signals): its array need not
+        # be filled with NaN first
+        self.whole = not job and len(by_cell) == math.prod(lay.shapes[block.level][:-1])
         if job:  # every job's rows one after the other: their means in one pass (thousands of jobs)
             self.job_rows = np.concatenate([rows for _, rows in self.groups]) if self.groups else np.zeros(0, np.int64)
             self.job_sizes = np.array([rows.shape[0] for _, rows in self.groups], np.int64)
             self.job_starts = np.cumsum(self.job_sizes) - self.job_sizes
 
     def fill(self, block: GridBlock, aligned: np.ndarray, lay: Layout, arrays: dict, jobs: dict, full=None) -> None:
+        if full is not None and self.whole:
+            full = partial(full, fill=False)
         if self.alone.size:
             _array(arrays, lay, block.level, block.signal, full)[self.where] = aligned[self.alone]
         if block.level == "job":
@@ -852,16 +858,18 @@ class _Recycler:
         self._arrays: list[np.ndarray] = []
         self.reused = 0  # arrays given again, in all
 
-    def full(self, shape: tuple, dtype) -> np.ndarray:
-        """An array of `shape` and `dtype` full of NaN: a free one of those kept, else a new one."""
+    def full(self, shape: tuple, dtype, fill: bool = True) -> np.ndarray:
+        """An array of `shape` and `dtype` full of NaN (with `fill`; otherwise whatever it holds, for a
+        caller that writes every cell): a free one of those kept, else a new one."""
         pool = self._arrays
         for i in range(len(pool)):
             if pool[i].shape == shape and pool[i].dtype == dtype and self._free(i):
                 arr = pool.pop(i)
-                arr.fill(np.nan)
+                if fill:
+                    arr.fill(np.nan)
                 self.reused += 1
                 return arr
-        return np.full(shape, np.nan, dtype)
+        return np.full(shape, np.nan, dtype) if fill else np.empty(shape, dtype)
 
     def _free(self, i: int) -> bool:
         # referred to by this list alone (getrefcount's own argument is the other reference)

@@ -268,8 +268,11 @@ def _points(data) -> tuple[list, object, np.ndarray, np.ndarray, np.ndarray]:
     """A matrix answer's (series keys, labels_of, points per series, every point's time and value)."""
     if isinstance(data, Matrix):
         keep = np.flatnonzero(data.lengths)
-        keys = [data.metrics[i] for i in keep]
-        lengths, labels_of = data.lengths[keep], _parsed(keys)
+        if keep.size == len(data.metrics):  # every series has points (the engines leave out those without)
+            keys, lengths = data.metrics, data.lengths
+        else:
+            keys, lengths = list(map(data.metrics.__getitem__, keep.tolist())), data.lengths[keep]
+        labels_of = _parsed(keys)
         ts, vs = (x if isinstance(x, np.ndarray) else _numbers(x, what)
                   for x, what in ((data.times, "time"), (data.values, "value")))
     else:

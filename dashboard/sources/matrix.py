@@ -36,7 +36,7 @@ HEADS = tuple(b'{"status":"success",' + partial + b'"data":{"resultType":"matrix
               for partial in (b"", b'"isPartial":false,', b'"isPartial":true,'))
 _FIRST_LABELS = len(b'{"metric":')
 # where a series' labels end and its points begin, and where its points end and the next series'
-# labels begin: in place of each, a newline, which compact JSON never holds
+# labels begin (an answer holding a newline, which compact JSON never does, is another layout)
 _LABELS_END = b',"values":['
 _POINTS_END = b']},{"metric":'
 _POINT_PUNCTUATION = b'["]'

@@ -853,8 +853,10 @@ def test_steady_cycles_give_cold_windows():
         read = win.target["read"][win.nodes.index("n0"), win.targets.index("fs-OST0000")]
         dropped = np.round((win.times - T0) / 15) % 3 == 1  # the filter's: NaN, not the point before
         assert np.isnan(read[dropped]).all() and np.isfinite(read[~dropped]).all()
-    # what the cycles went through, so the checks above were not vacuous
+    # what the cycles went through, so the checks above were not vacuous: arrays made from the last
+    # window's (the columns it had moved, the new ones from the rows) among them
     assert np.isnan(win.gpu["util"]).any() and np.isfinite(win.gpu["util"]).any() and win.nodes == ("n0", "n1", "n2", "n3")
+    assert warm._grid.moved > 0
     assert np.isfinite(win.rail["ib_tx"][:3]).all()
 
 

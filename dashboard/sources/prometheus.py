@@ -558,8 +558,10 @@ def _seconds(text: str) -> float:
     return sum(int(n) * _DURATION[u] for n, u in parts)
 
 
-# Each Held's rows and cells get a version of their own (HeldGrid keeps where they land per version).
+# Each Held's rows and cells get a version of their own (HeldGrid keeps where they land per version),
+# and each write of its aligned columns a stamp (HeldGrid takes unchanged columns from its last window).
 _VERSIONS = itertools.count()
+_STAMPS = itertools.count(1)
 
 
 # A held signal's arrays (whether a point is there, the row as the window takes it): the type of
@@ -582,10 +584,12 @@ class Held:
     start only when it reaches the end (every T / 4 steps: amortised, a few columns a cycle). Rows
     are looked up by their labels once per answered series, and a row's cell (signal part, node,
     key) is worked out once, when it appears. Rows are the `n` first of the arrays' rows; the
-    spare ones, and columns as they enter the window, are empty (NaN, no point)."""
+    spare ones, and columns as they enter the window, are empty (NaN, no point). `stamps`: per
+    column of the window, a number that changes whenever its aligned values may have (a new array
+    each time, so one handed out stays as it was)."""
 
     __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks",
-                 "mappings", "scale", "tail")
+                 "mappings", "scale", "tail", "stamps")
 
     def __init__(self, mappings: tuple[Mapping, ...] | None = None):
         # a SAMPLED signal's mappings: each row's own scales it (`scale`: NaN where none takes it)
@@ -608,6 +612,7 @@ class Held:
         # (settled: no late sample changes them), so that cycle asks for its own span only:
         # (rows, times in ms, values, the time in ms they are kept from), None where not held
         self.tail: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
+        self.stamps = np.zeros(0, np.int64)
 
     have = property(lambda self: self._window_of(0))
     aligned = property(lambda self: self._window_of(1))
@@ -695,6 +700,7 @@ class Held:
         vals[rows[sid], col + lo - ctx] = val
         have = np.ones((n, stop - ctx), bool) if sparse else self.have[:n, ctx:stop]
         self.aligned[:n, lo:stop] = align_grid(vals, have, step, lookback)[:, lo - ctx:]
+        self._stamp(lo, stop)
 
     def _frame(self, start: float, T: int, step: float) -> None:
         """The window starting at `start`, T columns: moved along the buffers by the steps it moved
@@ -711,11 +717,15 @@ class Held:
                     buf[:, :T - moved] = buf[:, self._off + moved:self._off + T]
                     buf[:, T - moved:] = empty
                 self._off = 0
+            if moved:
+                self._stamp(T - moved, T, moved)
             return
         old = (self.have, self.aligned)
         cap, n = self._bufs[0].shape[0], self.n
         self._bufs = [np.full((cap, T + T // 4 + 1), empty, dtype) for dtype, empty in _ARRAYS]
         self._off, self.T = 0, T
+        self.stamps = np.zeros(T, np.int64)
+        self._stamp(0, T)
         lo, hi = max(0, -moved), min(T, old[0].shape[1] - moved)  # new columns that held columns land on
         if hi > lo and n:
             for new, was in zip((self.have, self.aligned), old):
@@ -808,10 +818,17 @@ class Held:
                     vals = np.hstack([vals, fetched[:, :hi - cut]])
                 have = np.ones((n, hi - ctx), bool) if sparse else self.have[:n, ctx:hi]
                 self.aligned[:n, lo:hi] = align_grid(vals, have, step, lookback)[:, lo - ctx:]
+                self._stamp(lo, hi)
 
-    def blocks(self, signal: str, level: str, matcher: NodeMatcher) -> list[tuple[GridBlock, np.ndarray]]:
-        """The rows as HeldGrid blocks (a shared query's parts apart), each with its aligned rows;
-        rows the matcher gives no node or key left out."""
+    def _stamp(self, lo: int, hi: int, moved: int = 0) -> None:
+        """Columns lo..hi-1 of `aligned` written (after the window moved `moved` columns on)."""
+        stamps = np.concatenate((self.stamps[moved:], np.zeros(moved, np.int64))) if moved else self.stamps.copy()
+        stamps[lo:hi] = next(_STAMPS)
+        self.stamps = stamps
+
+    def blocks(self, signal: str, level: str, matcher: NodeMatcher) -> list[tuple[GridBlock, np.ndarray, np.ndarray]]:
+        """The rows as HeldGrid blocks (a shared query's parts apart), each with its aligned rows and
+        their columns' stamps; rows the matcher gives no node or key left out."""
         if self._blocks is None:
             probe = Mapping(signal, level, "")
             parts: dict[str, list[int]] = defaultdict(list)
@@ -825,7 +842,7 @@ class Held:
             self._blocks = [GridBlock(part, level, np.array(rows, np.int64), [self.cells[i][1:] for i in rows],
                                       [self.keys[i] for i in rows], self.version) for part, rows in parts.items()]
         aligned = self.aligned[:self.n]
-        return [(b, aligned) for b in self._blocks]
+        return [(b, aligned, self.stamps) for b in self._blocks]
 
 
 class PrometheusSource:

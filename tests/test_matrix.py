@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dashboard.sources.matrix import Matrix, decode_range, split_matrix
+from dashboard.sources.matrix import Matrix, decode_range, split_matrix, split_vector
 from tests.support.promql_rate import prometheus_rate
 
 START, STEP, N = 1_796_440_800, 15, 8
@@ -84,6 +84,43 @@ def test_what_is_not_a_whole_successful_matrix_is_left_to_json():
                 # a native histogram beside the values: more than points
                 one.replace(b'"values":[[1796440800,"1"]]', b'"values":[[1796440800,"1"]],"histograms":[[1,{"count":"2"}]]')):
         assert split_matrix(raw) is None, raw
+
+
+def vector(result: list, tail: str = "") -> bytes:
+    whole = orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+    return whole[:-1] + tail.encode() + b"}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.builds(lambda labels, v: {"metric": labels, "value": [START, v]},
+                          st.dictionaries(TEXT, TEXT, max_size=4), VALUES), max_size=6), TAILS)
+def test_split_vector_answers_the_labels_json_does(result, tail):
+    """An instant query's vector in the engines' compact layout: each series' labels, in order,
+    whatever its label names and values hold (the bytes the split cuts at among them)."""
+    raw = vector(result, tail)
+    split = split_vector(raw)
+    if not result:
+        assert split is None  # nothing to split: JSON's empty result
+        return
+    labels, envelope = split
+    assert [orjson.loads(x) for x in labels] == [s["metric"] for s in orjson.loads(raw)["data"]["result"]]
+    assert envelope["status"] == "success"
+
+
+def test_what_is_not_a_whole_successful_vector_is_left_to_json():
+    one = vector([{"metric": {"node": "n1"}, "value": [START, "1"]}, {"metric": {"node": "n2"}, "value": [START, "2"]}])
+    assert split_vector(one)[0] == [b'{"node":"n1"}', b'{"node":"n2"}']
+    partial = one.replace(b'"success",', b'"success","isPartial":true,', 1)
+    assert split_vector(partial)[1]["isPartial"] is True
+    histogram = {"metric": {"node": "n3"}, "histogram": [START, {"count": "2", "sum": "3"}]}
+    for raw in (one[:-3], one[:-1], one.replace(b'"success"', b'"error"'), one.replace(b'"vector"', b'"matrix"'), b"",
+                json.dumps(orjson.loads(one), indent=1).encode(),  # another layout
+                vector([{"metric": {"node": "n1"}, "value": [START, "1"]}, histogram,
+                        {"metric": {"node": "n2"}, "value": [START, "2"]}]),
+                vector([histogram, {"metric": {"node": "n2"}, "value": [START, "2"]}]),
+                vector([{"metric": {"node": "n2"}, "value": [START, "2"]}, histogram]),
+                one.replace(b'[1796440800,"1"]', b'[1796440800,"1","2"]')):
+        assert split_vector(raw) is None, raw
 
 
 @pytest.mark.parametrize("points", [b'[[1796440800,"1","2"]]', b'[[1796440800]]', b'[[1796440800,"x"]]',

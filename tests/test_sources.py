@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -1392,3 +1393,39 @@ def test_port_events_missing_from_an_agent_that_leaves_still_ones_out_are_0():
     zero_port_events(without)
     assert "ib_err" not in without["rail"]
     np.testing.assert_array_equal(without["rail"]["ib_down"], down())
+
+
+def test_job_facts_taken_by_their_labels_give_the_store_json_gives():
+    """FactCache: a steady cycle's facts taken as their labels' bytes (matrix.split_vector), each
+    series' effect worked out once, give the store add_info gives for the same answer, cycle after
+    cycle, as series come, go and change job; facts that are not a GPU's job (a target, an NVLink
+    peer, a leaf switch, a job's targets) and series with no node go through add_fact as they are."""
+    from dashboard.sources.matrix import split_vector
+    from dashboard.sources.prometheus import FactCache, add_info
+
+    def job(node, gpu, jobid):
+        return {"metric": {"__name__": "gangwatch_job_gpu_info", "instance": f"{node}:9810", "gpu": str(gpu),
+                           "jobid": jobid, "job": "gangwatch-agent"}, "value": [T0, "1"]}
+
+    dcgm = {"metric": {"Hostname": "n2", "gpu": "3", "hpc_job": "77"}, "value": [T0, "2"]}  # count by (...) of DCGM's
+    others = [{"metric": {"__name__": "gangwatch_gpu_nvlink_peer_info", "instance": "n0:9810", "gpu": "0", "peer_gpu": "1"},
+               "value": [T0, "1"]},
+              {"metric": {"__name__": "gangwatch_sim_node_info", "node": "n1", "leaf": "leaf1"}, "value": [T0, "1"]},
+              {"metric": {"__name__": "gangwatch_lustre_job_read_bytes_total", "jobid": "7", "target": "fs-OST0001"},
+               "value": [T0, "1"]},
+              {"metric": {"gw_fact": "target", "target": "fs-OST0002"}, "value": [T0, "1"]},
+              {"metric": {"__name__": "gangwatch_job_gpu_info", "gpu": "0", "jobid": "9"}, "value": [T0, "1"]}]  # no node
+    answers = [[job("n0", 0, "7"), job("n0", 1, "7"), dcgm, *others],
+               [job("n0", 0, "7"), job("n0", 1, "8"), job("n1", 0, "8"), dcgm, *others],  # one GPU changed job, one new
+               [job("n1", 0, "8"), job("n0", 0, "9"), job("n0", 0, "10")]]  # the last of two for one GPU stands
+    cache = FactCache(NodeMatcher())
+    for result in answers:
+        labels, _ = split_vector(orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}))
+        got, want = SignalStore(), SignalStore()
+        cache.add(got, labels)
+        add_info(want, {"result": result}, NodeMatcher())
+        assert vars(got) == vars(want)
+        assert len(cache._effects) == len(result)  # the series no longer answered forgotten
+    assert got.gpu_jobs == {("n1", 0): "8", ("n0", 0): "10"}
+    with pytest.raises(ValueError):
+        cache.add(SignalStore(), [b'{"node":'])  # labels that are not JSON: the facts failed, named as such

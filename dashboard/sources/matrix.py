@@ -40,6 +40,9 @@ _FIRST_LABELS = len(b'{"metric":')
 _LABELS_END = b',"values":['
 _POINTS_END = b']},{"metric":'
 _POINT_PUNCTUATION = b'["]'
+# an instant query's vector, the same way: a series' labels end where its one point begins
+VECTOR_HEADS = tuple(h.replace(b'"matrix"', b'"vector"') for h in HEADS)
+_VALUE = b',"value":['
 
 
 class Matrix:
@@ -109,6 +112,39 @@ def split_matrix(content: bytes) -> Matrix | None:
     if len(tokens) != 2 * int(lengths.sum()):
         raise ValueError("malformed matrix: a point is not [time, value]")
     return Matrix(metrics, lengths, tokens[0::2], tokens[1::2], envelope)
+
+
+def split_vector(content: bytes) -> tuple[list[bytes], dict] | None:
+    """An instant query's answer (a vector) in the compact layout as each series' labels (the bytes
+    the engine wrote, in order) and the envelope, its values not read; None where it is in another
+    layout or not a successful vector (the caller parses it as JSON). Exact as `split_matrix` is: each
+    series a `[time,"value"]` point after its labels, a count of the points' ends over the answer."""
+    head = next((h for h in VECTOR_HEADS if content.startswith(h)), None)
+    if head is None or b"\n" in content:
+        return None
+    pieces = content[len(head):].split(_VALUE)
+    if len(pieces) < 2 or content.count(_POINTS_END, len(head)) != len(pieces) - 2:
+        return None
+    labels, values = [pieces[0]], []
+    for piece in islice(pieces, 1, len(pieces) - 1):
+        value, _, following = piece.partition(_POINTS_END)
+        values.append(value)
+        labels.append(following)
+    last = pieces[-1]
+    cut = last.find(b"]}]")
+    if cut < 0:
+        return None
+    values.append(last[:cut])
+    points = b",".join(values)
+    if b":" in points or b"}" in points or points.count(b",") != 2 * len(values) - 1:
+        return None  # a series with more than its point (a native histogram's): JSON's
+    try:
+        envelope = orjson.loads(head[:-_FIRST_LABELS] + last[cut + 2:])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(envelope, dict) or envelope.get("status") != "success":
+        return None
+    return labels, envelope
 
 
 def _numbers(texts: list, what: str) -> np.ndarray:

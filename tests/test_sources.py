@@ -1433,20 +1433,6 @@ def test_job_facts_taken_by_their_labels_give_the_store_json_gives():
 
 def test_a_series_dropped_from_the_held_rows_leaves_the_others_in_their_own():
     """A series that stops (node b's, after T0 - 250) is dropped from the held rows once its last
-    sample leaves the window, and the rows after it move up; the answers before and after are the
-    same series in the same order, so the rows the last answer found (Held._rows_of) must not be
-    taken again then: every steady window stays a fresh source's."""
-    series = [({"__name__": "gangwatch_gpu_utilization_ratio", "instance": f"{node}:9810", "gpu": "0"}, up)
-              for node, up in (("a", lambda t: True), ("b", lambda t: t < T0 - 250), ("c", lambda t: True))]
-    steady = PrometheusSource("http://prom:9090", client=_scraping_engine([], series))
-    for end in np.arange(T0 - 300, T0 + 151, 15.0):
-        win = steady.window(end, 300, 15)
-        assert_same_window(win, PrometheusSource("http://prom:9090", client=_scraping_engine([], series)).window(end, 300, 15))
-    assert win.nodes == ("a", "c") and np.isfinite(win.gpu["util"]).all()
-
-
-def test_a_series_dropped_from_the_held_rows_leaves_the_others_in_their_own():
-    """A series that stops (node b's, after T0 - 250) is dropped from the held rows once its last
     sample leaves the window, and the rows after it move up (Held._drop_empty): the next answers,
     the same series in the same order, still land in their own rows, and every steady window is a
     fresh source's."""

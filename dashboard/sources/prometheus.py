@@ -590,7 +590,7 @@ class Held:
     each time, so one handed out stays as it was)."""
 
     __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks",
-                 "mappings", "scale", "tail", "stamps", "_last_answered", "_last_rows")
+                 "mappings", "scale", "tail", "stamps")
 
     def __init__(self, mappings: tuple[Mapping, ...] | None = None):
         # a SAMPLED signal's mappings: each row's own scales it (`scale`: NaN where none takes it)
@@ -614,10 +614,6 @@ class Held:
         # (rows, times in ms, values, the time in ms they are kept from), None where not held
         self.tail: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
         self.stamps = np.zeros(0, np.int64)
-        # the last answer's series keys and their rows: a steady cycle's answer is most often the same
-        # series in the same order, which one comparison of the lists tells (no hashing of their labels)
-        self._last_answered: list | None = None
-        self._last_rows = np.zeros(0, np.int64)
 
     have = property(lambda self: self._window_of(0))
     aligned = property(lambda self: self._window_of(1))
@@ -739,9 +735,7 @@ class Held:
     def _rows_of(self, answered: list, labels_of) -> np.ndarray:
         """The row of each answered series, new rows added. Looked up by the labels as the engine
         answered them (decode_range's keys: the same every cycle, no sort), by the sorted labels
-        (`labels_of(i)`, parsed only here) on a miss; the last answer's rows where it is the same list."""
-        if answered == self._last_answered:
-            return self._last_rows
+        (`labels_of(i)`, parsed only here) on a miss."""
         got = list(map(self.answered.get, answered))
         for i in (i for i, r in enumerate(got) if r is None):
             labels = labels_of(i)
@@ -757,10 +751,7 @@ class Held:
                 self._changed()
             got[i] = self.answered[answered[i]] = r
         self._grow(self.n)
-        rows = np.array(got, np.int64)
-        rows.flags.writeable = False
-        self._last_answered, self._last_rows = answered, rows
-        return rows
+        return np.array(got, np.int64)
 
     def _scale_of(self, labels: dict) -> float:
         if self.mappings is None:
@@ -803,7 +794,6 @@ class Held:
         self.scale = [self.scale[i] for i in idx]
         self.rows = {k: i for i, k in enumerate(self.keys)}
         self.answered = {}  # found again by their sorted labels on the next answer
-        self._last_answered = None
         if self.tail is not None:
             moved = np.full(n, -1, np.int64)
             moved[idx] = np.arange(m)

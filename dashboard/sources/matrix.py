@@ -92,14 +92,8 @@ def split_matrix(content: bytes) -> Matrix | None:
     if len(parts) % 2:
         return None
     last = parts[-1]
-    cut = last.find(b"]}]")
-    if cut < 0:
-        return None
-    try:
-        envelope = orjson.loads(head[:-_FIRST_LABELS] + last[cut + 2:])
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(envelope, dict) or envelope.get("status") != "success":
+    cut, envelope = _envelope(head, last)
+    if envelope is None:
         return None
     parts[-1] = last[:cut]
     metrics, points = parts[0::2], parts[1::2]
@@ -131,20 +125,28 @@ def split_vector(content: bytes) -> tuple[list[bytes], dict] | None:
         values.append(value)
         labels.append(following)
     last = pieces[-1]
-    cut = last.find(b"]}]")
-    if cut < 0:
+    cut, envelope = _envelope(head, last)
+    if envelope is None:
         return None
     values.append(last[:cut])
     points = b",".join(values)
     if b":" in points or b"}" in points or points.count(b",") != 2 * len(values) - 1:
         return None  # a series with more than its point (a native histogram's): JSON's
+    return labels, envelope
+
+
+def _envelope(head: bytes, last: bytes) -> tuple[int, dict | None]:
+    """Where the last series' end (`]}]`: its points', the result's) is in the answer's `last`
+    piece, and the envelope around the series (head less the first labels, and what follows the
+    result: data's end, stats, warnings) parsed; None where it does not parse as a successful answer."""
+    cut = last.find(b"]}]")
+    if cut < 0:
+        return cut, None
     try:
         envelope = orjson.loads(head[:-_FIRST_LABELS] + last[cut + 2:])
     except orjson.JSONDecodeError:
-        return None
-    if not isinstance(envelope, dict) or envelope.get("status") != "success":
-        return None
-    return labels, envelope
+        return cut, None
+    return cut, envelope if isinstance(envelope, dict) and envelope.get("status") == "success" else None
 
 
 def _numbers(texts: list, what: str) -> np.ndarray:

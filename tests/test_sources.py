@@ -1395,13 +1395,13 @@ def test_port_events_missing_from_an_agent_that_leaves_still_ones_out_are_0():
     np.testing.assert_array_equal(without["rail"]["ib_down"], down())
 
 
-def test_job_facts_taken_by_their_labels_give_the_store_json_gives():
-    """FactCache: a steady cycle's facts taken as their labels' bytes (matrix.split_vector), each
-    series' effect worked out once, give the store add_info gives for the same answer, cycle after
-    cycle, as series come, go and change job; facts that are not a GPU's job (a target, an NVLink
-    peer, a leaf switch, a job's targets) and series with no node go through add_fact as they are."""
+def test_facts_taken_by_their_labels_give_the_stores_json_gives():
+    """FactCache: the facts taken as their labels' bytes (matrix.split_vector), each series' effect
+    worked out once, give the store add_info gives for the same answer, cycle after cycle, as series
+    come, go and change job; a cold cycle's hardware facts (NVLink peers, NUMA nodes, leaf switches,
+    targets) go apart into the store the JSON path puts them in; series with no node set nothing."""
     from dashboard.sources.matrix import split_vector
-    from dashboard.sources.prometheus import FactCache, add_info
+    from dashboard.sources.prometheus import FactCache, _hardware, add_info
 
     def job(node, gpu, jobid):
         return {"metric": {"__name__": "gangwatch_job_gpu_info", "instance": f"{node}:9810", "gpu": str(gpu),
@@ -1409,6 +1409,10 @@ def test_job_facts_taken_by_their_labels_give_the_store_json_gives():
 
     dcgm = {"metric": {"Hostname": "n2", "gpu": "3", "hpc_job": "77"}, "value": [T0, "2"]}  # count by (...) of DCGM's
     others = [{"metric": {"__name__": "gangwatch_gpu_nvlink_peer_info", "instance": "n0:9810", "gpu": "0", "peer_gpu": "1"},
+               "value": [T0, "1"]},
+              {"metric": {"__name__": "gangwatch_gpu_nvlink_peer_info", "instance": "n0:9810", "gpu": "2", "peer_gpu": "1"},
+               "value": [T0, "1"]},
+              {"metric": {"__name__": "gangwatch_gpu_affinity_info", "instance": "n1:9810", "gpu": "1", "numa_node": "1"},
                "value": [T0, "1"]},
               {"metric": {"__name__": "gangwatch_sim_node_info", "node": "n1", "leaf": "leaf1"}, "value": [T0, "1"]},
               {"metric": {"__name__": "gangwatch_lustre_job_read_bytes_total", "jobid": "7", "target": "fs-OST0001"},
@@ -1421,14 +1425,21 @@ def test_job_facts_taken_by_their_labels_give_the_store_json_gives():
     cache = FactCache(NodeMatcher())
     for result in answers:
         labels, _ = split_vector(orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}))
-        got, want = SignalStore(), SignalStore()
-        cache.add(got, labels)
-        add_info(want, {"result": result}, NodeMatcher())
-        assert vars(got) == vars(want)
+        effects = cache.effects(labels)
+        assert [is_hw for is_hw, _ in effects] == [_hardware(r) for r in result]
+        for which in (lambda is_hw: True, lambda is_hw: is_hw, lambda is_hw: not is_hw):  # steady; cold's two parts
+            got, want = SignalStore(), SignalStore()
+            FactCache.apply(got, [e for is_hw, e in effects if which(is_hw)])
+            add_info(want, {"result": [r for r in result if which(_hardware(r))]}, NodeMatcher())
+            assert vars(got) == vars(want)
         assert len(cache._effects) == len(result)  # the series no longer answered forgotten
     assert got.gpu_jobs == {("n1", 0): "8", ("n0", 0): "10"}
+    hw = SignalStore()
+    FactCache.apply(hw, [e for is_hw, e in cache.effects(split_vector(orjson.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": answers[0]}}))[0]) if is_hw])
+    assert hw.nvlink_peers == {"n0": {(0, 1), (1, 2)}} and hw.gpu_numa == {"n1": {1: 1}} and hw.leaf_of == {"n1": "leaf1"}
     with pytest.raises(ValueError):
-        cache.add(SignalStore(), [b'{"node":'])  # labels that are not JSON: the facts failed, named as such
+        cache.effects([b'{"node":'])  # labels that are not JSON: the facts failed, named as such
 
 
 def test_a_series_dropped_from_the_held_rows_leaves_the_others_in_their_own():

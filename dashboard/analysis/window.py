@@ -39,6 +39,9 @@ TARGET_SIGNALS = ("read", "latency")
 
 @dataclass(frozen=True)
 class Window:
+    """One time grid's signals for every node. Its arrays are shared (the Prometheus source moves
+    the next window's columns from them, and they may be read-only): derive, never write in place."""
+
     times: np.ndarray  # (T,) unix seconds, ascending, evenly spaced by `step`
     step: float
     nodes: tuple[str, ...]  # N node names, as Slurm spells them

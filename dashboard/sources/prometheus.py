@@ -1090,7 +1090,7 @@ class PrometheusSource:
         with ThreadPoolExecutor(self.workers, thread_name_prefix="gangwatch-query") as pool:
             # the facts first: without them no GPU has a job, and a cycle short of time drops its last queries
             info = pool.submit(self._get, "/api/v1/query", {"query": JOB_FACTS if topo else INFO_QUERY,
-                                                            "time": f"{end:.3f}"}, "facts", facts=topo is not None)
+                                                            "time": f"{end:.3f}"}, "facts", facts=True)
             pending = [pool.submit(self._get, *ask, signal, True) for signal, *_, ask in asks]
             filling = {k: (lo, hi, pool.submit(self._get, *ask, "", True)) for k, (lo, hi, ask) in fills.items()}
             blocks = []
@@ -1130,17 +1130,18 @@ class PrometheusSource:
                 self._slow(exc)
                 self._topology = None
             else:
-                result = [] if isinstance(data, list) else data.get("result") or []
+                if isinstance(data, list):  # the facts' labels (split_vector): each series' effect kept
+                    facts, put = self._facts.effects(data), FactCache.apply
+                else:
+                    facts = [(_hardware(r), r.get("metric") or {}) for r in data.get("result") or []]
+                    put = lambda into, labels: _add_facts(into, labels, self.matcher)  # noqa: E731
                 if topo is None:  # hardware facts apart, kept as read
                     hw = SignalStore()
-                    add_info(hw, {"result": [r for r in result if _hardware(r)]}, self.matcher)
-                    result = [r for r in result if not _hardware(r)]
+                    put(hw, [f for is_hw, f in facts if is_hw])
+                    facts = [(is_hw, f) for is_hw, f in facts if not is_hw]
                     topo = (hw, end, None)
                 store.add_hardware(topo[0])
-                if isinstance(data, list):  # the job facts' labels (split_vector)
-                    self._facts.add(store, data)
-                else:
-                    add_info(store, {"result": result}, self.matcher)
+                put(store, [f for _, f in facts])
         self.failed_last_cycle = len(failed)
         self._partial = {k: v for k, v in self._partial.items() if v[0] > start}  # others: the window moved past
         partial = sorted((t, signal, why) for (signal, _), (t, why, _) in self._partial.items())
@@ -1276,31 +1277,38 @@ def add_fact(store: SignalStore, labels: dict, matcher: NodeMatcher) -> None:
 
 
 class FactCache:
-    """The facts of a steady cycle's JOB_FACTS answer (a series per GPU with a job: about 30,000 at
-    4,096 nodes) taken as their labels' bytes (matrix.split_vector) and each series' effect on the
-    store worked out once, when those bytes first appear, then kept while they are answered: the
-    GPU-to-job entry it sets, or its labels where it sets anything else. Parsing the answer as JSON
-    and each series in Python took 0.1-0.25 s of a cycle; now a dict lookup a series does it. The
-    store is the one `add_fact` of the same series in the same order gives."""
+    """The facts answered as their series' labels' bytes (matrix.split_vector): a steady cycle's
+    JOB_FACTS (a series per GPU with a job: about 30,000 at 4,096 nodes), and on a cold cycle and
+    every TOPOLOGY_SECONDS INFO_QUERY's hardware facts too (about 300,000: NVLink pairs, NUMA nodes,
+    leaf switches, targets). Each series' effect is worked out once, when its labels first appear
+    (what `add_fact` sets in an empty store, and whether it is a hardware fact), and kept while they
+    are answered; applying it is a merge of what it set. Parsing the answers as JSON and each series
+    in Python took 0.1-0.25 s of a steady cycle and 1.7-2.5 s of each topology refresh. The stores
+    are the ones `add_fact` of the same series in the same order gives."""
 
     def __init__(self, matcher: NodeMatcher):
         self.matcher = matcher
-        self._effects: dict[bytes, tuple | dict] = {}
+        self._effects: dict[bytes, tuple[bool, tuple]] = {}
 
-    def add(self, store: SignalStore, labels: list[bytes]) -> None:
-        known, kept = self._effects, {}
+    def effects(self, labels: list[bytes]) -> list[tuple[bool, tuple]]:
+        """Per series, in order: (whether it is a hardware fact, what it sets: (field, content) pairs)."""
+        known, kept, out = self._effects, {}, []
         for raw in labels:
             effect = known.get(raw)
             if effect is None:
                 effect = self._effect(raw)
             kept[raw] = effect
-            if isinstance(effect, tuple):
-                store.gpu_jobs.update(effect)
-            else:
-                add_fact(store, effect, self.matcher)
+            out.append(effect)
         self._effects = kept  # series no longer answered forgotten
+        return out
 
-    def _effect(self, raw: bytes) -> tuple | dict:
+    @staticmethod
+    def apply(store: SignalStore, sets: list[tuple]) -> None:
+        for pairs in sets:
+            for field, content in pairs:
+                _merge(getattr(store, field), content)
+
+    def _effect(self, raw: bytes) -> tuple[bool, tuple]:
         try:
             labels = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -1309,9 +1317,20 @@ class FactCache:
             labels = {}
         probe = SignalStore()
         add_fact(probe, labels, self.matcher)
-        jobs = tuple(probe.gpu_jobs.items())
-        probe.gpu_jobs = {}
-        return jobs if vars(probe) == vars(_BLANK_STORE) else labels
+        return _hardware({"metric": labels}), tuple((field, content) for field, content in vars(probe).items() if content)
 
 
-_BLANK_STORE = SignalStore()
+def _merge(mine, content) -> None:
+    """`content` (a SignalStore field's, from one fact) added to the same field of another store."""
+    if isinstance(content, list):
+        mine.extend(content)
+    elif isinstance(content, defaultdict):  # per key a set, a dict or a list: added to the key's own
+        for key, inner in content.items():
+            _merge(mine[key], inner)
+    else:
+        mine.update(content)  # a set, or a dict of texts
+
+
+def _add_facts(store: SignalStore, labels: list[dict], matcher: NodeMatcher) -> None:
+    for one in labels:
+        add_fact(store, one, matcher)

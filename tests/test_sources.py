@@ -1396,12 +1396,12 @@ def test_port_events_missing_from_an_agent_that_leaves_still_ones_out_are_0():
 
 
 def test_facts_taken_by_their_labels_give_the_stores_json_gives():
-    """FactCache: the facts taken as their labels' bytes (matrix.split_vector), each series' effect
-    worked out once, give the store add_info gives for the same answer, cycle after cycle, as series
+    """FactCache: the facts taken as their labels' bytes (matrix.split_vector), each series' labels
+    parsed once, give the store add_info gives for the same answer, cycle after cycle, as series
     come, go and change job; a cold cycle's hardware facts (NVLink peers, NUMA nodes, leaf switches,
     targets) go apart into the store the JSON path puts them in; series with no node set nothing."""
     from dashboard.sources.matrix import split_vector
-    from dashboard.sources.prometheus import FactCache, _hardware, add_info
+    from dashboard.sources.prometheus import FactCache, _add_facts, _hardware, add_info
 
     def job(node, gpu, jobid):
         return {"metric": {"__name__": "gangwatch_job_gpu_info", "instance": f"{node}:9810", "gpu": str(gpu),
@@ -1422,24 +1422,26 @@ def test_facts_taken_by_their_labels_give_the_stores_json_gives():
     answers = [[job("n0", 0, "7"), job("n0", 1, "7"), dcgm, *others],
                [job("n0", 0, "7"), job("n0", 1, "8"), job("n1", 0, "8"), dcgm, *others],  # one GPU changed job, one new
                [job("n1", 0, "8"), job("n0", 0, "9"), job("n0", 0, "10")]]  # the last of two for one GPU stands
-    cache = FactCache(NodeMatcher())
+    cache, first = FactCache(), None
     for result in answers:
-        labels, _ = split_vector(orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}))
-        effects = cache.effects(labels)
-        assert [is_hw for is_hw, _ in effects] == [_hardware(r) for r in result]
+        raws, _ = split_vector(orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}))
+        facts = cache.labels(raws)
+        assert [is_hw for is_hw, _ in facts] == [_hardware(r) for r in result]
+        assert [labels for _, labels in facts] == [r["metric"] for r in result]
         for which in (lambda is_hw: True, lambda is_hw: is_hw, lambda is_hw: not is_hw):  # steady; cold's two parts
             got, want = SignalStore(), SignalStore()
-            FactCache.apply(got, [e for is_hw, e in effects if which(is_hw)])
+            _add_facts(got, [labels for is_hw, labels in facts if which(is_hw)], NodeMatcher())
             add_info(want, {"result": [r for r in result if which(_hardware(r))]}, NodeMatcher())
             assert vars(got) == vars(want)
-        assert len(cache._effects) == len(result)  # the series no longer answered forgotten
+        assert len(cache._known) == len(result)  # the series no longer answered forgotten
+        first = first or facts
     assert got.gpu_jobs == {("n1", 0): "8", ("n0", 0): "10"}
+    assert cache.labels(raws)[0][1] is facts[0][1]  # a known series' labels not parsed again
     hw = SignalStore()
-    FactCache.apply(hw, [e for is_hw, e in cache.effects(split_vector(orjson.dumps(
-        {"status": "success", "data": {"resultType": "vector", "result": answers[0]}}))[0]) if is_hw])
+    _add_facts(hw, [labels for is_hw, labels in first if is_hw], NodeMatcher())
     assert hw.nvlink_peers == {"n0": {(0, 1), (1, 2)}} and hw.gpu_numa == {"n1": {1: 1}} and hw.leaf_of == {"n1": "leaf1"}
     with pytest.raises(ValueError):
-        cache.effects([b'{"node":'])  # labels that are not JSON: the facts failed, named as such
+        cache.labels([b'{"node":'])  # labels that are not JSON: the facts failed, named as such
 
 
 def test_a_series_dropped_from_the_held_rows_leaves_the_others_in_their_own():

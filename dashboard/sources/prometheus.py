@@ -863,7 +863,8 @@ class PrometheusSource:
         self.decode = decode_pool.shared(decode_pool.host_processes() if decode_processes is None else decode_processes)
         self.rate_window = rate_window
         self.matcher = matcher or NodeMatcher()
-        self._facts = FactCache(self.matcher)
+        # INFO_QUERY's facts and JOB_FACTS' apart: each forgets the series its own last answer lacked
+        self._facts = {query: FactCache() for query in (INFO_QUERY, JOB_FACTS)}
         self.client = client or httpx.Client(timeout=httpx.Timeout(timeout), headers=headers or {})
         self.timeout = timeout
         self.queries_last_cycle = 0
@@ -1130,18 +1131,17 @@ class PrometheusSource:
                 self._slow(exc)
                 self._topology = None
             else:
-                if isinstance(data, list):  # the facts' labels (split_vector): each series' effect kept
-                    facts, put = self._facts.effects(data), FactCache.apply
+                if isinstance(data, list):  # the facts' labels (split_vector), each series' parsed once
+                    facts = self._facts[JOB_FACTS if topo else INFO_QUERY].labels(data)
                 else:
                     facts = [(_hardware(r), r.get("metric") or {}) for r in data.get("result") or []]
-                    put = lambda into, labels: _add_facts(into, labels, self.matcher)  # noqa: E731
                 if topo is None:  # hardware facts apart, kept as read
                     hw = SignalStore()
-                    put(hw, [f for is_hw, f in facts if is_hw])
+                    _add_facts(hw, [f for is_hw, f in facts if is_hw], self.matcher)
                     facts = [(is_hw, f) for is_hw, f in facts if not is_hw]
                     topo = (hw, end, None)
                 store.add_hardware(topo[0])
-                put(store, [f for _, f in facts])
+                _add_facts(store, [f for _, f in facts], self.matcher)
         self.failed_last_cycle = len(failed)
         self._partial = {k: v for k, v in self._partial.items() if v[0] > start}  # others: the window moved past
         partial = sorted((t, signal, why) for (signal, _), (t, why, _) in self._partial.items())
@@ -1280,55 +1280,30 @@ class FactCache:
     """The facts answered as their series' labels' bytes (matrix.split_vector): a steady cycle's
     JOB_FACTS (a series per GPU with a job: about 30,000 at 4,096 nodes), and on a cold cycle and
     every TOPOLOGY_SECONDS INFO_QUERY's hardware facts too (about 300,000: NVLink pairs, NUMA nodes,
-    leaf switches, targets). Each series' effect is worked out once, when its labels first appear
-    (what `add_fact` sets in an empty store, and whether it is a hardware fact), and kept while they
-    are answered; applying it is a merge of what it set. Parsing the answers as JSON and each series
-    in Python took 0.1-0.25 s of a steady cycle and 1.7-2.5 s of each topology refresh. The stores
-    are the ones `add_fact` of the same series in the same order gives."""
+    leaf switches, targets). Each series' labels are parsed once, when those bytes first appear, and
+    kept, with whether it is a hardware fact, while they are answered; parsing the whole answer as
+    JSON made a dict, a list and a float per series every time (bench/bench_facts.py)."""
 
-    def __init__(self, matcher: NodeMatcher):
-        self.matcher = matcher
-        self._effects: dict[bytes, tuple[bool, tuple]] = {}
+    def __init__(self):
+        self._known: dict[bytes, tuple[bool, dict]] = {}
 
-    def effects(self, labels: list[bytes]) -> list[tuple[bool, tuple]]:
-        """Per series, in order: (whether it is a hardware fact, what it sets: (field, content) pairs)."""
-        known, kept, out = self._effects, {}, []
-        for raw in labels:
-            effect = known.get(raw)
-            if effect is None:
-                effect = self._effect(raw)
-            kept[raw] = effect
-            out.append(effect)
-        self._effects = kept  # series no longer answered forgotten
-        return out
-
-    @staticmethod
-    def apply(store: SignalStore, sets: list[tuple]) -> None:
-        for pairs in sets:
-            for field, content in pairs:
-                _merge(getattr(store, field), content)
-
-    def _effect(self, raw: bytes) -> tuple[bool, tuple]:
-        try:
-            labels = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"a fact's labels: {exc}") from None
-        if not isinstance(labels, dict):
-            labels = {}
-        probe = SignalStore()
-        add_fact(probe, labels, self.matcher)
-        return _hardware({"metric": labels}), tuple((field, content) for field, content in vars(probe).items() if content)
-
-
-def _merge(mine, content) -> None:
-    """`content` (a SignalStore field's, from one fact) added to the same field of another store."""
-    if isinstance(content, list):
-        mine.extend(content)
-    elif isinstance(content, defaultdict):  # per key a set, a dict or a list: added to the key's own
-        for key, inner in content.items():
-            _merge(mine[key], inner)
-    else:
-        mine.update(content)  # a set, or a dict of texts
+    def labels(self, raws: list[bytes]) -> list[tuple[bool, dict]]:
+        """Per series, in order: (whether it is a hardware fact, its labels); those not seen in the
+        last answer parsed in one call."""
+        got = list(map(self._known.get, raws))
+        new = [i for i, fact in enumerate(got) if fact is None]
+        if new:
+            try:
+                parsed = orjson.loads(b"[" + b",".join([raws[i] for i in new]) + b"]")
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"a fact's labels: {exc}") from None
+            if len(parsed) != len(new):  # a piece holding more than one object: not the engines' layout
+                raise ValueError("a fact's labels are not one object")
+            for i, labels in zip(new, parsed):
+                labels = labels if isinstance(labels, dict) else {}
+                got[i] = (_hardware({"metric": labels}), labels)
+        self._known = dict(zip(raws, got))  # series no longer answered forgotten
+        return got
 
 
 def _add_facts(store: SignalStore, labels: list[dict], matcher: NodeMatcher) -> None:

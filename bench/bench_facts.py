@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dashboard.sources.build import SignalStore  # noqa: E402
 from dashboard.sources.matrix import split_vector  # noqa: E402
-from dashboard.sources.prometheus import FactCache, _add_facts, _hardware, add_info  # noqa: E402
+from dashboard.sources.prometheus import FactCache, add_facts, hardware_fact, add_info  # noqa: E402
 from dashboard.sources.schema import NodeMatcher  # noqa: E402
 
 GPUS, TARGETS, LEAF = 8, 32, 32
@@ -58,8 +58,8 @@ def as_json(raw: bytes, matcher: NodeMatcher, apart: bool) -> tuple[SignalStore,
     result = orjson.loads(raw)["data"]["result"]
     hw, store = SignalStore(), SignalStore()
     if apart:
-        add_info(hw, {"result": [r for r in result if _hardware(r)]}, matcher)
-        result = [r for r in result if not _hardware(r)]
+        add_info(hw, {"result": [r for r in result if hardware_fact(r)]}, matcher)
+        result = [r for r in result if not hardware_fact(r)]
     add_info(store, {"result": result}, matcher)
     return hw, store
 
@@ -67,8 +67,8 @@ def as_json(raw: bytes, matcher: NodeMatcher, apart: bool) -> tuple[SignalStore,
 def by_labels(raw: bytes, cache: FactCache, matcher: NodeMatcher, apart: bool) -> tuple[SignalStore, SignalStore]:
     facts = cache.labels(split_vector(raw)[0])
     hw, store = SignalStore(), SignalStore()
-    _add_facts(hw, [labels for is_hw, labels in facts if is_hw and apart], matcher)
-    _add_facts(store, [labels for is_hw, labels in facts if not (is_hw and apart)], matcher)
+    add_facts(hw, [labels for is_hw, labels in facts if is_hw and apart], matcher)
+    add_facts(store, [labels for is_hw, labels in facts if not (is_hw and apart)], matcher)
     return hw, store
 
 

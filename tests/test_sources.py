@@ -1401,7 +1401,7 @@ def test_facts_taken_by_their_labels_give_the_stores_json_gives():
     come, go and change job; a cold cycle's hardware facts (NVLink peers, NUMA nodes, leaf switches,
     targets) go apart into the store the JSON path puts them in; series with no node set nothing."""
     from dashboard.sources.matrix import split_vector
-    from dashboard.sources.prometheus import FactCache, _add_facts, _hardware, add_info
+    from dashboard.sources.prometheus import FactCache, add_facts, hardware_fact, add_info
 
     def job(node, gpu, jobid):
         return {"metric": {"__name__": "gangwatch_job_gpu_info", "instance": f"{node}:9810", "gpu": str(gpu),
@@ -1426,19 +1426,19 @@ def test_facts_taken_by_their_labels_give_the_stores_json_gives():
     for result in answers:
         raws, _ = split_vector(orjson.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}))
         facts = cache.labels(raws)
-        assert [is_hw for is_hw, _ in facts] == [_hardware(r) for r in result]
+        assert [is_hw for is_hw, _ in facts] == [hardware_fact(r) for r in result]
         assert [labels for _, labels in facts] == [r["metric"] for r in result]
         for which in (lambda is_hw: True, lambda is_hw: is_hw, lambda is_hw: not is_hw):  # steady; cold's two parts
             got, want = SignalStore(), SignalStore()
-            _add_facts(got, [labels for is_hw, labels in facts if which(is_hw)], NodeMatcher())
-            add_info(want, {"result": [r for r in result if which(_hardware(r))]}, NodeMatcher())
+            add_facts(got, [labels for is_hw, labels in facts if which(is_hw)], NodeMatcher())
+            add_info(want, {"result": [r for r in result if which(hardware_fact(r))]}, NodeMatcher())
             assert vars(got) == vars(want)
         assert len(cache._known) == len(result)  # the series no longer answered forgotten
         first = first or facts
     assert got.gpu_jobs == {("n1", 0): "8", ("n0", 0): "10"}
     assert cache.labels(raws)[0][1] is facts[0][1]  # a known series' labels not parsed again
     hw = SignalStore()
-    _add_facts(hw, [labels for is_hw, labels in first if is_hw], NodeMatcher())
+    add_facts(hw, [labels for is_hw, labels in first if is_hw], NodeMatcher())
     assert hw.nvlink_peers == {"n0": {(0, 1), (1, 2)}} and hw.gpu_numa == {"n1": {1: 1}} and hw.leaf_of == {"n1": "leaf1"}
     with pytest.raises(ValueError):
         cache.labels([b'{"node":'])  # labels that are not JSON: the facts failed, named as such

@@ -1134,14 +1134,14 @@ class PrometheusSource:
                 if isinstance(data, list):  # the facts' labels (split_vector), each series' parsed once
                     facts = self._facts[JOB_FACTS if topo else INFO_QUERY].labels(data)
                 else:
-                    facts = [(_hardware(r), r.get("metric") or {}) for r in data.get("result") or []]
+                    facts = [(hardware_fact(r), r.get("metric") or {}) for r in data.get("result") or []]
                 if topo is None:  # hardware facts apart, kept as read
                     hw = SignalStore()
-                    _add_facts(hw, [f for is_hw, f in facts if is_hw], self.matcher)
+                    add_facts(hw, [f for is_hw, f in facts if is_hw], self.matcher)
                     facts = [(is_hw, f) for is_hw, f in facts if not is_hw]
                     topo = (hw, end, None)
                 store.add_hardware(topo[0])
-                _add_facts(store, [f for _, f in facts], self.matcher)
+                add_facts(store, [f for _, f in facts], self.matcher)
         self.failed_last_cycle = len(failed)
         self._partial = {k: v for k, v in self._partial.items() if v[0] > start}  # others: the window moved past
         partial = sorted((t, signal, why) for (signal, _), (t, why, _) in self._partial.items())
@@ -1211,7 +1211,8 @@ class SlowQuery(RuntimeError):
         self.name, self.share = name, share
 
 
-def _hardware(series: dict) -> bool:
+def hardware_fact(series: dict) -> bool:
+    """Whether a facts answer's series is a hardware fact (kept TOPOLOGY_SECONDS), not a job's."""
     labels = series.get("metric") or {}
     return labels.get("__name__") in TOPOLOGY_METRICS or FACT_LABEL in labels
 
@@ -1301,11 +1302,12 @@ class FactCache:
                 raise ValueError("a fact's labels are not one object")
             for i, labels in zip(new, parsed):
                 labels = labels if isinstance(labels, dict) else {}
-                got[i] = (_hardware({"metric": labels}), labels)
+                got[i] = (hardware_fact({"metric": labels}), labels)
         self._known = dict(zip(raws, got))  # series no longer answered forgotten
         return got
 
 
-def _add_facts(store: SignalStore, labels: list[dict], matcher: NodeMatcher) -> None:
+def add_facts(store: SignalStore, labels: list[dict], matcher: NodeMatcher) -> None:
+    """`add_fact` of each series' labels, in order."""
     for one in labels:
         add_fact(store, one, matcher)

@@ -7,7 +7,7 @@ its GPUs' NVLink pairs and NUMA nodes and which job holds each GPU, and the file
 JOB_FACTS, the GPUs' jobs alone. The answers are written here as VictoriaMetrics and Prometheus
 write an instant vector (compact JSON), labels as the demo's agents give them after a scrape. Each
 is taken, best of --repeat, the way serve took it before (orjson, the hardware facts apart, then
-each series into the store: `add_info`) and the way it does now (the labels cut out, each series'
+each series into the store) and the way it does now (the labels cut out, each series'
 parsed once: a first answer, every series new, and the next, every series known), into stores
 that must come out the same.
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dashboard.sources.build import SignalStore  # noqa: E402
 from dashboard.sources.matrix import split_vector  # noqa: E402
-from dashboard.sources.prometheus import FactCache, add_facts, hardware_fact, add_info  # noqa: E402
+from dashboard.sources.prometheus import FactCache, add_facts, hardware_fact  # noqa: E402
 from dashboard.sources.schema import NodeMatcher  # noqa: E402
 
 GPUS, TARGETS, LEAF = 8, 32, 32
@@ -58,9 +58,9 @@ def as_json(raw: bytes, matcher: NodeMatcher, apart: bool) -> tuple[SignalStore,
     result = orjson.loads(raw)["data"]["result"]
     hw, store = SignalStore(), SignalStore()
     if apart:
-        add_info(hw, {"result": [r for r in result if hardware_fact(r)]}, matcher)
+        add_facts(hw, [r.get("metric") or {} for r in result if hardware_fact(r)], matcher)
         result = [r for r in result if not hardware_fact(r)]
-    add_info(store, {"result": result}, matcher)
+    add_facts(store, [r.get("metric") or {} for r in result], matcher)
     return hw, store
 
 

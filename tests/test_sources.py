@@ -1397,11 +1397,11 @@ def test_port_events_missing_from_an_agent_that_leaves_still_ones_out_are_0():
 
 def test_facts_taken_by_their_labels_give_the_stores_json_gives():
     """FactCache: the facts taken as their labels' bytes (matrix.split_vector), each series' labels
-    parsed once, give the store add_info gives for the same answer, cycle after cycle, as series
+    parsed once, give the store the JSON path gives for the same answer, cycle after cycle, as series
     come, go and change job; a cold cycle's hardware facts (NVLink peers, NUMA nodes, leaf switches,
     targets) go apart into the store the JSON path puts them in; series with no node set nothing."""
     from dashboard.sources.matrix import split_vector
-    from dashboard.sources.prometheus import FactCache, add_facts, hardware_fact, add_info
+    from dashboard.sources.prometheus import FactCache, add_facts, hardware_fact
 
     def job(node, gpu, jobid):
         return {"metric": {"__name__": "gangwatch_job_gpu_info", "instance": f"{node}:9810", "gpu": str(gpu),
@@ -1431,7 +1431,7 @@ def test_facts_taken_by_their_labels_give_the_stores_json_gives():
         for which in (lambda is_hw: True, lambda is_hw: is_hw, lambda is_hw: not is_hw):  # steady; cold's two parts
             got, want = SignalStore(), SignalStore()
             add_facts(got, [labels for is_hw, labels in facts if which(is_hw)], NodeMatcher())
-            add_info(want, {"result": [r for r in result if which(hardware_fact(r))]}, NodeMatcher())
+            add_facts(want, [r["metric"] for r in result if which(hardware_fact(r))], NodeMatcher())  # the JSON path's
             assert vars(got) == vars(want)
         assert len(cache._known) == len(result)  # the series no longer answered forgotten
         first = first or facts

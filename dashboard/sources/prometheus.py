@@ -1258,11 +1258,6 @@ def add_matrix(store: SignalStore, signal: str, level: str, data: dict, matcher:
         store.add(part, level, node, key, ts, vs, "mean")
 
 
-def add_info(store: SignalStore, data: dict, matcher: NodeMatcher) -> None:
-    for series in data.get("result") or []:
-        add_fact(store, series.get("metric") or {}, matcher)
-
-
 def add_fact(store: SignalStore, labels: dict, matcher: NodeMatcher) -> None:
     """One fact series (INFO_QUERY's, by its labels) into the store."""
     name = labels.get("__name__", "")

@@ -311,8 +311,8 @@ def profiled(src, meter: QueryMeter, end: float) -> str:
 
     parts = {"waiting for answers": cum("concurrent/futures/_base.py", "result"),
              "decode + merge (Held.merge)": cum("sources/prometheus.py", "merge"),
-             "into the store (Held.blocks or main's add_held, add_info)":
-                 cum("sources/prometheus.py", "blocks", "add_held", "add_info"),
+             "into the store (Held.blocks, the facts: FactCache.labels, add_facts; older add_held, add_info)":
+                 cum("sources/prometheus.py", "blocks", "labels", "add_facts", "add_held", "add_info"),
              "window assembly (HeldGrid.window or SignalStore.window, zero_reads, silent_nodes)":
                  cum("sources/build.py", "window") + cum("sources/prometheus.py", "silent_nodes")}
     text = io.StringIO()

@@ -21,10 +21,10 @@ def args_of(*argv: str) -> argparse.Namespace:
 def test_a_token_or_a_user_and_headers(tmp_path):
     (tmp_path / "token").write_text("t0k3n\n")
     (tmp_path / "pw").write_text("p:w d\n")
-    assert engine_headers(args_of()) == {}
+    assert engine_headers(args_of()) == {"Accept-Encoding": "gzip"}
     assert engine_headers(args_of("--prometheus-bearer-token-file", str(tmp_path / "token"),
                                   "--prometheus-header", "X-Scope-OrgID: hpc")) == \
-        {"Authorization": "Bearer t0k3n", "X-Scope-OrgID": "hpc"}
+        {"Authorization": "Bearer t0k3n", "X-Scope-OrgID": "hpc", "Accept-Encoding": "gzip"}
     got = engine_headers(args_of("--prometheus-basic-auth-user", "ops", "--prometheus-basic-auth-password-file",
                                  str(tmp_path / "pw")))
     assert base64.b64decode(got["Authorization"].removeprefix("Basic ")) == b"ops:p:w d"
@@ -41,6 +41,7 @@ def test_a_token_or_a_user_and_headers(tmp_path):
     (("--prometheus-header", "Bad Name: x"), "is not 'NAME: VALUE'"),
     (("--prometheus-header", "X-A: b\r\nX-Forged: 1"), "is not 'NAME: VALUE'"),
     (("--prometheus-bearer-token-file", "TOKEN", "--prometheus-header", "authorization: Basic x"), "give one"),
+    (("--prometheus-header", "Accept-Encoding: br"), "give --prometheus-compression"),
 ])
 def test_bad_credentials_are_refused_naming_the_flag(tmp_path, argv, says):
     files = {"EMPTY": "\n", "TWO": "a\nb\n", "TOKEN": "t\n"}
@@ -74,6 +75,51 @@ def test_every_query_carries_them(tmp_path):
     src.client = httpx.Client(transport=httpx.MockTransport(handler), headers=src.client.headers)
     src.window(1_796_440_800, 600, 15)
     assert len(seen) >= 20 and set(seen) == {("Bearer t0k3n", "hpc")}
+
+
+@pytest.mark.parametrize("url, flag, want", [
+    ("http://127.0.0.1:8428", None, "identity"),
+    ("http://localhost:9090/prometheus", None, "identity"),
+    ("http://[::1]:9090", None, "identity"),
+    ("https://127.3.0.9", None, "identity"),
+    ("http://vm.localhost:8428", None, "identity"),
+    ("http://10.0.0.5:8428", None, "gzip"),
+    ("http://vmselect:8481/select/0/prometheus", None, "gzip"),
+    ("http://localhost.example.org:9090", None, "gzip"),  # no name is resolved: only localhost itself
+    ("http://10.0.0.5:8428", "none", "identity"),
+    ("http://127.0.0.1:8428", "gzip", "gzip"),
+])
+def test_answers_come_as_they_are_from_this_host(url, flag, want):
+    """Gzip costs the engine more CPU than moving the bytes costs a loopback link: a cycle asks an
+    engine on this host for its answers as they are, one elsewhere for them gzipped, unless
+    --prometheus-compression says; every request carries it, and a source built without headers
+    decides by its URL alike."""
+    from dashboard.serve import build_parser, make_metrics
+    from dashboard.sources.prometheus import PrometheusSource
+
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("accept-encoding"))
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+
+    argv = ["--snapshot", "s.json", "--prometheus", url] + (["--prometheus-compression", flag] if flag else [])
+    src = make_metrics(build_parser().parse_args(argv))
+    src.client = httpx.Client(transport=httpx.MockTransport(handler), headers=src.client.headers)
+    src.window(1_796_440_800, 600, 15)
+    assert len(seen) >= 20 and set(seen) == {want}
+    if flag is None:
+        seen.clear()
+        PrometheusSource(url, client=httpx.Client(transport=httpx.MockTransport(handler))).window(1_796_440_800, 600, 15)
+        assert len(seen) >= 20 and set(seen) == {want}
+
+
+def test_an_address_not_understood_is_not_this_host():
+    from collectors.fetch import accept_encoding, is_loopback
+
+    assert not is_loopback("http://[::1:9090") and not is_loopback("") and not is_loopback("127.0.0.1")
+    with pytest.raises(ValueError, match="one of auto, gzip, none"):
+        accept_encoding("http://127.0.0.1", "br")
 
 
 def test_commands_refuse_bad_credentials_in_one_line(tmp_path, capsys):

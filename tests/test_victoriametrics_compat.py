@@ -34,6 +34,7 @@ import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 
+import httpx
 import pytest
 
 from tests.conftest import which
@@ -373,8 +374,8 @@ def test_steady_state_cycle_asks_only_the_new_span(engines):
 def test_query_concurrency_follows_the_engines_cores(engines, tmp_path, monkeypatch):
     """A real Prometheus says its GOMAXPROCS (runtimeinfo): a cycle sends it half that many queries
     at a time; VictoriaMetrics does not say (it spreads each query over its cores itself): two. The
-    window is the same at any concurrency, and with every answer split in worker processes
-    (decode_pool.py, here for answers of any size)."""
+    window is the same at any concurrency, with every answer split in worker processes
+    (decode_pool.py, here for answers of any size), and with the answers gzipped or as they are."""
     import numpy as np
 
     from dashboard.sources import decode_pool
@@ -393,9 +394,18 @@ def test_query_concurrency_follows_the_engines_cores(engines, tmp_path, monkeypa
     assert src.workers == QUERY_WORKERS
     monkeypatch.setattr(decode_pool, "MIN_BYTES", 0)
     for name in ("prom", "vm"):
-        one = PrometheusSource(engines[name], timeout=30, concurrency=1, decode_processes=0).window(engines["last"], span, STEP)
-        src = PrometheusSource(engines[name], timeout=30, concurrency=8, decode_processes=2)
+        encodings: dict[str, set] = {"gzip": set(), "auto": set()}
+
+        def client(asked: str) -> httpx.Client:
+            return httpx.Client(timeout=30, event_hooks={
+                "response": [lambda r: encodings[asked].add(r.headers.get("content-encoding"))]})
+
+        one = PrometheusSource(engines[name], timeout=30, concurrency=1, decode_processes=0, client=client("gzip"),
+                               headers={"Accept-Encoding": "gzip"}).window(engines["last"], span, STEP)
+        src = PrometheusSource(engines[name], timeout=30, concurrency=8, decode_processes=2, client=client("auto"))
         eight = src.window(engines["last"], span, STEP)
+        # on this host answers come as they are (fetch.accept_encoding); gzipped ones read the same
+        assert "gzip" in encodings["gzip"] and encodings["auto"] == {None}, (name, encodings)
         assert src.decode.processes == 2 and src.decode._pool is not None and not src.decode.broken
         assert not eight.notes and one.nodes == eight.nodes, name
         for level in ("gpu", "rail", "node", "target"):

@@ -866,6 +866,10 @@ class PrometheusSource:
         # INFO_QUERY's facts and JOB_FACTS' apart: each forgets the series its own last answer lacked
         self._facts = {query: FactCache() for query in (INFO_QUERY, JOB_FACTS)}
         self.client = client or httpx.Client(timeout=httpx.Timeout(timeout), headers=headers or {})
+        # gzipped answers or not (fetch.accept_encoding): as `headers` say, else as this URL's host
+        # suggests; on every request, whatever client it goes through
+        given = {k: v for k, v in (headers or {}).items() if k.lower() == "accept-encoding"}
+        self.encoding = given or fetch.accept_encoding(self.url)
         self.timeout = timeout
         self.queries_last_cycle = 0
         self.failed_last_cycle = 0
@@ -906,8 +910,8 @@ class PrometheusSource:
         share = self._shares.get(name, max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS))
         whole = self._deadline is None or share <= 1.1 * self._deadline.left()  # (nearly) its whole share
         try:
-            r = fetch.get(self.url + path, share, params=params, client=self.client, deadline=self._deadline,
-                          max_bytes=fetch.PROMETHEUS_MAX_BYTES)
+            r = fetch.get(self.url + path, share, params=params, headers=self.encoding, client=self.client,
+                          deadline=self._deadline, max_bytes=fetch.PROMETHEUS_MAX_BYTES)
         except (fetch.FetchLate, httpx.TimeoutException) as exc:
             if whole and name:
                 raise SlowQuery(name, share, exc) from None

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
+from collectors.fetch import accept_encoding  # noqa: E402
 from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
                                           SHARED_QUERIES, plan_queries, query_request, rated_here, raw_levels,
                                           series_selector)
@@ -93,7 +94,7 @@ def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repe
     path, params = query_request(signal, query, end - SPAN, end, imp.STEP, 0.0 if signal in rated else None)
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()
-        r = client.get(url + path, params=params)
+        r = client.get(url + path, params=params, headers=accept_encoding(url))  # as serve asks (gzip or not)
         wall, cpu = time.perf_counter() - t0, imp.cpu(pid) - cpu0
         r.raise_for_status()
         got = (cpu, wall, len(r.json()["data"]["result"]), len(r.content))

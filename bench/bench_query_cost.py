@@ -41,8 +41,8 @@ import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
 from collectors.fetch import accept_encoding  # noqa: E402
-from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
-                                          SHARED_QUERIES, plan_queries, query_request, rated_here, raw_levels,
+from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, RATED, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
+                                          SHARED_QUERIES, plan_queries, query_request, raw_levels,
                                           series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
@@ -67,7 +67,7 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
     """What serve asks a cycle: the plan less the fallbacks every node does without, as FALLBACK_FACTS
     say (the source's `_covered`); and the queries of the plan with them (while a node lacks the
     totals: an older agent) that differ, marked, to be measured beside them; and the port counters
-    whose rate serve works out on this engine (`rated_here`)."""
+    whose rate serve works out (RATED, on every engine)."""
     r = client.get(url + "/api/v1/query", params={"query": FALLBACK_FACTS, "time": end})
     r.raise_for_status()
     covered = REPLACEMENTS - {row["metric"].get(LACKS_LABEL) for row in r.json()["data"]["result"]}
@@ -80,7 +80,7 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
     # (avg by, sum by, clamp_min(c - c offset 15s, 0)), where the plan differs
     by_engine = [(f"{signal} {ENGINE_SIDE}", level, q) for signal, level, q in
                  plan_queries(60.0, imp.STEP, covered=covered, by_engine=True) if (signal, level, q) not in steady]
-    return covered, rated_here(raw), steady + kept + by_engine
+    return covered, frozenset(RATED), steady + kept + by_engine
 
 
 def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int,

@@ -198,7 +198,7 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
         if signal in STEP_INCREASE and not by_engine:
             out.append((signal, level, counters_selector(ms)))
             continue
-        if (signal in SAMPLED or signal in rated_here(raw)) and not by_engine:
+        if (signal in SAMPLED or signal in RATED) and not by_engine:
             out.append((signal, level, sampled_selector(ms)))
             continue
         kept_raw = () if by_engine else raw
@@ -383,18 +383,11 @@ SAMPLED = _raw_series(counters=False)
 # A rate's points are what the engine's range query has, so they are carried as its points are
 # (LOOKBACK_STEPS), not as a level's samples. A cycle keeps each port's samples of the rate window
 # before the next cycle's first grid time (`Held.tail`: settled, so what the engine would answer
-# again), and that cycle asks for its own span alone, as a level's. Not on Prometheus' own engine
-# (one that says its GOMAXPROCS: `raw_levels`), whose `rate` is that rate already and costs it less
-# than writing out the samples of the window before the span (4,096 nodes, steady: 3.5 CPU-s a
-# cycle against 3.9; bench/README.md, "Port rates from raw samples"): it is asked for `rate` of the
-# series as they stand.
+# again), and that cycle asks for its own span alone, as a level's. On Prometheus' own engine too:
+# its `rate` is that rate already, but with the answers not gzipped (fetch.accept_encoding) writing
+# out the samples costs it less than working the rate out (4,096 nodes, steady: 2.98-3.46 CPU-s a
+# cycle against 3.40-3.67; bench/README.md, "Port rates from raw samples on Prometheus too").
 RATED = _raw_series(counters=True)
-
-
-def rated_here(raw: tuple[str, ...]) -> frozenset[str]:
-    """The RATED signals whose rate this process works out, on an engine asked for the `raw` levels
-    as they stand (`raw_levels`: none but on Prometheus' own engine)."""
-    return frozenset() if raw else frozenset(RATED)
 
 
 def sampled_selector(ms: tuple[Mapping, ...] | list[Mapping]) -> str:
@@ -858,7 +851,6 @@ class PrometheusSource:
         self.concurrency = concurrency  # queries at a time; None: as the engine's cores allow (engine_workers)
         self.workers = concurrency or QUERY_WORKERS
         self.raw_levels: tuple[str, ...] = ()  # the levels asked for as they stand (`raw_levels`)
-        self.rated = rated_here(())  # the port counters whose rate is worked out here (`rated_here`)
         # large range answers split in worker processes where the host has cores to spare (decode_pool.py)
         self.decode = decode_pool.shared(decode_pool.host_processes() if decode_processes is None else decode_processes)
         self.rate_window = rate_window
@@ -1056,15 +1048,14 @@ class PrometheusSource:
             info = self._runtimeinfo()
             self.workers = self.concurrency or engine_workers(info)
             self.raw_levels = raw_levels(info)
-            self.rated = rated_here(self.raw_levels)
         settle = step * math.ceil(self.settle_seconds / step)  # on the step grid, as start and end are
         self.seconds_asked_last_cycle = 0.0
         plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered, self.raw_levels)
         asks, fills = [], {}
         for signal, level, q in plan:
             held = self._held.pop((signal, level), None) or Held(SAMPLED.get(signal) or (
-                RATED.get(signal) if signal in self.rated else None))
-            rated = rate_window if signal in self.rated else None
+                RATED.get(signal) if signal in RATED else None))
+            rated = rate_window if signal in RATED else None
             # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
             # node had both; the node's only ones before its agent had it); one back in the plan (a node
             # without the replacement appeared) makes the signal cold, as that node's points were not asked
@@ -1101,7 +1092,7 @@ class PrometheusSource:
             blocks = []
             for (signal, level, held, since, cold, fresh, _), got in zip(asks, pending):
                 try:
-                    if signal in self.rated:
+                    if signal in RATED:
                         held.merge_rates(got.result(), start, since, end, step, self._lookback(signal, step), rate_window,
                                          fresh, keep=end - settle - rate_window)
                     else:
@@ -1123,7 +1114,7 @@ class PrometheusSource:
                 if cold and (signal, level) in self._cold:
                     self._cold_answered((signal, level), start, since, end)
                 if (signal, level) in filling:
-                    self._fill(held, (signal, level), start, step, rate_window if signal in self.rated else None,
+                    self._fill(held, (signal, level), start, step, rate_window if signal in RATED else None,
                                *filling[(signal, level)])
                 self.seconds_asked_last_cycle = max(self.seconds_asked_last_cycle, end - since)
                 blocks += held.blocks(signal, level, self.matcher)
@@ -1183,7 +1174,7 @@ def query_request(signal: str, q: str, lo: float, hi: float, step: float,
     query, from one step before lo for an event counter's first increase (STEP_INCREASE); the raw
     samples of the steps ending at lo..hi for a SAMPLED level, of the `rated` (the rate window's
     seconds; 0 where the window before lo is held: `Held.tail`) windows ending at lo..hi for a
-    RATED counter whose rate is worked out here (`rated_here`; a range selector, in milliseconds where the span is not whole seconds; one more
+    RATED counter (its rate worked out here; a range selector, in milliseconds where the span is not whole seconds; one more
     millisecond where an engine leaves out a sample at its start, as Prometheus 3 and
     VictoriaMetrics do, and Prometheus 2's rate takes one at the window's start)."""
     if signal in SAMPLED or (signal in RATED and rated is not None):

@@ -17,6 +17,7 @@ embedded scraper), `backfill --slurm-exporter`, `diagnose --prometheus/--snapsho
 from __future__ import annotations
 
 import ipaddress
+import socket
 import threading
 import time
 from urllib.parse import urlsplit
@@ -39,27 +40,51 @@ COMPRESSION = ("auto", "gzip", "none")
 
 def accept_encoding(url: str, compression: str = "auto") -> dict[str, str]:
     """The Accept-Encoding header for requests to `url`: `none` asks for the answer as it is,
-    `gzip` compressed; `auto` is `none` where `url`'s host is this host (a loopback address or
-    localhost, where the bytes cost nothing to move), `gzip` elsewhere."""
+    `gzip` compressed; `auto` is `none` where `url` names this host (`is_this_host`: the bytes
+    cost nothing to move), `gzip` elsewhere."""
     if compression not in COMPRESSION:
         raise ValueError(f"compression {compression!r}: one of {', '.join(COMPRESSION)}")
     if compression == "auto":
-        compression = "none" if is_loopback(url) else "gzip"
+        compression = "none" if is_this_host(url) else "gzip"
     return {"Accept-Encoding": "identity" if compression == "none" else "gzip"}
 
 
-def is_loopback(url: str) -> bool:
-    """Whether `url` names this host by a loopback address or `localhost` (no name is resolved)."""
+def is_this_host(url: str) -> bool:
+    """Whether `url` names this host: `localhost`, a loopback address, an address of one of its
+    interfaces, or its own name (as `hostname` gives it, or its first label). No name is resolved:
+    a lookup could hang, and an alias this cannot tell is only asked for gzip."""
     try:
-        host = urlsplit(url).hostname or ""
+        host = (urlsplit(url).hostname or "").lower()
     except ValueError:  # an unbalanced IPv6 bracket
+        return False
+    if not host:
         return False
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        name = socket.gethostname().lower()
+        return host in (name, name.split(".")[0]) or host.split(".")[0] == name
+    return addr.is_loopback or addr in _own_addresses()
+
+
+def _own_addresses() -> set:
+    try:
+        import psutil
+
+        found = (a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs)
+        return {ipaddress.ip_address(a) for a in found if _is_address(a)}
+    except Exception:  # psutil missing or the interfaces unreadable: only loopback is known
+        return set()
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
     except ValueError:
         return False
+    return True
 
 
 class FetchError(httpx.HTTPError):

@@ -67,7 +67,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus-compression", choices=fetch.COMPRESSION, default="auto",
                    help="ask --prometheus for gzipped answers or for them as they are (none: less CPU on both ends, "
                         "about 5x the bytes; for a link of 10 Gb/s or more). Default auto: none where --prometheus is "
-                        "on this host (a loopback address or localhost), gzip elsewhere")
+                        "on this host (localhost, a loopback address, one of its interfaces' addresses or its own name; no name is "
+                        "resolved), gzip elsewhere")
 
 
 def engine_headers(args: argparse.Namespace) -> dict[str, str]:

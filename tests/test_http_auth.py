@@ -77,21 +77,41 @@ def test_every_query_carries_them(tmp_path):
     assert len(seen) >= 20 and set(seen) == {("Bearer t0k3n", "hpc")}
 
 
+@pytest.fixture
+def this_host(monkeypatch):
+    """This host as `fetch.is_this_host` sees it: its name and its interfaces' addresses (a MAC
+    address among them, as psutil lists the link layer's)."""
+    import socket
+    from types import SimpleNamespace as A
+
+    import psutil
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "Monitor01.hpc.example")
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {
+        "lo": [A(address="127.0.0.1"), A(address="::1")],
+        "ib0": [A(address="10.1.0.7"), A(address="fe80::1%ib0"), A(address="80:00:02:08:fe:80")]})
+
+
 @pytest.mark.parametrize("url, flag, want", [
     ("http://127.0.0.1:8428", None, "identity"),
     ("http://localhost:9090/prometheus", None, "identity"),
     ("http://[::1]:9090", None, "identity"),
     ("https://127.3.0.9", None, "identity"),
     ("http://vm.localhost:8428", None, "identity"),
-    ("http://10.0.0.5:8428", None, "gzip"),
+    ("http://10.1.0.7:8428", None, "identity"),  # an interface's address
+    ("http://[fe80::1]:8428", None, "identity"),
+    ("http://monitor01:8428", None, "identity"),  # its name, short or whole, any case
+    ("http://MONITOR01.hpc.example:8428", None, "identity"),
+    ("http://10.1.0.8:8428", None, "gzip"),
+    ("http://monitor02:8428", None, "gzip"),
     ("http://vmselect:8481/select/0/prometheus", None, "gzip"),
     ("http://localhost.example.org:9090", None, "gzip"),  # no name is resolved: only localhost itself
-    ("http://10.0.0.5:8428", "none", "identity"),
+    ("http://10.1.0.8:8428", "none", "identity"),
     ("http://127.0.0.1:8428", "gzip", "gzip"),
 ])
-def test_answers_come_as_they_are_from_this_host(url, flag, want):
-    """Gzip costs the engine more CPU than moving the bytes costs a loopback link: a cycle asks an
-    engine on this host for its answers as they are, one elsewhere for them gzipped, unless
+def test_answers_come_as_they_are_from_this_host(this_host, url, flag, want):
+    """Gzip costs the engine more CPU than moving the bytes costs within this host: a cycle asks an
+    engine on it for its answers as they are, one elsewhere for them gzipped, unless
     --prometheus-compression says; every request carries it, and a source built without headers
     decides by its URL alike."""
     from dashboard.serve import build_parser, make_metrics
@@ -114,12 +134,20 @@ def test_answers_come_as_they_are_from_this_host(url, flag, want):
         assert len(seen) >= 20 and set(seen) == {want}
 
 
-def test_an_address_not_understood_is_not_this_host():
-    from collectors.fetch import accept_encoding, is_loopback
+def test_an_address_not_understood_is_not_this_host(monkeypatch):
+    import psutil
 
-    assert not is_loopback("http://[::1:9090") and not is_loopback("") and not is_loopback("127.0.0.1")
+    from collectors.fetch import accept_encoding, is_this_host
+
+    assert not is_this_host("http://[::1:9090") and not is_this_host("") and not is_this_host("127.0.0.1")
     with pytest.raises(ValueError, match="one of auto, gzip, none"):
         accept_encoding("http://127.0.0.1", "br")
+
+    def unreadable():
+        raise OSError("no interfaces")
+
+    monkeypatch.setattr(psutil, "net_if_addrs", unreadable)  # then only loopback is known
+    assert is_this_host("http://127.0.0.1:8428") and not is_this_host("http://10.1.0.7:8428")
 
 
 def test_commands_refuse_bad_credentials_in_one_line(tmp_path, capsys):

@@ -460,21 +460,26 @@ def test_prometheus_down_or_slow_gives_insufficient_data(fail):
     assert d.verdicts[0].state == "insufficient_data" and d.verdicts[0].reason
 
 
-@pytest.mark.parametrize("engine", ["other", "scraping prometheus"])
+@pytest.mark.parametrize("engine", ["other", "scraping prometheus", "victoriametrics"])
 def test_prometheus_steady_state_asks_only_the_new_span(engine):
     """A second cycle asks each signal only for the span since the first one's end (and the settle
-    before it: SETTLE_SECONDS, or the scrape timeout of a Prometheus that only scrapes) and builds
-    the same window as a cold cycle, a node gone meanwhile included; a signal whose query failed is
-    asked for whole the next cycle."""
+    before it: SETTLE_SECONDS, the scrape timeout of a Prometheus that only scrapes, or the arrival
+    and -search.latencyOffset of a VictoriaMetrics) and builds the same window as a cold cycle, a
+    node gone meanwhile included; a signal whose query failed is asked for whole the next cycle."""
     from dashboard.sources.prometheus import SETTLE_SECONDS
 
     asked: list[tuple[str, float, float]] = []
     fail = set()
-    settle = SETTLE_SECONDS if engine == "other" else 15.0  # a 10 s scrape timeout, on the 15 s grid
+    # a 10 s scrape timeout, on the 15 s grid; VictoriaMetrics' arrival (30 s) and its offset, 0 s
+    settle = {"other": SETTLE_SECONDS, "scraping prometheus": 15.0, "victoriametrics": 30.0}[engine]
 
     def handler(request: httpx.Request) -> httpx.Response:
         q = request.url.params.get("query", "")
+        if request.url.path == "/flags":  # VictoriaMetrics' flags page: those it was given
+            return httpx.Response(200, text='-retentionPeriod="100y"\n-search.latencyOffset="0s"\n')
         if "/status/" in request.url.path:
+            if engine == "victoriametrics":  # which refuses Prometheus' status API so
+                return httpx.Response(400, text=f"unsupported path requested: {request.url.path}")
             if engine == "other":
                 return no_status_api()
             data = ({"web.enable-remote-write-receiver": "false", "storage.tsdb.path": "data/", "enable-feature": ""}
@@ -1034,6 +1039,22 @@ def test_held_grid_lays_out_again_only_when_the_union_of_its_blocks_changes():
         lay, placed_util = held._lay, held._placed[(1, "util")]
         assert_same_window(win, window(HeldGrid(), blocks))
         assert np.isfinite(win.target["read"]).any()
+
+
+def test_victoriametrics_settle_follows_its_latency_offset():
+    """What a steady cycle re-asks of a VictoriaMetrics: the arrival (30 s) and the -search.latencyOffset
+    its /flags page says (the default 30 s where the page does not set it); SETTLE_SECONDS (None here)
+    for a page that is not such a list."""
+    from dashboard.sources.prometheus import latency_settle
+
+    assert latency_settle('-httpListenAddr=":8428"\n-search.latencyOffset="0s"\n') == 30
+    assert latency_settle('-search.latencyOffset="1m0s"') == 90
+    assert latency_settle('-search.latencyOffset="500ms"\n') == 30.5
+    assert latency_settle('-storageDataPath="/var/lib/vm"\n-retentionPeriod="90d"') == 60  # the default
+    assert latency_settle('-envflag.prefix="a=\\"b\\""') == 60  # a value with quotes of its own
+    for page in ("", "<!doctype html><html>...</html>", '{"status":"success"}', '-search.latencyOffset="soon"',
+                 '-search.latencyOffset="0s"\n<html>'):
+        assert latency_settle(page) is None, page
 
 
 def test_scrape_settle_only_where_samples_cannot_come_later():

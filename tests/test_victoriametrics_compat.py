@@ -341,14 +341,16 @@ def test_same_verdicts(engines):
 
 def test_steady_state_cycle_asks_only_the_new_span(engines):
     """serve's every-cycle path on either engine: a source that judged the window ending 5 minutes
-    ago asks, for the window ending now, only for those 5 minutes (and SETTLE_SECONDS before), and
+    ago asks, for the window ending now, only for those 5 minutes (and the settle before them:
+    SETTLE_SECONDS on this Prometheus, whose blocks were backfilled; on VictoriaMetrics, run with
+    -search.latencyOffset=0s, the arrival alone, read from its /flags page), and
     builds exactly the window (every array, NaN where unknown) and the verdicts of a cold cycle,
     both asking for the filesystem totals alone (every node has them: PLAN_QUERY said so before the
     first plan)."""
     import numpy as np
 
     from dashboard.analysis.diagnose import diagnose
-    from dashboard.sources.prometheus import REPLACEMENTS, SETTLE_SECONDS, PrometheusSource
+    from dashboard.sources.prometheus import ARRIVAL_SECONDS, REPLACEMENTS, SETTLE_SECONDS, PrometheusSource
 
     def arrays(win):
         return (win.nodes, win.gpus, win.rails, win.targets, win.gpu_jobs,
@@ -363,7 +365,8 @@ def test_steady_state_cycle_asks_only_the_new_span(engines):
         first = warm.window(engines["last"] - 300, span, STEP)
         assert warm._covered == REPLACEMENTS  # so the per-target fallbacks left both cycles' plans
         win = warm.window(engines["last"], span, STEP)
-        assert warm.seconds_asked_last_cycle == win.end - first.end + SETTLE_SECONDS, name
+        settle = ARRIVAL_SECONDS if name == "vm" else SETTLE_SECONDS
+        assert warm.settle_seconds == settle and warm.seconds_asked_last_cycle == win.end - first.end + settle, name
         cold = PrometheusSource(engines[name], timeout=30).window(engines["last"], span, STEP)
         assert not win.notes and arrays(win) == arrays(cold), name
         verdicts = {v.jobid: (v.state, v.culprit, v.gpu_hours_lost) for v in diagnose(win, jobs).verdicts}

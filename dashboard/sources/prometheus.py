@@ -505,6 +505,11 @@ RATE_INTERVALS = 2.5
 # so the newest points can still change; older ones cannot. Less on a Prometheus that only scrapes
 # (`scrape_settle`).
 SETTLE_SECONDS = 60.0
+# Of those, VictoriaMetrics' default -search.latencyOffset, and what a sample's arrival takes (its
+# scrape timeout and the remote-write queue): where the engine's /flags page says its offset
+# (`latency_settle`), a steady cycle re-asks the arrival and that offset.
+VM_LATENCY_OFFSET = 30.0
+ARRIVAL_SECONDS = SETTLE_SECONDS - VM_LATENCY_OFFSET
 
 # A signal whose whole window failed (the engine's query timeout, its sample limit, our deadline: at
 # a size where one query of the hour costs more than its share of the cycle) is asked next for a
@@ -541,15 +546,37 @@ def scrape_settle(flags: dict, config_yaml: str) -> float | None:
         return None
 
 
-_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+# a VictoriaMetrics component's /flags page: the flags it was given, one `-name="value"` a line
+_FLAG_LINE = re.compile(r'-([A-Za-z0-9_.]+)="(.*)"')
+
+
+def latency_settle(page: str) -> float | None:
+    """Seconds a steady cycle re-asks of a VictoriaMetrics (single-node, or a cluster's vmselect)
+    whose /flags page this is: ARRIVAL_SECONDS and its -search.latencyOffset (VM_LATENCY_OFFSET where
+    the page does not set it: it lists the flags given). None (use SETTLE_SECONDS) where the page is
+    not such a list (another engine's, an HTML page, an empty one) or the offset does not parse."""
+    lines = page.strip().splitlines()
+    flags = dict(m.groups() for m in map(_FLAG_LINE.fullmatch, lines) if m)
+    if not lines or len(flags) != len(lines):
+        return None
+    try:
+        offset = _seconds(flags.get("search.latencyOffset", f"{VM_LATENCY_OFFSET:g}s"))
+    except ValueError:
+        return None
+    return ARRIVAL_SECONDS + offset
+
+
+_DURATION = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800,
+             "y": 31536000}
 
 
 def _seconds(text: str) -> float:
-    """A Prometheus duration ("10s", "1m30s", "0s") in seconds; ValueError when it is none."""
-    parts = re.findall(r"(\d+)(ms|[smhdwy])", text)
+    """A Prometheus or Go duration ("10s", "1m30s", "0s", "1.5s", "500ms") in seconds; ValueError
+    when it is none."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|[smhdwy])", text)
     if not parts or "".join(n + u for n, u in parts) != text.strip():
         raise ValueError(f"not a duration: {text!r}")
-    return sum(int(n) * _DURATION[u] for n, u in parts)
+    return sum(float(n) * _DURATION[u] for n, u in parts)
 
 
 # Each Held's rows and cells get a version of their own (HeldGrid keeps where they land per version),
@@ -943,12 +970,24 @@ class PrometheusSource:
             self._in_part.append(name)
 
     def _settle(self) -> float:
-        """`scrape_settle` of this engine, SETTLE_SECONDS where it says nothing or cannot be asked."""
+        """`scrape_settle` of a Prometheus, `latency_settle` of a VictoriaMetrics (which has no
+        status API: its /flags page instead), SETTLE_SECONDS where the engine says neither or
+        cannot be asked."""
         try:
             got = scrape_settle(self._get("/api/v1/status/flags", {}), self._get("/api/v1/status/config", {}).get("yaml", ""))
+        except httpx.HTTPStatusError as exc:  # VictoriaMetrics refuses the path with a 400
+            got = self._vm_settle() if exc.response.status_code == 400 else None
         except (httpx.HTTPError, RuntimeError, ValueError, AttributeError):
             got = None
         return SETTLE_SECONDS if got is None else got
+
+    def _vm_settle(self) -> float | None:
+        try:
+            r = fetch.get(self.url + "/flags", max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), headers=self.encoding,
+                          client=self.client, deadline=self._deadline, max_bytes=1 << 20)
+        except httpx.HTTPError:
+            return None
+        return latency_settle(r.text) if r.status_code == 200 else None
 
     def _runtimeinfo(self) -> dict | None:
         """This engine's /api/v1/status/runtimeinfo `data`; None where it cannot be asked."""

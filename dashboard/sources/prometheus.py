@@ -32,7 +32,8 @@ PromQL's `or` would read them for every node.
 
 Steady state: the source keeps what it fetched and each cycle asks only for the span since the
 previous cycle's end, plus a settle before it (points a late sample could still change:
-`SETTLE_SECONDS`, or the longest scrape timeout of a Prometheus that only scrapes, `scrape_settle`),
+`SETTLE_SECONDS`, or the longest scrape timeout of a Prometheus that only scrapes, `scrape_settle`,
+or the arrival and -search.latencyOffset of a VictoriaMetrics, `latency_settle`),
 so serve's every-15-s cycle over a one-hour window costs two to six steps per query instead of 240.
 A steady window equals a cold one bit for bit: the rows one cell or job adds up are added in the
 order of their labels, whichever cycle each came in.
@@ -503,7 +504,7 @@ RATE_INTERVALS = 2.5
 # reach the engine up to its scrape timeout (10 s here) plus the remote-write queue after their
 # timestamp, and VictoriaMetrics answers its last 30 s (-search.latencyOffset) with the point before,
 # so the newest points can still change; older ones cannot. Less on a Prometheus that only scrapes
-# (`scrape_settle`).
+# (`scrape_settle`), and on a VictoriaMetrics whose offset is less (`latency_settle`).
 SETTLE_SECONDS = 60.0
 # Of those, VictoriaMetrics' default -search.latencyOffset, and what a sample's arrival takes (its
 # scrape timeout and the remote-write queue): where the engine's /flags page says its offset

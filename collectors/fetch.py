@@ -34,7 +34,7 @@ PROMETHEUS_MAX_BYTES = 160 * 1024 * 1024
 # How an answer travels (`accept_encoding`): gzip costs the server more CPU than the bytes it saves
 # cost a fast link. Gzipping one 11 MB answer (32,768 series) took Prometheus 0.1-0.2 CPU-s on top of
 # the 0.22-0.29 its query took, VictoriaMetrics 0.01-0.06 on top of 0.25; it compresses about 5x
-# (bench/README.md, "Answers uncompressed").
+# (bench/README.md, "Answers as they are").
 COMPRESSION = ("auto", "gzip", "none")
 
 
@@ -73,18 +73,16 @@ def _own_addresses() -> set:
     try:
         import psutil
 
-        found = (a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs)
-        return {ipaddress.ip_address(a) for a in found if _is_address(a)}
+        found = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs]
     except Exception:  # psutil missing or the interfaces unreadable: only loopback is known
         return set()
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
+    own = set()
+    for text in found:
+        try:
+            own.add(ipaddress.ip_address(text.split("%")[0]))  # less an IPv6 zone ("fe80::1%ib0")
+        except ValueError:  # a link-layer (MAC) address
+            pass
+    return own
 
 
 class FetchError(httpx.HTTPError):

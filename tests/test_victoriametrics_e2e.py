@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import pytest
 import yaml
@@ -161,8 +162,11 @@ def test_shard_down_then_victoriametrics_restart(stack):
         if stale and int(stale[0]) >= len(dead) and not any(re.search(r": \d+ quer(y|ies) failed", n) for n in notes):
             return got
 
+    # on a timeout: the notes, and when the findings' window ended against now (a cycle that stopped
+    # completing leaves the findings of the last one that did)
     cycle = wait_for(stale_cycle, 120, "serve naming the dead shard's nodes stale", interval=1,
-                     context=lambda: json.dumps(_findings(serve).get("notes"))[:2000])
+                     context=lambda: json.dumps({k: _findings(serve).get(k) for k in ("notes", "generated_at")}
+                                                | {"now": time.time()})[:2000])
     note = next(n for n in cycle["notes"] if "nodes stale" in n)
     named = set(re.findall(r"node\d{4}", note))
     assert named == dead, (note, dead)  # a shard holds fewer than 9 of the 16 nodes: the note lists all

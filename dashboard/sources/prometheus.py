@@ -1093,8 +1093,7 @@ class PrometheusSource:
         plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered, self.raw_levels)
         asks, fills = [], {}
         for signal, level, q in plan:
-            held = self._held.pop((signal, level), None) or Held(SAMPLED.get(signal) or (
-                RATED.get(signal) if signal in RATED else None))
+            held = self._held.pop((signal, level), None) or Held(SAMPLED.get(signal) or RATED.get(signal))
             rated = rate_window if signal in RATED else None
             # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
             # node had both; the node's only ones before its agent had it); one back in the plan (a node

@@ -1057,6 +1057,22 @@ def test_victoriametrics_settle_follows_its_latency_offset():
         assert latency_settle(page) is None, page
 
 
+def test_victoriametrics_flags_page_is_found_for_a_cluster_too():
+    """A single node's /flags page is below the URL serve is given (a -http.pathPrefix included); a
+    cluster's vmselect serves the query API below /select/<tenant>/prometheus and its page at its root
+    (after its own path prefix)."""
+    from dashboard.sources.prometheus import flags_url
+
+    assert flags_url("http://vm:8428") == "http://vm:8428/flags"
+    assert flags_url("http://vm:8428/") == "http://vm:8428/flags"
+    assert flags_url("https://vm.example.org/metrics-prefix") == "https://vm.example.org/metrics-prefix/flags"
+    assert flags_url("http://vmselect:8481/select/0/prometheus") == "http://vmselect:8481/flags"
+    assert flags_url("http://vmselect:8481/select/7:3/prometheus/") == "http://vmselect:8481/flags"
+    assert flags_url("http://[::1]:8481/vm/select/0/prometheus") == "http://[::1]:8481/vm/flags"
+    # a path that only looks like it part of the way is a single node's prefix
+    assert flags_url("http://vm:8428/select/0/prometheus/x") == "http://vm:8428/select/0/prometheus/x/flags"
+
+
 def test_scrape_settle_only_where_samples_cannot_come_later():
     """The settle a steady cycle re-asks is the longest scrape timeout only on a Prometheus whose
     samples all come from its own scrapes; anything else may bring samples later: SETTLE_SECONDS."""

@@ -162,11 +162,17 @@ def test_shard_down_then_victoriametrics_restart(stack):
         if stale and int(stale[0]) >= len(dead) and not any(re.search(r": \d+ quer(y|ies) failed", n) for n in notes):
             return got
 
-    # on a timeout: the notes, and when the findings' window ended against now (a cycle that stopped
-    # completing leaves the findings of the last one that did)
-    cycle = wait_for(stale_cycle, 120, "serve naming the dead shard's nodes stale", interval=1,
-                     context=lambda: json.dumps({k: _findings(serve).get(k) for k in ("notes", "generated_at")}
-                                                | {"now": time.time()})[:2000])
+    def seen():
+        """On a timeout: the notes, when the findings' window ended against now (a cycle that stopped
+        completing leaves the findings of the last one that did), how long ago VictoriaMetrics last
+        had a sample of each dead node (a shard still writing would be seen here) and serve's log."""
+        last = vm.query(f'max by (instance) (timestamp(up{{instance=~"{"|".join(sorted(dead))}"}}))')
+        log = (stack["work"] / "serve.log").read_text(errors="replace")[-3000:]
+        return (json.dumps({k: _findings(serve).get(k) for k in ("notes", "generated_at")} | {"now": time.time()}
+                           | {"dead nodes' last sample, s ago": {r["metric"].get("instance"): round(time.time() - float(
+                               r["value"][1]), 1) for r in last}})[:3000] + "\nserve.log:\n" + log)
+
+    cycle = wait_for(stale_cycle, 120, "serve naming the dead shard's nodes stale", interval=1, context=seen)
     note = next(n for n in cycle["notes"] if "nodes stale" in n)
     named = set(re.findall(r"node\d{4}", note))
     assert named == dead, (note, dead)  # a shard holds fewer than 9 of the 16 nodes: the note lists all

@@ -65,6 +65,7 @@ import itertools
 import math
 import re
 import time
+import urllib.parse
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -567,6 +568,22 @@ def latency_settle(page: str) -> float | None:
     return ARRIVAL_SECONDS + offset
 
 
+# a VictoriaMetrics cluster's vmselect serves the query API below /select/<tenant>/prometheus (after
+# its -http.pathPrefix, if any) and its /flags page at its root
+_VMSELECT_PATH = re.compile(r"(.*)/select/[^/]+/prometheus/*")
+
+
+def flags_url(url: str) -> str:
+    """The /flags page of the VictoriaMetrics whose query API is at `url`: a single node's below it
+    (its -http.pathPrefix is part of `url`), a cluster vmselect's at its root. Through vmauth that
+    root is vmauth's own page, which does not list the offset: the default settle then holds."""
+    parts = urllib.parse.urlsplit(url)
+    cluster = _VMSELECT_PATH.fullmatch(parts.path)
+    if cluster is None:
+        return url.rstrip("/") + "/flags"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, cluster.group(1) + "/flags", "", ""))
+
+
 _DURATION = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800,
              "y": 31536000}
 
@@ -984,7 +1001,7 @@ class PrometheusSource:
 
     def _vm_settle(self) -> float | None:
         try:
-            r = fetch.get(self.url + "/flags", max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), headers=self.encoding,
+            r = fetch.get(flags_url(self.url), max(self.timeout * QUERY_SHARE, QUERY_MIN_SECONDS), headers=self.encoding,
                           client=self.client, deadline=self._deadline, max_bytes=1 << 20)
         except httpx.HTTPError:
             return None

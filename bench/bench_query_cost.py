@@ -9,7 +9,8 @@ less the per-target fallbacks where every node has the filesystem totals; the ve
 as asked while a node lacks the totals, beside them, marked `fallback`; the per-GPU and per-port
 queries as the engine would aggregate them, the levels' as range queries rather than their raw
 samples, and the event counters' as it would work out their step's increase, marked `by engine`)
-asked alone over a steady cycle's span (the last 75 s: 15 s new and the 60 s settle), best of `--repeat`:
+asked alone over the span a steady cycle asks that engine for (15 s new and the settle it says:
+30 s on VictoriaMetrics with -search.latencyOffset=0s, 15 s on a Prometheus that scrapes), best of `--repeat`:
 the engine's CPU seconds and the wall time, the series answered and the raw series the query's
 selectors match (each mapping's selector counted at the last step: what the engine must read).
 
@@ -29,6 +30,7 @@ Needs Debian's victoria-metrics and prometheus packages (promtool).
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import sys
 import tempfile
@@ -42,13 +44,12 @@ import httpx  # noqa: E402
 from bench import bench_vm_import as imp  # noqa: E402
 from collectors.fetch import accept_encoding  # noqa: E402
 from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, RATED, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
-                                          SHARED_QUERIES, plan_queries, query_request, raw_levels,
-                                          series_selector)
+                                          SHARED_QUERIES, PrometheusSource, plan_queries, query_request,
+                                          raw_levels, series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
 from tests.support import vmstack  # noqa: E402
 from tests.support.promstack import Prometheus  # noqa: E402
 
-SPAN = 75.0  # a steady cycle on VictoriaMetrics: the new step and the 60 s settle
 ENGINE_SIDE = "by engine"
 
 
@@ -83,7 +84,13 @@ def steady_plan(client: httpx.Client, url: str, end: float) -> tuple[frozenset[s
     return covered, frozenset(RATED), steady + kept + by_engine
 
 
-def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int,
+def steady_span(url: str) -> float:
+    """The span a steady cycle asks the engine at `url` for: the new step and the settle the engine
+    says (PrometheusSource.settle), on the step grid as the source puts it."""
+    return imp.STEP * (1 + math.ceil(PrometheusSource(url, timeout=60).settle() / imp.STEP))
+
+
+def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repeat: int, span: float,
           signal: str = "", rated: frozenset[str] = frozenset()) -> tuple[float, float, int, int]:
     """The query over the steady span, asked as serve asks `signal`'s (prometheus.query_request: a
     range query, from a step before the span for an event counter, the raw samples of a level's and
@@ -91,7 +98,7 @@ def timed(client: httpx.Client, url: str, pid: int, end: float, query: str, repe
     best of `repeat`: (engine CPU, wall, series answered, bytes)."""
     best = None
     # a steady cycle holds a rated counter's samples of the rate window before its span (Held.tail)
-    path, params = query_request(signal, query, end - SPAN, end, imp.STEP, 0.0 if signal in rated else None)
+    path, params = query_request(signal, query, end - span, end, imp.STEP, 0.0 if signal in rated else None)
     for _ in range(repeat):
         cpu0, t0 = imp.cpu(pid), time.perf_counter()
         r = client.get(url + path, params=params, headers=accept_encoding(url))  # as serve asks (gzip or not)
@@ -108,11 +115,12 @@ def floor_query(sels: list[str]) -> str:
     return " or ".join(f'label_replace(count({sel}), "gw_sel", "{i}", "", "")' for i, sel in enumerate(sels))
 
 
-def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> list[dict]:
-    rows = []
+def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> tuple[float, list[dict]]:
+    """(the steady span, a row per query asked over it)."""
+    rows, span = [], steady_span(url)
     covered, rated, plan = steady_plan(client, url, end)
     for signal, level, query in plan:
-        best = timed(client, url, pid, end, query, repeat, "" if signal.endswith(ENGINE_SIDE) else signal, rated)
+        best = timed(client, url, pid, end, query, repeat, span, "" if signal.endswith(ENGINE_SIDE) else signal, rated)
         raw = 0
         fallback = signal.endswith((" fallback", f" {ENGINE_SIDE}"))
         sels = selectors(signal.split(" ")[0], level, frozenset() if signal.endswith(" fallback") else covered)
@@ -123,18 +131,19 @@ def cost(client: httpx.Client, url: str, pid: int, end: float, repeat: int) -> l
             raw += int(float(res[0]["value"][1])) if res else 0
         rows.append({"query": f"{signal}/{level}", "cpu": best[0], "wall": best[1], "series": best[2],
                      "bytes": best[3], "raw": raw, "fallback": fallback,
-                     "floor": timed(client, url, pid, end, floor_query(sels), repeat)[0] if sels else 0.0})
-    return rows
+                     "floor": timed(client, url, pid, end, floor_query(sels), repeat, span)[0] if sels else 0.0})
+    return span, rows
 
 
-def report(engine: str, nodes: int, rows: list[dict]) -> dict:
+def report(engine: str, nodes: int, costed: tuple[float, list[dict]]) -> dict:
     """The cycle's queries; those of the plan that keeps the per-target fallbacks (`... fallback`: as
     a cycle asks while a node lacks the totals) that differ, and the queries as the engine would work
     them out (`... by engine`, the peer: per-device aggregates, the event counters' increase),
     listed, not counted."""
+    span, rows = costed
     kept, rows = [r for r in rows if r["fallback"]], [r for r in rows if not r["fallback"]]
     cpu, raw, series = (sum(r[k] for r in rows) for k in ("cpu", "raw", "series"))
-    print(f"\n{engine}, {nodes:,} nodes, span {SPAN:.0f} s, load {imp.load()}")
+    print(f"\n{engine}, {nodes:,} nodes, span {span:.0f} s, load {imp.load()}")
     floor = sum(r["floor"] for r in rows)
     print(f"{'query':22} {'engine CPU':>10} {'wall':>7} {'answered':>9} {'raw read':>9} {'us/raw':>7} {'us/answered':>11} "
           f"{'floor':>7}")

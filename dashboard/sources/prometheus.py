@@ -921,7 +921,7 @@ class PrometheusSource:
         # the hardware facts of the last INFO_QUERY: (them, their time, the nodes of its window)
         self._topology: tuple[SignalStore, float, frozenset[str] | None] | None = None
         self.seconds_asked_last_cycle = 0.0  # the longest span one range query of the latest cycle asked for
-        self.settle_seconds = SETTLE_SECONDS  # what a steady cycle asks for again (_settle, on each cold cycle)
+        self.settle_seconds = SETTLE_SECONDS  # what a steady cycle asks for again (`settle`, on each cold cycle)
         self._interval: tuple[float, float] | None = None  # (scrape interval, when asked)
         self._grid = HeldGrid()  # the window's layout and where the held rows land in it, kept between cycles
         # (signal, level) -> (seconds to ask on its next cold cycle, why its whole window failed)
@@ -987,8 +987,8 @@ class PrometheusSource:
         if doc.get("isPartial") is True:
             self._in_part.append(name)
 
-    def _settle(self) -> float:
-        """`scrape_settle` of a Prometheus, `latency_settle` of a VictoriaMetrics (which has no
+    def settle(self) -> float:
+        """What a steady cycle re-asks of this engine, as it says (asked on each cold cycle): `scrape_settle` of a Prometheus, `latency_settle` of a VictoriaMetrics (which has no
         status API: its /flags page instead), SETTLE_SECONDS where the engine says neither or
         cannot be asked."""
         try:
@@ -1101,7 +1101,7 @@ class PrometheusSource:
         if shape != self._held_shape:
             self._held, self._held_shape = {}, shape
         if not self._held:  # cold: how late samples can reach this engine, its cores and its kind, asked again
-            self.settle_seconds = self._settle()
+            self.settle_seconds = self.settle()
             info = self._runtimeinfo()
             self.workers = self.concurrency or engine_workers(info)
             self.raw_levels = raw_levels(info)

@@ -98,6 +98,9 @@ def test_mlx5_queues_summed_priorities_and_rollups():
     assert series(text, "gangwatch_ethtool_node_received_pause_frames_total") == {(): 137}
     assert series(text, "gangwatch_ethtool_node_link_down_events_total") == {(): 2}
     assert series(text, "gangwatch_ethtool_node_link_errors_total") == {(): 4}
+    # the PFC storm guard: mlx5_0 past the minor watermark twice, once past the critical one
+    assert series(text, "gangwatch_ethtool_transmitted_pause_storm_warning_events_total") == {(d0,): 2, (("device", "mlx5_1"),): 0}
+    assert series(text, "gangwatch_ethtool_node_pause_storm_events_total") == {(): 3}
     # a u64 at its maximum is exported as read; a negative value and a garbage line are skipped
     d1 = ("device", "mlx5_1")
     assert series(text, "gangwatch_ethtool_received_packets_total")[(d1,)] == 2 ** 64 - 1

@@ -25,7 +25,7 @@ Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased,
 - Node rollups (no labels; sums over the devices that report them this scrape, absent when none does):
   `gangwatch_ethtool_node_received_pause_frames_total` (global pause plus PFC per priority),
   `gangwatch_ethtool_node_link_down_events_total`, `gangwatch_ethtool_node_link_errors_total` (CRC and
-  symbol errors).
+  symbol errors), `gangwatch_ethtool_node_pause_storm_events_total` (the PFC storm guard's events).
 Flags: `--collector.ethtool.device-include`/`-exclude` (regexes, as node_exporter),
 `--collector.ethtool.metrics-include` (regex on the driver's stat name; default DEFAULT_METRICS_INCLUDE:
 discards, drops, pause/PFC, buffer exhaustion, CRC/symbol errors, link-down events, timeouts, which
@@ -151,11 +151,19 @@ PRIO_PAUSE_BASES = frozenset({"rx_pause"})  # rx_prio<p>_pause (mlx5 PFC)
 LINK_DOWN_STATS = frozenset({"link_down_events_phy", "link_down_count", "link_down_events", "carrier_down"})
 LINK_ERROR_STATS = frozenset({"rx_crc_errors_phy", "rx_symbol_err_phy", "rx_crc_errors", "rx_symbol_errors",
                               "rx_fcs_errors", "crc_errors", "rx_crc_errors_frames"})
+# A NIC's PFC storm guard (mlx5): it has been sending pause frames for longer than the minor
+# watermark (warning) or the critical one (error: it then stops sending them). Normal overload
+# never holds a port paused that long; a host that stopped draining its receive queues does.
+PAUSE_STORM_STATS = frozenset({"tx_pause_storm_warning_events", "tx_pause_storm_error_events"})
 NODE_HELP = {
     "node_received_pause_frames_total": "Pause frames received (global pause and PFC per priority), summed over "
                                         "the node's NICs that report them: the switch asked this node to stop sending.",
     "node_link_down_events_total": "Physical link-down events counted by the NIC drivers, summed over the node's NICs.",
     "node_link_errors_total": "Frames received with CRC/FCS or symbol errors, summed over the node's NICs.",
+    "node_pause_storm_events_total": "Times a NIC's pause storm guard fired (mlx5 tx_pause_storm_warning_events and "
+                                     "tx_pause_storm_error_events: it sent pause frames past the minor or the "
+                                     "critical watermark; a storm that lasts past both counts twice), summed over "
+                                     "the node's NICs that report them.",
 }
 
 
@@ -167,6 +175,8 @@ def _rollup(c: Classified) -> str:
             return "node_link_down_events_total"
         if c.base in LINK_ERROR_STATS:
             return "node_link_errors_total"
+        if c.base in PAUSE_STORM_STATS:
+            return "node_pause_storm_events_total"
     elif c.kind == "prio" and c.base in PRIO_PAUSE_BASES:
         return "node_received_pause_frames_total"
     return ""

@@ -115,7 +115,7 @@ class VMAlert:
 
     def alerts(self, state: str | None = None, **labels) -> list[dict]:
         body = http_get(self.url + "/api/v1/alerts")
-        found = json.loads(body)["data"]["alerts"] if body else []
+        found = (json.loads(body)["data"]["alerts"] or []) if body else []  # `null` while none is active
         return [a for a in found if (state is None or a["state"] == state)
                 and all(a["labels"].get(k) == v for k, v in labels.items())]
 

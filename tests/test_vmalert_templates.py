@@ -17,7 +17,8 @@ from tests.support import vmstack
 from tests.support.promstack import free_port, wait_for
 
 pytestmark = [pytest.mark.victoriametrics,
-              pytest.mark.skipif(not vmstack.available(), reason="needs Debian's victoria-metrics (tests/run-all.sh installs it)")]
+              pytest.mark.skipif(not vmstack.available(),
+                                 reason="needs Debian's victoria-metrics (tests/run-all.sh installs it)")]
 
 LABELS = 'job="gangwatch-agent",instance="gpu003:9810",node="gpu003"'
 

@@ -988,9 +988,10 @@ class PrometheusSource:
             self._in_part.append(name)
 
     def settle(self) -> float:
-        """What a steady cycle re-asks of this engine, as it says (asked on each cold cycle): `scrape_settle` of a Prometheus, `latency_settle` of a VictoriaMetrics (which has no
-        status API: its /flags page instead), SETTLE_SECONDS where the engine says neither or
-        cannot be asked."""
+        """What a steady cycle re-asks of this engine, as it says (asked on each cold cycle):
+        `scrape_settle` of a Prometheus, `latency_settle` of a VictoriaMetrics (which has no status
+        API: its /flags page instead), SETTLE_SECONDS where the engine says neither or cannot be
+        asked."""
         try:
             got = scrape_settle(self._get("/api/v1/status/flags", {}), self._get("/api/v1/status/config", {}).get("yaml", ""))
         except httpx.HTTPStatusError as exc:  # VictoriaMetrics refuses the path with a 400

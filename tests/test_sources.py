@@ -1072,6 +1072,17 @@ def test_victoriametrics_flags_page_is_found_for_a_cluster_too():
     # a path that only looks like it part of the way is a single node's prefix
     assert flags_url("http://vm:8428/select/0/prometheus/x") == "http://vm:8428/select/0/prometheus/x/flags"
 
+    # the source asks there: a vmselect that refuses Prometheus' status API (400) and serves its
+    # flags at its root only gives the settle its offset says
+    def vmselect(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/flags":
+            return httpx.Response(200, text='-search.latencyOffset="0s"\n-dedup.minScrapeInterval="15s"\n')
+        return httpx.Response(400 if "/status/" in request.url.path else 404, text="unsupported path")
+
+    src = PrometheusSource("http://vmselect:8481/select/0/prometheus",
+                           client=httpx.Client(transport=httpx.MockTransport(vmselect)))
+    assert src.settle() == 30
+
 
 def test_scrape_settle_only_where_samples_cannot_come_later():
     """The settle a steady cycle re-asks is the longest scrape timeout only on a Prometheus whose

@@ -22,8 +22,8 @@ job is diagnosed over the last hour and its verdict compared with the ground tru
 
 Prints a confusion matrix, precision and recall per cause (goal >= 0.95), the culprit-correct rate
 per cause (of the verdicts that name the right cause, how many name the ground truth's culprit: the
-slowed OST, the congested leaf switch, the flapping port, the throttled GPU or slow node, the hung
-job; how many name another, and how many name none), recall per job class
+slowed OST, the congested leaf switch, the flapping port, the NIC's node in a PFC storm (RoCE), the
+throttled GPU or slow node, the hung job; how many name another, and how many name none), recall per job class
 (jobs holding whole nodes, jobs sharing a node), the false-positive rate on healthy jobs (goal
 <= 1 %), and the detection delay after onset (goal <= 120 s: median, p90, max and a histogram, for
 faults that hit running jobs, and after the grace period for jobs that started inside a fault),
@@ -76,6 +76,8 @@ SKIP_CAUSES = {"node_failure", "scrape_timeout", "scrape_slow"}
 # One fault of each kind inside the judged period (the first hour fills the window).
 MIX = ("ost_slow@65m+12m,nccl_hang@68m+25m,gpu_throttle@72m+30m,ib_congestion@80m+10m,idle_gpus@85m+30m,"
        "link_flap@95m+8m,slow_node@100m+20m,ost_slow@110m+10m,xid79@90m+1h")
+# and on a RoCE fabric a NIC in a PFC pause storm too (a kind InfiniBand has not)
+ROCE_MIX = ",pfc_storm@104m+10m"
 
 
 def conf_bin(c: float) -> int:
@@ -339,11 +341,12 @@ def main(argv=None) -> int:
     EXPLAIN = args.explain
     NO_SM = args.no_sm
     JOB_PSI = not args.no_job_psi
+    mix = MIX + (ROCE_MIX if FABRIC == "roce" else "")
     if args.quick:
-        scenarios = [(32, 1, MIX, 1.0)]
+        scenarios = [(32, 1, mix, 1.0)]
     else:
-        scenarios = [(64, 1, MIX, 1.0), (64, 2, MIX + ",random:4", 1.0), (128, 3, "random:8", 1.0),
-                     (256, 4, MIX + ",random:4", 1.0)]
+        scenarios = [(64, 1, mix, 1.0), (64, 2, mix + ",random:4", 1.0), (128, 3, "random:8", 1.0),
+                     (256, 4, mix + ",random:4", 1.0)]
     cat_ok = True
     if args.catalogue_seeds:
         cat_ok = catalogue(args.catalogue_seeds, args.explain, args.catalogue_first_seed, args.catalogue_drop,

@@ -66,9 +66,10 @@ def check_fabric(ds, fabric: str) -> None:
         else ds.sim.cluster.names[0]
     inv = ds.node_inventory(node)
     assert inv.congestion == signal and inv.ports and all(p.wait_per_s is not None for p in inv.ports)
-    ns = ds.node_series(node, ("ib_tx", "ib_wait", "roce_cong", "eth_pause"))
+    ns = ds.node_series(node, ("ib_tx", "ib_wait", "roce_cong", "eth_pause", "eth_storm"))
     # the other fabric's signal is absent, not a row of zeros
-    assert signal in ns.values and other not in ns.values and ("eth_pause" in ns.values) == (fabric == "roce")
+    assert signal in ns.values and other not in ns.values
+    assert ("eth_pause" in ns.values) == ("eth_storm" in ns.values) == (fabric == "roce")
     # the traffic is the fabric's, by name: the node's chart and the heatmap
     from dashboard import figures
 

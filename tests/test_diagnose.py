@@ -310,6 +310,31 @@ def test_flapping_link_is_the_culprit_port():
     assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_2/1", "port")
 
 
+def test_a_slow_target_read_by_the_job_before_it_on_its_nodes_is_not_its_stall():
+    """The targets a job reads are its nodes' reads since it started: a slow OST that the job before
+    it on those nodes read (and nobody reads now but other clients) does not turn the job's
+    network stall into an I/O stall, nor name that OST."""
+    c = Cluster()
+    r = c.rows(GANG_A)
+    start = len(TIMES) - 30  # the job started 30 steps ago; the one before it read OST0005 only
+    c.read[r, :, start:] = np.where(np.arange(8) == 5, 0.0, 4e8 / 7)[None, :, None]
+    c.read[r, :, :start] = np.where(np.arange(8) == 5, 4e8, 0.0)[None, :, None]
+    c.lat[:, 5, -10:] = 0.3  # OST0005 answers 100x slower, for everyone who reads it now
+    i = c.nodes.index("gpu002")
+    for k in r:
+        c.util[k, :, -8:] = 0.96
+        c.sm[k, :, -8:] = 0.15
+        c.ib_tx[k, :, -8:] = 2e9
+    c.ib_tx[i, 2, -8::2] = 0
+    c.ib_down[i, 2, -8::2] = 1
+    v = verdict(diagnose(c.window(), [job(1, GANG_A, start=TIMES[start])]), 1)
+    assert (v.state, v.culprit) == ("stalled_network", "gpu002:mlx5_2/1"), v
+    # the same reads since it started make the OST its own: then the slow target is its stall
+    c.read[r, 5, start:] = 4e8 / 8
+    v = verdict(diagnose(c.window(), [job(1, GANG_A, start=TIMES[start])]), 1)
+    assert (v.state, v.culprit) == ("stalled_io", "scratch-OST0005"), v
+
+
 def test_hung_collective():
     c = Cluster()
     for i in c.rows(GANG_B):

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import httpx
+import numpy as np
 import pytest
 
 from dashboard.sources.prometheus import QUERY_BUDGET
@@ -125,16 +126,18 @@ def test_diagnose_cli_against_prometheus(served, capsys):
     assert {v["state"] for v in doc["verdicts"]} - {"progressing", "insufficient_data"}
 
 
-def test_prometheus_source_matches_bundle_on_roce(tmp_path):
+@pytest.mark.parametrize("fault", ["ib_congestion@8m+30m:leaf=leaf00", "pfc_storm@8m+20m"])
+def test_prometheus_source_matches_bundle_on_roce(tmp_path, fault):
     """RoCE's signals share one query (each part labelled with its signal) and its ECN marks and CNPs
-    are added up by PromQL as the bundle reader adds them: the same verdicts either way."""
+    are added up by PromQL as the bundle reader adds them: the same verdicts either way, a PFC
+    storm's source named through the ethtool rollups' shared query."""
     from dashboard.analysis.diagnose import diagnose
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.sources.bundle import load_bundle
     from dashboard.sources.prometheus import PrometheusSource
 
     sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
-                               faults="ib_congestion@8m+30m:leaf=leaf00"))
+                               faults=fault))
     for url, bundle in _serve(tmp_path, sim, 56):
         b = load_bundle(str(bundle))
         want = _verdicts(diagnose(b.window, b.jobs))
@@ -144,6 +147,10 @@ def test_prometheus_source_matches_bundle_on_roce(tmp_path):
         assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
         assert "roce_cong" in win.rail and "roce_err" in win.rail
         assert _verdicts(diagnose(win, b.jobs)) == want
+        if fault.startswith("pfc_storm"):
+            (truth,) = sim.ground_truth()
+            assert np.array_equal(np.nan_to_num(win.node["eth_storm"]), np.nan_to_num(b.window.node["eth_storm"]))
+            assert {c for s, c in want.values() if s == "stalled_network"} == {truth["culprit"]}
 
 
 def test_prometheus_source_reads_nic_link_downs_on_roce(tmp_path):

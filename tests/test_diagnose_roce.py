@@ -1,6 +1,7 @@
 """Diagnosis on a RoCE fabric (no port_xmit_wait): congestion from ECN/CNP/PFC against the cluster's
 typical node, a flapping link from link events, from transport errors alone or from the NICs'
-link-down events (ethtool) alone, the culprit named only where it stands out, no alarm on the healthy
+link-down events (ethtool) alone, a PFC pause storm's source named rather than its victims' leaf,
+the culprit named only where it stands out, no alarm on the healthy
 trickle of retransmissions, and the whole path through the agents' metric names (sim -> exposition ->
 bundle -> schema -> window -> verdicts) and the demo's history window."""
 
@@ -141,16 +142,112 @@ def test_nics_down_on_two_nodes_of_the_job_name_nothing(flapping):
     assert {e.node for e in v.evidence if e.signal == "eth_link_down"} == {node, other}
 
 
+@pytest.fixture(scope="module")
+def storm():
+    """A NIC in a PFC pause storm on a cluster of four leaf switches (16 nodes each)."""
+    sim = Simulation(SimConfig(nodes=64, seed=2, prefill=False, nodes_per_leaf=16, fabric="roce",
+                               faults="pfc_storm@62m+10m"))
+    rec = SimRecorder(sim, capacity=241)
+    rec.step(260)
+    (fault,) = sim.ground_truth()
+    return rec, rec.window(), fault
+
+
+def test_pause_storm_names_the_storming_node_not_its_victims_leaf(storm):
+    rec, win, fault = storm
+    node = fault["culprit"]
+    leaf = win.leaf_of[node]
+    storms = np.nansum(win.node["eth_storm"], axis=1)
+    assert storms[win.nodes.index(node)] > 0 and np.count_nonzero(storms) == 1
+    hit = network(diagnose(win, rec.jobs()).verdicts)
+    assert hit and set(hit) <= set(fault["jobs"])
+    for v in hit.values():
+        assert (v.culprit, v.culprit_kind) == (node, "node"), v
+        (e,) = [e for e in v.evidence if e.signal == "eth_pause_storm"]
+        assert e.node == node and e.value > 0 and "pause frames" in e.note
+        assert "roce_congestion" in {e.signal for e in v.evidence}
+    # the storm guard's events are what name it: without them the victims' leaf is the common element
+    blind = without(win, node=("eth_storm",))
+    assert {v.culprit for v in network(diagnose(blind, rec.jobs()).verdicts).values()} == {leaf}
+
+
+def test_pause_storm_on_another_leaf_is_not_blamed(storm):
+    """A storm on a leaf none of a job's nodes hang off does not name that node for the job's stall."""
+    rec, win, fault = storm
+    node = fault["culprit"]
+    leaves = {win.leaf_of[n] for j in rec.jobs() if str(j.job_id) in fault["jobs"] for n in j.nodes}
+    far = next(n for n in win.nodes if win.leaf_of[n] not in leaves)
+    moved = np.zeros_like(win.node["eth_storm"])
+    moved[win.nodes.index(far)] = win.node["eth_storm"][win.nodes.index(node)]
+    got = network(diagnose(dataclasses.replace(win, node={**win.node, "eth_storm": moved}), rec.jobs()).verdicts)
+    assert set(fault["jobs"]) <= set(got)
+    assert {got[jid].culprit for jid in fault["jobs"]} == {win.leaf_of[node]}
+    # without the leaf switches the one storm in the cluster is the likeliest source; two are not placed
+    blind = dataclasses.replace(win, leaf_of={}, node={**win.node, "eth_storm": moved})
+    got = network(diagnose(blind, rec.jobs()).verdicts)
+    assert {got[jid].culprit for jid in fault["jobs"]} == {far}
+    assert all("the one storm in the cluster" in e.note for v in got.values() for e in v.evidence
+               if e.signal == "eth_pause_storm")
+    moved[win.nodes.index(node)] = moved[win.nodes.index(far)]
+    got = network(diagnose(dataclasses.replace(blind, node={**win.node, "eth_storm": moved}), rec.jobs()).verdicts)
+    assert {got[jid].culprit for jid in fault["jobs"]} == {node}  # one of the job's own nodes stormed
+
+
+def test_pause_storm_needs_a_roce_fabric():
+    with pytest.raises(ValueError, match="pfc_storm needs fabric roce"):
+        Simulation(SimConfig(nodes=8, seed=1, prefill=False, faults="pfc_storm@5m+5m", fabric="ib"))
+
+
+def test_pause_storm_through_a_bundle_and_the_demo_history(tmp_path):
+    """The ethtool collector's storm rollup, rendered by the simulated agents and read back from a
+    bundle, and the demo's history window: each names the storming node."""
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.simulated import BundleWriter
+
+    def config(**kw):
+        return SimConfig(nodes=8, seed=6, nodes_per_leaf=4, fabric="roce", load=1.3, faults="pfc_storm@8m+20m", **kw)
+
+    sim = Simulation(config(prefill=False))
+    BundleWriter(sim).run(56).write(str(tmp_path))
+    (fault,) = sim.ground_truth()
+    b = load_bundle(str(tmp_path))
+    storms = np.nansum(b.window.node["eth_storm"], axis=1)
+    assert storms[b.window.nodes.index(fault["culprit"])] == storms.sum() > 0
+    hit = network(diagnose(b.window, b.jobs).verdicts)
+    assert hit and {v.culprit for v in hit.values()} == {fault["culprit"]}
+    # node_exporter's ethtool collector: mlx5's two storm counters per device, added up per node
+    om = tmp_path / "metrics.om"
+    rollup = "gangwatch_ethtool_node_pause_storm_events"
+    lines = []
+    for line in om.read_text().splitlines(keepends=True):
+        if line.startswith(f"# TYPE {rollup} "):
+            lines += [f"# TYPE node_ethtool_transmitted_pause_storm_{kind}_events unknown\n" for kind in ("warning", "error")]
+        elif line.startswith(f"{rollup}_total{{"):
+            lines += [line.replace(f"{rollup}_total{{", f'node_ethtool_transmitted_pause_storm_{kind}_events{{device="{dev}",')
+                      for kind, dev in (("warning", "eth2"), ("error", "eth3"))]
+        elif not line.startswith(f"# HELP {rollup} "):
+            lines.append(line)
+    om.write_text("".join(lines))
+    exporter = load_bundle(str(tmp_path))
+    assert np.array_equal(np.nan_to_num(exporter.window.node["eth_storm"]), 2 * np.nan_to_num(b.window.node["eth_storm"]))
+    sim = Simulation(config(history_seconds=900))
+    (fault,) = sim.ground_truth()
+    hit = network(diagnose(window_from_history(sim), build_snapshot(sim).jobs).verdicts)
+    assert hit and {v.culprit for v in hit.values()} == {fault["culprit"]}
+
+
 def test_ethernet_link_downs_ignored_on_infiniband():
-    """On InfiniBand the Ethernet NICs are the management network: their drops change no verdict."""
+    """On InfiniBand the Ethernet NICs are the management network: their drops and pause storms
+    change no verdict."""
     rec = recorded("none", 120, nodes=16, seed=4, fabric="ib")
     win = rec.window()
     assert "eth_down" not in win.node
     down = np.zeros((len(win.nodes), win.n_steps), np.float32)
     down[:, -10:] = 3  # every node's management link flapping
-    noisy = dataclasses.replace(win, node={**win.node, "eth_down": down})
+    noisy = dataclasses.replace(win, node={**win.node, "eth_down": down, "eth_storm": down})
     view, fabric = fabric_view(noisy, TH)
-    assert fabric == "ib" and "eth_down" not in view.node
+    assert fabric == "ib" and "eth_down" not in view.node and "eth_storm" not in view.node
     states = lambda w: {v.jobid: v.state for v in diagnose(w, rec.jobs()).verdicts}  # noqa: E731
     assert states(noisy) == states(win)
 

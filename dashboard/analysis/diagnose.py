@@ -271,6 +271,9 @@ def diagnose(win: Window, jobs: Sequence[Job], th: Thresholds = DEFAULT) -> Diag
 
 # ------------------------------------------------------------------------------------ RoCE
 
+_ETHERNET_EVENTS = frozenset({"eth_down", "eth_storm"})
+
+
 def _known(a: np.ndarray | None) -> bool:
     return a is not None and bool(np.isfinite(a).any())
 
@@ -286,16 +289,16 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     link events from `roce_error_events` per step, beside link-down events of the ports and of the
     nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event). A window
     with any InfiniBand wait is judged as InfiniBand: units of the two fabrics are not mixed in one
-    cluster reference, and its `eth_down` (the management Ethernet there) is dropped.
+    cluster reference, and its `eth_down` and `eth_storm` (the management Ethernet there) are dropped.
     """
     rail = win.rail
     if _known(rail.get("ib_wait")) or not (_known(rail.get("roce_cong")) or _known(rail.get("roce_err"))):
-        if "eth_down" in win.node:
+        if _ETHERNET_EVENTS & set(win.node):
             # On InfiniBand the Ethernet NICs are the management network: their link going down
-            # does not pace a gang's collectives, and would name the wrong cause
+            # or pausing does not pace a gang's collectives, and would name the wrong cause
             from dataclasses import replace
 
-            return replace(win, node={k: v for k, v in win.node.items() if k != "eth_down"}), "ib"
+            return replace(win, node={k: v for k, v in win.node.items() if k not in _ETHERNET_EVENTS}), "ib"
         return win, "ib"
     out = dict(rail)
     cong = rail.get("roce_cong")
@@ -722,7 +725,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             io_wait &= ~writing
         # a filesystem target the job reads from answering far slower than its peers (Lustre client
         # waits are not all iowait, so PSI alone misses a slow OST)
-        slow_target = _slow_target_steps(win, sig, jm, th)
+        slow_target = _slow_target_steps(win, sig, jm, th, sig.alive[k])
         spinning = util >= th.busy_util
         congested = np.zeros(T, bool)
         link_event = np.zeros(T, bool)
@@ -874,7 +877,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 ev.append(Evidence("procs_blocked", "", _mean(blocked[seg]),
                                    _median(blocked[:T - crun]) if T > crun else None, th.blocked_waiting,
                                    note="tasks in I/O wait per node (PSI not exported)"))
-            culprit, kind, cev = _io_culprit(win, sig, jm, seg, th)
+            culprit, kind, cev = _io_culprit(win, sig, jm, seg, th, sig.alive[k])
         elif cause == "stalled_network":
             # a link that retrained at a lower width or speed and stays up paces the gang: that
             # port is a straggler (its retrain counts a link-down), not a fabric-wide stall
@@ -998,10 +1001,11 @@ def _has_target_latency(win: Window) -> bool:
     return lat is not None and bool(np.isfinite(lat).any())
 
 
-def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds) -> np.ndarray:
-    """Per step: a filesystem target the job's nodes read from answers `latency_ratio` times slower
-    than the median target (mean over every client of the cluster, so one client's bad moment
-    does not count)."""
+def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds,
+                       alive: np.ndarray) -> np.ndarray:
+    """Per step: a filesystem target the job's nodes read from (at the `alive` steps: since the job
+    started) answers `latency_ratio` times slower than the median target (mean over every client
+    of the cluster, so one client's bad moment does not count)."""
     T = win.n_steps
     lat = win.target.get("latency")
     rd = win.target.get("read")
@@ -1014,7 +1018,7 @@ def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds) 
             warnings.simplefilter("ignore", RuntimeWarning)
             med = np.nanmedian(per_target, axis=0)
             ratio = sig.cache["target_ratio"] = np.where(med > 0, per_target / med, np.nan)
-    readers = _job_targets(win, sig, jm.node_rows, jm.jobid)
+    readers = _job_targets(win, sig, jm.node_rows, jm.jobid, alive)
     if not readers.any():
         return np.zeros(T, bool)
     with np.errstate(invalid="ignore"):
@@ -1101,10 +1105,10 @@ def _unexplained(th: Thresholds, tail: slice, d: dict) -> str:
             f"each cause explains: {votes} (a verdict needs 50 %)")
 
 
-def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
+def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds, alive: np.ndarray):
     """A filesystem target whose read latency stands out from the other targets (cluster-wide, and
-    one the job's nodes read from), else a node whose I/O pressure stands out from the gang's other
-    nodes, else the filesystem the job's nodes read from when they read from only one; else nothing."""
+    one the job's nodes read from since it started: `alive`), else a node whose I/O pressure stands
+    out from the gang's other nodes, else the filesystem the job's nodes read from when they read from only one; else nothing."""
     ev: list[Evidence] = []
     lat = win.target.get("latency")
     rows = jm.node_rows
@@ -1117,7 +1121,8 @@ def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresho
         readers = None
         if rd is not None and rows:
             readers = (_job_targets(win, sig, rows, jm.jobid).astype(int) if win.job_targets.get(jm.jobid) else
-                       np.sum(np.nansum(rd[rows], axis=2) > 0, axis=0) + _job_targets(win, sig, rows))
+                       np.sum(np.nansum(_steps_of(rd[rows], alive), axis=2) > 0, axis=0)
+                       + _job_targets(win, sig, rows, steps=alive))
         if hits and readers is not None:
             hits = [h for h in hits if readers[h[0]] > 0]  # only a target the job's nodes read from
         if hits:
@@ -1164,7 +1169,7 @@ def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresho
             node = win.nodes[jm.node_rows[i]]
             ev.append(Evidence("psi_io", node, x, med, th.psi_io_stalled, z, p, note="node vs the gang's other nodes"))
             return node, "node", ev
-    fs = _job_filesystem(win, rows)
+    fs = _job_filesystem(win, rows, alive)
     if fs:
         ev.append(Evidence("fs_filesystem", "", None, None, None,
                            note=f"no target stands out; the job's nodes read only from filesystem {fs}"))
@@ -1181,13 +1186,13 @@ def _per_target_latency(lat: np.ndarray, sig: _Signals, seg: slice) -> np.ndarra
     return got
 
 
-def _job_filesystem(win: Window, rows: list[int]) -> str:
-    """The one filesystem the job's nodes read from in the window (Lustre targets are named
-    `<fs>-OSTxxxx`, `<fs>-MDTxxxx`), or "" when they read from none, several, or it cannot be told."""
+def _job_filesystem(win: Window, rows: list[int], steps: np.ndarray | None = None) -> str:
+    """The one filesystem the job's nodes read from at `steps` of the window (Lustre targets are
+    named `<fs>-OSTxxxx`, `<fs>-MDTxxxx`), or "" when they read from none, several, or it cannot be told."""
     rd = win.target.get("read")
     if rd is None or not rows or not win.targets:
         return ""
-    used = np.flatnonzero(np.nansum(rd[rows], axis=(0, 2)) > 0)
+    used = np.flatnonzero(np.nansum(_steps_of(rd[rows], steps), axis=(0, 2)) > 0)
     names = {_fs_of(win.targets[i]) for i in used if i < len(win.targets)}
     return names.pop() if len(names) == 1 and "" not in names else ""
 
@@ -1206,10 +1211,18 @@ def _fs_of(target: str) -> str:
     return m.group(1) if m else t
 
 
-def _job_targets(win: Window, sig: _Signals, rows: list[int], jobid: str = "") -> np.ndarray:
-    """(F,) the targets the job's nodes read from: those read per target where the metrics say so
-    (Lustre client OSC stats); where they only say which filesystem a node reads (llite per mount,
-    GPFS per filesystem), every target of that filesystem, as striping spreads a file over them."""
+def _steps_of(a: np.ndarray, steps: np.ndarray | None) -> np.ndarray:
+    """`a` (..., T) at the steps of the mask `steps` (all where None)."""
+    return a if steps is None or steps.all() else a[..., steps]
+
+
+def _job_targets(win: Window, sig: _Signals, rows: list[int], jobid: str = "",
+                 steps: np.ndarray | None = None) -> np.ndarray:
+    """(F,) the targets the job's nodes read from (at `steps`, a mask of the window's: the job's own,
+    since it started, as the jobs before it on its nodes read elsewhere): those read per target where
+    the metrics say so (Lustre client OSC stats); where they only say which filesystem a node reads
+    (llite per mount, GPFS per filesystem), every target of that filesystem, as striping spreads a
+    file over them."""
     rd = win.target.get("read")
     F = len(win.targets)
     mine = win.job_targets.get(jobid)
@@ -1220,7 +1233,7 @@ def _job_targets(win: Window, sig: _Signals, rows: list[int], jobid: str = "") -
     is_target = sig.cache.get("is_target")
     if is_target is None:
         is_target = sig.cache["is_target"] = np.array([bool(_TARGET.match(t)) for t in win.targets])
-    direct = np.nansum(rd[rows], axis=(0, 2)) > 0
+    direct = np.nansum(_steps_of(rd[rows], steps), axis=(0, 2)) > 0
     if (direct & is_target).any():
         return direct
     fss = {_fs_of(win.targets[i]) for i in np.flatnonzero(direct)}
@@ -1228,9 +1241,9 @@ def _job_targets(win: Window, sig: _Signals, rows: list[int], jobid: str = "") -
 
 
 def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
-    """A port whose link went down during the stall; else nodes whose port_xmit_wait stands out from
-    every node of the cluster, named as their leaf switch when they fill most of it."""
-    ev: list[Evidence] = []
+    """A port whose link went down (or erred) during the stall, or a node whose NICs went down; else
+    a NIC in a PFC pause storm near the job; else nodes whose port_xmit_wait stands out from every
+    node of the cluster, named as their leaf switch when they fill most of it."""
     # the link events that make a flapping link: the stall's own stretch and the link window before
     # its last step (a cable that flaps went down or erred shortly before the gang slowed)
     lo = max(0, min(seg.start, seg.stop - int(round(th.link_window_seconds / win.step))))
@@ -1253,6 +1266,18 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     if errs:  # errors alone name a port only where no link went down
         e = max(errs, key=lambda e: e.value or 0)
         return f"{e.node}:{e.note.split()[1]}", "port", errs
+    culprit, kind, ev = _congestion_culprit(win, sig, jm, seg, th)
+    storm = _storm_culprit(win, jm, span)
+    if storm is not None:
+        # the congestion is the storm's: its victims wait, the storming node is the cause
+        return storm[0], "node", storm[1] + ev
+    return culprit, kind, ev
+
+
+def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
+    """Nodes whose port_xmit_wait (RoCE: ECN, CNPs, PFC pause) stands out from every node of the
+    cluster, named as their leaf switch when they fill most of it, else the port or the node."""
+    ev: list[Evidence] = []
     w = sig.nodesig.get("ib_wait")
     if w is None:
         return "", "", ev
@@ -1323,6 +1348,41 @@ def _port_events(win: Window, rows: list[int], span: slice, signal: str) -> list
             ev.append(Evidence(name, win.nodes[i], float(d[r]), 0.0, 0.0,
                                note=f"port {port} " + what.format(n=int(d[r])) + " during the stall"))
     return ev
+
+
+def _storm_culprit(win: Window, jm: _JobMap, span: slice) -> tuple[str, list[Evidence]] | None:
+    """(node, evidence) for a PFC pause storm behind the job's network stall: a NIC whose storm
+    guard fired (`eth_storm`, ethtool) in `span`, on one of the job's nodes or on a leaf switch the
+    job's nodes hang off (a NIC that keeps sending pause frames fills the switch's buffers toward
+    it, and the switch pauses its other ports: every link through it stalls, and its victims show
+    the congestion). Without the leaf switches, only a storm on the job's own nodes, or the one
+    storm in the cluster. The node with most events is named; None when no storm is near the job."""
+    a = win.node.get("eth_storm")
+    if a is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        per = np.nansum(a[:, span].astype(np.float64), axis=1)
+    storming = np.flatnonzero(per > 0)
+    if not storming.size:
+        return None
+    mine = set(jm.node_rows)
+    leaves = {win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}
+    near = [int(i) for i in storming if i in mine or win.leaf_of.get(win.nodes[i], "") in leaves]
+    if not near and not win.leaf_of and storming.size == 1:
+        near = [int(storming[0])]
+    if not near:
+        return None
+    near.sort(key=lambda i: (-per[i], win.nodes[i]))
+
+    def where(i: int) -> str:
+        leaf = win.leaf_of.get(win.nodes[i], "")
+        return "a node of the job" if i in mine else f"on the job's leaf switch {leaf}" if leaf else \
+            "the one storm in the cluster"
+
+    ev = [Evidence("eth_pause_storm", win.nodes[i], float(per[i]), 0.0, 0.0,
+                   note=f"its NICs' PFC storm guard fired {int(per[i])} time(s) during the stall (ethtool): "
+                        f"it kept sending pause frames ({where(i)})") for i in near[:8]]
+    return win.nodes[near[0]], ev
 
 
 def _nic_down_culprit(win: Window, jm: _JobMap, span: slice):

@@ -47,6 +47,9 @@ SIGNALS: dict[str, Signal] = {s.key: s for s in (
     Signal("roce_cong", "RoCE congestion (ECN+CNP)", "packets/s", 1.0, False, "gangwatch_roce_port_ecn_marked_packets_total"),
     Signal("eth_pause", "PFC pause frames received", "frames/s", 1.0, False,
            "gangwatch_ethtool_node_received_pause_frames_total"),
+    # events per step of the source's grid: a NIC that kept sending pause frames (a PFC storm)
+    Signal("eth_storm", "PFC storm guard events", " events", 1.0, False,
+           "gangwatch_ethtool_node_pause_storm_events_total"),
     Signal("io_read", "Lustre read", "B/s", 1.0, False, "gangwatch_lustre_client_target_io_bytes_total"),
     Signal("io_pressure", "I/O pressure (some)", "%", 100.0, False, "gangwatch_pressure_waiting_seconds_total"),
 )}

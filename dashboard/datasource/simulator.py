@@ -34,7 +34,7 @@ class SimDatasource(BaseDatasource):
     # signal -> the simulator's history series it is read from
     HISTORY = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power", "gpu_temp": "temp", "ib_tx": "ib_tx_rate",
                "ib_wait": "ib_wait_rate", "roce_cong": "roce_cong_rate", "eth_pause": "eth_pause_rate",
-               "io_read": "ost_read_rate", "io_pressure": "io_pressure"}
+               "eth_storm": "eth_storm_step", "io_read": "ost_read_rate", "io_pressure": "io_pressure"}
 
     def __init__(self, sim, lock=None, snapshot_fn: Callable[[], Snapshot] | None = None,
                  clock: Callable[[], float] = time.monotonic, background: bool = False):

@@ -26,7 +26,7 @@ class WindowSeries:
 
     _GPU = {"gpu_util": "util", "gpu_sm": "sm", "gpu_power": "power"}
     _RAIL = ("ib_tx", *CONGESTION)
-    _NODE = {"io_read": "fs_read", "io_pressure": "psi_io", "eth_pause": "eth_pause"}
+    _NODE = {"io_read": "fs_read", "io_pressure": "psi_io", "eth_pause": "eth_pause", "eth_storm": "eth_storm"}
 
     def window(self):  # -> Window | None
         return None

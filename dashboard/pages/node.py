@@ -15,8 +15,8 @@ from dashboard.pages.network import congestion_column
 
 TITLE = "Node"
 # a source has either fabric's congestion signals, not both: graphs are drawn for the ones it has
-SIGNALS = ("gpu_util", "gpu_sm", "gpu_power", "gpu_temp", "ib_tx", "ib_wait", "roce_cong", "eth_pause", "io_read",
-           "io_pressure")
+SIGNALS = ("gpu_util", "gpu_sm", "gpu_power", "gpu_temp", "ib_tx", "ib_wait", "roce_cong", "eth_pause", "eth_storm",
+           "io_read", "io_pressure")
 
 
 def layout(ds: Datasource, ctx: ui.Ctx, name: str = ""):

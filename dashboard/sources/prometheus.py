@@ -323,7 +323,7 @@ def counters_selector(ms: list[Mapping]) -> str:
 # PSI is off, beside iowait; the agent's one-a-node marker that it leaves still port error counters
 # out, beside the NICs' link events) share one query: each part is labelled with its signal, which
 # add_matrix reads. So the cycle's query count stays in budget.
-SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "links": ("eth_pause", "eth_down", "ib_quiet"),
+SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "links": ("eth_pause", "eth_down", "eth_storm", "ib_quiet"),
                   "host_io": ("iowait", "blocked")}
 SIGNAL_LABEL = "gw_signal"
 

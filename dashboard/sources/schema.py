@@ -93,6 +93,14 @@ MAPPINGS: tuple[Mapping, ...] = (
     # errors, as link_downed is on InfiniBand
     Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, events=True),
     Mapping("eth_down", "node", "node_ethtool_link_down_events_phy", counter=True, events=True, combine="sum"),
+    # times the NICs' PFC storm guard fired (the ethtool collector's rollup; node_exporter's ethtool
+    # collector renames mlx5's tx_ to transmitted_): the node kept sending pause frames, which stall
+    # every link through its switch
+    Mapping("eth_storm", "node", "gangwatch_ethtool_node_pause_storm_events_total", counter=True, events=True),
+    Mapping("eth_storm", "node", "node_ethtool_transmitted_pause_storm_warning_events", counter=True, events=True,
+            combine="sum"),
+    Mapping("eth_storm", "node", "node_ethtool_transmitted_pause_storm_error_events", counter=True, events=True,
+            combine="sum"),
     # ---- filesystem clients, per node (all targets summed): the agent's one series per filesystem,
     # else (an agent from before it) the same bytes from its one series per target (hundreds a node)
     Mapping("fs_read", "node", "gangwatch_lustre_client_targets_io_bytes_total", counter=True,

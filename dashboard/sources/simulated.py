@@ -17,7 +17,7 @@ from dashboard.analysis.window import Window
 
 GAUGES = ("util", "sm", "power", "clock", "mem_used")
 COUNTERS = ("ib_tx", "ib_wait", "ib_downed", "ost_read", "ost_write", "ost_read_ops", "ost_read_lat", "psi_io_some")
-ROCE_COUNTERS = ("roce_ecn", "roce_cnp", "roce_err", "eth_pause", "eth_down")  # fabric "roce" only
+ROCE_COUNTERS = ("roce_ecn", "roce_cnp", "roce_err", "eth_pause", "eth_down", "eth_storm")  # fabric "roce" only
 
 
 def job_means(ids: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -104,7 +104,8 @@ class SimRecorder:
             rail = {"ib_tx": rail["ib_tx"], "ib_down": rail["ib_down"], "roce_err": increase("roce_err").astype(np.float32),
                     "roce_cong": (rate("roce_ecn") + rate("roce_cnp")).astype(np.float32)}
             roce_node = {"eth_pause": rate("eth_pause").astype(np.float32),
-                         "eth_down": increase("eth_down").astype(np.float32)}
+                         "eth_down": increase("eth_down").astype(np.float32),
+                         "eth_storm": increase("eth_storm").astype(np.float32)}
         read = rate("ost_read")
         ops, lat = rate("ost_read_ops"), rate("ost_read_lat")
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -152,8 +153,9 @@ def window_from_history(sim) -> Window:
     jobs = ids[..., -1] if len(times) else np.full((sim.n, sim.g), -1)
     job = {"psi_io": job_means(ids, arr("job_io_pressure"))} if len(times) else {}
     rail, node = {"ib_tx": arr("ib_tx_rate"), "ib_wait": arr("ib_wait_rate")}, {}
-    if sim.fabric == "roce":  # no transmit wait on RoCE: ECN/CNP per rail, PFC pause per node
-        rail, node = {"ib_tx": rail["ib_tx"], "roce_cong": arr("roce_cong_rate")}, {"eth_pause": arr("eth_pause_rate")}
+    if sim.fabric == "roce":  # no transmit wait on RoCE: ECN/CNP per rail, PFC pause (and storms) per node
+        rail = {"ib_tx": rail["ib_tx"], "roce_cong": arr("roce_cong_rate")}
+        node = {"eth_pause": arr("eth_pause_rate"), "eth_storm": arr("eth_storm_step")}
     return Window(times=np.asarray(times, np.float64), step=float(sim.dt), nodes=tuple(cl.names),
                   gpus=tuple(tuple(range(sim.g)) for _ in range(sim.n)),
                   rails=tuple(tuple(f"mlx5_{k}/1" for k in range(sim.g)) for _ in range(sim.n)), targets=tuple(cl.osts),

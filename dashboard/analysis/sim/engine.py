@@ -33,7 +33,7 @@ from typing import Iterator
 import numpy as np
 
 from . import cluster as C
-from .faults import KINDS, RANDOM_KINDS, FaultSpec, GroundTruth, parse_faults
+from .faults import KINDS, RANDOM_KINDS, ROCE_KINDS, FaultSpec, GroundTruth, parse_faults
 from .history import History
 from .sched import Request, Scheduler, shape
 from .workload import JobSpec, model_arrivals, model_batch, read_trace, trace_arrivals
@@ -236,6 +236,11 @@ class Simulation:
         self.roce_err = np.full((n, g), 100.0)  # sequence errors, NAKs and ACK timeouts
         self.eth_pause = np.full(n, 1e4)  # PFC pause frames received, all NICs of the node
         self.eth_down = np.zeros(n)  # physical link-down events of the node's NICs (ethtool)
+        # times the NICs' PFC storm guard fired (ethtool tx_pause_storm_*_events): a NIC that kept
+        # sending pause frames past its watermark, as one does whose host stopped draining it
+        self.eth_storm = np.zeros(n)
+        self.eth_storm_step = np.zeros(n, f32)
+        self.storm_node = np.zeros(n, bool)
         self.roce_cong_rate = np.zeros((n, g), f32)
         self.eth_pause_rate = np.zeros(n, f32)
         # ---- Lustre client, per node x OST
@@ -255,6 +260,9 @@ class Simulation:
         self.psi_cpu_some = self.rng_init.uniform(1e3, 1e4, n)
         # ---- faults
         self.fault_specs, self.fault_rate = parse_faults(cfg.faults)
+        roce_only = sorted({f.kind for f in self.fault_specs} & ROCE_KINDS)
+        if roce_only and self.fabric != "roce":
+            raise ValueError(f"fault {', '.join(roce_only)} needs fabric roce: InfiniBand has no pause frames")
         self._fault_queue = list(self.fault_specs)
         self.active: list[ActiveFault] = []
         self.truth: list[GroundTruth] = []
@@ -272,6 +280,7 @@ class Simulation:
         if self.fabric == "roce":
             h.add("roce_cong_rate", (n, g), f32)  # ECN-marked packets + CNPs handled per second
             h.add("eth_pause_rate", (n,), f32)  # PFC pause frames received per second, per node
+            h.add("eth_storm_step", (n,), f32)  # PFC storm guard events per step, per node
         h.add("ost_read_rate", (n, o), f32)  # bytes/s per node and OST
         h.add("ost_read_latency", (n, o), np.float16)  # s per read RPC (float16: 3 digits do, and it is the biggest series)
         h.add("io_pressure", (n,), f32)  # fraction of the step with some task stalled on I/O
@@ -757,6 +766,12 @@ class Simulation:
                 o = int(self.rng_fault.choice(ok))
             af.ost = int(o)
             truth.culprit = cl.osts[af.ost]
+        elif k == "pfc_storm":
+            af.node = self._pick_node(spec)
+            af.leaf = int(cl.leaf_of[af.node])
+            truth.culprit = cl.names[af.node]
+            # the storming node's leaf switch pauses every link toward it: its nodes are the victims
+            truth.nodes = tuple(cl.names[i] for i in np.flatnonzero(cl.leaf_of == af.leaf))
         elif k == "ib_congestion":
             leaf = spec.get("leaf")
             if leaf is None:
@@ -850,6 +865,7 @@ class Simulation:
         slow_ost = np.zeros(self.o, bool)
         hot_leaf = np.zeros(len(self.cluster.leaves), bool)
         flap_node = np.zeros(n, bool)  # a flapping rail stalls the gang in its up phases too (NCCL retries)
+        self.storm_node = np.zeros(n, bool)
         self.f_io[:] = self.f_net[:] = self.f_hang[:] = self.f_slow[:] = False
         for af in self.active:
             k = af.spec.kind
@@ -857,6 +873,11 @@ class Simulation:
                 slow_ost[af.ost] = True
             elif k == "ib_congestion":
                 hot_leaf[af.leaf] = True
+            elif k == "pfc_storm":
+                # the switch buffers toward the storming NIC fill, and it pauses its other ports:
+                # on the wire, the leaf congested
+                hot_leaf[af.leaf] = True
+                self.storm_node[af.node] = True
             elif k == "link_flap":
                 self.rail_down[af.node, af.gpu] = self.steps % 2 == 0  # down one step, up the next
                 flap_node[af.node] = True
@@ -897,7 +918,8 @@ class Simulation:
     def _touch_truth(self, t: float) -> None:
         for af in self.active:
             k = af.spec.kind
-            flag = {"ost_slow": self.f_io, "ib_congestion": self.f_net, "link_flap": self.f_net,
+            flag = {"ost_slow": self.f_io, "ib_congestion": self.f_net, "pfc_storm": self.f_net,
+                    "link_flap": self.f_net,
                     "gpu_throttle": self.f_slow, "slow_node": self.f_slow}.get(k)
             if flag is None:
                 if k in ("nccl_hang", "idle_gpus") and af.job in self.running:
@@ -905,7 +927,7 @@ class Simulation:
                 continue
             if k == "ost_slow":
                 hit = np.flatnonzero(flag & (self.j_stripe == af.ost).any(axis=1))
-            elif k == "ib_congestion":
+            elif k in ("ib_congestion", "pfc_storm"):
                 on_leaf = self.gpu_job[self.cluster.leaf_of == af.leaf]
                 hit = np.intersect1d(np.flatnonzero(flag), on_leaf[on_leaf >= 0])
             else:
@@ -1009,7 +1031,11 @@ class Simulation:
             # throws every in-flight QP into retransmission (hundreds of sequence errors and
             # timeouts); healthy links count one now and then.
             cong = self.roce_cong_rate = 0.01 * wait_rate
-            self.eth_pause_rate = np.where(self.hot_leaf[self.cluster.leaf_of], 2e3, 1.0)
+            # (the storming NIC is the one sending them, and receives the usual trickle; its storm
+            # guard fires about every 20 s, each time it has sent pauses past the watermark)
+            self.eth_pause_rate = np.where(self.hot_leaf[self.cluster.leaf_of] & ~self.storm_node, 2e3, 1.0)
+            self.eth_storm_step = (self.storm_node * (dt / 20.0)).astype(np.float32)
+            self.eth_storm += self.eth_storm_step
             self.roce_ecn += 0.5 * cong * dt
             self.roce_cnp += 0.5 * cong * dt
             self.eth_pause += self.eth_pause_rate * dt
@@ -1086,7 +1112,8 @@ class Simulation:
             "ib_tx_rate": self.ib_rate, "ib_wait_rate": self.ib_wait_rate, "ost_read_rate": self.ost_rate,
             "ost_read_latency": self.ost_lat_now,
             "io_pressure": self._io_pressure, "job_io_pressure": self.job_io_pressure,
-            **({"roce_cong_rate": self.roce_cong_rate, "eth_pause_rate": self.eth_pause_rate} if self.fabric == "roce" else {})})
+            **({"roce_cong_rate": self.roce_cong_rate, "eth_pause_rate": self.eth_pause_rate,
+                "eth_storm_step": self.eth_storm_step} if self.fabric == "roce" else {})})
 
     def _job_ids_now(self) -> np.ndarray:
         """node x GPU -> Slurm job id (-1 free); history keeps ids, not slots, since slots are reused."""

@@ -34,6 +34,8 @@ KINDS = {
     "ost_slow": ("stalled_io", 900, "an OST serves reads 20x slower: jobs striped on it stall on I/O"),
     "ib_congestion": ("stalled_network", 600, "a leaf switch is congested: gangs with nodes on it stall in all-reduce"),
     "link_flap": ("stalled_network", 600, "one node's InfiniBand rail flaps down and up: its gang stalls"),
+    "pfc_storm": ("stalled_network", 600, "one node's NIC sends PFC pause frames without end (RoCE only): its leaf "
+                                          "switch pauses every link to it, gangs with nodes there stall"),
     "gpu_throttle": ("straggler", 1800, "one GPU is clock-throttled (HW slowdown): its gang runs at its pace"),
     "slow_node": ("straggler", 1800, "all GPUs of one node are thermally throttled: its gang runs at its pace"),
     "nccl_hang": ("hung", 1800, "a gang hangs in an NCCL collective: GPUs 100 % busy, SMs idle, network flat"),
@@ -43,6 +45,9 @@ KINDS = {
     "scrape_slow": ("scrape_slow", 3600, "a node's metrics endpoint answers slowly (3 s)"),
 }
 JOB_KINDS = frozenset({"nccl_hang", "idle_gpus"})
+# Kinds only a RoCE fabric has (InfiniBand's credit flow control has no pause frames); never drawn
+# at random, so the random scenarios measured before them stay as they were.
+ROCE_KINDS = frozenset({"pfc_storm"})
 # Which cause a job shows when several faults hit it at once (first wins; see the module docstring).
 CAUSE_PRECEDENCE = ("hung", "stalled_io", "stalled_network", "idle_gpus", "straggler")
 

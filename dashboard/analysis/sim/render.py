@@ -65,6 +65,7 @@ QUIET_IB = ("symbol_error", "link_downed")  # the simulated error counters: left
 ROCE_ROWS = ("np_ecn_marked_roce_packets", "rp_cnp_handled", "out_of_sequence")
 ETH_PAUSE = ETH + "node_received_pause_frames_total"
 ETH_DOWN = ETH + "node_link_down_events_total"
+ETH_STORM = ETH + "node_pause_storm_events_total"
 # The simulator does not model metadata service time: a healthy MDS answers in well under a millisecond.
 MDC_WAIT_SECONDS = 0.0004
 LUSTRE_NID_BASE = 200  # OSS/MDS NIDs 10.1.0.<base + k>@o2ib, one server per target
@@ -119,6 +120,7 @@ def _agent_specs() -> dict[str, tuple[str, str]]:
     out.update((ROCE + metric, (COUNTER, help_)) for metric, help_ in ROCE_NODE_HELP.items())
     out[ETH_PAUSE] = (COUNTER, ETH_NODE_HELP["node_received_pause_frames_total"])
     out[ETH_DOWN] = (COUNTER, ETH_NODE_HELP["node_link_down_events_total"])
+    out[ETH_STORM] = (COUNTER, ETH_NODE_HELP["node_pause_storm_events_total"])
     out.update((f.name, (f.kind, f.help)) for f in _lustre.families.values())
     out[TARGETS_IO] = (COUNTER, TARGETS_IO_HELP)
     out[IDLE_SERIES] = (GAUGE, IDLE_SERIES_HELP)
@@ -206,6 +208,7 @@ class _Step:
             self.roce = np.stack([_ints(s.roce_ecn), _ints(s.roce_cnp), _ints(s.roce_err)], axis=1)
             self.pause = _ints(s.eth_pause)
             self.nic_down = _ints(s.eth_down)
+            self.storm = _ints(s.eth_storm)
         # Lustre (node, row, OST)
         self.ost_i = np.stack([_ints(s.ost_read), _ints(s.ost_write), _ints(s.ost_read_ops), _ints(s.ost_write_ops),
                                _ints(s.ost_inflight)], axis=1)
@@ -455,7 +458,8 @@ class NodeRenderer:
         return [*self._gpu(v, i), *self._infiniband(v, i), *roce, *self._lustre(v, i), *self._pressure(v, i), *self._jobs(v, i)]
 
     def _roce(self, v: _Step, i: int) -> list[Series]:
-        """The roce collector's hw_counters and the ethtool collector's pause-frame and link-down rollups."""
+        """The roce collector's hw_counters and the ethtool collector's pause-frame, link-down and
+        pause-storm rollups."""
         out: list[Series] = []
         node_sums: dict[str, int] = {}
         for (name, prefixes, node), values in zip(self.roce_rows, v.roce[i].tolist()):
@@ -465,6 +469,7 @@ class NodeRenderer:
         out += [(node, [f"{node} {total}"]) for node, total in node_sums.items()]
         out.append((ETH_PAUSE, [f"{ETH_PAUSE} {int(v.pause[i])}"]))
         out.append((ETH_DOWN, [f"{ETH_DOWN} {int(v.nic_down[i])}"]))
+        out.append((ETH_STORM, [f"{ETH_STORM} {int(v.storm[i])}"]))
         return out
 
     def _gpu(self, v: _Step, i: int) -> list[Series]:

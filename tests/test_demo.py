@@ -259,7 +259,7 @@ def test_real_prometheus_scrapes_every_virtual_node(served, tmp_path):
 def test_default_demo_shows_every_feature_at_start():
     """`gangwatch demo` with no flags: within its first minute the queue, the reservation, the
     pipelines, fairshare, a suspended job, placement findings and every fault kind are there."""
-    from dashboard.analysis.sim.faults import KINDS
+    from dashboard.analysis.sim.faults import KINDS, ROCE_KINDS
     from dashboard.demo import build_parser, sim_config
     from dashboard.units import fmt_value
 
@@ -293,7 +293,7 @@ def test_default_demo_shows_every_feature_at_start():
         # a job of 4 GPUs given GPUs 2-5 (two per CPU socket), beside the gangs that span a node's both
         assert any(p["kind"] == "gpus_span_numa" and v["gpus"] < 8 for v in verdicts for p in v.get("placement", ()))
         active = {kind for kind, _ in ((af.spec.kind, af) for af in sim.active)}
-        assert active == set(KINDS)
+        assert active == set(KINDS) - ROCE_KINDS  # and on --fabric roce those too: tests/test_diagnose_roce.py
         node = client.get("/metrics?target=node0002").get_data(as_text=True)
         assert "gangwatch_gpu_nvlink_peer_info{" in node and 'gangwatch_gpu_affinity_info{gpu="7",numa_node="1"' in node
     finally:

@@ -23,6 +23,7 @@ selector); its total, in CPU-seconds, is the cores a cycle that reads every seri
 1 s of the engine's wall time.
 
     python bench/bench_query_cost.py [--nodes 512] [--repeat 3] [--osts K] [--engines victoriametrics,prometheus]
+                                     [--fabric roce]
 
 Needs Debian's victoria-metrics and prometheus packages (promtool).
 """
@@ -185,6 +186,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--osts", type=int, help="the Lustre filesystem's OSTs (default: the simulator's, at most 32)")
     ap.add_argument("--engines", default="victoriametrics,prometheus")
+    ap.add_argument("--fabric", choices=("ib", "roce"), default="ib",
+                    help="the simulated compute fabric: InfiniBand, or RoCE (ECN, CNP, transport errors per port)")
     ap.add_argument("--idle", type=imp.parse_idle, metavar="S|TARGETS:PORTS",
                     help="the agents' idle windows (--collector.lustre_client.target-idle-seconds and "
                          "--collector.infiniband.error-idle-seconds; default theirs; 0: every counter at every scrape)")
@@ -196,7 +199,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-qcost-"))
     totals = {}
     try:
-        cols = imp.simulate(args.nodes, 20, 1, osts=args.osts, idle=args.idle)
+        cols = imp.simulate(args.nodes, 20, 1, osts=args.osts, idle=args.idle, fabric=args.fabric)
         jsonl, om = work / "series.jsonl", work / "series.om"
         imp.write(cols, jsonl, om)
         end = cols.times[-1]

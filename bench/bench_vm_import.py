@@ -130,7 +130,8 @@ class Columns:
 
 
 def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted: frozenset[str] | None = None,
-             slurm: str = "", osts: int | None = None, idle: tuple[float, float] | None = None) -> Columns:
+             slurm: str = "", osts: int | None = None, idle: tuple[float, float] | None = None,
+             fabric: str = "ib") -> Columns:
     """`steps` steps of the simulated cluster, the last at `end` (default: the latest 15 s boundary
     before now): the families in `wanted` (default: those the diagnosis reads) of every node's
     agent, and with `slurm` (the exporter's address, its `instance`) the slurm-exporter's families
@@ -138,7 +139,8 @@ def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted
     filesystem's OSTs (default: the simulator's, nodes / 16 between 8 and 32; sites of thousands of
     nodes have hundreds, each a series per client and counter). `idle`: the agents'
     --collector.lustre_client.target-idle-seconds and --collector.infiniband.error-idle-seconds
-    (default theirs; 0: every OST's or port's counters at every scrape)."""
+    (default theirs; 0: every OST's or port's counters at every scrape). `fabric`: the simulated
+    compute fabric (roce: ECN, CNP and transport-error counters per port, no transmit wait)."""
     from dashboard.analysis.sim import SimConfig, Simulation
     from dashboard.analysis.sim.render import NodeRenderer
     from dashboard.analysis.sim.slurm_view import build_snapshot, exporter_families
@@ -158,7 +160,8 @@ def simulate(nodes: int, steps: int, seed: int, end: float | None = None, wanted
             end = math.floor(end / BLOCK_SECONDS) * BLOCK_SECONDS - STEP
     end = math.floor(end / STEP) * STEP
     start = end - STEP * steps
-    sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300, osts=osts))
+    sim = Simulation(SimConfig(nodes=nodes, seed=seed, start=start - 300, history_seconds=300, osts=osts,
+                               fabric=fabric))
     renderer = NodeRenderer(sim, *(idle or ()))
     cols = Columns(list(sim.cluster.names), [])
     if slurm:

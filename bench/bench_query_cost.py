@@ -44,7 +44,7 @@ import httpx  # noqa: E402
 
 from bench import bench_vm_import as imp  # noqa: E402
 from collectors.fetch import accept_encoding  # noqa: E402
-from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, RATED, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
+from dashboard.sources.prometheus import (FALLBACK_FACTS, LACKS_LABEL, RATED, READ_WITH, REPLACEMENTS, RUNTIME_PATH,  # noqa: E402
                                           SHARED_QUERIES, PrometheusSource, plan_queries, query_request,
                                           raw_levels, series_selector)
 from dashboard.sources.schema import MAPPINGS, RATIOS  # noqa: E402
@@ -57,7 +57,7 @@ ENGINE_SIDE = "by engine"
 def selectors(signal: str, level: str, covered: frozenset[str]) -> list[str]:
     """The selectors of the raw series one planned query reads (its shared members' and its
     ratio's parts' too)."""
-    names = set(SHARED_QUERIES.get(signal, (signal,)))
+    names = set(SHARED_QUERIES.get(signal, (signal,))) | {s for s, host in READ_WITH.items() if host == signal}
     for name in list(names):
         if name in RATIOS:
             names |= set(RATIOS[name][:2])

@@ -53,6 +53,7 @@ the port error counters alone, as agents before they were left out).
 
 Usage: python bench/bench_vm_import.py [--nodes 4096] [--steps 20] [--repeat 3] [--baseline DIR [--baseline-first]] [--profile]
                                        [--serve-cycles K [--serve-timeout S]] [--osts K] [--idle S|T:P[,...]]
+                                       [--fabric roce]
 Needs: Debian's victoria-metrics and prometheus packages (promtool).
 """
 
@@ -420,7 +421,7 @@ def parse_idle(text: str) -> tuple[float, float]:
 def one_dataset(args, work: Path, engines: list[str], idle: tuple[float, float] | None):
     """Simulate, write, import into each engine and measure; yields (engine, rows)."""
     t0 = time.perf_counter()
-    cols = simulate(args.nodes, args.steps, args.seed, osts=args.osts, idle=idle)
+    cols = simulate(args.nodes, args.steps, args.seed, osts=args.osts, idle=idle, fabric=args.fabric)
     t1 = time.perf_counter()
     jsonl, om = work / "series.jsonl", work / "series.om"
     write(cols, jsonl, om)
@@ -467,6 +468,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--osts", type=int, help="the Lustre filesystem's OSTs (default: the simulator's, at most 32)")
+    ap.add_argument("--fabric", choices=("ib", "roce"), default="ib",
+                    help="the simulated compute fabric: InfiniBand, or RoCE (ECN, CNP, transport errors per port)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", default="victoriametrics,prometheus")
     ap.add_argument("--profile", action="store_true", help="one more steady cycle of ours under cProfile")

@@ -128,13 +128,16 @@ def test_diagnose_cli_against_prometheus(served, capsys):
 
 @pytest.mark.parametrize("fault", ["ib_congestion@8m+30m:leaf=leaf00", "pfc_storm@8m+20m"])
 def test_prometheus_source_matches_bundle_on_roce(tmp_path, fault):
-    """RoCE's signals share one query (each part labelled with its signal) and its ECN marks and CNPs
-    are added up by PromQL as the bundle reader adds them: the same verdicts either way, a PFC
-    storm's source named through the ethtool rollups' shared query."""
+    """RoCE's counters read as they stand (ECN marks and CNPs raw, their rates worked out and added up
+    by serve; the transport errors with InfiniBand's symbol errors, their step increases added up)
+    give the window the engine's own sums gave, to the bit, and the verdicts the bundle gives; a
+    PFC storm's source named through the ethtool rollups' shared query."""
     from dashboard.analysis.diagnose import diagnose
     from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.sources.build import SignalStore
     from dashboard.sources.bundle import load_bundle
-    from dashboard.sources.prometheus import PrometheusSource
+    from dashboard.sources.prometheus import PrometheusSource, add_matrix, plan_queries
+    from dashboard.sources.schema import NodeMatcher
 
     sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
                                faults=fault))
@@ -147,6 +150,15 @@ def test_prometheus_source_matches_bundle_on_roce(tmp_path, fault):
         assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
         assert "roce_cong" in win.rail and "roce_err" in win.rail
         assert _verdicts(diagnose(win, b.jobs)) == want
+        engine = {s: q for s, _, q in plan_queries(60.0, 15.0, by_engine=True)}  # sum by (rate), c - c offset
+        store = SignalStore()
+        for signal in ("roce_cong", "roce_err"):
+            r = httpx.get(url + "/api/v1/query_range", params={"query": engine[signal], "start": win.start,
+                                                               "end": win.end, "step": 15})
+            add_matrix(store, signal, "rail", r.json()["data"], NodeMatcher())
+        ref = store.window(win.start, win.end, 15.0)
+        for signal in ("roce_cong", "roce_err"):
+            assert np.nansum(win.rail[signal]) > 0 and np.array_equal(win.rail[signal], ref.rail[signal], equal_nan=True)
         if fault.startswith("pfc_storm"):
             (truth,) = sim.ground_truth()
             assert np.array_equal(np.nan_to_num(win.node["eth_storm"]), np.nan_to_num(b.window.node["eth_storm"]))

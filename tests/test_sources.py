@@ -385,7 +385,7 @@ def test_queries_run_as_many_at_a_time_as_the_engines_cores_allow(runtimeinfo, c
     assert src.raw_levels == (("gpu", "rail") if says else ())
     # the port counters' rates: worked out here from their raw samples on every engine (RATED)
     asked = {s: q for s, _, q in plan_queries(60, 15, raw=src.raw_levels)}
-    assert set(RATED) == {"ib_tx", "ib_wait"} and all("rate(" not in asked[s] for s in RATED)
+    assert set(RATED) == {"ib_tx", "ib_wait", "roce_cong"} and all("rate(" not in asked[s] for s in RATED)
     assert not src.failed_last_cycle and np.isfinite(win.gpu["util"]).all()
     one = PrometheusSource("http://prom:9090", concurrency=1, client=_fake_prometheus(3, [])).window(T0, 600, 15)
     assert np.array_equal(one.gpu["util"], win.gpu["util"])
@@ -548,6 +548,35 @@ def _util_series(start: float, end: float, step: float, nodes: int) -> list[dict
     """GPU 0 of `nodes` nodes at 50 % over the span asked."""
     return [{"metric": {"instance": f"n{i:04d}:9810", "gpu": "0"},
              "values": [[t, "0.5"] for t in np.arange(start, end + 1e-6, step)]} for i in range(nodes)]
+
+
+def test_roce_transport_errors_read_with_symbol_errors_add_up_per_counter():
+    """RoCE's transport error counters come in InfiniBand's symbol errors' query (READ_WITH), raw:
+    each row's step increase worked out here, a port's rows of one counter averaged (one agent
+    scraped twice counts its errors once), the counters added up, and the symbol errors apart."""
+    from dashboard.sources.prometheus import READ_WITH, plan_queries
+
+    planned = {s for s, _, _ in plan_queries()}
+    assert READ_WITH == {"roce_err": "ib_err"} and "roce_err" not in planned and "ib_err" in planned
+
+    def answer(q: str, start: float, end: float, step: float):
+        if "gangwatch_infiniband_port_symbol_errors_total" not in q:
+            return []
+
+        def counter(name: str, per_step: int, **labels) -> dict:
+            return {"metric": {"__name__": name, "device": "mlx5_0", "port": "1", **labels},
+                    "values": [[t, str(1000 + per_step * round((t - T0) / step))] for t in np.arange(start, end + 1e-6, step)]}
+        seq = "gangwatch_roce_port_out_of_sequence_packets_total"
+        return [counter(seq, 10, instance="n0:9810"), counter(seq, 10, node="n0"),  # n0 under two host labels
+                counter("gangwatch_roce_port_local_ack_timeouts_total", 3, instance="n0:9810"),
+                counter("gangwatch_infiniband_port_symbol_errors_total", 1, instance="n0:9810")]
+
+    src = PrometheusSource("http://prom:9090", client=_range_engine(answer))
+    for end in (T0, T0 + 15):  # cold, then steady
+        win = src.window(end, 300, 15)
+        i = win.nodes.index("n0")
+        assert win.rail["roce_err"][i, 0].tolist() == [13.0] * win.n_steps
+        assert win.rail["ib_err"][i, 0].tolist() == [1.0] * win.n_steps
 
 
 def test_each_event_counter_counts_its_own_events():
@@ -747,7 +776,7 @@ def _changing_engine(state: dict):
     points (a point at t depends on t only, as on a real engine): GPU utilisation of four nodes (one
     appearing at T0 + 60, one GPU gone before T0 - 200, one missing every fifth step, one NaN every
     seventh, one cell fed by two rows: the node under two host labels), a job's I/O pressure from
-    its nodes' rows (three or four: their sum's order matters), RoCE's two signals in one query,
+    its nodes' rows (three or four: their sum's order matters), the NICs' two signals in one query,
     and the sparse per-target reads (a missing point is NaN there, never the one before).
     `state["fail"]` makes the utilisation query fail; `state["answer"]` is what a query answers."""
     def value(seed: int, t: float) -> float:
@@ -773,9 +802,9 @@ def _changing_engine(state: dict):
             # answered in reverse label order: a steady source holds n3 after the others, a cold one first
             return [({"instance": f"n{i}:9810", "jobid": "7"}, 200 + i, lambda t, k, i=i: i != 3 or t >= T0 + 60)
                     for i in reversed(range(4))]
-        if '"gw_signal", "roce_cong"' in q:  # one query, two signals (SHARED_QUERIES), told apart by a label
-            return [({"instance": f"n{i}:9810", "device": "mlx5_0", "port": "1", "gw_signal": part}, 400 + 10 * i + j,
-                     lambda t, k: True) for i in range(3) for j, part in enumerate(("roce_cong", "roce_err"))]
+        if '"gw_signal", "eth_pause"' in q:  # one query, two signals (SHARED_QUERIES), told apart by a label
+            return [({"instance": f"n{i}:9810", "gw_signal": part}, 400 + 10 * i + j,
+                     lambda t, k: True) for i in range(3) for j, part in enumerate(("eth_pause", "eth_down"))]
         if "gangwatch_infiniband_port_transmit_data_bytes_total" in q:  # RATED: a counter's raw samples (_mock)
             # n1 misses every fourth scrape; n3 appears at T0 + 60, its first sample no rate yet
             return [({"instance": f"n{i}:9810", "device": "mlx5_0", "port": "1"}, 500 + i,
@@ -841,7 +870,7 @@ def test_steady_cycles_give_cold_windows():
             continue
         assert warm.failed_last_cycle == 0 and not win.notes
         reference = SignalStore()  # the generic path, point by point, the rows in label order
-        for signal, level in (("util", "gpu"), ("psi_io", "job"), ("roce", "rail")):
+        for signal, level in (("util", "gpu"), ("psi_io", "job"), ("links", "node")):
             q = next(q for s, lvl, q in plan_queries(60, step) if (s, lvl) == (signal, level))
             # a SAMPLED level's points: the raw samples of the steps ending at the window's times
             lo, every = (win.start - step + SCRAPE, SCRAPE) if signal in SAMPLED else (win.start, step)
@@ -851,9 +880,9 @@ def test_steady_cycles_give_cold_windows():
                 ts, vs = np.array([p[0] for p in series["values"]]), np.array([float(p[1]) for p in series["values"]])
                 reference.add(part, level, NodeMatcher()(labels), sub_key(Mapping(part, level, ""), labels), ts, vs)
         ref = reference.window(win.start, win.end, step)
-        for name, other in (("roce_cong", "roce_err"), ("roce_err", "roce_cong")):
-            assert np.array_equal(win.rail[name], ref.rail[name], equal_nan=True)
-            assert not np.array_equal(win.rail[name], ref.rail[other], equal_nan=True)
+        for name, other in (("eth_pause", "eth_down"), ("eth_down", "eth_pause")):
+            assert np.array_equal(win.node[name], ref.node[name], equal_nan=True)
+            assert not np.array_equal(win.node[name], ref.node[other], equal_nan=True)
         assert np.array_equal(win.gpu["util"], ref.gpu["util"], equal_nan=True)
         assert set(win.job["psi_io"]) == {"7"} and np.array_equal(win.job["psi_io"]["7"], ref.job["psi_io"]["7"], equal_nan=True)
         read = win.target["read"][win.nodes.index("n0"), win.targets.index("fs-OST0000")]

@@ -225,13 +225,16 @@ class GridBlock(NamedTuple):
     """One signal's rows, aligned to the window's grid already, that a source keeps between
     windows (HeldGrid): which rows of its aligned array they are, each row's (node, key) and sort
     key, and a version that changes whenever any of these do (blocks from one source share it,
-    told apart by their signal)."""
+    told apart by their signal). `addends`, for a signal that adds its counters up (combine="sum":
+    RoCE's), each row's counter: a cell's rows of one counter average (one agent scraped twice),
+    and the counters' means add up as `combine_rows` adds a bundle's."""
     signal: str
     level: str
     rows: np.ndarray
     cells: list[tuple[str, str]]
     order: list
     version: int
+    addends: tuple[str, ...] | None = None
 
 
 class _Placement:
@@ -251,6 +254,14 @@ class _Placement:
         self.where = tuple(np.array(where, np.int64).T) if where else ()
         self.groups = [(cell, block.rows[np.array(sorted(rs, key=lambda i: block.order[i]), np.int64)])
                        for cell, rs in by_cell.items() if job or len(rs) > 1]
+        # per cell of several rows, where they are of several counters (addends), each counter's rows
+        self.terms: list[list[np.ndarray] | None] = [None] * len(self.groups)
+        if block.addends is not None and not job:
+            at = {int(r): a for r, a in zip(block.rows, block.addends)}
+            for g, (_, rows) in enumerate(self.groups):
+                names = sorted({at[int(r)] for r in rows})
+                if len(names) > 1:
+                    self.terms[g] = [rows[np.array([at[int(r)] == a for r in rows])] for a in names]
         # every cell of the array written (most per-GPU and per-port signals): its array need not
         # be filled with NaN first
         self.whole = not job and len(by_cell) == math.prod(lay.shapes[block.level][:-1])
@@ -269,17 +280,25 @@ class _Placement:
                 means = job_means(aligned[self.job_rows], self.job_starts, self.job_sizes)
                 jobs[block.signal].update((cell[0], means[i]) for i, (cell, _) in enumerate(self.groups))
             return
-        for cell, rows in self.groups:
+        for (cell, rows), terms in zip(self.groups, self.terms):
             _array(arrays, lay, block.level, block.signal, full)[lay.index(block.level, *cell)] = \
-                combine_rows(aligned[rows], "mean")
+                _cell(aligned, rows, terms)
 
     def fill_columns(self, block: GridBlock, aligned: np.ndarray, lay: Layout, arr: np.ndarray, cols: slice) -> None:
         """`fill` of the columns `cols` alone, into `arr` (not the job level). A cell of several rows
         is combined over all columns, then cut: the same bits as `fill` gives those columns."""
         if self.alone.size:
             arr[self.where + (cols,)] = aligned[self.alone, cols]
-        for cell, rows in self.groups:
-            arr[lay.index(block.level, *cell) + (cols,)] = combine_rows(aligned[rows], "mean")[cols]
+        for (cell, rows), terms in zip(self.groups, self.terms):
+            arr[lay.index(block.level, *cell) + (cols,)] = _cell(aligned, rows, terms)[cols]
+
+
+def _cell(aligned: np.ndarray, rows: np.ndarray, terms: list[np.ndarray] | None) -> np.ndarray:
+    """A cell of several grid rows: their mean, or where they are of several counters (`terms`, each
+    counter's rows) the sum of each counter's mean."""
+    if terms is None:
+        return combine_rows(aligned[rows], "mean")
+    return combine_rows(np.vstack([combine_rows(aligned[t], "mean") for t in terms]), "sum")
 
 
 class HeldGrid:

@@ -125,7 +125,8 @@ def _summed(ms: list[Mapping]) -> list[list[Mapping]]:
 # (`raw_levels`). Serve maps each row to its GPU or port as it did the aggregate's, and the rows
 # of one cell average (HeldGrid), which is what `avg by` did and, for a rate, what the bundle
 # reader does where `sum by` added a duplicate (one agent scraped twice) twice. Mappings added up
-# by design (combine="sum": RoCE's) are aggregated by the engine whatever it is.
+# by design (combine="sum") that are not asked for as raw series are aggregated by the engine
+# whatever it is.
 RAW_LEVELS = ("gpu", "rail")
 
 
@@ -194,11 +195,12 @@ def plan_queries(rate_window: float = 60.0, step: float = 15.0, host_labels: tup
     out = []
     parts = {name for pair in RATIOS.values() for name in pair[:2]}  # derived: divided on the server
     for (signal, level), ms in groups.items():
-        if signal in parts:
+        if signal in parts or (signal in READ_WITH and not by_engine):
             continue
         by = ",".join(host_labels + KEY_OF_LEVEL[level])
         if signal in STEP_INCREASE and not by_engine:
-            out.append((signal, level, counters_selector(ms)))
+            out.append((signal, level, counters_selector(ms + [m for s, host in READ_WITH.items() if host == signal
+                                                              for m in groups.get((s, level), ())])))
             continue
         if (signal in SAMPLED or signal in RATED) and not by_engine:
             out.append((signal, level, sampled_selector(ms)))
@@ -280,8 +282,8 @@ REPLACEMENTS = frozenset(m.fallback for m in MAPPINGS if m.fallback in FALLBACK_
 # from one step before the span (matrix.decode_increase): `clamp_min(c - c offset <step>, 0)` makes
 # the engine read each raw series twice, match the two and aggregate, 2-6x the work of reading it
 # once (bench/README.md, "Event counters read once"). Those whose mappings stand alone and share
-# their label filters: one summed with others of its exporter (RoCE's sequence errors) or sharing a
-# query (SHARED_QUERIES) is asked as before. All of a signal's counters (the agent's, node_exporter's)
+# their label filters, and the counters read with them (READ_WITH: RoCE's transport errors, added
+# up per port by `Held.blocks`); one sharing a query (SHARED_QUERIES) is asked as before. All of a signal's counters (the agent's, node_exporter's)
 # are one selector on their names (`counters_selector`), neither `or` nor `sum by`, which cost
 # Prometheus as much again: each series keeps its name, so no counter's count is ever taken from
 # another's (an `or` of the counters would, where relabelling gives both the same labels), each
@@ -294,14 +296,14 @@ def _step_increase() -> frozenset[str]:
 
 def _alone() -> dict[str, list[Mapping]]:
     """The mappings PromQL can ask for of each signal that has a query of its own: neither a part of
-    a shared one (SHARED_QUERIES) nor of a ratio (RATIOS)."""
+    a shared one (SHARED_QUERIES) nor of a ratio (RATIOS), nor read in another's (READ_WITH)."""
     by_signal: dict[str, list[Mapping]] = defaultdict(list)
     for m in MAPPINGS:
         if not m.scale_label:
             by_signal[m.signal].append(m)
     shared = {s for members in SHARED_QUERIES.values() for s in members}
     parts = {name for pair in RATIOS.values() for name in pair[:2]}
-    return {signal: ms for signal, ms in by_signal.items() if signal not in shared | parts}
+    return {signal: ms for signal, ms in by_signal.items() if signal not in shared | parts | set(READ_WITH)}
 
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -318,13 +320,19 @@ def counters_selector(ms: list[Mapping]) -> str:
     return "{" + f'__name__=~"{"|".join(names)}"' + ("," + rest[1:-1] if rest else "") + "}"
 
 
-# Signals of one level that are only read where the others are absent (RoCE's, where InfiniBand has
-# no transmit wait; the ethtool collector's rollups, read on RoCE; the tasks in I/O wait, read where
+# Signals of one level that are only read where the others are absent (the ethtool collector's
+# rollups, read on RoCE, where InfiniBand has no transmit wait; the tasks in I/O wait, read where
 # PSI is off, beside iowait; the agent's one-a-node marker that it leaves still port error counters
 # out, beside the NICs' link events) share one query: each part is labelled with its signal, which
 # add_matrix reads. So the cycle's query count stays in budget.
-SHARED_QUERIES = {"roce": ("roce_cong", "roce_err"), "links": ("eth_pause", "eth_down", "eth_storm", "ib_quiet"),
-                  "host_io": ("iowait", "blocked")}
+SHARED_QUERIES = {"links": ("eth_pause", "eth_down", "eth_storm", "ib_quiet"), "host_io": ("iowait", "blocked")}
+# Event counters read in another's query, as its raw counters are (STEP_INCREASE): RoCE's transport
+# errors (four counters a port, added up) in InfiniBand's symbol errors' selector, each row's step
+# increase worked out by serve and told apart by its name (`Held`: a row's mapping gives its
+# signal). In the engine, `clamp_min(c - c offset, 0)` of the four summed read each of the 32
+# series a node twice and matched them: with RoCE's congestion counters' rates, two thirds of a
+# RoCE cycle's engine CPU on Prometheus at 4,096 nodes (bench/README.md, "RoCE's counters read once").
+READ_WITH = {"roce_err": "ib_err"}
 SIGNAL_LABEL = "gw_signal"
 
 
@@ -366,17 +374,20 @@ STEP_INCREASE = _step_increase()
 def _raw_series(counters: bool) -> dict[str, tuple[Mapping, ...]]:
     """The signals of one GPU or port whose mappings are all levels (or all counters of a rate) that
     one selector can ask for: neither events, nor keyed by another label, nor a fallback, nor
-    excluding a label's value, each series standing for its GPU or port alone (mean)."""
+    excluding a label's value, each series standing for its GPU or port alone (mean), or each
+    counter one part of a sum (combine="sum": RoCE's ECN marks and CNPs; `Held.blocks` adds them
+    up, each averaged over its own rows)."""
     return {signal: tuple(ms) for signal, ms in _alone().items()
             if signal not in SPARSE and len({m.level for m in ms}) == 1 and ms[0].level in RAW_LEVELS
-            and all(m.counter == counters and not (m.events or m.key or m.fallback) and m.combine == "mean"
+            and len({m.combine for m in ms}) == 1 and ms[0].combine in ("mean", "sum")
+            and all(m.counter == counters and not (m.events or m.key or m.fallback)
                     and not any(v.startswith("!") for _, v in m.filters) for m in ms)}
 
 
 SAMPLED = _raw_series(counters=False)
 
-# The port counters' rates (a link's traffic, its transmit wait: a third of a cycle's per-device
-# series) are asked for as their raw samples too, from one rate window before the span, and their
+# The port counters' rates (a link's traffic, its transmit wait, RoCE's ECN marks and CNPs added up:
+# a third of a cycle's per-device series) are asked for as their raw samples too, from one rate window before the span, and their
 # rate worked out here as Prometheus works it out (matrix.decode_rate: the same extrapolation, the
 # samples' own milliseconds), so every engine gives the same rate: VictoriaMetrics' `rate` starts
 # from the sample before the window and does not extrapolate, so where scrapes are off the query's
@@ -390,6 +401,21 @@ SAMPLED = _raw_series(counters=False)
 # out the samples costs it less than working the rate out (4,096 nodes, steady: 2.98-3.46 CPU-s a
 # cycle against 3.40-3.67; bench/README.md, "Port rates from raw samples on Prometheus too").
 RATED = _raw_series(counters=True)
+
+
+def _read_with() -> dict[str, tuple[Mapping, ...]]:
+    """Per signal whose query reads others' counters too (READ_WITH), its mappings and theirs."""
+    def of(signal):
+        return tuple(m for m in MAPPINGS if m.signal == signal and not m.scale_label)
+    out: dict[str, tuple[Mapping, ...]] = {}
+    for signal, host in READ_WITH.items():
+        out[host] = out.get(host, of(host)) + of(signal)
+    return out
+
+
+# The mappings a held signal's rows find theirs among (`sample_mapping`): its scale, and the signal
+# and the counter it is part of (a RATED sum's, a READ_WITH signal's)
+HELD_MAPPINGS = {**SAMPLED, **RATED, **_read_with()}
 
 
 def sampled_selector(ms: tuple[Mapping, ...] | list[Mapping]) -> str:
@@ -427,8 +453,8 @@ def sample_lookback(step: float, interval: float) -> float:
     return step * max(1, math.ceil(LOOKBACK_STEPS * interval / step - 0.25))
 
 
-# Queries per cycle, whatever the node count: one range query per signal (RoCE's rail signals
-# sharing one) and the facts query, plus PLAN_QUERY (the scrape interval, the nodes lacking a
+# Queries per cycle, whatever the node count: one range query per signal (the NICs' node rollups
+# sharing one, RoCE's transport errors read with the symbol errors) and the facts query, plus PLAN_QUERY (the scrape interval, the nodes lacking a
 # fallback's replacement) on a cold cycle and with the hardware facts.
 # Tests hold the source to it. (While a signal is known only in part, after its whole window
 # failed, each cycle asks for the span before that part too: COLD_SHRINK.)
@@ -628,12 +654,15 @@ class Held:
     each time, so one handed out stays as it was)."""
 
     __slots__ = ("rows", "answered", "labels", "keys", "cells", "n", "T", "_bufs", "_off", "t0", "until", "version", "_blocks",
-                 "mappings", "scale", "tail", "stamps")
+                 "mappings", "scale", "parts", "tail", "stamps")
 
     def __init__(self, mappings: tuple[Mapping, ...] | None = None):
-        # a SAMPLED signal's mappings: each row's own scales it (`scale`: NaN where none takes it)
+        # a SAMPLED signal's mappings (HELD_MAPPINGS): each row's own scales it (`scale`: NaN where
+        # none takes it) and says which signal it is of and, where that signal adds its counters up
+        # (combine="sum"), which counter (`parts`: ("", "") for the signal asked for, averaged)
         self.mappings = mappings
         self.scale: list[float] = []
+        self.parts: list[tuple[str, str]] = []
         self.rows: dict[tuple, int] = {}  # labels sorted -> row
         self.answered: dict[tuple, int] = {}  # labels as answered (names, values) -> row
         self.labels: list[dict] = []
@@ -784,18 +813,14 @@ class Held:
                 self.labels.append(labels)
                 self.keys.append(key)
                 self.cells.append(None)
-                self.scale.append(self._scale_of(labels))
+                m = None if self.mappings is None else sample_mapping(self.mappings, labels)
+                self.scale.append(1.0 if self.mappings is None else math.nan if m is None else m.scale)
+                self.parts.append(("", "") if m is None else (m.signal, m.metric if m.combine == "sum" else ""))
                 self.n += 1
                 self._changed()
             got[i] = self.answered[answered[i]] = r
         self._grow(self.n)
         return np.array(got, np.int64)
-
-    def _scale_of(self, labels: dict) -> float:
-        if self.mappings is None:
-            return 1.0
-        m = sample_mapping(self.mappings, labels)
-        return math.nan if m is None else m.scale
 
     def _scaled(self, rows: np.ndarray, val: np.ndarray) -> np.ndarray:
         """The points' values in the signal's unit: each row's mapping's scale (SAMPLED), NaN for a
@@ -830,6 +855,7 @@ class Held:
         self.keys = [self.keys[i] for i in idx]
         self.cells = [self.cells[i] for i in idx]
         self.scale = [self.scale[i] for i in idx]
+        self.parts = [self.parts[i] for i in idx]
         self.rows = {k: i for i, k in enumerate(self.keys)}
         self.answered = {}  # found again by their sorted labels on the next answer
         if self.tail is not None:
@@ -866,8 +892,10 @@ class Held:
         self.stamps = stamps
 
     def blocks(self, signal: str, level: str, matcher: NodeMatcher) -> list[tuple[GridBlock, np.ndarray, np.ndarray]]:
-        """The rows as HeldGrid blocks (a shared query's parts apart), each with its aligned rows and
-        their columns' stamps; rows the matcher gives no node or key left out."""
+        """The rows as HeldGrid blocks (a shared query's parts apart, and the signals read with this
+        one: READ_WITH), each with its aligned rows and their columns' stamps; rows the matcher gives
+        no node or key left out. A signal that adds its counters up has each row's counter in its
+        block (`GridBlock.addends`)."""
         if self._blocks is None:
             probe = Mapping(signal, level, "")
             parts: dict[str, list[int]] = defaultdict(list)
@@ -875,11 +903,14 @@ class Held:
                 if self.cells[i] is None:  # a row's labels never change: mapped once, on the cycle it appears
                     node, key = matcher(labels), sub_key(probe, labels)
                     mapped = node is not None and key is not None and not math.isnan(self.scale[i])
-                    self.cells[i] = (labels.get(SIGNAL_LABEL) or signal, node, key) if mapped else ()
+                    part = labels.get(SIGNAL_LABEL) or self.parts[i][0] or signal
+                    self.cells[i] = (part, node, key) if mapped else ()
                 if self.cells[i]:
                     parts[self.cells[i][0]].append(i)
             self._blocks = [GridBlock(part, level, np.array(rows, np.int64), [self.cells[i][1:] for i in rows],
-                                      [self.keys[i] for i in rows], self.version) for part, rows in parts.items()]
+                                      [self.keys[i] for i in rows], self.version,
+                                      tuple(self.parts[i][1] for i in rows) if any(self.parts[i][1] for i in rows) else None)
+                            for part, rows in parts.items()]
         aligned = self.aligned[:self.n]
         return [(b, aligned, self.stamps) for b in self._blocks]
 
@@ -1111,7 +1142,7 @@ class PrometheusSource:
         plan = plan_queries(rate_window, step, self.matcher.host_labels, self._covered, self.raw_levels)
         asks, fills = [], {}
         for signal, level, q in plan:
-            held = self._held.pop((signal, level), None) or Held(SAMPLED.get(signal) or RATED.get(signal))
+            held = self._held.pop((signal, level), None) or Held(HELD_MAPPINGS.get(signal))
             rated = rate_window if signal in RATED else None
             # a fallback dropped from the plan keeps what it answered (its replacement's points, where a
             # node had both; the node's only ones before its agent had it); one back in the plan (a node

@@ -159,6 +159,13 @@ def test_prometheus_source_matches_bundle_on_roce(tmp_path, fault):
         ref = store.window(win.start, win.end, 15.0)
         for signal in ("roce_cong", "roce_err"):
             assert np.nansum(win.rail[signal]) > 0 and np.array_equal(win.rail[signal], ref.rail[signal], equal_nan=True)
+        # and a steady source's, its columns moved along and the newest added up alone
+        steady = PrometheusSource(url)
+        for back in (4, 2, 1, 0):
+            got = steady.window(b.end - 15 * back, b.end - b.start, 15.0)
+        assert steady._grid.moved > 0
+        for signal in ("roce_cong", "roce_err"):
+            assert np.array_equal(got.rail[signal], win.rail[signal], equal_nan=True)
         if fault.startswith("pfc_storm"):
             (truth,) = sim.ground_truth()
             assert np.array_equal(np.nan_to_num(win.node["eth_storm"]), np.nan_to_num(b.window.node["eth_storm"]))

@@ -254,14 +254,26 @@ class _Placement:
         self.where = tuple(np.array(where, np.int64).T) if where else ()
         self.groups = [(cell, block.rows[np.array(sorted(rs, key=lambda i: block.order[i]), np.int64)])
                        for cell, rs in by_cell.items() if job or len(rs) > 1]
-        # per cell of several rows, where they are of several counters (addends), each counter's rows
+        # per cell of several rows, where they are of several counters (addends), each counter's rows;
+        # the cells of one row a counter (every RoCE port: tens of thousands) added up in one pass
+        # (`sums`: per count of counters, the cells and their rows, a column per counter)
         self.terms: list[list[np.ndarray] | None] = [None] * len(self.groups)
+        self.sums: list[tuple[tuple, np.ndarray]] = []
         if block.addends is not None and not job:
             at = {int(r): a for r, a in zip(block.rows, block.addends)}
-            for g, (_, rows) in enumerate(self.groups):
+            by_count: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
+            kept = []
+            for (cell, rows), _ in zip(self.groups, self.terms):
                 names = sorted({at[int(r)] for r in rows})
-                if len(names) > 1:
-                    self.terms[g] = [rows[np.array([at[int(r)] == a for r in rows])] for a in names]
+                terms = [rows[np.array([at[int(r)] == a for r in rows])] for a in names] if len(names) > 1 else None
+                if terms is not None and len(names) == len(rows):
+                    cells, mats = by_count[len(rows)]
+                    cells.append(lay.index(block.level, *cell))
+                    mats.append([int(t[0]) for t in terms])
+                else:
+                    kept.append(((cell, rows), terms))
+            self.groups, self.terms = [g for g, _ in kept], [t for _, t in kept]
+            self.sums = [(tuple(np.array(cells, np.int64).T), np.array(mats, np.int64)) for cells, mats in by_count.values()]
         # every cell of the array written (most per-GPU and per-port signals): its array need not
         # be filled with NaN first
         self.whole = not job and len(by_cell) == math.prod(lay.shapes[block.level][:-1])
@@ -283,6 +295,8 @@ class _Placement:
         for (cell, rows), terms in zip(self.groups, self.terms):
             _array(arrays, lay, block.level, block.signal, full)[lay.index(block.level, *cell)] = \
                 _cell(aligned, rows, terms)
+        for where, mat in self.sums:
+            _array(arrays, lay, block.level, block.signal, full)[where] = _added(aligned[mat])
 
     def fill_columns(self, block: GridBlock, aligned: np.ndarray, lay: Layout, arr: np.ndarray, cols: slice) -> None:
         """`fill` of the columns `cols` alone, into `arr` (not the job level). A cell of several rows
@@ -291,6 +305,15 @@ class _Placement:
             arr[self.where + (cols,)] = aligned[self.alone, cols]
         for (cell, rows), terms in zip(self.groups, self.terms):
             arr[lay.index(block.level, *cell) + (cols,)] = _cell(aligned, rows, terms)[cols]
+        for where, mat in self.sums:
+            arr[where + (cols,)] = _added(aligned[:, cols][mat])
+
+
+def _added(stack: np.ndarray) -> np.ndarray:
+    """Cells of one row a counter (cells, counters, T) added up as `_cell` adds them: the sum where
+    every counter is known, else NaN."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(stack).all(axis=1), np.nansum(stack, axis=1), np.nan)
 
 
 def _cell(aligned: np.ndarray, rows: np.ndarray, terms: list[np.ndarray] | None) -> np.ndarray:

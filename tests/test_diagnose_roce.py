@@ -341,14 +341,15 @@ def test_demo_command_line_takes_the_fabric():
         build_parser().parse_args(["--fabric", "omnipath"])
 
 
-def test_roce_demo_showcase_has_a_pause_storm_named_by_its_node():
-    """`gangwatch demo --fabric roce`: the showcase's faults and a PFC storm besides, active when the
-    pre-filled hour ends, its gangs' verdicts naming the storming node."""
+def test_roce_demo_showcase_with_a_pause_storm_names_its_node():
+    """`gangwatch demo --fabric roce --faults showcase,pfc_storm@48m+25m` (docs/demo.md): every kind
+    active when the pre-filled hour ends, the storm's gangs' verdicts naming the storming node."""
     from dashboard.analysis.sim.faults import KINDS
     from dashboard.analysis.sim.slurm_view import build_snapshot
     from dashboard.demo import build_parser, sim_config
 
-    sim = Simulation(sim_config(build_parser().parse_args(["--fabric", "roce"]), 1.8e9))
+    args = build_parser().parse_args(["--fabric", "roce", "--faults", "showcase,pfc_storm@48m+25m"])
+    sim = Simulation(sim_config(args, 1.8e9))
     assert {af.spec.kind for af in sim.active} == set(KINDS)
     storm = next(g for g in sim.ground_truth() if g["kind"] == "pfc_storm")
     hit = network(diagnose(window_from_history(sim), build_snapshot(sim).jobs).verdicts)

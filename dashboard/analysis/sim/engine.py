@@ -259,7 +259,7 @@ class Simulation:
         self.psi_io_full = self.psi_io_some * 0.5
         self.psi_cpu_some = self.rng_init.uniform(1e3, 1e4, n)
         # ---- faults
-        self.fault_specs, self.fault_rate = parse_faults(cfg.faults, self.fabric)
+        self.fault_specs, self.fault_rate = parse_faults(cfg.faults)
         roce_only = sorted({f.kind for f in self.fault_specs} & ROCE_KINDS)
         if roce_only and self.fabric != "roce":
             raise ValueError(f"fault {', '.join(roce_only)} needs fabric roce: InfiniBand has no pause frames")

@@ -72,8 +72,6 @@ DEFAULT_SCENARIO = ("ost_slow@8m+12m,nccl_hang@12m+40m,gpu_throttle@18m+50m,ib_c
 SHOWCASE_SCENARIO = ("gpu_throttle@38m+60m,slow_node@39m+60m,nccl_hang@40m+40m,link_flap@41m+25m,"
                      "idle_gpus@42m+60m,xid79@44m+2h,ib_congestion@46m+25m,ost_slow@47m+25m,"
                      "scrape_slow@0s+24h,scrape_hang@55m+20m")
-# ... and on a RoCE fabric its own kind too, once the leaf and the OST are picked
-ROCE_SHOWCASE = ",pfc_storm@48m+25m"
 
 
 @dataclass(frozen=True)
@@ -124,16 +122,14 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def parse_faults(text: str, fabric: str = "ib") -> tuple[list[FaultSpec], float]:
-    """`--faults` text -> (scheduled faults, random faults per hour), `showcase` holding the kinds
-    of the `fabric` (ROCE_KINDS on "roce"). Raises ValueError with the reason."""
+def parse_faults(text: str) -> tuple[list[FaultSpec], float]:
+    """`--faults` text -> (scheduled faults, random faults per hour). Raises ValueError with the reason."""
     text = (text or "").strip()
     if text in ("", "none"):
         return [], 0.0
     specs: list[FaultSpec] = []
     rate = 0.0
-    showcase = SHOWCASE_SCENARIO + (ROCE_SHOWCASE if fabric == "roce" else "")
-    for item in text.replace("default", DEFAULT_SCENARIO).replace("showcase", showcase).split(","):
+    for item in text.replace("default", DEFAULT_SCENARIO).replace("showcase", SHOWCASE_SCENARIO).split(","):
         item = item.strip()
         if not item:
             continue

@@ -1108,7 +1108,8 @@ def _unexplained(th: Thresholds, tail: slice, d: dict) -> str:
 def _io_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds, alive: np.ndarray):
     """A filesystem target whose read latency stands out from the other targets (cluster-wide, and
     one the job's nodes read from since it started: `alive`), else a node whose I/O pressure stands
-    out from the gang's other nodes, else the filesystem the job's nodes read from when they read from only one; else nothing."""
+    out from the gang's other nodes, else the filesystem the job's nodes read from when they read
+    from only one; else nothing."""
     ev: list[Evidence] = []
     lat = win.target.get("latency")
     rows = jm.node_rows

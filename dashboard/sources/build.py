@@ -263,7 +263,7 @@ class _Placement:
             at = {int(r): a for r, a in zip(block.rows, block.addends)}
             by_count: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
             kept = []
-            for (cell, rows), _ in zip(self.groups, self.terms):
+            for cell, rows in self.groups:
                 names = sorted({at[int(r)] for r in rows})
                 terms = [rows[np.array([at[int(r)] == a for r in rows])] for a in names] if len(names) > 1 else None
                 if terms is not None and len(names) == len(rows):
@@ -273,7 +273,8 @@ class _Placement:
                 else:
                     kept.append(((cell, rows), terms))
             self.groups, self.terms = [g for g, _ in kept], [t for _, t in kept]
-            self.sums = [(tuple(np.array(cells, np.int64).T), np.array(mats, np.int64)) for cells, mats in by_count.values()]
+            self.sums = [(tuple(np.array(cells, np.int64).T), np.array(mats, np.int64))
+                         for cells, mats in by_count.values()]
         # every cell of the array written (most per-GPU and per-port signals): its array need not
         # be filled with NaN first
         self.whole = not job and len(by_cell) == math.prod(lay.shapes[block.level][:-1])

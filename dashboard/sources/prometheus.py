@@ -283,12 +283,13 @@ REPLACEMENTS = frozenset(m.fallback for m in MAPPINGS if m.fallback in FALLBACK_
 # the engine read each raw series twice, match the two and aggregate, 2-6x the work of reading it
 # once (bench/README.md, "Event counters read once"). Those whose mappings stand alone and share
 # their label filters, and the counters read with them (READ_WITH: RoCE's transport errors, added
-# up per port by `Held.blocks`); one sharing a query (SHARED_QUERIES) is asked as before. All of a signal's counters (the agent's, node_exporter's)
-# are one selector on their names (`counters_selector`), neither `or` nor `sum by`, which cost
-# Prometheus as much again: each series keeps its name, so no counter's count is ever taken from
-# another's (an `or` of the counters would, where relabelling gives both the same labels), each
-# row's increase is its own, and the rows of one port average as any series of one key do (two
-# scrapes of one agent count a link's drop once, where `sum by` counted it twice).
+# up per port by `Held.blocks`); one sharing a query (SHARED_QUERIES) is asked as before. All of a
+# signal's counters (the agent's, node_exporter's) are one selector on their names
+# (`counters_selector`), neither `or` nor `sum by`, which cost Prometheus as much again: each series
+# keeps its name, so no counter's count is ever taken from another's (an `or` of the counters
+# would, where relabelling gives both the same labels), each row's increase is its own, and the
+# rows of one port average as any series of one key do (two scrapes of one agent count a link's
+# drop once, where `sum by` counted it twice).
 def _step_increase() -> frozenset[str]:
     return frozenset(signal for signal, ms in _alone().items() if len({(m.level, m.filters) for m in ms}) == 1
                      and all(m.events and m.scale == 1.0 and len(g) == 1 for g in _summed(ms) for m in g))
@@ -331,7 +332,8 @@ SHARED_QUERIES = {"links": ("eth_pause", "eth_down", "eth_storm", "ib_quiet"), "
 # increase worked out by serve and told apart by its name (`Held`: a row's mapping gives its
 # signal). In the engine, `clamp_min(c - c offset, 0)` of the four summed read each of the 32
 # series a node twice and matched them: with RoCE's congestion counters' rates, two thirds of a
-# RoCE cycle's engine CPU on Prometheus at 4,096 nodes (bench/README.md, "RoCE's counters read once").
+# RoCE cycle's engine CPU on Prometheus at 4,096 nodes (bench/README.md, "RoCE's counters read as
+# they stand").
 READ_WITH = {"roce_err": "ib_err"}
 SIGNAL_LABEL = "gw_signal"
 
@@ -387,12 +389,12 @@ def _raw_series(counters: bool) -> dict[str, tuple[Mapping, ...]]:
 SAMPLED = _raw_series(counters=False)
 
 # The port counters' rates (a link's traffic, its transmit wait, RoCE's ECN marks and CNPs added up:
-# a third of a cycle's per-device series) are asked for as their raw samples too, from one rate window before the span, and their
-# rate worked out here as Prometheus works it out (matrix.decode_rate: the same extrapolation, the
-# samples' own milliseconds), so every engine gives the same rate: VictoriaMetrics' `rate` starts
-# from the sample before the window and does not extrapolate, so where scrapes are off the query's
-# grid it covered up to a scrape interval more than Prometheus' (docs/victoriametrics.md, "Rates
-# from raw samples").
+# a third of a cycle's per-device series) are asked for as their raw samples too, from one rate
+# window before the span, and their rate worked out here as Prometheus works it out
+# (matrix.decode_rate: the same extrapolation, the samples' own milliseconds), so every engine gives
+# the same rate: VictoriaMetrics' `rate` starts from the sample before the window and does not
+# extrapolate, so where scrapes are off the query's grid it covered up to a scrape interval more
+# than Prometheus' (docs/victoriametrics.md, "Rates from raw samples").
 # A rate's points are what the engine's range query has, so they are carried as its points are
 # (LOOKBACK_STEPS), not as a level's samples. A cycle keeps each port's samples of the rate window
 # before the next cycle's first grid time (`Held.tail`: settled, so what the engine would answer
@@ -454,8 +456,9 @@ def sample_lookback(step: float, interval: float) -> float:
 
 
 # Queries per cycle, whatever the node count: one range query per signal (the NICs' node rollups
-# sharing one, RoCE's transport errors read with the symbol errors) and the facts query, plus PLAN_QUERY (the scrape interval, the nodes lacking a
-# fallback's replacement) on a cold cycle and with the hardware facts.
+# sharing one, RoCE's transport errors read with the symbol errors) and the facts query, plus
+# PLAN_QUERY (the scrape interval, the nodes lacking a fallback's replacement) on a cold cycle and
+# with the hardware facts.
 # Tests hold the source to it. (While a signal is known only in part, after its whole window
 # failed, each cycle asks for the span before that part too: COLD_SHRINK.)
 QUERY_BUDGET = 21
@@ -907,10 +910,12 @@ class Held:
                     self.cells[i] = (part, node, key) if mapped else ()
                 if self.cells[i]:
                     parts[self.cells[i][0]].append(i)
-            self._blocks = [GridBlock(part, level, np.array(rows, np.int64), [self.cells[i][1:] for i in rows],
-                                      [self.keys[i] for i in rows], self.version,
-                                      tuple(self.parts[i][1] for i in rows) if any(self.parts[i][1] for i in rows) else None)
-                            for part, rows in parts.items()]
+            self._blocks = []
+            for part, rows in parts.items():
+                addends = tuple(self.parts[i][1] for i in rows)
+                self._blocks.append(GridBlock(part, level, np.array(rows, np.int64), [self.cells[i][1:] for i in rows],
+                                              [self.keys[i] for i in rows], self.version,
+                                              addends if any(addends) else None))
         aligned = self.aligned[:self.n]
         return [(b, aligned, self.stamps) for b in self._blocks]
 

@@ -39,7 +39,7 @@ after each fault's onset, with a reliability table of the verdicts' confidence.
     python bench/bench_diagnosis_accuracy.py --quick      # 1 small scenario
     python bench/bench_diagnosis_accuracy.py --no-sm      # as a site without DCGM profiling metrics
     python bench/bench_diagnosis_accuracy.py --no-job-psi # as a site without the agent's jobs collector
-    python bench/bench_diagnosis_accuracy.py --fabric roce --catalogue-seeds 0   # a RoCE fabric (ECN/CNP/PFC)
+    python bench/bench_diagnosis_accuracy.py --fabric roce  # a RoCE fabric (ECN/CNP/PFC), the catalogue's too
     python bench/bench_diagnosis_accuracy.py --no-sim --catalogue-drop 'node_pressure_|gangwatch_pressure_'
                                                           # the catalogue as a site whose kernels leave PSI off
     python bench/bench_diagnosis_accuracy.py --no-sim --catalogue-scrape-interval 60   # ... scraping every minute
@@ -276,9 +276,10 @@ def report(conf: Counter, title: str) -> dict:
     return out
 
 
-def catalogue(seeds: int, explain: bool, first_seed: int = 0, drop: str = "", scrape_interval: float = 0.0) -> bool:
-    """Build the scenario catalogue for `seeds` seeds in both schemas and score it, as a site
-    without the series `drop` matches and scraping every `scrape_interval` s when given."""
+def catalogue(seeds: int, explain: bool, first_seed: int = 0, drop: str = "", scrape_interval: float = 0.0,
+              fabric: str = "ib") -> bool:
+    """Build the scenario catalogue for `seeds` seeds in both schemas on `fabric` and score it, as a
+    site without the series `drop` matches and scraping every `scrape_interval` s when given."""
     import subprocess
     import tempfile
 
@@ -287,7 +288,7 @@ def catalogue(seeds: int, explain: bool, first_seed: int = 0, drop: str = "", sc
     with tempfile.TemporaryDirectory(prefix="gw-catalogue-") as out:
         t0 = time.time()
         subprocess.run([sys.executable, "-m", "tests.scenarios", out, "--seeds", str(seeds), "--first-seed",
-                        str(first_seed), "--schema", "both"],
+                        str(first_seed), "--schema", "both", "--fabric", fabric],
                        check=True, cwd=os.path.join(os.path.dirname(__file__), ".."), stdout=subprocess.DEVNULL)
         if drop or scrape_interval:
             removed = as_site(out, drop, scrape_interval)
@@ -296,7 +297,8 @@ def catalogue(seeds: int, explain: bool, first_seed: int = 0, drop: str = "", sc
         built = time.time() - t0
         t0 = time.time()
         scores = score_tree(out)
-        print(f"\nscenario catalogue: seeds {first_seed}-{first_seed + seeds - 1}, built in {built:.1f} s, judged in "
+        print(f"\nscenario catalogue ({fabric}): seeds {first_seed}-{first_seed + seeds - 1}, built in {built:.1f} s, "
+              f"judged in "
               f"{time.time() - t0:.1f} s")
         ok = True
         for schema, sc in sorted(scores.items()):
@@ -350,7 +352,7 @@ def main(argv=None) -> int:
     cat_ok = True
     if args.catalogue_seeds:
         cat_ok = catalogue(args.catalogue_seeds, args.explain, args.catalogue_first_seed, args.catalogue_drop,
-                           args.catalogue_scrape_interval)
+                           args.catalogue_scrape_interval, FABRIC)
     if args.no_sim:
         return 0
     conf, peer, lat, timing, classes, culprits = Counter(), Counter(), {}, [], Counter(), Counter()

@@ -21,6 +21,7 @@ UNITS: dict[str, tuple[float, str, int]] = {
     # InfiniBand
     "ib_tx": (1e-9, "GB/s", 2), "ib_rx": (1e-9, "GB/s", 2), "ib_link_rate": (1e-9, "GB/s", 1),
     "ib_wait": (1e-6, "M ticks/s", 2), "ib_link_downed": (1.0, "downs", 0), "eth_link_down": (1.0, "downs", 0),
+    "eth_link_errors": (1.0, "frames", 0),
     # filesystem and pressure
     "fs_read": (1e-9, "GB/s", 2), "fs_write": (1e-9, "GB/s", 2), "fs_target_read": (1e-9, "GB/s", 2),
     "fs_target_read_latency": (1e3, "ms", 1), "psi_io": RATIO, "io_pressure": RATIO,

@@ -580,3 +580,31 @@ def test_a_coarse_scrape_interval_leaves_no_step_unknown(tmp_path, every):
     assert np.isfinite(util[a, 1:]).all()
     tail = win.times > T0 + 1500 + max(30, 1.5 * every)
     assert tail.any() and np.isnan(util[b, tail]).all()
+
+
+@pytest.mark.parametrize("interval", [5.0, 15.0, 30.0, 60.0])
+def test_events_land_once_in_the_step_they_happened(interval):
+    """A link that went down twice is two events in the window whatever the scrape interval: a
+    scrape slower than the 15 s step is not counted again in each step it is carried over, and the
+    increments of scrapes faster than the step add up in it. Both readers agree."""
+    t0, n = 1_800_000_000.0, int(900 // interval) + 1
+    lines = ["# TYPE gangwatch_infiniband_port_link_downed counter"]
+    value = 7.0
+    down_at = {t0 + 300.0, t0 + 600.0}  # the scrapes that see each drop
+    for i in range(n):
+        t = t0 + i * interval
+        value += 1.0 if any(d - interval < t <= d for d in down_at) else 0.0
+        lines.append(f'gangwatch_infiniband_port_link_downed_total{{instance="n1:9810",device="mlx5_0",port="1"}} '
+                     f'{value:.0f} {t:.3f}')
+    text = "\n".join(lines) + "\n# EOF\n"
+    start, end = t0 + 60.0, t0 + 900.0
+    cols = read_columns(io.BytesIO(text.encode()), WANTED)
+    store = RawStore()
+    for s in iter_samples(text, ts_unit="s", wanted=WANTED):
+        store.add(s)
+    for win in (columns_window(cols, start, end, 15.0), store.signals().window(start, end, 15.0, lookback=
+                                                                                 max(30.0, 1.5 * interval))):
+        down = win.rail["ib_down"][0, 0]
+        assert np.nansum(down) == 2.0, (interval, down)
+        assert np.isfinite(down[1:]).all()  # known (0) between the drops, not unknown
+        assert set(np.flatnonzero(down).tolist()) == {int((t - start) // 15) for t in down_at}, down

@@ -372,3 +372,41 @@ def test_transport_errors_add_sequence_errors_timeouts_and_retransmissions(tmp_p
     win = load_bundle(str(tmp_path)).window
     err = win.rail["roce_err"][win.nodes.index("n1"), 0]
     assert err[-2:].tolist() == [2 + 1 + 0 + 50, 0 + 0 + 3 + 0]
+
+
+def test_a_site_without_rdma_counters_is_read_as_roce_from_its_nics_pauses(congested, flapping):
+    """node_exporter reads no hw_counters: no ECN, CNPs or transport errors, only the NICs' pause
+    frames and link-downs (its ethtool collector). No transmit wait either, so the fabric is RoCE, the
+    congestion is found from the pauses and the NICs' link-downs stay link events."""
+    rec, d = congested
+    site = without(rec.window(), rail=("roce_cong", "roce_err"))
+    view, fabric = fabric_view(site, TH)
+    assert fabric == "roce" and "ib_wait" in view.rail
+    assert set(network(diagnose(site, rec.jobs()).verdicts)) == set(network(d.verdicts))
+    rec, win, fault = flapping
+    job = next(iter(fault["jobs"]))
+    v = network(diagnose(without(win, rail=("roce_cong", "roce_err", "ib_down")), rec.jobs()).verdicts)[job]
+    assert (v.culprit, v.culprit_kind) == (fault["culprit"].split()[0], "node")
+
+
+def test_flapping_link_from_the_nics_uncorrected_errors(flapping):
+    """Between its drops a failing cable loses frames FEC cannot correct (ethtool's symbol and CRC
+    errors, per node): with no other link signal exported they are the link events, and the one
+    node whose NICs erred is named."""
+    rec, win, fault = flapping
+    job = next(iter(fault["jobs"]))
+    node = fault["culprit"].split()[0]
+    i = win.nodes.index(node)
+    errs = np.zeros((len(win.nodes), win.n_steps), np.float32)
+    onset = int(np.flatnonzero(np.nan_to_num(win.node["eth_down"][i]) > 0)[0])
+    errs[i, onset:] = 5.0
+    site = without(win, rail=("ib_down", "roce_err"), node=("eth_down",))
+    blind = network(diagnose(site, rec.jobs()).verdicts).get(job)
+    assert blind is None or blind.culprit != node  # its congestion alone does not place the link
+    v = network(diagnose(dataclasses.replace(site, node={**site.node, "eth_err": errs}), rec.jobs()).verdicts)[job]
+    assert (v.culprit, v.culprit_kind) == (node, "node")
+    assert [e.node for e in v.evidence if e.signal == "eth_link_errors"] == [node]
+    # on InfiniBand the Ethernet NICs are the management network: their errors are dropped there
+    ib = recorded("none", 10, nodes=8, fabric="ib").window()
+    noisy = dataclasses.replace(ib, node={**ib.node, "eth_err": np.ones((len(ib.nodes), ib.n_steps), np.float32)})
+    assert "eth_err" not in fabric_view(noisy, TH)[0].node

@@ -12,6 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from collectors.slurm.parse_json import loads, parse_jobs
@@ -44,10 +45,52 @@ def test_builds_are_deterministic():
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_bundles_well_formed(scenario, tmp_path):
     for seed in SEEDS:
-        built = build(scenario, seed, MAX_NODES, WINDOW_S)
+        built = build(scenario, seed, MAX_NODES, WINDOW_S, scenario.fabric or "ib")
         for schema in SCHEMAS:
             path = Path(render(built, str(tmp_path), schema))
             _check_bundle(path, scenario, schema)
+
+
+ROCE_SHOWN = [s for s in SCENARIOS if s.name.startswith(("net_", "ok_moe", "strag_slow"))]
+
+
+@pytest.mark.parametrize("scenario", ROCE_SHOWN, ids=lambda s: s.name)
+def test_roce_bundles_well_formed(scenario, tmp_path):
+    """On RoCE: no transmit wait; the agent's roce and ethtool collectors' names, or node_exporter's
+    ethtool names (it reads no RDMA hw_counters); the link layer says Ethernet."""
+    built = build(scenario, 0, MAX_NODES, WINDOW_S, "roce")
+    for schema in SCHEMAS:
+        path = Path(render(built, str(tmp_path), schema))
+        assert path.name.endswith(f"-roce-{schema}")
+        _check_bundle(path, scenario, schema)
+        text = (path / "metrics.om").read_text()
+        assert "transmit_wait" not in text
+        if schema == "gangwatch":
+            assert 'link_layer="Ethernet"' in text and 'link_layer="InfiniBand"' not in text
+            for name in ("gangwatch_roce_port_ecn_marked_packets_total", "gangwatch_roce_port_cnp_handled_total",
+                         "gangwatch_roce_port_local_ack_timeouts_total", "gangwatch_ethtool_node_received_pause_frames_total",
+                         "gangwatch_ethtool_node_pause_storm_events_total", "gangwatch_ethtool_node_link_down_events_total"):
+                assert f"\n{name}{{" in text, name
+        else:
+            assert "roce" not in text and "\nnode_ethtool_received_pause_ctrl_phy{" in text
+            assert "\nnode_ethtool_transmitted_pause_storm_warning_events{" in text
+
+
+def test_a_roce_build_holds_the_infiniband_builds_cluster_and_jobs():
+    """The fabric is given, not drawn: the same seed's RoCE build differs only in what the NICs count."""
+    sc = next(s for s in SCENARIOS if s.name == "net_nccl_spin")
+    a, b = build(sc, 2, MAX_NODES, WINDOW_S, "ib"), build(sc, 2, MAX_NODES, WINDOW_S, "roce")
+    assert a.truth == b.truth and {**a.params, "fabric": "roce"} == b.params
+    assert np.array_equal(a.cluster.ib_wait, b.cluster.ib_wait)
+    assert np.array_equal(a.cluster.util, b.cluster.util, equal_nan=True)
+
+
+def test_a_roce_only_scenario_refuses_infiniband():
+    storm = next(s for s in SCENARIOS if s.fabric == "roce")
+    with pytest.raises(ValueError, match="roce fabric only"):
+        build(storm, 0, MAX_NODES, WINDOW_S, "ib")
+    with pytest.raises(ValueError, match="fabric must be one of"):
+        build(storm, 0, MAX_NODES, WINDOW_S, "ethernet")
 
 
 def _check_bundle(path: Path, scenario, schema: str) -> None:
@@ -94,7 +137,7 @@ def test_promtool_accepts_a_bundle(tmp_path):
 def test_scenarios_hold_their_documented_shape(scenario):
     """Each build shows its signature (util/SM, transmit-wait vs the typical node, PSI, clocks ...)
     at full size, across seeds: the physics, not gangwatch's verdict."""
-    problems = [v for seed in range(6) for v in violations(build(scenario, seed))]
+    problems = [v for seed in range(6) for v in violations(build(scenario, seed, fabric=scenario.fabric or "ib"))]
     assert not problems, problems[:5]
 
 

@@ -271,7 +271,7 @@ def diagnose(win: Window, jobs: Sequence[Job], th: Thresholds = DEFAULT) -> Diag
 
 # ------------------------------------------------------------------------------------ RoCE
 
-_ETHERNET_EVENTS = frozenset({"eth_down", "eth_storm"})
+_ETHERNET_EVENTS = frozenset({"eth_down", "eth_err", "eth_storm"})
 
 
 def _known(a: np.ndarray | None) -> bool:
@@ -290,9 +290,13 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event). A window
     with any InfiniBand wait is judged as InfiniBand: units of the two fabrics are not mixed in one
     cluster reference, and its `eth_down` and `eth_storm` (the management Ethernet there) are dropped.
+    A window with no transmit wait anywhere but the NICs' pause frames is RoCE too: a site running
+    node_exporter, whose ethtool collector reads the NICs but which reads no RDMA hw_counters (an
+    InfiniBand port always counts its transmit wait).
     """
     rail = win.rail
-    if _known(rail.get("ib_wait")) or not (_known(rail.get("roce_cong")) or _known(rail.get("roce_err"))):
+    if _known(rail.get("ib_wait")) or not (_known(rail.get("roce_cong")) or _known(rail.get("roce_err"))
+                                           or _known(win.node.get("eth_pause"))):
         if _ETHERNET_EVENTS & set(win.node):
             # On InfiniBand the Ethernet NICs are the management network: their link going down
             # or pausing does not pace a gang's collectives, and would name the wrong cause
@@ -439,7 +443,7 @@ class _Signals:
         """(N, T) link trouble per node and step: its ports' link-down events and errors, and its
         NICs' link-down events (RoCE, ethtool); None when none of them is exported."""
         return _link_events(_link_events(self.node_signal("ib_down"), self.node_signal("ib_err")),
-                            self.node_signal("eth_down"))
+                            _link_events(self.node_signal("eth_down"), self.node_signal("eth_err")))
 
     def cluster_wait_median(self, exclude: Sequence[int] = ()) -> float:
         """port_xmit_wait rate of the cluster's typical busy node (median over the nodes that carry
@@ -683,7 +687,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     fs_w, fs_r = sig.get("fs_write", k), sig.get("fs_read", k)
     psi, iow = sig.get("psi_io", k), sig.get("iowait", k)
     ib_tx, ib_wait = sig.get("ib_tx", k), sig.get("ib_wait", k)
-    ib_down = _link_events(_link_events(sig.get("ib_down", k), sig.get("ib_err", k)), sig.get("eth_down", k))
+    ib_down = _link_events(_link_events(sig.get("ib_down", k), sig.get("ib_err", k)),
+                           _link_events(sig.get("eth_down", k), sig.get("eth_err", k)))
     multi_node = len(jm.node_rows) > 1
 
     def val(a):
@@ -1267,6 +1272,11 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     if errs:  # errors alone name a port only where no link went down
         e = max(errs, key=lambda e: e.value or 0)
         return f"{e.node}:{e.note.split()[1]}", "port", errs
+    # frames lost to errors FEC could not correct (ethtool, per node: a site without the RDMA
+    # counters): the node, when it is the only one of the job's (several: the congestion decides)
+    lossy = _nic_events(win, jm, span, "eth_err", "eth_link_errors", "received {n} frame(s) with uncorrected errors")
+    if lossy is not None and len(lossy[1]) == 1:
+        return win.nodes[lossy[1][0]], "node", lossy[2]
     culprit, kind, ev = _congestion_culprit(win, sig, jm, seg, th)
     storm = _storm_culprit(win, jm, span)
     if storm is not None:
@@ -1393,16 +1403,10 @@ def _nic_down_culprit(win: Window, jm: _JobMap, span: slice):
     (a switch that reboots or flaps takes its links down together), else the node when it is the
     only one of the job's; several of the job's nodes short of that are left unnamed (a shared
     cause the window cannot place), with their evidence."""
-    a = win.node.get("eth_down")
-    if a is None:
+    got = _nic_events(win, jm, span, "eth_down", "eth_link_down", "went down {n} time(s)")
+    if got is None:
         return None
-    with np.errstate(invalid="ignore"):
-        per = np.nansum(a[:, span].astype(np.float64), axis=1)
-    mine = [i for i in jm.node_rows if per[i] > 0]
-    if not mine:
-        return None
-    ev = [Evidence("eth_link_down", win.nodes[i], float(per[i]), 0.0, 0.0,
-                   note=f"its NICs went down {int(per[i])} time(s) during the stall (ethtool)") for i in mine]
+    per, mine, ev = got
     down = np.flatnonzero(per > 0)
     leaves = {win.leaf_of.get(win.nodes[i], "") for i in down}
     if len(down) >= 2 and len(leaves) == 1 and "" not in leaves:
@@ -1413,6 +1417,21 @@ def _nic_down_culprit(win: Window, jm: _JobMap, span: slice):
     if len(mine) == 1:
         return win.nodes[mine[0]], "node", ev
     return "", "", ev
+
+
+def _nic_events(win: Window, jm: _JobMap, span: slice, signal: str, name: str, what: str):
+    """(events per node in `span`, the job's nodes that had any, their evidence) of a per-node NIC
+    signal (ethtool); None when none of the job's nodes had one."""
+    a = win.node.get(signal)
+    if a is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        per = np.nansum(a[:, span].astype(np.float64), axis=1)
+    mine = [i for i in jm.node_rows if per[i] > 0]
+    if not mine:
+        return None
+    return per, mine, [Evidence(name, win.nodes[i], float(per[i]), 0.0, 0.0,
+                                note=f"its NICs {what.format(n=int(per[i]))} during the stall (ethtool)") for i in mine]
 
 
 def _hot_port(win: Window, rows: list[int], seg: slice, th: Thresholds, ev: list[Evidence]):

@@ -13,8 +13,9 @@ metric source knows, already turned into rates and aligned to a common step:
 * per node x step (`node[signal]`, (N, T)): `fs_read`, `fs_write` (filesystem client bytes/s, all
   targets), `psi_io` (fraction of time some task waited on I/O), `iowait` (CPU iowait fraction),
   `eth_pause` (PFC/pause frames received by the node's NICs per second), `eth_down` (physical
-  link-down events of the node's NICs per step, ethtool), `eth_storm` (times per step the NICs'
-  PFC storm guard fired: the node kept sending pause frames, ethtool);
+  link-down events of the node's NICs per step, ethtool), `eth_err` (frames the NICs' PHYs received
+  with errors FEC could not correct, per step: symbol and CRC errors, ethtool), `eth_storm` (times
+  per step the NICs' PFC storm guard fired: the node kept sending pause frames, ethtool);
 * per node x filesystem target x step (`target[signal]`, (N, F, T)): `read` (bytes/s) and
   `latency` (seconds per read RPC);
 * per job x step (`job[signal][jobid]`, (T,), mean over the job's nodes): `psi_io` from the job's
@@ -34,7 +35,7 @@ import numpy as np
 
 GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
 RAIL_SIGNALS = ("ib_tx", "ib_wait", "ib_down", "ib_err", "ib_rate", "roce_cong", "roce_err")
-NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "eth_pause", "eth_down", "eth_storm")
+NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "eth_pause", "eth_down", "eth_err", "eth_storm")
 TARGET_SIGNALS = ("read", "latency")
 
 

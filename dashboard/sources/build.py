@@ -41,8 +41,10 @@ LOOKBACK_STEPS = 2
 _UNSEEN = object()
 
 
-def align(ts: np.ndarray, vs: np.ndarray, times: np.ndarray, lookback: float) -> np.ndarray:
-    """Latest sample at or before each grid time, within `lookback` seconds; NaN elsewhere."""
+def align(ts: np.ndarray, vs: np.ndarray, times: np.ndarray, lookback: float, events: bool = False) -> np.ndarray:
+    """Latest sample at or before each grid time, within `lookback` seconds; NaN elsewhere.
+    `events` (increments per sample): each grid time takes the sum of those since the grid time
+    before it instead (see `step_sums`)."""
     out = np.full(times.shape[0], np.nan, np.float64)
     if ts.size == 0 or times.size == 0:
         return out
@@ -52,8 +54,30 @@ def align(ts: np.ndarray, vs: np.ndarray, times: np.ndarray, lookback: float) ->
     ok = idx >= 0
     safe = np.maximum(idx, 0)
     ok &= (times - ts[safe]) < lookback
+    if events:
+        return np.where(ok, step_sums(ts, vs, np.zeros(ts.shape[0], np.int64), times)[0], np.nan)
     out[ok] = vs[safe[ok]]
     out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def step_sums(ts: np.ndarray, vs: np.ndarray, row: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """(rows, T): per row (`row[i]`: sample i's row) and grid time, the sum of the samples after the
+    grid time before it and at or before it (one step before the first); NaN where one of them is.
+    Events counted per scrape land once, in the step they happened in: held over the steps of a
+    slower scrape they would count again, and taking only the latest of a faster one's would lose
+    the others. As the Prometheus source's step increases of the raw counter."""
+    T = times.shape[0]
+    R = int(row.max()) + 1 if row.size else 0
+    step = float(times[1] - times[0]) if T > 1 else 0.0
+    at = np.searchsorted(times + 1e-6, ts, side="left")
+    keep = (at < T) & (ts > times[0] - step - 1e-6)
+    at = row[keep] * T + at[keep]
+    v = vs[keep]
+    bad = ~np.isfinite(v)
+    out = np.bincount(at, weights=np.where(bad, 0.0, v), minlength=R * T).reshape(R, T)
+    if bad.any():
+        out[np.bincount(at[bad], minlength=R * T).reshape(R, T) > 0] = np.nan
     return out
 
 
@@ -108,7 +132,7 @@ class SignalStore:
     """Series in signal units keyed by (signal, level, node, key); several per key combine."""
 
     def __init__(self):
-        self.series: dict[tuple[str, str, str, str], list[tuple[np.ndarray, np.ndarray, str]]] = defaultdict(list)
+        self.series: dict[tuple[str, str, str, str], list[tuple[np.ndarray, np.ndarray, str, bool]]] = defaultdict(list)
         # blocks of rows on a step grid (a range query's answer: add_grid), aligned without a
         # per-series search
         self.grids: list[tuple[str, str, list[tuple[str, str]], np.ndarray, np.ndarray, np.ndarray]] = []
@@ -122,8 +146,11 @@ class SignalStore:
         self.known_targets: set[str] = set()
         self.notes: list[str] = []
 
-    def add(self, signal: str, level: str, node: str, key: str, ts, vs, combine: str = "mean") -> None:
-        self.series[(signal, level, node, key)].append((np.asarray(ts, np.float64), np.asarray(vs, np.float64), combine))
+    def add(self, signal: str, level: str, node: str, key: str, ts, vs, combine: str = "mean",
+            events: bool = False) -> None:
+        """`events`: `vs` are increments per sample, summed per grid step (`align`)."""
+        self.series[(signal, level, node, key)].append((np.asarray(ts, np.float64), np.asarray(vs, np.float64), combine,
+                                                        events))
 
     def add_grid(self, signal: str, level: str, cells: list[tuple[str, str]], times: np.ndarray, vals: np.ndarray,
                  have: np.ndarray) -> None:
@@ -209,7 +236,7 @@ class SignalStore:
                     if i not in lone:
                         shared[(signal, level, node, key)].append((aligned[i], "mean"))
         for cell, items in self.series.items():
-            shared[cell].extend((align(ts, vs, times, lookback), combine) for ts, vs, combine in items)
+            shared[cell].extend((align(ts, vs, times, lookback, events), combine) for ts, vs, combine, events in items)
         for (signal, level, node, key), items in shared.items():
             if level == "job":
                 per_job[signal][key].extend(row for row, _ in items)
@@ -681,7 +708,7 @@ class RawStore:
             feeds.extend(((m.signal, m.level, node, key), m, points) for m, key in cells_of(name, labels))
         for (signal, level, node, key), m, (ts_l, vs_l) in drop_fallbacks(feeds, itemgetter(0), itemgetter(1)):
             t2, v2 = _transform(m, np.asarray(ts_l, np.float64), np.asarray(vs_l, np.float64))
-            out.add(signal, level, node, key, t2, v2, m.combine)
+            out.add(signal, level, node, key, t2, v2, m.combine, m.events)
         out.add_infos(((name, labels) for (name, _), labels in self.info.items()), self.matcher)
         if self.unmatched:
             out.notes.append(f"{self.unmatched} series without a host label ({', '.join(self.matcher.host_labels)})")
@@ -792,14 +819,15 @@ def scrape_interval(ts: np.ndarray, off: np.ndarray, probe: int = 8) -> float:
 
 
 def aligned_rows(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray,
-             times: np.ndarray, lookback: float) -> np.ndarray:
+             times: np.ndarray, lookback: float, events: bool = False) -> np.ndarray:
     """Rows of `align` for the series ts[lo[r]:hi[r]] (each sorted by time), times `scale[r]`."""
     R, T = lo.shape[0], times.shape[0]
     n = hi - lo
     # per row, how many of its samples lie at or before each grid time (what a searchsorted of the
     # grid into the row, side="right", gives: the same comparisons), for all rows at once: each
     # sample's first grid time at or after it, counted per (row, grid time), summed along the grid
-    at = np.searchsorted(times + 1e-6, ts[concat_ranges(lo, n)], side="left")
+    sel = concat_ranges(lo, n)
+    at = np.searchsorted(times + 1e-6, ts[sel], side="left")
     at += np.repeat(np.arange(0, R * (T + 1), T + 1), n)
     counts = np.bincount(at, minlength=R * (T + 1)).reshape(R, T + 1)
     del at
@@ -808,7 +836,11 @@ def aligned_rows(ts: np.ndarray, vs: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     ok = idx >= lo[:, None]
     safe = np.maximum(idx, 0, out=idx)
     ok &= (times[None, :] - ts[safe]) < lookback
-    out = vs[safe]
+    if events:
+        out = step_sums(ts[sel], vs[sel], np.repeat(np.arange(R), n), times) if R else np.empty((0, T))
+    else:
+        out = vs[safe]
+    del sel
     if np.any(scale != 1.0):
         with np.errstate(invalid="ignore", over="ignore"):
             out *= scale[:, None]
@@ -865,7 +897,8 @@ def _block(items: list, ts: np.ndarray, vs: np.ndarray, off: np.ndarray, times: 
         for k, vals in ((1, rate), (2, inc)):
             m = kind == k
             if m.any():
-                block[rows[m]] = aligned_rows(t2, vals, lo[pos[m]], hi[pos[m]], scale[cnt][m], times, lookback)
+                block[rows[m]] = aligned_rows(t2, vals, lo[pos[m]], hi[pos[m]], scale[cnt][m], times, lookback,
+                                              events=k == 2)
     return block
 
 

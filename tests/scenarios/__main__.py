@@ -1,4 +1,4 @@
-"""`python -m tests.scenarios OUTDIR [--seeds N] [--schema gangwatch|exporters|both] [--only NAME ...] [--max-nodes N] [--window S]`"""
+"""`python -m tests.scenarios OUTDIR [--seeds N] [--schema gangwatch|exporters|both] [--only NAME ...] [--max-nodes N] [--window S] [--fabric ib|roce]`"""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 
 from . import write
-from .catalogue import SCENARIOS, citations, table
+from .catalogue import FABRICS, SCENARIOS, citations, table
 from .render import SCHEMAS
 
 
@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nodes", type=int, default=64, help="cap on the drawn cluster size (8-64)")
     ap.add_argument("--window", type=float, default=None, metavar="SECONDS",
                     help="capture length (default: drawn, 15-25 min; under 15 min squeezes onsets in)")
+    ap.add_argument("--fabric", choices=FABRICS, default="ib",
+                    help="the compute fabric: InfiniBand (transmit wait) or RoCE (ECN, CNPs, PFC pause; adds the "
+                         "RoCE-only scenarios)")
     a = ap.parse_args(argv)
     if a.table:
         print(table() + "\n" + citations(), end="")
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if a.window is not None and a.window < 120:
         ap.error("--window must be at least 120 seconds")
-    paths = write(a.outdir, a.seeds, schemas, a.only, max(8, a.max_nodes), a.window, a.first_seed)
+    paths = write(a.outdir, a.seeds, schemas, a.only, max(8, a.max_nodes), a.window, a.first_seed, a.fabric)
     print("\n".join(paths))
     print(f"{len(paths)} bundles in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import behaviours as B
-from .catalogue import HEALTHY_NEIGHBOURS, SCENARIOS, WINDOW_S, Ctx, Scenario, _healthy, steady
+from .catalogue import FABRICS, HEALTHY_NEIGHBOURS, SCENARIOS, WINDOW_S, Ctx, Scenario, _healthy, steady
 from .model import GPU_MODELS, IB_LINKS, Cluster, Job
 
 USERS = ("alice", "bob", "chen", "dana", "emre", "fatima", "gita", "hugo", "ines", "jamal")
@@ -30,7 +30,9 @@ def _seed(scenario: Scenario, seed: int) -> int:
 
 
 def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
-                 window_s: float | None = None) -> tuple[Cluster, dict]:
+                 window_s: float | None = None, fabric: str = "ib") -> tuple[Cluster, dict]:
+    """`fabric` is given, not drawn: a RoCE build of a seed holds the cluster and jobs its InfiniBand
+    build holds, seen through other counters (roce.py)."""
     models = [m for m in GPU_MODELS if m.mig_profiles] if sc.mig else list(GPU_MODELS)
     model = models[int(rng.integers(len(models)))]
     gpus = int(rng.choice([4, 8]))
@@ -51,13 +53,13 @@ def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
     mig_nodes: tuple[int, ...] = ()
     if sc.mig or (model.mig_profiles and rng.random() < 0.3):
         mig_nodes = (nodes - 1,)
-    params = dict(window_s=window_s, model=model.name, gpus_per_node=gpus, nodes=nodes, interval=interval, steps=steps, ports=ports,
+    params = dict(fabric=fabric, window_s=window_s, model=model.name, gpus_per_node=gpus, nodes=nodes, interval=interval, steps=steps, ports=ports,
                   link=link, fs=fs, fs_name=fs_name, prof=prof, idle_fb_mib=round(idle_fb, 1), leaf_size=leaf)
     c = Cluster(rng, nodes=nodes, gpus=gpus, model=model, interval=interval, steps=steps, end=end, ports=ports,
                 link=link, osts=int(rng.integers(4, 13)), fs=fs, fs_name=fs_name, prof=prof,
                 cpus=int(rng.choice([16, 24, 32])), noise=float(rng.uniform(0.02, 0.08)), idle_fb_mib=idle_fb,
                 throttle_field=bool(rng.random() < 0.5), leaf_size=leaf, topology=bool(rng.random() < 0.7),
-                mig_nodes=mig_nodes, name_format=str(rng.choice(NAME_FORMATS)))
+                mig_nodes=mig_nodes, name_format=str(rng.choice(NAME_FORMATS)), fabric=fabric)
     c.lnet_ib = bool(rng.random() < 0.6)
     params["missed_scrapes"] = float(rng.choice([0.0, 0.005, 0.02]))  # share of a target's scrapes lost
     params.update(lnet_ib=c.lnet_ib, slurm=str(rng.choice(["23.11", "24.05", "24.11", "25.05"])),
@@ -143,10 +145,15 @@ def paint_mig(x: Ctx, pl: Placer, n: int) -> list[dict]:
     return truths
 
 
-def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float | None = None) -> Built:
-    """`window_s`: None draws 15-25 min; a short one scales fault onsets into it (tests, for speed)."""
+def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float | None = None, fabric: str = "ib") -> Built:
+    """`window_s`: None draws 15-25 min; a short one scales fault onsets into it (tests, for speed).
+    `fabric`: "ib" (InfiniBand) or "roce"; a scenario only one fabric has refuses the other."""
+    if fabric not in FABRICS:
+        raise ValueError(f"fabric must be one of {FABRICS}, not {fabric!r}")
+    if sc.fabric and sc.fabric != fabric:
+        raise ValueError(f"{sc.name} happens on a {sc.fabric} fabric only")
     rng = np.random.default_rng(_seed(sc, seed))
-    c, params = draw_cluster(rng, sc, max_nodes, window_s)
+    c, params = draw_cluster(rng, sc, max_nodes, window_s, fabric)
     x = Ctx(c, rng)
     pl = Placer(c, rng)
     focus: list[Job] = []
@@ -257,9 +264,9 @@ def build(sc: Scenario, seed: int, max_nodes: int = 64, window_s: float | None =
 
 
 def build_all(seeds: int = 1, names: list[str] | None = None, max_nodes: int = 64, window_s: float | None = None,
-              first_seed: int = 0):
+              first_seed: int = 0, fabric: str = "ib"):
     for sc in SCENARIOS:
-        if names and sc.name not in names:
+        if (names and sc.name not in names) or (sc.fabric and sc.fabric != fabric):
             continue
         for s in range(first_seed, first_seed + seeds):
-            yield build(sc, s, max_nodes, window_s)
+            yield build(sc, s, max_nodes, window_s, fabric)

@@ -3,15 +3,17 @@
 Each `Scenario` names the cause it demonstrates (`stalled_io`, `stalled_network`, `straggler`,
 `hung`, `idle_gpus`, or `progressing` for healthy jobs), a signature, what physically happens and
 where that behaviour is documented (`cites`, keys of CITATIONS). `build(scenario, seed)` draws a
-cluster (size, GPUs per node, GPU model, scrape interval, noise, fabric, filesystem, whether DCGM
-profiling fields exist), places the scenario's focus job beside healthy neighbour jobs, paints
-every job's physics and returns the cluster with one ground-truth record per running job.
+cluster (size, GPUs per node, GPU model, scrape interval, noise, link speed, filesystem, whether
+DCGM profiling fields exist; the fabric, InfiniBand or RoCE, is given), places the scenario's focus
+job beside healthy neighbour jobs, paints every job's physics and returns the cluster with one
+ground-truth record per running job.
 
 Culprit conventions (truth.json `culprit`, `culprit_kind`):
 - stalled_io: the filesystem target (`scratch-OST0003`) when one target's service time stands out,
   else the filesystem name (`scratch`, `gpfs1`) when the job's reads slow down as a whole.
 - stalled_network: the InfiniBand port `node0007:mlx5_0/1` whose transmit-wait (or link errors)
-  stand out most; `culprit_alternates` lists the job's other ports and that port's leaf switch.
+  stand out most; `culprit_alternates` lists the job's other ports and that port's leaf switch. In a
+  PFC pause storm (RoCE), the node whose NIC storms (kind node), whether or not it is the job's.
 - straggler: the GPU `node0007:gpu3`, or the node `node0007` when the whole node is slow (power
   brake of a node, a degraded NIC; the port is then an alternate).
 - hung, idle_gpus: the job itself, as its job id string.
@@ -26,11 +28,13 @@ from typing import Callable
 import numpy as np
 
 from . import behaviours as B
+from . import roce
 from .model import IB_LINKS, Cluster, Job
 
 WINDOW_S = 1200.0
 TYPICAL_WAIT = 10 ** -3.5  # median healthy PortXmitWait fraction drawn by draw_workload
 CAUSES = ("stalled_io", "stalled_network", "straggler", "hung", "idle_gpus", "progressing")
+FABRICS = ("ib", "roce")  # InfiniBand, or RoCE (the same ports seen through Ethernet NICs' counters: roce.py)
 
 CITATIONS: dict[str, str] = {
     "dcgm-fields": "DCGM field definitions (dcgm_fields.h, DCGM user guide 'Profiling Metrics'): DCGM_FI_DEV_GPU_UTIL is "
@@ -98,6 +102,23 @@ CITATIONS: dict[str, str] = {
                   "and written; writes go at filesystem speed, writers block on dirty-page throttling (PSI io).",
     "moe-alltoall": "Mixture-of-experts training (expert parallelism) exchanges tokens with all-to-all every layer: "
                     "fabric-bound traffic with sustained credit stalls on a busy fabric, steady over time.",
+    "roce-dcqcn": "DCQCN (Zhu et al., 'Congestion Control for Large-Scale RDMA Deployments', SIGCOMM 2015) and "
+                  "NVIDIA's RoCE congestion control guides: switches ECN-mark packets of queues past a threshold, the "
+                  "receiving NIC returns congestion notification packets (coalesced per queue pair), and the sender "
+                  "cuts its rate on each one it handles.",
+    "roce-pfc": "IEEE 802.1Qbb priority flow control: a port past its XOFF threshold sends pause frames for the "
+                "lossless priority, each holding the sender for up to 65535 quanta of 512 bit times, refreshed while it "
+                "lasts; Guo et al., 'RDMA over Commodity Ethernet at Scale' (SIGCOMM 2016): pauses spread upstream "
+                "to ports whose traffic never went to the congested one, and a NIC whose receive pipeline stops "
+                "sends pause frames without end (a PFC pause storm) that can block a whole switch, hence NIC and "
+                "switch storm watchdogs.",
+    "mlx5-counters": "NVIDIA 'Understanding mlx5 Linux counters' and the kernel's mlx5 counters.rst: RDMA "
+                     "hw_counters np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled, out_of_sequence, "
+                     "packet_seq_err, local_ack_timeout_err, roce_adp_retrans; ethtool -S rx/tx_pause_ctrl_phy, "
+                     "rx/tx_prio<p>_pause, link_down_events_phy, rx_symbol_err_phy, tx_pause_storm_warning_events "
+                     "(the device kept sending pauses for a long time) and tx_pause_storm_error_events (it reached the "
+                     "timeout and stopped sending them); node_exporter's ethtool collector keeps these names with rx/tx "
+                     "spelled out and reads no hw_counters.",
     "slurm-gres": "Slurm squeue --json (data_parser v0.0.40+): gres_detail 'gpu:<type>:<n>(IDX:<list>)' per node; "
                   "MIG devices are separate GPU gres typed by profile; topology.conf SwitchName/Nodes tree.",
 }
@@ -116,6 +137,7 @@ class Scenario:
     mig: bool = False
     shared: bool = False
     can_share: bool = False  # a one-node focus job may share its node with a healthy job
+    fabric: str = ""  # "roce" for a fault only that fabric has; "" on either
 
 
 @dataclass
@@ -338,6 +360,57 @@ def net_flapping_link(x: Ctx, job: Job) -> dict:
             "culprit_alternates": [c.names[n], c.leaf_of[n]], "note": f"{len(flaps)} link-down events"}
 
 
+def net_pfc_storm(x: Ctx, job: Job) -> dict:
+    """One NIC on a leaf switch the gang uses stops being drained by its host and sends pause frames
+    without end: the switch fills and pauses every port on that leaf, so every gang with a node there
+    crawls in its collectives, while the storm guard on the source NIC fires again and again. The
+    source is one of the gang's nodes, or another node on its leaf (idle, or another gang's)."""
+    c, rng = x.c, x.rng
+    t = x.onset()
+    B.train(c, job, x.workload(job), x.live(job))  # its collectives crawl from the onset: painted once all jobs are
+    x.later.append(lambda: job.truth.update(_storm(x, job, t)))  # build() has set job.truth by then
+    return {"culprit_kind": "node", "onset": t}
+
+
+def _storm(x: Ctx, job: Job, t: float) -> dict:
+    c, rng = x.c, x.rng
+    leaves = {c.leaf_of[n] for n in job.nodes}
+    owner = {n: j for j in c.jobs for n in j.nodes}
+    others = [n for n in range(c.N) if c.leaf_of[n] in leaves and n not in job.nodes and n not in c.mig_nodes
+              and (n not in owner or len(owner[n].nodes) > 1)]
+    s = int(rng.choice(job.nodes)) if not others or rng.random() < 0.4 else int(rng.choice(others))
+    nic = int(rng.integers(c.P))
+    m = c.mask(t)
+    on = m & (rng.random(c.T) < rng.uniform(0.8, 1.0))  # the host drains now and then, and the storm pauses
+    on[np.flatnonzero(m)[0]] = True
+    n_on = int(on.sum())
+    c.pause_tx[s, nic, on] = roce.full_pause_rate(c) * rng.uniform(0.6, 1.0, n_on)
+    c.storm[s, nic, on] = np.maximum(1, rng.poisson(c.interval / rng.uniform(6, 15), n_on))
+    leaf = c.leaf_of[s]
+    for v in range(c.N):
+        if c.leaf_of[v] == leaf and v != s:
+            c.paused[v][:, on] = rng.uniform(0.2, 0.7, (c.P, n_on))
+    culprit = {"culprit": c.names[s], "culprit_kind": "node", "onset": t, "culprit_alternates": [],
+               "note": f"{c.devices[nic]} on {c.names[s]} ({leaf}) storms"
+                       f"{'' if s in job.nodes else ', not one of the gang' + chr(39) + 's nodes'}"}
+    for j in c.jobs:
+        if j.mig or len(j.nodes) < 2 or all(c.leaf_of[n] != leaf for n in j.nodes):
+            continue
+        jm = m & x.live(j)
+        w = x.workload(j)
+        progress = rng.uniform(0.03, 0.25)
+        B.gpu(c, j, jm, util=rng.uniform(0.97, 1.0), sm=rng.uniform(0.01, 0.1), tensor=0.0, dram=0.02,
+              power_frac=rng.uniform(0.12, 0.3), fb_mib=w.fb_frac * c.model.fb_mib)
+        for n in j.nodes:
+            c.ib_tx[n][:, jm] *= progress
+            c.ib_rx[n][:, jm] *= progress
+            c.fs_read[n][:, jm] *= progress
+        if j is not job:
+            j.truth = {**(j.truth or {}), "expected": "stalled_network", "scenario": "net_pfc_storm",
+                       "signature": "pfc-storm-victim", **culprit}
+    return culprit
+
+
 def _starve(x: Ctx, job: Job, w: B.Workload, m, progress: float) -> None:
     c, rng = x.c, x.rng
     B.gpu(c, job, m, util=max(0.05, progress * rng.uniform(0.8, 1.0)), sm=w.sm * progress, tensor=w.tensor * progress,
@@ -547,6 +620,12 @@ SCENARIOS: tuple[Scenario, ...] = (
       "One port's link goes down and retrains repeatedly: link_downed increments, symbol errors, its rate dips to "
       "zero while down; the gang spins in collectives during each flap and crawls between them.",
       ("ib-linkerr", "ib-xmitwait", "nccl-spin"), net_flapping_link, (2, 12)),
+    S("net_pfc_storm", "stalled_network", "pfc-storm",
+      "RoCE only. One NIC's host stops draining it and the NIC sends PFC pause frames without end: its leaf switch "
+      "fills and pauses every port on the leaf, so every gang with a node there spins in its collectives (received "
+      "pauses and ECN marks up on the victims, data rate down), while the source NIC's storm guard fires again and "
+      "again. The source is one of the gang's nodes or another node on its leaf.",
+      ("roce-pfc", "mlx5-counters", "nccl-spin"), net_pfc_storm, (2, 16), fabric="roce"),
     S("io_loader_bound", "stalled_io", "loader-bound",
       "Data loaders cannot keep up: readers block (PSI io some 25-80%, iowait, tasks in D state), read rate falls "
       "below the job's own past, GPUs starve (util and SM low, memory held).",

@@ -47,6 +47,9 @@ def culprit_problem(c: Cluster, t: dict) -> str | None:
         return None if name is None and kind is None else "a healthy job has a culprit"
     if kind == "job":
         ok = name == t["jobid"]
+    elif kind == "node" and t.get("signature", "").startswith("pfc-storm"):
+        # a pause storm's source is on a leaf switch the job uses, one of its nodes or not
+        ok = name in c.names and c.leaf_of[c.names.index(name)] in {c.leaf_of[c.names.index(n)] for n in t["nodes"]}
     elif kind == "node":
         ok = name in t["nodes"]
     elif kind == "gpu":
@@ -112,6 +115,15 @@ def violations(b: Built) -> list[str]:
             need(c.ib_down[n, p, post].sum() >= 2, "fewer than two link-down events")
             need(c.ib_symerr[n, p, post].sum() > 0, "no symbol errors")
             need((c.ib_state[n, p, post] == 1).any(), "port never seen down")
+        elif sig == "pfc-storm":
+            src = c.names.index(t["culprit"])
+            need(c.fabric == "roce", "a pause storm on an InfiniBand fabric")
+            need(c.storm[src][:, post].sum() > 0 and c.pause_tx[src][:, post].max() > 0, "the source never stormed")
+            hit = [r for r in rows if c.leaf_of[r] == c.leaf_of[src] and r != src]
+            need(not hit or c.paused[hit][:, :, post].mean() >= 0.1, "the source's leaf held the job's ports no pause")
+            need(c.paused[:, :, pre].max(initial=0) == 0, "pauses before the onset")
+            need(_mean(util) >= 0.95 and _mean(sm) <= 0.15, f"util {_mean(util):.2f} / SM {_mean(sm):.2f}")
+            need(tx_post.mean() <= 0.35 * tx_pre.mean(), "data rate did not fall")
         elif sig == "loader-bound":
             jp = np.array([c.job_psi[(int(t["jobid"]), r)][post] for r in rows])
             need(_mean(jp) >= 0.15, "the job's readers do not wait")

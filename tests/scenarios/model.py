@@ -2,7 +2,8 @@
 
 A `Cluster` holds what the hardware would report, in physical units, per scrape step:
 GPUs (utilisation, SM activity, power, memory, clocks, throttle reasons), InfiniBand ports
-(data rates, transmit-wait ticks, link events, trained rate), filesystem clients per target
+(data rates, transmit-wait ticks, link events, trained rate; on RoCE the same ports as Ethernet
+NICs, with their pauses and storm guard: roce.py renders them), filesystem clients per target
 (bytes, RPC service times), and the host (PSI, CPU modes). Jobs paint their behaviour into
 those arrays (tests/scenarios/behaviours.py); render.py turns them into exporter series.
 
@@ -85,7 +86,7 @@ class Cluster:
     def __init__(self, rng: np.random.Generator, *, nodes: int, gpus: int, model: GpuModel, interval: float,
                  steps: int, end: float, ports: int, link: str, osts: int, fs: str, fs_name: str, prof: str,
                  cpus: int, noise: float, idle_fb_mib: float, throttle_field: bool, leaf_size: int,
-                 topology: bool, mig_nodes: tuple[int, ...] = (), name_format: str = "node{:04d}"):
+                 topology: bool, mig_nodes: tuple[int, ...] = (), name_format: str = "node{:04d}", fabric: str = "ib"):
         self.rng = rng
         self.N, self.G, self.P, self.K, self.T = nodes, gpus, ports, osts, steps
         self.model, self.interval, self.end = model, interval, end
@@ -135,6 +136,13 @@ class Cluster:
         self.ib_symerr = np.zeros(psh, dtype=np.int64)
         self.ib_state = np.full(psh, 4, dtype=np.int64)  # Active
         self.ib_phys = np.full(psh, 5, dtype=np.int64)  # LinkUp
+        # On a RoCE fabric ("roce") the same ports are Ethernet NICs: render.py shows the state above
+        # through their RDMA and Ethernet counters (roce.py). What only RoCE has: the share of each step a
+        # switch held the port paused (PFC), the pause frames the NIC sent, and its storm guard's events.
+        self.fabric = fabric
+        self.paused = np.zeros(psh)
+        self.pause_tx = np.zeros(psh)
+        self.storm = np.zeros(psh, dtype=np.int64)
         # filesystem client, per target: bytes/s, and mean service time of ost_read RPCs
         ksh = (nodes, osts, steps)
         self.fs_read = np.zeros(ksh)

@@ -24,6 +24,7 @@ import numpy as np
 from collectors.exposition import format_labels
 from collectors.slurm.hostlist import compress
 
+from . import roce
 from .build import Built
 from .model import Cluster, Job
 
@@ -124,6 +125,7 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     mig = getattr(c, "mig_layout", {})
     dom = b.params.get("domain", "")
     starts = {j.jobid: j.start for j in c.jobs}
+    rv = roce.view(c, rng) if c.fabric == "roce" else None
     for n, host in enumerate(c.names):
         base = {"instance": f"{host}{dom}:9810", "job": "gangwatch"}
         o = offs[n]
@@ -179,11 +181,14 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
         _ib(w, c, n, base, o, rng, "gangwatch_infiniband_port_", {
             "tx": "transmit_data_bytes_total", "rx": "receive_data_bytes_total", "wait": "transmit_wait_ticks_total",
             "down": "link_downed_total", "sym": "symbol_errors_total", "rec": "link_error_recoveries_total",
-            "rate": "rate_bytes_per_second", "state": "state_id", "phys": "physical_state_id"})
+            "rate": "rate_bytes_per_second", "state": "state_id", "phys": "physical_state_id"}, rv)
         for p, dev in enumerate(c.devices):
-            w.add("gangwatch_infiniband_port_info", {**base, "device": dev, "port": "1", "link_layer": "InfiniBand",
+            w.add("gangwatch_infiniband_port_info", {**base, "device": dev, "port": "1",
+                                                     "link_layer": "Ethernet" if rv else "InfiniBand",
                                                      "width": c.ib_width[n][p], "speed": c.ib_speed[n][p],
-                                                     "lid": str(n * c.P + p + 1)}, 1, fmt="%d", offset=o)
+                                                     "lid": "0" if rv else str(n * c.P + p + 1)}, 1, fmt="%d", offset=o)
+        if rv:
+            _roce_gangwatch(w, c, n, base, o, rng, rv)
         _host(w, c, n, base, o, rng, cpu="gangwatch_cpu_seconds_total",
               psi=lambda res, kind: (f"gangwatch_pressure_{kind}_seconds_total", {"resource": res}),
               blocked="gangwatch_node_procs_blocked", net="gangwatch_network_{}_bytes_total")
@@ -227,19 +232,68 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
             w.add("gangwatch_gpfs_waiter_longest_seconds", base, longest, fmt="%.4f", offset=o)
 
 
-def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, names: dict) -> None:
+def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, names: dict,
+        rv: roce.RoceView | None = None) -> None:
+    """The RDMA ports' PortCounters and sysfs state. On RoCE (`rv`) there is no transmit wait, symbol
+    errors are the PHY's (ethtool's), and link_downed counts only where the firmware counts it."""
     dt = c.interval
     for p, dev in enumerate(c.devices):
         lp = {**base, "device": dev, "port": "1"}
         w.add(prefix + names["tx"], lp, counter(c.ib_tx[n, p], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
         w.add(prefix + names["rx"], lp, counter(c.ib_rx[n, p], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
-        w.add(prefix + names["wait"], lp, counter(c.ib_wait[n, p], dt, rng, float(rng.integers(10**5, 10**9))),
+        if rv is None:
+            w.add(prefix + names["wait"], lp, counter(c.ib_wait[n, p], dt, rng, float(rng.integers(10**5, 10**9))),
+                  kind="counter", fmt="%.0f", offset=o)
+        down = c.ib_down[n, p] if rv is None or rv.counts_link_downed else np.zeros(c.T)
+        w.add(prefix + names["down"], lp, events(down, rng), kind="counter", fmt="%.0f", offset=o)
+        w.add(prefix + names["sym"], lp, events(c.ib_symerr[n, p] if rv is None else np.zeros(c.T), rng),
               kind="counter", fmt="%.0f", offset=o)
-        w.add(prefix + names["down"], lp, events(c.ib_down[n, p], rng), kind="counter", fmt="%.0f", offset=o)
-        w.add(prefix + names["sym"], lp, events(c.ib_symerr[n, p], rng), kind="counter", fmt="%.0f", offset=o)
         w.add(prefix + names["rate"], lp, c.ib_rate[n, p], fmt="%.0f", offset=o)
         w.add(prefix + names["state"], lp, c.ib_state[n, p], fmt="%d", offset=o)
         w.add(prefix + names["phys"], lp, c.ib_phys[n, p], fmt="%d", offset=o)
+
+
+def _roce_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv: roce.RoceView) -> None:
+    """The agent's roce collector (hw_counters per port, and its node rollups) and ethtool collector's
+    node rollups (pause frames received, PHY link-downs, storm guard events, CRC/symbol errors)."""
+    dt = c.interval
+    per_port = (("port_ecn_marked_packets_total", rv.ecn, True), ("port_cnp_sent_total", rv.cnp_sent, True),
+                ("port_cnp_handled_total", rv.cnp_handled, True), ("port_out_of_sequence_packets_total", rv.out_of_seq, False),
+                ("port_packet_sequence_errors_total", rv.seq_naks, False),
+                ("port_local_ack_timeouts_total", rv.ack_timeouts, False),
+                ("port_adaptive_retransmissions_total", rv.retrans, False))
+    for p, dev in enumerate(c.devices):
+        lp = {**base, "device": dev, "port": "1"}
+        for name, arr, rate in per_port:
+            w.add("gangwatch_roce_" + name, lp, counter(arr[n, p], dt, rng) if rate else events(arr[n, p], rng),
+                  kind="counter", fmt="%.0f", offset=o)
+    node = (("roce_node_ecn_marked_packets_total", counter(rv.ecn[n].sum(0), dt, rng)),
+            ("roce_node_cnp_handled_total", counter(rv.cnp_handled[n].sum(0), dt, rng)),
+            ("roce_node_sequence_errors_total", events((rv.out_of_seq[n] + rv.seq_naks[n]).sum(0), rng)),
+            ("roce_node_local_ack_timeouts_total", events(rv.ack_timeouts[n].sum(0), rng)),
+            ("ethtool_node_received_pause_frames_total", counter(rv.pause_rx[n].sum(0), dt, rng)),
+            ("ethtool_node_link_down_events_total", events(rv.link_down[n].sum(0), rng)),
+            ("ethtool_node_pause_storm_events_total", events((rv.storm_warn[n] + rv.storm_err[n]).sum(0), rng)),
+            ("ethtool_node_link_errors_total", events(c.ib_symerr[n].sum(0), rng)))
+    for name, vals in node:
+        w.add("gangwatch_" + name, base, vals, kind="counter", fmt="%.0f", offset=o)
+
+
+def _ethtool_exporter(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv: roce.RoceView) -> None:
+    """node_exporter's ethtool collector on each NIC (mlx5's `ethtool -S` names, rx/tx spelled out; no
+    _total). node_exporter reads no hw_counters: ECN and CNPs are not there."""
+    dt = c.interval
+    for p in range(c.P):
+        ld = {**base, "device": roce.netdev(p)}
+        for name, vals in (("received_pause_ctrl_phy", counter(rv.pause_rx[n, p], dt, rng)),
+                           (f"received_prio{roce.PRIORITY}_pause", counter(rv.pause_rx[n, p], dt, rng)),
+                           ("transmitted_pause_ctrl_phy", counter(rv.pause_tx[n, p], dt, rng)),
+                           (f"transmitted_prio{roce.PRIORITY}_pause", counter(rv.pause_tx[n, p], dt, rng)),
+                           ("link_down_events_phy", events(rv.link_down[n, p], rng)),
+                           ("transmitted_pause_storm_warning_events", events(rv.storm_warn[n, p], rng)),
+                           ("transmitted_pause_storm_error_events", events(rv.storm_err[n, p], rng)),
+                           ("received_symbol_err_phy", events(c.ib_symerr[n, p], rng))):
+            w.add("node_ethtool_" + name, ld, vals, kind="counter", fmt="%.0f", offset=o)
 
 
 def _host(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, *, cpu: str, psi, blocked: str, net: str) -> None:
@@ -287,6 +341,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     new_fb = c.idle_fb_mib < 50  # drivers that report the reservation apart (FB_RESERVED)
     reserved = rng.uniform(400, 700)
     fb_total = c.model.fb_mib - (reserved if new_fb else 0)
+    rv = roce.view(c, rng) if c.fabric == "roce" else None
     mig_job = {}
     for j in c.jobs:
         for jn, slots in j.mig.items():
@@ -362,7 +417,9 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
             "tx": "port_data_transmitted_bytes_total", "rx": "port_data_received_bytes_total",
             "wait": "port_transmit_wait_total", "down": "link_downed_total", "sym": "symbol_error_total",
             "rec": "link_error_recovery_total", "rate": "rate_bytes_per_second", "state": "state_id",
-            "phys": "physical_state_id"})
+            "phys": "physical_state_id"}, rv)
+        if rv:
+            _ethtool_exporter(w, c, n, base, o, rng, rv)
         for dev in c.devices:
             w.add("node_infiniband_info", {**base, "board_id": "MT_0000000838", "device": dev,
                                            "firmware_version": "28.39.1002", "hca_type": "MT4129"}, 1, fmt="%d",
@@ -545,7 +602,8 @@ def render(b: Built, outdir: str, schema: str) -> str:
     offs = np.round(rng.uniform(0, min(2.0, c.interval / 5), c.N), 3)
     w = Writer(c.times, rng, b.params.get("missed_scrapes", 0.0))
     (render_gangwatch if schema == "gangwatch" else render_exporters)(b, w, rng, offs)
-    path = os.path.join(outdir, f"{b.scenario.name}-s{b.seed}-{schema}")
+    fabric = "" if c.fabric == "ib" else f"-{c.fabric}"
+    path = os.path.join(outdir, f"{b.scenario.name}-s{b.seed}{fabric}-{schema}")
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "metrics.om"), "w", encoding="utf-8") as f:
         f.write(w.text())

@@ -193,6 +193,23 @@ def test_pause_storm_on_another_leaf_is_not_blamed(storm):
     assert {got[jid].culprit for jid in fault["jobs"]} == {node}  # one of the job's own nodes stormed
 
 
+def test_a_link_that_dropped_before_the_storm_began_yields_to_it(storm):
+    """A port of a victim gang that went down minutes before the storm began is not what holds the
+    gang now: the storming node is named. One that goes down after the storm began names itself."""
+    rec, win, fault = storm
+    node = fault["culprit"]
+    began = int(np.flatnonzero(np.nan_to_num(win.node["eth_storm"][win.nodes.index(node)]) > 0)[0])
+    jid = sorted(fault["jobs"])[0]
+    victim = next(n for j in rec.jobs() if str(j.job_id) == jid for n in j.nodes if n != node)
+    i = win.nodes.index(victim)
+    port = f"{victim}:{win.rails[i][0]}"
+    for at, named in ((began - 3, node), (began + 4, port)):
+        down = np.array(win.rail["ib_down"], copy=True)
+        down[i, 0, at] = 1.0
+        v = network(diagnose(dataclasses.replace(win, rail={**win.rail, "ib_down": down}), rec.jobs()).verdicts)[jid]
+        assert v.culprit == named, (at - began, v.culprit)
+
+
 def test_pause_storm_needs_a_roce_fabric():
     with pytest.raises(ValueError, match="pfc_storm needs fabric roce"):
         Simulation(SimConfig(nodes=8, seed=1, prefill=False, faults="pfc_storm@5m+5m", fabric="ib"))

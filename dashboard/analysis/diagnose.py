@@ -1247,13 +1247,19 @@ def _job_targets(win: Window, sig: _Signals, rows: list[int], jobid: str = "",
 
 
 def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
-    """A port whose link went down (or erred) during the stall, or a node whose NICs went down; else
-    a NIC in a PFC pause storm near the job; else nodes whose port_xmit_wait stands out from every
-    node of the cluster, named as their leaf switch when they fill most of it."""
+    """A NIC in a PFC pause storm near the job, unless one of the job's links went down or erred
+    since it began; else a port whose link went down (or erred) during the stall, or a node whose
+    NICs went down; else a NIC in a storm after all; else nodes whose port_xmit_wait stands out
+    from every node of the cluster, named as their leaf switch when they fill most of it."""
     # the link events that make a flapping link: the stall's own stretch and the link window before
     # its last step (a cable that flaps went down or erred shortly before the gang slowed)
     lo = max(0, min(seg.start, seg.stop - int(round(th.link_window_seconds / win.step))))
     span = slice(lo, seg.stop)
+    storm = _storm_culprit(win, jm, span)
+    if storm is not None and not _links_erred_since(win, sig, jm, storm[2], seg.stop):
+        # a link that went down or erred only before the storm began is not what holds the gang
+        # now: the storm's victims wait, the storming node is the cause
+        return storm[0], "node", storm[1] + _congestion_culprit(win, sig, jm, seg, th)[2]
     down = _port_events(win, jm.node_rows, span, "ib_down")
     if down:  # a port that went down names itself
         e = max(down, key=lambda e: e.value or 0)
@@ -1278,11 +1284,18 @@ def _net_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresh
     if lossy is not None and len(lossy[1]) == 1:
         return win.nodes[lossy[1][0]], "node", lossy[2]
     culprit, kind, ev = _congestion_culprit(win, sig, jm, seg, th)
-    storm = _storm_culprit(win, jm, span)
-    if storm is not None:
-        # the congestion is the storm's: its victims wait, the storming node is the cause
+    if storm is not None:  # the congestion is the storm's
         return storm[0], "node", storm[1] + ev
     return culprit, kind, ev
+
+
+def _links_erred_since(win: Window, sig: _Signals, jm: _JobMap, start: int, stop: int) -> bool:
+    """Whether a port or NIC of the job's nodes went down or erred in steps [start, stop)."""
+    links = sig.link_events()
+    if links is None:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool((links[jm.node_rows, start:stop] > 0).any())
 
 
 def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
@@ -1361,12 +1374,12 @@ def _port_events(win: Window, rows: list[int], span: slice, signal: str) -> list
     return ev
 
 
-def _storm_culprit(win: Window, jm: _JobMap, span: slice) -> tuple[str, list[Evidence]] | None:
-    """(node, evidence) for a PFC pause storm behind the job's network stall: a NIC whose storm
-    guard fired (`eth_storm`, ethtool) in `span`, on one of the job's nodes or on a leaf switch the
-    job's nodes hang off (a NIC that keeps sending pause frames fills the switch's buffers toward
-    it, and the switch pauses its other ports: every link through it stalls, and its victims show
-    the congestion). Without the leaf switches, only a storm on the job's own nodes, or the one
+def _storm_culprit(win: Window, jm: _JobMap, span: slice) -> tuple[str, list[Evidence], int] | None:
+    """(node, evidence, the step its storm began) for a PFC pause storm behind the job's network
+    stall: a NIC whose storm guard fired (`eth_storm`, ethtool) in `span`, on one of the job's nodes
+    or on a leaf switch the job's nodes hang off (a NIC that keeps sending pause frames fills the
+    switch's buffers toward it, and the switch pauses its other ports: every link through it
+    stalls, and its victims show the congestion). Without the leaf switches, only a storm on the job's own nodes, or the one
     storm in the cluster. The node with most events is named; None when no storm is near the job."""
     a = win.node.get("eth_storm")
     if a is None:
@@ -1393,7 +1406,9 @@ def _storm_culprit(win: Window, jm: _JobMap, span: slice) -> tuple[str, list[Evi
     ev = [Evidence("eth_pause_storm", win.nodes[i], float(per[i]), 0.0, 0.0,
                    note=f"its NICs' PFC storm guard fired {int(per[i])} time(s) during the stall (ethtool): "
                         f"it kept sending pause frames ({where(i)})") for i in near[:8]]
-    return win.nodes[near[0]], ev
+    with np.errstate(invalid="ignore"):
+        began = span.start + int(np.argmax(a[near[0], span] > 0))
+    return win.nodes[near[0]], ev, began
 
 
 def _nic_down_culprit(win: Window, jm: _JobMap, span: slice):

@@ -138,3 +138,17 @@ def test_pages_name_the_signal(fabric):
     titles = [g.figure["layout"]["title"]["text"] for g in job.heatmaps(ds, jobid, None)]
     assert f"{TRAFFIC[fabric]} per node" in titles
     assert not any(t.startswith(TRAFFIC["ib" if fabric == "roce" else "roce"]) for t in titles)
+
+
+@pytest.mark.parametrize("fabric", ["ib", "roce"])
+def test_congested_now_lists_half_the_leaves_hot_at_once(fabric):
+    """Two of four leaves congested at once: the median over leaves is then half a hot one's and
+    lists neither, but the findings name each gang's leaf, and the page lists both."""
+    from dashboard.pages.network import congested
+
+    sim = Simulation(SimConfig(nodes=16, seed=6, history_seconds=3600.0, nodes_per_leaf=4, load=1.3, fabric=fabric,
+                               faults="ib_congestion@50m+20m:leaf=leaf00,ib_congestion@50m+20m:leaf=leaf02"))
+    ds = SimDatasource(sim)
+    recent = np.nanmean(ds.leaf_series(300.0).z[:, -4:], axis=1)
+    assert not (recent > TH.wait_ratio * np.nanmedian(recent)).any()  # the median over leaves alone lists none
+    assert sorted(congested(ds)) == ["leaf00", "leaf02"]

@@ -427,3 +427,21 @@ def test_flapping_link_from_the_nics_uncorrected_errors(flapping):
     ib = recorded("none", 10, nodes=8, fabric="ib").window()
     noisy = dataclasses.replace(ib, node={**ib.node, "eth_err": np.ones((len(ib.nodes), ib.n_steps), np.float32)})
     assert "eth_err" not in fabric_view(noisy, TH)[0].node
+
+
+@pytest.mark.parametrize("fabric", ["ib", "roce"])
+def test_half_the_leaves_congested_at_once_each_gang_names_its_leaf(fabric):
+    """Two of four leaves congested: no node stands out from a cluster half of whose busy nodes
+    wait, so each node is judged against its own past. A gang spanning a hot leaf and a healthy one
+    names the hot one; a gang whose nodes fill a healthy leaf too (they wait for the hot one, less)
+    names the leaf where its nodes wait most."""
+    from dashboard.analysis.sim.slurm_view import build_snapshot
+
+    sim = Simulation(SimConfig(nodes=16, seed=6, history_seconds=3600.0, nodes_per_leaf=4, load=1.3, fabric=fabric,
+                               faults="ib_congestion@50m+20m:leaf=leaf00,ib_congestion@50m+20m:leaf=leaf02"))
+    hit = network(diagnose(window_from_history(sim), build_snapshot(sim).jobs).verdicts)
+    truth = {jid: f["culprit"] for f in sim.ground_truth() for jid in f["jobs"]}
+    assert set(truth.values()) == {"leaf00", "leaf02"} and set(hit) == set(truth)
+    for jid, v in hit.items():
+        assert (v.culprit, v.culprit_kind) == (truth[jid], "leaf_switch"), v
+        assert any("own past" in e.note for e in v.evidence)

@@ -1482,10 +1482,11 @@ def _hot_port(win: Window, rows: list[int], seg: slice, th: Thresholds, ev: list
 
 def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: slice, th: Thresholds,
                                ev: list[Evidence]):
-    """No node of the job stands out from the cluster because the congestion covers most of it (a
-    small cluster on one or two leaves): each node against its own past instead. When the job's
-    congested nodes all hang off one leaf switch and most of that leaf's nodes are congested
-    against their own past, the leaf is the common element."""
+    """No node of the job stands out from the cluster because the congestion covers much of it (a
+    small cluster, or half its leaves hot at once): each node against its own past instead. A leaf
+    switch the job's nodes hang off whose nodes are mostly congested against their own past is the
+    common element; where several are (a gang's nodes that fill a healthy leaf wait for the hot
+    one), the one whose congested nodes wait `port_wait_ratio` times more than every other's."""
     if not win.leaf_of or seg.start < 2:
         return "", "", ev
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -1493,18 +1494,22 @@ def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: sli
         past = np.nanmedian(w[:, :seg.start].astype(np.float64), axis=1)
         now = _nanmean(w[:, seg], 1)
         hot = now >= th.wait_ratio * np.maximum(past, 1.0)
-    mine = [i for i in jm.node_rows if hot[i]]
-    leaves = {win.leaf_of.get(win.nodes[i], "") for i in mine}
-    if not mine or len(leaves) != 1 or "" in leaves:
+    level = {}  # congested leaf -> median wait of its congested nodes
+    for leaf in {win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows if hot[i]} - {""}:
+        on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == leaf and np.isfinite(now[j])]
+        n_hot = sum(bool(hot[j]) for j in on_leaf)
+        if len(on_leaf) >= 2 and n_hot >= max(2, 0.5 * len(on_leaf)):
+            level[leaf] = (float(np.median([now[j] for j in on_leaf if hot[j]])), n_hot, len(on_leaf))
+    if not level:
         return "", "", ev
-    leaf = leaves.pop()
-    on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == leaf and np.isfinite(now[j])]
-    n_hot = sum(bool(hot[j]) for j in on_leaf)
-    if len(on_leaf) < 2 or n_hot < max(2, 0.5 * len(on_leaf)):
+    leaf = max(level, key=lambda lf: level[lf][0])
+    if any(level[lf][0] * th.port_wait_ratio > level[leaf][0] for lf in level if lf != leaf):
         return "", "", ev
+    _, n_hot, on_leaf = level[leaf]
+    mine = [i for i in jm.node_rows if hot[i] and win.leaf_of.get(win.nodes[i]) == leaf]
     for i in sorted(mine, key=lambda i: -now[i])[:8]:
         ev.append(Evidence("ib_wait", win.nodes[i], float(now[i]), float(past[i]), th.wait_ratio * max(float(past[i]), 1.0),
-                           note=f"node vs its own past; {n_hot} of {len(on_leaf)} nodes on {leaf} congested alike"))
+                           note=f"node vs its own past; {n_hot} of {on_leaf} nodes on {leaf} congested alike"))
     return leaf, "leaf_switch", ev
 
 

@@ -41,12 +41,18 @@ def available(ds: Datasource) -> bool:
 
 
 def congested(ds: Datasource) -> list[str]:
+    """Leaf switches whose congestion of the last minute is `wait_ratio` times the median over
+    leaves, and those the findings name as a network stall's culprit: with half the leaves hot at
+    once the median is half a hot one's, while each stalled gang's verdict still names its leaf
+    (and never a leaf its gang only spans: those wait for the hot one)."""
     hm = ds.leaf_series(300.0)
     if hm is None or not hm.z.size:
         return []
     recent = nanmean(hm.z[:, -4:], axis=1)
     med = float(np.nanmedian(recent)) or 1.0
-    return [leaf for leaf, v in zip(hm.rows, recent) if v > TH.wait_ratio * med]
+    named = {v.culprit for v in ds.findings().verdicts
+             if v.state == "stalled_network" and v.culprit_kind == "leaf_switch"}
+    return [leaf for leaf, v in zip(hm.rows, recent) if v > TH.wait_ratio * med or leaf in named]
 
 
 def gangs(ds: Datasource, ctx: ui.Ctx):

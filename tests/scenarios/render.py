@@ -95,6 +95,27 @@ def events(per_step: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return float(rng.integers(0, 3)) + np.cumsum(per_step)
 
 
+AGENT_IDLE_S = 600.0  # the agent's --collector.*.{error,target}-idle-seconds default (docs/agent.md)
+
+
+def quiet(values: np.ndarray, times: np.ndarray, idle: float = AGENT_IDLE_S) -> tuple[np.ndarray, np.ndarray]:
+    """(values, kept) as gangwatch's agent exports a counter it leaves out while still (docs/agent.md,
+    "Per-target counters that stand still are left out"): a sample only while the counter moved in
+    the last `idle` seconds (the agent started long before the capture, so a counter still since its
+    start is never there); back at its next move, at the value it stood at for that one scrape, at
+    its own from the next."""
+    v = np.asarray(values, dtype=float)
+    out, kept = v.copy(), np.zeros(v.shape, bool)
+    last, shown = -np.inf, False
+    for i in range(v.shape[0]):
+        if i and v[i] != v[i - 1]:
+            if not shown:
+                out[i] = v[i - 1]
+            last = times[i]
+        shown = kept[i] = times[i] - last < idle
+    return out, kept
+
+
 def _gpu_owner(c: Cluster) -> dict[tuple[int, int], Job]:
     own = {}
     for j in c.jobs:
@@ -181,7 +202,8 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
         _ib(w, c, n, base, o, rng, "gangwatch_infiniband_port_", {
             "tx": "transmit_data_bytes_total", "rx": "receive_data_bytes_total", "wait": "transmit_wait_ticks_total",
             "down": "link_downed_total", "sym": "symbol_errors_total", "rec": "link_error_recoveries_total",
-            "rate": "rate_bytes_per_second", "state": "state_id", "phys": "physical_state_id"}, rv)
+            "rate": "rate_bytes_per_second", "state": "state_id", "phys": "physical_state_id"}, rv,
+            idle="gangwatch_infiniband_port_idle_series")
         for p, dev in enumerate(c.devices):
             w.add("gangwatch_infiniband_port_info", {**base, "device": dev, "port": "1",
                                                      "link_layer": "Ethernet" if rv else "InfiniBand",
@@ -198,21 +220,36 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                       np.cumsum(arr * dt), kind="counter", fmt="%.3f", offset=o, mask=c.times >= starts[jid])
         if c.fs == "lustre":
             lt = {**base, "fs": c.fs_name, "type": "osc"}
+            hidden = np.zeros(c.T)
+            totals = {"read": np.zeros(c.T), "write": np.zeros(c.T)}
+
+            def target_counter(name: str, labels: dict, vals: np.ndarray, fmt: str) -> None:
+                """The agent leaves a per-target counter out while it stands still."""
+                shown, kept = quiet(vals, c.times)
+                hidden[:] += ~kept
+                w.add(name, labels, shown, kind="counter", fmt=fmt, offset=o, mask=kept)
+
             for k, tgt in enumerate(c.targets):
                 lk = {**lt, "target": tgt}
                 rd, wr = c.fs_read[n, k], c.fs_write[n, k]
                 ops = rd / RPC_SIZE
-                w.add("gangwatch_lustre_client_target_io_bytes_total", {**lk, "operation": "read"},
-                      counter(rd, dt, rng), kind="counter", fmt="%.0f", offset=o)
-                w.add("gangwatch_lustre_client_target_io_bytes_total", {**lk, "operation": "write"},
-                      counter(wr, dt, rng), kind="counter", fmt="%.0f", offset=o)
+                for op, rate in (("read", rd), ("write", wr)):
+                    grown = counter(rate, dt, rng)
+                    totals[op] += grown - grown[0]
+                    target_counter("gangwatch_lustre_client_target_io_bytes_total", {**lk, "operation": op}, grown,
+                                   "%.0f")
                 n_ops = counter(ops, dt, rng)
-                w.add("gangwatch_lustre_client_target_operations_total", {**lk, "operation": "ost_read"}, n_ops,
-                      kind="counter", fmt="%.0f", offset=o)
+                target_counter("gangwatch_lustre_client_target_operations_total", {**lk, "operation": "ost_read"},
+                               n_ops, "%.0f")
                 lat = np.diff(n_ops, prepend=n_ops[0]) * c.fs_lat[n, k]
-                w.add("gangwatch_lustre_client_target_operation_latency_seconds_total",
-                      {**lk, "operation": "ost_read"}, rng.uniform(1e3, 1e5) + np.cumsum(lat), kind="counter",
-                      fmt="%.6f", offset=o)
+                target_counter("gangwatch_lustre_client_target_operation_latency_seconds_total",
+                               {**lk, "operation": "ost_read"}, rng.uniform(1e3, 1e5) + np.cumsum(lat), "%.6f")
+            # the per-filesystem sums of the targets' growth since the agent started, always there
+            since = rng.uniform(1e9, 1e13)
+            for op, grown in totals.items():
+                w.add("gangwatch_lustre_client_targets_io_bytes_total", {**lt, "operation": op}, since + grown,
+                      kind="counter", fmt="%.0f", offset=o)
+            w.add("gangwatch_lustre_client_target_idle_series", base, hidden, fmt="%d", offset=o)
             waits = np.where(c.fs_read[n] > 0, c.fs_lat[n], np.nan)
             w.add("gangwatch_lustre_client_import_rpc_wait_max_seconds", {**base, "fs": c.fs_name, "type": "osc"},
                   np.nan_to_num(np.nanmax(np.vstack([waits, c.fs_lat[n] * 0 + c.ost_base_lat[:, None]]), axis=0)),
@@ -233,10 +270,12 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
 
 
 def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, names: dict,
-        rv: roce.RoceView | None = None) -> None:
+        rv: roce.RoceView | None = None, idle: str = "") -> None:
     """The RDMA ports' PortCounters and sysfs state. On RoCE (`rv`) there is no transmit wait, symbol
-    errors are the PHY's (ethtool's), and link_downed counts only where the firmware counts it."""
+    errors are the PHY's (ethtool's), and link_downed counts only where the firmware counts it.
+    `idle` (gangwatch's agent): its error counters left out while still, counted in that gauge."""
     dt = c.interval
+    hidden = np.zeros(c.T)
     for p, dev in enumerate(c.devices):
         lp = {**base, "device": dev, "port": "1"}
         w.add(prefix + names["tx"], lp, counter(c.ib_tx[n, p], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
@@ -245,12 +284,17 @@ def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, n
             w.add(prefix + names["wait"], lp, counter(c.ib_wait[n, p], dt, rng, float(rng.integers(10**5, 10**9))),
                   kind="counter", fmt="%.0f", offset=o)
         down = c.ib_down[n, p] if rv is None or rv.counts_link_downed else np.zeros(c.T)
-        w.add(prefix + names["down"], lp, events(down, rng), kind="counter", fmt="%.0f", offset=o)
-        w.add(prefix + names["sym"], lp, events(c.ib_symerr[n, p] if rv is None else np.zeros(c.T), rng),
-              kind="counter", fmt="%.0f", offset=o)
+        for name, per_step in ((names["down"], down), (names["sym"], c.ib_symerr[n, p] if rv is None else np.zeros(c.T))):
+            vals, kept = events(per_step, rng), None
+            if idle:
+                vals, kept = quiet(vals, c.times)
+                hidden += ~kept
+            w.add(prefix + name, lp, vals, kind="counter", fmt="%.0f", offset=o, mask=kept)
         w.add(prefix + names["rate"], lp, c.ib_rate[n, p], fmt="%.0f", offset=o)
         w.add(prefix + names["state"], lp, c.ib_state[n, p], fmt="%d", offset=o)
         w.add(prefix + names["phys"], lp, c.ib_phys[n, p], fmt="%d", offset=o)
+    if idle:
+        w.add(idle, base, hidden, fmt="%d", offset=o)
 
 
 def _roce_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv: roce.RoceView) -> None:

@@ -60,7 +60,8 @@ def test_catalogue_meets_the_accuracy_goals(scores, schema):
 def roce_scores(tmp_path_factory):
     out = tmp_path_factory.mktemp("catalogue-roce")
     subprocess.run([sys.executable, "-m", "tests.scenarios", str(out), "--seeds", str(SEEDS), "--schema", "both",
-                    "--fabric", "roce", "--max-nodes", "32"], check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=600)
+                    "--fabric", "roce", "--max-nodes", "32"],
+                   check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=600)
     return score_tree(str(out))
 
 

@@ -68,8 +68,10 @@ def test_roce_bundles_well_formed(scenario, tmp_path):
         if schema == "gangwatch":
             assert 'link_layer="Ethernet"' in text and 'link_layer="InfiniBand"' not in text
             for name in ("gangwatch_roce_port_ecn_marked_packets_total", "gangwatch_roce_port_cnp_handled_total",
-                         "gangwatch_roce_port_local_ack_timeouts_total", "gangwatch_ethtool_node_received_pause_frames_total",
-                         "gangwatch_ethtool_node_pause_storm_events_total", "gangwatch_ethtool_node_link_down_events_total"):
+                         "gangwatch_roce_port_local_ack_timeouts_total",
+                         "gangwatch_ethtool_node_received_pause_frames_total",
+                         "gangwatch_ethtool_node_pause_storm_events_total",
+                         "gangwatch_ethtool_node_link_down_events_total"):
                 assert f"\n{name}{{" in text, name
         else:
             assert "roce" not in text and "\nnode_ethtool_received_pause_ctrl_phy{" in text

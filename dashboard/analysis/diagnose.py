@@ -1379,8 +1379,9 @@ def _storm_culprit(win: Window, jm: _JobMap, span: slice) -> tuple[str, list[Evi
     stall: a NIC whose storm guard fired (`eth_storm`, ethtool) in `span`, on one of the job's nodes
     or on a leaf switch the job's nodes hang off (a NIC that keeps sending pause frames fills the
     switch's buffers toward it, and the switch pauses its other ports: every link through it
-    stalls, and its victims show the congestion). Without the leaf switches, only a storm on the job's own nodes, or the one
-    storm in the cluster. The node with most events is named; None when no storm is near the job."""
+    stalls, and its victims show the congestion). Without the leaf switches, only a storm on the
+    job's own nodes, or the one storm in the cluster. The node with most events is named; None when
+    no storm is near the job."""
     a = win.node.get("eth_storm")
     if a is None:
         return None

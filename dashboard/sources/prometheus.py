@@ -326,7 +326,8 @@ def counters_selector(ms: list[Mapping]) -> str:
 # PSI is off, beside iowait; the agent's one-a-node marker that it leaves still port error counters
 # out, beside the NICs' link events) share one query: each part is labelled with its signal, which
 # add_matrix reads. So the cycle's query count stays in budget.
-SHARED_QUERIES = {"links": ("eth_pause", "eth_down", "eth_err", "eth_storm", "ib_quiet"), "host_io": ("iowait", "blocked")}
+SHARED_QUERIES = {"links": ("eth_pause", "eth_down", "eth_err", "eth_storm", "ib_quiet"),
+                  "host_io": ("iowait", "blocked")}
 # Event counters read in another's query, as its raw counters are (STEP_INCREASE): RoCE's transport
 # errors (four counters a port, added up) in InfiniBand's symbol errors' selector, each row's step
 # increase worked out by serve and told apart by its name (`Held`: a row's mapping gives its

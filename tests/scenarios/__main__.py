@@ -1,4 +1,5 @@
-"""`python -m tests.scenarios OUTDIR [--seeds N] [--schema gangwatch|exporters|both] [--only NAME ...] [--max-nodes N] [--window S] [--fabric ib|roce]`"""
+"""`python -m tests.scenarios OUTDIR [--seeds N] [--schema gangwatch|exporters|both] [--only NAME ...]
+[--max-nodes N] [--window S] [--fabric ib|roce]`"""
 
 from __future__ import annotations
 

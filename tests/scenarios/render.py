@@ -284,7 +284,8 @@ def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, n
             w.add(prefix + names["wait"], lp, counter(c.ib_wait[n, p], dt, rng, float(rng.integers(10**5, 10**9))),
                   kind="counter", fmt="%.0f", offset=o)
         down = c.ib_down[n, p] if rv is None or rv.counts_link_downed else np.zeros(c.T)
-        for name, per_step in ((names["down"], down), (names["sym"], c.ib_symerr[n, p] if rv is None else np.zeros(c.T))):
+        sym = c.ib_symerr[n, p] if rv is None else np.zeros(c.T)
+        for name, per_step in ((names["down"], down), (names["sym"], sym)):
             vals, kept = events(per_step, rng), None
             if idle:
                 vals, kept = quiet(vals, c.times)
@@ -302,7 +303,8 @@ def _roce_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv
     node rollups (pause frames received, PHY link-downs, storm guard events, CRC/symbol errors)."""
     dt = c.interval
     per_port = (("port_ecn_marked_packets_total", rv.ecn, True), ("port_cnp_sent_total", rv.cnp_sent, True),
-                ("port_cnp_handled_total", rv.cnp_handled, True), ("port_out_of_sequence_packets_total", rv.out_of_seq, False),
+                ("port_cnp_handled_total", rv.cnp_handled, True),
+                ("port_out_of_sequence_packets_total", rv.out_of_seq, False),
                 ("port_packet_sequence_errors_total", rv.seq_naks, False),
                 ("port_local_ack_timeouts_total", rv.ack_timeouts, False),
                 ("port_adaptive_retransmissions_total", rv.retrans, False))

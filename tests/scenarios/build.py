@@ -53,7 +53,8 @@ def draw_cluster(rng: np.random.Generator, sc: Scenario, max_nodes: int = 64,
     mig_nodes: tuple[int, ...] = ()
     if sc.mig or (model.mig_profiles and rng.random() < 0.3):
         mig_nodes = (nodes - 1,)
-    params = dict(fabric=fabric, window_s=window_s, model=model.name, gpus_per_node=gpus, nodes=nodes, interval=interval, steps=steps, ports=ports,
+    params = dict(fabric=fabric, window_s=window_s, model=model.name, gpus_per_node=gpus, nodes=nodes,
+                  interval=interval, steps=steps, ports=ports,
                   link=link, fs=fs, fs_name=fs_name, prof=prof, idle_fb_mib=round(idle_fb, 1), leaf_size=leaf)
     c = Cluster(rng, nodes=nodes, gpus=gpus, model=model, interval=interval, steps=steps, end=end, ports=ports,
                 link=link, osts=int(rng.integers(4, 13)), fs=fs, fs_name=fs_name, prof=prof,

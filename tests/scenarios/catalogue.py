@@ -107,8 +107,8 @@ CITATIONS: dict[str, str] = {
                   "receiving NIC returns congestion notification packets (coalesced per queue pair), and the sender "
                   "cuts its rate on each one it handles.",
     "roce-pfc": "IEEE 802.1Qbb priority flow control: a port past its XOFF threshold sends pause frames for the "
-                "lossless priority, each holding the sender for up to 65535 quanta of 512 bit times, refreshed while it "
-                "lasts; Guo et al., 'RDMA over Commodity Ethernet at Scale' (SIGCOMM 2016): pauses spread upstream "
+                "lossless priority, each holding the sender for up to 65535 quanta of 512 bit times, refreshed "
+                "while it lasts; Guo et al., 'RDMA over Commodity Ethernet at Scale' (SIGCOMM 2016): pauses spread upstream "
                 "to ports whose traffic never went to the congested one, and a NIC whose receive pipeline stops "
                 "sends pause frames without end (a PFC pause storm) that can block a whole switch, hence NIC and "
                 "switch storm watchdogs.",
@@ -117,8 +117,8 @@ CITATIONS: dict[str, str] = {
                      "packet_seq_err, local_ack_timeout_err, roce_adp_retrans; ethtool -S rx/tx_pause_ctrl_phy, "
                      "rx/tx_prio<p>_pause, link_down_events_phy, rx_symbol_err_phy, tx_pause_storm_warning_events "
                      "(the device kept sending pauses for a long time) and tx_pause_storm_error_events (it reached the "
-                     "timeout and stopped sending them); node_exporter's ethtool collector keeps these names with rx/tx "
-                     "spelled out and reads no hw_counters.",
+                     "timeout and stopped sending them); node_exporter's ethtool collector keeps these names with "
+                     "rx/tx spelled out and reads no hw_counters.",
     "slurm-gres": "Slurm squeue --json (data_parser v0.0.40+): gres_detail 'gpu:<type>:<n>(IDX:<list>)' per node; "
                   "MIG devices are separate GPU gres typed by profile; topology.conf SwitchName/Nodes tree.",
 }

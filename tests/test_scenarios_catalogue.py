@@ -87,6 +87,27 @@ def test_a_roce_build_holds_the_infiniband_builds_cluster_and_jobs():
     assert np.array_equal(a.cluster.util, b.cluster.util, equal_nan=True)
 
 
+def test_both_schemas_of_a_roce_seed_show_the_same_nics(tmp_path):
+    """Whether the RDMA port's link_downed counts on RoCE is the firmware's, so the cluster's: a flap
+    moves it in both schemas of a seed or in neither."""
+    sc = next(s for s in SCENARIOS if s.name == "net_flapping_link")
+    counted = set()
+    for seed in range(6):
+        built = build(sc, seed, MAX_NODES, WINDOW_S, "roce")
+        moved = []
+        for schema, name in (("gangwatch", "gangwatch_infiniband_port_link_downed_total"),
+                             ("exporters", "node_infiniband_link_downed_total")):
+            text = (Path(render(built, str(tmp_path), schema)) / "metrics.om").read_text()
+            seen: dict = {}
+            for s in iter_samples(text, ts_unit="s"):
+                if s.name == name:
+                    seen.setdefault(tuple(sorted(s.labels.items())), []).append(s.value)
+            moved.append(any(v[-1] > v[0] for v in seen.values()))
+        assert moved[0] == moved[1], seed
+        counted.add(moved[0])
+    assert counted == {True, False}  # half the clusters' firmware counts it, over 6 seeds both kinds
+
+
 def test_a_roce_only_scenario_refuses_infiniband():
     storm = next(s for s in SCENARIOS if s.fabric == "roce")
     with pytest.raises(ValueError, match="roce fabric only"):

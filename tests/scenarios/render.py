@@ -116,6 +116,15 @@ def quiet(values: np.ndarray, times: np.ndarray, idle: float = AGENT_IDLE_S) -> 
     return out, kept
 
 
+def _roce_view(b: Built) -> roce.RoceView | None:
+    """The NICs' view of a RoCE build, drawn from the build's seed: both schemas of a seed show the
+    same NICs (the same firmware, marking share and retransmissions), as they show the same GPUs."""
+    if b.cluster.fabric != "roce":
+        return None
+    key = int(hashlib.sha1(b.scenario.name.encode()).hexdigest()[:8], 16)
+    return roce.view(b.cluster, np.random.default_rng([b.seed, key]))
+
+
 def _gpu_owner(c: Cluster) -> dict[tuple[int, int], Job]:
     own = {}
     for j in c.jobs:
@@ -146,7 +155,7 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     mig = getattr(c, "mig_layout", {})
     dom = b.params.get("domain", "")
     starts = {j.jobid: j.start for j in c.jobs}
-    rv = roce.view(c, rng) if c.fabric == "roce" else None
+    rv = _roce_view(b)
     for n, host in enumerate(c.names):
         base = {"instance": f"{host}{dom}:9810", "job": "gangwatch"}
         o = offs[n]
@@ -387,7 +396,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
     new_fb = c.idle_fb_mib < 50  # drivers that report the reservation apart (FB_RESERVED)
     reserved = rng.uniform(400, 700)
     fb_total = c.model.fb_mib - (reserved if new_fb else 0)
-    rv = roce.view(c, rng) if c.fabric == "roce" else None
+    rv = _roce_view(b)
     mig_job = {}
     for j in c.jobs:
         for jn, slots in j.mig.items():

@@ -18,8 +18,9 @@ traffic. A RoCE NIC keeps no transmit-wait worth reading; the same physics shows
 - a NIC whose host stops draining it sends pause frames without end (`tx_pause_ctrl_phy`) until its
   storm guard fires (`tx_pause_storm_warning_events`, `..._error_events`: pausing stops for a while).
 
-Kept as a view, derived at render time, so an InfiniBand build of a seed is unchanged by it. The
-draws here use the renderer's own generator.
+Kept as a view, derived at render time, so an InfiniBand build of a seed is unchanged by it. Its
+draws come from a generator of the build's own (render._roce_view): both schemas of a seed show the
+same NICs.
 """
 
 from __future__ import annotations

@@ -36,16 +36,19 @@ def _wait_ready(url: str) -> None:
         time.sleep(0.2)
 
 
-def _serve(root, sim, steps: int, edit=None, **renderer):
+def _serve(root, sim, steps: int, edit=None, rewrite=None, **renderer):
     """The simulator's bundle after `steps` steps (its metrics passed through `edit(line) -> keep`
-    where given; `renderer`: NodeRenderer's options), imported into a real Prometheus: (url, bundle)."""
+    where given, then `rewrite(text) -> text`; `renderer`: NodeRenderer's options), imported into a
+    real Prometheus: (url, bundle)."""
     from dashboard.sources.simulated import BundleWriter
 
     bundle = root / "bundle"
     BundleWriter(sim, **renderer).run(steps).write(str(bundle))
+    om = bundle / "metrics.om"
     if edit is not None:
-        om = bundle / "metrics.om"
         om.write_text("".join(line for line in om.read_text().splitlines(keepends=True) if edit(line)))
+    if rewrite is not None:
+        om.write_text(rewrite(om.read_text()))
     data = root / "data"
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(bundle / "metrics.om"), str(data)],
                    check=True, capture_output=True, timeout=120)
@@ -202,6 +205,60 @@ def test_prometheus_source_reads_nic_link_downs_on_roce(tmp_path):
         assert got == _verdicts(diagnose(nic_only(b.window), b.jobs))
         assert got[job] == ("stalled_network", node)
     assert node is not None
+
+
+def _pfc_as_node_exporter_reads_it(text: str) -> str:
+    """A node_exporter-only RoCE site running PFC: no RDMA hw_counters (the agent's roce families
+    gone), and the agent's pause rollup as mlx5's counters of two NICs a node, as node_exporter's
+    ethtool collector names them (untyped, no _total): the pauses in priority 3's counter, the
+    global one (IEEE 802.3's PAUSE frames) and the other priorities standing at 0."""
+    rollup = "gangwatch_ethtool_node_received_pause_frames"
+    parts = {"received_pause_ctrl_phy": 0, "received_prio3_pause": 1, "received_prio0_pause": 0}
+    out, fams = [], {name: [] for name in parts}
+    for line in text.splitlines(keepends=True):
+        if line.startswith(("gangwatch_roce_", "# TYPE gangwatch_roce_", "# HELP gangwatch_roce_",
+                            f"# HELP {rollup} ")):
+            continue
+        if line.startswith(f"# TYPE {rollup} "):
+            out.append(fams)  # the new families go where the rollup's went
+        elif line.startswith(f"{rollup}_total{{"):
+            labels, value, ts = line[len(rollup) + 7:].rsplit(" ", 2)
+            for name, moves in parts.items():
+                for dev, share in (("ens1f0np0", moves), ("ens2f0np0", 0)):
+                    fams[name].append(f'node_ethtool_{name}{{device="{dev}",{labels} {float(value) * share} {ts}')
+        else:
+            out.append(line)
+    block = "".join(f"# TYPE node_ethtool_{name} unknown\n" + "".join(lines) for name, lines in fams.items())
+    return "".join(block if part is fams else part for part in out)
+
+
+def test_node_exporter_pfc_per_priority_through_prometheus(tmp_path):
+    """On a PFC fabric the pauses a switch sends may show in the NICs' per-priority counters alone
+    (mlx5 documents its global pause counter as counting under global pause only): a node_exporter-only
+    site's congested gang is judged from them, through a real Prometheus as from the bundle (the
+    global counter's zeros add nothing and mask nothing: the counters are parts of one sum)."""
+    from dashboard.analysis.diagnose import diagnose, fabric_view
+    from dashboard.analysis.sim import SimConfig, Simulation
+    from dashboard.analysis.thresholds import Thresholds
+    from dashboard.sources.bundle import load_bundle
+    from dashboard.sources.prometheus import PrometheusSource
+
+    sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
+                               faults="ib_congestion@8m+30m:leaf=leaf00"))
+    for url, bundle in _serve(tmp_path, sim, 56, rewrite=_pfc_as_node_exporter_reads_it):
+        (fault,) = sim.ground_truth()
+        b = load_bundle(str(bundle))
+        assert "roce_cong" not in b.window.rail and np.nansum(b.window.node["eth_pause"]) > 0
+        assert fabric_view(b.window, Thresholds())[1] == "roce"
+        want = _verdicts(diagnose(b.window, b.jobs))
+        assert {job: want[job][0] for job in fault["jobs"]} == {job: "stalled_network" for job in fault["jobs"]}
+        src = PrometheusSource(url)
+        win = src.window(b.end, b.end - b.start, 15.0)
+        assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
+        rows = [win.nodes.index(n) for n in b.window.nodes]
+        got, ref = win.node["eth_pause"][rows], b.window.node["eth_pause"]
+        assert np.nansum(got) > 0 and np.allclose(got[:, -20:], ref[:, -20:], rtol=0.05, equal_nan=True)
+        assert _verdicts(diagnose(win, b.jobs)) == want
 
 
 @pytest.mark.skipif(not which("promtool"), reason="promtool (Debian package prometheus) not installed")

@@ -107,6 +107,29 @@ def test_mlx5_queues_summed_priorities_and_rollups():
     assert (d1,) not in series(text, "gangwatch_ethtool_transmitted_packets_total")
 
 
+def test_pfc_of_broadcom_and_intel_nics_in_the_pause_rollup(tmp_path):
+    """bnxt counts PFC frames apart from global pause (rx_pfc_frames), ice per priority with a `.nic`
+    suffix (rx_priority_<p>_xoff.nic, global link_xoff_rx.nic), i40e with a `port.` prefix: each XOFF
+    is a pause the switch sent, in the rollup under the default include, as mlx5's rx_prio<p>_pause is."""
+    drivers = {
+        "bnxt0": {"rx_pause_frames": 5, "rx_pfc_frames": 40, "rx_total_frames": 10**6, "tx_pfc_frames": 9},
+        "ice0": {"link_xon_rx.nic": 2, "link_xoff_rx.nic": 3, "rx_priority_3_xon.nic": 10,
+                 "rx_priority_3_xoff.nic": 30, "rx_priority_0_xoff.nic": 0, "tx_priority_3_xoff.nic": 8},
+        "i40e0": {"port.link_xoff_rx": 1, "port.link_xon_rx": 0, "port.tx_bytes": 10**9},
+    }
+    for dev, stats in drivers.items():
+        (tmp_path / dev).mkdir()
+        (tmp_path / dev / "statistics").write_text(
+            "NIC statistics:\n" + "".join(f"     {k}: {v}\n" for k, v in stats.items()))
+    text = ethtool_text(tmp_path)
+    # 5 + 40 (bnxt), 3 + 30 + 0 (ice: an XON frame is a resume, not a pause), 1 (i40e)
+    assert series(text, "gangwatch_ethtool_node_received_pause_frames_total") == {(): 79}
+    assert series(text, "gangwatch_ethtool_prio_received_xoff_total") == {
+        (("device", "ice0"), ("priority", "3")): 30, (("device", "ice0"), ("priority", "0")): 0}
+    assert series(text, "gangwatch_ethtool_received_pfc_frames_total") == {(("device", "bnxt0"),): 40}
+    assert "gangwatch_ethtool_received_total_frames_total" not in text  # traffic: `.` asks for it
+
+
 def test_per_queue_flag_gives_bounded_queue_labels():
     text = ethtool_text(DATA, collector_ethtool_per_queue=True, collector_ethtool_metrics_include=".")
     got = series(text, "gangwatch_ethtool_queue_received_packets_total")
@@ -121,6 +144,8 @@ def test_per_queue_flag_gives_bounded_queue_labels():
     ("queue_2_tx_cnt", "queue", "tx_cnt", "2"),
     ("rx_prio5_pause", "prio", "rx_pause", "5"),
     ("rx_prio9_pause", "device", "rx_prio9_pause", ""),  # not an 802.1p priority: a plain stat
+    ("rx_priority_3_xoff.nic", "prio", "rx_xoff", "3"),  # ice
+    ("link_xoff_rx.nic", "device", "link_xoff_rx.nic", ""),
     ("rx_discards_phy", "device", "rx_discards_phy", ""),
 ])
 def test_classify(stat, kind, base, index):

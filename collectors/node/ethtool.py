@@ -17,7 +17,8 @@ Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased,
 - `gangwatch_ethtool_queue_<stat>_total`: per-queue stats (mlx5 `rx3_packets`, virtio/veth
   `rx_queue_3_packets`, i40e `rx-3.packets`, ena `queue_3_tx_cnt`) summed over the queues; with
   `--collector.ethtool.per-queue` one series per queue (label `queue`).
-- `gangwatch_ethtool_prio_<stat>_total{priority}`: per-priority stats (mlx5 `rx_prio3_pause`, PFC);
+- `gangwatch_ethtool_prio_<stat>_total{priority}`: per-priority stats (mlx5 `rx_prio3_pause`, ice
+  `rx_priority_3_xoff.nic` as `prio_received_xoff`: PFC);
   pause durations (`*_pause_duration`, microseconds in mlx5) are exported in seconds
   (`..._pause_duration_seconds_total`).
 - `gangwatch_ethtool_stats_supported{device}`: 1 when the driver gave statistics, 0 when it has none
@@ -74,7 +75,8 @@ RESCAN_SECONDS = 60.0
 # exports bytes, packets, errors and drops per interface): discards, drops, pause/PFC, buffer
 # exhaustion, CRC/symbol errors, link-down events, timeouts. `--collector.ethtool.metrics-include .`
 # exports every stat as node_exporter does (mlx5: ~100 device-wide stats plus ~30 per queue).
-DEFAULT_METRICS_INCLUDE = r"discard|drop|pause|out_of_buffer|buff_alloc|crc|fcs|symbol|err|link_down|timeout|missed"
+DEFAULT_METRICS_INCLUDE = (r"discard|drop|pause|pfc|xoff|out_of_buffer|buff_alloc|crc|fcs|symbol|err|link_down|"
+                           r"timeout|missed")
 
 
 class Unsupported(Exception):
@@ -113,7 +115,10 @@ _QUEUE_PATTERNS = (
     re.compile(r"^(ch)(\d+)_(.+)$"),  # mlx5 channels: ch3_events, ch3_arm
 )
 _ENA_QUEUE = re.compile(r"^queue_(\d+)_(rx|tx)_(.+)$")  # ena: queue_3_tx_cnt
-_PRIO = re.compile(r"^(rx|tx)_prio([0-7])_(.+)$")  # mlx5: rx_prio3_pause, tx_prio3_pause_duration
+_PRIO_PATTERNS = (
+    re.compile(r"^(rx|tx)_prio([0-7])_(.+)$"),  # mlx5: rx_prio3_pause, tx_prio3_pause_duration
+    re.compile(r"^(rx|tx)_priority_([0-7])_(xon|xoff)\.nic$"),  # ice: rx_priority_3_xoff.nic
+)
 
 
 def metric_name(stat: str) -> str:
@@ -138,16 +143,21 @@ def classify(stat: str) -> Classified:
     m = _ENA_QUEUE.match(stat)
     if m:
         return Classified("queue", f"{m.group(2)}_{m.group(3)}", m.group(1))
-    m = _PRIO.match(stat)
-    if m:
-        return Classified("prio", f"{m.group(1)}_{m.group(3)}", m.group(2))
+    for pattern in _PRIO_PATTERNS:
+        m = pattern.match(stat)
+        if m:
+            return Classified("prio", f"{m.group(1)}_{m.group(3)}", m.group(2))
     return Classified("device", stat, "")
 
 
 # Stats folded into the node rollups (driver names: mlx5, ice/i40e, bnxt, ixgbe and the generic ones).
-PAUSE_STATS = frozenset({"rx_pause_ctrl_phy", "rx_pause", "rx_pause_frames", "rx_flow_control_xon",
-                         "rx_flow_control_xoff", "link_xon_rx", "link_xoff_rx", "rx_pause_frames_rcvd"})
-PRIO_PAUSE_BASES = frozenset({"rx_pause"})  # rx_prio<p>_pause (mlx5 PFC)
+# Pause frames are the XOFF ones (XON resumes); PFC frames count where the driver counts them apart
+# from global pause: bnxt's rx_pfc_frames (all priorities), mlx5's rx_prio<p>_pause and ice's
+# rx_priority_<p>_xoff.nic (per priority); ice and i40e name their port's global counters
+# link_xoff_rx with a `.nic` suffix or a `port.` prefix.
+PAUSE_STATS = frozenset({"rx_pause_ctrl_phy", "rx_pause", "rx_pause_frames", "rx_flow_control_xoff", "link_xoff_rx",
+                         "link_xoff_rx.nic", "port.link_xoff_rx", "rx_pause_frames_rcvd", "rx_pfc_frames"})
+PRIO_PAUSE_BASES = frozenset({"rx_pause", "rx_xoff"})  # rx_prio<p>_pause (mlx5), rx_priority_<p>_xoff.nic (ice)
 LINK_DOWN_STATS = frozenset({"link_down_events_phy", "link_down_count", "link_down_events", "carrier_down"})
 LINK_ERROR_STATS = frozenset({"rx_crc_errors_phy", "rx_symbol_err_phy", "rx_crc_errors", "rx_symbol_errors",
                               "rx_fcs_errors", "crc_errors", "rx_crc_errors_frames"})

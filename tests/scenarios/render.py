@@ -326,7 +326,10 @@ def _roce_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv
             ("roce_node_cnp_handled_total", counter(rv.cnp_handled[n].sum(0), dt, rng)),
             ("roce_node_sequence_errors_total", events((rv.out_of_seq[n] + rv.seq_naks[n]).sum(0), rng)),
             ("roce_node_local_ack_timeouts_total", events(rv.ack_timeouts[n].sum(0), rng)),
-            ("ethtool_node_received_pause_frames_total", counter(rv.pause_rx[n].sum(0), dt, rng)),
+            # the rollup adds the global counter to the per-priority ones: where the global one
+            # counts PFC frames too, each frame twice
+            ("ethtool_node_received_pause_frames_total",
+             counter(rv.pause_rx[n].sum(0) * (1 + rv.global_pause_counts_pfc), dt, rng)),
             ("ethtool_node_link_down_events_total", events(rv.link_down[n].sum(0), rng)),
             ("ethtool_node_pause_storm_events_total", events((rv.storm_warn[n] + rv.storm_err[n]).sum(0), rng)),
             ("ethtool_node_link_errors_total", events(c.ib_symerr[n].sum(0), rng)))
@@ -338,17 +341,23 @@ def _ethtool_exporter(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, 
     """node_exporter's ethtool collector on each NIC (mlx5's `ethtool -S` names, rx/tx spelled out; no
     _total). node_exporter reads no hw_counters: ECN and CNPs are not there."""
     dt = c.interval
+    pfc_too = float(rv.global_pause_counts_pfc)  # PFC is all the pausing there is on these fabrics
     for p in range(c.P):
         ld = {**base, "device": roce.netdev(p)}
-        for name, vals in (("received_pause_ctrl_phy", counter(rv.pause_rx[n, p], dt, rng)),
+        for name, vals in (("received_pause_ctrl_phy", counter(rv.pause_rx[n, p] * pfc_too, dt, rng)),
                            (f"received_prio{roce.PRIORITY}_pause", counter(rv.pause_rx[n, p], dt, rng)),
-                           ("transmitted_pause_ctrl_phy", counter(rv.pause_tx[n, p], dt, rng)),
+                           ("transmitted_pause_ctrl_phy", counter(rv.pause_tx[n, p] * pfc_too, dt, rng)),
                            (f"transmitted_prio{roce.PRIORITY}_pause", counter(rv.pause_tx[n, p], dt, rng)),
                            ("link_down_events_phy", events(rv.link_down[n, p], rng)),
                            ("transmitted_pause_storm_warning_events", events(rv.storm_warn[n, p], rng)),
                            ("transmitted_pause_storm_error_events", events(rv.storm_err[n, p], rng)),
                            ("received_symbol_err_phy", events(c.ib_symerr[n, p], rng))):
             w.add("node_ethtool_" + name, ld, vals, kind="counter", fmt="%.0f", offset=o)
+        # mlx5 lists every priority's counter; only the lossless class's moves (drawn last: the
+        # other series keep their draws)
+        for prio in sorted(set(range(8)) - {roce.PRIORITY}):
+            w.add(f"node_ethtool_received_prio{prio}_pause", ld, counter(np.zeros(c.T), dt, rng), kind="counter",
+                  fmt="%.0f", offset=o)
 
 
 def _host(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, *, cpu: str, psi, blocked: str, net: str) -> None:

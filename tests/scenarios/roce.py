@@ -8,8 +8,9 @@ traffic. A RoCE NIC keeps no transmit-wait worth reading; the same physics shows
   receiving NIC counts them (`np_ecn_marked_roce_packets`) and answers with congestion notification
   packets (`np_cnp_sent`), which the sender acts on (`rp_cnp_handled`) by cutting its rate;
 - PFC: where ECN's rate cut is not enough the switch pauses the sender's port outright; the NIC
-  counts the pause frames it receives (`rx_pause_ctrl_phy`, per priority `rx_prio3_pause`), one every
-  half pause quanta while a port is held;
+  counts the pause frames it receives per priority (`rx_prio3_pause`), one every half pause quanta
+  while a port is held, and in its global pause counter (`rx_pause_ctrl_phy`) on half the clusters
+  (it is IEEE 802.3's PAUSE counter, which mlx5 documents as counting only under global pause);
 - a link that goes down counts a PHY link-down (`link_down_events_phy`) and every queue pair with
   packets in flight times out (`local_ack_timeout_err`) and retransmits (`roce_adp_retrans`); its
   peers see the gap as packets out of sequence (`out_of_sequence`, NAKs: `packet_seq_err`); between
@@ -53,6 +54,10 @@ class RoceView:
     storm_warn: np.ndarray
     storm_err: np.ndarray
     counts_link_downed: bool  # whether the RDMA port's PortCounters link_downed counts too (firmware dependent)
+    # whether the NIC's global pause counter (`rx_pause_ctrl_phy`, IEEE 802.3's PAUSE frames) counts
+    # the PFC frames too: mlx5's documentation says it counts only while global pause is on, and
+    # sites running PFC report it both ways; the per-priority counter (`rx_prio3_pause`) always does
+    global_pause_counts_pfc: bool
 
 
 def full_pause_rate(c: Cluster) -> float:
@@ -90,7 +95,7 @@ def view(c: Cluster, rng: np.random.Generator) -> RoceView:
                     pause_tx=c.pause_tx + pause_rx * rng.uniform(0.0, 0.2),
                     ack_timeouts=ack, retrans=np.floor(retrans), out_of_seq=oos, seq_naks=np.floor(oos * 0.5),
                     link_down=c.ib_down, storm_warn=c.storm, storm_err=storm_err,
-                    counts_link_downed=bool(rng.random() < 0.5))
+                    counts_link_downed=bool(rng.random() < 0.5), global_pause_counts_pfc=bool(rng.random() < 0.5))
 
 
 def _burst(c: Cluster, rng: np.random.Generator) -> np.ndarray:

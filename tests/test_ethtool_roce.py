@@ -130,6 +130,41 @@ def test_pfc_of_broadcom_and_intel_nics_in_the_pause_rollup(tmp_path):
     assert "gangwatch_ethtool_received_total_frames_total" not in text  # traffic: `.` asks for it
 
 
+def test_rollups_of_rdma_nics_apart_from_the_management_nic(tmp_path):
+    """On a node with RDMA devices the rollups add up the NICs that carry them (`nics="rdma"`: a RoCE
+    NIC's port, as /sys/class/infiniband/<dev>/device/net lists it) apart from the others
+    (`nics="other"`): the management NIC's pauses and link-downs are not the fabric's. A node
+    without RDMA keeps one unlabelled series of all its NICs."""
+    stats = {"ens1f0np0": {"rx_pause_ctrl_phy": 0, "rx_prio3_pause": 100, "link_down_events_phy": 1},
+             "ens2f0np0": {"rx_pause_ctrl_phy": 0, "rx_prio3_pause": 50, "link_down_events_phy": 0},
+             "eno1": {"rx_pause_frames": 7, "link_down_events": 3}}  # the onboard (bnxt) management NIC
+    root = tmp_path / "eth"
+    for dev, st in stats.items():
+        (root / dev).mkdir(parents=True)
+        (root / dev / "statistics").write_text("NIC statistics:\n" + "".join(f"     {k}: {v}\n" for k, v in st.items()))
+    sysfs = tmp_path / "sys"
+    for ib, dev in (("mlx5_0", "ens1f0np0"), ("mlx5_1", "ens2f0np0")):
+        (sysfs / "class/infiniband" / ib / "device/net" / dev).mkdir(parents=True)
+    (sysfs / "class/infiniband/mlx5_bad").mkdir()  # no device/net: skipped
+
+    def rollups(sys_root):
+        c = EthtoolCollector(Context(options={"collector_ethtool_fixtures": str(root)}, paths=Paths(sysfs=str(sys_root))))
+        try:
+            text = encode(c.collect())
+        finally:
+            c.close()
+        return {name: series(text, f"gangwatch_ethtool_node_{name}_total")
+                for name in ("received_pause_frames", "link_down_events")}
+
+    assert rollups(sysfs) == {"received_pause_frames": {(("nics", "rdma"),): 150, (("nics", "other"),): 7},
+                              "link_down_events": {(("nics", "rdma"),): 1, (("nics", "other"),): 3}}
+    assert rollups(tmp_path / "nothing") == {"received_pause_frames": {(): 157}, "link_down_events": {(): 4}}
+    # the diagnosis reads the RDMA NICs' rollup, or the unlabelled one, never the others'
+    from dashboard.sources.schema import BY_METRIC, matches
+    (m,) = BY_METRIC["gangwatch_ethtool_node_received_pause_frames_total"]
+    assert [matches(m, lbl) for lbl in ({"nics": "rdma"}, {}, {"nics": "other"})] == [True, True, False]
+
+
 def test_per_queue_flag_gives_bounded_queue_labels():
     text = ethtool_text(DATA, collector_ethtool_per_queue=True, collector_ethtool_metrics_include=".")
     got = series(text, "gangwatch_ethtool_queue_received_packets_total")

@@ -23,10 +23,13 @@ Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased,
   (`..._pause_duration_seconds_total`).
 - `gangwatch_ethtool_stats_supported{device}`: 1 when the driver gave statistics, 0 when it has none
   (loopback, bonding, most virtual devices).
-- Node rollups (no labels; sums over the devices that report them this scrape, absent when none does):
+- Node rollups (sums over the devices that report them this scrape, absent when none does):
   `gangwatch_ethtool_node_received_pause_frames_total` (global pause plus PFC per priority),
   `gangwatch_ethtool_node_link_down_events_total`, `gangwatch_ethtool_node_link_errors_total` (CRC and
   symbol errors), `gangwatch_ethtool_node_pause_storm_events_total` (the PFC storm guard's events).
+  Where the node has RDMA devices, the NICs that carry them (`<sysfs>/class/infiniband/*/device/net/`,
+  read again every RESCAN_SECONDS) are added up apart from the others: label `nics="rdma"` or
+  `nics="other"` (the management network, whose pauses pace no collective); else no label.
 Flags: `--collector.ethtool.device-include`/`-exclude` (regexes, as node_exporter),
 `--collector.ethtool.metrics-include` (regex on the driver's stat name; default DEFAULT_METRICS_INCLUDE:
 discards, drops, pause/PFC, buffer exhaustion, CRC/symbol errors, link-down events, timeouts, which
@@ -268,10 +271,11 @@ class Group:
     of the lines in the exposition. Per scrape this is a few C-level calls per group rather than
     a Python pass per device and per sample."""
 
-    __slots__ = ("plans", "n", "getter", "sums", "scaled", "rollups", "template")
+    __slots__ = ("plans", "n", "getter", "sums", "scaled", "rollups", "template", "nics")
 
-    def __init__(self, plans: Sequence[Plan]):
+    def __init__(self, plans: Sequence[Plan], nics: str = ""):
         first = plans[0]
+        self.nics = nics  # the NICs' class its devices' rollups add up in (NicClasses)
         d, n, s = len(plans), len(first.names), first.singles
         self.plans = tuple(plans)
         self.n = n
@@ -296,23 +300,25 @@ class Group:
         selects = tuple((s.start, s.stop, s.step) if type(s) is slice else s for s in plan.selects)  # hashable
         return plan.metrics, plan.helps, plan.pick, selects, plan.scaled, plan.rollups, len(plan.names)
 
-    def values(self, rows: Sequence[Sequence[int]], totals: dict[str, float]) -> list:
+    def values(self, rows: Sequence[Sequence[int]], totals: dict[tuple[str, str], float]) -> list:
         """The samples' values, family by family (scaled ones as floats), the rollups added to
-        `totals`; `rows` are the devices' values, each exactly `n` long."""
+        `totals` (by rollup and NICs' class); `rows` are the devices' values, each exactly `n` long."""
         vals: list = list(chain.from_iterable(zip(*map(self.getter, rows))))
         for getter in self.sums:
             vals += map(sum, map(getter, rows))
         for start, end, factor in self.scaled:
             vals[start:end] = [v * factor for v in vals[start:end]]
         for node, getter, pos in self.rollups:
-            totals[node] = totals.get(node, 0) + (sum(getter(vals)) if getter is not None else vals[pos])
+            key = (node, self.nics)
+            totals[key] = totals.get(key, 0) + (sum(getter(vals)) if getter is not None else vals[pos])
         return vals
 
     def lines(self, vals: list) -> list[str]:
         # a rendered label holds no raw newline (escaped), so the split gives back one line per sample
         return (self.template % tuple(vals)).decode("utf-8", "surrogateescape").split("\n") if vals else []
 
-    def add(self, families: dict[str, Family], rows: Sequence[Sequence[int]], totals: dict[str, float]) -> None:
+    def add(self, families: dict[str, Family], rows: Sequence[Sequence[int]],
+            totals: dict[tuple[str, str], float]) -> None:
         lines = self.lines(self.values(rows, totals))
         d = len(self.plans)
         first = self.plans[0]
@@ -325,15 +331,33 @@ class Group:
                 fam.lines += lines[k * d:(k + 1) * d]
 
 
-def group_plans(plans: Sequence[Plan]) -> list[tuple[Group, list[int]]]:
-    """Plans (in device order) split into Groups of one shape, each with the positions of its plans."""
+def group_plans(plans: Sequence[Plan], nics: Sequence[str] = ()) -> list[tuple[Group, list[int]]]:
+    """Plans (in device order) split into Groups of one shape and NICs' class (`nics`, per plan;
+    none: one class), each with the positions of its plans."""
     by_shape: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
-        by_shape.setdefault(Group.shape(plan), []).append(i)
-    return [(Group([plans[i] for i in idx]), idx) for idx in by_shape.values()]
+        by_shape.setdefault((Group.shape(plan), nics[i] if nics else ""), []).append(i)
+    return [(Group([plans[i] for i in idx], cls), idx) for (_, cls), idx in by_shape.items()]
 
 
-def apply_plan(plan: Plan, values: Sequence[int], totals: dict[str, float]) -> list[str] | None:
+def rdma_netdevs(sysfs_infiniband: str) -> frozenset[str]:
+    """The network interfaces that carry an RDMA device (`<ibdev>/device/net/<netdev>`: a RoCE NIC's
+    Ethernet port, an InfiniBand HCA's IPoIB interface); empty where there is none or it cannot be read."""
+    out: set[str] = set()
+    try:
+        with os.scandir(sysfs_infiniband) as it:
+            ibdevs = [e.path for e in it]
+    except OSError:
+        return frozenset()
+    for ib in ibdevs:
+        try:
+            out.update(os.listdir(os.path.join(ib, "device", "net")))
+        except OSError:
+            continue
+    return frozenset(out)
+
+
+def apply_plan(plan: Plan, values: Sequence[int], totals: dict[tuple[str, str], float]) -> list[str] | None:
     """One device's sample lines, in the plan's order, and its rollups added to `totals`; None when
     there are fewer values than names (the driver shrank between the two calls)."""
     if len(values) < len(plan.names):
@@ -533,8 +557,9 @@ class EthtoolCollector(Collector):
         self.reader: IoctlReader | FixtureReader = FixtureReader(root) if root else IoctlReader()
         self._plans: dict[str, Plan | str] = {}  # device -> plan, or the reason it has no stats
         self._stale: dict[str, Plan | str] = {}  # the plans before the last periodic re-read, until checked
-        self._grouped: tuple[tuple[int, ...], list[Plan], list[tuple[Group, list[int]]]] | None = None
+        self._grouped: tuple[tuple, list[Plan], list[tuple[Group, list[int]]]] | None = None
         self._scanned = 0.0
+        self._rdma: frozenset[str] = frozenset()  # rdma_netdevs, read again with the stat lists
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -574,17 +599,19 @@ class EthtoolCollector(Collector):
         if now - self._scanned > RESCAN_SECONDS:  # every device's names read again, its plan kept if they are the same
             self._stale, self._plans = self._plans, {}
             self._scanned = now
+            self._rdma = rdma_netdevs(self.ctx.paths.sys("class", "infiniband"))
         kept = self.filter
         devices = [(d, lbl) for d in self.reader.devices(self.ctx.paths.sys("class", "net")) if (lbl := kept(d))]
         if not devices:
             raise NoData("no network interface to read (or all filtered out)")
         families: dict[str, Family] = {}
-        totals: dict[str, float] = {}
+        totals: dict[tuple[str, str], float] = {}
         supported = gauge(PREFIX + "stats_supported", "1 when the device's driver gives statistics through "
                                                       "ethtool, 0 when it has none (loopback, bonds, most "
                                                       "virtual devices).")
         plans: list[Plan] = []
         rows: list[Sequence[int]] = []
+        rdma, nics = self._rdma, []
         for device, label in devices:
             plan = self._plans.get(device)
             if plan is None:
@@ -602,14 +629,19 @@ class EthtoolCollector(Collector):
             supported.add_rendered(label, 1)
             plans.append(plan)
             rows.append(values)
-        for group, idx in self._groups(plans):
+            if rdma:
+                nics.append("rdma" if device in rdma else "other")
+        for group, idx in self._groups(plans, nics):
             group.add(families, [rows[i] for i in idx], totals)
         if len(self._plans) > 4 * len(devices) + 64:  # veth churn must not grow the cache forever
             listed = {d for d, _ in devices}
             self._plans = {d: p for d, p in self._plans.items() if d in listed}
         self._stale.clear()  # devices not listed in the re-read's scrape: gone
-        node = [counter(PREFIX + metric, NODE_HELP[metric]).add_rendered("", total) for metric, total in totals.items()]
-        return [supported, *families.values(), *node]
+        node: dict[str, Family] = {}
+        for (metric, cls), total in sorted(totals.items()):
+            fam = node.get(metric) or node.setdefault(metric, counter(PREFIX + metric, NODE_HELP[metric]))
+            fam.add_rendered(f'{{nics="{cls}"}}' if cls else "", total)
+        return [supported, *families.values(), *node.values()]
 
     def _remember(self, device: str) -> Plan | str | None:
         plan = self._plan(device)
@@ -630,13 +662,13 @@ class EthtoolCollector(Collector):
         n = len(plan.names)
         return values if len(values) == n else values[:n] if len(values) > n else None
 
-    def _groups(self, plans: list[Plan]) -> list[tuple[Group, list[int]]]:
-        """group_plans(plans), kept while the same plan objects come in the same order (the key
-        holds them, so their ids are not reused meanwhile)."""
-        key = tuple(map(id, plans))
+    def _groups(self, plans: list[Plan], nics: list[str]) -> list[tuple[Group, list[int]]]:
+        """group_plans(plans, nics), kept while the same plan objects come in the same order with
+        the same classes (the key holds them, so their ids are not reused meanwhile)."""
+        key = (tuple(map(id, plans)), tuple(nics))
         cached = self._grouped
         if cached is None or cached[0] != key:
-            cached = self._grouped = (key, plans, group_plans(plans))
+            cached = self._grouped = (key, plans, group_plans(plans, nics))
         return cached[2]
 
     def unsupported(self) -> dict[str, str]:

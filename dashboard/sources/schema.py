@@ -44,6 +44,11 @@ class Mapping:
 
 
 MIB = float(1 << 20)
+# The ethtool collector's node rollups where the node has RDMA devices: the NICs that carry them
+# (`nics="rdma"`) apart from the others (`nics="other"`: the management network, whose pauses and
+# link-downs pace no collective); an agent before the split, or a node without RDMA, has one
+# unlabelled series of all its NICs
+RDMA_NICS = (("nics", "!other"),)
 
 MAPPINGS: tuple[Mapping, ...] = (
     # ---- GPU (key: the `gpu` index label; MIG instances of one GPU average into it)
@@ -91,24 +96,24 @@ MAPPINGS: tuple[Mapping, ...] = (
     # priority (mlx5 rx_prio<p>_pause) or in all (bnxt rx_pfc_frames). A RoCE fabric runs PFC, so its
     # pauses may be in those alone; and only a lossless fabric counts PFC, where another vendor's global
     # pause counter may be the management NIC's (node_exporter does not say which NIC carries RDMA).
-    Mapping("eth_pause", "node", "gangwatch_ethtool_node_received_pause_frames_total", counter=True),
+    Mapping("eth_pause", "node", "gangwatch_ethtool_node_received_pause_frames_total", counter=True, filters=RDMA_NICS),
     *(Mapping("eth_pause", "node", f"node_ethtool_{name}", counter=True, combine="sum")
       for name in ("received_pause_ctrl_phy", *(f"received_prio{p}_pause" for p in range(8)), "received_pfc_frames")),
     # physical link-down events of the node's NICs (the ethtool collector's rollup; node_exporter's
     # ethtool collector names mlx5's counter this way): on RoCE the link events beside the transport
     # errors, as link_downed is on InfiniBand
-    Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, events=True),
+    Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, filters=RDMA_NICS, events=True),
     Mapping("eth_down", "node", "node_ethtool_link_down_events_phy", counter=True, events=True, combine="sum"),
     # frames the NICs' PHYs received with errors (symbol, CRC) that FEC could not correct (the ethtool
     # collector's rollup; node_exporter's names for mlx5's counters): on RoCE a failing cable's errors
     # between its drops, as symbol errors are on InfiniBand; a healthy FEC link counts none
-    Mapping("eth_err", "node", "gangwatch_ethtool_node_link_errors_total", counter=True, events=True),
+    Mapping("eth_err", "node", "gangwatch_ethtool_node_link_errors_total", counter=True, filters=RDMA_NICS, events=True),
     Mapping("eth_err", "node", "node_ethtool_received_symbol_err_phy", counter=True, events=True, combine="sum"),
     Mapping("eth_err", "node", "node_ethtool_received_crc_errors_phy", counter=True, events=True, combine="sum"),
     # times the NICs' PFC storm guard fired (the ethtool collector's rollup; node_exporter's ethtool
     # collector renames mlx5's tx_ to transmitted_): the node kept sending pause frames, which stall
     # every link through its switch
-    Mapping("eth_storm", "node", "gangwatch_ethtool_node_pause_storm_events_total", counter=True, events=True),
+    Mapping("eth_storm", "node", "gangwatch_ethtool_node_pause_storm_events_total", counter=True, filters=RDMA_NICS, events=True),
     Mapping("eth_storm", "node", "node_ethtool_transmitted_pause_storm_warning_events", counter=True, events=True,
             combine="sum"),
     Mapping("eth_storm", "node", "node_ethtool_transmitted_pause_storm_error_events", counter=True, events=True,

@@ -333,8 +333,16 @@ def _roce_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv
             ("ethtool_node_link_down_events_total", events(rv.link_down[n].sum(0), rng)),
             ("ethtool_node_pause_storm_events_total", events((rv.storm_warn[n] + rv.storm_err[n]).sum(0), rng)),
             ("ethtool_node_link_errors_total", events(c.ib_symerr[n].sum(0), rng)))
+    # the ethtool rollups of the NICs that carry RDMA apart from the management NIC's (the agent's
+    # `nics` label where the node has RDMA devices)
+    rdma = {**base, "nics": "rdma"}
     for name, vals in node:
-        w.add("gangwatch_" + name, base, vals, kind="counter", fmt="%.0f", offset=o)
+        w.add("gangwatch_" + name, rdma if name.startswith("ethtool_") else base, vals, kind="counter", fmt="%.0f",
+              offset=o)
+    other = {**base, "nics": "other"}
+    for name, vals in (("ethtool_node_received_pause_frames_total", counter(rv.mgmt_pause[n], dt, rng)),
+                       ("ethtool_node_link_down_events_total", events(rv.mgmt_down[n], rng))):
+        w.add("gangwatch_" + name, other, vals, kind="counter", fmt="%.0f", offset=o)
 
 
 def _ethtool_exporter(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv: roce.RoceView) -> None:
@@ -358,6 +366,9 @@ def _ethtool_exporter(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, 
         for prio in sorted(set(range(8)) - {roce.PRIORITY}):
             w.add(f"node_ethtool_received_prio{prio}_pause", ld, counter(np.zeros(c.T), dt, rng), kind="counter",
                   fmt="%.0f", offset=o)
+    # the onboard management NIC (bnxt): its global pause counter
+    w.add("node_ethtool_received_pause_frames", {**base, "device": "eno1"}, counter(rv.mgmt_pause[n], dt, rng),
+          kind="counter", fmt="%.0f", offset=o)
 
 
 def _host(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, *, cpu: str, psi, blocked: str, net: str) -> None:

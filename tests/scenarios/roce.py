@@ -17,7 +17,9 @@ traffic. A RoCE NIC keeps no transmit-wait worth reading; the same physics shows
   the drops, a failing link's symbol errors that FEC cannot correct lose frames, retransmitted too
   (the PHY's symbol errors are ethtool's `rx_symbol_err_phy`, not the RDMA port's counter);
 - a NIC whose host stops draining it sends pause frames without end (`tx_pause_ctrl_phy`) until its
-  storm guard fires (`tx_pause_storm_warning_events`, `..._error_events`: pausing stops for a while).
+  storm guard fires (`tx_pause_storm_warning_events`, `..._error_events`: pausing stops for a while);
+- each node's onboard management NIC (no RDMA) sees pause bursts and the odd link-down of its own,
+  which pace no collective.
 
 Kept as a view, derived at render time, so an InfiniBand build of a seed is unchanged by it. Its
 draws come from a generator of the build's own (render._roce_view): both schemas of a seed show the
@@ -58,6 +60,11 @@ class RoceView:
     # the PFC frames too: mlx5's documentation says it counts only while global pause is on, and
     # sites running PFC report it both ways; the per-priority counter (`rx_prio3_pause`) always does
     global_pause_counts_pfc: bool
+    # the management NIC (onboard Ethernet, no RDMA), per node and step: pause frames its switch sent
+    # (a busy NFS or image pull; global pause, which management switches negotiate) and its link-down
+    # events; it paces no collective, so none of it is a fault
+    mgmt_pause: np.ndarray
+    mgmt_down: np.ndarray
 
 
 def full_pause_rate(c: Cluster) -> float:
@@ -95,7 +102,23 @@ def view(c: Cluster, rng: np.random.Generator) -> RoceView:
                     pause_tx=c.pause_tx + pause_rx * rng.uniform(0.0, 0.2),
                     ack_timeouts=ack, retrans=np.floor(retrans), out_of_seq=oos, seq_naks=np.floor(oos * 0.5),
                     link_down=c.ib_down, storm_warn=c.storm, storm_err=storm_err,
-                    counts_link_downed=bool(rng.random() < 0.5), global_pause_counts_pfc=bool(rng.random() < 0.5))
+                    counts_link_downed=bool(rng.random() < 0.5), global_pause_counts_pfc=bool(rng.random() < 0.5),
+                    **_management_nic(c, rng))
+
+
+def _management_nic(c: Cluster, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A fifth of the nodes see bursts of pause frames on the management network (1-10 min each, up to
+    a third of a fabric port's full pause rate); one or two nodes' management links go down 1-3 times."""
+    pause = np.zeros((c.N, c.T))
+    for n in np.flatnonzero(rng.random(c.N) < 0.2):
+        for _ in range(int(rng.integers(1, 4))):
+            start, length = int(rng.integers(0, c.T)), int(rng.integers(60, 600) // c.interval) + 1
+            pause[n, start:start + length] = full_pause_rate(c) * rng.uniform(0.05, 0.33)
+    down = np.zeros((c.N, c.T))
+    for n in rng.choice(c.N, size=min(c.N, int(rng.integers(1, 3))), replace=False):
+        for t in rng.integers(0, c.T, size=int(rng.integers(1, 4))):
+            down[n, t] += 1
+    return {"mgmt_pause": pause, "mgmt_down": down}
 
 
 def _burst(c: Cluster, rng: np.random.Generator) -> np.ndarray:

@@ -159,6 +159,15 @@ def test_rollups_of_rdma_nics_apart_from_the_management_nic(tmp_path):
     assert rollups(sysfs) == {"received_pause_frames": {(("nics", "rdma"),): 150, (("nics", "other"),): 7},
                               "link_down_events": {(("nics", "rdma"),): 1, (("nics", "other"),): 3}}
     assert rollups(tmp_path / "nothing") == {"received_pause_frames": {(): 157}, "link_down_events": {(): 4}}
+    # RoCE LAG: one RDMA device on the bond's first port; the bond's other port carries it too
+    lag = tmp_path / "lag"
+    (lag / "class/infiniband/mlx5_bond_0/device/net/ens1f0np0").mkdir(parents=True)
+    (lag / "class/net/bond0").mkdir(parents=True)
+    for dev in ("ens1f0np0", "ens2f0np0"):
+        (lag / "class/net" / dev).mkdir()
+        (lag / "class/net" / dev / "master").symlink_to("../bond0")
+        (lag / "class/net/bond0" / f"lower_{dev}").symlink_to(f"../{dev}")
+    assert rollups(lag)["received_pause_frames"] == {(("nics", "rdma"),): 150, (("nics", "other"),): 7}
     # the diagnosis reads the RDMA NICs' rollup, or the unlabelled one, never the others'
     from dashboard.sources.schema import BY_METRIC, matches
     (m,) = BY_METRIC["gangwatch_ethtool_node_received_pause_frames_total"]

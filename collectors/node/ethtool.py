@@ -28,7 +28,7 @@ Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased,
   `gangwatch_ethtool_node_link_down_events_total`, `gangwatch_ethtool_node_link_errors_total` (CRC and
   symbol errors), `gangwatch_ethtool_node_pause_storm_events_total` (the PFC storm guard's events).
   Where the node has RDMA devices, the NICs that carry them (`<sysfs>/class/infiniband/*/device/net/`,
-  read again every RESCAN_SECONDS) are added up apart from the others: label `nics="rdma"` or
+  and a RoCE LAG bond's other ports; read again every RESCAN_SECONDS) are added up apart from the others: label `nics="rdma"` or
   `nics="other"` (the management network, whose pauses pace no collective); else no label.
 Flags: `--collector.ethtool.device-include`/`-exclude` (regexes, as node_exporter),
 `--collector.ethtool.metrics-include` (regex on the driver's stat name; default DEFAULT_METRICS_INCLUDE:
@@ -340,9 +340,11 @@ def group_plans(plans: Sequence[Plan], nics: Sequence[str] = ()) -> list[tuple[G
     return [(Group([plans[i] for i in idx], cls), idx) for (_, cls), idx in by_shape.items()]
 
 
-def rdma_netdevs(sysfs_infiniband: str) -> frozenset[str]:
+def rdma_netdevs(sysfs_infiniband: str, sysfs_net: str) -> frozenset[str]:
     """The network interfaces that carry an RDMA device (`<ibdev>/device/net/<netdev>`: a RoCE NIC's
-    Ethernet port, an InfiniBand HCA's IPoIB interface); empty where there is none or it cannot be read."""
+    Ethernet port, an InfiniBand HCA's IPoIB interface) and, for one enslaved to a bond, the bond's
+    other ports (`<net>/<bond>/lower_*`: RoCE LAG, whose RDMA device sits on the first port's PCI
+    function alone); empty where there is none or it cannot be read."""
     out: set[str] = set()
     try:
         with os.scandir(sysfs_infiniband) as it:
@@ -352,6 +354,12 @@ def rdma_netdevs(sysfs_infiniband: str) -> frozenset[str]:
     for ib in ibdevs:
         try:
             out.update(os.listdir(os.path.join(ib, "device", "net")))
+        except OSError:
+            continue
+    for dev in list(out):
+        try:
+            bond = os.path.basename(os.readlink(os.path.join(sysfs_net, dev, "master")))
+            out.update(e[len("lower_"):] for e in os.listdir(os.path.join(sysfs_net, bond)) if e.startswith("lower_"))
         except OSError:
             continue
     return frozenset(out)
@@ -599,7 +607,7 @@ class EthtoolCollector(Collector):
         if now - self._scanned > RESCAN_SECONDS:  # every device's names read again, its plan kept if they are the same
             self._stale, self._plans = self._plans, {}
             self._scanned = now
-            self._rdma = rdma_netdevs(self.ctx.paths.sys("class", "infiniband"))
+            self._rdma = rdma_netdevs(self.ctx.paths.sys("class", "infiniband"), self.ctx.paths.sys("class", "net"))
         kept = self.filter
         devices = [(d, lbl) for d in self.reader.devices(self.ctx.paths.sys("class", "net")) if (lbl := kept(d))]
         if not devices:

@@ -671,24 +671,50 @@ def test_raw_samples_reach_the_newest_step_at_the_default_latency_offset(tmp_pat
         vm.stop()
 
 
-def test_a_young_targets_scrape_interval_is_measured_over_its_last_minute(tmp_path):
-    """INTERVAL_QUERY per target, on a real VictoriaMetrics: a target scraped every 15 s for 10
-    minutes measures 15 s over 5 minutes; one scraped every second for the last 40 s (a fresh stack)
-    about 1.5 s over its last minute, where 300 over its count said 7.5 s, and 100 s three seconds in."""
+@contextmanager
+def _engine_with(engine: str, root, text: str):
+    """A real VictoriaMetrics or Prometheus holding `text` (`name{labels} value ms-timestamp` lines, one
+    family): its URL."""
+    if engine == "victoriametrics":
+        vm = vmstack.VictoriaMetrics(root)
+        try:
+            vm.import_text(text.encode())
+            yield vm.url
+        finally:
+            vm.stop()
+        return
+    rows = sorted((line.rsplit(" ", 1) for line in text.splitlines()), key=lambda r: (r[0].split("}")[0], int(r[1])))
+    om = root / "data.om"
+    om.write_text("".join(f"{head} {int(ms) / 1000:.3f}\n" for head, ms in rows) + "# EOF\n")
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(root / "prom-data")],
+                   check=True, capture_output=True, timeout=120)
+    prom = Prometheus(root, [], extra_flags=["--storage.tsdb.retention.time=100y"])
+    try:
+        yield prom.url
+    finally:
+        prom.stop()
+
+
+@pytest.mark.parametrize("engine", ["victoriametrics", "prometheus"])
+def test_a_young_targets_scrape_interval_is_measured_over_its_last_minute(tmp_path, engine):
+    """INTERVAL_QUERY per target, on a real VictoriaMetrics and Prometheus: a target scraped every
+    15 s for 10 minutes measures 15 s over 5 minutes; one scraped every second for the last 40 s (a
+    fresh stack) about 1.5 s over its last minute, where 300 over its count said 7.5 s, and 100 s
+    three seconds in. A target that stopped (a dead vmagent shard: no staleness marker) measures its
+    own interval up to its last sample, where its count over the whole window said 21 s for 15 s
+    (100 s after it stopped) and 60 s for a young one's 1 s (45 s after)."""
     import time
 
     from dashboard.sources.prometheus import INTERVAL_QUERY
 
     per_target = INTERVAL_QUERY[len("quantile(0.9, "):-1]
-    vm = vmstack.VictoriaMetrics(tmp_path)
-    try:
-        end = math.floor(time.time())
-        lines = [f'up{{instance="old"}} 1 {(end - k * 15) * 1000}\n' for k in range(40)]
-        lines += [f'up{{instance="young"}} 1 {(end - k) * 1000}\n' for k in range(40)]
-        vm.import_text("".join(lines).encode())
+    end = math.floor(time.time())
+    series = {"old": (0, 15, 40), "young": (0, 1, 40), "dead": (100, 15, 40), "young_dead": (45, 1, 15)}
+    lines = "".join(f'up{{instance="{name}"}} 1 {(end - last - k * every) * 1000}\n'
+                    for name, (last, every, n) in series.items() for k in range(n))
+    with _engine_with(engine, tmp_path, lines) as url:
         q = urllib.parse.urlencode({"query": per_target, "time": end})
-        with urllib.request.urlopen(f"{vm.url}/api/v1/query?{q}", timeout=60) as r:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=60) as r:
             got = {s["metric"]["instance"]: float(s["value"][1]) for s in json.loads(r.read())["data"]["result"]}
-        assert 14 <= got["old"] <= 15.8 and 1 <= got["young"] <= 1.6, got
-    finally:
-        vm.stop()
+    assert 14 <= got["old"] <= 15.8 and 1 <= got["young"] <= 1.6, got
+    assert 14 <= got["dead"] <= 15.8 and 1 <= got["young_dead"] <= 1.6, got

@@ -521,8 +521,13 @@ TOPOLOGY_SECONDS = 600.0
 # minutes counted (a fresh stack, a new target) is measured over its last minute instead: 300 over
 # its count would make 1 s scrapes 100 s long in their first three seconds, and the rate window and
 # the carry as long until the next measure, TOPOLOGY_SECONDS later (a dead shard's nodes then
-# named stale minutes late).
-INTERVAL_QUERY = "quantile(0.9, (300 / count_over_time(up[5m]) and up offset 5m) or 60 / count_over_time(up[1m]))"
+# named stale minutes late). Each target's count is over the time up to its last sample
+# (`timestamp(up)`), not up to the query's time: a target that stopped (a dead vmagent shard writes
+# no staleness marker) counted as few samples over the whole 5 minutes made its interval 1.4-4x
+# longer, the 0.9 quantile took it wherever the shard held a tenth of the targets, and the rate
+# window and the carry stayed that long for TOPOLOGY_SECONDS: its nodes were named stale minutes late.
+INTERVAL_QUERY = ("quantile(0.9, ((timestamp(up) - time() + 300) / count_over_time(up[5m]) and up offset 5m)"
+                  " or (timestamp(up) - time() + 60) / count_over_time(up[1m]))")
 # What the plan depends on, asked in one instant query before it, on a cold cycle and whenever the
 # hardware facts are asked again (every TOPOLOGY_SECONDS, a node they did not cover): the scrape
 # interval (a series without labels) and the nodes lacking a fallback's replacement (FALLBACK_FACTS),

@@ -162,12 +162,18 @@ def test_rollups_of_rdma_nics_apart_from_the_management_nic(tmp_path):
     # RoCE LAG: one RDMA device on the bond's first port; the bond's other port carries it too
     lag = tmp_path / "lag"
     (lag / "class/infiniband/mlx5_bond_0/device/net/ens1f0np0").mkdir(parents=True)
-    (lag / "class/net/bond0").mkdir(parents=True)
+    (lag / "class/net/bond0/bonding").mkdir(parents=True)
     for dev in ("ens1f0np0", "ens2f0np0"):
         (lag / "class/net" / dev).mkdir()
         (lag / "class/net" / dev / "master").symlink_to("../bond0")
         (lag / "class/net/bond0" / f"lower_{dev}").symlink_to(f"../{dev}")
     assert rollups(lag)["received_pause_frames"] == {(("nics", "rdma"),): 150, (("nics", "other"),): 7}
+    # a bridge's ports (a VM's tap beside the RDMA NIC) are not the bond's
+    (lag / "class/net/br0").mkdir()
+    (lag / "class/net/br0/lower_vnet0").symlink_to("../vnet0")
+    (lag / "class/net/ens1f0np0/master").unlink()
+    (lag / "class/net/ens1f0np0/master").symlink_to("../br0")
+    assert et.rdma_netdevs(str(lag / "class/infiniband"), str(lag / "class/net")) == {"ens1f0np0"}
     # the diagnosis reads the RDMA NICs' rollup, or the unlabelled one, never the others'
     from dashboard.sources.schema import BY_METRIC, matches
     (m,) = BY_METRIC["gangwatch_ethtool_node_received_pause_frames_total"]

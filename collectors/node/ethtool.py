@@ -358,8 +358,9 @@ def rdma_netdevs(sysfs_infiniband: str, sysfs_net: str) -> frozenset[str]:
             continue
     for dev in list(out):
         try:
-            bond = os.path.basename(os.readlink(os.path.join(sysfs_net, dev, "master")))
-            out.update(e[len("lower_"):] for e in os.listdir(os.path.join(sysfs_net, bond)) if e.startswith("lower_"))
+            bond = os.path.join(sysfs_net, os.path.basename(os.readlink(os.path.join(sysfs_net, dev, "master"))))
+            if os.path.isdir(os.path.join(bond, "bonding")):  # a bond's ports, not a bridge's (VMs' taps)
+                out.update(e[len("lower_"):] for e in os.listdir(bond) if e.startswith("lower_"))
         except OSError:
             continue
     return frozenset(out)

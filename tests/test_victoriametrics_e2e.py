@@ -166,11 +166,17 @@ def test_shard_down_then_victoriametrics_restart(stack):
         """On a timeout: the notes, when the findings' window ended against now (a cycle that stopped
         completing leaves the findings of the last one that did), how long ago VictoriaMetrics last
         had a sample of each dead node (a shard still writing would be seen here) and serve's log."""
-        last = vm.query(f'max by (instance) (timestamp(up{{instance=~"{"|".join(sorted(dead))}"}}))')
+        def ages(series: str) -> dict:
+            got = vm.query(f'max by (instance) (timestamp({series}{{instance=~"{"|".join(sorted(dead))}"}}))')
+            return {r["metric"].get("instance"): round(time.time() - float(r["value"][1]), 1) for r in got}
+
         log = (stack["work"] / "serve.log").read_text(errors="replace")[-3000:]
-        return (json.dumps({k: _findings(serve).get(k) for k in ("notes", "generated_at")} | {"now": time.time()}
-                           | {"dead nodes' last sample, s ago": {r["metric"].get("instance"): round(time.time() - float(
-                               r["value"][1]), 1) for r in last}})[:3000] + "\nserve.log:\n" + log)
+        now = _findings(serve)
+        verdicts = [(v["jobid"], v["state"], v.get("culprit"), v.get("nodes")) for v in now.get("verdicts", [])]
+        return (json.dumps({k: now.get(k) for k in ("notes", "generated_at")} | {"now": time.time()}
+                           | {"dead nodes' last sample, s ago": ages("up"),
+                              "their last GPU utilisation sample, s ago": ages("gangwatch_gpu_utilization_ratio"),
+                              "verdicts": verdicts})[:4000] + "\nserve.log:\n" + log)
 
     cycle = wait_for(stale_cycle, 120, "serve naming the dead shard's nodes stale", interval=1, context=seen)
     note = next(n for n in cycle["notes"] if "nodes stale" in n)

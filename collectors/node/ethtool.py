@@ -28,8 +28,9 @@ Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased,
   `gangwatch_ethtool_node_link_down_events_total`, `gangwatch_ethtool_node_link_errors_total` (CRC and
   symbol errors), `gangwatch_ethtool_node_pause_storm_events_total` (the PFC storm guard's events).
   Where the node has RDMA devices, the NICs that carry them (`<sysfs>/class/infiniband/*/device/net/`,
-  and a RoCE LAG bond's other ports; read again every RESCAN_SECONDS) are added up apart from the others: label `nics="rdma"` or
-  `nics="other"` (the management network, whose pauses pace no collective); else no label.
+  and a RoCE LAG bond's other ports; read again every RESCAN_SECONDS) are added up apart from the
+  others: label `nics="rdma"` or `nics="other"` (the management network, whose pauses pace no
+  collective); else no label.
 Flags: `--collector.ethtool.device-include`/`-exclude` (regexes, as node_exporter),
 `--collector.ethtool.metrics-include` (regex on the driver's stat name; default DEFAULT_METRICS_INCLUDE:
 discards, drops, pause/PFC, buffer exhaustion, CRC/symbol errors, link-down events, timeouts, which
@@ -275,7 +276,7 @@ class Group:
 
     def __init__(self, plans: Sequence[Plan], nics: str = ""):
         first = plans[0]
-        self.nics = nics  # the NICs' class its devices' rollups add up in (NicClasses)
+        self.nics = nics  # its devices' class in the rollups: "rdma", "other", or "" on a node without RDMA
         d, n, s = len(plans), len(first.names), first.singles
         self.plans = tuple(plans)
         self.n = n
@@ -648,8 +649,9 @@ class EthtoolCollector(Collector):
         self._stale.clear()  # devices not listed in the re-read's scrape: gone
         node: dict[str, Family] = {}
         for (metric, cls), total in sorted(totals.items()):
-            fam = node.get(metric) or node.setdefault(metric, counter(PREFIX + metric, NODE_HELP[metric]))
-            fam.add_rendered(f'{{nics="{cls}"}}' if cls else "", total)
+            if metric not in node:
+                node[metric] = counter(PREFIX + metric, NODE_HELP[metric])
+            node[metric].add_rendered(f'{{nics="{cls}"}}' if cls else "", total)
         return [supported, *families.values(), *node.values()]
 
     def _remember(self, device: str) -> Plan | str | None:

@@ -102,18 +102,21 @@ MAPPINGS: tuple[Mapping, ...] = (
     # physical link-down events of the node's NICs (the ethtool collector's rollup; node_exporter's
     # ethtool collector names mlx5's counter this way): on RoCE the link events beside the transport
     # errors, as link_downed is on InfiniBand
-    Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, filters=RDMA_NICS, events=True),
+    Mapping("eth_down", "node", "gangwatch_ethtool_node_link_down_events_total", counter=True, events=True,
+            filters=RDMA_NICS),
     Mapping("eth_down", "node", "node_ethtool_link_down_events_phy", counter=True, events=True, combine="sum"),
     # frames the NICs' PHYs received with errors (symbol, CRC) that FEC could not correct (the ethtool
     # collector's rollup; node_exporter's names for mlx5's counters): on RoCE a failing cable's errors
     # between its drops, as symbol errors are on InfiniBand; a healthy FEC link counts none
-    Mapping("eth_err", "node", "gangwatch_ethtool_node_link_errors_total", counter=True, filters=RDMA_NICS, events=True),
+    Mapping("eth_err", "node", "gangwatch_ethtool_node_link_errors_total", counter=True, events=True,
+            filters=RDMA_NICS),
     Mapping("eth_err", "node", "node_ethtool_received_symbol_err_phy", counter=True, events=True, combine="sum"),
     Mapping("eth_err", "node", "node_ethtool_received_crc_errors_phy", counter=True, events=True, combine="sum"),
     # times the NICs' PFC storm guard fired (the ethtool collector's rollup; node_exporter's ethtool
     # collector renames mlx5's tx_ to transmitted_): the node kept sending pause frames, which stall
     # every link through its switch
-    Mapping("eth_storm", "node", "gangwatch_ethtool_node_pause_storm_events_total", counter=True, filters=RDMA_NICS, events=True),
+    Mapping("eth_storm", "node", "gangwatch_ethtool_node_pause_storm_events_total", counter=True, events=True,
+            filters=RDMA_NICS),
     Mapping("eth_storm", "node", "node_ethtool_transmitted_pause_storm_warning_events", counter=True, events=True,
             combine="sum"),
     Mapping("eth_storm", "node", "node_ethtool_transmitted_pause_storm_error_events", counter=True, events=True,

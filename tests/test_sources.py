@@ -1441,6 +1441,35 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
     assert PLAN_QUERY not in asked
 
 
+def test_prometheus_scrape_interval_of_a_fresh_stack_is_measured_again():
+    """Where every target is younger than a minute (INTERVAL_QUERY answers YOUNG), no interval is
+    held: the configured window and a carry of two steps meanwhile, measured again each cycle until
+    there is one, then kept for TOPOLOGY_SECONDS (a fresh stack's first measure held for 10 minutes
+    made 1 s scrapes 20-60 s long, and a dead shard's nodes were named stale minutes late)."""
+    from dashboard.sources.prometheus import PLAN_QUERY, YOUNG
+
+    answers = iter([YOUNG, YOUNG, 30.0])
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = request.url.params.get("query", "")
+        asked.append(q)
+        if q == PLAN_QUERY:
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": [
+                {"metric": {}, "value": [T0, str(next(answers))]}]}})
+        kind = "vector" if request.url.path.endswith("/query") else "matrix"
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": kind, "result": []}})
+
+    src = PrometheusSource("http://prom:9090", client=_mock(handler))
+    windows = []
+    for k in range(4):
+        asked.clear()
+        src.window(T0 + 15 * k, 600, 15)
+        windows.append(({w for q in asked for w in re.findall(r"rate\([^\[]*\[(\d+)s\]", q)},
+                        src._lookback("util", 15.0), PLAN_QUERY in asked))
+    assert windows == [({"60"}, 30.0, True), ({"60"}, 30.0, True), ({"75"}, 60.0, True), ({"75"}, 60.0, False)], windows
+
+
 def test_port_events_missing_from_an_agent_that_leaves_still_ones_out_are_0():
     """ib_down/ib_err 0 where a port's series is missing, the port was read at that step and the
     node's agent says it leaves still error counters out (its gauge, `ib_quiet`); unknown where the

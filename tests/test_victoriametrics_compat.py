@@ -695,26 +695,35 @@ def _engine_with(engine: str, root, text: str):
         prom.stop()
 
 
+def _instant(url: str, query: str, at: float) -> dict:
+    q = urllib.parse.urlencode({"query": query, "time": at})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=60) as r:
+        return {s["metric"].get("instance"): float(s["value"][1]) for s in json.loads(r.read())["data"]["result"]}
+
+
 @pytest.mark.parametrize("engine", ["victoriametrics", "prometheus"])
 def test_a_young_targets_scrape_interval_is_measured_over_its_last_minute(tmp_path, engine):
     """INTERVAL_QUERY per target, on a real VictoriaMetrics and Prometheus: a target scraped every
-    15 s for 10 minutes measures 15 s over 5 minutes; one scraped every second for the last 40 s (a
-    fresh stack) about 1.5 s over its last minute, where 300 over its count said 7.5 s, and 100 s
-    three seconds in. A target that stopped (a dead vmagent shard: no staleness marker) measures its
-    own interval up to its last sample, where its count over the whole window said 21 s for 15 s
-    (100 s after it stopped) and 60 s for a young one's 1 s (45 s after)."""
+    15 s for 10 minutes measures 15 s over 5 minutes; one scraped every second for the last 2 minutes
+    1 s over its last minute, where 300 over its count said 2.5 s; one scraped for the last 40 s is
+    not measured (60 s over its count said 1.5 s, and 20-60 s in its first seconds: the e2e stack's
+    dead shard then named stale minutes late). A target that stopped (a dead vmagent shard: no
+    staleness marker) measures its own interval up to its last sample, where its count over the
+    whole window said 21 s for 15 s (100 s after it stopped) and 60 s for a young one's 1 s (45 s
+    after). Where every target is younger than a minute the query answers YOUNG: measured later."""
     import time
 
-    from dashboard.sources.prometheus import INTERVAL_QUERY
+    from dashboard.sources.prometheus import INTERVAL_PER_TARGET, INTERVAL_QUERY, YOUNG
 
-    per_target = INTERVAL_QUERY[len("quantile(0.9, "):-1]
     end = math.floor(time.time())
-    series = {"old": (0, 15, 40), "young": (0, 1, 40), "dead": (100, 15, 40), "young_dead": (45, 1, 15)}
+    series = {"old": (0, 15, 40), "young": (0, 1, 120), "fresh": (0, 1, 40), "dead": (100, 15, 40),
+              "young_dead": (45, 1, 90)}
     lines = "".join(f'up{{instance="{name}"}} 1 {(end - last - k * every) * 1000}\n'
                     for name, (last, every, n) in series.items() for k in range(n))
     with _engine_with(engine, tmp_path, lines) as url:
-        q = urllib.parse.urlencode({"query": per_target, "time": end})
-        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=60) as r:
-            got = {s["metric"]["instance"]: float(s["value"][1]) for s in json.loads(r.read())["data"]["result"]}
-    assert 14 <= got["old"] <= 15.8 and 1 <= got["young"] <= 1.6, got
-    assert 14 <= got["dead"] <= 15.8 and 1 <= got["young_dead"] <= 1.6, got
+        got = _instant(url, INTERVAL_PER_TARGET, end)
+        # a fresh stack: its only target's first sample 3 s before the window's end (1 s scrapes)
+        first = _instant(url, re.sub(r"\bup\b", 'up{instance="fresh"}', INTERVAL_QUERY), end - 37)
+    assert 14 <= got["old"] <= 15.8 and 0.9 <= got["young"] <= 1.1 and "fresh" not in got, got
+    assert 14 <= got["dead"] <= 15.8 and 0.9 <= got["young_dead"] <= 1.1, got
+    assert first == {None: YOUNG}, first

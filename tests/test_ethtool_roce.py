@@ -94,8 +94,8 @@ def test_mlx5_queues_summed_priorities_and_rollups():
     assert series(text, "gangwatch_ethtool_prio_received_pause_duration_seconds_total")[(d0, ("priority", "3"))] == 2.5
     assert series(text, "gangwatch_ethtool_received_out_of_buffer_total") == {(d0,): 17}
     assert series(text, "gangwatch_ethtool_link_down_events_phy_total")[(d0,)] == 2
-    # node rollups: pause = global 10 + PFC (0 + 120) on mlx5_0, global 0 + PFC 7 on mlx5_1
-    assert series(text, "gangwatch_ethtool_node_received_pause_frames_total") == {(): 137}
+    # node rollups: pause = the larger of global 10 and PFC 0 + 120 on mlx5_0, of 0 and 7 on mlx5_1
+    assert series(text, "gangwatch_ethtool_node_received_pause_frames_total") == {(): 127}
     assert series(text, "gangwatch_ethtool_node_link_down_events_total") == {(): 2}
     assert series(text, "gangwatch_ethtool_node_link_errors_total") == {(): 4}
     # the PFC storm guard: mlx5_0 past the minor watermark twice, once past the critical one
@@ -110,20 +110,26 @@ def test_mlx5_queues_summed_priorities_and_rollups():
 def test_pfc_of_broadcom_and_intel_nics_in_the_pause_rollup(tmp_path):
     """bnxt counts PFC frames apart from global pause (rx_pfc_frames), ice per priority with a `.nic`
     suffix (rx_priority_<p>_xoff.nic, global link_xoff_rx.nic), i40e with a `port.` prefix: each XOFF
-    is a pause the switch sent, in the rollup under the default include, as mlx5's rx_prio<p>_pause is."""
+    is a pause the switch sent, in the rollup under the default include, as mlx5's rx_prio<p>_pause is;
+    a NIC's global pause and PFC frames are not added up, as some firmware counts PFC in both."""
     drivers = {
         "bnxt0": {"rx_pause_frames": 5, "rx_pfc_frames": 40, "rx_total_frames": 10**6, "tx_pfc_frames": 9},
         "ice0": {"link_xon_rx.nic": 2, "link_xoff_rx.nic": 3, "rx_priority_3_xon.nic": 10,
                  "rx_priority_3_xoff.nic": 30, "rx_priority_0_xoff.nic": 0, "tx_priority_3_xoff.nic": 8},
         "i40e0": {"port.link_xoff_rx": 1, "port.link_xon_rx": 0, "port.tx_bytes": 10**9},
+        # two mlx5 ports of one stat list (scraped as one group): firmware that counts the PFC frames in
+        # the global counter too, and a port running global pause
+        "mlx5_a": {"rx_pause_ctrl_phy": 120, "rx_prio0_pause": 0, "rx_prio3_pause": 120},
+        "mlx5_b": {"rx_pause_ctrl_phy": 50, "rx_prio0_pause": 0, "rx_prio3_pause": 0},
     }
     for dev, stats in drivers.items():
         (tmp_path / dev).mkdir()
         (tmp_path / dev / "statistics").write_text(
             "NIC statistics:\n" + "".join(f"     {k}: {v}\n" for k, v in stats.items()))
     text = ethtool_text(tmp_path)
-    # 5 + 40 (bnxt), 3 + 30 + 0 (ice: an XON frame is a resume, not a pause), 1 (i40e)
-    assert series(text, "gangwatch_ethtool_node_received_pause_frames_total") == {(): 79}
+    # each NIC's global pause or PFC count, the larger (a NIC runs one of them; a sum counted mlx5_a's
+    # frames twice): 40 (bnxt), 30 + 0 (ice: an XON frame is a resume, not a pause), 1 (i40e), 120, 50
+    assert series(text, "gangwatch_ethtool_node_received_pause_frames_total") == {(): 241}
     assert series(text, "gangwatch_ethtool_prio_received_xoff_total") == {
         (("device", "ice0"), ("priority", "3")): 30, (("device", "ice0"), ("priority", "0")): 0}
     assert series(text, "gangwatch_ethtool_received_pfc_frames_total") == {(("device", "bnxt0"),): 40}

@@ -24,7 +24,8 @@ Metrics (label `device`; names as node_exporter's `node_ethtool_*`: lower-cased,
 - `gangwatch_ethtool_stats_supported{device}`: 1 when the driver gave statistics, 0 when it has none
   (loopback, bonding, most virtual devices).
 - Node rollups (sums over the devices that report them this scrape, absent when none does):
-  `gangwatch_ethtool_node_received_pause_frames_total` (global pause plus PFC per priority),
+  `gangwatch_ethtool_node_received_pause_frames_total` (each NIC's global pause or PFC count, the
+  larger: PAUSE_STATS),
   `gangwatch_ethtool_node_link_down_events_total`, `gangwatch_ethtool_node_link_errors_total` (CRC and
   symbol errors), `gangwatch_ethtool_node_pause_storm_events_total` (the PFC storm guard's events).
   Where the node has RDMA devices, the NICs that carry them (`<sysfs>/class/infiniband/*/device/net/`,
@@ -159,9 +160,16 @@ def classify(stat: str) -> Classified:
 # from global pause: bnxt's rx_pfc_frames (all priorities), mlx5's rx_prio<p>_pause and ice's
 # rx_priority_<p>_xoff.nic (per priority); ice and i40e name their port's global counters
 # link_xoff_rx with a `.nic` suffix or a `port.` prefix.
+# A NIC runs global pause or PFC, never both (mlx5 and ice refuse the pair), and some mlx5 firmware
+# counts PFC frames in its global counter too: a NIC's pause frames are the larger of its global
+# and its PFC counts, not their sum (which counted such a NIC's PFC frames twice). The larger of two
+# counters only grows, so the rollup stays a counter.
 PAUSE_STATS = frozenset({"rx_pause_ctrl_phy", "rx_pause", "rx_pause_frames", "rx_flow_control_xoff", "link_xoff_rx",
-                         "link_xoff_rx.nic", "port.link_xoff_rx", "rx_pause_frames_rcvd", "rx_pfc_frames"})
+                         "link_xoff_rx.nic", "port.link_xoff_rx", "rx_pause_frames_rcvd"})
+PFC_STATS = frozenset({"rx_pfc_frames"})
 PRIO_PAUSE_BASES = frozenset({"rx_pause", "rx_xoff"})  # rx_prio<p>_pause (mlx5), rx_priority_<p>_xoff.nic (ice)
+PAUSE_ROLLUP = "node_received_pause_frames_total"
+PFC_PART = PAUSE_ROLLUP + "/pfc"  # a PFC stat's place in Plan.rollups: the pause rollup's other side
 LINK_DOWN_STATS = frozenset({"link_down_events_phy", "link_down_count", "link_down_events", "carrier_down"})
 LINK_ERROR_STATS = frozenset({"rx_crc_errors_phy", "rx_symbol_err_phy", "rx_crc_errors", "rx_symbol_errors",
                               "rx_fcs_errors", "crc_errors", "rx_crc_errors_frames"})
@@ -170,8 +178,9 @@ LINK_ERROR_STATS = frozenset({"rx_crc_errors_phy", "rx_symbol_err_phy", "rx_crc_
 # never holds a port paused that long; a host that stopped draining its receive queues does.
 PAUSE_STORM_STATS = frozenset({"tx_pause_storm_warning_events", "tx_pause_storm_error_events"})
 NODE_HELP = {
-    "node_received_pause_frames_total": "Pause frames received (global pause and PFC per priority), summed over "
-                                        "the node's NICs that report them: the switch asked this node to stop sending.",
+    PAUSE_ROLLUP: "Pause frames received (each NIC's global pause or PFC count, whichever is larger: a NIC runs "
+                  "one of them), summed over the node's NICs that report them: the switch asked this node to stop "
+                  "sending.",
     "node_link_down_events_total": "Physical link-down events counted by the NIC drivers, summed over the node's NICs.",
     "node_link_errors_total": "Frames received with CRC/FCS or symbol errors, summed over the node's NICs.",
     "node_pause_storm_events_total": "Times a NIC's pause storm guard fired (mlx5 tx_pause_storm_warning_events and "
@@ -184,7 +193,9 @@ NODE_HELP = {
 def _rollup(c: Classified) -> str:
     if c.kind == "device":
         if c.base in PAUSE_STATS:
-            return "node_received_pause_frames_total"
+            return PAUSE_ROLLUP
+        if c.base in PFC_STATS:
+            return PFC_PART
         if c.base in LINK_DOWN_STATS:
             return "node_link_down_events_total"
         if c.base in LINK_ERROR_STATS:
@@ -192,7 +203,7 @@ def _rollup(c: Classified) -> str:
         if c.base in PAUSE_STORM_STATS:
             return "node_pause_storm_events_total"
     elif c.kind == "prio" and c.base in PRIO_PAUSE_BASES:
-        return "node_received_pause_frames_total"
+        return PFC_PART
     return ""
 
 
@@ -272,7 +283,7 @@ class Group:
     of the lines in the exposition. Per scrape this is a few C-level calls per group rather than
     a Python pass per device and per sample."""
 
-    __slots__ = ("plans", "n", "getter", "sums", "scaled", "rollups", "template", "nics")
+    __slots__ = ("plans", "n", "getter", "sums", "scaled", "rollups", "pause", "template", "nics")
 
     def __init__(self, plans: Sequence[Plan], nics: str = ""):
         first = plans[0]
@@ -288,7 +299,12 @@ class Group:
         nodes: dict[str, list[int]] = {}
         for k, node in first.rollups:
             nodes.setdefault(node, []).extend(range(k * d, (k + 1) * d))
-        self.rollups = tuple((node, itemgetter(*pos) if len(pos) > 1 else None, pos[0]) for node, pos in nodes.items())
+        pfc = nodes.pop(PFC_PART, None)
+        self.rollups = tuple((node, itemgetter(*pos) if len(pos) > 1 else None, pos[0]) for node, pos in nodes.items()
+                             if not (pfc and node == PAUSE_ROLLUP))
+        # per device: the positions of its global pause samples and of its PFC ones (samples k*d + j)
+        pause = nodes.get(PAUSE_ROLLUP, [])
+        self.pause = (tuple(pause[j::d] for j in range(d)), tuple(pfc[j::d] for j in range(d))) if pfc else None
         # driver stats are unsigned integers (%d), scaled ones floats (%a: their repr, as str() gives);
         # bytes formatting is the cheapest; surrogateescape brings a non-UTF-8 device name back as listed
         scaled = {k for k, _ in first.scaled}
@@ -312,6 +328,10 @@ class Group:
         for node, getter, pos in self.rollups:
             key = (node, self.nics)
             totals[key] = totals.get(key, 0) + (sum(getter(vals)) if getter is not None else vals[pos])
+        if self.pause is not None:
+            key = (PAUSE_ROLLUP, self.nics)
+            totals[key] = totals.get(key, 0) + sum(max(sum(vals[i] for i in glob), sum(vals[i] for i in pfc))
+                                                   for glob, pfc in zip(*self.pause))
         return vals
 
     def lines(self, vals: list) -> list[str]:

@@ -326,10 +326,9 @@ def _roce_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv
             ("roce_node_cnp_handled_total", counter(rv.cnp_handled[n].sum(0), dt, rng)),
             ("roce_node_sequence_errors_total", events((rv.out_of_seq[n] + rv.seq_naks[n]).sum(0), rng)),
             ("roce_node_local_ack_timeouts_total", events(rv.ack_timeouts[n].sum(0), rng)),
-            # the rollup adds the global counter to the per-priority ones: where the global one
-            # counts PFC frames too, each frame twice
-            ("ethtool_node_received_pause_frames_total",
-             counter(rv.pause_rx[n].sum(0) * (1 + rv.global_pause_counts_pfc), dt, rng)),
+            # the rollup takes each NIC's global or PFC count, the larger: the PFC frames once,
+            # whether or not the global counter counts them too
+            ("ethtool_node_received_pause_frames_total", counter(rv.pause_rx[n].sum(0), dt, rng)),
             ("ethtool_node_link_down_events_total", events(rv.link_down[n].sum(0), rng)),
             ("ethtool_node_pause_storm_events_total", events((rv.storm_warn[n] + rv.storm_err[n]).sum(0), rng)),
             ("ethtool_node_link_errors_total", events(c.ib_symerr[n].sum(0), rng)))

@@ -26,21 +26,22 @@ def simulation(fabric: str, history: float = 900.0, nodes: int = 8) -> Simulatio
                                 faults=f"ib_congestion@8m+30m:leaf={CONGESTED}"))
 
 
-def bundle_datasource(sim: Simulation, tmp_path) -> LiveDatasource:
-    """A LiveDatasource over the window `load_bundle` reads from the simulated agents' expositions."""
+def bundle_datasource(sim: Simulation, tmp_path, edit=lambda win: win) -> LiveDatasource:
+    """A LiveDatasource over the window `load_bundle` reads from the simulated agents' expositions
+    (`edit`ed)."""
     from dashboard.sources.bundle import load_bundle
     from dashboard.sources.simulated import BundleWriter
 
     BundleWriter(sim).run(56).write(str(tmp_path))
-    b = load_bundle(str(tmp_path))
+    win = edit(load_bundle(str(tmp_path)).window)
 
     class Metrics:
         name = "bundle"
 
         def window(self):
-            return b.window
+            return win
 
-    ds = LiveDatasource(lambda: None, "no scheduler", clock=lambda: b.window.end, metrics=Metrics())
+    ds = LiveDatasource(lambda: None, "no scheduler", clock=lambda: win.end, metrics=Metrics())
     ds.refresh_metrics()
     return ds
 
@@ -93,6 +94,25 @@ def test_bundle_window_shows_the_fabrics_congestion(fabric, tmp_path):
     ds = bundle_datasource(sim, tmp_path)
     assert ("ib_wait" in ds.window().rail) == (fabric == "ib")
     check_fabric(ds, fabric)
+
+
+def test_a_roce_ports_own_transmit_wait_leaves_the_pages_on_roce(tmp_path):
+    """A RoCE port's PortCounters list a `port_xmit_wait` too, which stands still on some firmware:
+    the pages show RoCE's congestion where the diagnosis judges the window RoCE, not that wait."""
+    sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
+                               faults=f"ib_congestion@8m+30m:leaf={CONGESTED}"))
+
+    def still_wait(win):
+        shape = (len(win.nodes), max(len(r) for r in win.rails), win.n_steps)
+        return dataclasses.replace(win, rail={**win.rail, "ib_wait": np.zeros(shape, np.float32)})
+
+    ds = bundle_datasource(sim, tmp_path, still_wait)
+    hm = ds.leaf_series()
+    assert hm.signal == "roce_cong" and stands_out(hm) == [CONGESTED]
+    assert ds.network().congestion == "roce_cong"
+    node = next(n for n in ds.window().nodes if ds.leaf_of(n) == CONGESTED)
+    ns = ds.node_series(node, ("ib_tx", "ib_wait", "roce_cong"))
+    assert "roce_cong" in ns.values and "ib_wait" not in ns.values
 
 
 def test_window_without_either_is_unknown():

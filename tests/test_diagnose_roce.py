@@ -1,4 +1,5 @@
-"""Diagnosis on a RoCE fabric (no port_xmit_wait): congestion from ECN/CNP/PFC against the cluster's
+"""Diagnosis on a RoCE fabric (no credit wait: a RoCE port's port_xmit_wait, where listed, does not make
+it InfiniBand): congestion from ECN/CNP/PFC against the cluster's
 typical node, a flapping link from link events, from transport errors alone or from the NICs'
 link-down events (ethtool) alone, a PFC pause storm's source named rather than its victims' leaf,
 the culprit named only where it stands out, no alarm on the healthy
@@ -404,6 +405,39 @@ def test_a_site_without_rdma_counters_is_read_as_roce_from_its_nics_pauses(conge
     job = next(iter(fault["jobs"]))
     v = network(diagnose(without(win, rail=("roce_cong", "roce_err", "ib_down")), rec.jobs()).verdicts)[job]
     assert (v.culprit, v.culprit_kind) == (fault["culprit"].split()[0], "node")
+
+
+def test_roce_ports_transmit_wait_does_not_make_the_fabric_infiniband(congested):
+    """A RoCE port has PortCounters too (`counters/port_xmit_wait`, which the agent and node_exporter
+    read): still on some firmware, counting only PFC's holds on other. Either way the window stays
+    RoCE (ECN marks and CNPs are RoCE's alone; without them a still wait, or one that moves only
+    where the node received pause frames), judged as without it; an InfiniBand window whose nodes'
+    management NICs pause now and then stays InfiniBand."""
+    rec, d = congested
+    win = rec.window()
+    pause = win.node["eth_pause"]
+    R = max(len(r) for r in win.rails)
+    still = np.zeros((len(win.nodes), R, win.n_steps), np.float32)
+    # the ticks PFC held one port of each node: wait only where pause frames came
+    held = still.copy()
+    held[:, 1, :] = np.nan_to_num(pause) * 4096.0
+    site = without(win, rail=("roce_cong", "roce_err"))
+    expected = set(network(diagnose(site, rec.jobs()).verdicts))
+    assert expected
+    for wait in (still, held):
+        agent = dataclasses.replace(win, rail={**win.rail, "ib_wait": wait})
+        exporter = dataclasses.replace(site, rail={**site.rail, "ib_wait": wait})
+        assert fabric_view(agent, TH)[1] == "roce" and fabric_view(exporter, TH)[1] == "roce"
+        assert set(network(diagnose(agent, rec.jobs()).verdicts)) == set(network(d.verdicts))
+        assert set(network(diagnose(exporter, rec.jobs()).verdicts)) == expected
+    ib = recorded("ib_congestion@62m+10m:leaf=leaf00", 260, fabric="ib")
+    iw = ib.window()
+    mgmt = np.zeros((len(iw.nodes), iw.n_steps), np.float32)
+    mgmt[::5, 100:140] = 50.0  # a fifth of the nodes' management switch pausing them for 10 minutes
+    noisy = dataclasses.replace(iw, node={**iw.node, "eth_pause": mgmt})
+    assert fabric_view(noisy, TH)[1] == "ib"
+    states = lambda w: {v.jobid: (v.state, v.culprit) for v in diagnose(w, ib.jobs()).verdicts}  # noqa: E731
+    assert states(noisy) == states(iw)
 
 
 def test_flapping_link_from_the_nics_uncorrected_errors(flapping):

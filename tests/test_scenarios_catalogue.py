@@ -56,15 +56,17 @@ ROCE_SHOWN = [s for s in SCENARIOS if s.name.startswith(("net_", "ok_moe", "stra
 
 @pytest.mark.parametrize("scenario", ROCE_SHOWN, ids=lambda s: s.name)
 def test_roce_bundles_well_formed(scenario, tmp_path):
-    """On RoCE: no transmit wait; the agent's roce and ethtool collectors' names, or node_exporter's
-    ethtool names (it reads no RDMA hw_counters); the link layer says Ethernet."""
+    """On RoCE: the RDMA ports' transmit wait as their PortCounters list it (still, or PFC's holds);
+    the agent's roce and ethtool collectors' names, or node_exporter's ethtool names (it reads no
+    RDMA hw_counters); the link layer says Ethernet."""
     built = build(scenario, 0, MAX_NODES, WINDOW_S, "roce")
     for schema in SCHEMAS:
         path = Path(render(built, str(tmp_path), schema))
         assert path.name.endswith(f"-roce-{schema}")
         _check_bundle(path, scenario, schema)
         text = (path / "metrics.om").read_text()
-        assert "transmit_wait" not in text
+        assert ("\ngangwatch_infiniband_port_transmit_wait_ticks_total{" if schema == "gangwatch"
+                else "\nnode_infiniband_port_transmit_wait_total{") in text
         if schema == "gangwatch":
             assert 'link_layer="Ethernet"' in text and 'link_layer="InfiniBand"' not in text
             for name in ("gangwatch_roce_port_ecn_marked_packets_total", "gangwatch_roce_port_cnp_handled_total",

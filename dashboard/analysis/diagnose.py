@@ -287,16 +287,23 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     tests (the cluster's typical busy node, the job's own median, the leaf, the port). Transport
     errors (`roce_err`: sequence errors, NAKs, ACK timeouts, retransmissions per step) count as
     link events from `roce_error_events` per step, beside link-down events of the ports and of the
-    nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event). A window
-    with any InfiniBand wait is judged as InfiniBand: units of the two fabrics are not mixed in one
-    cluster reference, and its `eth_down` and `eth_storm` (the management Ethernet there) are dropped.
-    A window with no transmit wait anywhere but the NICs' pause frames is RoCE too: a site running
-    node_exporter, whose ethtool collector reads the NICs but which reads no RDMA hw_counters (an
-    InfiniBand port always counts its transmit wait).
+    nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event).
+
+    Which fabric: a RoCE port has PortCounters too (`counters/`, read by node_exporter and the
+    agent), `port_xmit_wait` among them, which stands still or counts only PFC's holds (firmware
+    dependent), so a known transmit wait does not make a window InfiniBand. ECN marks and CNPs
+    (`roce_cong`) are counted by RoCE ports only: a window with them is RoCE. Without them, a
+    window whose ports waited at some step is InfiniBand: units of the two fabrics are not mixed in
+    one cluster reference, and its `eth_down` and `eth_storm` (the management Ethernet there) are
+    dropped. A site running node_exporter, whose ethtool collector reads the NICs but which reads no
+    RDMA hw_counters, is RoCE where its transmit wait says nothing of its own: unknown, or still on
+    every port (an InfiniBand fabric carrying gangs waits somewhere within the hour) while transport
+    errors or the NICs' pause frames are known, or counting only where the node's NICs received
+    pause frames (`_wait_is_pfc`).
     """
     rail = win.rail
-    if _known(rail.get("ib_wait")) or not (_known(rail.get("roce_cong")) or _known(rail.get("roce_err"))
-                                           or _known(win.node.get("eth_pause"))):
+    fabric, pfc_wait = which_fabric(win)
+    if fabric == "ib":
         if _ETHERNET_EVENTS & set(win.node):
             # On InfiniBand the Ethernet NICs are the management network: their link going down
             # or pausing does not pace a gang's collectives, and would name the wrong cause
@@ -312,7 +319,16 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
         R = max((len(r) for r in win.rails), default=1) or 1
         c = cong.astype(np.float64) if cong is not None else np.full((N, R, T), np.nan)
         if pause is not None:
-            per_rail = np.broadcast_to((pause.astype(np.float64) / c.shape[1])[:, None, :], c.shape)
+            # a node's pause frames spread over its ports: evenly, or, where the ports' transmit wait
+            # counts PFC's holds, as each port was held (the paused port named, not its node)
+            share = np.full(c.shape, 1.0 / c.shape[1])
+            wait = rail.get("ib_wait")
+            if pfc_wait and wait.shape == c.shape:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    held = np.nan_to_num(np.clip(wait, 0, None))
+                    total = held.sum(axis=1, keepdims=True)
+                    share = np.where(total > 0, held / np.where(total > 0, total, 1.0), share)
+            per_rail = pause.astype(np.float64)[:, None, :] * share
             with np.errstate(invalid="ignore"):
                 c = np.where(np.isfinite(c) | np.isfinite(per_rail), np.nan_to_num(c) + np.nan_to_num(per_rail), np.nan)
         out["ib_wait"] = c
@@ -325,6 +341,34 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     from dataclasses import replace
 
     return replace(win, rail=out), "roce"
+
+
+def which_fabric(win: Window) -> tuple[str, bool]:
+    """("ib" or "roce", whether the ports' transmit wait counts PFC's holds): fabric_view's choice."""
+    rail = win.rail
+    wait = rail.get("ib_wait")
+    with np.errstate(invalid="ignore"):
+        waited = wait is not None and bool((wait > 0).any())
+    pfc_wait = waited and _wait_is_pfc(wait, win.node.get("eth_pause"))
+    if _known(rail.get("roce_cong")) or not (waited and not pfc_wait) and (
+            _known(rail.get("roce_err")) or _known(win.node.get("eth_pause"))):
+        return "roce", pfc_wait
+    return "ib", pfc_wait
+
+
+def _wait_is_pfc(wait: np.ndarray, pause: np.ndarray | None, share: float = 0.9, least: int = 8) -> bool:
+    """Whether the ports' transmit wait (N, R, T) counts PFC's holds and nothing else, as some RoCE
+    firmware counts `port_xmit_wait`: at `share` or more of the node-steps (`least` at least) where a
+    port of the node waited, the node's NICs received pause frames (`pause`, N x T). An InfiniBand
+    port's wait is for credits, with no pause frame behind it: its nodes' NICs are the management
+    network, which pauses now and then, not at every step the fabric waits."""
+    if pause is None:
+        return False
+    with np.errstate(invalid="ignore"):
+        waited = (wait > 0).any(axis=1) & np.isfinite(pause)
+        paused = waited & (pause > 0)
+    n = int(waited.sum())
+    return n >= least and int(paused.sum()) >= share * n
 
 
 _ROCE_SIGNALS = {"ib_wait": "roce_congestion", "ib_symbol_errors": "roce_transport_errors", "ib_tx": "roce_tx"}

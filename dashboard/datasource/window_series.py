@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dashboard.analysis.diagnose import which_fabric
 from dashboard.analysis.findings import finite
 from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean, nansum
 from dashboard.datasource.records import CONGESTION, SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target, signal_label
@@ -16,8 +17,13 @@ def _since(win, z: np.ndarray, t0: float, max_cols: int = 240) -> tuple[np.ndarr
 
 
 def _congestion(win) -> str | None:
-    """The fabric's congestion signal the window holds (InfiniBand's first), None when neither."""
-    return next((s for s in CONGESTION if s in win.rail), None)
+    """The fabric's congestion signal the window holds, None when neither: RoCE's where the diagnosis
+    judges the window RoCE (a RoCE port's PortCounters list a transmit wait too, still or PFC's
+    holds only), else InfiniBand's first."""
+    held = [s for s in CONGESTION if s in win.rail]
+    if "roce_cong" in held and which_fabric(win)[0] == "roce":
+        return "roce_cong"
+    return next(iter(held), None)
 
 
 class WindowSeries:
@@ -92,8 +98,11 @@ class WindowSeries:
         i = win.node_index()[node]
         keep = win.times >= win.end - window
         values, chans = {}, {}
+        cong = _congestion(win)
         for s in signals:
             sig = SIGNALS[s]
+            if s in CONGESTION and s != cong:
+                continue  # the other fabric's (a RoCE port's still or PFC-only transmit wait) is not shown
             if s in self._GPU and self._GPU[s] in win.gpu:
                 cols = [k for k, g in enumerate(win.gpus[i]) if g >= 0] if win.gpus else []
                 values[s] = win.gpu[self._GPU[s]][i][cols][:, keep].astype(np.float64) * sig.scale
@@ -106,7 +115,6 @@ class WindowSeries:
                 z = self._node_rows(win, s, [i])
                 if z is not None:
                     values[s], chans[s] = z[:, keep], (node,)
-        cong = _congestion(win)
         return NodeSeries(node, win.times[keep], values, chans, {s: signal_label(s, cong) for s in values}) if values else None
 
     def ost_series(self, window=3600.0):

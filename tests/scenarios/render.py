@@ -280,8 +280,9 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
 
 def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, names: dict,
         rv: roce.RoceView | None = None, idle: str = "") -> None:
-    """The RDMA ports' PortCounters and sysfs state. On RoCE (`rv`) there is no transmit wait, symbol
-    errors are the PHY's (ethtool's), and link_downed counts only where the firmware counts it.
+    """The RDMA ports' PortCounters and sysfs state. On RoCE (`rv`) the transmit wait stands still or
+    counts PFC's holds, symbol errors are the PHY's (ethtool's), and link_downed counts only where
+    the firmware counts it.
     `idle` (gangwatch's agent): its error counters left out while still, counted in that gauge."""
     dt = c.interval
     hidden = np.zeros(c.T)
@@ -292,6 +293,8 @@ def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, n
         if rv is None:
             w.add(prefix + names["wait"], lp, counter(c.ib_wait[n, p], dt, rng, float(rng.integers(10**5, 10**9))),
                   kind="counter", fmt="%.0f", offset=o)
+        else:
+            w.add(prefix + names["wait"], lp, rv.xmit_wait[n, p], kind="counter", fmt="%.0f", offset=o)
         down = c.ib_down[n, p] if rv is None or rv.counts_link_downed else np.zeros(c.T)
         sym = c.ib_symerr[n, p] if rv is None else np.zeros(c.T)
         for name, per_step in ((names["down"], down), (names["sym"], sym)):

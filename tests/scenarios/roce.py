@@ -19,7 +19,11 @@ traffic. A RoCE NIC keeps no transmit-wait worth reading; the same physics shows
 - a NIC whose host stops draining it sends pause frames without end (`tx_pause_ctrl_phy`) until its
   storm guard fires (`tx_pause_storm_warning_events`, `..._error_events`: pausing stops for a while);
 - each node's onboard management NIC (no RDMA) sees pause bursts and the odd link-down of its own,
-  which pace no collective.
+  which pace no collective;
+- the RDMA port's PortCounters are there on RoCE too (`counters/`, which node_exporter's infiniband
+  collector and the agent read), `port_xmit_wait` among them: it stands still on half the clusters
+  and counts the ticks PFC held the port on the others (firmware dependent; no InfiniBand credit
+  wait behind it either way).
 
 Kept as a view, derived at render time, so an InfiniBand build of a seed is unchanged by it. Its
 draws come from a generator of the build's own (render._roce_view): both schemas of a seed show the
@@ -65,6 +69,9 @@ class RoceView:
     # events; it paces no collective, so none of it is a fault
     mgmt_pause: np.ndarray
     mgmt_down: np.ndarray
+    # the RDMA port's PortCounters port_xmit_wait as read (a counter, node x port x step): still, or
+    # the ticks PFC held the port
+    xmit_wait: np.ndarray
 
 
 def full_pause_rate(c: Cluster) -> float:
@@ -103,7 +110,18 @@ def view(c: Cluster, rng: np.random.Generator) -> RoceView:
                     ack_timeouts=ack, retrans=np.floor(retrans), out_of_seq=oos, seq_naks=np.floor(oos * 0.5),
                     link_down=c.ib_down, storm_warn=c.storm, storm_err=storm_err,
                     counts_link_downed=bool(rng.random() < 0.5), global_pause_counts_pfc=bool(rng.random() < 0.5),
-                    **_management_nic(c, rng))
+                    **_management_nic(c, rng), xmit_wait=_xmit_wait(c, pause_rx, rng))
+
+
+def _xmit_wait(c: Cluster, pause_rx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """port_xmit_wait of RoCE ports, as a counter: still on half the clusters, else the ticks the
+    pause frames received in each step held the port (whole frames, as the pause counters count
+    them: no wait without a frame; drawn last: the other draws are as before it)."""
+    counts = rng.random() < 0.5
+    start = rng.integers(10**5, 10**9, size=pause_rx.shape[:2]).astype(float)[..., None]
+    frames = np.floor(np.maximum(pause_rx, 0) * c.interval)
+    held = np.clip(frames / (full_pause_rate(c) * c.interval), 0.0, 1.0) * c.wait_ticks_per_s * c.interval
+    return start + np.cumsum(np.floor(held) if counts else np.zeros(pause_rx.shape), axis=-1)
 
 
 def _management_nic(c: Cluster, rng: np.random.Generator) -> dict[str, np.ndarray]:

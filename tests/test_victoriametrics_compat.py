@@ -710,14 +710,16 @@ def test_a_young_targets_scrape_interval_is_measured_over_its_last_minute(tmp_pa
     dead shard then named stale minutes late). A target that stopped (a dead vmagent shard: no
     staleness marker) measures its own interval up to its last sample, where its count over the
     whole window said 21 s for 15 s (100 s after it stopped) and 60 s for a young one's 1 s (45 s
-    after). Where every target is younger than a minute the query answers YOUNG: measured later."""
+    after). One scraped every 60 s for 3 minutes is not measured either: one sample in its last minute
+    (60 s less its last sample's age over one said 40 s). Where every target is younger than a minute
+    the query answers YOUNG: measured later."""
     import time
 
     from dashboard.sources.prometheus import INTERVAL_PER_TARGET, INTERVAL_QUERY, YOUNG
 
     end = math.floor(time.time())
     series = {"old": (0, 15, 40), "young": (0, 1, 120), "fresh": (0, 1, 40), "dead": (100, 15, 40),
-              "young_dead": (45, 1, 90)}
+              "young_dead": (45, 1, 90), "sparse": (20, 60, 3)}
     lines = "".join(f'up{{instance="{name}"}} 1 {(end - last - k * every) * 1000}\n'
                     for name, (last, every, n) in series.items() for k in range(n))
     with _engine_with(engine, tmp_path, lines) as url:
@@ -725,5 +727,6 @@ def test_a_young_targets_scrape_interval_is_measured_over_its_last_minute(tmp_pa
         # a fresh stack: its only target's first sample 3 s before the window's end (1 s scrapes)
         first = _instant(url, re.sub(r"\bup\b", 'up{instance="fresh"}', INTERVAL_QUERY), end - 37)
     assert 14 <= got["old"] <= 15.8 and 0.9 <= got["young"] <= 1.1 and "fresh" not in got, got
+    assert "sparse" not in got, got  # 3 minutes of 60 s scrapes: one sample in its last minute says nothing
     assert 14 <= got["dead"] <= 15.8 and 0.9 <= got["young_dead"] <= 1.1, got
     assert first == {None: YOUNG}, first

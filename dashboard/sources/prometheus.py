@@ -518,19 +518,20 @@ TOPOLOGY_SECONDS = 600.0
 # (Prometheus' default) a 60 s window holds one and every counter would be unknown. The window
 # is then `RATE_INTERVALS` scrape intervals (at least the configured one): two samples always;
 # the raw samples' carry is two of them (`sample_lookback`). A target scraped for less than the 5
-# minutes counted (a fresh stack, a new target) is measured over its last minute instead, and one
-# scraped for less than a minute not at all: its span over its count would make 1 s scrapes 20-60 s
-# long in their first seconds (the query's time is the window's end, up to a step before now), and
-# the rate window and the carry as long until the next measure, TOPOLOGY_SECONDS later (a dead
-# shard's nodes then named stale minutes late). Where every target is that young the answer is -1
-# (`YOUNG`): no interval yet, asked again the next cycle. Each target's count is over the time up to
+# minutes counted (a fresh stack, a new target) is measured over its last minute instead where it
+# has two samples there or more, and one scraped for less than a minute not at all: its span over
+# its count would make 1 s scrapes 20-60 s long in their first seconds (the query's time is the
+# window's end, up to a step before now), and the rate window and the carry as long until the next
+# measure, TOPOLOGY_SECONDS later (a dead shard's nodes then named stale minutes late); a minute
+# over one sample says nothing of a 60 s scrape (anything from 0 to 60 s). Where no target can be
+# measured yet the answer is -1 (`YOUNG`): no interval yet, asked again the next cycle. Each target's count is over the time up to
 # its last sample (`timestamp(up)`), not up to the query's time: a target that stopped (a dead
 # vmagent shard writes no staleness marker) counted as few samples over the whole 5 minutes made its
 # interval 1.4-4x longer, the 0.9 quantile took it wherever the shard held a tenth of the targets,
 # and the rate window and the carry stayed that long for TOPOLOGY_SECONDS: its nodes were named
 # stale minutes late.
 INTERVAL_PER_TARGET = ("((timestamp(up) - time() + 300) / count_over_time(up[5m]) and up offset 5m)"
-                       " or ((timestamp(up) - time() + 60) / count_over_time(up[1m]) and up offset 1m)")
+                       " or ((timestamp(up) - time() + 60) / (count_over_time(up[1m]) > 1) and up offset 1m)")
 YOUNG = -1.0
 INTERVAL_QUERY = f"quantile(0.9, {INTERVAL_PER_TARGET}) or count(up) * 0 - 1"
 # What the plan depends on, asked in one instant query before it, on a cold cycle and whenever the

@@ -331,6 +331,30 @@ def test_roce_rollups_and_bad_files(tmp_path):
     c.close()
 
 
+def test_broadcom_transport_errors_beside_mlx5_in_one_family_each(tmp_path):
+    """bnxt_re counts out-of-sequence drops, sequence-error NAKs and timeout retransmissions under its
+    own names: read into the mlx5 counters' families (one TYPE each, both drivers' ports in it) and
+    their node rollups; its other counters are left to the infiniband collector."""
+    sysfs = make_roce_tree(tmp_path, 1)
+    for name, value in (("out_of_sequence", 2), ("packet_seq_err", 1), ("local_ack_timeout_err", 4)):
+        (sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters" / name).write_text(f"{value}\n")
+    hw = sysfs / "class/infiniband/bnxt_re0/ports/1/hw_counters"
+    hw.mkdir(parents=True)
+    for name, value in (("oos_drop_count", 7), ("seq_err_naks_rcvd", 3), ("to_retransmits", 11), ("rx_pkts", 10**9)):
+        (hw / name).write_text(f"{value}\n")
+    c = RoceCollector(Context(paths=Paths(sysfs=str(sysfs))))
+    text = encode(c.collect())
+    c.close()
+    bnxt = (("device", "bnxt_re0"), ("port", "1"))
+    for metric, value in (("out_of_sequence_packets", 7), ("packet_sequence_errors", 3), ("local_ack_timeouts", 11)):
+        got = series(text, f"gangwatch_roce_port_{metric}_total")
+        assert got[bnxt] == value and (("device", "mlx5_0"), ("port", "1")) in got, (metric, got)
+        assert text.count(f"# TYPE gangwatch_roce_port_{metric}_total ") == 1
+    assert series(text, "gangwatch_roce_node_sequence_errors_total") == {(): 7 + 3 + 2 + 1}
+    assert series(text, "gangwatch_roce_node_local_ack_timeouts_total") == {(): 11 + 4}
+    assert "rx_pkts" not in text
+
+
 def test_roce_without_devices_is_quiet(tmp_path):
     with pytest.raises(NoData):
         RoceCollector(Context(paths=Paths(sysfs=str(tmp_path)))).collect()

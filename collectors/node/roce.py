@@ -1,7 +1,9 @@
 """RoCE congestion and transport counters from the RDMA driver's hw_counters, per port and per node.
 
 Sources (no privileges): `<sysfs>/class/infiniband/<device>/ports/<port>/hw_counters/<name>`, one
-counter per file (mlx5 names; other drivers expose fewer or none). On RoCE there is no useful
+counter per file (mlx5 names; Broadcom's bnxt_re counts the transport errors under its own,
+`oos_drop_count`, `seq_err_naks_rcvd`, `to_retransmits`, read into the same families, and no ECN
+or CNP counters; other drivers expose fewer or none). On RoCE there is no useful
 `port_xmit_wait`: congestion shows as ECN-marked packets at the receiver (`np_ecn_marked_roce_packets`),
 congestion notification packets it sends back (`np_cnp_sent`) and that senders act on
 (`rp_cnp_handled`, `rp_cnp_ignored`); a lossy or flapping link shows as sequence errors
@@ -52,6 +54,14 @@ class Spec(NamedTuple):
     node: str = ""  # the node rollup this counter is summed into
 
 
+# Transport errors that Broadcom's bnxt_re counts too, under its own names (its hw_counters have no
+# ECN or CNP counters): one family each, whichever driver a port has.
+_OUT_OF_SEQUENCE = Spec("port_out_of_sequence_packets_total", "Packets received out of sequence, a sign of loss "
+                        "on the path (mlx5 out_of_sequence, bnxt_re oos_drop_count).", "node_sequence_errors_total")
+_SEQUENCE_NAKS = Spec("port_packet_sequence_errors_total", "NAKs for packet sequence errors received (mlx5 "
+                      "packet_seq_err, bnxt_re seq_err_naks_rcvd).", "node_sequence_errors_total")
+_ACK_TIMEOUTS = Spec("port_local_ack_timeouts_total", "Times the sender's ACK timer expired and it retransmitted "
+                     "(mlx5 local_ack_timeout_err, bnxt_re to_retransmits).", "node_local_ack_timeouts_total")
 COUNTERS: dict[str, Spec] = {
     "np_ecn_marked_roce_packets": Spec("port_ecn_marked_packets_total", "RoCE packets received with the ECN "
                                        "congestion-experienced mark (np_ecn_marked_roce_packets).", "node_ecn_marked_packets_total"),
@@ -61,10 +71,8 @@ COUNTERS: dict[str, Spec] = {
                            "port's sending rate was cut (rp_cnp_handled).", "node_cnp_handled_total"),
     "rp_cnp_ignored": Spec("port_cnp_ignored_total", "Congestion notification packets received but ignored "
                            "(rp_cnp_ignored)."),
-    "out_of_sequence": Spec("port_out_of_sequence_packets_total", "Packets received out of sequence, a sign of "
-                            "loss on the path (out_of_sequence).", "node_sequence_errors_total"),
-    "packet_seq_err": Spec("port_packet_sequence_errors_total", "NAKs for packet sequence errors received "
-                           "(packet_seq_err).", "node_sequence_errors_total"),
+    "out_of_sequence": _OUT_OF_SEQUENCE,
+    "packet_seq_err": _SEQUENCE_NAKS,
     "roce_adp_retrans": Spec("port_adaptive_retransmissions_total", "Adaptive retransmissions of RoCE traffic "
                              "(roce_adp_retrans).", "node_retransmissions_total"),
     "roce_slow_restart": Spec("port_slow_restarts_total", "Times a QP entered slow restart after repeated "
@@ -73,10 +81,12 @@ COUNTERS: dict[str, Spec] = {
                                    "(roce_slow_restart_cnps)."),
     "roce_slow_restart_trans": Spec("port_slow_restart_transitions_total", "Transitions out of slow restart "
                                     "(roce_slow_restart_trans)."),
-    "local_ack_timeout_err": Spec("port_local_ack_timeouts_total", "Times the sender's ACK timer expired and it "
-                                  "retransmitted (local_ack_timeout_err).", "node_local_ack_timeouts_total"),
+    "local_ack_timeout_err": _ACK_TIMEOUTS,
     "rnr_nak_retry_err": Spec("port_rnr_nak_retry_errors_total", "Receiver-not-ready NAKs that exhausted the "
                               "retry count (rnr_nak_retry_err)."),
+    "oos_drop_count": _OUT_OF_SEQUENCE,
+    "seq_err_naks_rcvd": _SEQUENCE_NAKS,
+    "to_retransmits": _ACK_TIMEOUTS,
 }
 
 _SUM = ("summed over the node's ports that report it in this scrape; absent when none does; a port that "
@@ -136,8 +146,8 @@ def scan(base: str) -> Layout:
     paths: list[str] = []
     prefixes: list[str] = []
     spans = []
-    for name, spec in COUNTERS.items():
-        files = by_counter.get(name)
+    for spec in dict.fromkeys(COUNTERS.values()):  # one family per metric, every driver's name in it
+        files = [f for name, s in COUNTERS.items() if s is spec for f in by_counter.get(name, ())]
         if files:
             spans.append((spec, len(paths), len(paths) + len(files)))
             paths += [path for path, _ in files]

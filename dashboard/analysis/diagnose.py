@@ -350,10 +350,9 @@ def which_fabric(win: Window) -> tuple[str, bool]:
     with np.errstate(invalid="ignore"):
         waited = wait is not None and bool((wait > 0).any())
     pfc_wait = waited and _wait_is_pfc(wait, win.node.get("eth_pause"))
-    if _known(rail.get("roce_cong")) or not (waited and not pfc_wait) and (
-            _known(rail.get("roce_err")) or _known(win.node.get("eth_pause"))):
-        return "roce", pfc_wait
-    return "ib", pfc_wait
+    credit_wait = waited and not pfc_wait  # InfiniBand's own
+    ethernet = _known(rail.get("roce_err")) or _known(win.node.get("eth_pause"))
+    return ("roce" if _known(rail.get("roce_cong")) or (ethernet and not credit_wait) else "ib"), pfc_wait
 
 
 def _wait_is_pfc(wait: np.ndarray, pause: np.ndarray | None, share: float = 0.9, least: int = 8) -> bool:

@@ -302,7 +302,7 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     pause frames (`_wait_is_pfc`).
     """
     rail = win.rail
-    fabric, pfc_wait = which_fabric(win)
+    fabric, pfc_wait = which_fabric(win, th)
     if fabric == "ib":
         if _ETHERNET_EVENTS & set(win.node):
             # On InfiniBand the Ethernet NICs are the management network: their link going down
@@ -343,31 +343,30 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     return replace(win, rail=out), "roce"
 
 
-def which_fabric(win: Window) -> tuple[str, bool]:
+def which_fabric(win: Window, th: Thresholds = DEFAULT) -> tuple[str, bool]:
     """("ib" or "roce", whether the ports' transmit wait counts PFC's holds): fabric_view's choice."""
     rail = win.rail
     wait = rail.get("ib_wait")
     with np.errstate(invalid="ignore"):
         waited = wait is not None and bool((wait > 0).any())
-    pfc_wait = waited and _wait_is_pfc(wait, win.node.get("eth_pause"))
+    pfc_wait = waited and _wait_is_pfc(wait, win.node.get("eth_pause"), th)
     credit_wait = waited and not pfc_wait  # InfiniBand's own
     ethernet = _known(rail.get("roce_err")) or _known(win.node.get("eth_pause"))
     return ("roce" if _known(rail.get("roce_cong")) or (ethernet and not credit_wait) else "ib"), pfc_wait
 
 
-def _wait_is_pfc(wait: np.ndarray, pause: np.ndarray | None, share: float = 0.9, least: int = 8) -> bool:
+def _wait_is_pfc(wait: np.ndarray, pause: np.ndarray | None, th: Thresholds) -> bool:
     """Whether the ports' transmit wait (N, R, T) counts PFC's holds and nothing else, as some RoCE
-    firmware counts `port_xmit_wait`: at `share` or more of the node-steps (`least` at least) where a
-    port of the node waited, the node's NICs received pause frames (`pause`, N x T). An InfiniBand
-    port's wait is for credits, with no pause frame behind it: its nodes' NICs are the management
-    network, which pauses now and then, not at every step the fabric waits."""
+    firmware counts `port_xmit_wait`: at `pfc_wait_share` or more of the node-steps (at least
+    `pfc_wait_min_steps`) where a port of the node waited, the node's NICs received pause frames
+    (`pause`, N x T)."""
     if pause is None:
         return False
     with np.errstate(invalid="ignore"):
         waited = (wait > 0).any(axis=1) & np.isfinite(pause)
         paused = waited & (pause > 0)
     n = int(waited.sum())
-    return n >= least and int(paused.sum()) >= share * n
+    return n >= th.pfc_wait_min_steps and int(paused.sum()) >= th.pfc_wait_share * n
 
 
 _ROCE_SIGNALS = {"ib_wait": "roce_congestion", "ib_symbol_errors": "roce_transport_errors", "ib_tx": "roce_tx"}

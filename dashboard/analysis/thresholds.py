@@ -142,6 +142,14 @@ class Thresholds:
     # timeouts and 99 adaptive retransmissions since boot), a
     # link that drops takes every in-flight QP into retransmission at once (hundreds).
     roce_error_events: float = 10.0
+    # A RoCE port's own port_xmit_wait, where its firmware counts it, counts only the ticks PFC held
+    # the port: the node received pause frames at every step it waited (both read in one scrape).
+    # An InfiniBand port waits for credits, with no pause frame behind it; its nodes' NICs are the
+    # management network, paused now and then (a fifth of the nodes for minutes in the catalogue).
+    # So a wait is PFC's where this share of the node-steps it moved at had pause frames, over at
+    # least pfc_wait_min_steps of them (two minutes of one node at 15 s: not one blip).
+    pfc_wait_share: float = 0.9
+    pfc_wait_min_steps: int = 8
 
     # A link that went down keeps the gang suspect this long: a failing cable or transceiver flaps
     # again within minutes (ibdiagnet/UFM report flapping ports by repeated LinkDowned within a

@@ -16,14 +16,6 @@ def _since(win, z: np.ndarray, t0: float, max_cols: int = 240) -> tuple[np.ndarr
     return downsample_cols(win.times[keep], z[:, keep], max_cols)
 
 
-def _congestion(win) -> str | None:
-    """The fabric's congestion signal the window holds, None when neither: RoCE's where the diagnosis
-    judges the window RoCE (a RoCE port's PortCounters list a transmit wait too, still or PFC's
-    holds only), else InfiniBand's first."""
-    held = [s for s in CONGESTION if s in win.rail]
-    if "roce_cong" in held and which_fabric(win)[0] == "roce":
-        return "roce_cong"
-    return next(iter(held), None)
 
 
 class WindowSeries:
@@ -36,6 +28,20 @@ class WindowSeries:
 
     def window(self):  # -> Window | None
         return None
+
+    def _congestion(self, win) -> str | None:
+        """The fabric's congestion signal the window holds, None when neither: RoCE's where the
+        diagnosis judges the window RoCE (a RoCE port's PortCounters list a transmit wait too, still
+        or PFC's holds only), else InfiniBand's first. The judgement is kept for the window a
+        refresh's pages all ask about (a pass over every port's wait: 7 ms at 4,096 nodes)."""
+        held = [s for s in CONGESTION if s in win.rail]
+        if "roce_cong" in held:
+            kept = getattr(self, "_fabric_of", None)
+            if kept is None or kept[0] is not win:
+                kept = self._fabric_of = (win, which_fabric(win)[0])
+            if kept[1] == "roce":
+                return "roce_cong"
+        return next(iter(held), None)
 
     def _node_rows(self, win, signal: str, rows: list[int], gpu_cols: list[list[int]] | None = None) -> np.ndarray | None:
         """(len(rows) x T) node-level values of a signal in display units, None when absent."""
@@ -70,7 +76,7 @@ class WindowSeries:
             return None
         times, z = _since(win, z, win.end - window, max_cols)
         labels, members, zz = aggregate_rows(list(win.nodes), z, max_rows)
-        return Heatmap(signal, labels, members, times, zz, len(win.nodes), signal_label(signal, _congestion(win)))
+        return Heatmap(signal, labels, members, times, zz, len(win.nodes), signal_label(signal, self._congestion(win)))
 
     def job_series(self, jobid, signal, window=3600.0, max_cols=240):
         win, snap = self.window(), self.snapshot()
@@ -89,7 +95,7 @@ class WindowSeries:
             return None
         times, z = _since(win, z, max(win.end - window, (job.start_time or 0) - 300), max_cols)
         return Heatmap(signal, tuple(names), tuple((n,) for n in names), times, z, len(names),
-                       signal_label(signal, _congestion(win)))
+                       signal_label(signal, self._congestion(win)))
 
     def node_series(self, node, signals, window=3600.0):
         win = self.window()
@@ -98,7 +104,7 @@ class WindowSeries:
         i = win.node_index()[node]
         keep = win.times >= win.end - window
         values, chans = {}, {}
-        cong = _congestion(win)
+        cong = self._congestion(win)
         for s in signals:
             sig = SIGNALS[s]
             if s in CONGESTION and s != cong:
@@ -127,7 +133,7 @@ class WindowSeries:
 
     def leaf_series(self, window=3600.0):
         win = self.window()
-        signal = _congestion(win) if win is not None else None
+        signal = self._congestion(win) if win is not None else None
         if signal is None or not win.leaf_of:
             return None
         a = win.rail[signal]
@@ -167,7 +173,7 @@ class WindowSeries:
         leaf_idx = np.array([pos.get(win.leaf_of.get(n, ""), -1) for n in win.nodes])
         valid = np.array([[bool(r) for r in rails] for rails in win.rails])
         tx = self._last(win.rail["ib_tx"])
-        signal = _congestion(win)
+        signal = self._congestion(win)
         wait = self._last(win.rail[signal]) if signal else np.full(tx.shape, np.nan)
 
         def port(i, k):
@@ -210,7 +216,7 @@ class WindowSeries:
             util = self._last(win.gpu["util"][i])
             power = self._last(win.gpu["power"][i]) if "power" in win.gpu else np.full(util.shape, np.nan)
             gpus = tuple(GpuNow(g, finite(util[k]), finite(power[k])) for k, g in enumerate(win.gpus[i]) if g >= 0)
-        ports, signal = None, _congestion(win)
+        ports, signal = None, self._congestion(win)
         if win.rails and "ib_tx" in win.rail:
             tx = self._last(win.rail["ib_tx"][i])
             wait = self._last(win.rail[signal][i]) if signal else np.full(tx.shape, np.nan)

@@ -331,27 +331,41 @@ def test_roce_rollups_and_bad_files(tmp_path):
     c.close()
 
 
-def test_broadcom_transport_errors_beside_mlx5_in_one_family_each(tmp_path):
-    """bnxt_re counts out-of-sequence drops, sequence-error NAKs and timeout retransmissions under its
-    own names: read into the mlx5 counters' families (one TYPE each, both drivers' ports in it) and
-    their node rollups; its other counters are left to the infiniband collector."""
+def test_broadcom_counters_beside_mlx5_in_one_family_each(tmp_path):
+    """bnxt_re (Linux 6.6 until its counters took mlx5's names) counts ECN marks, CNPs, out-of-sequence
+    drops, sequence-error NAKs and timeout retransmissions under its own names: read into the mlx5
+    counters' families (one TYPE each, both drivers' ports in it) and their node rollups; its other
+    counters are left to the infiniband collector. A port with both names of one counter gives one series."""
     sysfs = make_roce_tree(tmp_path, 1)
+    mlx = sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters"
     for name, value in (("out_of_sequence", 2), ("packet_seq_err", 1), ("local_ack_timeout_err", 4)):
-        (sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters" / name).write_text(f"{value}\n")
+        (mlx / name).write_text(f"{value}\n")
+    mlx_counts = {name: int((mlx / name).read_text()) for name in ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled")}
     hw = sysfs / "class/infiniband/bnxt_re0/ports/1/hw_counters"
     hw.mkdir(parents=True)
-    for name, value in (("oos_drop_count", 7), ("seq_err_naks_rcvd", 3), ("to_retransmits", 11), ("rx_pkts", 10**9)):
+    for name, value in (("oos_drop_count", 7), ("seq_err_naks_rcvd", 3), ("to_retransmits", 11), ("rx_pkts", 10**9),
+                        ("rx_ecn_marked_pkts", 50), ("tx_cnp_pkts", 20), ("rx_cnp_pkts", 30)):
         (hw / name).write_text(f"{value}\n")
+    renamed = sysfs / "class/infiniband/bnxt_re1/ports/1/hw_counters"  # a kernel between the two namings
+    renamed.mkdir(parents=True)
+    for name, value in (("np_cnp_pkts", 5), ("rp_cnp_handled", 6), ("np_ecn_marked_roce_packets", 8), ("tx_cnp_pkts", 99)):
+        (renamed / name).write_text(f"{value}\n")
     c = RoceCollector(Context(paths=Paths(sysfs=str(sysfs))))
     text = encode(c.collect())
     c.close()
-    bnxt = (("device", "bnxt_re0"), ("port", "1"))
-    for metric, value in (("out_of_sequence_packets", 7), ("packet_sequence_errors", 3), ("local_ack_timeouts", 11)):
+    bnxt, bnxt1 = (("device", "bnxt_re0"), ("port", "1")), (("device", "bnxt_re1"), ("port", "1"))
+    for metric, value in (("out_of_sequence_packets", 7), ("packet_sequence_errors", 3), ("local_ack_timeouts", 11),
+                          ("ecn_marked_packets", 50), ("cnp_sent", 20), ("cnp_handled", 30)):
         got = series(text, f"gangwatch_roce_port_{metric}_total")
         assert got[bnxt] == value and (("device", "mlx5_0"), ("port", "1")) in got, (metric, got)
         assert text.count(f"# TYPE gangwatch_roce_port_{metric}_total ") == 1
     assert series(text, "gangwatch_roce_node_sequence_errors_total") == {(): 7 + 3 + 2 + 1}
     assert series(text, "gangwatch_roce_node_local_ack_timeouts_total") == {(): 11 + 4}
+    assert series(text, "gangwatch_roce_port_cnp_sent_total")[bnxt1] == 5
+    assert text.count('gangwatch_roce_port_cnp_sent_total{device="bnxt_re1"') == 1
+    assert series(text, "gangwatch_roce_node_cnp_sent_total") == {(): mlx_counts["np_cnp_sent"] + 20 + 5}
+    assert series(text, "gangwatch_roce_node_cnp_handled_total") == {(): mlx_counts["rp_cnp_handled"] + 30 + 6}
+    assert series(text, "gangwatch_roce_node_ecn_marked_packets_total") == {(): mlx_counts["np_ecn_marked_roce_packets"] + 50 + 8}
     assert "rx_pkts" not in text
 
 

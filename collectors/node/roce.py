@@ -1,9 +1,10 @@
 """RoCE congestion and transport counters from the RDMA driver's hw_counters, per port and per node.
 
 Sources (no privileges): `<sysfs>/class/infiniband/<device>/ports/<port>/hw_counters/<name>`, one
-counter per file (mlx5 names; Broadcom's bnxt_re counts the transport errors under its own,
-`oos_drop_count`, `seq_err_naks_rcvd`, `to_retransmits`, read into the same families, and no ECN
-or CNP counters; other drivers expose fewer or none). On RoCE there is no useful
+counter per file (mlx5 names; Broadcom's bnxt_re, from Linux 6.6 until its counters took mlx5's
+names, counts ECN marks, CNPs and the transport errors under its own, `rx_ecn_marked_pkts`,
+`tx_cnp_pkts`, `rx_cnp_pkts`, `oos_drop_count`, `seq_err_naks_rcvd`, `to_retransmits`, read into the
+same families; other drivers expose fewer or none). On RoCE there is no useful
 `port_xmit_wait`: congestion shows as ECN-marked packets at the receiver (`np_ecn_marked_roce_packets`),
 congestion notification packets it sends back (`np_cnp_sent`) and that senders act on
 (`rp_cnp_handled`, `rp_cnp_ignored`); a lossy or flapping link shows as sequence errors
@@ -54,8 +55,15 @@ class Spec(NamedTuple):
     node: str = ""  # the node rollup this counter is summed into
 
 
-# Transport errors that Broadcom's bnxt_re counts too, under its own names (its hw_counters have no
-# ECN or CNP counters): one family each, whichever driver a port has.
+# Counters that Broadcom's bnxt_re has under its own names (drivers/infiniband/hw/bnxt_re/hw_counters.c
+# from Linux 6.6; later kernels give it mlx5's names, np_cnp_pkts for a while): one family each,
+# whichever driver a port has.
+_ECN_MARKED = Spec("port_ecn_marked_packets_total", "RoCE packets received with the ECN congestion-experienced "
+                   "mark (mlx5 np_ecn_marked_roce_packets, bnxt_re rx_ecn_marked_pkts).", "node_ecn_marked_packets_total")
+_CNP_SENT = Spec("port_cnp_sent_total", "Congestion notification packets sent to senders after ECN-marked packets "
+                 "arrived (mlx5 np_cnp_sent, bnxt_re tx_cnp_pkts or np_cnp_pkts).", "node_cnp_sent_total")
+_CNP_HANDLED = Spec("port_cnp_handled_total", "Congestion notification packets received and acted on: this port's "
+                    "sending rate was cut (mlx5 rp_cnp_handled, bnxt_re rx_cnp_pkts).", "node_cnp_handled_total")
 _OUT_OF_SEQUENCE = Spec("port_out_of_sequence_packets_total", "Packets received out of sequence, a sign of loss "
                         "on the path (mlx5 out_of_sequence, bnxt_re oos_drop_count).", "node_sequence_errors_total")
 _SEQUENCE_NAKS = Spec("port_packet_sequence_errors_total", "NAKs for packet sequence errors received (mlx5 "
@@ -63,12 +71,9 @@ _SEQUENCE_NAKS = Spec("port_packet_sequence_errors_total", "NAKs for packet sequ
 _ACK_TIMEOUTS = Spec("port_local_ack_timeouts_total", "Times the sender's ACK timer expired and it retransmitted "
                      "(mlx5 local_ack_timeout_err, bnxt_re to_retransmits).", "node_local_ack_timeouts_total")
 COUNTERS: dict[str, Spec] = {
-    "np_ecn_marked_roce_packets": Spec("port_ecn_marked_packets_total", "RoCE packets received with the ECN "
-                                       "congestion-experienced mark (np_ecn_marked_roce_packets).", "node_ecn_marked_packets_total"),
-    "np_cnp_sent": Spec("port_cnp_sent_total", "Congestion notification packets sent to senders after ECN-marked "
-                        "packets arrived (np_cnp_sent).", "node_cnp_sent_total"),
-    "rp_cnp_handled": Spec("port_cnp_handled_total", "Congestion notification packets received and acted on: this "
-                           "port's sending rate was cut (rp_cnp_handled).", "node_cnp_handled_total"),
+    "np_ecn_marked_roce_packets": _ECN_MARKED,
+    "np_cnp_sent": _CNP_SENT,
+    "rp_cnp_handled": _CNP_HANDLED,
     "rp_cnp_ignored": Spec("port_cnp_ignored_total", "Congestion notification packets received but ignored "
                            "(rp_cnp_ignored)."),
     "out_of_sequence": _OUT_OF_SEQUENCE,
@@ -87,6 +92,10 @@ COUNTERS: dict[str, Spec] = {
     "oos_drop_count": _OUT_OF_SEQUENCE,
     "seq_err_naks_rcvd": _SEQUENCE_NAKS,
     "to_retransmits": _ACK_TIMEOUTS,
+    "rx_ecn_marked_pkts": _ECN_MARKED,
+    "np_cnp_pkts": _CNP_SENT,  # the later name first: it wins where a port has both
+    "tx_cnp_pkts": _CNP_SENT,
+    "rx_cnp_pkts": _CNP_HANDLED,
 }
 
 _SUM = ("summed over the node's ports that report it in this scrape; absent when none does; a port that "
@@ -139,9 +148,12 @@ def scan(base: str) -> Layout:
                 continue
             ports.append((hw, frozenset(COUNTERS.keys() & set(names))))
             labels = format_labels((("device", device), ("port", port)))
-            for n in names:
-                spec = COUNTERS.get(n)
-                if spec is not None:
+            present, taken = set(names), set()
+            for n, spec in COUNTERS.items():
+                # a port with two of a family's names (a kernel keeping an old name beside mlx5's) gives
+                # one series, the first name's, never two with the same labels
+                if n in present and spec not in taken:
+                    taken.add(spec)
                     by_counter.setdefault(n, []).append((f"{hw}/{n}", f"{PREFIX}{spec.metric}{labels} "))
     paths: list[str] = []
     prefixes: list[str] = []

@@ -92,19 +92,24 @@ def test_bundle_window_shows_the_fabrics_congestion(fabric, tmp_path):
     sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric=fabric, load=1.3,
                                faults=f"ib_congestion@8m+30m:leaf={CONGESTED}"))
     ds = bundle_datasource(sim, tmp_path)
-    assert ("ib_wait" in ds.window().rail) == (fabric == "ib")
+    win = ds.window()
+    # a RoCE port's PortCounters transmit wait is read too, and stands still
+    assert (np.nanmax(win.rail["ib_wait"]) > 0) == (fabric == "ib")
+    assert {layer for layers in win.link_layers.values() for layer in layers.values()} == {
+        {"ib": "InfiniBand", "roce": "Ethernet"}[fabric]}
     check_fabric(ds, fabric)
 
 
 def test_a_roce_ports_own_transmit_wait_leaves_the_pages_on_roce(tmp_path):
     """A RoCE port's PortCounters list a `port_xmit_wait` too, which stands still on some firmware:
-    the pages show RoCE's congestion where the diagnosis judges the window RoCE, not that wait."""
+    the pages show RoCE's congestion where the diagnosis judges the window RoCE, not that wait, also
+    where no agent says its ports' link layer (node_exporter)."""
     sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
                                faults=f"ib_congestion@8m+30m:leaf={CONGESTED}"))
 
     def still_wait(win):
         shape = (len(win.nodes), max(len(r) for r in win.rails), win.n_steps)
-        return dataclasses.replace(win, rail={**win.rail, "ib_wait": np.zeros(shape, np.float32)})
+        return dataclasses.replace(win, rail={**win.rail, "ib_wait": np.zeros(shape, np.float32)}, link_layers={})
 
     ds = bundle_datasource(sim, tmp_path, still_wait)
     hm = ds.leaf_series()

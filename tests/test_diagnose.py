@@ -583,6 +583,45 @@ def test_a_link_trained_slower_than_the_gangs_other_ports_is_a_straggler():
     assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "progressing"
 
 
+def with_storage_nics(w: Window, layers: bool) -> Window:
+    """Every node also has two 200 Gb/s RoCE storage ports carrying traffic, as a DGX's Ethernet
+    NICs do beside its 400 Gb/s InfiniBand rails; their link layers said by the agents or not."""
+    from dataclasses import replace
+
+    N = len(w.nodes)
+    rail = {k: np.concatenate([a, np.full((N, 2, T), np.nan, a.dtype)], axis=1) for k, a in w.rail.items()}
+    rail["ib_rate"][:, G:, :] = 25e9
+    rail["ib_tx"][:, G:, :] = 3e9
+    rail["ib_wait"][:, G:, :] = 0.0
+    rails = tuple(r + (f"mlx5_{G}/1", f"mlx5_{G + 1}/1") for r in w.rails)
+    link = {n: {p: "Ethernet" if p in r[G:] else "InfiniBand" for p in r} for n, r in zip(w.nodes, rails)}
+    return replace(w, rail=rail, rails=rails, link_layers=link if layers else {})
+
+
+@pytest.mark.parametrize("layers", [True, False])
+def test_a_slow_link_is_found_beside_storage_nics_of_another_speed(layers):
+    """A node's ports need not be alike: each port is judged against the same port of the gang's
+    other nodes, so the 200 Gb/s storage NICs on every node neither hide the degraded rail (they made
+    it 'most of the gang alike') nor are named; where the agents say the link layers, a degraded
+    storage port (Ethernet beside InfiniBand rails) is not the collectives' straggler (where they do
+    not, node_exporter, nothing tells it from a rail, and it is named)."""
+    c = Cluster()
+    w = c.window()
+    rate = np.full((c.n, G, T), 50e9, np.float32)
+    w.rail["ib_rate"] = rate
+    rate[c.rows(GANG_A)[2], 1, -30:] = 12.5e9
+    d = diagnose(with_storage_nics(w, layers), [job(1, GANG_A), job(2, GANG_B)])
+    v = verdict(d, 1)
+    assert (v.state, v.culprit, v.culprit_kind) == ("straggler", "gpu002:mlx5_1/1", "port"), v.reason
+    assert "trained at 100 Gb/s; the gang's other ports 400 Gb/s" in v.evidence[0].note
+    assert verdict(d, 2).state == "progressing"
+    rate[:, :, :] = 50e9
+    dgx = with_storage_nics(w, layers)
+    dgx.rail["ib_rate"][c.rows(GANG_A)[2], G, -30:] = 12.5e9  # a storage port fell back to 100 Gb/s
+    v = verdict(diagnose(dgx, [job(1, GANG_A)]), 1)
+    assert (v.state, v.culprit) == (("progressing", "") if layers else ("straggler", f"gpu002:mlx5_{G}/1"))
+
+
 def paint(c: Cluster, nodes, last: int, **levels) -> None:
     """Set per-GPU or per-port series (util, sm, ib_tx, ib_wait) of `nodes` over the `last` steps."""
     for k in c.rows(nodes):

@@ -97,6 +97,8 @@ def test_prometheus_source_matches_bundle(served):
     src = PrometheusSource(url)
     win = src.window(b.end, b.end - b.start, 15.0)
     assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
+    assert win.link_layers == b.window.link_layers and len(win.link_layers) == 10
+    assert {layer for d in win.link_layers.values() for layer in d.values()} == {"InfiniBand"}
     assert _verdicts(diagnose(win, b.jobs)) == want
 
 
@@ -152,6 +154,9 @@ def test_prometheus_source_matches_bundle_on_roce(tmp_path, fault):
         win = src.window(b.end, b.end - b.start, 15.0)
         assert src.queries_last_cycle <= QUERY_BUDGET and not win.notes
         assert "roce_cong" in win.rail and "roce_err" in win.rail
+        # the ports' link layers, asked with the hardware facts, as the bundle has them
+        assert win.link_layers == b.window.link_layers and len(win.link_layers) == 8
+        assert {layer for d in win.link_layers.values() for layer in d.values()} == {"Ethernet"}
         assert _verdicts(diagnose(win, b.jobs)) == want
         engine = {s: q for s, _, q in plan_queries(60.0, 15.0, by_engine=True)}  # sum by (rate), c - c offset
         store = SignalStore()

@@ -36,10 +36,11 @@ def congested():
     return rec, diagnose(rec.window(), rec.jobs())
 
 
-def test_roce_window_has_no_transmit_wait_and_congestion_is_named(congested):
+def test_roce_windows_transmit_wait_stands_still_and_congestion_is_named(congested):
     rec, d = congested
     win = rec.window()
-    assert "ib_wait" not in win.rail and {"roce_cong", "roce_err"} <= set(win.rail) and "eth_pause" in win.node
+    assert {"roce_cong", "roce_err"} <= set(win.rail) and "eth_pause" in win.node
+    assert np.nanmax(win.rail["ib_wait"]) == 0 and fabric_view(win, TH)[1] == "roce"
     truth = {j for f in rec.sim.ground_truth() for j in f["jobs"]}
     hit = network(d.verdicts)
     assert hit and set(hit) <= truth
@@ -305,10 +306,13 @@ def test_agent_names_through_a_bundle(tmp_path):
     text = w.text()
     assert "gangwatch_roce_port_cnp_handled_total" in text and "gangwatch_ethtool_node_received_pause_frames_total" in text
     assert "gangwatch_ethtool_node_link_down_events_total" in text
-    assert "transmit_wait" not in text
+    assert 'link_layer="Ethernet"' in text and 'link_layer="InfiniBand"' not in text
     w.write(str(tmp_path))
     b = load_bundle(str(tmp_path))
-    assert "roce_cong" in b.window.rail and "ib_wait" not in b.window.rail and "eth_pause" in b.window.node
+    assert "roce_cong" in b.window.rail and "eth_pause" in b.window.node
+    # a RoCE port's PortCounters transmit wait is exported, and stands still
+    assert "transmit_wait" in text and np.nanmax(b.window.rail["ib_wait"]) == 0
+    assert set(b.window.link_layers["node0001"].values()) == {"Ethernet"}
     d = diagnose(b.window, b.jobs)
     truth = {j for f in sim.ground_truth() for j in f["jobs"]}
     hit = network(d.verdicts)
@@ -438,6 +442,63 @@ def test_roce_ports_transmit_wait_does_not_make_the_fabric_infiniband(congested)
     assert fabric_view(noisy, TH)[1] == "ib"
     states = lambda w: {v.jobid: (v.state, v.culprit) for v in diagnose(w, ib.jobs()).verdicts}  # noqa: E731
     assert states(noisy) == states(iw)
+
+
+def with_storage_ports(win, layers: bool):
+    """An InfiniBand window whose nodes also have two RoCE storage ports each (as a DGX's Ethernet
+    NICs): ECN marks and CNPs counted there, their transmit wait still, storage traffic on them."""
+    N, T = len(win.nodes), win.n_steps
+    R = max(len(r) for r in win.rails)
+    pad = lambda a: np.concatenate([a, np.full((N, 2, T), np.nan, a.dtype)], axis=1)  # noqa: E731
+    rail = {k: pad(v) for k, v in win.rail.items()}
+    rng = np.random.default_rng(3)
+    cong = np.full((N, R + 2, T), np.nan, np.float32)
+    cong[:, R:, :] = rng.uniform(0, 500, (N, 2, T))  # the storage network's own congestion, busy at times
+    rail["roce_cong"] = cong
+    rail["ib_wait"][:, R:, :] = 0.0
+    rail["ib_tx"][:, R:, :] = rng.uniform(1e8, 2e9, (N, 2, T))
+    rails = tuple(r + (f"mlx5_{R}/1", f"mlx5_{R + 1}/1") for r in win.rails)
+    link = {n: {**dict.fromkeys(r[:R], "InfiniBand"), **dict.fromkeys(r[R:], "Ethernet")} for n, r in zip(win.nodes, rails)}
+    return dataclasses.replace(win, rail=rail, rails=rails, link_layers=link if layers else {})
+
+
+def test_infiniband_nodes_with_roce_storage_nics_stay_infiniband():
+    """A DGX's compute rails are InfiniBand and its storage NICs often RoCE, whose ECN and CNP
+    counters the agent and node_exporter read: the window stays InfiniBand (its link layers say so,
+    or, where no agent says them, more ports wait without ECN counters than count them), and its
+    verdicts are those of the compute rails alone."""
+    ib = recorded("ib_congestion@62m+10m:leaf=leaf00", 260, fabric="ib")
+    iw = ib.window()
+    states = lambda w: {v.jobid: (v.state, v.culprit) for v in diagnose(w, ib.jobs()).verdicts}  # noqa: E731
+    expected = states(iw)
+    assert any(s == "stalled_network" for s, _ in expected.values())
+    for layers in (True, False):
+        dgx = with_storage_ports(iw, layers)
+        assert fabric_view(dgx, TH)[1] == "ib", layers
+        assert states(dgx) == expected, layers
+
+
+def test_link_layers_make_a_roce_window_whose_wait_moves_on_its_own_roce(congested):
+    """A RoCE port whose transmit wait counts more than PFC's holds, on NICs without ECN counters
+    (bnxt_re before Linux 6.6): the agents' link layers say Ethernet, so the window is RoCE and its
+    pauses are read, as with a still wait. Where nobody says the link layer (node_exporter) such a
+    wait reads as InfiniBand's: documented, the counters cannot tell."""
+    rec, _ = congested
+    win = without(rec.window(), rail=("roce_cong",))
+    pause = win.node["eth_pause"]
+    # pause frames only where a switch queue passed XOFF (no healthy trickle): the wait moves without them
+    win = dataclasses.replace(win, node={**win.node, "eth_pause": np.where(pause > 10, pause, 0).astype(np.float32)})
+    N, T = len(win.nodes), win.n_steps
+    R = max(len(r) for r in win.rails)
+    moving = np.random.default_rng(5).uniform(1e3, 5e4, (N, R, T)).astype(np.float32)
+    still = dataclasses.replace(win, rail={**win.rail, "ib_wait": np.zeros((N, R, T), np.float32)})
+    expected = set(network(diagnose(still, rec.jobs()).verdicts))
+    assert expected
+    agent = dataclasses.replace(win, rail={**win.rail, "ib_wait": moving})
+    assert set(agent.link_layers[win.nodes[0]].values()) == {"Ethernet"}
+    assert fabric_view(agent, TH)[1] == "roce"
+    assert set(network(diagnose(agent, rec.jobs()).verdicts)) == expected
+    assert fabric_view(dataclasses.replace(agent, link_layers={}), TH)[1] == "ib"
 
 
 def test_flapping_link_from_the_nics_uncorrected_errors(flapping):

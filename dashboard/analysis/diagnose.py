@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -289,11 +289,14 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     link events from `roce_error_events` per step, beside link-down events of the ports and of the
     nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event).
 
-    Which fabric: a RoCE port has PortCounters too (`counters/`, read by node_exporter and the
+    Which fabric (`which_fabric`): where the agents say their ports' link layers
+    (`gangwatch_infiniband_port_info`: `win.link_layers`), the one most ports run on. Otherwise from
+    the counters: a RoCE port has PortCounters too (`counters/`, read by node_exporter and the
     agent), `port_xmit_wait` among them, which stands still or counts only PFC's holds (firmware
     dependent), so a known transmit wait does not make a window InfiniBand. ECN marks and CNPs
-    (`roce_cong`) are counted by RoCE ports only: a window with them is RoCE. Without them, a
-    window whose ports waited at some step is InfiniBand: units of the two fabrics are not mixed in
+    (`roce_cong`) are counted by RoCE ports only: a window with them is RoCE, unless more ports have
+    a transmit wait and no such counters (InfiniBand nodes whose storage or front-end NICs run RoCE,
+    as a DGX's do). Without them, a window whose ports waited at some step is InfiniBand: units of the two fabrics are not mixed in
     one cluster reference, and its `eth_down` and `eth_storm` (the management Ethernet there) are
     dropped. A site running node_exporter, whose ethtool collector reads the NICs but which reads no
     RDMA hw_counters, is RoCE where its transmit wait says nothing of its own: unknown, or still on
@@ -350,9 +353,27 @@ def which_fabric(win: Window, th: Thresholds = DEFAULT) -> tuple[str, bool]:
     with np.errstate(invalid="ignore"):
         waited = wait is not None and bool((wait > 0).any())
     pfc_wait = waited and _wait_is_pfc(wait, win.node.get("eth_pause"), th)
+    said = _link_layer_fabric(win)
+    if said is not None:
+        return said, pfc_wait
+    cong = rail.get("roce_cong")
+    if cong is not None and wait is not None and cong.shape == wait.shape:
+        # per port: RoCE's if it counts ECN marks or CNPs, InfiniBand's if it has a transmit wait and not those
+        ecn = np.isfinite(cong).any(axis=2)
+        ib = np.isfinite(wait).any(axis=2) & ~ecn
+        if ecn.any() and int(ib.sum()) > int(ecn.sum()) and not pfc_wait:
+            return "ib", pfc_wait
     credit_wait = waited and not pfc_wait  # InfiniBand's own
     ethernet = _known(rail.get("roce_err")) or _known(win.node.get("eth_pause"))
-    return ("roce" if _known(rail.get("roce_cong")) or (ethernet and not credit_wait) else "ib"), pfc_wait
+    return ("roce" if _known(cong) or (ethernet and not credit_wait) else "ib"), pfc_wait
+
+
+def _link_layer_fabric(win: Window) -> str | None:
+    """The fabric most of the window's nodes' RDMA ports say they run on, or None where no agent
+    says (node_exporter does not) or as many say each."""
+    counts = Counter(layer for node in win.nodes for layer in win.link_layers.get(node, {}).values())
+    ib, eth = counts.get("InfiniBand", 0), counts.get("Ethernet", 0)
+    return None if ib == eth else "ib" if ib > eth else "roce"
 
 
 def _wait_is_pfc(wait: np.ndarray, pause: np.ndarray | None, th: Thresholds) -> bool:
@@ -1679,10 +1700,25 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
 
 def _used_rail_rates(win: Window, jm: _JobMap, recent: int) -> list[tuple[int, int, float]]:
     """[(node row, rail column, link rate)] of the job's rails that carry traffic in the window (all
-    rails with a known rate when traffic is unknown): a spare port at another speed is no peer."""
+    rails with a known rate when traffic is unknown): a spare port at another speed is no peer. Where
+    the agents say the ports' link layers, those of the layer most of these ports have: a DGX's RoCE
+    storage NICs are not its InfiniBand collectives' rails."""
     rate = win.rail.get("ib_rate")
     if rate is None or not jm.node_rows:
         return []
+    out = _rails_carrying(win, jm, rate, recent)
+    layers = [win.link_layers.get(win.nodes[i], {}).get(_port_name(win, i, c)) for i, c, _ in out]
+    common = Counter(x for x in layers if x).most_common(1)
+    if common:
+        out = [r for r, layer in zip(out, layers) if layer in (None, common[0][0])]
+    return out
+
+
+def _port_name(win: Window, i: int, c: int) -> str:
+    return win.rails[i][c] if i < len(win.rails) and c < len(win.rails[i]) else str(c)
+
+
+def _rails_carrying(win: Window, jm: _JobMap, rate: np.ndarray, recent: int) -> list[tuple[int, int, float]]:
     tx = win.rail.get("ib_tx")
     out = []
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -1706,25 +1742,34 @@ def _slow_link(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
     rails = _used_rail_rates(win, jm, recent)
     if len({i for i, _, _ in rails}) < 2:
         return None
-    vals = np.array([x for _, _, x in rails])
-    med = float(np.median(vals))
-    slow = [(i, c, x) for i, c, x in rails if x <= (1 - th.clock_drop) * med]
-    if not slow or len({i for i, _, _ in slow}) > max(1, len(jm.node_rows) // 4):
+    # each port against the same port of the gang's other nodes (a node's ports need not be alike: a
+    # storage NIC at 200 Gb/s beside 400 Gb/s rails), a port no other node has against all of them
+    med = float(np.median([x for _, _, x in rails]))
+    peers: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for i, c, x in rails:
+        peers[_port_name(win, i, c)].append((i, x))
+
+    def reference(i: int, c: int) -> float:
+        others = [y for j, y in peers[_port_name(win, i, c)] if j != i]
+        return float(np.median(others)) if others else med
+
+    slow = [(i, c, x, ref) for i, c, x in rails for ref in (reference(i, c),) if x <= (1 - th.clock_drop) * ref]
+    if not slow or len({i for i, _, _, _ in slow}) > max(1, len(jm.node_rows) // 4):
         return None  # most of the gang alike is the fabric's design, not one bad link
     rate = win.rail["ib_rate"]
     ev, names, runs = [], [], []
-    for i, c, x in sorted(slow, key=lambda t: t[2])[:8]:
-        port = win.rails[i][c] if i < len(win.rails) and c < len(win.rails[i]) else str(c)
+    for i, c, x, ref in sorted(slow, key=lambda t: t[2] / t[3])[:8]:
+        port = _port_name(win, i, c)
         names.append(f"{win.nodes[i]}:{port}")
         with np.errstate(invalid="ignore"):
-            runs.append(int(_trailing_run((rate[i, c] <= (1 - th.clock_drop) * med)[None, :])[0]))
-        ev.append(Evidence("ib_link_rate", win.nodes[i], x, med, (1 - th.clock_drop) * med,
+            runs.append(int(_trailing_run((rate[i, c] <= (1 - th.clock_drop) * ref)[None, :])[0]))
+        ev.append(Evidence("ib_link_rate", win.nodes[i], x, ref, (1 - th.clock_drop) * ref,
                            note=f"port {port} trained at {x * 8 / 1e9:.0f} Gb/s; the gang's other ports "
-                                f"{med * 8 / 1e9:.0f} Gb/s"))
+                                f"{ref * 8 / 1e9:.0f} Gb/s"))
     since = float(win.times[T - max(max(runs), 1)])
     if jm.job.start_time:
         since = max(since, float(jm.job.start_time))
-    drop = 1.0 - min(x for _, _, x in slow) / med
+    drop = 1.0 - min(x / ref for _, _, x, ref in slow)
     culprit = names[0] if len(names) == 1 else ",".join(names)
     # what the gang lost is its own slowdown: activity now against its baseline (a link slow since
     # before the window shows none, and the reason says so)

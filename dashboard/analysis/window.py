@@ -60,6 +60,9 @@ class Window:
     nvlink_peers: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # node -> GPU pairs with NVLink
     gpu_numa: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> GPU index -> NUMA node
     job_targets: dict[str, frozenset[str]] = field(default_factory=dict)  # job id -> targets it read, job_stats
+    # node -> "device/port" -> the RDMA port's link layer ("InfiniBand", "Ethernet": RoCE), where the
+    # agent says it (gangwatch_infiniband_port_info; node_exporter does not)
+    link_layers: dict[str, dict[str, str]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the source could not read (shown with the verdicts)
 
     @property

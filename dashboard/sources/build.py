@@ -29,7 +29,7 @@ import numpy as np
 from dashboard.analysis.window import Window, grid
 
 from .exposition import Columns, Sample, concat_ranges
-from .schema import (BY_METRIC, FALLBACK_MARKERS, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, RATIOS, Mapping,
+from .schema import (BY_METRIC, FALLBACK_MARKERS, HPC_JOB_LABEL, INFO_METRICS, JOB_TARGET_METRICS, PORT_INFO, RATIOS, Mapping,
                      NodeMatcher, drop_fallbacks, matches, sub_key)
 
 # the metrics a bundle keeps: the mapped ones, the facts, and the markers by which the Prometheus
@@ -140,6 +140,7 @@ class SignalStore:
         self.leaf_of: dict[str, str] = {}
         self.nvlink_peers: dict[str, set[tuple[int, int]]] = defaultdict(set)
         self.gpu_numa: dict[str, dict[int, int]] = defaultdict(dict)
+        self.link_layers: dict[str, dict[str, str]] = defaultdict(dict)
         self.job_targets: dict[str, set[str]] = defaultdict(set)
         # filesystem targets known to exist though no series of theirs was given (the Prometheus
         # source asks for reads only where there are any): the window still has their columns
@@ -189,6 +190,8 @@ class SignalStore:
                 self.nvlink_peers[node].add((min(a, b), max(a, b)))
             elif name == "gangwatch_gpu_affinity_info" and labels.get("numa_node", "") not in ("", "-1"):
                 self.gpu_numa[node][int(labels["gpu"])] = int(labels["numa_node"])
+            elif name == PORT_INFO and labels.get("device") and labels.get("link_layer"):
+                self.link_layers[node][f"{labels['device']}/{labels.get('port', '1')}"] = labels["link_layer"]
         except (KeyError, ValueError):
             pass
 
@@ -201,6 +204,8 @@ class SignalStore:
             self.nvlink_peers[node] |= pairs
         for node, numa in other.gpu_numa.items():
             self.gpu_numa[node].update(numa)
+        for node, layers in other.link_layers.items():
+            self.link_layers[node].update(layers)
 
     def add_infos(self, infos: Iterable[tuple[str, dict[str, str]]],
                   matcher: Callable[[dict[str, str]], str | None]) -> None:
@@ -596,6 +601,7 @@ class Layout:
                       job=jobs, gpu_jobs=dict(info.gpu_jobs), leaf_of=leaves,
                       nvlink_peers={n: frozenset(p) for n, p in info.nvlink_peers.items()},
                       gpu_numa={n: dict(d) for n, d in info.gpu_numa.items()},
+                      link_layers={n: dict(d) for n, d in info.link_layers.items()},
                       job_targets={j: frozenset(t) for j, t in info.job_targets.items()}, notes=tuple(notes))
 
 

@@ -87,7 +87,7 @@ from . import decode_pool
 from .matrix import (Matrix, counter_samples, decode_increase, decode_range, decode_rate, decode_samples, in_order, rates,
                      split_vector)
 from .build import LOOKBACK_STEPS, GridBlock, HeldGrid, SignalStore, align_grid
-from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, RATIOS, Mapping,
+from .schema import (FALLBACK_MARKERS, HOST_LABELS, HPC_JOB_LABEL, KEY_OF_LEVEL, MAPPINGS, PORT_INFO, RATIOS, Mapping,
                      NodeMatcher, sub_key)
 
 
@@ -503,7 +503,8 @@ def _gomaxprocs(runtimeinfo) -> int | None:
 # (leaf switch, NVLink peers, NUMA: changes when the hardware does; 56 NVLink pairs a node make it
 # nine tenths of the answer). INFO_QUERY asks for both; a steady cycle asks for JOB_FACTS only and
 # keeps the hardware facts of the last INFO_QUERY (`TOPOLOGY_SECONDS`, module doc).
-TOPOLOGY_METRICS = ("gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info", "gangwatch_gpu_affinity_info")
+TOPOLOGY_METRICS = ("gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info", "gangwatch_gpu_affinity_info",
+                    PORT_INFO)
 JOB_FACTS = ('gangwatch_job_gpu_info or count by (Hostname, hostname, node, instance, gpu, hpc_job) '
              '(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})')
 # the filesystem targets (sparse `read` answers name only those read from): they change with the hardware

@@ -181,12 +181,13 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("lat_count", "target", "gangwatch_beegfs_target_server_requests_per_second"),
 )
 
-# Facts (instant values): GPU -> job, leaf switch, NVLink peers, NUMA affinity, and which
+# Facts (instant values): GPU -> job, leaf switch, NVLink peers, NUMA affinity, ports' link layers, and which
 # filesystem targets a job did I/O on (a target's job_stats lists a job only after its I/O there,
 # and drops it after job_cleanup_interval, 10 minutes by default).
 JOB_TARGET_METRICS = ("gangwatch_lustre_job_io_bytes_total", "lustre_job_read_bytes_total")
+PORT_INFO = "gangwatch_infiniband_port_info"  # an RDMA port's link layer: which fabric the rails are
 INFO_METRICS = ("gangwatch_job_gpu_info", "gangwatch_sim_node_info", "gangwatch_gpu_nvlink_peer_info",
-                "gangwatch_gpu_affinity_info") + JOB_TARGET_METRICS
+                "gangwatch_gpu_affinity_info", PORT_INFO) + JOB_TARGET_METRICS
 HPC_JOB_LABEL = "hpc_job"  # dcgm-exporter's job label (set from the prolog's GPU -> job files)
 
 # Per fallback's replacement, a series of one per node and filesystem that every agent with the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dashboard.analysis.sim.engine import LINK_LAYER
 from dashboard.analysis.window import Window
 
 GAUGES = ("util", "sm", "power", "clock", "mem_used")
@@ -100,8 +101,9 @@ class SimRecorder:
                 "ib_down": increase("ib_downed").astype(np.float32)}
         roce_node = {}
         if s.fabric == "roce":
-            # what the roce and ethtool collectors export, as the schema maps them: no port_xmit_wait
-            rail = {"ib_tx": rail["ib_tx"], "ib_down": rail["ib_down"], "roce_err": increase("roce_err").astype(np.float32),
+            # what the roce and ethtool collectors export, as the schema maps them, beside the ports'
+            # PortCounters (their transmit wait stands still on RoCE)
+            rail = {**rail, "roce_err": increase("roce_err").astype(np.float32),
                     "roce_cong": (rate("roce_ecn") + rate("roce_cnp")).astype(np.float32)}
             roce_node = {"eth_pause": rate("eth_pause").astype(np.float32),
                          "eth_down": increase("eth_down").astype(np.float32),
@@ -127,7 +129,7 @@ class SimRecorder:
         return Window(times=times, step=float(s.dt), nodes=tuple(cl.names), gpus=tuple(tuple(range(s.g)) for _ in range(s.n)),
                       rails=tuple(tuple(f"mlx5_{k}/1" for k in range(s.g)) for _ in range(s.n)),
                       targets=tuple(cl.osts), gpu=gpu, rail=rail, node=node, target=target, job=job, gpu_jobs=gpu_jobs,
-                      **_facts(cl))
+                      **_facts(cl, s.g, s.fabric))
 
     def jobs(self):
         from dashboard.analysis.sim.slurm_view import build_snapshot
@@ -162,15 +164,18 @@ def window_from_history(sim) -> Window:
                   gpu=gpu, rail=rail,
                   node={"fs_read": read.sum(axis=1), "psi_io": arr("io_pressure"), **node}, target={"read": read, "latency": arr("ost_read_latency")}, job=job,
                   gpu_jobs={(cl.names[i], int(k)): str(int(jobs[i, k])) for i, k in zip(*np.nonzero(jobs >= 0))},
-                  **_facts(cl))
+                  **_facts(cl, sim.g, sim.fabric))
 
 
-def _facts(cl) -> dict:
-    """What never changes in a window: each node's leaf switch, NVLink peers and GPU NUMA nodes (the
-    facts the agent exports as `gangwatch_sim_node_info`, `..._nvlink_peer_info`, `..._affinity_info`)."""
+def _facts(cl, g: int, fabric: str) -> dict:
+    """What never changes in a window: each node's leaf switch, NVLink peers, GPU NUMA nodes and
+    ports' link layers (the facts the agent exports as `gangwatch_sim_node_info`,
+    `..._nvlink_peer_info`, `..._affinity_info`, `gangwatch_infiniband_port_info`)."""
     peers, numa = cl.nvlink_peers(), cl.gpu_numa()
+    layers = dict.fromkeys((f"mlx5_{k}/1" for k in range(g)), LINK_LAYER[fabric])
     return {"leaf_of": {n: cl.leaves[cl.leaf_of[i]] for i, n in enumerate(cl.names)},
-            "nvlink_peers": dict.fromkeys(cl.names, peers), "gpu_numa": dict.fromkeys(cl.names, numa)}
+            "nvlink_peers": dict.fromkeys(cl.names, peers), "gpu_numa": dict.fromkeys(cl.names, numa),
+            "link_layers": dict.fromkeys(cl.names, layers)}
 
 
 # ------------------------------------------------------------------------------------ bundles

@@ -88,6 +88,10 @@ class SimConfig:
     fabric: str = "ib"  # "ib" (InfiniBand: port_xmit_wait) or "roce" (RDMA over Ethernet: ECN, CNP, PFC)
 
 
+# the link layer an RDMA port of each fabric reports (sysfs `link_layer`, the agent's port_info)
+LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
+
+
 @dataclass
 class JobRec:
     job_id: int
@@ -1017,7 +1021,8 @@ class Simulation:
         self.ib_wait_rate[:] = wait_rate
         self.ib_tx += rate * dt
         self.ib_rx += rate * dt
-        self.ib_wait += wait_rate * dt
+        if self.fabric == "ib":  # a RoCE port's PortCounters wait stands still: Ethernet has no credits
+            self.ib_wait += wait_rate * dt
         went_down = self.rail_down & self.ib_up
         self.ib_downed += went_down
         if went_down.any():

@@ -51,7 +51,7 @@ from collectors.node.ethtool import NODE_HELP as ETH_NODE_HELP, PREFIX as ETH
 from collectors.node.roce import COUNTERS as ROCE_COUNTERS, NODE_HELP as ROCE_NODE_HELP, PREFIX as ROCE
 
 from . import cluster as C
-from .engine import THROTTLE_REASONS
+from .engine import LINK_LAYER, THROTTLE_REASONS
 
 COLLECTORS = ("gpu", "gpu_profiling", "infiniband", "jobs", "lustre_client", "pressure")
 ECC = (("corrected", "volatile"), ("corrected", "aggregate"), ("uncorrected", "volatile"), ("uncorrected", "aggregate"))
@@ -61,7 +61,7 @@ IB_DATA = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_pac
 IB_ROWS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_xmit_wait",
            "symbol_error", "link_downed")
 QUIET_IB = ("symbol_error", "link_downed")  # the simulated error counters: left out while they stand still
-# fabric "roce": the simulated hw_counters (in the order of _Step.roce's rows), and no port_xmit_wait
+# fabric "roce": the simulated hw_counters (in the order of _Step.roce's rows); port_xmit_wait stands still
 ROCE_ROWS = ("np_ecn_marked_roce_packets", "rp_cnp_handled", "out_of_sequence")
 ETH_PAUSE = ETH + "node_received_pause_frames_total"
 ETH_DOWN = ETH + "node_link_down_events_total"
@@ -267,8 +267,7 @@ class NodeRenderer:
         self.ib_rows = [(IB + c.metric, _pre(IB + c.metric, rail_l), c.node and IB + c.node)
                         for c in (IB_COUNTERS[key] for key in IB_ROWS)]
         self.roce = sim.fabric == "roce"
-        if self.roce:  # RoCE ports count no transmit wait
-            self.ib_rows[IB_ROWS.index("port_xmit_wait")] = None
+        if self.roce:  # (their PortCounters' transmit wait is exported, and stands still: the engine's ib_wait)
             self.roce_rows = [(ROCE + c.metric, _pre(ROCE + c.metric, rail_l), c.node and ROCE + c.node)
                               for c in (ROCE_COUNTERS[key] for key in ROCE_ROWS)]
         zero = [IB + IB_COUNTERS[key].metric for key in IB_DATA if key not in IB_ROWS and key != "link_error_recovery"]
@@ -394,7 +393,8 @@ class NodeRenderer:
         for k in range(g):
             total.add(C.GPU_MEMORY_BYTES, gpu=k)
             rate.add(C.IB_RATE_BYTES, device=f"mlx5_{k}", port="1")
-            port.add(1, device=f"mlx5_{k}", port="1", link_layer="InfiniBand", width="4X", speed="NDR", lid=str(100 + k))
+            port.add(1, device=f"mlx5_{k}", port="1", link_layer=LINK_LAYER[self.sim.fabric], width="4X", speed="NDR",
+                     lid="0" if self.sim.fabric == "roce" else str(100 + k))
         conn, info = fam("gangwatch_lustre_client_import_connected"), fam("gangwatch_lustre_client_import_info")
         for k, (target, kind) in enumerate(targets):
             conn.add(1, fs=C.FS_NAME, target=target, type=kind)
@@ -521,10 +521,7 @@ class NodeRenderer:
         sym, down = v.keep_ib[i]
         keep = {"symbol_error": sym, "link_downed": down}
         out = []
-        for key, row, values, seen in zip(IB_ROWS, self.ib_rows, table, shown):
-            if row is None:
-                continue
-            name, prefixes, node = row
+        for key, (name, prefixes, node), values, seen in zip(IB_ROWS, self.ib_rows, table, shown):
             out.append((name, _kept(prefixes, seen, keep[key]) if key in keep else _lines(prefixes, seen)))
             if node:
                 out.append((node, [f"{node} {sum(values)}"]))

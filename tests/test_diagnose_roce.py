@@ -476,6 +476,10 @@ def test_infiniband_nodes_with_roce_storage_nics_stay_infiniband():
         dgx = with_storage_ports(iw, layers)
         assert fabric_view(dgx, TH)[1] == "ib", layers
         assert states(dgx) == expected, layers
+    # nodes with as many storage ports as rails (two HCAs, two storage NICs): still InfiniBand
+    two = dataclasses.replace(iw, rails=tuple(r[:2] for r in iw.rails), rail={k: v[:, :2] for k, v in iw.rail.items()})
+    for layers in (True, False):
+        assert fabric_view(with_storage_ports(two, layers), TH)[1] == "ib", layers
 
 
 def test_link_layers_make_a_roce_window_whose_wait_moves_on_its_own_roce(congested):

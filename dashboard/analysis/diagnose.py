@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -56,7 +56,7 @@ from collectors.slurm.model import Job
 from .findings import STALL_STATES, STATES, Diagnosis, Evidence, Incident, Placement, State, Verdict  # noqa: F401
 from .findings import finite as _f
 from .thresholds import DEFAULT, Thresholds
-from .window import Window
+from .window import LINK_LAYER, Window
 
 # Slurm states in which a job holds its nodes but is not supposed to run (gang time-slicing and
 # preemption by suspend): reported as such, never judged as stalls.
@@ -304,8 +304,16 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     errors or the NICs' pause frames are known, or counting only where the node's NICs received
     pause frames (`_wait_is_pfc`).
     """
-    rail = win.rail
     fabric, pfc_wait = which_fabric(win, th)
+    other = _other_fabrics_ports(win, fabric) if win.link_layers else None
+    if other is not None:
+        # the other fabric's ports (a DGX's RoCE storage NICs beside its InfiniBand rails): not the
+        # collectives' rails, their traffic, waits and link rates judged with none of the gangs'
+        from dataclasses import replace
+
+        win = replace(win, rail={k: np.where(other[:, :, None], v.dtype.type(np.nan), v)
+                                 if v.ndim == 3 and v.shape[:2] == other.shape else v for k, v in win.rail.items()})
+    rail = win.rail
     if fabric == "ib":
         if _ETHERNET_EVENTS & set(win.node):
             # On InfiniBand the Ethernet NICs are the management network: their link going down
@@ -358,10 +366,11 @@ def which_fabric(win: Window, th: Thresholds = DEFAULT) -> tuple[str, bool]:
         return said, pfc_wait
     cong = rail.get("roce_cong")
     if cong is not None and wait is not None and cong.shape == wait.shape:
-        # per port: RoCE's if it counts ECN marks or CNPs, InfiniBand's if it has a transmit wait and not those
+        # per port: RoCE's if it counts ECN marks or CNPs, InfiniBand's if it has a transmit wait and
+        # not those; a node with InfiniBand ports runs its collectives on them
         ecn = np.isfinite(cong).any(axis=2)
-        ib = np.isfinite(wait).any(axis=2) & ~ecn
-        if ecn.any() and int(ib.sum()) > int(ecn.sum()) and not pfc_wait:
+        ib = (np.isfinite(wait).any(axis=2) & ~ecn).any(axis=1)
+        if ecn.any() and int(ib.sum()) >= int(ecn.any(axis=1).sum()) and not pfc_wait:
             return "ib", pfc_wait
     credit_wait = waited and not pfc_wait  # InfiniBand's own
     ethernet = _known(rail.get("roce_err")) or _known(win.node.get("eth_pause"))
@@ -369,11 +378,32 @@ def which_fabric(win: Window, th: Thresholds = DEFAULT) -> tuple[str, bool]:
 
 
 def _link_layer_fabric(win: Window) -> str | None:
-    """The fabric most of the window's nodes' RDMA ports say they run on, or None where no agent
-    says (node_exporter does not) or as many say each."""
-    counts = Counter(layer for node in win.nodes for layer in win.link_layers.get(node, {}).values())
-    ib, eth = counts.get("InfiniBand", 0), counts.get("Ethernet", 0)
-    return None if ib == eth else "ib" if ib > eth else "roce"
+    """The fabric the window's nodes' RDMA ports say they run on: InfiniBand where at least as many
+    nodes have an InfiniBand port as have Ethernet (RoCE) ports only (an InfiniBand HCA is there for
+    the collectives; Ethernet RDMA ports beside it are a storage or front-end network, as a DGX's
+    are), else RoCE; None where no agent says (node_exporter does not)."""
+    ib = eth = 0
+    for node in win.nodes:
+        layers = set(win.link_layers.get(node, {}).values())
+        if "InfiniBand" in layers:
+            ib += 1
+        elif "Ethernet" in layers:
+            eth += 1
+    return None if not ib and not eth else "ib" if ib >= eth else "roce"
+
+
+def _other_fabrics_ports(win: Window, fabric: str) -> np.ndarray | None:
+    """(N, R) mask of the ports whose link layer the agents say is not the window's fabric's (a
+    DGX's RoCE storage NICs on an InfiniBand window), or None where there are none."""
+    own = LINK_LAYER[fabric]
+    other = [(i, c) for i, node in enumerate(win.nodes) if (layers := win.link_layers.get(node))
+             for c, port in enumerate(win.rails[i] if i < len(win.rails) else ()) if layers.get(port, own) != own]
+    if not other:
+        return None
+    mask = np.zeros((len(win.nodes), max((len(r) for r in win.rails), default=0)), bool)
+    rows, cols = zip(*other)
+    mask[list(rows), list(cols)] = True
+    return mask
 
 
 def _wait_is_pfc(wait: np.ndarray, pause: np.ndarray | None, th: Thresholds) -> bool:
@@ -1700,25 +1730,11 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
 
 def _used_rail_rates(win: Window, jm: _JobMap, recent: int) -> list[tuple[int, int, float]]:
     """[(node row, rail column, link rate)] of the job's rails that carry traffic in the window (all
-    rails with a known rate when traffic is unknown): a spare port at another speed is no peer. Where
-    the agents say the ports' link layers, those of the layer most of these ports have: a DGX's RoCE
-    storage NICs are not its InfiniBand collectives' rails."""
+    rails with a known rate when traffic is unknown): a spare port at another speed is no peer (the
+    other fabric's ports, where the agents say the link layers, were left out by fabric_view)."""
     rate = win.rail.get("ib_rate")
     if rate is None or not jm.node_rows:
         return []
-    out = _rails_carrying(win, jm, rate, recent)
-    layers = [win.link_layers.get(win.nodes[i], {}).get(_port_name(win, i, c)) for i, c, _ in out]
-    common = Counter(x for x in layers if x).most_common(1)
-    if common:
-        out = [r for r, layer in zip(out, layers) if layer in (None, common[0][0])]
-    return out
-
-
-def _port_name(win: Window, i: int, c: int) -> str:
-    return win.rails[i][c] if i < len(win.rails) and c < len(win.rails[i]) else str(c)
-
-
-def _rails_carrying(win: Window, jm: _JobMap, rate: np.ndarray, recent: int) -> list[tuple[int, int, float]]:
     tx = win.rail.get("ib_tx")
     out = []
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -1730,6 +1746,10 @@ def _rails_carrying(win: Window, jm: _JobMap, rate: np.ndarray, recent: int) -> 
             if np.isfinite(r[a, c]) and r[a, c] > 0 and (used is None or not np.isfinite(used[a, c]) or used[a, c]):
                 out.append((i, c, float(r[a, c])))
     return out
+
+
+def _port_name(win: Window, i: int, c: int) -> str:
+    return win.rails[i][c] if i < len(win.rails) and c < len(win.rails[i]) else str(c)
 
 
 def _slow_link(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: dict) -> Verdict | None:

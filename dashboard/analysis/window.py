@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
+# the link layer an RDMA port of each fabric reports (sysfs `link_layer`, the agent's port_info)
+LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
 RAIL_SIGNALS = ("ib_tx", "ib_wait", "ib_down", "ib_err", "ib_rate", "roce_cong", "roce_err")
 NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "eth_pause", "eth_down", "eth_err", "eth_storm")
 TARGET_SIGNALS = ("read", "latency")

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dashboard.analysis.sim.engine import LINK_LAYER
-from dashboard.analysis.window import Window
+from dashboard.analysis.window import LINK_LAYER, Window
 
 GAUGES = ("util", "sm", "power", "clock", "mem_used")
 COUNTERS = ("ib_tx", "ib_wait", "ib_downed", "ost_read", "ost_write", "ost_read_ops", "ost_read_lat", "psi_io_some")

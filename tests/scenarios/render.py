@@ -24,7 +24,7 @@ import numpy as np
 from collectors.exposition import format_labels
 from collectors.slurm.hostlist import compress
 
-from . import roce
+from . import roce, storage_nics
 from .build import Built
 from .model import Cluster, Job
 
@@ -114,6 +114,16 @@ def quiet(values: np.ndarray, times: np.ndarray, idle: float = AGENT_IDLE_S) -> 
             last = times[i]
         shown = kept[i] = times[i] - last < idle
     return out, kept
+
+
+# the RDMA ports' series, by what they count, in the agent's and node_exporter's names
+IB_AGENT_NAMES = {"tx": "transmit_data_bytes_total", "rx": "receive_data_bytes_total", "wait": "transmit_wait_ticks_total",
+                  "down": "link_downed_total", "sym": "symbol_errors_total", "rec": "link_error_recoveries_total",
+                  "rate": "rate_bytes_per_second", "state": "state_id", "phys": "physical_state_id"}
+IB_EXPORTER_NAMES = {"tx": "port_data_transmitted_bytes_total", "rx": "port_data_received_bytes_total",
+                     "wait": "port_transmit_wait_total", "down": "link_downed_total", "sym": "symbol_error_total",
+                     "rec": "link_error_recovery_total", "rate": "rate_bytes_per_second", "state": "state_id",
+                     "phys": "physical_state_id"}
 
 
 def _roce_view(b: Built) -> roce.RoceView | None:
@@ -208,10 +218,7 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                         w.add("gangwatch_job_gpu_info", {**base, "jobid": str(j.jobid), "gpu": str(g),
                                                          "source": "mapping"}, 1, fmt="%d", offset=o,
                               mask=c.times >= j.start)
-        _ib(w, c, n, base, o, rng, "gangwatch_infiniband_port_", {
-            "tx": "transmit_data_bytes_total", "rx": "receive_data_bytes_total", "wait": "transmit_wait_ticks_total",
-            "down": "link_downed_total", "sym": "symbol_errors_total", "rec": "link_error_recoveries_total",
-            "rate": "rate_bytes_per_second", "state": "state_id", "phys": "physical_state_id"}, rv,
+        _ib(w, c, n, base, o, rng, "gangwatch_infiniband_port_", IB_AGENT_NAMES, rv,
             idle="gangwatch_infiniband_port_idle_series")
         for p, dev in enumerate(c.devices):
             w.add("gangwatch_infiniband_port_info", {**base, "device": dev, "port": "1",
@@ -276,6 +283,7 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
             w.add("gangwatch_gpfs_waiters_by_reason", {**base, "reason": "for NSD I/O completion"}, count, fmt="%d",
                   offset=o)
             w.add("gangwatch_gpfs_waiter_longest_seconds", base, longest, fmt="%.4f", offset=o)
+    _storage_nodes(b, w, offs, ":9810", "gangwatch", _storage_gangwatch)
 
 
 def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, names: dict,
@@ -371,6 +379,77 @@ def _ethtool_exporter(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, 
     # the onboard management NIC (bnxt): its global pause counter
     w.add("node_ethtool_received_pause_frames", {**base, "device": "eno1"}, counter(rv.mgmt_pause[n], dt, rng),
           kind="counter", fmt="%.0f", offset=o)
+
+
+def _storage_view(b: Built) -> storage_nics.StorageNics | None:
+    """The storage NICs of an InfiniBand build (storage_nics.py), from a generator of the build's own:
+    both schemas of a seed show the same NICs."""
+    key = int(hashlib.sha1(("storage " + b.scenario.name).encode()).hexdigest()[:8], 16)
+    return storage_nics.view(b.cluster, np.random.default_rng([b.seed, key]))
+
+
+def _storage_ports(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, sv: storage_nics.StorageNics,
+                   prefix: str, names: dict) -> None:
+    """The storage NICs' PortCounters and sysfs rate and state, as `_ib` writes the rails'; their error
+    counters stand still (the agent leaves them out, node_exporter shows zeros)."""
+    dt = c.interval
+    for s, dev in enumerate(sv.devices):
+        lp = {**base, "device": dev, "port": "1"}
+        w.add(prefix + names["tx"], lp, counter(sv.tx[n, s], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
+        w.add(prefix + names["rx"], lp, counter(sv.rx[n, s], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
+        w.add(prefix + names["wait"], lp, np.full(c.T, sv.wait_start[n, s]), kind="counter", fmt="%.0f", offset=o)
+        if prefix.startswith("node_"):
+            for name in (names["down"], names["sym"]):
+                w.add(prefix + name, lp, np.zeros(c.T), kind="counter", fmt="%.0f", offset=o)
+        w.add(prefix + names["rate"], lp, np.full(c.T, storage_nics.RATE_BYTES), fmt="%.0f", offset=o)
+        w.add(prefix + names["state"], lp, np.full(c.T, 4), fmt="%d", offset=o)
+        w.add(prefix + names["phys"], lp, np.full(c.T, 5), fmt="%d", offset=o)
+
+
+def _storage_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, sv: storage_nics.StorageNics) -> None:
+    """The agent on a node with storage NICs: their ports (link layer Ethernet), the roce collector's
+    ECN marks and CNPs per port and per node, and the ethtool rollup of the NICs that carry RDMA
+    (theirs: the InfiniBand HCAs have no Ethernet side)."""
+    dt = c.interval
+    _storage_ports(w, c, n, base, o, rng, sv, "gangwatch_infiniband_port_", IB_AGENT_NAMES)
+    for s, dev in enumerate(sv.devices):
+        lp = {**base, "device": dev, "port": "1"}
+        w.add("gangwatch_infiniband_port_info", {**lp, "link_layer": "Ethernet", "width": "4X",
+                                                 "speed": storage_nics.SPEED, "lid": "0"}, 1, fmt="%d", offset=o)
+        for name, arr in (("port_ecn_marked_packets_total", sv.ecn), ("port_cnp_handled_total", sv.cnp_handled)):
+            w.add("gangwatch_roce_" + name, lp, counter(arr[n, s], dt, rng), kind="counter", fmt="%.0f", offset=o)
+    for name, arr in (("roce_node_ecn_marked_packets_total", sv.ecn), ("roce_node_cnp_handled_total", sv.cnp_handled)):
+        w.add("gangwatch_" + name, base, counter(arr[n].sum(0), dt, rng), kind="counter", fmt="%.0f", offset=o)
+    w.add("gangwatch_ethtool_node_received_pause_frames_total", {**base, "nics": "rdma"},
+          counter(sv.pause_rx[n].sum(0), dt, rng), kind="counter", fmt="%.0f", offset=o)
+
+
+def _storage_exporter(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, sv: storage_nics.StorageNics) -> None:
+    """node_exporter on a node with storage NICs: their ports beside the rails (no link layer), and
+    its ethtool collector's PFC counters of theirs."""
+    dt = c.interval
+    _storage_ports(w, c, n, base, o, rng, sv, "node_infiniband_", IB_EXPORTER_NAMES)
+    for dev in sv.devices:
+        w.add("node_infiniband_info", {**base, "board_id": "MT_0000000891", "device": dev,
+                                       "firmware_version": "28.39.1002", "hca_type": "MT4129"}, 1, fmt="%d", offset=o)
+    pfc_too = float(sv.global_pause_counts_pfc)
+    for s, dev in enumerate(sv.netdevs):
+        ld = {**base, "device": dev}
+        for name, vals in (("received_pause_ctrl_phy", counter(sv.pause_rx[n, s] * pfc_too, dt, rng)),
+                           (f"received_prio{roce.PRIORITY}_pause", counter(sv.pause_rx[n, s], dt, rng)),
+                           ("link_down_events_phy", events(np.zeros(c.T), rng))):
+            w.add("node_ethtool_" + name, ld, vals, kind="counter", fmt="%.0f", offset=o)
+
+
+def _storage_nodes(b: Built, w: Writer, offs: np.ndarray, port: str, job: str, render) -> None:
+    """Every node's storage NICs where the build has them, after all else, with draws of their own."""
+    sv = _storage_view(b)
+    if sv is None:
+        return
+    rng = np.random.default_rng([b.seed, 0x5707])
+    dom = b.params.get("domain", "")
+    for n, host in enumerate(b.cluster.names):
+        render(w, b.cluster, n, {"instance": f"{host}{dom}{port}", "job": job}, offs[n], rng, sv)
 
 
 def _host(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, *, cpu: str, psi, blocked: str, net: str) -> None:
@@ -490,11 +569,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                         w.add(name, li, vals, kind=kind, fmt=fmt, offset=od, mask=~hpc)
                         w.add(name, {**li, "hpc_job": str(owner.jobid)}, vals, kind=kind, fmt=fmt, offset=od, mask=hpc)
         base = {"instance": f"{host}{dom}:9100", "job": "node"}
-        _ib(w, c, n, base, o, rng, "node_infiniband_", {
-            "tx": "port_data_transmitted_bytes_total", "rx": "port_data_received_bytes_total",
-            "wait": "port_transmit_wait_total", "down": "link_downed_total", "sym": "symbol_error_total",
-            "rec": "link_error_recovery_total", "rate": "rate_bytes_per_second", "state": "state_id",
-            "phys": "physical_state_id"}, rv)
+        _ib(w, c, n, base, o, rng, "node_infiniband_", IB_EXPORTER_NAMES, rv)
         if rv:
             _ethtool_exporter(w, c, n, base, o, rng, rv)
         for dev in c.devices:
@@ -539,6 +614,7 @@ def render_exporters(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                       kind="counter", fmt="%.0f", offset=o)
     if c.fs == "lustre":
         _oss(w, b, rng)
+    _storage_nodes(b, w, offs, ":9100", "node", _storage_exporter)
 
 
 def _gpfs_waiters(c: Cluster, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -693,7 +769,7 @@ def render(b: Built, outdir: str, schema: str) -> str:
             f.write(topology_conf(c))
     truth = {"scenario": b.scenario.name, "cause": b.scenario.cause, "signature": b.scenario.signature,
              "description": b.scenario.description, "cites": list(b.scenario.cites), "seed": b.seed,
-             "schema": schema, "params": b.params, "window": {"start": c.start, "end": c.end},
+             "schema": schema, "params": {**b.params, "storage_nics": _storage_view(b) is not None}, "window": {"start": c.start, "end": c.end},
              "jobs": b.truth}
     with open(os.path.join(path, "truth.json"), "w", encoding="utf-8") as f:
         json.dump(truth, f, indent=1, default=_json_default)

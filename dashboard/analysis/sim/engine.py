@@ -88,10 +88,6 @@ class SimConfig:
     fabric: str = "ib"  # "ib" (InfiniBand: port_xmit_wait) or "roce" (RDMA over Ethernet: ECN, CNP, PFC)
 
 
-# the link layer an RDMA port of each fabric reports (sysfs `link_layer`, the agent's port_info)
-LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
-
-
 @dataclass
 class JobRec:
     job_id: int

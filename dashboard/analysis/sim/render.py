@@ -51,7 +51,8 @@ from collectors.node.ethtool import NODE_HELP as ETH_NODE_HELP, PREFIX as ETH
 from collectors.node.roce import COUNTERS as ROCE_COUNTERS, NODE_HELP as ROCE_NODE_HELP, PREFIX as ROCE
 
 from . import cluster as C
-from .engine import LINK_LAYER, THROTTLE_REASONS
+from ..window import LINK_LAYER
+from .engine import THROTTLE_REASONS
 
 COLLECTORS = ("gpu", "gpu_profiling", "infiniband", "jobs", "lustre_client", "pressure")
 ECC = (("corrected", "volatile"), ("corrected", "aggregate"), ("uncorrected", "volatile"), ("uncorrected", "aggregate"))

@@ -5,9 +5,12 @@ and a few injected stalls) and a Slurm job list (gangs of 2-64 nodes and single-
 times `diagnose()` on one core, beside a floor measured in the same run: one numpy pass computing
 the per-series mean over time of the same arrays (what any analysis must at least read).
 Goal (issue 6): <= 1 s. Also prints the Prometheus source's query count per cycle (goal <= 20),
-which does not depend on the node count.
+which does not depend on the node count. The ports' link layers are given as the agent says them
+(InfiniBand); `--storage-nics` gives every node two 200 Gb/s RoCE storage ports beside its eight
+rails, as a DGX has them (ECN marks on them, their link layer Ethernet), which the diagnosis leaves
+out of the rail signals.
 
-    python bench/bench_diagnose.py [--nodes 4096] [--jobs 2000] [--repeat 3]
+    python bench/bench_diagnose.py [--nodes 4096] [--jobs 2000] [--repeat 3] [--storage-nics]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dashboard.analysis.window import Window  # noqa: E402
 from dashboard.sources.prometheus import plan_queries  # noqa: E402
 
 
-def build(nodes: int, n_jobs: int, steps: int = 240, g: int = 8, seed: int = 0):
+def build(nodes: int, n_jobs: int, steps: int = 240, g: int = 8, seed: int = 0, storage: bool = False):
     rng = np.random.default_rng(seed)
     t_end = 1_767_225_600.0
     times = t_end - 15.0 * np.arange(steps)[::-1]
@@ -85,8 +88,22 @@ def build(nodes: int, n_jobs: int, steps: int = 240, g: int = 8, seed: int = 0):
     sm[r, :, -30:] = 0.01
     rails["ib_tx"][r, :, -30:] = 0
     clock[names.index(jobs[30].nodes[0]), 3, -60:] = 1.1e9
+    ports = [f"mlx5_{k}/1" for k in range(g)]
+    layers = dict.fromkeys(ports, "InfiniBand")
+    if storage:  # two RoCE storage ports a node: their traffic, ECN marks, still wait, 200 Gb/s
+        extra = [f"mlx5_{g + k}/1" for k in range(2)]
+        layers.update(dict.fromkeys(extra, "Ethernet"))
+        ports += extra
+        pad = np.full((nodes, 2, steps), np.nan, f32)
+        rails = {k: np.concatenate([a, pad], axis=1) for k, a in rails.items()}
+        rails["ib_tx"][:, g:] = 3e9
+        rails["ib_wait"][:, g:] = 0
+        cong = np.concatenate([pad[:, :1].repeat(g, axis=1), pad], axis=1)
+        cong[:, g:] = rng.uniform(0, 500, (nodes, 2, steps))
+        rails["roce_cong"] = cong
+        rails["ib_rate"] = np.concatenate([np.full((nodes, g, steps), 50e9, f32), np.full((nodes, 2, steps), 25e9, f32)], axis=1)
     win = Window(times=times, step=15.0, nodes=names, gpus=tuple(tuple(range(g)) for _ in names),
-                 rails=tuple(tuple(f"mlx5_{k}/1" for k in range(g)) for _ in names),
+                 rails=tuple(tuple(ports) for _ in names), link_layers={n: dict(layers) for n in names},
                  targets=tuple(f"fs-OST{k:04x}" for k in range(osts)),
                  gpu={"util": util, "sm": sm, "power": power, "clock": clock, "mem": mem}, rail=rails, node=node,
                  target=target, leaf_of={n: f"leaf{k // 32:03d}" for k, n in enumerate(names)})
@@ -107,9 +124,10 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=4096)
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--storage-nics", action="store_true", help="two RoCE storage ports a node beside the rails")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    win, jobs = build(args.nodes, args.jobs)
+    win, jobs = build(args.nodes, args.jobs, storage=args.storage_nics)
     nbytes = sum(a.nbytes for d in (win.gpu, win.rail, win.node, win.target) for a in d.values())
     print(f"window: {args.nodes} nodes x 8 GPUs x {win.n_steps} steps, {len(jobs)} running jobs "
           f"({sum(1 for j in jobs if len(j.nodes) > 1)} gangs), {nbytes / 2**20:.0f} MiB, built in {time.perf_counter() - t0:.1f} s")

@@ -583,9 +583,10 @@ def test_a_link_trained_slower_than_the_gangs_other_ports_is_a_straggler():
     assert verdict(diagnose(w, [job(1, GANG_A)]), 1).state == "progressing"
 
 
-def with_storage_nics(w: Window, layers: bool) -> Window:
+def with_storage_nics(w: Window, layers: bool, first_on_odd_nodes: bool = False) -> Window:
     """Every node also has two 200 Gb/s RoCE storage ports carrying traffic, as a DGX's Ethernet
-    NICs do beside its 400 Gb/s InfiniBand rails; their link layers said by the agents or not."""
+    NICs do beside its 400 Gb/s InfiniBand rails; their link layers said by the agents or not; listed
+    after the rails, or first on every other node (so in other columns there)."""
     from dataclasses import replace
 
     N = len(w.nodes)
@@ -594,12 +595,17 @@ def with_storage_nics(w: Window, layers: bool) -> Window:
     rail["ib_tx"][:, G:, :] = 3e9
     rail["ib_wait"][:, G:, :] = 0.0
     rails = tuple(r + (f"mlx5_{G}/1", f"mlx5_{G + 1}/1") for r in w.rails)
+    if first_on_odd_nodes:
+        order = [G, G + 1, *range(G)]
+        for k in rail:
+            rail[k][1::2] = rail[k][1::2][:, order]
+        rails = tuple(tuple(r[c] for c in order) if i % 2 else r for i, r in enumerate(rails))
     link = {n: {p: "Ethernet" if p in r[G:] else "InfiniBand" for p in r} for n, r in zip(w.nodes, rails)}
     return replace(w, rail=rail, rails=rails, link_layers=link if layers else {})
 
 
-@pytest.mark.parametrize("layers", [True, False])
-def test_a_slow_link_is_found_beside_storage_nics_of_another_speed(layers):
+@pytest.mark.parametrize("layers,first", [(True, False), (False, False), (True, True)])
+def test_a_slow_link_is_found_beside_storage_nics_of_another_speed(layers, first):
     """A node's ports need not be alike: each port is judged against the same port of the gang's
     other nodes, so the 200 Gb/s storage NICs on every node neither hide the degraded rail (they made
     it 'most of the gang alike') nor are named; where the agents say the link layers, a degraded
@@ -610,14 +616,15 @@ def test_a_slow_link_is_found_beside_storage_nics_of_another_speed(layers):
     rate = np.full((c.n, G, T), 50e9, np.float32)
     w.rail["ib_rate"] = rate
     rate[c.rows(GANG_A)[2], 1, -30:] = 12.5e9
-    d = diagnose(with_storage_nics(w, layers), [job(1, GANG_A), job(2, GANG_B)])
+    d = diagnose(with_storage_nics(w, layers, first), [job(1, GANG_A), job(2, GANG_B)])
     v = verdict(d, 1)
     assert (v.state, v.culprit, v.culprit_kind) == ("straggler", "gpu002:mlx5_1/1", "port"), v.reason
     assert "trained at 100 Gb/s; the gang's other ports 400 Gb/s" in v.evidence[0].note
     assert verdict(d, 2).state == "progressing"
     rate[:, :, :] = 50e9
-    dgx = with_storage_nics(w, layers)
-    dgx.rail["ib_rate"][c.rows(GANG_A)[2], G, -30:] = 12.5e9  # a storage port fell back to 100 Gb/s
+    dgx = with_storage_nics(w, layers, first)
+    row = c.rows(GANG_A)[2]
+    dgx.rail["ib_rate"][row, dgx.rails[row].index(f"mlx5_{G}/1"), -30:] = 12.5e9  # a storage port fell back to 100 Gb/s
     v = verdict(diagnose(dgx, [job(1, GANG_A)]), 1)
     assert (v.state, v.culprit) == (("progressing", "") if layers else ("straggler", f"gpu002:mlx5_{G}/1"))
 

@@ -309,10 +309,7 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     if other is not None:
         # the other fabric's ports (a DGX's RoCE storage NICs beside its InfiniBand rails): not the
         # collectives' rails, their traffic, waits and link rates judged with none of the gangs'
-        from dataclasses import replace
-
-        win = replace(win, rail={k: np.where(other[:, :, None], v.dtype.type(np.nan), v)
-                                 if v.ndim == 3 and v.shape[:2] == other.shape else v for k, v in win.rail.items()})
+        win = _without_ports(win, other)
     rail = win.rail
     if fabric == "ib":
         if _ETHERNET_EVENTS & set(win.node):
@@ -390,6 +387,25 @@ def _link_layer_fabric(win: Window) -> str | None:
         elif "Ethernet" in layers:
             eth += 1
     return None if not ib and not eth else "ib" if ib >= eth else "roce"
+
+
+def _without_ports(win: Window, ports: np.ndarray) -> Window:
+    """The window with the (N, R) `ports` left out of every rail signal: where they are the same
+    columns on every node (the usual case: each node's storage NICs listed after its rails) those
+    columns are dropped, a view when they are the last ones (the rail tests then cost what they do
+    without them); else their cells are NaN."""
+    from dataclasses import replace
+
+    R = ports.shape[1]
+    cols = ports.all(axis=0)
+    fits = lambda v: v.ndim == 3 and v.shape[:2] == ports.shape  # noqa: E731
+    if not (ports == cols[None, :]).all():
+        return replace(win, rail={k: np.where(ports[:, :, None], v.dtype.type(np.nan), v) if fits(v) else v
+                                  for k, v in win.rail.items()})
+    keep = np.flatnonzero(~cols)
+    take = slice(0, keep.size) if np.array_equal(keep, np.arange(keep.size)) else keep
+    return replace(win, rail={k: v[:, take] if fits(v) else v for k, v in win.rail.items()},
+                   rails=tuple(tuple(r[c] for c in keep if c < len(r)) for r in win.rails) if R else win.rails)
 
 
 def _other_fabrics_ports(win: Window, fabric: str) -> np.ndarray | None:

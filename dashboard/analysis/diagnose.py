@@ -290,13 +290,14 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     nodes' NICs (`eth_down`, ethtool, per node: read as it is, every NIC drop is an event).
 
     Which fabric (`which_fabric`): where the agents say their ports' link layers
-    (`gangwatch_infiniband_port_info`: `win.link_layers`), the one most ports run on. Otherwise from
-    the counters: a RoCE port has PortCounters too (`counters/`, read by node_exporter and the
-    agent), `port_xmit_wait` among them, which stands still or counts only PFC's holds (firmware
-    dependent), so a known transmit wait does not make a window InfiniBand. ECN marks and CNPs
-    (`roce_cong`) are counted by RoCE ports only: a window with them is RoCE, unless more ports have
-    a transmit wait and no such counters (InfiniBand nodes whose storage or front-end NICs run RoCE,
-    as a DGX's do). Without them, a window whose ports waited at some step is InfiniBand: units of the two fabrics are not mixed in
+    (`gangwatch_infiniband_port_info`: `win.link_layers`), InfiniBand wherever the nodes have
+    InfiniBand ports (`_link_layer_fabric`), and the other fabric's ports (a DGX's RoCE storage
+    NICs) are left out of every rail signal. Otherwise from the counters: a RoCE port has
+    PortCounters too (`counters/`, read by node_exporter and the agent), `port_xmit_wait` among
+    them, which stands still or counts only PFC's holds (firmware dependent), so a known transmit
+    wait does not make a window InfiniBand. ECN marks and CNPs (`roce_cong`) are counted by RoCE
+    ports only: a window with them is RoCE, unless at least as many nodes have a port with a
+    transmit wait and no such counters (InfiniBand nodes whose storage NICs run RoCE). Without them, a window whose ports waited at some step is InfiniBand: units of the two fabrics are not mixed in
     one cluster reference, and its `eth_down` and `eth_storm` (the management Ethernet there) are
     dropped. A site running node_exporter, whose ethtool collector reads the NICs but which reads no
     RDMA hw_counters, is RoCE where its transmit wait says nothing of its own: unknown, or still on
@@ -396,7 +397,6 @@ def _without_ports(win: Window, ports: np.ndarray) -> Window:
     without them); else their cells are NaN."""
     from dataclasses import replace
 
-    R = ports.shape[1]
     cols = ports.all(axis=0)
     fits = lambda v: v.ndim == 3 and v.shape[:2] == ports.shape  # noqa: E731
     if not (ports == cols[None, :]).all():
@@ -405,7 +405,7 @@ def _without_ports(win: Window, ports: np.ndarray) -> Window:
     keep = np.flatnonzero(~cols)
     take = slice(0, keep.size) if np.array_equal(keep, np.arange(keep.size)) else keep
     return replace(win, rail={k: v[:, take] if fits(v) else v for k, v in win.rail.items()},
-                   rails=tuple(tuple(r[c] for c in keep if c < len(r)) for r in win.rails) if R else win.rails)
+                   rails=tuple(tuple(r[c] for c in keep if c < len(r)) for r in win.rails))
 
 
 def _other_fabrics_ports(win: Window, fabric: str) -> np.ndarray | None:

@@ -389,16 +389,16 @@ def _storage_view(b: Built) -> storage_nics.StorageNics | None:
 
 
 def _storage_ports(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, sv: storage_nics.StorageNics,
-                   prefix: str, names: dict) -> None:
+                   prefix: str, names: dict, still_errors_shown: bool) -> None:
     """The storage NICs' PortCounters and sysfs rate and state, as `_ib` writes the rails'; their error
-    counters stand still (the agent leaves them out, node_exporter shows zeros)."""
+    counters stand still (the agent leaves them out, node_exporter shows zeros: `still_errors_shown`)."""
     dt = c.interval
     for s, dev in enumerate(sv.devices):
         lp = {**base, "device": dev, "port": "1"}
         w.add(prefix + names["tx"], lp, counter(sv.tx[n, s], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
         w.add(prefix + names["rx"], lp, counter(sv.rx[n, s], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
         w.add(prefix + names["wait"], lp, np.full(c.T, sv.wait_start[n, s]), kind="counter", fmt="%.0f", offset=o)
-        if prefix.startswith("node_"):
+        if still_errors_shown:
             for name in (names["down"], names["sym"]):
                 w.add(prefix + name, lp, np.zeros(c.T), kind="counter", fmt="%.0f", offset=o)
         w.add(prefix + names["rate"], lp, np.full(c.T, storage_nics.RATE_BYTES), fmt="%.0f", offset=o)
@@ -411,7 +411,7 @@ def _storage_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng,
     ECN marks and CNPs per port and per node, and the ethtool rollup of the NICs that carry RDMA
     (theirs: the InfiniBand HCAs have no Ethernet side)."""
     dt = c.interval
-    _storage_ports(w, c, n, base, o, rng, sv, "gangwatch_infiniband_port_", IB_AGENT_NAMES)
+    _storage_ports(w, c, n, base, o, rng, sv, "gangwatch_infiniband_port_", IB_AGENT_NAMES, False)
     for s, dev in enumerate(sv.devices):
         lp = {**base, "device": dev, "port": "1"}
         w.add("gangwatch_infiniband_port_info", {**lp, "link_layer": "Ethernet", "width": "4X",
@@ -428,7 +428,7 @@ def _storage_exporter(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, 
     """node_exporter on a node with storage NICs: their ports beside the rails (no link layer), and
     its ethtool collector's PFC counters of theirs."""
     dt = c.interval
-    _storage_ports(w, c, n, base, o, rng, sv, "node_infiniband_", IB_EXPORTER_NAMES)
+    _storage_ports(w, c, n, base, o, rng, sv, "node_infiniband_", IB_EXPORTER_NAMES, True)
     for dev in sv.devices:
         w.add("node_infiniband_info", {**base, "board_id": "MT_0000000891", "device": dev,
                                        "firmware_version": "28.39.1002", "hca_type": "MT4129"}, 1, fmt="%d", offset=o)

@@ -50,8 +50,8 @@ from collectors.node.lustre_client import IDLE_SERIES, IDLE_SERIES_HELP, TARGETS
 from collectors.node.ethtool import NODE_HELP as ETH_NODE_HELP, PREFIX as ETH
 from collectors.node.roce import COUNTERS as ROCE_COUNTERS, NODE_HELP as ROCE_NODE_HELP, PREFIX as ROCE
 
-from . import cluster as C
 from ..window import LINK_LAYER
+from . import cluster as C
 from .engine import THROTTLE_REASONS
 
 COLLECTORS = ("gpu", "gpu_profiling", "infiniband", "jobs", "lustre_client", "pressure")

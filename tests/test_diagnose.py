@@ -296,6 +296,30 @@ def test_network_stall_names_the_congested_leaf():
     assert waits and all(e.node in ("gpu004", "gpu005") and e.p < DEFAULT.alpha for e in waits)
 
 
+@pytest.mark.parametrize("switch_hot", [False, True])
+def test_a_gang_filling_a_leaf_is_not_that_leafs_congestion(switch_hot):
+    """A gang whose collectives back up on one port makes all its nodes wait, and a leaf it fills
+    then looks congested. The port is named where the gang's nodes on another leaf wait as much
+    and no other node on the leaf does; the leaf where its nodes there wait several times more
+    than the gang's others (a switch's congestion, which the gang's others only wait for)."""
+    c = Cluster(n=16)
+    gang = ("gpu003", "gpu004", "gpu005", "gpu006", "gpu007", "gpu008")  # filling leaf1, one each on leaf0, leaf2
+    for i in c.rows(gang):
+        c.util[i, :, -8:] = 0.98
+        c.sm[i, :, -8:] = 0.05
+        c.ib_tx[i, :, -8:] = 2e9
+        c.ib_wait[i, :, -8:] = 3e7
+    hot = c.nodes.index("gpu003")
+    if switch_hot:
+        c.ib_wait[c.rows((gang[0], gang[-1])), :, -8:] = 4e6  # the gang's nodes off the switch wait only for it
+    else:
+        c.ib_wait[hot, 1, -8:] = 1.5e8  # where the credits run out
+    v = verdict(diagnose(c.window(), [job(1, gang)]), 1)
+    assert v.state == "stalled_network"
+    expected = ("leaf1", "leaf_switch") if switch_hot else ("gpu003:mlx5_1/1", "port")
+    assert (v.culprit, v.culprit_kind) == expected
+
+
 def test_flapping_link_is_the_culprit_port():
     c = Cluster()
     i = c.nodes.index("gpu002")

@@ -306,7 +306,7 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
     pause frames (`_wait_is_pfc`).
     """
     fabric, pfc_wait = which_fabric(win, th)
-    other = _other_fabrics_ports(win, fabric) if win.link_layers else None
+    other = win.other_fabric_ports(fabric)
     if other is not None:
         # the other fabric's ports (a DGX's RoCE storage NICs beside its InfiniBand rails): not the
         # collectives' rails, their traffic, waits and link rates judged with none of the gangs'
@@ -406,20 +406,6 @@ def _without_ports(win: Window, ports: np.ndarray) -> Window:
     take = slice(0, keep.size) if np.array_equal(keep, np.arange(keep.size)) else keep
     return replace(win, rail={k: v[:, take] if fits(v) else v for k, v in win.rail.items()},
                    rails=tuple(tuple(r[c] for c in keep if c < len(r)) for r in win.rails))
-
-
-def _other_fabrics_ports(win: Window, fabric: str) -> np.ndarray | None:
-    """(N, R) mask of the ports whose link layer the agents say is not the window's fabric's (a
-    DGX's RoCE storage NICs on an InfiniBand window), or None where there are none."""
-    own = LINK_LAYER[fabric]
-    other = [(i, c) for i, node in enumerate(win.nodes) if (layers := win.link_layers.get(node))
-             for c, port in enumerate(win.rails[i] if i < len(win.rails) else ()) if layers.get(port, own) != own]
-    if not other:
-        return None
-    mask = np.zeros((len(win.nodes), max((len(r) for r in win.rails), default=0)), bool)
-    rows, cols = zip(*other)
-    mask[list(rows), list(cols)] = True
-    return mask
 
 
 def _wait_is_pfc(wait: np.ndarray, pause: np.ndarray | None, th: Thresholds) -> bool:
@@ -1409,7 +1395,8 @@ def _links_erred_since(win: Window, sig: _Signals, jm: _JobMap, start: int, stop
 
 def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th: Thresholds):
     """Nodes whose port_xmit_wait (RoCE: ECN, CNPs, PFC pause) stands out from every node of the
-    cluster, named as their leaf switch when they fill most of it, else the port or the node."""
+    cluster, named as their leaf switch when they fill most of it and the switch, not the gang's
+    own traffic, is the common element (`_follows_the_gang`), else the port or the node."""
     ev: list[Evidence] = []
     w = sig.nodesig.get("ib_wait")
     if w is None:
@@ -1448,13 +1435,14 @@ def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th:
     # nothing, congested or not) mostly wait beyond chance: the switch is the common element. A
     # gang's collectives make its nodes on healthy leaves wait too, so every leaf of the job is
     # tested, not only the one holding most of its outlying nodes.
+    hot = np.array([bool(np.isfinite(zj) and zj > 0 and p_one_sided(float(zj)) * m < th.alpha) for zj in z])
+    busy = np.where(np.isfinite(z), per_node, np.nan)
     congested_leaves = []
     for lf in sorted({win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}):
         on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf and np.isfinite(z[j])]
-        hot = [j for j in on_leaf if z[j] > 0 and p_one_sided(float(z[j])) * m < th.alpha]
-        if len(hot) >= max(2, 0.5 * len(on_leaf)):
+        if sum(bool(hot[j]) for j in on_leaf) >= max(2, 0.5 * len(on_leaf)):
             congested_leaves.append(lf)
-    if len(congested_leaves) == 1:
+    if len(congested_leaves) == 1 and not _follows_the_gang(win, jm, congested_leaves[0], hot, busy, th):
         return congested_leaves[0], "leaf_switch", ev
     # one node, or several with no leaf they fill: the one port where the job's traffic backs up
     # most, when one does; else the node when only one stands out
@@ -1590,13 +1578,30 @@ def _hot_port(win: Window, rows: list[int], seg: slice, th: Thresholds, ev: list
     return f"{win.nodes[i]}:{port}", "port", ev
 
 
+def _follows_the_gang(win: Window, jm: _JobMap, leaf: str, hot: np.ndarray, wait: np.ndarray, th: Thresholds) -> bool:
+    """True when a leaf's congested nodes are the job's own and its nodes on other leaves wait as
+    much (within `port_wait_ratio`): the congestion follows the gang's traffic, not the switch. A
+    gang that fills most of a leaf makes that leaf look congested while the port it backs up on may
+    be on another one; a congested switch stalls its other busy nodes too, and the gang's nodes
+    elsewhere wait only for the ones behind it."""
+    mine = set(jm.node_rows)
+    on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == leaf]
+    if any(bool(hot[j]) for j in on_leaf if j not in mine):
+        return False
+    with np.errstate(invalid="ignore"):
+        here = [float(wait[j]) for j in on_leaf if j in mine and hot[j] and np.isfinite(wait[j])]
+        away = [float(wait[i]) for i in jm.node_rows if win.leaf_of.get(win.nodes[i]) != leaf and np.isfinite(wait[i])]
+    return bool(here and away) and float(np.median(away)) * th.port_wait_ratio > float(np.median(here))
+
+
 def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: slice, th: Thresholds,
                                ev: list[Evidence]):
     """No node of the job stands out from the cluster because the congestion covers much of it (a
     small cluster, or half its leaves hot at once): each node against its own past instead. A leaf
     switch the job's nodes hang off whose nodes are mostly congested against their own past is the
     common element; where several are (a gang's nodes that fill a healthy leaf wait for the hot
-    one), the one whose congested nodes wait `port_wait_ratio` times more than every other's."""
+    one), the one whose congested nodes wait `port_wait_ratio` times more than every other's, and
+    not where that congestion follows the gang (`_follows_the_gang`)."""
     if not win.leaf_of or seg.start < 2:
         return "", "", ev
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -1613,7 +1618,8 @@ def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: sli
     if not level:
         return "", "", ev
     leaf = max(level, key=lambda lf: level[lf][0])
-    if any(level[lf][0] * th.port_wait_ratio > level[leaf][0] for lf in level if lf != leaf):
+    if any(level[lf][0] * th.port_wait_ratio > level[leaf][0] for lf in level if lf != leaf) or \
+            _follows_the_gang(win, jm, leaf, hot, now, th):
         return "", "", ev
     _, n_hot, on_leaf = level[leaf]
     mine = [i for i in jm.node_rows if hot[i] and win.leaf_of.get(win.nodes[i]) == leaf]

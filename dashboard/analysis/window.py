@@ -95,6 +95,20 @@ class Window:
     def node_index(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.nodes)}
 
+    def other_fabric_ports(self, fabric: str) -> np.ndarray | None:
+        """(N, R) mask of the ports whose link layer the agents say is not `fabric`'s ("ib",
+        "roce"): a DGX's RoCE storage NICs on an InfiniBand window. None where there are none or
+        nobody says (node_exporter)."""
+        own = LINK_LAYER[fabric]
+        other = [(i, c) for i, node in enumerate(self.nodes) if (layers := self.link_layers.get(node))
+                 for c, port in enumerate(self.rails[i] if i < len(self.rails) else ()) if layers.get(port, own) != own]
+        if not other:
+            return None
+        mask = np.zeros((len(self.nodes), max((len(r) for r in self.rails), default=0)), bool)
+        rows, cols = zip(*other)
+        mask[list(rows), list(cols)] = True
+        return mask
+
     def gpu_column(self, node_i: int, gpu: int) -> int:
         """Column of GPU index `gpu` on node row `node_i`, or -1 when the metrics do not know it."""
         cols = self.gpus[node_i] if node_i < len(self.gpus) else ()

@@ -33,7 +33,11 @@ def bundle_datasource(sim: Simulation, tmp_path, edit=lambda win: win) -> LiveDa
     from dashboard.sources.simulated import BundleWriter
 
     BundleWriter(sim).run(56).write(str(tmp_path))
-    win = edit(load_bundle(str(tmp_path)).window)
+    return window_datasource(edit(load_bundle(str(tmp_path)).window))
+
+
+def window_datasource(win) -> LiveDatasource:
+    """A LiveDatasource over one window."""
 
     class Metrics:
         name = "bundle"
@@ -139,6 +143,49 @@ def test_window_without_either_is_unknown():
     net = live.network()
     assert net is not None and all(p.wait_per_s is None for p in net.ports)  # unknown, not 0
     assert all(sw.wait_per_s is None for sw in net.switches)
+
+
+def test_a_dgx_storage_nics_are_not_on_the_infiniband_leaves(tmp_path):
+    """A DGX's RoCE storage NICs beside its InfiniBand rails (the agents say their link layer,
+    Ethernet) hang off the storage network's switches, not the fabric's leaves: the leaf switches'
+    sums, the ports worth a look and the nodes' and jobs' traffic and congestion are the rails'
+    alone, as without them; the node's page lists the storage ports apart, with their own
+    congestion (ECN marks + CNPs)."""
+    from dashboard.app import build_app
+    from dashboard.pages.node import inventory
+    from tests.test_dashboard_layout import strings
+    from tests.test_diagnose_roce import with_storage_ports
+
+    sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="ib", load=1.3,
+                               faults=f"ib_congestion@8m+30m:leaf={CONGESTED}"))
+    plain = bundle_datasource(sim, tmp_path)
+    dgx = window_datasource(with_storage_ports(plain.window(), layers=True))
+    assert dgx.window().rails[0][-2:] == ("mlx5_8/1", "mlx5_9/1")
+    same = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, equal_nan=True)  # noqa: E731
+    same(dgx.leaf_series().z, plain.leaf_series().z)
+    assert dgx.leaf_series().signal == "ib_wait"
+    for signal in ("ib_tx", "ib_wait"):
+        same(dgx.heatmap(signal).z, plain.heatmap(signal).z)
+    net, ref = dgx.network(), plain.network()
+    assert net.congestion == "ib_wait" and net.total_ports == ref.total_ports
+    assert [(sw.switch, sw.ports) for sw in net.switches] == [(sw.switch, sw.ports) for sw in ref.switches]
+    same([sw.tx_bps for sw in net.switches], [sw.tx_bps for sw in ref.switches])
+    assert {p.device for p in net.ports} <= {f"mlx5_{k}/1" for k in range(8)}
+    assert "2 per node" not in ref.note and "Ethernet" in net.note
+    node = next(n for n in dgx.window().nodes if dgx.leaf_of(n) == CONGESTED)
+    inv, before = dgx.node_inventory(node), plain.node_inventory(node)
+    assert inv.ports == before.ports and not before.other_ports
+    assert [(p.device, p.link_layer, p.switch) for p in inv.other_ports] == [("mlx5_8/1", "Ethernet", ""),
+                                                                            ("mlx5_9/1", "Ethernet", "")]
+    i = dgx.window().nodes.index(node)
+    assert [p.tx_bps for p in inv.other_ports] == pytest.approx(dgx.window().rail["ib_tx"][i, -2:, -1].tolist(), rel=1e-6)
+    assert [p.wait_per_s for p in inv.other_ports] == pytest.approx(dgx.window().rail["roce_cong"][i, -2:, -1].tolist(),
+                                                                     rel=1e-6)
+    ns, ns0 = dgx.node_series(node, ("ib_tx", "ib_wait")), plain.node_series(node, ("ib_tx", "ib_wait"))
+    for signal in ("ib_tx", "ib_wait"):
+        same(ns.values[signal], ns0.values[signal])
+    text = " ".join(strings(inventory(dgx, Ctx(build_app(dgx).get_relative_path), node, {})))
+    assert "InfiniBand ports" in text and "Other RDMA ports" in text and "mlx5_9/1" in text and "ECN+CNP" in text
 
 
 @pytest.mark.parametrize("fabric", ["ib", "roce"])

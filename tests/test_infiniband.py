@@ -271,6 +271,23 @@ def test_node_rollups_are_the_sums_of_the_ports(tree, node_exporter_sys, procfs_
         assert series(text, "gangwatch_infiniband_node_transmit_data_bytes_total")[()] > 273558326543 * 4
 
 
+def test_node_rollups_leave_a_dgxs_roce_storage_nics_out(tmp_path):
+    """A DGX's storage NICs are RDMA ports in Ethernet mode beside its InfiniBand HCAs, on other
+    switches: the node's rollups (what the rules sum per leaf switch and job) are its InfiniBand
+    ports'. A node with Ethernet ports only (RoCE) sums them all; its per-port series are all kept."""
+    ib, eth = {"port_xmit_data": "100\n", "port_xmit_wait": "7\n"}, {"port_xmit_data": "1000\n", "port_xmit_wait": "0\n"}
+    for k in range(2):
+        make_port(tmp_path / "dgx", f"mlx5_{k}", "1", counters=ib)
+        make_port(tmp_path / "dgx", f"mlx5_{k + 2}", "1", link_layer="Ethernet", counters=eth)
+        make_port(tmp_path / "roce", f"mlx5_{k}", "1", link_layer="Ethernet", counters=eth)
+    dgx, roce = samples(collect(tmp_path / "dgx")), samples(collect(tmp_path / "roce"))
+    assert dgx[("gangwatch_infiniband_node_transmit_data_bytes_total", ())] == 2 * 100 * 4
+    assert dgx[("gangwatch_infiniband_node_transmit_wait_ticks_total", ())] == 2 * 7
+    assert sum(v for (name, _), v in dgx.items() if name == "gangwatch_infiniband_port_transmit_data_bytes_total") == \
+        2 * (100 + 1000) * 4
+    assert roce[("gangwatch_infiniband_node_transmit_data_bytes_total", ())] == 2 * 1000 * 4
+
+
 def test_node_rollups_left_out_when_no_port_reports(tmp_path):
     make_port(tmp_path, "irdma0", "1", counters={"port_xmit_data": "N/A (no PMA)\n", "symbol_error": "3\n"})
     make_port(tmp_path, "irdma1", "1", counters={"symbol_error": "4\n"})

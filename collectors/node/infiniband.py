@@ -20,8 +20,9 @@ switch relay and constraint errors, local link integrity, excessive buffer overr
 Node rollups (no labels; from the same readings as the per-port series, so they always agree; rules
 and alerts read these instead of the 8-per-node port series):
 `gangwatch_infiniband_node_{transmit_data_bytes,receive_data_bytes,transmit_wait_ticks,link_downed,
-symbol_errors}_total`: sums over the ports (any link layer) that gave the counter in this scrape, left
-out when none did. A port that vanishes (driver unload, hot unplug) makes a sum drop: Prometheus
+symbol_errors}_total`: sums over the node's rails that gave the counter in this scrape, left out when
+none did. The rails are its InfiniBand ports where it has one (its Ethernet RDMA ports, a DGX's RoCE
+storage NICs, hang off other switches and are left out), else every port (RoCE). A port that vanishes (driver unload, hot unplug) makes a sum drop: Prometheus
 takes it for a counter reset. A saturated 32-bit port counter stays stuck inside the sum too.
 `gangwatch_infiniband_node_ports_down`: ports with link layer InfiniBand whose state is not Active
 (state_id < 4), whose physical state is not Disabled (3: shut on purpose), and that this collector saw
@@ -112,8 +113,9 @@ COUNTERS_EXT: dict[str, CounterSpec] = {
     "port_multicast_rcv_packets": CounterSpec("port_ext_multicast_receive_packets_total", "Multicast packets received, from counters_ext."),
 }
 
-_SUM = ("summed over the node's ports that report it in this scrape; a port that vanishes makes the sum "
-        "drop, which Prometheus reads as a counter reset. Absent when no port reports it.")
+_SUM = ("summed over the node's rails that report it in this scrape (its InfiniBand ports where it has one: "
+        "Ethernet RDMA ports beside them, storage NICs, are left out; else every port); a port that vanishes "
+        "makes the sum drop, which Prometheus reads as a counter reset. Absent when no port reports it.")
 NODE_HELP: dict[str, str] = {
     "node_transmit_data_bytes_total": f"Bytes transmitted (port_xmit_data x 4), {_SUM}",
     "node_receive_data_bytes_total": f"Bytes received (port_rcv_data x 4), {_SUM}",
@@ -560,7 +562,11 @@ class InfinibandCollector(Collector):
             info.add_rendered(lbl, 1)
         totals: dict[str, int] = {}
         still: list[tuple[str, int]] = []
-        readings = [self._collect_port(fams, plan, totals, still) for plan in layout.ports]
+        # the rollups are the collectives' fabric: a node with an InfiniBand HCA runs them there, and
+        # its Ethernet RDMA ports (a DGX's RoCE storage NICs) hang off other switches
+        rails = "InfiniBand" if any(plan.link_layer == "InfiniBand" for plan in layout.ports) else None
+        readings = [self._collect_port(fams, plan, totals if rails is None or plan.link_layer in (rails, "") else {}, still)
+                    for plan in layout.ports]
         for metric, total in totals.items():
             fams.get(metric, NODE_HELP[metric]).add_rendered("", total)
         shown, idle = self.quiet.shown(still, self.ctx.clock())  # after the sums, which count every port

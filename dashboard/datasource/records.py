@@ -172,6 +172,7 @@ class Port:
     symbol_errors: float | None = None  # counter since boot
     link_downed: float | None = None  # counter since boot
     errors_recent: float | None = None  # symbol errors + link downs in the last interval
+    link_layer: str = ""  # "InfiniBand", "Ethernet" (RoCE), where the agent says it
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,11 @@ class NodeInventory:
     topology: GpuTopology = GpuTopology()
     note: str = ""
     congestion: str = "ib_wait"  # the signal the ports' wait_per_s holds (CONGESTION)
+    # RDMA ports of another fabric than the one the collectives run on (a DGX's RoCE storage NICs
+    # beside its InfiniBand rails): not on the fabric's leaf switches; their wait_per_s holds
+    # `other_congestion`, their own fabric's signal
+    other_ports: tuple[Port, ...] = ()
+    other_congestion: str = ""
 
 
 def fmt_age(seconds: float | None) -> str:

@@ -6,6 +6,7 @@ import numpy as np
 
 from dashboard.analysis.diagnose import which_fabric
 from dashboard.analysis.findings import finite
+from dashboard.analysis.window import LINK_LAYER
 from dashboard.datasource.arrays import aggregate_rows, build_network, downsample_cols, nanmean, nansum
 from dashboard.datasource.records import CONGESTION, SIGNALS, GpuNow, GpuTopology, Heatmap, Mount, Network, NodeInventory, NodeSeries, Port, Target, signal_label
 
@@ -29,19 +30,38 @@ class WindowSeries:
     def window(self):  # -> Window | None
         return None
 
+    def _judged(self, win) -> tuple[str, np.ndarray | None]:
+        """(the fabric the diagnosis judges the window on, the (N, R) mask of the ports the agents
+        say are of another one, or None), kept for the window a refresh's pages all ask about (a
+        pass over every port's wait: 7 ms at 4,096 nodes). Asked only where it can matter: RoCE's
+        counters or the ports' link layers are there."""
+        kept = getattr(self, "_fabric_of", None)
+        if kept is None or kept[0] is not win:
+            fabric = which_fabric(win)[0] if "roce_cong" in win.rail or win.link_layers else "ib"
+            kept = self._fabric_of = (win, fabric, win.other_fabric_ports(fabric))
+        return kept[1], kept[2]
+
+    def _own_layer(self, win) -> str:
+        return LINK_LAYER[self._judged(win)[0]]
+
     def _congestion(self, win) -> str | None:
         """The fabric's congestion signal the window holds, None when neither: RoCE's where the
         diagnosis judges the window RoCE (a RoCE port's PortCounters list a transmit wait too, still
-        or PFC's holds only), else InfiniBand's first. The judgement is kept for the window a
-        refresh's pages all ask about (a pass over every port's wait: 7 ms at 4,096 nodes)."""
+        or PFC's holds only), else InfiniBand's first."""
         held = [s for s in CONGESTION if s in win.rail]
-        if "roce_cong" in held:
-            kept = getattr(self, "_fabric_of", None)
-            if kept is None or kept[0] is not win:
-                kept = self._fabric_of = (win, which_fabric(win)[0])
-            if kept[1] == "roce":
-                return "roce_cong"
+        if "roce_cong" in held and self._judged(win)[0] == "roce":
+            return "roce_cong"
         return next(iter(held), None)
+
+    def _rail(self, win, signal: str) -> np.ndarray | None:
+        """A rail signal (N x R x T) over the fabric's ports: another fabric's (a DGX's RoCE
+        storage NICs, which hang off the storage network's switches) NaN, out of every sum."""
+        a = win.rail.get(signal)
+        other = self._judged(win)[1] if a is not None else None
+        if other is None or a.shape[:2] != other.shape:
+            return a
+        return self._memo.get(f"rail:{signal}", (id(win), win.end),
+                              lambda: np.where(other[:, :, None], a.dtype.type(np.nan), a))
 
     def _node_rows(self, win, signal: str, rows: list[int], gpu_cols: list[list[int]] | None = None) -> np.ndarray | None:
         """(len(rows) x T) node-level values of a signal in display units, None when absent."""
@@ -56,7 +76,7 @@ class WindowSeries:
                 z = np.vstack([nanmean(a[r][cols], axis=0) if cols else np.full(a.shape[2], np.nan)
                                for r, cols in zip(rows, gpu_cols)]) if rows else np.zeros((0, a.shape[2]))
         elif signal in self._RAIL:
-            a = win.rail.get(signal)
+            a = self._rail(win, signal)
             if a is None:
                 return None
             z = nansum(a[rows], axis=1)
@@ -114,7 +134,8 @@ class WindowSeries:
                 values[s] = win.gpu[self._GPU[s]][i][cols][:, keep].astype(np.float64) * sig.scale
                 chans[s] = tuple(f"GPU {win.gpus[i][k]}" for k in cols)
             elif s in self._RAIL and s in win.rail:
-                cols = [k for k, r in enumerate(win.rails[i]) if r] if win.rails else []
+                other = self._judged(win)[1]
+                cols = [k for k, r in enumerate(win.rails[i]) if r and (other is None or not other[i, k])] if win.rails else []
                 values[s] = win.rail[s][i][cols][:, keep].astype(np.float64)
                 chans[s] = tuple(win.rails[i][k] for k in cols)
             elif s in self._NODE:
@@ -136,8 +157,7 @@ class WindowSeries:
         signal = self._congestion(win) if win is not None else None
         if signal is None or not win.leaf_of:
             return None
-        a = win.rail[signal]
-        per_node = nansum(a, axis=1)
+        per_node = nansum(self._rail(win, signal), axis=1)
         leaves = sorted(set(win.leaf_of.values()))
         z = np.vstack([nansum(per_node[[k for k, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf]], axis=0)
                        for lf in leaves]).astype(np.float64)
@@ -172,6 +192,14 @@ class WindowSeries:
         pos = {lf: k for k, lf in enumerate(leaves)}
         leaf_idx = np.array([pos.get(win.leaf_of.get(n, ""), -1) for n in win.nodes])
         valid = np.array([[bool(r) for r in rails] for rails in win.rails])
+        other = self._judged(win)[1]
+        left_out = ""
+        if other is not None and other.shape == valid.shape:
+            n = int((valid & other).sum())
+            layers = sorted({layer for node in win.link_layers.values() for layer in node.values()} - {self._own_layer(win)})
+            left_out = (f" {n:,} RDMA ports of another link layer ({', '.join(layers)}: storage or front-end NICs) are "
+                        "left out: they hang off other switches; each node's page lists them.")
+            valid &= ~other
         tx = self._last(win.rail["ib_tx"])
         signal = self._congestion(win)
         wait = self._last(win.rail[signal]) if signal else np.full(tx.shape, np.nan)
@@ -182,7 +210,7 @@ class WindowSeries:
 
         net = build_network(leaf_idx, leaves, valid, tx, wait, port)
         return Network(net.switches, net.ports, net.total_ports, "Port state and error counters are not in the metric "
-                       "window: unknown. Per-switch figures are sums over the switch's nodes' ports.", signal or "ib_wait")
+                       "window: unknown. Per-switch figures are sums over the switch's nodes' ports." + left_out, signal or "ib_wait")
 
     def storage_targets(self):
         win = self.window()
@@ -216,12 +244,21 @@ class WindowSeries:
             util = self._last(win.gpu["util"][i])
             power = self._last(win.gpu["power"][i]) if "power" in win.gpu else np.full(util.shape, np.nan)
             gpus = tuple(GpuNow(g, finite(util[k]), finite(power[k])) for k, g in enumerate(win.gpus[i]) if g >= 0)
-        ports, signal = None, self._congestion(win)
+        ports, signal, other_ports, other_signal = None, self._congestion(win), (), ""
         if win.rails and "ib_tx" in win.rail:
             tx = self._last(win.rail["ib_tx"][i])
             wait = self._last(win.rail[signal][i]) if signal else np.full(tx.shape, np.nan)
-            ports = tuple(Port(node, r, win.leaf_of.get(node, ""), None, None, finite(tx[k]), finite(wait[k]))
-                          for k, r in enumerate(win.rails[i]) if r)
+            other = self._judged(win)[1]
+            off = other[i] if other is not None and i < other.shape[0] else np.zeros(tx.shape, bool)
+            layers = win.link_layers.get(node, {})
+            ports = tuple(Port(node, r, win.leaf_of.get(node, ""), None, None, finite(tx[k]), finite(wait[k]),
+                               link_layer=layers.get(r, "")) for k, r in enumerate(win.rails[i]) if r and not off[k])
+            if off.any():
+                # their own fabric's congestion: a RoCE storage port's ECN marks + CNPs
+                other_signal = next((c for c in CONGESTION if c != signal and c in win.rail), "")
+                own = self._last(win.rail[other_signal][i]) if other_signal else np.full(tx.shape, np.nan)
+                other_ports = tuple(Port(node, r, "", None, None, finite(tx[k]), finite(own[k]), link_layer=layers.get(r, ""))
+                                    for k, r in enumerate(win.rails[i]) if r and off[k])
         fs = None
         if win.targets and "read" in win.target:
             read = self._last(win.target["read"][i])
@@ -234,4 +271,5 @@ class WindowSeries:
                              finite(np.nansum(write[js])) if np.isfinite(write[js]).any() else None)
                        for name, js in sorted(by_fs.items()))
         return NodeInventory(node, gpus, ports, fs, None, self.gpu_topology(node),
-                             "Disks and local filesystems are not in the metric window: unknown.", signal or "ib_wait")
+                             "Disks and local filesystems are not in the metric window: unknown.", signal or "ib_wait",
+                             other_ports, other_signal)

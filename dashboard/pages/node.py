@@ -70,6 +70,9 @@ def inventory(ds: Datasource, ctx: ui.Ctx, name: str, gpu_job: dict):
     port_rows = [[p.device, p.switch or ui.UNKNOWN, ui.fmt_state(p.up), ui.fmt_si(p.rate_bytes, "B/s"),
                   ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, unit), ui.fmt_known(p.symbol_errors, 0),
                   ui.fmt_known(p.link_downed, 0), ui.fmt_known(p.errors_recent, 0)] for p in inv.ports or ()]
+    other_col, other_unit = congestion_column(inv.other_congestion) if inv.other_congestion else ("congestion", "")
+    other_rows = [[p.device, p.link_layer or ui.UNKNOWN, ui.fmt_si(p.tx_bps, "B/s"), ui.fmt_si(p.wait_per_s, other_unit)]
+                  for p in inv.other_ports]
     fs_rows = [[m.fs, m.kind, str(m.targets), ui.fmt_known(m.connected, 0), ui.fmt_si(m.read_bps, "B/s"),
                 ui.fmt_si(m.write_bps, "B/s")] for m in inv.filesystems or ()]
     disk_rows = [[d, ui.fmt_si(r, "B/s"), ui.fmt_si(w, "B/s")] for d, r, w in inv.disks or ()]
@@ -84,6 +87,9 @@ def inventory(ds: Datasource, ctx: ui.Ctx, name: str, gpu_job: dict):
                              "symbol errors", "link downed", "new errors (last interval)"],
                             port_rows, empty="Ports unknown: no InfiniBand or RoCE series for this node.",
                             cid=ids.NODE_PORTS)),
+        ui.section("Other RDMA ports", ui.table(["port", "link layer", "transmit", other_col], other_rows),
+                   note="Not the collectives' fabric: storage or front-end NICs, on other switches; left out of the "
+                        "leaf switches' figures and of the diagnosis.") if other_rows else None,
         ui.section("Filesystems", ui.table(["filesystem", "type", "targets", "targets connected", "read", "write"], fs_rows,
                                            empty="Filesystems unknown: no filesystem client series for this node.",
                                            cid=ids.NODE_FILESYSTEMS)),

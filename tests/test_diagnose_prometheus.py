@@ -212,13 +212,23 @@ def test_prometheus_source_reads_nic_link_downs_on_roce(tmp_path):
     assert node is not None
 
 
-def _pfc_as_node_exporter_reads_it(text: str) -> str:
+# each vendor's counters as node_exporter's ethtool collector names them (lower case, `.` -> `_`,
+# rx -> received): its global pause counter (IEEE 802.3's PAUSE frames), priority 3's PFC frames
+# (the RoCE traffic class) and priority 0's
+PAUSE_COUNTERS = {
+    "mlx5": {"received_pause_ctrl_phy": 0, "received_prio3_pause": 1, "received_prio0_pause": 0},
+    # ice (E810): link_xoff_rx.nic, rx_priority_3_xoff.nic
+    "ice": {"link_xoff_received_nic": 0, "received_priority_3_xoff_nic": 1, "received_priority_0_xoff_nic": 0},
+}
+
+
+def _pfc_as_node_exporter_reads_it(text: str, vendor: str = "mlx5") -> str:
     """A node_exporter-only RoCE site running PFC: no RDMA hw_counters (the agent's roce families
-    gone), and the agent's pause rollup as mlx5's counters of two NICs a node, as node_exporter's
+    gone), and the agent's pause rollup as a vendor's counters of two NICs a node, as node_exporter's
     ethtool collector names them (untyped, no _total): the pauses in priority 3's counter, the
-    global one (IEEE 802.3's PAUSE frames) and the other priorities standing at 0."""
+    global one and the other priorities standing at 0."""
     rollup = "gangwatch_ethtool_node_received_pause_frames"
-    parts = {"received_pause_ctrl_phy": 0, "received_prio3_pause": 1, "received_prio0_pause": 0}
+    parts = PAUSE_COUNTERS[vendor]
     out, fams = [], {name: [] for name in parts}
     for line in text.splitlines(keepends=True):
         if line.startswith(("gangwatch_roce_", "# TYPE gangwatch_roce_", "# HELP gangwatch_roce_",
@@ -237,9 +247,11 @@ def _pfc_as_node_exporter_reads_it(text: str) -> str:
     return "".join(block if part is fams else part for part in out)
 
 
-def test_node_exporter_pfc_per_priority_through_prometheus(tmp_path):
+@pytest.mark.parametrize("vendor", sorted(PAUSE_COUNTERS))
+def test_node_exporter_pfc_per_priority_through_prometheus(tmp_path, vendor):
     """On a PFC fabric the pauses a switch sends may show in the NICs' per-priority counters alone
-    (mlx5 documents its global pause counter as counting under global pause only): a node_exporter-only
+    (mlx5 documents its global pause counter as counting under global pause only; ice counts PFC's
+    XOFF per priority and link-level XOFF apart): a node_exporter-only
     site's congested gang is judged from them, through a real Prometheus as from the bundle (the
     global counter's zeros add nothing and mask nothing: the counters are parts of one sum)."""
     from dashboard.analysis.diagnose import diagnose, fabric_view
@@ -250,7 +262,7 @@ def test_node_exporter_pfc_per_priority_through_prometheus(tmp_path):
 
     sim = Simulation(SimConfig(nodes=8, seed=6, prefill=False, nodes_per_leaf=4, fabric="roce", load=1.3,
                                faults="ib_congestion@8m+30m:leaf=leaf00"))
-    for url, bundle in _serve(tmp_path, sim, 56, rewrite=_pfc_as_node_exporter_reads_it):
+    for url, bundle in _serve(tmp_path, sim, 56, rewrite=lambda text: _pfc_as_node_exporter_reads_it(text, vendor)):
         (fault,) = sim.ground_truth()
         b = load_bundle(str(bundle))
         assert "roce_cong" not in b.window.rail and np.nansum(b.window.node["eth_pause"]) > 0

@@ -93,12 +93,14 @@ MAPPINGS: tuple[Mapping, ...] = (
     # ethtool collector names each driver's counters by their `ethtool -S` names (rx_ -> received_, no
     # _total), added up per node: mlx5's global pause counter (rx_pause_ctrl_phy, IEEE 802.3's PAUSE
     # frames, which mlx5 documents as counting under global pause only) and the PFC frames, per
-    # priority (mlx5 rx_prio<p>_pause) or in all (bnxt rx_pfc_frames). A RoCE fabric runs PFC, so its
+    # priority (mlx5 rx_prio<p>_pause; ice rx_priority_<p>_xoff.nic, `.` read as `_`) or in all (bnxt
+    # rx_pfc_frames). A RoCE fabric runs PFC, so its
     # pauses may be in those alone; and only a lossless fabric counts PFC, where another vendor's global
     # pause counter may be the management NIC's (node_exporter does not say which NIC carries RDMA).
     Mapping("eth_pause", "node", "gangwatch_ethtool_node_received_pause_frames_total", counter=True, filters=RDMA_NICS),
     *(Mapping("eth_pause", "node", f"node_ethtool_{name}", counter=True, combine="sum")
-      for name in ("received_pause_ctrl_phy", *(f"received_prio{p}_pause" for p in range(8)), "received_pfc_frames")),
+      for name in ("received_pause_ctrl_phy", *(f"received_prio{p}_pause" for p in range(8)),
+                   *(f"received_priority_{p}_xoff_nic" for p in range(8)), "received_pfc_frames")),
     # physical link-down events of the node's NICs (the ethtool collector's rollup; node_exporter's
     # ethtool collector names mlx5's counter this way): on RoCE the link events beside the transport
     # errors, as link_downed is on InfiniBand

@@ -278,7 +278,8 @@ NETWORK = D("gangwatch-network", "gangwatch / network", "InfiniBand ports, links
     )),
     Row("Congestion and errors", (
         ts("Wait ticks per second", Q(f"node:gangwatch_infiniband_node_transmit_wait_ticks:rate5m{{{NODE}}}", "{{node}}"),
-           description="Summed over the node's ports; InfinibandCongestion fires above 1e6 for 10 minutes."),
+           description="Summed over the node's rails (its InfiniBand ports: a DGX's RoCE storage NICs are left out); "
+                       "InfinibandCongestion fires above 1e6 for 10 minutes."),
         ts("Wait per leaf switch", Q("switch:gangwatch_infiniband_node_transmit_wait_ticks:rate5m", "{{switch}}")),
         ts("Symbol errors (1h)", Q(_port_errors("gangwatch_infiniband_port_symbol_errors_total"),
                                    "{{node}} {{device}}/{{port}}"), description=_QUIET_PORTS),

@@ -108,6 +108,27 @@ def test_checkpoint_in_progress_is_not_a_stall():
     assert verdict(d, 1).state == "progressing"
 
 
+def test_a_checkpoint_whose_first_write_sample_was_lost_is_not_a_stall():
+    """GPUs paused 105 s, their node's write rate a scrape behind them (the filesystem's exporter
+    scraped apart from the GPUs') and that scrape lost: the run's first known write samples decide,
+    not the lost one. Where both were known and neither wrote, the pause began before the writes:
+    no checkpoint."""
+    def paused(lost: bool) -> str:
+        c = Cluster()
+        c.util[:, :, -7:] = 0.0  # no DCGM profiling: utilisation and power only
+        c.power[:, :, -7:] = 50.0
+        c.ib_tx[:, :, -7:] = 0
+        c.fs_write[:, -7:-5] = 1e6  # the rate over the scrape interval before the pause
+        c.fs_write[:, -5:] = 1.2e9
+        if lost:
+            c.fs_write[:, -6] = np.nan
+        w = c.window()
+        return verdict(diagnose(dataclasses.replace(w, gpu={k: v for k, v in w.gpu.items() if k != "sm"}),
+                                [job(1, GANG_A)]), 1).state
+    assert paused(lost=True) == "progressing"
+    assert paused(lost=False) != "progressing"
+
+
 def test_a_checkpoints_own_io_pressure_is_not_an_io_stall():
     c = Cluster()
     c.psi[:, 30:34] = 0.6  # writers block in dirty-page throttling while the checkpoint lasts

@@ -921,7 +921,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     with np.errstate(invalid="ignore"):
         # GPUs that keep kernels resident (a network wait, a hang) are not pausing for a checkpoint
         ckpt_like = writing & ~(util >= th.busy_util)
-    if run and ckpt_like[T - run:T - run + 2].any() and ckpt_like[T - min(run, 2):].all():
+    # the run's first two steps whose writes are known: a lost scrape there (the filesystem's
+    # exporter scraped apart from the GPUs', its rate a scrape behind them) says nothing
+    head = T - run + np.flatnonzero(np.isfinite(fs_w[T - run:]))[:2] if run else []
+    if run and ckpt_like[head].any() and ckpt_like[T - min(run, 2):].all():
         # a checkpoint: GPUs pause when the writing starts and for as long as it lasts (I/O
         # pressure during it is normal); only one that runs far too long is a stall. A pause that
         # began before the writes or outlasts them is no checkpoint.

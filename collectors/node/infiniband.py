@@ -22,8 +22,9 @@ and alerts read these instead of the 8-per-node port series):
 `gangwatch_infiniband_node_{transmit_data_bytes,receive_data_bytes,transmit_wait_ticks,link_downed,
 symbol_errors}_total`: sums over the node's rails that gave the counter in this scrape, left out when
 none did. The rails are its InfiniBand ports where it has one (its Ethernet RDMA ports, a DGX's RoCE
-storage NICs, hang off other switches and are left out), else every port (RoCE). A port that vanishes (driver unload, hot unplug) makes a sum drop: Prometheus
-takes it for a counter reset. A saturated 32-bit port counter stays stuck inside the sum too.
+storage NICs, hang off other switches and are left out), else every port (RoCE). A port that
+vanishes (driver unload, hot unplug) makes a sum drop: Prometheus takes it for a counter reset. A
+saturated 32-bit port counter stays stuck inside the sum too.
 `gangwatch_infiniband_node_ports_down`: ports with link layer InfiniBand whose state is not Active
 (state_id < 4), whose physical state is not Disabled (3: shut on purpose), and that this collector saw
 Active since the agent started. That memory of (device, port) lives in the collector instance and is
@@ -565,7 +566,7 @@ class InfinibandCollector(Collector):
         # the rollups are the collectives' fabric: a node with an InfiniBand HCA runs them there, and
         # its Ethernet RDMA ports (a DGX's RoCE storage NICs) hang off other switches
         rails = "InfiniBand" if any(plan.link_layer == "InfiniBand" for plan in layout.ports) else None
-        readings = [self._collect_port(fams, plan, totals if rails is None or plan.link_layer in (rails, "") else {}, still)
+        readings = [self._collect_port(fams, plan, totals if rails is None or plan.link_layer in (rails, "") else None, still)
                     for plan in layout.ports]
         for metric, total in totals.items():
             fams.get(metric, NODE_HELP[metric]).add_rendered("", total)
@@ -583,10 +584,11 @@ class InfinibandCollector(Collector):
     def close(self) -> None:
         self._files.close()
 
-    def _collect_port(self, fams: _Families, plan: PortPlan, totals: dict[str, int],
+    def _collect_port(self, fams: _Families, plan: PortPlan, totals: dict[str, int] | None,
                       still: list[tuple[str, int]]) -> PortReading:
-        """The port's series into `fams`, its counters summed into `totals`; its error counters and
-        hw_counters into `still` by file path, for the idle window to choose from."""
+        """The port's series into `fams`, its counters summed into `totals` (None: not one of the
+        node's rails); its error counters and hw_counters into `still` by file path, for the idle
+        window to choose from."""
         lbl = plan.labels
         read = self._files.read
         for path, spec, counter_lbl in plan.counters:
@@ -598,7 +600,7 @@ class InfinibandCollector(Collector):
                 still.append((path, scaled))
             else:
                 fams.get(spec.metric, spec.help).add_rendered(lbl, scaled)
-            if spec.node:
+            if spec.node and totals is not None:
                 totals[spec.node] = totals.get(spec.node, 0) + scaled
             if spec.width and saturated(value, spec.width):
                 fams.get("pma_saturated", SATURATED_HELP, gauge).add_rendered(counter_lbl, 1)

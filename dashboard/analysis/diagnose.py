@@ -56,7 +56,7 @@ from collectors.slurm.model import Job
 from .findings import STALL_STATES, STATES, Diagnosis, Evidence, Incident, Placement, State, Verdict  # noqa: F401
 from .findings import finite as _f
 from .thresholds import DEFAULT, Thresholds
-from .window import LINK_LAYER, Window
+from .window import Window
 
 # Slurm states in which a job holds its nodes but is not supposed to run (gang time-slicing and
 # preemption by suspend): reported as such, never judged as stalls.

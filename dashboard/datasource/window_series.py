@@ -41,9 +41,6 @@ class WindowSeries:
             kept = self._fabric_of = (win, fabric, win.other_fabric_ports(fabric))
         return kept[1], kept[2]
 
-    def _own_layer(self, win) -> str:
-        return LINK_LAYER[self._judged(win)[0]]
-
     def _congestion(self, win) -> str | None:
         """The fabric's congestion signal the window holds, None when neither: RoCE's where the
         diagnosis judges the window RoCE (a RoCE port's PortCounters list a transmit wait too, still
@@ -196,7 +193,8 @@ class WindowSeries:
         left_out = ""
         if other is not None and other.shape == valid.shape:
             n = int((valid & other).sum())
-            layers = sorted({layer for node in win.link_layers.values() for layer in node.values()} - {self._own_layer(win)})
+            own = LINK_LAYER[self._judged(win)[0]]
+            layers = sorted({layer for node in win.link_layers.values() for layer in node.values()} - {own})
             left_out = (f" {n:,} RDMA ports of another link layer ({', '.join(layers)}: storage or front-end NICs) are "
                         "left out: they hang off other switches; each node's page lists them.")
             valid &= ~other

@@ -341,6 +341,23 @@ def test_a_gang_filling_a_leaf_is_not_that_leafs_congestion(switch_hot):
     assert (v.culprit, v.culprit_kind) == expected
 
 
+def test_a_gang_on_two_leaves_is_judged_on_both_nodes_ports():
+    """A 2-node gang on two leaves, both nodes waiting beyond the cluster, one port of the second
+    where the parameter server's incast backs up (catalogue seed 810's net_host_wait): the port is
+    named, not the first node because it came first among the leaves that held one node each."""
+    c = Cluster(n=12)
+    gang = ("gpu003", "gpu004")  # the last node of leaf0, the first of leaf1
+    for i in c.rows(gang):
+        c.util[i, :, -8:] = 0.0
+        c.sm[i, :, -8:] = 0.0
+        c.ib_tx[i, :, -8:] = 3e8
+        c.ib_wait[i, :, -8:] = 1e8
+    c.ib_wait[c.nodes.index("gpu004"), 2, -8:] = 5e8
+    v = verdict(diagnose(c.window(), [job(1, gang)]), 1)
+    assert v.state == "stalled_network"
+    assert (v.culprit, v.culprit_kind) == ("gpu004:mlx5_2/1", "port"), v
+
+
 def test_flapping_link_is_the_culprit_port():
     c = Cluster()
     i = c.nodes.index("gpu002")

@@ -1427,11 +1427,7 @@ def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th:
     if not sig_nodes:
         got = _congested_leaf_by_history(win, w, jm, seg, th, ev)
         return got if got[0] else _hot_port(win, jm.node_rows, seg, th, ev)
-    leaves = defaultdict(list)
-    for i, zi in sig_nodes:
-        leaves[win.leaf_of.get(win.nodes[i], "")].append((i, zi))
-    leaf, members = max(leaves.items(), key=lambda kv: len(kv[1]))
-    for i, zi in sorted(members, key=lambda t: -t[1])[:8]:
+    for i, zi in sorted(sig_nodes, key=lambda t: -t[1])[:8]:
         ev.append(Evidence("ib_wait", win.nodes[i], float(per_node[i]), float(10 ** med), th.wait_ratio * 10 ** med,
                            zi, p_one_sided(zi), note=f"node vs {m} nodes of the cluster (log scale)"))
     # A leaf the job's nodes hang off whose busy nodes (the job's and others': an idle node waits for
@@ -1447,13 +1443,14 @@ def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th:
             congested_leaves.append(lf)
     if len(congested_leaves) == 1 and not _follows_the_gang(win, jm, congested_leaves[0], hot, busy, th):
         return congested_leaves[0], "leaf_switch", ev
-    # one node, or several with no leaf they fill: the one port where the job's traffic backs up
-    # most, when one does; else the node when only one stands out
-    port = _hot_port(win, [members[0][0]] if len(members) == 1 else jm.node_rows, seg, th, [])
+    # one node, or several with no leaf they fill (on one leaf or on several: a gang spread over
+    # leaves waits on every one of them for the port it backs up on): the one port where the job's
+    # traffic backs up most, when one does; else the node when only one stands out
+    port = _hot_port(win, [sig_nodes[0][0]] if len(sig_nodes) == 1 else jm.node_rows, seg, th, [])
     if port[0]:
         return port[0], "port", ev + port[2]
-    if len(members) == 1:
-        return win.nodes[members[0][0]], "node", ev
+    if len(sig_nodes) == 1:
+        return win.nodes[sig_nodes[0][0]], "node", ev
     return "", "", ev
 
 

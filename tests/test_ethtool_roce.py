@@ -369,6 +369,32 @@ def test_broadcom_counters_beside_mlx5_in_one_family_each(tmp_path):
     assert "rx_pkts" not in text
 
 
+def test_intel_irdma_ecn_and_cnps_in_the_mlx5_families(tmp_path):
+    """Intel's irdma (an E810 in RoCEv2 mode) counts ECN marks and CNPs per port under the names of
+    drivers/infiniband/hw/irdma/verbs.c (`RxECNMrkd`, `cnpSent`, `cnpHandled`, `cnpIgnored`): read
+    into the families and node rollups the rules and the diagnosis read; its IP and UDP counters are
+    left to the infiniband collector."""
+    sysfs = make_roce_tree(tmp_path, 1)
+    mlx = sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters"
+    mlx_counts = {name: int((mlx / name).read_text()) for name in ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled")}
+    hw = sysfs / "class/infiniband/irdma0/ports/1/hw_counters"
+    hw.mkdir(parents=True)
+    for name, value in (("RxECNMrkd", 70), ("cnpSent", 21), ("cnpHandled", 33), ("cnpIgnored", 2), ("RxUDP", 10**9),
+                        ("ip4InOctets", 10**12), ("lifespan", 10)):
+        (hw / name).write_text(f"{value}\n")
+    c = RoceCollector(Context(paths=Paths(sysfs=str(sysfs))))
+    text = encode(c.collect())
+    c.close()
+    irdma = (("device", "irdma0"), ("port", "1"))
+    for metric, value in (("ecn_marked_packets", 70), ("cnp_sent", 21), ("cnp_handled", 33), ("cnp_ignored", 2)):
+        assert series(text, f"gangwatch_roce_port_{metric}_total")[irdma] == value, metric
+        assert text.count(f"# TYPE gangwatch_roce_port_{metric}_total ") == 1
+    assert series(text, "gangwatch_roce_node_ecn_marked_packets_total") == {(): mlx_counts["np_ecn_marked_roce_packets"] + 70}
+    assert series(text, "gangwatch_roce_node_cnp_sent_total") == {(): mlx_counts["np_cnp_sent"] + 21}
+    assert series(text, "gangwatch_roce_node_cnp_handled_total") == {(): mlx_counts["rp_cnp_handled"] + 33}
+    assert "RxUDP" not in text and "ip4InOctets" not in text
+
+
 def test_roce_without_devices_is_quiet(tmp_path):
     with pytest.raises(NoData):
         RoceCollector(Context(paths=Paths(sysfs=str(tmp_path)))).collect()

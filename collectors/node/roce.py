@@ -3,8 +3,9 @@
 Sources (no privileges): `<sysfs>/class/infiniband/<device>/ports/<port>/hw_counters/<name>`, one
 counter per file (mlx5 names; Broadcom's bnxt_re, from Linux 6.6 until its counters took mlx5's
 names, counts ECN marks, CNPs and the transport errors under its own, `rx_ecn_marked_pkts`,
-`tx_cnp_pkts`, `rx_cnp_pkts`, `oos_drop_count`, `seq_err_naks_rcvd`, `to_retransmits`, read into the
-same families; other drivers expose fewer or none). On RoCE there is no useful
+`tx_cnp_pkts`, `rx_cnp_pkts`, `oos_drop_count`, `seq_err_naks_rcvd`, `to_retransmits`, and Intel's
+irdma, an E810 in RoCEv2 mode, ECN marks and CNPs as `RxECNMrkd`, `cnpSent`, `cnpHandled`,
+`cnpIgnored`, read into the same families; other drivers expose fewer or none). On RoCE there is no useful
 `port_xmit_wait`: congestion shows as ECN-marked packets at the receiver (`np_ecn_marked_roce_packets`),
 congestion notification packets it sends back (`np_cnp_sent`) and that senders act on
 (`rp_cnp_handled`, `rp_cnp_ignored`); a lossy or flapping link shows as sequence errors
@@ -55,27 +56,30 @@ class Spec(NamedTuple):
     node: str = ""  # the node rollup this counter is summed into
 
 
-# Counters that Broadcom's bnxt_re has under its own names (drivers/infiniband/hw/bnxt_re/hw_counters.c
-# from Linux 6.6; later kernels give it mlx5's names, np_cnp_pkts for a while): one family each,
-# whichever driver a port has.
+# Counters that Broadcom's bnxt_re (drivers/infiniband/hw/bnxt_re/hw_counters.c from Linux 6.6; later
+# kernels give it mlx5's names, np_cnp_pkts for a while) and Intel's irdma have under their own names:
+# one family each, whichever driver a port has.
 _ECN_MARKED = Spec("port_ecn_marked_packets_total", "RoCE packets received with the ECN congestion-experienced "
-                   "mark (mlx5 np_ecn_marked_roce_packets, bnxt_re rx_ecn_marked_pkts).", "node_ecn_marked_packets_total")
+                   "mark (mlx5 np_ecn_marked_roce_packets, bnxt_re rx_ecn_marked_pkts, irdma RxECNMrkd).",
+                   "node_ecn_marked_packets_total")
 _CNP_SENT = Spec("port_cnp_sent_total", "Congestion notification packets sent to senders after ECN-marked packets "
-                 "arrived (mlx5 np_cnp_sent, bnxt_re tx_cnp_pkts or np_cnp_pkts).", "node_cnp_sent_total")
+                 "arrived (mlx5 np_cnp_sent, bnxt_re tx_cnp_pkts or np_cnp_pkts, irdma cnpSent).", "node_cnp_sent_total")
 _CNP_HANDLED = Spec("port_cnp_handled_total", "Congestion notification packets received and acted on: this port's "
-                    "sending rate was cut (mlx5 rp_cnp_handled, bnxt_re rx_cnp_pkts).", "node_cnp_handled_total")
+                    "sending rate was cut (mlx5 rp_cnp_handled, bnxt_re rx_cnp_pkts, irdma cnpHandled).",
+                    "node_cnp_handled_total")
 _OUT_OF_SEQUENCE = Spec("port_out_of_sequence_packets_total", "Packets received out of sequence, a sign of loss "
                         "on the path (mlx5 out_of_sequence, bnxt_re oos_drop_count).", "node_sequence_errors_total")
 _SEQUENCE_NAKS = Spec("port_packet_sequence_errors_total", "NAKs for packet sequence errors received (mlx5 "
                       "packet_seq_err, bnxt_re seq_err_naks_rcvd).", "node_sequence_errors_total")
 _ACK_TIMEOUTS = Spec("port_local_ack_timeouts_total", "Times the sender's ACK timer expired and it retransmitted "
                      "(mlx5 local_ack_timeout_err, bnxt_re to_retransmits).", "node_local_ack_timeouts_total")
+_CNP_IGNORED = Spec("port_cnp_ignored_total", "Congestion notification packets received but ignored "
+                    "(mlx5 rp_cnp_ignored, irdma cnpIgnored).")
 COUNTERS: dict[str, Spec] = {
     "np_ecn_marked_roce_packets": _ECN_MARKED,
     "np_cnp_sent": _CNP_SENT,
     "rp_cnp_handled": _CNP_HANDLED,
-    "rp_cnp_ignored": Spec("port_cnp_ignored_total", "Congestion notification packets received but ignored "
-                           "(rp_cnp_ignored)."),
+    "rp_cnp_ignored": _CNP_IGNORED,
     "out_of_sequence": _OUT_OF_SEQUENCE,
     "packet_seq_err": _SEQUENCE_NAKS,
     "roce_adp_retrans": Spec("port_adaptive_retransmissions_total", "Adaptive retransmissions of RoCE traffic "
@@ -96,6 +100,12 @@ COUNTERS: dict[str, Spec] = {
     "np_cnp_pkts": _CNP_SENT,  # the later name first: it wins where a port has both
     "tx_cnp_pkts": _CNP_SENT,
     "rx_cnp_pkts": _CNP_HANDLED,
+    # Intel's irdma (E810 in RoCEv2 mode, drivers/infiniband/hw/irdma/verbs.c): ECN marks and CNPs under
+    # its own names, per port since Linux 5.15; it has no out-of-sequence or retransmission counter
+    "RxECNMrkd": _ECN_MARKED,
+    "cnpSent": _CNP_SENT,
+    "cnpHandled": _CNP_HANDLED,
+    "cnpIgnored": _CNP_IGNORED,
 }
 
 _SUM = ("summed over the node's ports that report it in this scrape; absent when none does; a port that "

@@ -15,9 +15,10 @@ congestion notification packets it sends back (`np_cnp_sent`) and that senders a
 Metrics (labels `device`, `port`): `gangwatch_roce_port_<counter>_total` for each counter in COUNTERS.
 Node rollups (no labels): `gangwatch_roce_node_{ecn_marked_packets,cnp_sent,cnp_handled,
 sequence_errors,retransmissions,local_ack_timeouts}_total`, sums over the ports that gave the counter
-in this scrape (left out when none did), as the InfiniBand collector's node rollups; rules, alerts
-and the diagnosis read these. A port that vanishes makes a sum drop, which Prometheus reads as a
-counter reset.
+in this scrape (left out when none did), as the InfiniBand collector's node rollups, but over every
+RDMA port: a DGX's storage NICs are in them (no rule or alert reads them; the NICLinkErrors runbook
+points at them; the diagnosis reads the per-port series).
+A port that vanishes makes a sum drop, which Prometheus reads as a counter reset.
 
 Every other hw_counters file (`implied_nak_seq_err`, `roce_adp_retrans_to`, `out_of_buffer`,
 `duplicate_request`, other drivers' and newer kernels' files) is left to the infiniband collector's

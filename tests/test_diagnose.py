@@ -358,6 +358,32 @@ def test_a_gang_on_two_leaves_is_judged_on_both_nodes_ports():
     assert (v.culprit, v.culprit_kind) == ("gpu004:mlx5_2/1", "port"), v
 
 
+@pytest.mark.parametrize("congested", [False, True])
+def test_a_gang_that_spun_since_it_started_is_not_progressing(congested):
+    """A gang whose GPUs have had kernels resident with idle SMs since it started (NCCL set-up that
+    never completes while the nodes' other traffic goes on, or a job that started inside a fault) has
+    that wait as its own baseline: not "progressing at its baseline" but not judged, with why; where
+    its ports wait 10x the cluster's typical node, the network stall it is."""
+    c = Cluster()
+    r = c.rows(GANG_A)
+    start = T - 30  # 7.5 minutes ago, past the 5-minute grace
+    c.util[r, :, start:] = 0.98
+    c.sm[r, :, start:] = 0.013
+    c.ib_tx[r, :, start:] = 6e5  # the node's other traffic (storage over the fabric), steady
+    if congested:
+        c.ib_wait[r, :, start:] = 3e6
+    v = verdict(diagnose(c.window(), [job(1, GANG_A, start=TIMES[start])]), 1)
+    if congested:
+        assert v.state == "stalled_network", v
+    else:
+        assert v.state == "insufficient_data", v
+        assert "SMs idle" in v.reason and "since it started" in v.reason, v.reason
+    c.sm[r, :, start:start + 4] = 0.7  # a minute of work after it started: judged against that work
+    v = verdict(diagnose(c.window(), [job(1, GANG_A, start=TIMES[start])]), 1)
+    assert v.state == ("stalled_network" if congested else "insufficient_data"), v
+    assert "since it started" not in v.reason, v.reason
+
+
 def test_flapping_link_is_the_culprit_port():
     c = Cluster()
     i = c.nodes.index("gpu002")

@@ -1015,12 +1015,52 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     if partial is not None:
         # GPUs idle for long while the working ones pause (a checkpoint): still idle GPUs
         return partial.verdict
+    spun = _spun_throughout(win, jm, th, base, known, spinning & lazy, util, sm, ib_wait, multi_node, sig) \
+        if has_sm else None
+    if spun is not None:
+        return spun
     conf = 0.9 if has_sm else 0.75
     ar = _mean(act[-recent:])
     r = f"activity at {ar / act_base:.0%} of baseline" if ar is not None and act_base > 0 else "activity normal"
     return Verdict(**base, state="progressing", confidence=conf, since=None, reason="; ".join([r] + notes),
                    evidence=(Evidence("activity", "", _mean((act[-recent:])), act_base,
                                       th.degraded_fraction * act_base),))
+
+
+def _spun_throughout(win: Window, jm: _JobMap, th: Thresholds, base: dict, known: np.ndarray, spin: np.ndarray,
+                     util: np.ndarray, sm: np.ndarray, ib_wait: np.ndarray, multi_node: bool,
+                     sig: _Signals) -> Verdict | None:
+    """An insufficient_data verdict for a job whose GPUs' SMs have been idle at every step the
+    window holds of it, with kernels resident over the latest (a collective or NCCL's set-up
+    waiting since before the job's first judged step, or a job that started inside a fault): its
+    own baselines are that wait, so "at its baseline" says nothing, and without a step of work to
+    compare with, a hang and a network wait its ports do not show beyond the cluster's 10x cannot
+    be told apart. None when any step shows the SMs at work, too few are known, or the GPUs are not
+    busy now (a job that lets its GPUs idle is judged on that)."""
+    need = max(2, int(math.ceil(th.stall_min_seconds / win.step)))
+    with np.errstate(invalid="ignore"):
+        sm_known = known & np.isfinite(sm)
+        if int(sm_known.sum()) < need or bool((sm[sm_known] >= th.hang_sm).any()):
+            return None
+    if not bool(spin[np.flatnonzero(known)[-need:]].all()):
+        return None
+    first = int(np.flatnonzero(known)[0])
+    since = float(win.times[first])
+    started = bool(jm.job.start_time) and jm.job.start_time >= float(win.times[0])
+    span = f"since it started {win.end - since:.0f} s ago" if started else \
+        f"for the whole window ({win.end - since:.0f} s of it)"
+    what = [f"its GPUs have run kernels with their SMs idle (utilisation {_mean(util[known]):.0%}, SM activity "
+            f"{_mean(sm[known]):.1%}) {span}: no step of work to judge it against, so it is not called "
+            "progressing; a collective or NCCL set-up waiting since then, or a job that started inside a fault"]
+    if multi_node:
+        cw = sig.cluster_wait_median(jm.node_rows)
+        w = _mean(ib_wait[known])
+        if w is not None and np.isfinite(cw) and cw > 0:
+            what.append(f"its ports wait {w / cw:.1f}x the cluster's typical node (congested from "
+                        f"{th.wait_ratio:g}x)")
+    return Verdict(**base, state="insufficient_data", confidence=0.0, since=since, reason="; ".join(what),
+                   evidence=(Evidence("sm", "", _mean(sm[known]), None, th.hang_sm, note="SM activity"),
+                             Evidence("util", "", _mean(util[known]), None, th.busy_util, note="GPU utilisation")))
 
 
 def _rows_series(sig: _Signals, name: str, rows: list[int], k: int) -> np.ndarray | None:

@@ -1038,10 +1038,9 @@ def _spun_throughout(win: Window, jm: _JobMap, th: Thresholds, base: dict, known
     be told apart. None when any step shows the SMs at work, too few are known, or the GPUs are not
     busy now (a job that lets its GPUs idle is judged on that)."""
     need = max(2, int(math.ceil(th.stall_min_seconds / win.step)))
-    with np.errstate(invalid="ignore"):
-        sm_known = known & np.isfinite(sm)
-        if int(sm_known.sum()) < need or bool((sm[sm_known] >= th.hang_sm).any()):
-            return None
+    sm_known = known & np.isfinite(sm)
+    if int(sm_known.sum()) < need or bool((sm[sm_known] >= th.hang_sm).any()):
+        return None
     if not bool(spin[np.flatnonzero(known)[-need:]].all()):
         return None
     first = int(np.flatnonzero(known)[0])

@@ -372,7 +372,7 @@ def test_broadcom_counters_beside_mlx5_in_one_family_each(tmp_path):
 def test_intel_irdma_ecn_and_cnps_in_the_mlx5_families(tmp_path):
     """Intel's irdma (an E810 in RoCEv2 mode) counts ECN marks and CNPs per port under the names of
     drivers/infiniband/hw/irdma/verbs.c (`RxECNMrkd`, `cnpSent`, `cnpHandled`, `cnpIgnored`): read
-    into the families and node rollups the rules and the diagnosis read; its IP and UDP counters are
+    into the families the diagnosis reads, and into the node rollups; its IP and UDP counters are
     left to the infiniband collector."""
     sysfs = make_roce_tree(tmp_path, 1)
     mlx = sysfs / "class/infiniband/mlx5_0/ports/1/hw_counters"

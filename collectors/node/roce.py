@@ -5,9 +5,9 @@ counter per file (mlx5 names; Broadcom's bnxt_re, from Linux 6.6 until its count
 names, counts ECN marks, CNPs and the transport errors under its own, `rx_ecn_marked_pkts`,
 `tx_cnp_pkts`, `rx_cnp_pkts`, `oos_drop_count`, `seq_err_naks_rcvd`, `to_retransmits`, and Intel's
 irdma, an E810 in RoCEv2 mode, ECN marks and CNPs as `RxECNMrkd`, `cnpSent`, `cnpHandled`,
-`cnpIgnored`, read into the same families; other drivers expose fewer or none). On RoCE there is no useful
-`port_xmit_wait`: congestion shows as ECN-marked packets at the receiver (`np_ecn_marked_roce_packets`),
-congestion notification packets it sends back (`np_cnp_sent`) and that senders act on
+`cnpIgnored`: read into the same families; other drivers expose fewer or none). On RoCE there is
+no useful `port_xmit_wait`: congestion shows as ECN-marked packets at the receiver
+(`np_ecn_marked_roce_packets`), congestion notification packets it sends back (`np_cnp_sent`) and that senders act on
 (`rp_cnp_handled`, `rp_cnp_ignored`); a lossy or flapping link shows as sequence errors
 (`out_of_sequence`, `packet_seq_err`), retransmissions (`roce_adp_retrans`, `local_ack_timeout_err`,
 `rnr_nak_retry_err`) and slow restarts.

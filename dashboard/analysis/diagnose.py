@@ -1015,8 +1015,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     if partial is not None:
         # GPUs idle for long while the working ones pause (a checkpoint): still idle GPUs
         return partial.verdict
-    spun = _spun_throughout(win, jm, th, base, known, spinning & lazy, util, sm, ib_wait, multi_node, sig) \
-        if has_sm else None
+    spun = _spun_throughout(win, sig, jm, th, base, known, spinning & lazy, util, sm, ib_wait) if has_sm else None
     if spun is not None:
         return spun
     conf = 0.9 if has_sm else 0.75
@@ -1027,9 +1026,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                                       th.degraded_fraction * act_base),))
 
 
-def _spun_throughout(win: Window, jm: _JobMap, th: Thresholds, base: dict, known: np.ndarray, spin: np.ndarray,
-                     util: np.ndarray, sm: np.ndarray, ib_wait: np.ndarray, multi_node: bool,
-                     sig: _Signals) -> Verdict | None:
+def _spun_throughout(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: dict, known: np.ndarray,
+                     spin: np.ndarray, util: np.ndarray, sm: np.ndarray, ib_wait: np.ndarray) -> Verdict | None:
     """An insufficient_data verdict for a job whose GPUs' SMs have been idle at every step the
     window holds of it, with kernels resident over the latest (a collective or NCCL's set-up
     waiting since before the job's first judged step, or a job that started inside a fault): its
@@ -1051,7 +1049,7 @@ def _spun_throughout(win: Window, jm: _JobMap, th: Thresholds, base: dict, known
     what = [f"its GPUs have run kernels with their SMs idle (utilisation {_mean(util[known]):.0%}, SM activity "
             f"{_mean(sm[known]):.1%}) {span}: no step of work to judge it against, so it is not called "
             "progressing; a collective or NCCL set-up waiting since then, or a job that started inside a fault"]
-    if multi_node:
+    if len(jm.node_rows) > 1:
         cw = sig.cluster_wait_median(jm.node_rows)
         w = _mean(ib_wait[known])
         if w is not None and np.isfinite(cw) and cw > 0:

@@ -952,3 +952,48 @@ def test_without_psi_the_tasks_in_io_wait_say_readers_wait():
     assert "tasks in I/O wait" in quiet.reason.split("missing:")[0]
     assert "filesystem reads at 33%" in quiet.reason
     assert loader(12.0, stalled=False).state == "progressing"
+
+
+@pytest.mark.parametrize("dead_node", [False, True])
+def test_spinning_with_nothing_on_the_wire_is_hung_at_any_spinning_power(dead_node):
+    """Without SM activity, board power says kernels spin, not whether the collective waits on the
+    fabric or on ranks that will never come: a spinning A100 draws 100-130 W, half of a light
+    training load's 250 W. The wire tells them apart: a gang whose traffic stopped while its ports
+    neither back up nor drop waits on no network (a rank died or a collective never completes).
+    The same spin over ports that back up, or over traffic that only slowed, is the network's."""
+    from dataclasses import replace
+
+    def judged(tx, wait):
+        c = Cluster()
+        base = float(np.quantile(c.power[c.rows(GANG_B)], 0.97))
+        paint(c, GANG_B, 12, util=1.0, power=0.5 * base, ib_tx=tx, ib_wait=wait)
+        if dead_node:
+            dead = c.nodes.index("gpu004")
+            c.util[dead, :, -12:] = 0.0
+            c.power[dead, :, -12:] = 55.0
+        w = c.window()
+        gpu = {k: v for k, v in w.gpu.items() if k != "sm"}  # no DCGM profiling
+        d = diagnose(replace(w, gpu=gpu), [job(1, GANG_A), job(2, GANG_B)])
+        assert verdict(d, 1).state == "progressing"
+        return verdict(d, 2)
+
+    v = judged(tx=1e4, wait=1e5)
+    assert (v.state, v.culprit_kind) == ("hung", "job"), (v.state, v.reason)
+    assert judged(tx=1e4, wait=3e7).state == "stalled_network"  # its ports back up
+    assert judged(tx=3e9, wait=1e5).state == "stalled_network"  # traffic slowed to 15 %, not stopped
+
+
+def test_the_hot_port_is_named_where_too_few_nodes_are_busy_to_compare():
+    """A small cluster with only the gang's two nodes carrying traffic (catalogue seeds 1105 and
+    1106): too few busy nodes for a cluster reference, but the port where the gang's collectives
+    back up waits several times the gang's other ports all the same, and is named."""
+    c = Cluster()
+    gang = ("gpu000", "gpu001")
+    rest = [n for n in c.nodes if n not in gang]
+    paint(c, rest, T, util=0.0, sm=0.0, ib_tx=0.0, ib_wait=0.0)
+    paint(c, gang, 12, util=0.99, sm=0.05, ib_tx=1e9, ib_wait=6e7)
+    c.power = 90 + 500 * c.sm
+    c.ib_wait[c.nodes.index("gpu001"), 3, -12:] = 2e8
+    v = verdict(diagnose(c.window(), [job(1, gang)]), 1)
+    assert v.state == "stalled_network", v
+    assert (v.culprit, v.culprit_kind) == ("gpu001:mlx5_3/1", "port"), v

@@ -885,6 +885,12 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         reading = ((fs_r >= 0.5 * read_base) if np.isfinite(read_base) and read_base > 1e6 and not jm.shared
                    else np.zeros(T, bool))
         hang = ((spinning & lazy) | (idle_all & held & ~io_wait & ~slow_target & ~reading)) & flat & ~fabric
+        if multi_node and np.isfinite(ib_base) and ib_base > 0:
+            # Power says kernels spin, not what they wait for: a collective over a fabric that backs up
+            # and one that waits for ranks that will never come draw the same. A gang's wire that went
+            # quiet while its ports neither back up nor drop waits on no network, at whatever level
+            # the spin draws (an A100 spinning draws ~120 W, half of a light training load).
+            hang |= spinning & slack & flat & ~fabric
         # Network: GPUs spin in a collective that waits on the fabric (NCCL busy-polls, so
         # utilisation stays high while SM activity falls), or the GPUs go quiet because the wait
         # happens on the host (MPI/Gloo over the host, host-staged copies, blocking waits) while the
@@ -1454,7 +1460,9 @@ def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th:
     z, med, scale = robust_z(logv, 0.05)
     m = int(np.isfinite(logv).sum())
     if m < th.min_peers:
-        return "", "", ev
+        # too few busy nodes for a cluster reference (a small cluster, or the gang alone on it): the
+        # port where the gang's collectives back up still stands out from the gang's other ports
+        return _hot_port(win, jm.node_rows, seg, th, ev)
     sig_nodes = []
     for i in jm.node_rows:
         zi = z[i]

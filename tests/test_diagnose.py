@@ -963,7 +963,7 @@ def test_spinning_with_nothing_on_the_wire_is_hung_at_any_spinning_power(dead_no
     The same spin over ports that back up, or over traffic that only slowed, is the network's."""
     from dataclasses import replace
 
-    def judged(tx, wait):
+    def judged(tx, wait, storm=False):
         c = Cluster()
         base = float(np.quantile(c.power[c.rows(GANG_B)], 0.97))
         paint(c, GANG_B, 12, util=1.0, power=0.5 * base, ib_tx=tx, ib_wait=wait)
@@ -973,7 +973,14 @@ def test_spinning_with_nothing_on_the_wire_is_hung_at_any_spinning_power(dead_no
             c.power[dead, :, -12:] = 55.0
         w = c.window()
         gpu = {k: v for k, v in w.gpu.items() if k != "sm"}  # no DCGM profiling
-        d = diagnose(replace(w, gpu=gpu), [job(1, GANG_A), job(2, GANG_B)])
+        node, rail = dict(w.node), dict(w.rail)
+        if storm:  # RoCE: a NIC of the gang's in a PFC storm, its ECN marks and CNPs below 10x
+            node["eth_storm"] = np.zeros((c.n, T), np.float32)
+            node["eth_storm"][c.nodes.index("gpu005"), -12::2] = 5
+            rail["roce_cong"] = np.full((c.n, G, T), 100.0, np.float32)
+            rail["roce_cong"][c.rows(GANG_B), :, -12:] = 600.0
+            del rail["ib_wait"]
+        d = diagnose(replace(w, gpu=gpu, node=node, rail=rail), [job(1, GANG_A), job(2, GANG_B)])
         assert verdict(d, 1).state == "progressing"
         return verdict(d, 2)
 
@@ -981,6 +988,7 @@ def test_spinning_with_nothing_on_the_wire_is_hung_at_any_spinning_power(dead_no
     assert (v.state, v.culprit_kind) == ("hung", "job"), (v.state, v.reason)
     assert judged(tx=1e4, wait=3e7).state == "stalled_network"  # its ports back up
     assert judged(tx=3e9, wait=1e5).state == "stalled_network"  # traffic slowed to 15 %, not stopped
+    assert judged(tx=1e4, wait=1e5, storm=True).state == "stalled_network"  # RoCE seed 903
 
 
 def test_the_hot_port_is_named_where_too_few_nodes_are_busy_to_compare():

@@ -889,8 +889,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # Power says kernels spin, not what they wait for: a collective over a fabric that backs up
             # and one that waits for ranks that will never come draw the same. A gang's wire that went
             # quiet while its ports neither back up nor drop waits on no network, at whatever level
-            # the spin draws (an A100 spinning draws ~120 W, half of a light training load).
-            hang |= spinning & slack & flat & ~fabric
+            # the spin draws (an A100 spinning draws ~120 W, half of a light training load). A NIC
+            # near the gang in a PFC storm is the network's doing though its pauses may not reach 10x.
+            storm = _recent_events(_storms_near(win, jm), int(round(th.link_window_seconds / step)))
+            hang |= spinning & slack & flat & ~fabric & ~storm
         # Network: GPUs spin in a collective that waits on the fabric (NCCL busy-polls, so
         # utilisation stays high while SM activity falls), or the GPUs go quiet because the wait
         # happens on the host (MPI/Gloo over the host, host-staged copies, blocking waits) while the
@@ -1122,6 +1124,18 @@ def _recent_events(events: np.ndarray, width: int) -> np.ndarray:
     w = max(int(width), 1)
     lo = np.maximum(np.arange(1, c.shape[-1]) - w, 0)
     return (c[..., 1:] - c[..., lo]) > 0
+
+
+def _storms_near(win: Window, jm: _JobMap) -> np.ndarray:
+    """(T,) steps where a NIC's PFC storm guard fired (`eth_storm`) on one of the job's nodes or on
+    a node of a leaf switch they hang off (its pause frames stall every link through the switch)."""
+    a = win.node.get("eth_storm")
+    if a is None:
+        return np.zeros(win.n_steps, bool)
+    leaves = {win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}
+    near = sorted(set(jm.node_rows) | {i for i, n in enumerate(win.nodes) if win.leaf_of.get(n, "") in leaves})
+    with np.errstate(invalid="ignore"):
+        return (a[near] > 0).any(axis=0)
 
 
 def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -1005,3 +1005,43 @@ def test_the_hot_port_is_named_where_too_few_nodes_are_busy_to_compare():
     v = verdict(diagnose(c.window(), [job(1, gang)]), 1)
     assert v.state == "stalled_network", v
     assert (v.culprit, v.culprit_kind) == ("gpu001:mlx5_3/1", "port"), v
+
+
+@pytest.mark.parametrize("profiling", [False, True])
+def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling):
+    """RoCE seed 900: a gang started 2 minutes into a PFC storm on its leaf; its GPUs have spun
+    since, so its own baselines are the storm's, and its ports have been held back 100x the
+    cluster's typical node throughout. A storm on its leaf and its own ports held back make it the
+    storm's victim (the storming node named), whatever its baselines say. Without SM activity the
+    same gang without the storm keeps its baselines; with it, SMs idle for their utilisation say it
+    waits, and SMs at their pace say it works, storm or not."""
+    from dataclasses import replace
+
+    def judged(storm=True, working=False):
+        c = Cluster(n=12)
+        c.leaf_of["gpu008"] = "leaf1"  # a node beside the gang on its leaf, the storming one
+        start = T - 30  # 7.5 minutes ago, past the 5-minute grace
+        r = c.rows(GANG_B)
+        c.util[r, :, start:] = 0.98
+        c.sm[r, :, start:] = 0.7 if working else 0.02
+        c.power = 90 + 500 * c.sm
+        c.ib_tx[r, :, start:] = 4e8
+        w = c.window()
+        gpu = dict(w.gpu) if profiling else {k: v for k, v in w.gpu.items() if k != "sm"}
+        rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
+        rail["roce_cong"] = np.full((c.n, G, T), 100.0, np.float32)
+        rail["roce_cong"][r, :, start:] = 1e4
+        node = dict(w.node)
+        node["eth_storm"] = np.zeros((c.n, T), np.float32)
+        if storm:
+            node["eth_storm"][c.nodes.index("gpu008"), start - 8::2] = 3
+        jobs = [job(1, GANG_A), job(2, GANG_B, start=TIMES[start])]
+        return verdict(diagnose(replace(w, gpu=gpu, rail=rail, node=node), jobs), 2)
+
+    v = judged()
+    assert (v.state, v.culprit, v.culprit_kind) == ("stalled_network", "gpu008", "node"), v
+    if profiling:  # SMs idle for their utilisation say it waits, storm or not (the network stall rule)
+        assert judged(storm=False).state == "stalled_network"
+        assert judged(working=True).state == "progressing"
+    else:  # power alone cannot say it waits: without the storm, its baselines stand
+        assert judged(storm=False).state == "progressing"

@@ -658,6 +658,15 @@ class _Signals:
                 starts = np.concatenate([[0], np.cumsum([len(maps[k].node_rows) for k in rows])[:-1]])
                 lo, hi = np.fmin.reduceat(rmin[flat], starts), np.fmax.reduceat(rmax[flat], starts)
                 cand[rows] |= lo <= (1 - th.clock_drop) * hi
+        storm = self.win.node.get("eth_storm")
+        if storm is not None and multi.any():
+            # a gang near a NIC in a PFC storm lately is judged in detail: one that started inside the
+            # storm has it as its own baseline, so no drop from that baseline flags it
+            with np.errstate(invalid="ignore"):
+                fired = np.flatnonzero((storm[:, -max(1, int(round(th.link_window_seconds / step))):] > 0).any(axis=1))
+            if fired.size:
+                for k in np.flatnonzero(multi):
+                    cand[k] |= bool(_storming_near(self.win, maps[k].node_rows, fired))
         self.candidate = cand
 
     def get(self, name: str, k: int) -> np.ndarray | None:
@@ -851,6 +860,9 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         else:
             flat = np.ones(T, bool)
         fabric = congested | link_event  # the job's own ports back up or its links drop
+        # a NIC in a PFC storm on the gang's nodes or leaf (RoCE; lately, as a flapping link)
+        storm_near = (_recent_events(_storms_near(win, jm), int(round(th.link_window_seconds / step)))
+                      if multi_node else np.zeros(T, bool))
         degraded = (act < th.degraded_fraction * act_base) | idle_all
         if multi_node:
             # a gang paced by a flapping link: slower work, or (kernels spinning keep utilisation
@@ -891,13 +903,21 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # quiet while its ports neither back up nor drop waits on no network, at whatever level
             # the spin draws (an A100 spinning draws ~120 W, half of a light training load). A NIC
             # near the gang in a PFC storm is the network's doing though its pauses may not reach 10x.
-            storm = _recent_events(_storms_near(win, jm), int(round(th.link_window_seconds / step)))
-            hang |= spinning & slack & flat & ~fabric & ~storm
+            hang |= spinning & slack & flat & ~fabric & ~storm_near
         # Network: GPUs spin in a collective that waits on the fabric (NCCL busy-polls, so
         # utilisation stays high while SM activity falls), or the GPUs go quiet because the wait
         # happens on the host (MPI/Gloo over the host, host-staged copies, blocking waits) while the
         # job's own ports show the fabric backing up or links dropping.
         net = multi_node & ~hang & ((spinning & slack & (fabric | collapsed)) | (degraded & fabric & ~io_wait))
+        if multi_node:
+            # A PFC storm on the gang's leaf pauses every lossless link through the switch: a gang
+            # spinning there whose own ports are held back is its victim, whatever its own baselines
+            # say (one that started inside the storm has the storm as its baseline). Where SM
+            # activity is exported, SMs busy for their utilisation say it works all the same.
+            victim = storm_near & congested & spinning
+            if has_sm:
+                victim &= sm < th.waiting_sm_ratio * util
+            net |= victim & ~hang
         degraded |= net | hang
         # I/O: readers wait, or a target the job reads from is slow, while GPUs the job holds starve
         # (GPUs with nothing on them are idle whatever the node reads)
@@ -1126,16 +1146,27 @@ def _recent_events(events: np.ndarray, width: int) -> np.ndarray:
     return (c[..., 1:] - c[..., lo]) > 0
 
 
+def _storming_near(win: Window, rows: Sequence[int], storming: Sequence[int]) -> list[int]:
+    """Of the nodes whose NICs stormed (`storming`), those near a job on `rows`: one of its nodes or
+    on a leaf switch they hang off (its pause frames stall every link through the switch); without
+    the leaf switches, its own nodes or the one storm in the cluster (as `_storm_culprit` names it)."""
+    leaves = {win.leaf_of.get(win.nodes[i], "") for i in rows} - {""}
+    mine = set(rows)
+    near = [int(i) for i in storming if i in mine or win.leaf_of.get(win.nodes[i], "") in leaves]
+    if not near and not win.leaf_of and len(storming) == 1:
+        near = [int(storming[0])]
+    return near
+
+
 def _storms_near(win: Window, jm: _JobMap) -> np.ndarray:
-    """(T,) steps where a NIC's PFC storm guard fired (`eth_storm`) on one of the job's nodes or on
-    a node of a leaf switch they hang off (its pause frames stall every link through the switch)."""
+    """(T,) steps where a NIC's PFC storm guard fired (`eth_storm`) near the job (`_storming_near`)."""
     a = win.node.get("eth_storm")
     if a is None:
         return np.zeros(win.n_steps, bool)
-    leaves = {win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}
-    near = sorted(set(jm.node_rows) | {i for i, n in enumerate(win.nodes) if win.leaf_of.get(n, "") in leaves})
     with np.errstate(invalid="ignore"):
-        return (a[near] > 0).any(axis=0)
+        fired = a > 0
+    near = _storming_near(win, jm.node_rows, np.flatnonzero(fired.any(axis=1)))
+    return fired[near].any(axis=0) if near else np.zeros(win.n_steps, bool)
 
 
 def _holding(sig: _Signals, jm: _JobMap, k: int, th: Thresholds, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:

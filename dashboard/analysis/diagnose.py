@@ -1778,6 +1778,19 @@ def _clock_tests(cm: np.ndarray, jm: _JobMap, allc: np.ndarray, th: Thresholds):
     return hits, f"{ref.size} busy GPUs of the cluster"
 
 
+def _checkpointing(win: Window, jm: _JobMap, th: Thresholds, recent: int) -> bool:
+    """Whether the job's nodes wrote at checkpoint speed in the last `recent` steps. GPUs that work
+    while their peers wait are then the checkpoint's (one rank writes while the others wait at the
+    barrier; nodes scraped at different offsets of the pause), not a straggler: one outlasts it."""
+    w = win.node.get("fs_write")
+    if w is None or not jm.node_rows:
+        return False
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return bool((np.nanmean(w[jm.node_rows][:, -recent:].astype(np.float64), axis=0)
+                     >= th.checkpoint_write_bytes).any())
+
+
 def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: dict) -> Verdict | None:
     T, step, now = win.n_steps, win.step, win.end
     recent = max(2, int(round(th.recent_seconds / step)))
@@ -1796,7 +1809,7 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
         if hits:
             drop = 1 - float(np.mean([h[1] for h in hits])) / hits[0][2]
     sm = sig.gpu2d.get("sm")
-    if not culprits and sm is not None and len(jm.gpu_flat) >= th.min_peers:
+    if not culprits and sm is not None and len(jm.gpu_flat) >= th.min_peers and not _checkpointing(win, jm, th, recent):
         s = _nanmean(sm[jm.gpu_flat][:, -recent:].astype(np.float64), 1)
         with np.errstate(invalid="ignore"):
             # an idle GPU is not a peer that waits at a barrier: test only GPUs that run kernels

@@ -1149,7 +1149,7 @@ def _recent_events(events: np.ndarray, width: int) -> np.ndarray:
 def _storming_near(win: Window, rows: Sequence[int], storming: Sequence[int]) -> list[int]:
     """Of the nodes whose NICs stormed (`storming`), those near a job on `rows`: one of its nodes or
     on a leaf switch they hang off (its pause frames stall every link through the switch); without
-    the leaf switches, its own nodes or the one storm in the cluster (as `_storm_culprit` names it)."""
+    the leaf switches, its own nodes or the one storm in the cluster."""
     leaves = {win.leaf_of.get(win.nodes[i], "") for i in rows} - {""}
     mine = set(rows)
     near = [int(i) for i in storming if i in mine or win.leaf_of.get(win.nodes[i], "") in leaves]
@@ -1578,10 +1578,7 @@ def _storm_culprit(win: Window, jm: _JobMap, span: slice) -> tuple[str, list[Evi
     if not storming.size:
         return None
     mine = set(jm.node_rows)
-    leaves = {win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}
-    near = [int(i) for i in storming if i in mine or win.leaf_of.get(win.nodes[i], "") in leaves]
-    if not near and not win.leaf_of and storming.size == 1:
-        near = [int(storming[0])]
+    near = _storming_near(win, jm.node_rows, storming)
     if not near:
         return None
     near.sort(key=lambda i: (-per[i], win.nodes[i]))

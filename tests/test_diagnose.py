@@ -954,6 +954,35 @@ def test_without_psi_the_tasks_in_io_wait_say_readers_wait():
     assert loader(12.0, stalled=False).state == "progressing"
 
 
+def test_pressure_below_the_stall_level_with_readers_piling_up_is_an_input_stall():
+    """Two witnesses each short of a stall on its own agree: a loader-bound job at 15 % of its pace
+    whose node has I/O pressure at 26 % (a stall from 30 %) and 15 tasks in I/O wait (1 while it
+    ran at pace, 0-1 on the other nodes), its reads near their past (a neighbour on the node reads
+    too), is waiting for input (catalogue seed 1202). Either witness alone is not enough."""
+    from dataclasses import replace
+
+    def loader(psi, blocked_now):
+        c = Cluster()
+        k = c.nodes.index("gpu005")
+        blocked = np.where(np.arange(c.n)[:, None] % 2 == 0, 0.0, 1.0) * np.ones((c.n, T))
+        blocked[k] = 1.0
+        c.util[k, :, -12:] *= 0.15
+        c.sm[k, :, -12:] *= 0.15
+        c.psi[k, -12:] = psi
+        c.fs_read[k, -12:] = 4e8 * 0.86
+        blocked[k, -12:] = blocked_now
+        w = c.window()
+        w = replace(w, gpu={**w.gpu, "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)},
+                    node={**w.node, "blocked": blocked.astype(np.float32)})
+        return verdict(diagnose(w, [job(1, ("gpu005",))]), 1)
+
+    v = loader(0.26, 15.0)
+    assert v.state == "stalled_io", (v.state, v.reason)
+    assert any(e.signal == "procs_blocked" for e in v.evidence)
+    assert loader(0.26, 1.0).state == "insufficient_data"
+    assert loader(0.05, 15.0).state == "insufficient_data"
+
+
 @pytest.mark.parametrize("dead_node", [False, True])
 def test_spinning_with_nothing_on_the_wire_is_hung_at_any_spinning_power(dead_node):
     """Without SM activity, board power says kernels spin, not whether the collective waits on the

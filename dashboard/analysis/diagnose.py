@@ -826,9 +826,12 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # stall there. On a shared node the writes may be a neighbour's while the pressure is the
         # job's own: then it stands.
         io_wait = (psi >= th.psi_io_stalled) | (iow >= th.iowait_stalled)
-        # where PSI is not exported, the tasks in I/O wait say the same (thresholds: blocked_waiting)
+        # where PSI is not exported, the tasks in I/O wait say the same (thresholds: blocked_waiting);
+        # where it is, pressure short of a stall (25 % of the time) with readers piling up in I/O
+        # wait is one: two witnesses that agree, each at its elevated level
         no_psi = ~np.isfinite(psi)
-        readers_blocked = no_psi & _readers_blocked(sig, k, jm, blocked, act, act_base, th)
+        readers_blocked = _readers_blocked(sig, k, jm, blocked, act, act_base, th)
+        readers_blocked &= no_psi | (psi >= th.psi_io_elevated) | (iow >= th.iowait_elevated)
         io_wait |= readers_blocked
         if not (jm.shared and not shared_io):
             io_wait &= ~writing
@@ -1007,7 +1010,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             if readers_blocked[seg].any():
                 ev.append(Evidence("procs_blocked", "", _mean(blocked[seg]),
                                    _median(blocked[:T - crun]) if T > crun else None, th.blocked_waiting,
-                                   note="tasks in I/O wait per node (PSI not exported)"))
+                                   note="tasks in I/O wait per node" + (" (PSI not exported)" if no_psi[seg].all() else "")))
             culprit, kind, cev = _io_culprit(win, sig, jm, seg, th, sig.alive[k])
         elif cause == "stalled_network":
             # a link that retrained at a lower width or speed and stays up paces the gang: that

@@ -288,6 +288,30 @@ def test_host_side_network_wait_with_quiet_gpus_is_a_network_stall():
     assert verdict(d, 2).state == "progressing"
 
 
+def test_a_quiet_gang_whose_ports_wait_tens_of_times_their_own_past_waits_on_the_host():
+    """A gang whose traffic marks far less than the cluster's typical node (RoCE: ECN marks and
+    CNPs depend on the traffic pattern) goes quiet with its traffic down to a tenth while its ports'
+    wait jumps 20-60x its own past: 6-14x the cluster's typical node, under the 10x that alone makes
+    congestion at half the steps (RoCE catalogue seed 1000, gloo over the host). Two references
+    agree: the job's own past at 10x and the cluster's at 5x. The same jump to 3x the cluster's
+    typical node is no congestion."""
+    rng = np.random.default_rng(3)
+    swing = rng.uniform(0.6, 1.4, 12)  # the gang's wait swings from scrape to scrape
+
+    def quiet_gang(of_cluster):
+        c = Cluster()
+        for i in c.rows(GANG_A):
+            c.ib_wait[i] = 2.5e4 * rng.uniform(0.8, 1.2, (G, T))  # a quarter of the cluster's 1e5
+            c.util[i, :, -12:] = 0.05
+            c.sm[i, :, -12:] = 0.002
+            c.ib_tx[i, :, -12:] = 2e9
+            c.ib_wait[i, :, -12:] = 1e5 * of_cluster * swing
+        return verdict(diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)]), 1)
+
+    v = quiet_gang(10.0)
+    assert v.state == "stalled_network", (v.state, v.reason)
+    assert quiet_gang(3.0).state == "insufficient_data"
+
 def test_unexplained_drop_names_the_signals_present_and_missing():
     c = Cluster()
     for i in c.rows(GANG_A):
@@ -475,6 +499,21 @@ def test_partially_idle_allocation():
     assert v.state == "idle_gpus" and v.culprit == "gpu004:gpu1,2,3"
     assert v.gpu_hours_lost == pytest.approx(3 * 30 * STEP / 3600)
 
+
+def test_a_lost_scrape_does_not_hide_gpus_left_idle_for_minutes():
+    """GPUs never used for 30 minutes whose node lost a scrape in the last minute (three steps
+    without data, then one with): still left idle, as the gap ends no idleness (RoCE catalogue seed
+    1005). A GPU whose node stopped reporting altogether is unknown, not idle."""
+    c = Cluster()
+    c.util[4, 1:, -30:] = 0.0
+    c.sm[4, 1:, -30:] = 0.0
+    c.util[4, :, -4:-1] = np.nan
+    c.sm[4, :, -4:-1] = np.nan
+    v = verdict(diagnose(c.window(), [job(1, ("gpu004",))]), 1)
+    assert v.state == "idle_gpus" and v.culprit == "gpu004:gpu1,2,3", (v.state, v.reason)
+    c.util[4, :, -4:] = np.nan
+    c.sm[4, :, -4:] = np.nan
+    assert verdict(diagnose(c.window(), [job(1, ("gpu004",))]), 1).state == "insufficient_data"
 
 def test_young_job_is_not_judged_and_suspended_is_reported_as_such():
     c = Cluster()

@@ -625,7 +625,7 @@ class _Signals:
             starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
             rows = np.flatnonzero(has)
             with np.errstate(invalid="ignore"):
-                idle_runs = _trailing_run((util2d[flat] < th.idle_util))
+                idle_runs = _trailing_run((util2d[flat] < th.idle_util), ~np.isfinite(util2d[flat]))
             cand[rows] |= np.maximum.reduceat(idle_runs, starts) >= need
             allc = _busy_clock(self, th)
             if allc is not None:
@@ -852,6 +852,17 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 # ... and not below the job's own typical wait: a job whose traffic naturally waits
                 # (all-to-all on a busy fabric) is not congested when it waits less than usual
                 congested = (ib_wait >= th.wait_ratio * max(ref, 1.0)) & (ib_wait >= th.own_wait_fraction * wait_base)
+                if np.isfinite(cluster_wait):
+                    # a gang whose traffic marks far less than the cluster's typical node (RoCE's ECN
+                    # marks and CNPs follow the traffic pattern) backs up where its wait jumps
+                    # wait_ratio times its own at pace and half that over the cluster's: two
+                    # references that agree, each at its lesser level
+                    with np.errstate(invalid="ignore"):
+                        at_pace = act >= th.degraded_fraction * act_base
+                    own = _q(ib_wait[at_pace], 0.5) if at_pace.sum() >= recent else math.nan
+                    if own < cluster_wait:
+                        congested |= ((ib_wait >= th.wait_ratio * max(own, 1.0))
+                                      & (ib_wait >= 0.5 * th.wait_ratio * max(cluster_wait, 1.0)))
             # a link that went down lately is still suspect: a bad cable or transceiver flaps every
             # few minutes and the gang crawls between the drops (retrains, retransmissions)
             link_event = _recent_events(ib_down > 0, int(round(th.link_window_seconds / step)))
@@ -1939,7 +1950,11 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
     T, step, now = win.n_steps, win.step, win.end
     with np.errstate(invalid="ignore"):
         idle = util_g < th.idle_util
-    runs = _trailing_run(idle & np.isfinite(util_g))
+    # a lost scrape ends no idleness (GPUs left idle for minutes, one scrape of their node lost in
+    # the last minute); a GPU that stopped reporting is unknown, not idle
+    known = np.isfinite(util_g)
+    runs = _trailing_run(idle & known, ~known)
+    runs[~known[:, -max(1, int(round(th.stale_seconds / step))):].any(axis=1)] = 0
     need = max(2, int(math.ceil(th.stall_min_seconds / step)))
     if jm.job.start_time:
         age_steps = int((now - jm.job.start_time) // step) + 1

@@ -130,14 +130,14 @@ def test_a_checkpoint_whose_first_write_sample_was_lost_is_not_a_stall():
 
 
 def test_a_checkpoint_scraped_once_a_minute_may_show_its_writes_a_sample_late():
-    """Scraped once a minute onto a 15 s grid, a node's write rate is one sample held for four
-    steps, and a minute behind the GPUs at worst (the filesystem's exporter scraped at another
+    """Scraped once a minute onto a 15 s grid (the bundle's samples say so), a node's write rate is
+    one sample held for four steps, and a minute behind the GPUs at worst (the filesystem's exporter scraped at another
     offset): GPUs that paused 30 s before the first write sample are a checkpoint, not a deadlock
     (catalogue seed 702 scraped every minute). A pause that began two samples before the writes
     began before them: no checkpoint."""
     rng = np.random.default_rng(5)
 
-    def paused(steps_before: int) -> str:
+    def paused(steps_before: int, scrape: float = 60.0) -> str:
         c = Cluster()
         blocks = (np.arange(T) - (T - 5)) // 4  # one write sample a minute, the last ones from T - 5
         c.fs_write[:] = 1e6 * rng.uniform(0.9, 1.1, blocks.max() - blocks.min() + 1)[blocks - blocks.min()]
@@ -145,12 +145,13 @@ def test_a_checkpoint_scraped_once_a_minute_may_show_its_writes_a_sample_late():
         c.util[:, :, -(5 + steps_before):] = 0.0  # no DCGM profiling: utilisation and power only
         c.power[:, :, -(5 + steps_before):] = 50.0
         c.ib_tx[:, :, -(5 + steps_before):] = 0
-        w = c.window()
+        w = c.window(scrape_seconds=scrape)
         w = dataclasses.replace(w, gpu={**{k: v for k, v in w.gpu.items() if k != "sm"},
                                         "mem": np.full((c.n, G, T), 40 * 2.0**30, np.float32)})
         return verdict(diagnose(w, [job(1, ("gpu005",))]), 1).state
     assert paused(2) == "progressing"
     assert paused(8) != "progressing"
+    assert paused(2, scrape=STEP) != "progressing"  # sampled every step, the writes came too late
 
 def test_a_checkpoints_own_io_pressure_is_not_an_io_stall():
     c = Cluster()

@@ -966,7 +966,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     # the run's first steps whose writes are known, as many as one write sample spans and one more:
     # the filesystem's exporter is scraped apart from the GPUs', its rate up to a scrape behind
     # them (a lost scrape there says nothing; once a minute on a 15 s grid, four steps hold a sample)
-    head = (T - run + np.flatnonzero(np.isfinite(fs_w[T - run:]))[:_held_steps(win, jm, "fs_write") + 1]
+    head = (T - run + np.flatnonzero(np.isfinite(fs_w[T - run:]))[:_held_steps(win) + 1]
             if run else [])
     if run and ckpt_like[head].any() and ckpt_like[T - min(run, 2):].all():
         # a checkpoint: GPUs pause when the writing starts and for as long as it lasts (I/O
@@ -1232,21 +1232,12 @@ def _slow_target_steps(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds,
         return (ratio[readers] >= th.latency_ratio).any(axis=0)
 
 
-def _held_steps(win: Window, jm: _JobMap, name: str) -> int:
-    """Grid steps one sample of a node signal spans on the job's nodes (the grid repeats a sample
-    until the next scrape): 1 at a scrape a step, 4 for a scrape a minute on a 15 s grid. Read off
-    the series itself, as the typical run of a repeated value between changes; a series that
-    seldom changes (no writes: 0 for minutes) could be sampled at any rate, and counts as 1."""
-    x = win.node.get(name)
-    if x is None or not jm.node_rows:
+def _held_steps(win: Window) -> int:
+    """Grid steps one sample spans (the grid holds a sample until the next scrape): 1 at a scrape a
+    step, 4 for a scrape a minute on a 15 s grid; 1 where the source does not know the interval."""
+    if not win.scrape_seconds > win.step:
         return 1
-    runs = []
-    for i in jm.node_rows:
-        v = x[i][np.isfinite(x[i])]
-        change = np.flatnonzero(v[1:] != v[:-1])
-        if change.size >= 3 and change.size * 8 >= v.size:
-            runs.append(float(np.median(np.diff(change))))
-    return max(1, int(round(float(np.median(runs))))) if runs else 1
+    return max(1, int(round(win.scrape_seconds / win.step)))
 
 
 def _readers_blocked(sig: _Signals, k: int, jm: _JobMap, blocked: np.ndarray | None, act: np.ndarray,

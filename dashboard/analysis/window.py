@@ -66,6 +66,9 @@ class Window:
     # agent says it (gangwatch_infiniband_port_info; node_exporter does not)
     link_layers: dict[str, dict[str, str]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the source could not read (shown with the verdicts)
+    # the sites' usual scrape interval where the source knows it (a bundle's samples), else 0: a
+    # grid finer than it holds each sample over several steps
+    scrape_seconds: float = 0.0
 
     @property
     def n_steps(self) -> int:

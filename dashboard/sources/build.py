@@ -921,7 +921,8 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
     times = grid(start, end, step)
     T = times.shape[0]
     codes, ts, vs, off, first = _sorted_columns(cols)
-    lookback = max(2 * step, 1.5 * scrape_interval(ts, off)) if lookback is None else lookback
+    interval = scrape_interval(ts, off)
+    lookback = max(2 * step, 1.5 * interval) if lookback is None else lookback
     info = SignalStore()
     items: list[tuple[tuple[str, str, str, str], int, Mapping]] = []  # (cell, series, mapping), series in order
     infos, unmatched = [], 0
@@ -981,7 +982,7 @@ def columns_window(cols: Columns, start: float, end: float, step: float, lookbac
             k += 1
         its = [items[i] for i in batch]
         _store(_block(its, ts, vs, off, times, lookback), its, lay, arrays, jobs)
-    return lay.window(times, step, arrays, dict(jobs), info, leaf_of, notes)
+    return replace(lay.window(times, step, arrays, dict(jobs), info, leaf_of, notes), scrape_seconds=interval)
 
 
 def _store(block: np.ndarray, items: list, lay: Layout, arrays: dict, jobs: dict) -> None:

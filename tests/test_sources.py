@@ -1429,9 +1429,11 @@ def test_prometheus_rate_window_holds_two_scrapes(interval, window):
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
 
     src = PrometheusSource("http://prom:9090", client=_mock(handler))
-    src.window(T0, 600, 15)
+    win = src.window(T0, 600, 15)
     rates = {w for q in asked for w in re.findall(r"rate\([^\[]*\[(\d+)s\]", q)}
     assert rates == {str(window)}
+    # the checkpoint rule's span (diagnose._held_steps) knows the interval as in a bundle
+    assert win.scrape_seconds == (interval or 0.0)
     assert not any("increase(" in q for q in asked)
     # the difference worked out here for InfiniBand's (STEP_INCREASE), by the engine for ethtool's
     assert any("link_downed" in q and "offset" not in q and "clamp_min" not in q for q in asked)

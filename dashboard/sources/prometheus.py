@@ -1263,7 +1263,10 @@ class PrometheusSource:
             store.notes.append(f"Prometheus {self.url}: {len(self._in_part)} quer{'y' if len(self._in_part) == 1 else 'ies'} "
                                "answered in part (isPartial: a storage node of the VictoriaMetrics cluster did not answer; "
                                "the series it holds are missing): " + ", ".join(sorted(set(self._in_part))[:6]))
-        win = self._grid.window(store, blocks, start, end, step)
+        # the measured interval (the slowest tenth of the targets'), as a bundle's samples give it:
+        # a checkpoint's writes may show that much after its pause began (diagnose._held_steps)
+        win = replace(self._grid.window(store, blocks, start, end, step),
+                      scrape_seconds=self._interval[0] if self._interval else 0.0)
         seen, silent = silent_nodes(win, Thresholds().stale_seconds)
         self.targets, self.last_errors = seen, silent
         if topo is not None and topo[2] is None:  # fetched this cycle: valid for the nodes of this window

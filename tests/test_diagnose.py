@@ -406,6 +406,43 @@ def test_a_gang_on_two_leaves_is_judged_on_both_nodes_ports():
     assert (v.culprit, v.culprit_kind) == ("gpu004:mlx5_2/1", "port"), v
 
 
+@pytest.mark.parametrize("background", [0.0, 1.5e6])
+def test_nodes_that_were_idle_until_a_job_started_are_no_congested_leaf(background):
+    """A 2-node gang on two leaves waits on one port of its second node (a parameter server's
+    incast) while a new job starts on four idle nodes of the first leaf (catalogue seed 1409's
+    net_host_wait). Against their own idle past any wait is "10x", so the first leaf looked
+    congested and was named: a node's own past is the wait of the steps it carried traffic like
+    its traffic now, and a node that carried none has no past to be congested against. Where every
+    node carries some background traffic (storage over the fabric, which node_exporter counts with
+    the rest), one whose wait rose from nothing to less than the gang waited at pace is no
+    congestion either."""
+    c = Cluster(n=12)
+    c.leaf_of = {nd: ("leaf0" if i < 8 else "leaf1") for i, nd in enumerate(c.nodes)}
+    idle = c.rows(("gpu000", "gpu001", "gpu006", "gpu009"))
+    c.ib_tx[idle] = background
+    c.ib_wait[idle] = 0
+    new = c.rows(("gpu002", "gpu003", "gpu004", "gpu005"))
+    c.ib_tx[new, :, :-16] = background
+    if background:
+        c.ib_tx[new, :, -16:] = background  # the job reads its shards: no more traffic out
+    c.ib_wait[new, :, :-16] = 0
+    c.ib_wait[new, :, -16:] = 2e5  # a busy node's usual wait
+    c.util[idle + new, :, :-16] = 0.0
+    c.sm[idle + new, :, :-16] = 0.0
+    gang = ("gpu007", "gpu008")
+    for i in c.rows(gang):
+        c.ib_wait[i] = 3.3e5
+        c.util[i, :, -20:] = 0.03
+        c.sm[i, :, -20:] = 0.01
+        c.ib_tx[i, :, -20:] = 7e8
+        c.ib_wait[i, :, -20:] = 1.6e7
+    c.ib_wait[c.nodes.index("gpu008"), 2, -20:] = 9e7
+    c.ib_wait[c.rows(("gpu010", "gpu011"))] = 7.5e5
+    v = verdict(diagnose(c.window(), [job(1, gang), job(2, ("gpu002", "gpu003", "gpu004", "gpu005"), start=END - 240)]), 1)
+    assert v.state == "stalled_network", v.reason
+    assert (v.culprit, v.culprit_kind) == ("gpu008:mlx5_2/1", "port"), (v.culprit, v.evidence)
+
+
 @pytest.mark.parametrize("congested", [False, True])
 def test_a_gang_that_spun_since_it_started_is_not_progressing(congested):
     """A gang whose GPUs have had kernels resident with idle SMs since it started (NCCL set-up that

@@ -1539,7 +1539,7 @@ def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th:
                 and per_node[i] >= th.wait_ratio * 10 ** med:
             sig_nodes.append((i, float(zi)))
     if not sig_nodes:
-        got = _congested_leaf_by_history(win, w, jm, seg, th, ev)
+        got = _congested_leaf_by_history(win, w, tx, jm, seg, th, ev)
         return got if got[0] else _hot_port(win, jm.node_rows, seg, th, ev)
     for i, zi in sorted(sig_nodes, key=lambda t: -t[1])[:8]:
         ev.append(Evidence("ib_wait", win.nodes[i], float(per_node[i]), float(10 ** med), th.wait_ratio * 10 ** med,
@@ -1705,10 +1705,14 @@ def _follows_the_gang(win: Window, jm: _JobMap, leaf: str, hot: np.ndarray, wait
     return bool(here and away) and float(np.median(away)) * th.port_wait_ratio > float(np.median(here))
 
 
-def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: slice, th: Thresholds,
-                               ev: list[Evidence]):
+def _congested_leaf_by_history(win: Window, w: np.ndarray, tx: np.ndarray | None, jm: _JobMap, seg: slice,
+                               th: Thresholds, ev: list[Evidence]):
     """No node of the job stands out from the cluster because the congestion covers much of it (a
-    small cluster, or half its leaves hot at once): each node against its own past instead. A leaf
+    small cluster, or half its leaves hot at once): each node against its own past instead, the
+    wait of the past steps it carried traffic like its traffic now in (`tx`,
+    `past_traffic_share`; a node idle until a job started on it has no past to be congested
+    against: any wait is "10x" an idle one's), and waiting at least as much as the job's nodes did
+    at pace. A leaf
     switch the job's nodes hang off whose nodes are mostly congested against their own past is the
     common element; where several are (a gang's nodes that fill a healthy leaf wait for the hot
     one), the one whose congested nodes wait `port_wait_ratio` times more than every other's, and
@@ -1717,9 +1721,19 @@ def _congested_leaf_by_history(win: Window, w: np.ndarray, jm: _JobMap, seg: sli
         return "", "", ev
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        past = np.nanmedian(w[:, :seg.start].astype(np.float64), axis=1)
-        now = _nanmean(w[:, seg], 1)
-        hot = now >= th.wait_ratio * np.maximum(past, 1.0)
+        before = w[:, :seg.start].astype(np.float64)
+        if tx is not None:
+            like_now = th.past_traffic_share * np.nanmedian(tx[:, seg].astype(np.float64), axis=1)
+            moved = tx[:, :seg.start] >= np.fmax(like_now, th.busy_link_bytes)[:, None]
+            before = np.where(moved, before, np.nan)
+            # a minute of traffic at least: one busy sample is no past
+            before[moved.sum(axis=1) < max(2, int(round(60.0 / win.step)))] = np.nan
+        past = np.nanmedian(before, axis=1)
+        now = np.where(np.isfinite(past), _nanmean(w[:, seg], 1), np.nan)
+        # and at least the wait the job's nodes had at pace: a node that waited for nothing
+        # (background traffic) and now waits less than a healthy gang is no congestion
+        pace = np.nanmedian(past[jm.node_rows]) if np.isfinite(past[jm.node_rows]).any() else 0.0
+        hot = (now >= th.wait_ratio * np.maximum(past, 1.0)) & (now >= pace)
     level = {}  # congested leaf -> median wait of its congested nodes
     for leaf in {win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows if hot[i]} - {""}:
         on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == leaf and np.isfinite(now[j])]

@@ -120,6 +120,11 @@ class Thresholds:
     # is a busy node, the reference for "typical" transmit wait; management traffic (subnet manager
     # sweeps, IPoIB ARP) stays in the kB/s.
     busy_link_bytes: float = 1e6
+    # A node's own past wait, where it is the reference (a congested leaf by history), is that of
+    # the past steps it carried at least this share of its traffic now: a node that only began to
+    # send (a job started on it) waits "10x" its idle self, and background traffic (storage over
+    # IPoIB, which node_exporter counts with the rest) at a thousandth of a job's keeps it "busy".
+    past_traffic_share: float = 0.1
     # Congestion also needs the wait at least this share of the job's own median: a job whose
     # traffic always waits (MoE all-to-all on a busy fabric) is not congested while it waits less.
     own_wait_fraction: float = 0.8

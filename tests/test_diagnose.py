@@ -730,6 +730,29 @@ def test_shared_node_uses_the_jobs_own_pressure():
     assert verdict(d, 2).state == "progressing"
 
 
+@pytest.mark.parametrize("steps, state", [(3, "progressing"), (12, "insufficient_data"), (24, "idle_gpus")])
+def test_a_pause_like_a_checkpoint_without_write_rates_is_not_called_progressing(steps, state):
+    """A site without the filesystem's exporter cannot tell a checkpoint (GPUs paused, memory kept,
+    fabric quiet) from a stall for 5 minutes. Past the minute any stall takes, the gang is not known
+    to progress either: not judged, with why (catalogue seeds 1400-1407 without the filesystem's
+    series: stalls and hangs 3 minutes old read "progressing, activity at 0% of baseline")."""
+    from dataclasses import replace
+
+    c = Cluster()
+    for i in c.rows(GANG_A):
+        c.util[i, :, -steps:] = 0.0
+        c.sm[i, :, -steps:] = 0.0
+        c.ib_tx[i, :, -steps:] = 0
+    w = c.window()
+    w = replace(w, node={k: v for k, v in w.node.items() if k != "fs_write"})
+    d = diagnose(w, [job(1, GANG_A), job(2, GANG_B)])
+    v = verdict(d, 1)
+    assert v.state == state, v.reason
+    if state == "insufficient_data":
+        assert "no filesystem write rates" in v.reason and "300 s" in v.reason
+    assert verdict(d, 2).state == "progressing"
+
+
 def test_without_profiling_metrics_power_tells_hang_and_network_wait():
     from dataclasses import replace
 
@@ -1136,14 +1159,17 @@ def test_the_hot_port_is_named_where_too_few_nodes_are_busy_to_compare():
     assert (v.culprit, v.culprit_kind) == ("gpu001:mlx5_3/1", "port"), v
 
 
+@pytest.mark.parametrize("bursts", [False, True])
 @pytest.mark.parametrize("profiling", [False, True])
-def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling):
+def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling, bursts):
     """RoCE seed 900: a gang started 2 minutes into a PFC storm on its leaf; its GPUs have spun
     since, so its own baselines are the storm's, and its ports have been held back 100x the
     cluster's typical node throughout. A storm on its leaf and its own ports held back make it the
     storm's victim (the storming node named), whatever its baselines say. Without SM activity the
     same gang without the storm keeps its baselines; with it, SMs idle for their utilisation say it
-    waits, and SMs at their pace say it works, storm or not."""
+    waits, and SMs at their pace say it works, storm or not. A storm that comes in bursts (RoCE seed
+    1203: the victim's ports calm for one 30 s scrape every two or three minutes) holds it back
+    all the same: a calm under a minute between its bursts does not end the stall."""
     from dataclasses import replace
 
     def judged(storm=True, working=False):
@@ -1160,6 +1186,9 @@ def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling):
         rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
         rail["roce_cong"] = np.full((c.n, G, T), 100.0, np.float32)
         rail["roce_cong"][r, :, start:] = 1e4
+        if bursts:
+            for calm in range(T - 3, start, -10):  # the latest a step before the window's end
+                rail["roce_cong"][r, :, calm:calm + 2] = 100.0
         node = dict(w.node)
         node["eth_storm"] = np.zeros((c.n, T), np.float32)
         if storm:
@@ -1169,8 +1198,9 @@ def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling):
 
     v = judged()
     assert (v.state, v.culprit, v.culprit_kind) == ("stalled_network", "gpu008", "node"), v
-    if profiling:  # SMs idle for their utilisation say it waits, storm or not (the network stall rule)
-        assert judged(storm=False).state == "stalled_network"
+    if profiling:  # SMs idle for their utilisation say it waits, storm or not (the network stall rule,
+        # whose calm scrape ends a stall: not judged then, with why)
+        assert judged(storm=False).state == ("insufficient_data" if bursts else "stalled_network")
         assert judged(working=True).state == "progressing"
     else:  # power alone cannot say it waits: without the storm, its baselines stand
         assert judged(storm=False).state == "progressing"

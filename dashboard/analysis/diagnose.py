@@ -928,7 +928,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # spinning there whose own ports are held back is its victim, whatever its own baselines
             # say (one that started inside the storm has the storm as its baseline). Where SM
             # activity is exported, SMs busy for their utilisation say it works all the same.
-            victim = storm_near & congested & spinning
+            # A storm that comes in bursts leaves the ports calm for a scrape between them: a calm
+            # under stall_min_seconds near the storm does not end the hold.
+            held_back = _recent_events(congested, int(round(th.stall_min_seconds / step)))
+            victim = storm_near & held_back & spinning
             if has_sm:
                 victim &= sm < th.waiting_sm_ratio * util
             net |= victim & ~hang
@@ -1062,6 +1065,17 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     spun = _spun_throughout(win, sig, jm, th, base, known, spinning & lazy, util, sm, ib_wait) if has_sm else None
     if spun is not None:
         return spun
+    if not fs_known and run >= 2 and run * step >= th.stall_min_seconds:
+        # past the time any other stall takes to be judged, without the write rates that tell a
+        # checkpoint from a stall: not known to progress either (a site without the filesystem's
+        # exporter waits up to stall_min_seconds_blind for every stall that looks like a checkpoint)
+        seg = slice(T - run, T)
+        return Verdict(**base, state="insufficient_data", confidence=0.0, since=float(win.times[T - run]),
+                       evidence=(Evidence("activity", "", _mean(act[seg]), act_base, th.degraded_fraction * act_base),),
+                       reason=f"activity below {th.degraded_fraction:.0%} of the job's baseline for {run * step:.0f} s "
+                              "with no filesystem write rates: a checkpoint (GPUs paused, memory kept, fabric quiet) "
+                              f"cannot be told from a stall until it lasts {need:.0f} s"
+                              + ("; " + "; ".join(notes) if notes else ""))
     conf = 0.9 if has_sm else 0.75
     ar = _mean(act[-recent:])
     r = f"activity at {ar / act_base:.0%} of baseline" if ar is not None and act_base > 0 else "activity normal"

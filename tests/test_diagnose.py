@@ -778,6 +778,27 @@ def test_without_profiling_metrics_power_tells_hang_and_network_wait():
     assert {v.state for v in healthy.verdicts} == {"progressing"}
 
 
+def test_without_profiling_a_gang_spinning_whose_traffic_collapsed_into_backed_up_ports_waits_on_the_network():
+    """Catalogue seed 1509 (`net_nccl_spin`, no DCGM profiling): the gang's utilisation went to 0.99
+    while its traffic fell to 15 % of its baseline and its ports waited 2,500x more; its power fell
+    to 62 %, above the 60 % that alone says kernels spin. Kernels resident, traffic collapsed and
+    the gang's own ports backed up make the network stall whatever the power says."""
+    from dataclasses import replace
+
+    c = Cluster()
+    r = c.rows(GANG_B)
+    c.power = np.full_like(c.util, 250.0)
+    c.util[r, :, -12:] = 0.99
+    c.power[r, :, -12:] = 155.0
+    c.ib_tx[r, :, -12:] = 3e9
+    c.ib_wait[r, :, -12:] = 2.5e8
+    w = c.window()
+    w = replace(w, gpu={k: v for k, v in w.gpu.items() if k != "sm"} | {"power": c.power.astype(np.float32)})
+    d = diagnose(w, [job(1, GANG_A), job(2, GANG_B)])
+    assert verdict(d, 2).state == "stalled_network", verdict(d, 2).reason
+    assert verdict(d, 1).state == "progressing"
+
+
 def test_a_link_trained_slower_than_the_gangs_other_ports_is_a_straggler():
     c = Cluster()
     w = c.window()
@@ -1204,6 +1225,41 @@ def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling, bursts)
         assert judged(working=True).state == "progressing"
     else:  # power alone cannot say it waits: without the storm, its baselines stand
         assert judged(storm=False).state == "progressing"
+
+
+@pytest.mark.parametrize("waits", [True, False])
+def test_a_gang_whose_wait_jumped_when_a_storm_began_beside_it_is_its_victim(waits):
+    """RoCE seed 1301: a gang that ran at a light pace (utilisation 0.38, its ports waiting next to
+    nothing) until a PFC storm began on a node of its leaf, then spun (utilisation 0.99) at 57 % of
+    its power with its ports waiting 1,000x more: still under 10x the cluster's typical node, which
+    the storm holds back too, and the storm is most of the window, so the gang's baselines are the
+    storm's. Its wait against its own before the storm, with its GPUs' power down, makes it the
+    storm's victim; the same jump with its power kept (it works) does not."""
+    from dataclasses import replace
+
+    c = Cluster(n=12)
+    c.leaf_of["gpu008"] = "leaf1"  # beside the gang on its leaf, the storming one
+    began = T - 40  # 10 minutes of storm, the window's larger part
+    r = c.rows(GANG_B)
+    c.util[r] = 0.38
+    c.util[r, :, began:] = 0.99
+    c.power = np.full_like(c.util, 400.0)
+    c.power[r] = 168.0
+    c.power[r, :, began:] = 97.0 if waits else 168.0
+    c.ib_tx[r] = 1.1e8
+    c.ib_tx[r, :, began:] = 1.5e8
+    w = c.window()
+    gpu = {k: v for k, v in w.gpu.items() if k != "sm"} | {"power": c.power.astype(np.float32)}
+    rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
+    rail["roce_cong"] = np.full((c.n, G, T), 1e5, np.float32)
+    rail["roce_cong"][r] = 60.0
+    rail["roce_cong"][r, :, began:] = 6e4
+    node = dict(w.node)
+    node["eth_storm"] = np.zeros((c.n, T), np.float32)
+    node["eth_storm"][c.nodes.index("gpu008"), began::2] = 3
+    v = verdict(diagnose(replace(w, gpu=gpu, rail=rail, node=node), [job(1, GANG_A), job(2, GANG_B)]), 2)
+    want = ("stalled_network", "gpu008", "node") if waits else ("progressing", "", "")
+    assert (v.state, v.culprit, v.culprit_kind) == want, v
 
 
 def test_gpus_that_work_through_the_gangs_checkpoint_are_not_a_straggler():

@@ -614,6 +614,14 @@ class _Signals:
                 pw = np.where(self.alive[rows], pw, np.nan)
                 pbase = nanquantile_rows(pw, th.baseline_quantile)
                 broad[rows] |= (u[rows] >= th.busy_util) & (pw < th.waiting_power_fraction * pbase[:, None])
+            tx = self.node_signal("ib_tx")
+            if no_sm.any() and tx is not None:
+                # kernels resident while a gang's traffic collapsed (judged in detail with its wait)
+                rows = np.flatnonzero(no_sm)
+                jt = _group_mean(tx, [maps[r].node_rows if len(maps[r].node_rows) > 1 else [] for r in rows])
+                jt = np.where(self.alive[rows], jt, np.nan)
+                broad[rows] |= (u[rows] >= th.busy_util) & (jt < th.ib_collapse_fraction
+                                                           * nanquantile_rows(jt, th.baseline_quantile)[:, None])
         self.act_base = base
         need = max(2, int(math.ceil(th.stall_min_seconds / step)))
         cand = _trailing_run(broad & np.isfinite(act), self.alive & ~np.isfinite(act)) >= need
@@ -875,8 +883,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             flat = np.ones(T, bool)
         fabric = congested | link_event  # the job's own ports back up or its links drop
         # a NIC in a PFC storm on the gang's nodes or leaf (RoCE; lately, as a flapping link)
-        storm_near = (_recent_events(_storms_near(win, jm), int(round(th.link_window_seconds / step)))
-                      if multi_node else np.zeros(T, bool))
+        storms = _storms_near(win, jm) if multi_node else np.zeros(T, bool)
+        storm_near = _recent_events(storms, int(round(th.link_window_seconds / step)))
         degraded = (act < th.degraded_fraction * act_base) | idle_all
         if multi_node:
             # a gang paced by a flapping link: slower work, or (kernels spinning keep utilisation
@@ -923,6 +931,11 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # happens on the host (MPI/Gloo over the host, host-staged copies, blocking waits) while the
         # job's own ports show the fabric backing up or links dropping.
         net = multi_node & ~hang & ((spinning & slack & (fabric | collapsed)) | (degraded & fabric & ~io_wait))
+        if not has_sm:
+            # Kernels resident while the gang's traffic collapsed and its own ports back up: the
+            # network stall, whatever the power (a spin draws 55-65 % of a training load, about
+            # the cut: seed 1509, 62 %). SMs at work, where exported, say otherwise.
+            net |= multi_node & ~hang & spinning & congested & collapsed
         if multi_node:
             # A PFC storm on the gang's leaf pauses every lossless link through the switch: a gang
             # spinning there whose own ports are held back is its victim, whatever its own baselines
@@ -930,7 +943,15 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # activity is exported, SMs busy for their utilisation say it works all the same.
             # A storm that comes in bursts leaves the ports calm for a scrape between them: a calm
             # under stall_min_seconds near the storm does not end the hold.
-            held_back = _recent_events(congested, int(round(th.stall_min_seconds / step)))
+            # Its ports held back 10x their wait before the storm began, while its GPUs spin with
+            # the slack of a wait, hold it back too: the storm pauses the cluster's other links as
+            # well, so their typical node is no reference then (RoCE seed 1301: 1,000x its own wait,
+            # under the cluster's 10x), nor its baselines where the storm is most of the window.
+            began = np.flatnonzero(storms)
+            before = ib_wait[:began[0]] if began.size else ib_wait[:0]
+            calm = _q(before, 0.5) if np.isfinite(before).sum() >= recent else math.nan
+            jumped = (ib_wait >= th.wait_ratio * max(calm, 1.0)) & slack if np.isfinite(calm) else congested
+            held_back = _recent_events(congested | jumped, int(round(th.stall_min_seconds / step)))
             victim = storm_near & held_back & spinning
             if has_sm:
                 victim &= sm < th.waiting_sm_ratio * util

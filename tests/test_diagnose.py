@@ -753,6 +753,31 @@ def test_a_pause_like_a_checkpoint_without_write_rates_is_not_called_progressing
     assert verdict(d, 2).state == "progressing"
 
 
+@pytest.mark.parametrize("others_pause", [True, False])
+def test_a_gang_whose_nodes_paused_a_scrape_apart_has_no_gpus_idle_while_the_others_work(others_pause):
+    """RoCE seed 1404 without the filesystem's series: a gang's checkpoint paused one node's GPUs a
+    scrape before the other's. A minute in, the first node's were "8 of 16 allocated GPUs idle while
+    the others work", as the others had worked a minute before. The others idle now say the whole
+    gang paused, and it is judged as one. Half a gang idle while the other half works now is still
+    idle GPUs."""
+    from dataclasses import replace
+
+    c = Cluster()
+    first, rest = c.rows(GANG_A)[:1], c.rows(GANG_A)[1:]
+    c.util[first, :, -4:] = 0.0
+    c.sm[first, :, -4:] = 0.0
+    if others_pause:
+        c.util[rest, :, -3:] = 0.0
+        c.sm[rest, :, -3:] = 0.0
+    w = c.window()
+    w = replace(w, node={k: v for k, v in w.node.items() if k != "fs_write"})
+    v = verdict(diagnose(w, [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if others_pause:
+        assert v.state != "idle_gpus", v
+    else:
+        assert (v.state, v.culprit) == ("idle_gpus", "gpu000:gpu0,1,2,3"), v
+
+
 def test_without_profiling_metrics_power_tells_hang_and_network_wait():
     from dataclasses import replace
 
@@ -1259,6 +1284,43 @@ def test_a_gang_whose_wait_jumped_when_a_storm_began_beside_it_is_its_victim(wai
     node["eth_storm"][c.nodes.index("gpu008"), began::2] = 3
     v = verdict(diagnose(replace(w, gpu=gpu, rail=rail, node=node), [job(1, GANG_A), job(2, GANG_B)]), 2)
     want = ("stalled_network", "gpu008", "node") if waits else ("progressing", "", "")
+    assert (v.state, v.culprit, v.culprit_kind) == want, v
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_storm_victim_whose_wire_went_quiet_while_its_ports_wait_is_not_hung(held):
+    """RoCE seed 1404: a gang ran at pace until a PFC storm began on a node of its leaf; it spun at
+    42 % of its power, its traffic fell to a sixth and its ports waited 500x their own wait before
+    the storm (under 10x the cluster's typical node, which the storm holds back too). Five minutes
+    on its traffic fell to 1.4 % of its baseline, under the cut where the wire reads quiet: a gang
+    spinning over a quiet wire reads hung, but one whose ports still wait 500x is held back by the
+    storm, not deadlocked. The same gang whose ports stopped waiting when its wire went quiet,
+    storm or not, is hung."""
+    from dataclasses import replace
+
+    c = Cluster(n=12)
+    c.leaf_of["gpu008"] = "leaf1"  # beside the gang on its leaf, the storming one
+    began, quiet = T - 36, T - 16
+    r = c.rows(GANG_B)
+    c.util[r] = 0.98
+    c.power = np.full_like(c.util, 590.0)
+    c.power[r, :, began:] = 250.0
+    c.ib_tx[r] = 2.1e10
+    c.ib_tx[r, :, began:] = 3.7e9
+    c.ib_tx[r, :, quiet:] = 3e8
+    w = c.window()
+    gpu = {k: v for k, v in w.gpu.items() if k != "sm"} | {"power": c.power.astype(np.float32)}
+    rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
+    rail["roce_cong"] = np.full((c.n, G, T), 4e5, np.float32)  # the storm holds the cluster back
+    rail["roce_cong"][r] = 1.4e3
+    rail["roce_cong"][r, :, began:] = 7e5
+    if not held:
+        rail["roce_cong"][r, :, quiet:] = 1.4e3
+    node = dict(w.node)
+    node["eth_storm"] = np.zeros((c.n, T), np.float32)
+    node["eth_storm"][c.nodes.index("gpu008"), began::2] = 3
+    v = verdict(diagnose(replace(w, gpu=gpu, rail=rail, node=node), [job(1, GANG_A), job(2, GANG_B)]), 2)
+    want = ("stalled_network", "gpu008", "node") if held else ("hung", "job 2", "job")
     assert (v.state, v.culprit, v.culprit_kind) == want, v
 
 

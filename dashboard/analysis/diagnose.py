@@ -910,6 +910,28 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             slack = power < th.waiting_power_fraction * power_base
         else:
             slack = act < th.degraded_fraction * act_base
+        victim = np.zeros(T, bool)
+        if multi_node:
+            # A PFC storm on the gang's leaf pauses every lossless link through the switch: a gang
+            # spinning there whose own ports are held back is its victim, whatever its own baselines
+            # say (one that started inside the storm has the storm as its baseline). Where SM
+            # activity is exported, SMs busy for their utilisation say it works all the same.
+            # A storm that comes in bursts leaves the ports calm for a scrape between them: a calm
+            # under stall_min_seconds near the storm does not end the hold.
+            # Its ports held back 10x their wait before the storm began, while its GPUs spin with
+            # the slack of a wait, hold it back too: the storm pauses the cluster's other links as
+            # well, so their typical node is no reference then (RoCE seed 1301: 1,000x its own wait,
+            # under the cluster's 10x), nor its baselines where the storm is most of the window.
+            # Held back so, it is no hang though its wire goes quiet (RoCE seed 1404: its traffic
+            # at 1.4 % of its baseline, its ports waiting 500x their wait before the storm).
+            began = np.flatnonzero(storms)
+            before = ib_wait[:began[0]] if began.size else ib_wait[:0]
+            calm = _q(before, 0.5) if np.isfinite(before).sum() >= recent else math.nan
+            jumped = (ib_wait >= th.wait_ratio * max(calm, 1.0)) & slack if np.isfinite(calm) else congested
+            held_back = _recent_events(congested | jumped, int(round(th.stall_min_seconds / step)))
+            victim = storm_near & held_back & spinning
+            if has_sm:
+                victim &= sm < th.waiting_sm_ratio * util
         # Hung: kernels resident with SMs idle and nothing on the wire (an NCCL collective that
         # never completes), or every GPU idle while the job's processes still hold their memory,
         # nothing moves on the fabric and no reader waits (a whole-job deadlock on the host).
@@ -918,7 +940,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # neighbour that keeps reading says nothing about whether this job's processes still run)
         reading = ((fs_r >= 0.5 * read_base) if np.isfinite(read_base) and read_base > 1e6 and not jm.shared
                    else np.zeros(T, bool))
-        hang = ((spinning & lazy) | (idle_all & held & ~io_wait & ~slow_target & ~reading)) & flat & ~fabric
+        hang = ((spinning & lazy) | (idle_all & held & ~io_wait & ~slow_target & ~reading)) & flat & ~fabric & ~victim
         if multi_node and np.isfinite(ib_base) and ib_base > 0:
             # Power says kernels spin, not what they wait for: a collective over a fabric that backs up
             # and one that waits for ranks that will never come draw the same. A gang's wire that went
@@ -936,26 +958,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # network stall, whatever the power (a spin draws 55-65 % of a training load, about
             # the cut: seed 1509, 62 %). SMs at work, where exported, say otherwise.
             net |= multi_node & ~hang & spinning & congested & collapsed
-        if multi_node:
-            # A PFC storm on the gang's leaf pauses every lossless link through the switch: a gang
-            # spinning there whose own ports are held back is its victim, whatever its own baselines
-            # say (one that started inside the storm has the storm as its baseline). Where SM
-            # activity is exported, SMs busy for their utilisation say it works all the same.
-            # A storm that comes in bursts leaves the ports calm for a scrape between them: a calm
-            # under stall_min_seconds near the storm does not end the hold.
-            # Its ports held back 10x their wait before the storm began, while its GPUs spin with
-            # the slack of a wait, hold it back too: the storm pauses the cluster's other links as
-            # well, so their typical node is no reference then (RoCE seed 1301: 1,000x its own wait,
-            # under the cluster's 10x), nor its baselines where the storm is most of the window.
-            began = np.flatnonzero(storms)
-            before = ib_wait[:began[0]] if began.size else ib_wait[:0]
-            calm = _q(before, 0.5) if np.isfinite(before).sum() >= recent else math.nan
-            jumped = (ib_wait >= th.wait_ratio * max(calm, 1.0)) & slack if np.isfinite(calm) else congested
-            held_back = _recent_events(congested | jumped, int(round(th.stall_min_seconds / step)))
-            victim = storm_near & held_back & spinning
-            if has_sm:
-                victim &= sm < th.waiting_sm_ratio * util
-            net |= victim & ~hang
+        net |= victim
         degraded |= net | hang
         # I/O: readers wait, or a target the job reads from is slow, while GPUs the job holds starve
         # (GPUs with nothing on them are idle whatever the node reads)
@@ -2037,10 +2040,16 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         return None
     # "while the others work" needs the others seen working: a GPU whose last scrapes were lost
     # (unknown) or that went idle a little later than the rest is no evidence of work, and the
-    # whole job is then judged as one (a deadlock idles every GPU, not "28 of 32")
+    # whole job is then judged as one (a deadlock idles every GPU, not "28 of 32"). Each other
+    # GPU's latest sample says whether it works now: a gang's nodes pause a scrape apart (a
+    # checkpoint, a hang reaching one rank after another: RoCE seed 1404), and a minute ago the
+    # later ones still worked.
     others = np.setdiff1d(np.arange(util_g.shape[0]), bad)
+    tail = util_g[others, max(0, T - need):]
+    seen = np.isfinite(tail)
+    latest = tail[np.arange(len(others)), tail.shape[1] - 1 - np.argmax(seen[:, ::-1], axis=1)]
     with np.errstate(invalid="ignore"):
-        if not (util_g[others, max(0, T - need):] >= th.idle_util).any():
+        if not (seen.any(axis=1) & (latest >= th.idle_util)).any():
             return None
     names = [jm.gpu_names[i] for i in bad]
     since = float(win.times[T - int(runs[bad].max())])

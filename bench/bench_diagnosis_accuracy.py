@@ -308,8 +308,9 @@ def catalogue(seeds: int, explain: bool, first_seed: int = 0, drop: str = "", sc
             print(f"  goal (P, R >= 0.95 per cause, false alarms <= 1 %, culprit >= 95 %, detection <= 2 min for "
                   f">= 95 %, confidence >= 0.9 right >= 90 %): {'MET' if met else 'NOT MET'}")
             if explain:
-                # the faults missed first, then the healthy jobs not judged
-                misses = sorted(sc.misses, key=lambda m: str(m[2]).startswith("progressing"))
+                # the faults missed first, then the false alarms, then the healthy jobs not judged
+                misses = sorted(sc.misses, key=lambda m: (str(m[2]).startswith("progressing"),
+                                                          str(m[3]) == "insufficient_data"))
                 for where, jid, truth, got, why in misses[:60]:
                     print(f"    miss {os.path.basename(where)} job {jid}: truth {truth}, verdict {got}: {why}")
         return ok

@@ -753,6 +753,33 @@ def test_a_pause_like_a_checkpoint_without_write_rates_is_not_called_progressing
     assert verdict(d, 2).state == "progressing"
 
 
+@pytest.mark.parametrize("resumed", [True, False])
+def test_a_checkpoint_whose_gpus_read_idle_a_scrape_after_its_writes_ended_is_not_hung(resumed):
+    """Catalogue seed 1704 without PSI: a gang paused 75 s for a checkpoint (GPUs idle, memory held,
+    the nodes writing 1 GB/s); in the last scrape its writes ended and its traffic and reads came
+    back, while its GPUs still read idle: the GPU exporter is scraped apart from the node's and its
+    sample lags a scrape. The pause was read as outlasting its writes, so no checkpoint: hung. A
+    gang whose traffic and reads are back resumed; one whose GPUs stay idle over a quiet wire with
+    nothing read after the writes ended is hung."""
+    from dataclasses import replace
+
+    c = Cluster()
+    r = c.rows(GANG_A)
+    c.util[r, :, -6:] = 0.0
+    c.sm[r, :, -6:] = 0.0
+    c.power = 90 + 500 * c.sm
+    c.ib_tx[r, :, -6:] = 4e7
+    c.fs_read[r, -6:] = 0.0
+    c.fs_write[r, -6:-1] = 1e9
+    if resumed:
+        c.ib_tx[r, :, -1] = 2e10
+        c.fs_read[r, -1] = 4e8
+    w = c.window()
+    w = replace(w, gpu={k: v for k, v in w.gpu.items() if k != "sm"} | {"mem": np.full((c.n, G, T), 3e10, np.float32)})
+    v = verdict(diagnose(w, [job(1, GANG_A), job(2, GANG_B)]), 1)
+    assert v.state == ("progressing" if resumed else "hung"), v
+
+
 @pytest.mark.parametrize("others_pause", [True, False])
 def test_a_gang_whose_nodes_paused_a_scrape_apart_has_no_gpus_idle_while_the_others_work(others_pause):
     """RoCE seed 1404 without the filesystem's series: a gang's checkpoint paused one node's GPUs a

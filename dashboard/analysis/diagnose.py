@@ -995,7 +995,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     # them (a lost scrape there says nothing; once a minute on a 15 s grid, four steps hold a sample)
     head = (T - run + np.flatnonzero(np.isfinite(fs_w[T - run:]))[:_held_steps(win) + 1]
             if run else [])
-    if run and ckpt_like[head].any() and ckpt_like[T - min(run, 2):].all():
+    # ... and at its end the GPUs' exporter may be a scrape behind the node's: steps where the
+    # writes ended and the job's traffic or reads are back, as many as one sample spans, are the
+    # gang resuming while its GPUs still read idle (catalogue seed 1704 without PSI)
+    end = T
+    while T - end < min(_held_steps(win), run - 1) and (~flat | reading)[end - 1] and not writing[end - 1]:
+        end -= 1
+    if run and ckpt_like[head].any() and ckpt_like[max(T - run, end - 2):end].all():
         # a checkpoint: GPUs pause when the writing starts and for as long as it lasts (I/O
         # pressure during it is normal); only one that runs far too long is a stall. A pause that
         # began before the writes or outlasts them is no checkpoint.

@@ -780,6 +780,36 @@ def test_a_checkpoint_whose_gpus_read_idle_a_scrape_after_its_writes_ended_is_no
     assert v.state == ("progressing" if resumed else "hung"), v
 
 
+@pytest.mark.parametrize("usual", [True, False])
+def test_without_write_rates_a_gang_whose_ports_always_back_up_waits_out_a_pause_like_a_checkpoint(usual):
+    """Catalogue seed 1503 with neither PSI nor the filesystem's series: a 16-node gang whose ports
+    wait 12x the cluster's typical node at its pace as a rule paused 60 s for a checkpoint, its
+    writers blocked. Without write rates a pause like a checkpoint waits 5 minutes, but a fabric
+    that backs up is no checkpoint and is judged after a minute: so its usual wait made the pause
+    `stalled_io`. Ports that back up as they always do say nothing new; ports that began to back
+    up with the pause still do."""
+    from dataclasses import replace
+
+    c = Cluster()
+    r = c.rows(GANG_A)
+    c.util[r, :, -6:] = 0.0
+    c.sm[r, :, -6:] = 0.0
+    c.ib_tx[r, :, -6:] *= 0.02
+    if usual:
+        c.ib_wait[r] = 1.2e6
+    else:
+        c.ib_wait[r, :, -6:] = 1.2e6
+    w = c.window()
+    node = {k: v for k, v in w.node.items() if k not in ("fs_write", "fs_read", "psi_io")}
+    node["blocked"] = np.full((c.n, T), 0.2, np.float32)
+    node["blocked"][r, -6:] = 4.0
+    v = verdict(diagnose(replace(w, node=node), [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if usual:
+        assert v.state == "insufficient_data" and "300 s" in v.reason, v
+    else:
+        assert v.state not in ("progressing", "insufficient_data"), v
+
+
 @pytest.mark.parametrize("others_pause", [True, False])
 def test_a_gang_whose_nodes_paused_a_scrape_apart_has_no_gpus_idle_while_the_others_work(others_pause):
     """RoCE seed 1404 without the filesystem's series: a gang's checkpoint paused one node's GPUs a

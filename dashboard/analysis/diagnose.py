@@ -984,8 +984,15 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # a checkpoint pauses the GPUs, keeps their memory and quiets the fabric; kernels left
         # resident, a fabric that backs up, links that drop or GPUs emptied are no checkpoint, so
         # they need no longer wait
+        # (ports that back up at the gang's pace as a rule, as a spread gang's on a busy fabric
+        # or HCAs carrying the storage traffic do, say nothing new by backing up in a pause:
+        # catalogue seed 1503 without PSI or the filesystem's series)
         tail_run = slice(T - run, T)
-        if (spinning[tail_run] | fabric[tail_run] | empty[tail_run]).mean() >= 0.5:
+        with np.errstate(invalid="ignore"):
+            at_pace = act >= th.degraded_fraction * act_base
+        usual = at_pace.sum() >= recent and congested[at_pace].mean() >= 0.5
+        backs_up = link_event if usual else fabric
+        if (spinning[tail_run] | backs_up[tail_run] | empty[tail_run]).mean() >= 0.5:
             need = th.stall_min_seconds
     with np.errstate(invalid="ignore"):
         # GPUs that keep kernels resident (a network wait, a hang) are not pausing for a checkpoint

@@ -1309,6 +1309,22 @@ def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling, bursts)
         assert judged(storm=False).state == "progressing"
 
 
+def judged_in_storm(c: Cluster, began: int, cluster_cong: float, cong: np.ndarray):
+    """Job 2 (GANG_B) judged on a RoCE window without SM activity: its ports' congestion `cong` (T,)
+    beside the cluster's `cluster_cong`, a PFC storm on gpu008 (its leaf) from step `began`."""
+    from dataclasses import replace
+
+    w = c.window()
+    gpu = {k: v for k, v in w.gpu.items() if k != "sm"} | {"power": c.power.astype(np.float32)}
+    rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
+    rail["roce_cong"] = np.full((c.n, G, T), cluster_cong, np.float32)
+    rail["roce_cong"][c.rows(GANG_B)] = cong
+    node = dict(w.node)
+    node["eth_storm"] = np.zeros((c.n, T), np.float32)
+    node["eth_storm"][c.nodes.index("gpu008"), began::2] = 3
+    return verdict(diagnose(replace(w, gpu=gpu, rail=rail, node=node), [job(1, GANG_A), job(2, GANG_B)]), 2)
+
+
 @pytest.mark.parametrize("waits", [True, False])
 def test_a_gang_whose_wait_jumped_when_a_storm_began_beside_it_is_its_victim(waits):
     """RoCE seed 1301: a gang that ran at a light pace (utilisation 0.38, its ports waiting next to
@@ -1317,8 +1333,6 @@ def test_a_gang_whose_wait_jumped_when_a_storm_began_beside_it_is_its_victim(wai
     the storm holds back too, and the storm is most of the window, so the gang's baselines are the
     storm's. Its wait against its own before the storm, with its GPUs' power down, makes it the
     storm's victim; the same jump with its power kept (it works) does not."""
-    from dataclasses import replace
-
     c = Cluster(n=12)
     c.leaf_of["gpu008"] = "leaf1"  # beside the gang on its leaf, the storming one
     began = T - 40  # 10 minutes of storm, the window's larger part
@@ -1330,16 +1344,9 @@ def test_a_gang_whose_wait_jumped_when_a_storm_began_beside_it_is_its_victim(wai
     c.power[r, :, began:] = 97.0 if waits else 168.0
     c.ib_tx[r] = 1.1e8
     c.ib_tx[r, :, began:] = 1.5e8
-    w = c.window()
-    gpu = {k: v for k, v in w.gpu.items() if k != "sm"} | {"power": c.power.astype(np.float32)}
-    rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
-    rail["roce_cong"] = np.full((c.n, G, T), 1e5, np.float32)
-    rail["roce_cong"][r] = 60.0
-    rail["roce_cong"][r, :, began:] = 6e4
-    node = dict(w.node)
-    node["eth_storm"] = np.zeros((c.n, T), np.float32)
-    node["eth_storm"][c.nodes.index("gpu008"), began::2] = 3
-    v = verdict(diagnose(replace(w, gpu=gpu, rail=rail, node=node), [job(1, GANG_A), job(2, GANG_B)]), 2)
+    cong = np.full(T, 60.0)
+    cong[began:] = 6e4
+    v = judged_in_storm(c, began, 1e5, cong)
     want = ("stalled_network", "gpu008", "node") if waits else ("progressing", "", "")
     assert (v.state, v.culprit, v.culprit_kind) == want, v
 
@@ -1353,8 +1360,6 @@ def test_a_storm_victim_whose_wire_went_quiet_while_its_ports_wait_is_not_hung(h
     spinning over a quiet wire reads hung, but one whose ports still wait 500x is held back by the
     storm, not deadlocked. The same gang whose ports stopped waiting when its wire went quiet,
     storm or not, is hung."""
-    from dataclasses import replace
-
     c = Cluster(n=12)
     c.leaf_of["gpu008"] = "leaf1"  # beside the gang on its leaf, the storming one
     began, quiet = T - 36, T - 16
@@ -1365,18 +1370,11 @@ def test_a_storm_victim_whose_wire_went_quiet_while_its_ports_wait_is_not_hung(h
     c.ib_tx[r] = 2.1e10
     c.ib_tx[r, :, began:] = 3.7e9
     c.ib_tx[r, :, quiet:] = 3e8
-    w = c.window()
-    gpu = {k: v for k, v in w.gpu.items() if k != "sm"} | {"power": c.power.astype(np.float32)}
-    rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
-    rail["roce_cong"] = np.full((c.n, G, T), 4e5, np.float32)  # the storm holds the cluster back
-    rail["roce_cong"][r] = 1.4e3
-    rail["roce_cong"][r, :, began:] = 7e5
+    cong = np.full(T, 1.4e3)
+    cong[began:] = 7e5
     if not held:
-        rail["roce_cong"][r, :, quiet:] = 1.4e3
-    node = dict(w.node)
-    node["eth_storm"] = np.zeros((c.n, T), np.float32)
-    node["eth_storm"][c.nodes.index("gpu008"), began::2] = 3
-    v = verdict(diagnose(replace(w, gpu=gpu, rail=rail, node=node), [job(1, GANG_A), job(2, GANG_B)]), 2)
+        cong[quiet:] = 1.4e3
+    v = judged_in_storm(c, began, 4e5, cong)  # the storm holds the cluster back too
     want = ("stalled_network", "gpu008", "node") if held else ("hung", "job 2", "job")
     assert (v.state, v.culprit, v.culprit_kind) == want, v
 

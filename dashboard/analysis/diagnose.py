@@ -1110,7 +1110,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         return Verdict(**base, state="insufficient_data", confidence=0.0, since=float(win.times[T - run]),
                        evidence=(Evidence("activity", "", _mean(act[seg]), act_base, th.degraded_fraction * act_base),),
                        reason=f"activity below {th.degraded_fraction:.0%} of the job's baseline for {run * step:.0f} s "
-                              "with no filesystem write rates: a checkpoint (GPUs paused, memory kept, fabric quiet) "
+                              "with no filesystem write rates: a checkpoint (GPUs paused, memory kept, fabric no busier "
+                              "than at the job's pace) "
                               f"cannot be told from a stall until it lasts {need:.0f} s"
                               + ("; " + "; ".join(notes) if notes else ""))
     conf = 0.9 if has_sm else 0.75

@@ -780,6 +780,31 @@ def test_a_checkpoint_whose_gpus_read_idle_a_scrape_after_its_writes_ended_is_no
     assert v.state == ("progressing" if resumed else "hung"), v
 
 
+@pytest.mark.parametrize("worked", [True, False])
+def test_a_hiccup_a_step_before_a_checkpoint_does_not_start_the_pause_before_its_writes(worked):
+    """Catalogue seed 2104: a gang's one-scrape hiccup (a slow batch: half its SM activity and
+    traffic), a scrape at pace, then a checkpoint (GPUs idle, the nodes writing). A stall's run
+    bridges one step, so the hiccup joined the checkpoint and the pause seemed to begin before its
+    writes: hung after 75 s. The step at pace says the pause began after it; a pause whose first
+    two steps came before any write is still no checkpoint."""
+    c = Cluster()
+    r = c.rows(GANG_A)
+    c.sm[r, :, -5] *= 0.3
+    c.util[r, :, -5] *= 0.65
+    c.ib_tx[r, :, -5] *= 0.4
+    if not worked:
+        c.sm[r, :, -4] *= 0.3
+        c.util[r, :, -4] *= 0.65
+        c.ib_tx[r, :, -4] *= 0.4
+    c.util[r, :, -3:] = 0.0
+    c.sm[r, :, -3:] = 0.0
+    c.ib_tx[r, :, -3:] *= 0.02
+    c.fs_read[r, -3:] = 0.0
+    c.fs_write[r, -3:] = 7e8
+    v = verdict(diagnose(c.window(), [job(1, GANG_A), job(2, GANG_B)]), 1)
+    assert (v.state == "progressing") == worked, v
+
+
 @pytest.mark.parametrize("usual", [True, False])
 def test_without_write_rates_a_gang_whose_ports_always_back_up_waits_out_a_pause_like_a_checkpoint(usual):
     """Catalogue seed 1503 with neither PSI nor the filesystem's series: a 16-node gang whose ports
@@ -1018,6 +1043,37 @@ def test_a_link_that_drops_under_the_gang_and_keeps_erring_is_a_network_stall_at
     w = c.window()
     assert verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}), [job(1, GANG_A)]),
                    1).state == "progressing"
+
+
+@pytest.mark.parametrize("recovered", [False, True])
+def test_a_gang_that_crawls_between_drops_minutes_apart_is_one_network_stall(recovered):
+    """Catalogue seed 2105: a link dropped under the gang, dropped again 9.5 minutes later and
+    erred all along, while the gang's traffic stayed at 80 % of its pace between the drops
+    (retransmissions). Past the 5 minutes a drop keeps a gang suspect, the crawl was taken for
+    health, and the new drop had to wait a minute: progressing. A gang that crawls until the next
+    drop is one stall since the first; one whose traffic came back has no stall until the new
+    drop lasts."""
+    from dataclasses import replace
+
+    c = Cluster()
+    i = c.nodes.index("gpu002")
+    if not recovered:
+        for k in c.rows(GANG_A):
+            c.ib_tx[k, :, 40:] *= 0.8
+    for s in (40, T - 2):
+        c.ib_down[i, 1, s] = 1
+        for k in c.rows(GANG_A):
+            c.ib_tx[k, :, s] = 1e8
+    err = np.zeros_like(c.ib_down)
+    err[i, 1, 40:] = np.random.default_rng(3).poisson(12, T - 40)
+    w = c.window()
+    v = verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}),
+                         [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if recovered:
+        assert v.state == "progressing", v
+    else:
+        assert v.state == "stalled_network" and v.since == TIMES[40], v
+        assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_1/1", "port")
 
 
 def test_a_narrow_link_that_slowed_the_gang_far_is_a_straggler_long_after_its_retrain():

@@ -597,16 +597,21 @@ class _Signals:
                 flaps = _recent_events(np.nan_to_num(jd) > 0, int(round(th.link_window_seconds / step)))
                 slowed = act < th.link_degraded_fraction * base[:, None]
                 tx = self.node_signal("ib_tx")
+                jt = jt_base = None
                 if tx is not None and flaps.any():
                     jt = np.where(self.alive, _group_mean(tx, gangs), np.nan)
-                    slowed |= jt < th.link_degraded_fraction * nanquantile_rows(jt, th.baseline_quantile)[:, None]
+                    jt_base = nanquantile_rows(jt, th.baseline_quantile)[:, None]
+                    slowed |= jt < th.link_degraded_fraction * jt_base
                 broad |= flaps & slowed
                 drops = _link_events(self.node_signal("ib_down"), self.node_signal("eth_down"))
                 if drops is not None:
-                    # a link that went down and still errs or drops: judged in detail (`_felt_drops`)
+                    # a link that went down and still errs or drops: judged in detail (`_felt_drops`),
+                    # past the link window too while the gang's traffic has not come back
                     jdrop = np.nan_to_num(_group_mean(drops, gangs)) > 0
-                    broad |= (_recent_events(jdrop, int(round(th.link_window_seconds / step)))
-                              & _recent_events(np.nan_to_num(jd) > 0, max(2, int(round(th.stall_min_seconds / step)))))
+                    felt = _recent_events(jdrop, int(round(th.link_window_seconds / step)))
+                    if jt is not None:
+                        felt |= (np.cumsum(jdrop, axis=1) > 0) & (jt < th.link_recovered_fraction * jt_base)
+                    broad |= felt & _recent_events(np.nan_to_num(jd) > 0, max(2, int(round(th.stall_min_seconds / step))))
             no_sm = ~np.isfinite(sm[:, -recent:]).any(axis=1)
             if no_sm.any() and "power" in self.gpu2d:
                 rows = np.flatnonzero(no_sm)
@@ -898,7 +903,9 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # collectives stall at every drop and retransmit between them, however fast it runs
             # in the meantime. A drop alone is no stall (the port may carry none of the gang's
             # traffic), nor errors alone (marginal cables err at a low rate for months).
-            degraded |= _felt_drops(sig, k, ib_down, collapsed | congested, step, th)
+            crawl = (ib_tx < th.link_recovered_fraction * ib_base if np.isfinite(ib_base) and ib_base > 0
+                     else np.zeros(T, bool))
+            degraded |= _felt_drops(sig, k, ib_down, collapsed | congested, crawl, step, th)
         if not shared_io:
             # a job stalled since before the window has its stall as baseline: absolute rule (not
             # on a shared node without the job's own pressure: the PSI may be a neighbour's)
@@ -997,18 +1004,24 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
     with np.errstate(invalid="ignore"):
         # GPUs that keep kernels resident (a network wait, a hang) are not pausing for a checkpoint
         ckpt_like = writing & ~(util >= th.busy_util)
-    # the run's first steps whose writes are known, as many as one write sample spans and one more:
+    # The pause began after the last step of the run where the job worked: the run bridges one such
+    # step, so a one-scrape hiccup (a slow batch) a step before a checkpoint joins it (catalogue
+    # seed 2104), and the pause would seem to begin before its writes.
+    with np.errstate(invalid="ignore"):
+        worked = np.flatnonzero((known & ~degraded)[T - run:])
+    begin = T - run + (int(worked[-1]) + 1 if worked.size else 0)
+    # the pause's first steps whose writes are known, as many as one write sample spans and one more:
     # the filesystem's exporter is scraped apart from the GPUs', its rate up to a scrape behind
     # them (a lost scrape there says nothing; once a minute on a 15 s grid, four steps hold a sample)
-    head = (T - run + np.flatnonzero(np.isfinite(fs_w[T - run:]))[:_held_steps(win) + 1]
-            if run else [])
+    head = (begin + np.flatnonzero(np.isfinite(fs_w[begin:]))[:_held_steps(win) + 1]
+            if begin < T else [])
     # ... and at its end the GPUs' exporter may be a scrape behind the node's: steps where the
     # writes ended and the job's traffic or reads are back, as many as one sample spans, are the
     # gang resuming while its GPUs still read idle (catalogue seed 1704 without PSI)
     end = T
-    while T - end < min(_held_steps(win), run - 1) and (~flat | reading)[end - 1] and not writing[end - 1]:
+    while T - end < min(_held_steps(win), T - begin - 1) and (~flat | reading)[end - 1] and not writing[end - 1]:
         end -= 1
-    if run and ckpt_like[head].any() and ckpt_like[max(T - run, end - 2):end].all():
+    if run and ckpt_like[head].any() and ckpt_like[max(begin, end - 2):end].all():
         # a checkpoint: GPUs pause when the writing starts and for as long as it lasts (I/O
         # pressure during it is normal); only one that runs far too long is a stall. A pause that
         # began before the writes or outlasts them is no checkpoint.
@@ -1187,11 +1200,15 @@ def _link_events(down: np.ndarray | None, errors: np.ndarray | None) -> np.ndarr
         return np.where(np.isfinite(down) | np.isfinite(errors), np.nan_to_num(down) + np.nan_to_num(errors), np.nan)
 
 
-def _felt_drops(sig: _Signals, k: int, events: np.ndarray, dip: np.ndarray, step: float, th: Thresholds) -> np.ndarray:
+def _felt_drops(sig: _Signals, k: int, events: np.ndarray, dip: np.ndarray, crawl: np.ndarray, step: float,
+                th: Thresholds) -> np.ndarray:
     """Per step: one of job k's links went down in the last `link_window_seconds` in a step where
     the gang's traffic dipped (`dip`, the step before or after too: a counter and a rate land in
     different scrapes), and the links still err or drop (an event in the last
-    `stall_min_seconds`). All False where link-down counters are not exported."""
+    `stall_min_seconds`). Past that window too while the gang's traffic has not come back
+    (`crawl`) and the links still err: a link that flaps every few minutes under a gang that
+    crawls between the drops (catalogue seed 2105: drops 8 minutes apart, the gang at 76 % of its
+    traffic) is one stall, not one per drop. All False where link-down counters are not exported."""
     drops = _link_events(sig.get("ib_down", k), sig.get("eth_down", k))
     if drops is None:
         return np.zeros(dip.shape, bool)
@@ -1200,9 +1217,12 @@ def _felt_drops(sig: _Signals, k: int, events: np.ndarray, dip: np.ndarray, step
     near[:-1] |= dip[1:]
     with np.errstate(invalid="ignore"):
         hit = (drops > 0) & near
-        live = events > 0
-    return (_recent_events(hit, int(round(th.link_window_seconds / step)))
-            & _recent_events(live, max(2, int(round(th.stall_min_seconds / step)))))
+        live = _recent_events(events > 0, max(2, int(round(th.stall_min_seconds / step))))
+    felt = _recent_events(hit, int(round(th.link_window_seconds / step))) & live
+    crawling = live & crawl
+    for t in range(1, felt.size):
+        felt[t] |= felt[t - 1] and crawling[t]
+    return felt
 
 
 def _recent_events(events: np.ndarray, width: int) -> np.ndarray:

@@ -163,6 +163,10 @@ class Thresholds:
     # ... and with a link event that recent, activity below this share of the job's baseline is a
     # network stall (a gang paced by a flapping link runs at half speed or less, not at a stop).
     link_degraded_fraction: float = 0.75
+    # A gang whose traffic stays below this share of its baseline after a drop it felt, while its
+    # links still err or drop, still crawls on the link (retransmissions) past link_window_seconds;
+    # one back at this share recovered (a healthy gang's traffic varies a few % step to step).
+    link_recovered_fraction: float = 0.9
 
     # ---- stragglers (peer test)
     # Family-wise error rate of the outlier tests across a gang's members (Bonferroni corrected).

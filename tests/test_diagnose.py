@@ -860,6 +860,31 @@ def test_a_gang_whose_nodes_paused_a_scrape_apart_has_no_gpus_idle_while_the_oth
         assert (v.state, v.culprit) == ("idle_gpus", "gpu000:gpu0,1,2,3"), v
 
 
+@pytest.mark.parametrize("lag", [True, False])
+def test_gpus_that_resume_a_scrape_after_the_rest_of_the_gang_are_not_idle_while_the_others_work(lag):
+    """Catalogue seed 1605 without the filesystem's series: a gang paused a minute for a
+    checkpoint, one node's GPUs a scrape behind the other's at both ends. In the last scrape the
+    other node was back and the first still read idle, its fourth step: "4 of 8 allocated GPUs
+    idle while the others work", though the others had worked one scrape of that minute. GPUs idle
+    while the others worked for a minute still are."""
+    from dataclasses import replace
+
+    c = Cluster()
+    first, rest = c.rows(GANG_A)[:1], c.rows(GANG_A)[1:]
+    c.util[first, :, -4:] = 0.0
+    c.sm[first, :, -4:] = 0.0
+    if lag:
+        c.util[rest, :, -5:-1] = 0.0
+        c.sm[rest, :, -5:-1] = 0.0
+    w = c.window()
+    w = replace(w, node={k: v for k, v in w.node.items() if k != "fs_write"})
+    v = verdict(diagnose(w, [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if lag:
+        assert v.state != "idle_gpus", v
+    else:
+        assert (v.state, v.culprit) == ("idle_gpus", "gpu000:gpu0,1,2,3"), v
+
+
 def test_without_profiling_metrics_power_tells_hang_and_network_wait():
     from dataclasses import replace
 
@@ -1043,6 +1068,32 @@ def test_a_link_that_drops_under_the_gang_and_keeps_erring_is_a_network_stall_at
     w = c.window()
     assert verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}), [job(1, GANG_A)]),
                    1).state == "progressing"
+
+
+@pytest.mark.parametrize("depth", [0.55, 0.85])
+def test_a_drop_diluted_in_a_minutes_rate_is_felt_where_the_gangs_traffic_fell_below_its_link_cut(depth):
+    """Catalogue RoCE seed 1504 scraped every minute: each drop of seconds stalled the gang, but
+    in a minute's rate its traffic fell only to 53 % of its baseline (neither collapsed nor backed
+    up), and between the drops it ran at 76 %, just over the 75 % cut: progressing. A drop in
+    whose scrape the gang's traffic fell below that cut took it with it; one at 85 % did not."""
+    from dataclasses import replace
+
+    c = Cluster()
+    i = c.nodes.index("gpu002")
+    r = c.rows(GANG_A)
+    c.ib_tx[r, :, -24:] *= 0.78
+    for s in range(-24, 0, 4):
+        c.ib_down[i, 1, s] = 1
+        c.ib_tx[r, :, s] *= depth / 0.78
+    err = np.zeros_like(c.ib_down)
+    err[i, 1, -24:] = np.random.default_rng(3).poisson(12, 24)
+    w = c.window()
+    v = verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}),
+                         [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if depth < 0.75:
+        assert (v.state, v.culprit) == ("stalled_network", "gpu002:mlx5_1/1"), v
+    else:
+        assert v.state == "progressing", v
 
 
 @pytest.mark.parametrize("recovered", [False, True])

@@ -898,14 +898,17 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             if np.isfinite(ib_base) and ib_base > 0:
                 slowed |= ib_tx < th.link_degraded_fraction * ib_base
             degraded |= link_event & slowed
-            # A link that went down under the gang, taking its traffic with it (its rate collapsed or
-            # its ports backed up in the scrape of the drop), and still errs or drops: the gang's
-            # collectives stall at every drop and retransmit between them, however fast it runs
-            # in the meantime. A drop alone is no stall (the port may carry none of the gang's
+            # A link that went down under the gang, taking its traffic with it (its rate collapsed,
+            # fell below link_degraded_fraction of its baseline, or its ports backed up in the
+            # scrape of the drop: a drop of seconds is diluted in a minute's rate, catalogue RoCE
+            # seed 1504 scraped every minute, 53 % of its traffic), and still errs or drops: the
+            # gang's collectives stall at every drop and retransmit between them, however fast it
+            # runs in the meantime. A drop alone is no stall (the port may carry none of the gang's
             # traffic), nor errors alone (marginal cables err at a low rate for months).
-            crawl = (ib_tx < th.link_recovered_fraction * ib_base if np.isfinite(ib_base) and ib_base > 0
-                     else np.zeros(T, bool))
-            degraded |= _felt_drops(sig, k, ib_down, collapsed | congested, crawl, step, th)
+            known_base = np.isfinite(ib_base) and ib_base > 0
+            crawl = ib_tx < th.link_recovered_fraction * ib_base if known_base else np.zeros(T, bool)
+            dip = collapsed | congested | (ib_tx < th.link_degraded_fraction * ib_base if known_base else False)
+            degraded |= _felt_drops(sig, k, ib_down, dip, crawl, step, th)
         if not shared_io:
             # a job stalled since before the window has its stall as baseline: absolute rule (not
             # on a shared node without the job's own pressure: the PSI may be a neighbour's)
@@ -2085,6 +2088,13 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
     with np.errstate(invalid="ignore"):
         if not (seen.any(axis=1) & (latest >= th.idle_util)).any():
             return None
+        # ... and each idle GPU idle while the others worked for as long as a stall takes: the
+        # others back a scrape before it is a gang resuming a scrape apart (catalogue seed 1605
+        # without the filesystem's series: a checkpoint's last scrape), not GPUs left idle
+        work = np.cumsum((util_g[others] >= th.idle_util).any(axis=0)[::-1])[::-1]
+    bad = np.array([i for i in bad if work[T - int(runs[i])] >= need], dtype=np.int64)
+    if bad.size == 0:
+        return None
     names = [jm.gpu_names[i] for i in bad]
     since = float(win.times[T - int(runs[bad].max())])
     ev = tuple(Evidence("gpu_util", n, _mean((util_g[i, T - int(runs[i]):])), None, th.idle_util,

@@ -1001,7 +1001,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         with np.errstate(invalid="ignore"):
             at_pace = act >= th.degraded_fraction * act_base
         usual = at_pace.sum() >= recent and congested[at_pace].mean() >= 0.5
-        backs_up = link_event if usual else fabric
+        backs_up = fabric
+        if usual:
+            # ... unless they now back up wait_ratio times their own wait at pace (a host-waiting
+            # stall: RoCE seed 1600 without PSI or the filesystem's series, 60x)
+            own = _q(ib_wait[at_pace], 0.5)
+            with np.errstate(invalid="ignore"):
+                backs_up = link_event | (ib_wait >= th.wait_ratio * max(own, 1.0))
         if (spinning[tail_run] | backs_up[tail_run] | empty[tail_run]).mean() >= 0.5:
             need = th.stall_min_seconds
     with np.errstate(invalid="ignore"):

@@ -1467,6 +1467,30 @@ def test_a_storm_victim_whose_wire_went_quiet_while_its_ports_wait_is_not_hung(h
     assert (v.state, v.culprit, v.culprit_kind) == want, v
 
 
+@pytest.mark.parametrize("straggler", [False, True])
+def test_a_young_gang_whose_nodes_left_the_warm_up_a_scrape_apart_has_no_straggler(straggler):
+    """Catalogue RoCE seed 1800 scraped every minute: a 64-GPU gang 335 s old, its nodes through
+    the warm-up a scrape apart. Averaged over the last 2 minutes, the first node to train (SM 0.7)
+    worked while the others, half their samples still in the warm-up, seemed to wait: straggler.
+    Samples from the job's first 300 s are no pace; a node that works while the others spin at
+    the barrier after that is a straggler all the same."""
+    c = Cluster()
+    r = c.rows(GANG_A)
+    start = END - 330.0
+    c.util[r, :, :-8] = 0.05  # loading weights and the first batches
+    c.sm[r, :, :-8] = 0.01
+    if straggler:
+        c.util[r[1:], :, -8:] = 0.97
+        c.sm[r[1:], :, -8:] = 0.2
+    else:
+        c.util[r[1:], :, -8:-4] = 0.05
+        c.sm[r[1:], :, -8:-4] = 0.01
+    v = verdict(diagnose(c.window(), [job(1, GANG_A, start=start), job(2, GANG_B)]), 1)
+    assert (v.state == "straggler") == straggler, v
+    if straggler:
+        assert v.culprit == "gpu000", v
+
+
 def test_gpus_that_work_through_the_gangs_checkpoint_are_not_a_straggler():
     """Scraped every minute, a checkpoint's pause lands in different samples on different nodes
     (catalogue seed 1100 at 60 s): three GPUs of one node still read busy while their peers read

@@ -1926,10 +1926,16 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
             drop = 1 - float(np.mean([h[1] for h in hits])) / hits[0][2]
     sm = sig.gpu2d.get("sm")
     if not culprits and sm is not None and len(jm.gpu_flat) >= th.min_peers and not _checkpointing(win, jm, th, recent):
-        s = _nanmean(sm[jm.gpu_flat][:, -recent:].astype(np.float64), 1)
+        # samples of the job's start-up are no pace: its nodes leave the warm-up a scrape or more
+        # apart, and the first to train would read as working while the rest wait (catalogue RoCE
+        # seed 1800 scraped every minute, a job 335 s old)
+        first = T - recent
+        if jm.job.start_time:
+            first = max(first, min(T - 1, int(np.searchsorted(win.times, jm.job.start_time + th.job_grace_seconds))))
+        s = _nanmean(sm[jm.gpu_flat][:, first:].astype(np.float64), 1)
         with np.errstate(invalid="ignore"):
             # an idle GPU is not a peer that waits at a barrier: test only GPUs that run kernels
-            s[~(_nanmean(sig.gpu2d["util"][jm.gpu_flat][:, -recent:].astype(np.float64), 1) > th.idle_util)] = np.nan
+            s[~(_nanmean(sig.gpu2d["util"][jm.gpu_flat][:, first:].astype(np.float64), 1) > th.idle_util)] = np.nan
         hits = outliers(s, th, high=True, min_ratio=1.5, min_abs=0.2)
         if 0 < len(hits) <= max(1, len(jm.gpu_flat) // 4):
             for i, x, med, z, p in hits:

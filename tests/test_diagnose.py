@@ -1107,6 +1107,32 @@ def test_a_gang_that_crawls_between_drops_minutes_apart_is_one_network_stall(rec
         assert v.state == "stalled_network" and v.since == TIMES[40], v
         assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_1/1", "port")
 
+@pytest.mark.parametrize("late", [0, 1, 4])
+def test_a_link_that_errs_every_scrape_a_minute_still_errs_across_a_late_or_lost_scrape(late):
+    """Catalogue seed 2105 scraped every minute (node_exporter's names): the flapping port's errors
+    land once every four 15 s steps, and one scrape landing a step late left a 75 s gap between two.
+    The links "still err" within a minute, so the crawl between drops was taken for health from
+    the late scrape on: progressing. At a scrape a minute, an event in either of the last two
+    scrapes says the links still err: a scrape late (`late` 1) or lost (4) ends no stall."""
+    from dataclasses import replace
+
+    c = Cluster()
+    i = c.nodes.index("gpu002")
+    for k in c.rows(GANG_A):
+        c.ib_tx[k, :, 40:] *= 0.8
+    for s in (40, T - 2):
+        c.ib_down[i, 1, s] = 1
+        for k in c.rows(GANG_A):
+            c.ib_tx[k, :, s] = 1e8
+    err = np.zeros_like(c.ib_down)
+    scrapes = [s if s < 60 else s + late for s in range(40, T - late, 4)]
+    err[i, 1, scrapes] = 50
+    w = replace(c.window(), scrape_seconds=60.0)
+    v = verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}),
+                         [job(1, GANG_A), job(2, GANG_B)]), 1)
+    assert v.state == "stalled_network" and v.since == TIMES[40], v
+    assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_1/1", "port")
+
 
 def test_a_narrow_link_that_slowed_the_gang_far_is_a_straggler_long_after_its_retrain():
     """The link retrained at 1x width 8 minutes ago (its link-down long out of the 5-minute link
@@ -1438,6 +1464,27 @@ def test_a_gang_whose_wait_jumped_when_a_storm_began_beside_it_is_its_victim(wai
     want = ("stalled_network", "gpu008", "node") if waits else ("progressing", "", "")
     assert (v.state, v.culprit, v.culprit_kind) == want, v
 
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_gang_whose_ports_back_up_as_a_rule_is_no_storm_victim_while_it_keeps_its_pace(waits):
+    """Catalogue RoCE seed 2001: an all-to-all gang on a busy fabric, its ports waiting 100x the
+    cluster's typical node as a rule, ran on at its power and traffic while a PFC storm beat on a
+    node of its leaf, its ports waiting as they did before the storm: no victim (its congestion is
+    its pace, not the storm's). The same gang whose ports wait 10x their own wait before the storm
+    while its GPUs' power falls to a spin's is the storm's victim, the storming node named."""
+    c = Cluster(n=12)
+    c.leaf_of["gpu008"] = "leaf1"  # beside the gang on its leaf, the storming one
+    began = T - 16  # a 4-minute storm
+    r = c.rows(GANG_B)
+    c.util[r] = 0.98
+    c.power = np.full_like(c.util, 400.0)
+    cong = np.full(T, 5e4) * np.random.default_rng(1).uniform(0.7, 1.3, T)
+    if waits:
+        c.power[r, :, began:] = 220.0
+        cong[began:] *= 12
+    v = judged_in_storm(c, began, 500.0, cong)
+    want = ("stalled_network", "gpu008", "node") if waits else ("progressing", "", "")
+    assert (v.state, v.culprit, v.culprit_kind) == want, v
 
 @pytest.mark.parametrize("held", [True, False])
 def test_a_storm_victim_whose_wire_went_quiet_while_its_ports_wait_is_not_hung(held):

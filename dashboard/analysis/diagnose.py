@@ -853,6 +853,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         slow_target = _slow_target_steps(win, sig, jm, th, sig.alive[k])
         spinning = util >= th.busy_util
         congested = np.zeros(T, bool)
+        wait_ref = math.nan
         link_event = np.zeros(T, bool)
         collapsed = np.zeros(T, bool)
         flat = np.zeros(T, bool)
@@ -861,7 +862,7 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                 # the cluster's typical node is the reference: a gang congested for the whole
                 # window has its congestion as its own median
                 cluster_wait = sig.cluster_wait_median(jm.node_rows)
-                ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
+                ref = wait_ref = cluster_wait if np.isfinite(cluster_wait) else wait_base
                 # ... and not below the job's own typical wait: a job whose traffic naturally waits
                 # (all-to-all on a busy fabric) is not congested when it waits less than usual
                 congested = (ib_wait >= th.wait_ratio * max(ref, 1.0)) & (ib_wait >= th.own_wait_fraction * wait_base)
@@ -934,11 +935,15 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
             # under the cluster's 10x), nor its baselines where the storm is most of the window.
             # Held back so, it is no hang though its wire goes quiet (RoCE seed 1404: its traffic
             # at 1.4 % of its baseline, its ports waiting 500x their wait before the storm).
+            # Ports that waited 10x the cluster's typical node before the storm as a rule (an
+            # all-to-all on a busy fabric) say nothing new by waiting so in it: only their jump
+            # holds the gang back (catalogue RoCE seed 2001: a gang at its power and traffic).
             began = np.flatnonzero(storms)
             before = ib_wait[:began[0]] if began.size else ib_wait[:0]
             calm = _q(before, 0.5) if np.isfinite(before).sum() >= recent else math.nan
             jumped = (ib_wait >= th.wait_ratio * max(calm, 1.0)) & slack if np.isfinite(calm) else congested
-            held_back = _recent_events(congested | jumped, int(round(th.stall_min_seconds / step)))
+            usual = np.isfinite(calm) and np.isfinite(wait_ref) and calm >= th.wait_ratio * max(wait_ref, 1.0)
+            held_back = _recent_events(jumped if usual else congested | jumped, int(round(th.stall_min_seconds / step)))
             victim = storm_near & held_back & spinning
             if has_sm:
                 victim &= sm < th.waiting_sm_ratio * util
@@ -1217,7 +1222,9 @@ def _felt_drops(sig: _Signals, k: int, events: np.ndarray, dip: np.ndarray, craw
     `stall_min_seconds`). Past that window too while the gang's traffic has not come back
     (`crawl`) and the links still err: a link that flaps every few minutes under a gang that
     crawls between the drops (catalogue seed 2105: drops 8 minutes apart, the gang at 76 % of its
-    traffic) is one stall, not one per drop. All False where link-down counters are not exported."""
+    traffic) is one stall, not one per drop. At a scrape a minute, an event in either of the last
+    two scrapes: the one before may have landed a grid step late or been lost (seed 2105 scraped
+    every minute: 75 s between two). All False where link-down counters are not exported."""
     drops = _link_events(sig.get("ib_down", k), sig.get("eth_down", k))
     if drops is None:
         return np.zeros(dip.shape, bool)
@@ -1226,7 +1233,7 @@ def _felt_drops(sig: _Signals, k: int, events: np.ndarray, dip: np.ndarray, craw
     near[:-1] |= dip[1:]
     with np.errstate(invalid="ignore"):
         hit = (drops > 0) & near
-        live = _recent_events(events > 0, max(2, int(round(th.stall_min_seconds / step))))
+        live = _recent_events(events > 0, max(2, int(round(th.stall_min_seconds / step)), 2 * _held_steps(sig.win)))
     felt = _recent_events(hit, int(round(th.link_window_seconds / step))) & live
     crawling = live & crawl
     for t in range(1, felt.size):

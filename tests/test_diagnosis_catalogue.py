@@ -148,3 +148,25 @@ def test_a_victim_in_its_first_minutes_is_counted_apart_not_as_a_miss(tmp_path):
         assert not sc.misses, (schema, sc.misses)
         assert sc.confusion[("stalled_network", "stalled_network")] == 1, (schema, sc.report(schema))
         assert "not judged by design (left out above): 1" in sc.report(schema)
+
+
+def test_a_site_scraping_every_minute_counts_a_flapping_links_first_drops(tmp_path):
+    """Seed 2105's flapping link scraped every minute. gangwatch's agent leaves the port's
+    link_downed counter out until it moves and shows it back at the value it stood at for one
+    scrape of its slowest scraper: a site scraping every minute sees that value first, then the
+    drops, a scrape late. Keeping every fourth 15 s sample instead showed the counter first at its
+    count after two drops, so neither was ever counted. With the drops seen, and node_exporter's
+    errors a scrape a minute with one landing late, both schemes judge the gang stalled on the
+    network with the port named."""
+    from tests.support.catalogue_score import as_site
+
+    subprocess.run([sys.executable, "-m", "tests.scenarios", str(tmp_path), "--seeds", "1", "--first-seed", "2105",
+                    "--only", "net_flapping_link"],
+                   check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=600)
+    as_site(str(tmp_path), "", 60)
+    om = (tmp_path / "net_flapping_link-s2105-gangwatch" / "metrics.om").read_text().splitlines()
+    downs = [float(x.split()[-2]) for x in om if x.startswith("gangwatch_infiniband_port_link_downed_total{")]
+    assert downs[0] < downs[1], downs  # the value it stood at, then the drops
+    for schema, sc in score_tree(str(tmp_path)).items():
+        assert sc.confusion[("stalled_network", "stalled_network")] == 1, (schema, sc.report(schema))
+        assert not [m for m in sc.misses if "flapping-link" in m], (schema, sc.misses)

@@ -116,6 +116,13 @@ def quiet(values: np.ndarray, times: np.ndarray, idle: float = AGENT_IDLE_S) -> 
     return out, kept
 
 
+# the agent's families that `quiet` leaves out while still: a site scraping less often than the
+# render sees such a series back at the value it stood at for one of its own scrapes (`as_site`)
+QUIET_FAMILIES = ("gangwatch_infiniband_port_link_downed_total", "gangwatch_infiniband_port_symbol_errors_total",
+                  "gangwatch_lustre_client_target_io_bytes_total", "gangwatch_lustre_client_target_operations_total",
+                  "gangwatch_lustre_client_target_operation_latency_seconds_total")
+
+
 # the RDMA ports' series, by what they count, in the agent's and node_exporter's names
 IB_AGENT_NAMES = {"tx": "transmit_data_bytes_total", "rx": "receive_data_bytes_total", "wait": "transmit_wait_ticks_total",
                   "down": "link_downed_total", "sym": "symbol_errors_total", "rec": "link_error_recoveries_total",

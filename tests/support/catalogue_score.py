@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from dashboard.analysis.diagnose import diagnose
 from dashboard.analysis.thresholds import DEFAULT
 from dashboard.sources.bundle import load_bundle
+from tests.scenarios.render import QUIET_FAMILIES
 
 CAUSES = ("stalled_io", "stalled_network", "straggler", "hung", "idle_gpus")
 # detection is measured at these offsets after onset (seconds); the goal is <= 120 s
@@ -219,15 +220,23 @@ def as_site(root: str, drop: str = "", scrape_interval: float = 0.0) -> int:
     """Rewrite the bundles under `root` as a site that differs from the catalogue's draw would see
     them: without the series whose lines match `drop` (a regex, e.g. `node_pressure_` for kernels
     that leave PSI off), and scraped every `scrape_interval` seconds (every n-th sample of each
-    series kept, n = the interval over the bundle's own). Returns the lines removed."""
+    series kept, n = the interval over the bundle's own). Returns the lines removed.
+    A series the agent left out while still (`QUIET_FAMILIES`) and shows again, at the value it
+    stood at for one scrape, shows that value at the site's next scrape: the agent holds it for its
+    slowest scraper (docs/agent.md), so the site counts the move a scrape late, not never."""
     pat = re.compile(drop.encode()) if drop else None
+    quiet = tuple(f.encode() + b"{" for f in QUIET_FAMILIES)
     removed = 0
     for p in bundle_dirs(root):
-        n = 1
+        n, step, start = 1, 0.0, 0.0
         if scrape_interval:
             with open(os.path.join(p, "truth.json")) as f:
-                n = max(1, round(scrape_interval / json.load(f)["params"]["interval"]))
+                truth = json.load(f)
+            step, start = truth["params"]["interval"], truth["window"]["start"]
+            n = max(1, round(scrape_interval / step))
         seen: Counter = Counter()
+        last: dict[bytes, float] = {}
+        stood: dict[bytes, bytes] = {}  # quiet series back after standing still: the value it stood at
         keep = []
         with open(os.path.join(p, "metrics.om"), "rb") as f:
             for line in f:
@@ -235,10 +244,17 @@ def as_site(root: str, drop: str = "", scrape_interval: float = 0.0) -> int:
                 if pat is not None and pat.search(line):
                     continue
                 if n > 1 and not line.startswith(b"#"):
-                    key = line.rsplit(b" ", 2)[0]
+                    key, value, ts = line.rsplit(b" ", 2)
                     seen[key] += 1
+                    if key.startswith(quiet):
+                        t, before = float(ts), last.get(key, start - step)
+                        last[key] = t
+                        if t - before > 1.5 * step:
+                            stood[key] = value
                     if seen[key] % n:
                         continue
+                    if key in stood:
+                        line = b" ".join((key, stood.pop(key), ts))
                 keep.append(line)
                 removed -= 1
         with open(os.path.join(p, "metrics.om"), "wb") as f:

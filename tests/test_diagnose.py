@@ -405,6 +405,34 @@ def test_a_gang_on_two_leaves_is_judged_on_both_nodes_ports():
     assert v.state == "stalled_network"
     assert (v.culprit, v.culprit_kind) == ("gpu004:mlx5_2/1", "port"), v
 
+@pytest.mark.parametrize("neighbours", ["steady", "jumped"])
+def test_busy_neighbours_waiting_as_they_always_did_are_no_congested_leaf(neighbours):
+    """Catalogue seed 2504 (node_exporter's names): a 2-node gang on two leaves waits on one port of
+    its second node (a host-waiting stall). Most of the cluster carries light traffic and waits for
+    nothing, so two busy nodes on the gang's first leaf, an all-to-all waiting at its pace as it
+    did all along, stood out from the cluster, and with the gang's node there filled that leaf:
+    the leaf was named. Neighbours that wait as they did before at their traffic are no victims of
+    the switch: the port is named. Where their wait jumped with the gang's stall, the leaf is."""
+    c = Cluster(n=12)
+    light = [i for i in range(c.n) if c.nodes[i] not in ("gpu001", "gpu002", "gpu003", "gpu004")]
+    c.ib_tx[light] = 2e7
+    c.ib_wait[light] = 0
+    c.util[light] = 0.0
+    c.sm[light] = 0.0
+    busy = c.rows(("gpu001", "gpu002"))
+    c.ib_tx[busy] = 1.7e9
+    c.ib_wait[busy] = 8e5
+    gang = ("gpu003", "gpu004")  # the last node of leaf0, the first of leaf1
+    paint(c, gang, T, ib_tx=3.2e9, ib_wait=8e5)
+    paint(c, gang, 20, util=0.04, sm=0.01, ib_tx=4.8e8, ib_wait=4e8)
+    c.ib_wait[c.nodes.index("gpu004"), 2, -20:] = 1.5e9
+    if neighbours == "jumped":
+        c.ib_wait[busy, :, -20:] = 8e7
+    v = verdict(diagnose(c.window(), [job(1, gang), job(2, ("gpu001", "gpu002"))]), 1)
+    assert v.state == "stalled_network", v.reason
+    want = ("gpu004:mlx5_2/1", "port") if neighbours == "steady" else ("leaf0", "leaf_switch")
+    assert (v.culprit, v.culprit_kind) == want, (v.culprit, v.evidence)
+
 
 @pytest.mark.parametrize("background", [0.0, 1.5e6])
 def test_nodes_that_were_idle_until_a_job_started_are_no_congested_leaf(background):
@@ -430,12 +458,8 @@ def test_nodes_that_were_idle_until_a_job_started_are_no_congested_leaf(backgrou
     c.util[idle + new, :, :-16] = 0.0
     c.sm[idle + new, :, :-16] = 0.0
     gang = ("gpu007", "gpu008")
-    for i in c.rows(gang):
-        c.ib_wait[i] = 3.3e5
-        c.util[i, :, -20:] = 0.03
-        c.sm[i, :, -20:] = 0.01
-        c.ib_tx[i, :, -20:] = 7e8
-        c.ib_wait[i, :, -20:] = 1.6e7
+    paint(c, gang, T, ib_wait=3.3e5)
+    paint(c, gang, 20, util=0.03, sm=0.01, ib_tx=7e8, ib_wait=1.6e7)
     c.ib_wait[c.nodes.index("gpu008"), 2, -20:] = 9e7
     c.ib_wait[c.rows(("gpu010", "gpu011"))] = 7.5e5
     v = verdict(diagnose(c.window(), [job(1, gang), job(2, ("gpu002", "gpu003", "gpu004", "gpu005"), start=END - 240)]), 1)
@@ -838,8 +862,9 @@ def test_without_write_rates_a_gang_whose_ports_always_back_up_waits_out_a_pause
         assert v.state not in ("progressing", "insufficient_data"), v
 
 
-@pytest.mark.parametrize("others", ["paused_after", "resumed_before", "work"])
-def test_a_gang_whose_nodes_paused_a_scrape_apart_has_no_gpus_idle_while_the_others_work(others):
+@pytest.mark.parametrize("others, idle_steps, scrape", [("paused_after", 4, 15.0), ("resumed_before", 4, 15.0),
+                                                     ("work", 4, 15.0), ("work", 4, 60.0), ("work", 8, 60.0)])
+def test_a_gang_whose_nodes_paused_a_scrape_apart_has_no_gpus_idle_while_the_others_work(others, idle_steps, scrape):
     """Sites without the filesystem's series, a gang's checkpoint pausing one node's GPUs a scrape
     apart from the other's. RoCE seed 1404: the first paused a scrape before; a minute in, its GPUs
     were "8 of 16 allocated GPUs idle while the others work", as the others had worked a minute
@@ -847,20 +872,22 @@ def test_a_gang_whose_nodes_paused_a_scrape_apart_has_no_gpus_idle_while_the_oth
     after; in the last scrape "4 of 8 allocated GPUs idle while the others work", though the others
     had worked one scrape of that minute (each idle GPU must be idle while the others worked for a
     minute). Either way the gang is judged as one. Half a gang idle while the other half works is
-    still idle GPUs."""
+    still idle GPUs. Seeds 2302 and 2304 scraped every minute: the nodes of a gang are scraped at
+    their own offsets in the minute, and a checkpoint of 45-104 s showed in one sample of some
+    nodes only, held over the grid's minute: one sample is no minute of idleness, two are."""
     from dataclasses import replace
 
     c = Cluster()
     first, rest = c.rows(GANG_A)[:1], c.rows(GANG_A)[1:]
-    c.util[first, :, -4:] = 0.0
-    c.sm[first, :, -4:] = 0.0
+    c.util[first, :, -idle_steps:] = 0.0
+    c.sm[first, :, -idle_steps:] = 0.0
     paused = {"paused_after": slice(-3, None), "resumed_before": slice(-5, -1), "work": slice(0, 0)}[others]
     c.util[rest, :, paused] = 0.0
     c.sm[rest, :, paused] = 0.0
     w = c.window()
-    w = replace(w, node={k: v for k, v in w.node.items() if k != "fs_write"})
+    w = replace(w, node={k: v for k, v in w.node.items() if k != "fs_write"}, scrape_seconds=scrape)
     v = verdict(diagnose(w, [job(1, GANG_A), job(2, GANG_B)]), 1)
-    if others == "work":
+    if others == "work" and idle_steps * STEP > scrape:
         assert (v.state, v.culprit) == ("idle_gpus", "gpu000:gpu0,1,2,3"), v
     else:
         assert v.state != "idle_gpus", v
@@ -1077,6 +1104,28 @@ def test_a_drop_diluted_in_a_minutes_rate_is_felt_where_the_gangs_traffic_fell_b
         assert v.state == "progressing", v
 
 
+def judged_flapping(err_steps, crawl: bool = True, scrape_seconds: float | None = None):
+    """Job 1 (GANG_A) under a link of gpu002 that dropped at step 40 and at T - 2 (the gang's
+    traffic gone in each drop's step) and erred (`ib_err`) at `err_steps`; between the drops the
+    gang crawls at 80 % of its traffic, or (`crawl` False) ran at pace."""
+    from dataclasses import replace
+
+    c = Cluster()
+    i = c.nodes.index("gpu002")
+    if crawl:
+        for k in c.rows(GANG_A):
+            c.ib_tx[k, :, 40:] *= 0.8
+    for s in (40, T - 2):
+        c.ib_down[i, 1, s] = 1
+        for k in c.rows(GANG_A):
+            c.ib_tx[k, :, s] = 1e8
+    err = np.zeros_like(c.ib_down)
+    err[i, 1, err_steps] = np.random.default_rng(3).poisson(12, len(err_steps)) + 1
+    w = c.window() if scrape_seconds is None else replace(c.window(), scrape_seconds=scrape_seconds)
+    return verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}),
+                            [job(1, GANG_A), job(2, GANG_B)]), 1)
+
+
 @pytest.mark.parametrize("recovered", [False, True])
 def test_a_gang_that_crawls_between_drops_minutes_apart_is_one_network_stall(recovered):
     """Catalogue seed 2105: a link dropped under the gang, dropped again 9.5 minutes later and
@@ -1085,27 +1134,13 @@ def test_a_gang_that_crawls_between_drops_minutes_apart_is_one_network_stall(rec
     health, and the new drop had to wait a minute: progressing. A gang that crawls until the next
     drop is one stall since the first; one whose traffic came back has no stall until the new
     drop lasts."""
-    from dataclasses import replace
-
-    c = Cluster()
-    i = c.nodes.index("gpu002")
-    if not recovered:
-        for k in c.rows(GANG_A):
-            c.ib_tx[k, :, 40:] *= 0.8
-    for s in (40, T - 2):
-        c.ib_down[i, 1, s] = 1
-        for k in c.rows(GANG_A):
-            c.ib_tx[k, :, s] = 1e8
-    err = np.zeros_like(c.ib_down)
-    err[i, 1, 40:] = np.random.default_rng(3).poisson(12, T - 40)
-    w = c.window()
-    v = verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}),
-                         [job(1, GANG_A), job(2, GANG_B)]), 1)
+    v = judged_flapping(list(range(40, T)), crawl=not recovered)
     if recovered:
         assert v.state == "progressing", v
     else:
         assert v.state == "stalled_network" and v.since == TIMES[40], v
         assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_1/1", "port")
+
 
 @pytest.mark.parametrize("late", [0, 1, 4])
 def test_a_link_that_errs_every_scrape_a_minute_still_errs_across_a_late_or_lost_scrape(late):
@@ -1114,22 +1149,7 @@ def test_a_link_that_errs_every_scrape_a_minute_still_errs_across_a_late_or_lost
     The links "still err" within a minute, so the crawl between drops was taken for health from
     the late scrape on: progressing. At a scrape a minute, an event in either of the last two
     scrapes says the links still err: a scrape late (`late` 1) or lost (4) ends no stall."""
-    from dataclasses import replace
-
-    c = Cluster()
-    i = c.nodes.index("gpu002")
-    for k in c.rows(GANG_A):
-        c.ib_tx[k, :, 40:] *= 0.8
-    for s in (40, T - 2):
-        c.ib_down[i, 1, s] = 1
-        for k in c.rows(GANG_A):
-            c.ib_tx[k, :, s] = 1e8
-    err = np.zeros_like(c.ib_down)
-    scrapes = [s if s < 60 else s + late for s in range(40, T - late, 4)]
-    err[i, 1, scrapes] = 50
-    w = replace(c.window(), scrape_seconds=60.0)
-    v = verdict(diagnose(replace(w, rail={**w.rail, "ib_err": err.astype(np.float32)}),
-                         [job(1, GANG_A), job(2, GANG_B)]), 1)
+    v = judged_flapping([s if s < 60 else s + late for s in range(40, T - late, 4)], scrape_seconds=60.0)
     assert v.state == "stalled_network" and v.since == TIMES[40], v
     assert (v.culprit, v.culprit_kind) == ("gpu002:mlx5_1/1", "port")
 

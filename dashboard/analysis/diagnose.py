@@ -1637,6 +1637,14 @@ def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th:
     # gang's collectives make its nodes on healthy leaves wait too, so every leaf of the job is
     # tested, not only the one holding most of its outlying nodes.
     hot = np.array([bool(np.isfinite(zj) and zj > 0 and p_one_sided(float(zj)) * m < th.alpha) for zj in z])
+    # ... but a busy neighbour that waits as it did before at its traffic (an all-to-all's own wait
+    # stands out from a cluster of lightly loaded nodes) is no victim of the switch (catalogue seed
+    # 2504: two such nodes and the gang's one filled its leaf, the port the gang waited on elsewhere)
+    with np.errstate(invalid="ignore"):
+        past = _own_past_wait(win, w, tx, seg, th)
+        steady = np.isfinite(past) & ~(per_node >= th.wait_ratio * np.maximum(past, 1.0))
+    steady[jm.node_rows] = False
+    hot &= ~steady
     busy = np.where(np.isfinite(z), per_node, np.nan)
     congested_leaves = []
     for lf in sorted({win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}):
@@ -1807,16 +1815,8 @@ def _congested_leaf_by_history(win: Window, w: np.ndarray, tx: np.ndarray | None
     not where that congestion follows the gang (`_follows_the_gang`)."""
     if not win.leaf_of or seg.start < 2:
         return "", "", ev
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        before = w[:, :seg.start].astype(np.float64)
-        if tx is not None:
-            like_now = th.past_traffic_share * np.nanmedian(tx[:, seg].astype(np.float64), axis=1)
-            moved = tx[:, :seg.start] >= np.fmax(like_now, th.busy_link_bytes)[:, None]
-            before = np.where(moved, before, np.nan)
-            # a minute of traffic at least: one busy sample is no past
-            before[moved.sum(axis=1) < max(2, int(round(60.0 / win.step)))] = np.nan
-        past = np.nanmedian(before, axis=1)
+    with np.errstate(all="ignore"):
+        past = _own_past_wait(win, w, tx, seg, th)
         now = np.where(np.isfinite(past), _nanmean(w[:, seg], 1), np.nan)
         # and at least the wait the job's nodes had at pace: a node that waited for nothing
         # (background traffic) and now waits less than a healthy gang is no congestion
@@ -1840,6 +1840,24 @@ def _congested_leaf_by_history(win: Window, w: np.ndarray, tx: np.ndarray | None
         ev.append(Evidence("ib_wait", win.nodes[i], float(now[i]), float(past[i]), th.wait_ratio * max(float(past[i]), 1.0),
                            note=f"node vs its own past; {n_hot} of {on_leaf} nodes on {leaf} congested alike"))
     return leaf, "leaf_switch", ev
+
+
+def _own_past_wait(win: Window, w: np.ndarray, tx: np.ndarray | None, seg: slice, th: Thresholds) -> np.ndarray:
+    """Per node: its median wait (`w`) over the steps before `seg` in which it carried traffic
+    like its traffic in `seg` (`tx`, `past_traffic_share` of it, a minute of such steps at least:
+    one busy sample is no past); NaN where it has no such past (idle until now, or `seg` begins
+    the window)."""
+    if seg.start < 2:
+        return np.full(w.shape[0], np.nan)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        before = w[:, :seg.start].astype(np.float64)
+        if tx is not None:
+            like_now = th.past_traffic_share * np.nanmedian(tx[:, seg].astype(np.float64), axis=1)
+            moved = tx[:, :seg.start] >= np.fmax(like_now, th.busy_link_bytes)[:, None]
+            before = np.where(moved, before, np.nan)
+            before[moved.sum(axis=1) < max(2, int(round(60.0 / win.step)))] = np.nan
+        return np.nanmedian(before, axis=1)
 
 
 def _busy_clock(sig: _Signals, th: Thresholds) -> np.ndarray | None:
@@ -2073,7 +2091,10 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
     known = np.isfinite(util_g)
     runs = _trailing_run(idle & known, ~known)
     runs[~known[:, -max(1, int(round(th.stale_seconds / step))):].any(axis=1)] = 0
-    need = max(2, int(math.ceil(th.stall_min_seconds / step)))
+    # ... in two samples at least: one sample held over the grid's steps is no duration (a gang's
+    # nodes scraped once a minute at their own offsets, a 45 s checkpoint in one sample of some:
+    # catalogue seeds 2302 and 2304 scraped every minute)
+    need = max(2, int(math.ceil(th.stall_min_seconds / step)), _held_steps(win) + 1)
     if jm.job.start_time:
         age_steps = int((now - jm.job.start_time) // step) + 1
         runs = np.minimum(runs, age_steps)

@@ -1640,14 +1640,16 @@ def _congestion_culprit(win: Window, sig: _Signals, jm: _JobMap, seg: slice, th:
     # ... but a busy neighbour that waits as it did before at its traffic (an all-to-all's own wait
     # stands out from a cluster of lightly loaded nodes) is no victim of the switch (catalogue seed
     # 2504: two such nodes and the gang's one filled its leaf, the port the gang waited on elsewhere)
-    with np.errstate(invalid="ignore"):
-        past = _own_past_wait(win, w, tx, seg, th)
-        steady = np.isfinite(past) & ~(per_node >= th.wait_ratio * np.maximum(past, 1.0))
-    steady[jm.node_rows] = False
-    hot &= ~steady
+    leaves = {win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}
+    mine = set(jm.node_rows)
+    near = [j for j, n in enumerate(win.nodes) if hot[j] and j not in mine and win.leaf_of.get(n) in leaves]
+    if near:
+        with np.errstate(invalid="ignore"):
+            past = _own_past_wait(win, w[near], tx[near] if tx is not None else None, seg, th)
+            hot[near] &= ~(np.isfinite(past) & ~(per_node[near] >= th.wait_ratio * np.maximum(past, 1.0)))
     busy = np.where(np.isfinite(z), per_node, np.nan)
     congested_leaves = []
-    for lf in sorted({win.leaf_of.get(win.nodes[i], "") for i in jm.node_rows} - {""}):
+    for lf in sorted(leaves):
         on_leaf = [j for j, n in enumerate(win.nodes) if win.leaf_of.get(n) == lf and np.isfinite(z[j])]
         if sum(bool(hot[j]) for j in on_leaf) >= max(2, 0.5 * len(on_leaf)):
             congested_leaves.append(lf)

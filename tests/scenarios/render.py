@@ -116,13 +116,6 @@ def quiet(values: np.ndarray, times: np.ndarray, idle: float = AGENT_IDLE_S) -> 
     return out, kept
 
 
-# the agent's families that `quiet` leaves out while still: a site scraping less often than the
-# render sees such a series back at the value it stood at for one of its own scrapes (`as_site`)
-QUIET_FAMILIES = ("gangwatch_infiniband_port_link_downed_total", "gangwatch_infiniband_port_symbol_errors_total",
-                  "gangwatch_lustre_client_target_io_bytes_total", "gangwatch_lustre_client_target_operations_total",
-                  "gangwatch_lustre_client_target_operation_latency_seconds_total")
-
-
 # the RDMA ports' series, by what they count, in the agent's and node_exporter's names
 IB_AGENT_NAMES = {"tx": "transmit_data_bytes_total", "rx": "receive_data_bytes_total", "wait": "transmit_wait_ticks_total",
                   "down": "link_downed_total", "sym": "symbol_errors_total", "rec": "link_error_recoveries_total",
@@ -131,6 +124,14 @@ IB_EXPORTER_NAMES = {"tx": "port_data_transmitted_bytes_total", "rx": "port_data
                      "wait": "port_transmit_wait_total", "down": "link_downed_total", "sym": "symbol_error_total",
                      "rec": "link_error_recovery_total", "rate": "rate_bytes_per_second", "state": "state_id",
                      "phys": "physical_state_id"}
+IB_AGENT_PREFIX = "gangwatch_infiniband_port_"
+LUSTRE_TARGET_IO = "gangwatch_lustre_client_target_io_bytes_total"
+LUSTRE_TARGET_OPS = "gangwatch_lustre_client_target_operations_total"
+LUSTRE_TARGET_LATENCY = "gangwatch_lustre_client_target_operation_latency_seconds_total"
+# the agent's families that `quiet` leaves out while still: a site scraping less often than the
+# render sees such a series back at the value it stood at for one of its own scrapes (`as_site`)
+QUIET_FAMILIES = (IB_AGENT_PREFIX + IB_AGENT_NAMES["down"], IB_AGENT_PREFIX + IB_AGENT_NAMES["sym"],
+                  LUSTRE_TARGET_IO, LUSTRE_TARGET_OPS, LUSTRE_TARGET_LATENCY)
 
 
 def _roce_view(b: Built) -> roce.RoceView | None:
@@ -225,7 +226,7 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                         w.add("gangwatch_job_gpu_info", {**base, "jobid": str(j.jobid), "gpu": str(g),
                                                          "source": "mapping"}, 1, fmt="%d", offset=o,
                               mask=c.times >= j.start)
-        _ib(w, c, n, base, o, rng, "gangwatch_infiniband_port_", IB_AGENT_NAMES, rv,
+        _ib(w, c, n, base, o, rng, IB_AGENT_PREFIX, IB_AGENT_NAMES, rv,
             idle="gangwatch_infiniband_port_idle_series")
         for p, dev in enumerate(c.devices):
             w.add("gangwatch_infiniband_port_info", {**base, "device": dev, "port": "1",
@@ -259,13 +260,13 @@ def render_gangwatch(b: Built, w: Writer, rng: np.random.Generator, offs: np.nda
                 for op, rate in (("read", rd), ("write", wr)):
                     grown = counter(rate, dt, rng)
                     totals[op] += grown - grown[0]
-                    target_counter("gangwatch_lustre_client_target_io_bytes_total", {**lk, "operation": op}, grown,
+                    target_counter(LUSTRE_TARGET_IO, {**lk, "operation": op}, grown,
                                    "%.0f")
                 n_ops = counter(ops, dt, rng)
-                target_counter("gangwatch_lustre_client_target_operations_total", {**lk, "operation": "ost_read"},
+                target_counter(LUSTRE_TARGET_OPS, {**lk, "operation": "ost_read"},
                                n_ops, "%.0f")
                 lat = np.diff(n_ops, prepend=n_ops[0]) * c.fs_lat[n, k]
-                target_counter("gangwatch_lustre_client_target_operation_latency_seconds_total",
+                target_counter(LUSTRE_TARGET_LATENCY,
                                {**lk, "operation": "ost_read"}, rng.uniform(1e3, 1e5) + np.cumsum(lat), "%.6f")
             # the per-filesystem sums of the targets' growth since the agent started, always there
             since = rng.uniform(1e9, 1e13)
@@ -418,7 +419,7 @@ def _storage_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng,
     ECN marks and CNPs per port and per node, and the ethtool rollup of the NICs that carry RDMA
     (theirs: the InfiniBand HCAs have no Ethernet side)."""
     dt = c.interval
-    _storage_ports(w, c, n, base, o, rng, sv, "gangwatch_infiniband_port_", IB_AGENT_NAMES, False)
+    _storage_ports(w, c, n, base, o, rng, sv, IB_AGENT_PREFIX, IB_AGENT_NAMES, False)
     for s, dev in enumerate(sv.devices):
         lp = {**base, "device": dev, "port": "1"}
         w.add("gangwatch_infiniband_port_info", {**lp, "link_layer": "Ethernet", "width": "4X",

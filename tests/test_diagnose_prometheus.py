@@ -426,7 +426,8 @@ def test_agents_leaving_still_counters_out_give_the_same_verdicts(tmp_path):
     verdicts and culprits from the bundle and through Prometheus; a node's `read` from a target it
     does not use is 0 (its filesystem total known), not unknown, and a port's `ib_down` and
     `ib_err` 0 where its counters were left out (the agent's marker known), in both sources; the
-    targets' latency the same wherever the nodes read; the link drops counted the same."""
+    targets' latency the same wherever the nodes read; the link drops counted the same, and by the
+    agent's node rollups of the port counters as by the ports."""
     import numpy as np
 
     from dashboard.analysis.diagnose import diagnose
@@ -459,6 +460,11 @@ def test_agents_leaving_still_counters_out_give_the_same_verdicts(tmp_path):
         port = np.isfinite(win.rail["ib_rate"])
         assert port.mean() > 0.9 and all(np.isfinite(win.rail[s][port]).all() for s in ("ib_down", "ib_err"))
         assert "ib_quiet" not in win.node
+    for win in (b0.window, w0):
+        # the agent's node rollups of the two counters (never left out) count what the ports count
+        for signal in ("ib_down", "ib_err"):
+            roll, ports = win.node[signal + "_node"], np.nansum(win.rail[signal], axis=1)
+            assert np.nansum(roll) > 0 and np.nansum(roll) == np.nansum(ports), signal
     for a, b in ((b0.window, b1.window), (w0, w1)):
         assert a.targets == b.targets or set(b.targets) <= set(a.targets)
         cols = [a.targets.index(t) for t in b.targets]

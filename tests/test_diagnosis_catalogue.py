@@ -150,6 +150,25 @@ def test_a_victim_in_its_first_minutes_is_counted_apart_not_as_a_miss(tmp_path):
         assert "not judged by design (left out above): 1" in sc.report(schema)
 
 
+def test_a_flapping_link_is_seen_at_the_agents_node_rollup_a_scrape_before_the_port(tmp_path):
+    """Seed 2400's flapping link scraped every minute: the port's link_downed series, left out by
+    the agent until it moves, shows its first drop a scrape late (the value it stood at first); the
+    agent's node rollup, exported at every scrape, shows it at the scrape after the drop, as
+    node_exporter's per-port counter does. gangwatch's names then detect the stall within the 2
+    minutes, as node_exporter's do (read from the ports alone: 167 s), naming the port at the end."""
+    from tests.support.catalogue_score import as_site
+
+    subprocess.run([sys.executable, "-m", "tests.scenarios", str(tmp_path), "--seeds", "1", "--first-seed", "2400",
+                    "--only", "net_flapping_link"],
+                   check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=600)
+    as_site(str(tmp_path), "", 60)
+    scores = score_tree(str(tmp_path))
+    for schema, sc in scores.items():
+        assert sc.confusion[("stalled_network", "stalled_network")] == 1, (schema, sc.report(schema))
+        assert not [m for m in sc.misses if "flapping-link" in m], (schema, sc.misses)
+        assert [d for *_, d in sc.delays] and all(d <= 120 for *_, d in sc.delays), (schema, sc.delays)
+
+
 def test_a_site_scraping_every_minute_counts_a_flapping_links_first_drops(tmp_path):
     """Seed 2105's flapping link scraped every minute. gangwatch's agent leaves the port's
     link_downed counter out until it moves and shows it back at the value it stood at for one

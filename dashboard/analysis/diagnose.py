@@ -272,6 +272,9 @@ def diagnose(win: Window, jobs: Sequence[Job], th: Thresholds = DEFAULT) -> Diag
 # ------------------------------------------------------------------------------------ RoCE
 
 _ETHERNET_EVENTS = frozenset({"eth_down", "eth_err", "eth_storm"})
+# the agent's rollups of its InfiniBand collector's ports' events: on RoCE the transport errors
+# (`roce_err`, in `ib_err` there) are not in them, and the NICs' own (ethtool's) stand for them
+_PORT_ROLLUPS = frozenset({"ib_down_node", "ib_err_node"})
 
 
 def _known(a: np.ndarray | None) -> bool:
@@ -349,7 +352,7 @@ def fabric_view(win: Window, th: Thresholds) -> tuple[Window, str]:
         out["ib_err"] = err if old is None else _link_events(old, err)
     from dataclasses import replace
 
-    return replace(win, rail=out), "roce"
+    return replace(win, rail=out, node={k: v for k, v in win.node.items() if k not in _PORT_ROLLUPS}), "roce"
 
 
 def which_fabric(win: Window, th: Thresholds = DEFAULT) -> tuple[str, bool]:
@@ -525,6 +528,11 @@ class _Signals:
                     out = np.where(anyf, np.where(fin, a, -np.inf).max(axis=1), np.nan)
                 elif name in ("ib_down", "ib_err"):
                     out = np.where(anyf, np.where(fin, a, 0).sum(axis=1), np.nan)
+                    # the agent's node rollup where the node has it: its ports' series left out while
+                    # still show a move a scrape late, the rollup at the scrape after it
+                    roll = win.node.get(name + "_node")
+                    if roll is not None:
+                        out = np.where(np.isfinite(roll), roll, out)
                 else:
                     out = np.where(anyf, np.where(fin, a, 0).sum(axis=1) / np.maximum(fin.sum(axis=1), 1), np.nan)
         self._nodesig[name] = out
@@ -1719,13 +1727,16 @@ def _storm_culprit(win: Window, jm: _JobMap, span: slice) -> tuple[str, list[Evi
 
 
 def _nic_down_culprit(win: Window, jm: _JobMap, span: slice):
-    """(culprit, kind, evidence) from the NICs' link-down events (`eth_down`, per node) in `span`;
-    None when none of the job's nodes had one. Named only when it stands out: a leaf switch when
+    """(culprit, kind, evidence) from the NICs' link-down events (`eth_down`, per node; on
+    InfiniBand the agent's node rollup `ib_down_node`, which shows a drop a scrape before the
+    port's own series is back) in `span`; None when none of the job's nodes had one. Named only
+    when it stands out: a leaf switch when
     the nodes that went down anywhere in the cluster all hang off it and fill at least half of it
     (a switch that reboots or flaps takes its links down together), else the node when it is the
     only one of the job's; several of the job's nodes short of that are left unnamed (a shared
     cause the window cannot place), with their evidence."""
-    got = _nic_events(win, jm, span, "eth_down", "eth_link_down", "went down {n} time(s)")
+    got = (_nic_events(win, jm, span, "eth_down", "eth_link_down", "went down {n} time(s)")
+           or _nic_events(win, jm, span, "ib_down_node", "ib_link_downed", "went down {n} time(s)"))
     if got is None:
         return None
     per, mine, ev = got
@@ -1752,8 +1763,10 @@ def _nic_events(win: Window, jm: _JobMap, span: slice, signal: str, name: str, w
     mine = [i for i in jm.node_rows if per[i] > 0]
     if not mine:
         return None
+    whose = "its ports" if signal in _PORT_ROLLUPS else "its NICs"
+    by = "the agent's node count" if signal in _PORT_ROLLUPS else "ethtool"
     return per, mine, [Evidence(name, win.nodes[i], float(per[i]), 0.0, 0.0,
-                                note=f"its NICs {what.format(n=int(per[i]))} during the stall (ethtool)") for i in mine]
+                                note=f"{whose} {what.format(n=int(per[i]))} during the stall ({by})") for i in mine]
 
 
 def _hot_port(win: Window, rows: list[int], seg: slice, th: Thresholds, ev: list[Evidence]):

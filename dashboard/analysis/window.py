@@ -15,7 +15,9 @@ metric source knows, already turned into rates and aligned to a common step:
   `eth_pause` (PFC/pause frames received by the node's NICs per second), `eth_down` (physical
   link-down events of the node's NICs per step, ethtool), `eth_err` (frames the NICs' PHYs received
   with errors FEC could not correct, per step: symbol and CRC errors, ethtool), `eth_storm` (times
-  per step the NICs' PFC storm guard fired: the node kept sending pause frames, ethtool);
+  per step the NICs' PFC storm guard fired: the node kept sending pause frames, ethtool),
+  `ib_down_node`, `ib_err_node` (the agent's node rollups of `ib_down` and `ib_err`: every port's
+  count summed at every scrape, where the per-port series are left out while still);
 * per node x filesystem target x step (`target[signal]`, (N, F, T)): `read` (bytes/s) and
   `latency` (seconds per read RPC);
 * per job x step (`job[signal][jobid]`, (T,), mean over the job's nodes): `psi_io` from the job's
@@ -37,7 +39,8 @@ GPU_SIGNALS = ("util", "sm", "power", "mem", "clock")
 # the link layer an RDMA port of each fabric reports (sysfs `link_layer`, the agent's port_info)
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
 RAIL_SIGNALS = ("ib_tx", "ib_wait", "ib_down", "ib_err", "ib_rate", "roce_cong", "roce_err")
-NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "eth_pause", "eth_down", "eth_err", "eth_storm")
+NODE_SIGNALS = ("fs_read", "fs_write", "psi_io", "iowait", "eth_pause", "eth_down", "eth_err", "eth_storm",
+                "ib_down_node", "ib_err_node")
 TARGET_SIGNALS = ("read", "latency")
 
 

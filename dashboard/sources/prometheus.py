@@ -324,9 +324,9 @@ def counters_selector(ms: list[Mapping]) -> str:
 # Signals of one level that are only read where the others are absent (the ethtool collector's
 # rollups, read on RoCE, where InfiniBand has no transmit wait; the tasks in I/O wait, read where
 # PSI is off, beside iowait; the agent's one-a-node marker that it leaves still port error counters
-# out, beside the NICs' link events) share one query: each part is labelled with its signal, which
-# add_matrix reads. So the cycle's query count stays in budget.
-SHARED_QUERIES = {"links": ("eth_pause", "eth_down", "eth_err", "eth_storm", "ib_quiet"),
+# out, and its node rollups of those counters, beside the NICs' link events) share one query: each
+# part is labelled with its signal, which add_matrix reads. So the cycle's query count stays in budget.
+SHARED_QUERIES = {"links": ("eth_pause", "eth_down", "eth_err", "eth_storm", "ib_quiet", "ib_down_node", "ib_err_node"),
                   "host_io": ("iowait", "blocked")}
 # Event counters read in another's query, as its raw counters are (STEP_INCREASE): RoCE's transport
 # errors (four counters a port, added up) in InfiniBand's symbol errors' selector, each row's step

@@ -75,6 +75,12 @@ MAPPINGS: tuple[Mapping, ...] = (
     # the rate the link trained at (width x speed): a degraded link paces a ring collective
     Mapping("ib_rate", "rail", "gangwatch_infiniband_port_rate_bytes_per_second"),
     Mapping("ib_rate", "rail", "node_infiniband_rate_bytes_per_second"),
+    # the agent's node rollups of the two (every port's own value summed at every scrape, never left
+    # out): a port's series left out while still comes back a scrape after its move, at the value it
+    # stood at, so its event shows a scrape late there; the rollup shows it at the scrape after the
+    # move, as node_exporter's per-port counter does (catalogue seed 2400 scraped every minute)
+    Mapping("ib_down_node", "node", "gangwatch_infiniband_node_link_downed_total", counter=True, events=True),
+    Mapping("ib_err_node", "node", "gangwatch_infiniband_node_symbol_errors_total", counter=True, events=True),
     # where the agent says it leaves a port's still error counters out, a missing one is 0, not unknown
     # (build.zero_port_events; dropped from the window there)
     Mapping("ib_quiet", "node", "gangwatch_infiniband_port_idle_series"),

@@ -302,6 +302,7 @@ def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, n
     `idle` (gangwatch's agent): its error counters left out while still, counted in that gauge."""
     dt = c.interval
     hidden = np.zeros(c.T)
+    rollups = {names["down"]: np.zeros(c.T), names["sym"]: np.zeros(c.T)}
     for p, dev in enumerate(c.devices):
         lp = {**base, "device": dev, "port": "1"}
         w.add(prefix + names["tx"], lp, counter(c.ib_tx[n, p], dt, rng) // 4 * 4, kind="counter", fmt="%.0f", offset=o)
@@ -315,6 +316,7 @@ def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, n
         sym = c.ib_symerr[n, p] if rv is None else np.zeros(c.T)
         for name, per_step in ((names["down"], down), (names["sym"], sym)):
             vals, kept = events(per_step, rng), None
+            rollups[name] += vals
             if idle:
                 vals, kept = quiet(vals, c.times)
                 hidden += ~kept
@@ -324,6 +326,10 @@ def _ib(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, prefix: str, n
         w.add(prefix + names["phys"], lp, c.ib_phys[n, p], fmt="%d", offset=o)
     if idle:
         w.add(idle, base, hidden, fmt="%d", offset=o)
+        # the agent's node rollups of the two, every port's own value at every scrape (its traffic
+        # and wait rollups are left out: nothing here reads them)
+        for name, total in rollups.items():
+            w.add(prefix.replace("_port_", "_node_") + name, base, total, kind="counter", fmt="%.0f", offset=o)
 
 
 def _roce_gangwatch(w: Writer, c: Cluster, n: int, base: dict, o: float, rng, rv: roce.RoceView) -> None:

@@ -169,6 +169,23 @@ def test_a_flapping_link_is_seen_at_the_agents_node_rollup_a_scrape_before_the_p
         assert [d for *_, d in sc.delays] and all(d <= 120 for *_, d in sc.delays), (schema, sc.delays)
 
 
+def test_a_minutes_first_sample_of_a_stall_does_not_hide_its_cause(tmp_path):
+    """Seed 2401's input stall and seed 2405's deadlock scraped every minute: the stall's first
+    sample shows the GPUs' fall whole, but its rates (reads, I/O pressure, the wire's traffic)
+    cover a minute that began before it, half of the stall's; judged on the samples after it, both
+    are named within the 2 minutes (from it too: 137 and 142 s, a minute of "no single cause")."""
+    from tests.support.catalogue_score import as_site
+
+    for seed, name in ((2401, "io_loader_bound"), (2405, "hung_deadlock")):
+        subprocess.run([sys.executable, "-m", "tests.scenarios", str(tmp_path), "--seeds", "1", "--first-seed",
+                        str(seed), "--only", name], check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=600)
+    as_site(str(tmp_path), "", 60)
+    for schema, sc in score_tree(str(tmp_path)).items():
+        assert sc.confusion[("stalled_io", "stalled_io")] == 1 and sc.confusion[("hung", "hung")] == 1, schema
+        assert sum(n for (truth, got), n in sc.confusion.items() if truth == "progressing" and got in CAUSES) == 0
+        assert len(sc.delays) == 2 and all(d <= 120 for *_, d in sc.delays), (schema, sc.delays)
+
+
 def test_a_site_scraping_every_minute_counts_a_flapping_links_first_drops(tmp_path):
     """Seed 2105's flapping link scraped every minute. gangwatch's agent leaves the port's
     link_downed counter out until it moves and shows it back at the value it stood at for one

@@ -1053,6 +1053,14 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # the cause is what the latest part of the stall shows (a stall can change cause: GPUs
         # left idle, then the filesystem slows); it began where that cause's own run began
         last = min(run, recent)
+        lag = _held_steps(win)
+        if lag > 1 and run > lag:
+            # at a scrape slower than the grid, the run's first sample holds rates (traffic,
+            # reads, I/O pressure) over a scrape interval that began before the stall, diluted,
+            # while the gauges (utilisation) show the fall whole: once a later sample is in, the
+            # cause is what the samples after the first show (catalogue seeds 2401 and 2405
+            # scraped every minute: an input stall and a deadlock unexplained for a minute)
+            last = min(run - lag, recent)
         tail = slice(T - last, T)
         flags = {"stalled_io": io, "hung": hang, "stalled_network": net, "idle_gpus": idle | unused}
         votes = {c: int((f & known)[tail].sum()) for c, f in flags.items()}
@@ -1087,6 +1095,8 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
                                   f"{last * step:.0f} s: {why}" + ("; " + "; ".join(notes) if notes else ""))
         crun = int(_trailing_run((flags[cause] & stall_step)[None, :], gaps)[0])
         crun = min(run, max(crun, last if share >= 0.5 else 0, 1))
+        if last < min(run, recent) and crun >= last:
+            crun = run  # ... and the stall began with that first sample, whose rates were diluted
         seg = slice(T - crun, T)
         since = float(win.times[T - crun])
         ev.append(Evidence("activity", "", _mean((act[seg])), act_base, th.degraded_fraction * act_base,

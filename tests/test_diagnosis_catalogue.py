@@ -186,6 +186,21 @@ def test_a_minutes_first_sample_of_a_stall_does_not_hide_its_cause(tmp_path):
         assert len(sc.delays) == 2 and all(d <= 120 for *_, d in sc.delays), (schema, sc.delays)
 
 
+def test_ranks_that_died_beside_spinning_ones_are_a_hang_from_the_minute_they_died(tmp_path):
+    """Seed 2402's NCCL hang scraped every minute, on a site without SM activity: one node's ranks
+    died (their GPUs idle) while the others spin at a third of their power. The spin is no work
+    from the scrape it began, though the wire's rate shows the hang a scrape later: a hang within
+    the 2 minutes, never GPUs idle while the others work (read so for 45 s, hung at 122-137 s)."""
+    from tests.support.catalogue_score import as_site
+
+    subprocess.run([sys.executable, "-m", "tests.scenarios", str(tmp_path), "--seeds", "1", "--first-seed", "2402",
+                    "--only", "hung_nccl"], check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=600)
+    as_site(str(tmp_path), "", 60)
+    for schema, sc in score_tree(str(tmp_path)).items():
+        assert sc.confusion[("hung", "hung")] == 1, (schema, sc.report(schema))
+        assert len(sc.delays) == 1 and all(d <= 120 for *_, d in sc.delays), (schema, sc.delays)
+
+
 def test_a_site_scraping_every_minute_counts_a_flapping_links_first_drops(tmp_path):
     """Seed 2105's flapping link scraped every minute. gangwatch's agent leaves the port's
     link_downed counter out until it moves and shows it back at the value it stood at for one

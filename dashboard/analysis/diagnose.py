@@ -900,6 +900,13 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         storms = _storms_near(win, jm) if multi_node else np.zeros(T, bool)
         storm_near = _recent_events(storms, int(round(th.link_window_seconds / step)))
         degraded = (act < th.degraded_fraction * act_base) | idle_all
+        if not has_sm:
+            # kernels resident with the board drawing what a spin draws (`hang_power_fraction`) are
+            # no work, whatever the utilisation says (SM activity, where exported, says so itself):
+            # a gang whose ranks died spins from the scrape they did, though its wire's rate shows
+            # the hang a scrape later (catalogue seed 2402 scraped every minute: read as idle GPUs
+            # while the others work)
+            degraded |= spinning & lazy
         if multi_node:
             # a gang paced by a flapping link: slower work, or (kernels spinning keep utilisation
             # up where SM activity is not exported) less traffic than its baseline

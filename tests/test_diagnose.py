@@ -1575,3 +1575,34 @@ def test_gpus_that_work_through_the_gangs_checkpoint_are_not_a_straggler():
     assert judged(writes=False).state == "straggler"
     v = judged(writes=True)
     assert v.state != "straggler", v
+
+
+@pytest.mark.parametrize("peers", ["paused", "spinning"])
+def test_a_node_seen_working_longest_through_a_pause_is_no_straggler(peers):
+    """Catalogue RoCE seed 2105 scraped every minute, without the filesystem's series: a gang's
+    94 s checkpoint read as idle GPUs (utilisation 0) for two samples on three nodes and one on the
+    fourth, each node scraped at its own offset in the minute. Averaged over the last 2 minutes
+    the fourth node's GPUs worked while their peers "waited": a straggler, at no write rate to say
+    checkpoint. A peer that waits at a straggler's barrier waits within each iteration (kernels
+    resident, SMs idle); whole samples with nothing running are a pause, no pace. The same node
+    working while its peers spin is a straggler all the same."""
+    c = Cluster()
+    paint(c, GANG_A, 12, util=0.92, sm=0.66)
+    r = c.rows(GANG_A)
+    late = c.nodes.index("gpu002")
+    if peers == "paused":
+        for k in r:
+            span = slice(-5, -1) if k == late else slice(-9, -1)
+            c.util[k, :, span] = 0.0
+            c.sm[k, :, span] = 0.0
+            c.ib_tx[k, :, span] = 0.0
+    else:
+        for k in r:
+            if k != late:
+                c.util[k, :, -9:] = 0.93
+                c.sm[k, :, -9:] = 0.08
+    v = verdict(diagnose(c.window(scrape_seconds=60.0), [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if peers == "paused":
+        assert v.state != "straggler", v
+    else:
+        assert (v.state, v.culprit, v.culprit_kind) == ("straggler", "gpu002", "node"), v

@@ -1989,10 +1989,14 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
         first = T - recent
         if jm.job.start_time:
             first = max(first, min(T - 1, int(np.searchsorted(win.times, jm.job.start_time + th.job_grace_seconds))))
-        s = _nanmean(sm[jm.gpu_flat][:, first:].astype(np.float64), 1)
         with np.errstate(invalid="ignore"):
-            # an idle GPU is not a peer that waits at a barrier: test only GPUs that run kernels
-            s[~(_nanmean(sig.gpu2d["util"][jm.gpu_flat][:, first:].astype(np.float64), 1) > th.idle_util)] = np.nan
+            # an idle GPU is not a peer that waits at a barrier (it waits within each iteration,
+            # not for whole samples): only samples where a GPU runs kernels tell its pace, and a
+            # GPU that ran none is no peer. A gang that pauses (a checkpoint whose writes are not
+            # exported) shows the pause on each node at its own scrape offset: the node seen
+            # working longest is no straggler (RoCE seed 2105 scraped every minute).
+            busy = sig.gpu2d["util"][jm.gpu_flat][:, first:].astype(np.float64) > th.idle_util
+            s = _nanmean(np.where(busy, sm[jm.gpu_flat][:, first:].astype(np.float64), np.nan), 1)
         hits = outliers(s, th, high=True, min_ratio=1.5, min_abs=0.2)
         if 0 < len(hits) <= max(1, len(jm.gpu_flat) // 4):
             for i, x, med, z, p in hits:

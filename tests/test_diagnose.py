@@ -1606,3 +1606,29 @@ def test_a_node_seen_working_longest_through_a_pause_is_no_straggler(peers):
         assert v.state != "straggler", v
     else:
         assert (v.state, v.culprit, v.culprit_kind) == ("straggler", "gpu002", "node"), v
+
+
+@pytest.mark.parametrize("back", [2, 6])
+def test_a_gangs_pause_seen_at_each_nodes_scrape_offset_leaves_no_gpus_idle(back):
+    """Catalogue seed 3104 scraped every 30 s, without the filesystem's series: a gang's checkpoint
+    read as paused on every node, two of them seen resuming a scrape before the other two. The two
+    still paused had been idle for two minutes, and the others had worked a scrape before their own
+    pause and since they resumed: "16 of 32 allocated GPUs idle while the others work". Every
+    GPU of the gang paused together inside that run: the others must work again for as long as a
+    stall takes before the ones still paused are left idle (`back` steps since they resumed)."""
+    c = Cluster()
+    c.fs_write[:] = np.nan  # no filesystem exporter: no write rate tells the checkpoint
+    r = c.rows(GANG_A)
+    for k in r[:2]:
+        c.util[k, :, -10:] = 0.0
+        c.sm[k, :, -10:] = 0.0
+        c.ib_tx[k, :, -10:] = 0.0
+    for k in r[2:]:  # paused two scrapes later than those
+        c.util[k, :, -8:-back] = 0.0
+        c.sm[k, :, -8:-back] = 0.0
+        c.ib_tx[k, :, -8:-back] = 0.0
+    v = verdict(diagnose(c.window(scrape_seconds=30.0), [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if back == 2:
+        assert v.state != "idle_gpus", v
+    else:
+        assert (v.state, v.culprit) == ("idle_gpus", "gpu000:gpu0,1,2,3;gpu001:gpu0,1,2,3"), v

@@ -2167,8 +2167,18 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         # ... and each idle GPU idle while the others worked for as long as a stall takes: the
         # others back a scrape before it is a gang resuming a scrape apart (catalogue seed 1605
         # without the filesystem's series: a checkpoint's last scrape), not GPUs left idle
-        work = np.cumsum((util_g[others] >= th.idle_util).any(axis=0)[::-1])[::-1]
-    bad = np.array([i for i in bad if work[T - int(runs[i])] >= need], dtype=np.int64)
+        busy = (util_g[others] >= th.idle_util).any(axis=0)
+        work = np.cumsum(busy[::-1])[::-1]
+        # ... unless every other GPU paused too inside that run (a gang's pause, each node seen
+        # pausing and resuming at its own scrape offset: a checkpoint with no write rate exported,
+        # catalogue seed 3104 scraped every 30 s): then the others work again for as long
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            paused = np.nanmax(util_g[others], axis=0) < th.idle_util
+    resumed = int(_trailing_run(busy[None, :])[0])
+    bad = np.array([i for i in bad if work[T - int(runs[i])] >= need
+                    and (resumed >= need or not paused[T - int(runs[i]):].any()
+                         or runs[i] * step > th.checkpoint_max_seconds)], dtype=np.int64)
     if bad.size == 0:
         return None
     names = [jm.gpu_names[i] for i in bad]

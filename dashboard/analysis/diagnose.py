@@ -2172,9 +2172,7 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         # ... unless every other GPU paused too inside that run (a gang's pause, each node seen
         # pausing and resuming at its own scrape offset: a checkpoint with no write rate exported,
         # catalogue seed 3104 scraped every 30 s): then the others work again for as long
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            paused = np.nanmax(util_g[others], axis=0) < th.idle_util
+        paused = ~busy & np.isfinite(util_g[others]).any(axis=0)
     resumed = int(_trailing_run(busy[None, :])[0])
     bad = np.array([i for i in bad if work[T - int(runs[i])] >= need
                     and (resumed >= need or not paused[T - int(runs[i]):].any()

@@ -1608,6 +1608,57 @@ def test_a_node_seen_working_longest_through_a_pause_is_no_straggler(peers):
         assert (v.state, v.culprit, v.culprit_kind) == ("straggler", "gpu002", "node"), v
 
 
+@pytest.mark.parametrize("resumed", [1, 6])
+def test_a_gangs_one_step_pause_is_no_gap_in_the_others_work(resumed):
+    """Catalogue seed 3500 scraped every 45 s, without PSI or the filesystem's series: a gang's
+    checkpoint seen at each node's scrape offset. Every node but two still read the pause; those
+    two had paused for three steps and resumed at the last one, so for one step every GPU of the
+    gang had paused. The others' work since counted that step as a one-step gap and read as
+    minutes: "32 of 128 allocated GPUs idle while the others work". The others' work is counted
+    from the gang's last pause (`resumed` steps ago)."""
+    c = Cluster()
+    c.fs_write[:] = np.nan  # no filesystem exporter: no write rate tells the checkpoint
+    r = c.rows(GANG_A)
+    c.util[r[0], :, -10:] = 0.0
+    c.util[r[1], :, -resumed - 1:-resumed] = 0.0  # the gang paused together for one step
+    for k in r[2:]:  # seen pausing a scrape earlier
+        c.util[k, :, -resumed - 3:-resumed] = 0.0
+    c.sm[c.util == 0.0] = 0.0
+    v = verdict(diagnose(c.window(scrape_seconds=45.0), [job(1, GANG_A), job(2, GANG_B)]), 1)
+    if resumed == 1:
+        assert v.state != "idle_gpus", v
+    else:
+        assert (v.state, v.culprit) == ("idle_gpus", "gpu000:gpu0,1,2,3"), v
+
+
+@pytest.mark.parametrize("after_grace", [3, 6])
+def test_a_pace_takes_two_scrapes_of_each_gpu(after_grace):
+    """Catalogue seed 3500 scraped every 45 s, without PSI or the filesystem's series: a job that
+    left its data-loader warm-up 90 s before and its first 300 s a scrape before. The gang dipped
+    for 20 s; three nodes' last scrape caught the dip (kernels resident, SMs at a third of their
+    pace) and the fourth node's came before it: "the gang runs at the pace of hgx-010". One scrape
+    of each GPU is no pace. Peers that keep waiting for two scrapes (`after_grace` steps past the
+    job's first 300 s) make the node a straggler."""
+    c = Cluster()
+    r = c.rows(GANG_A)
+    late = c.nodes.index("gpu003")
+    for k in r:
+        warm = -8 if k == late else -6  # each node seen leaving the warm-up at its own scrape offset
+        c.util[k, :, :warm] = 0.05
+        c.sm[k, :, :warm] = 0.01
+        c.util[k, :, warm:] = 0.97
+        c.sm[k, :, warm:] = 0.62
+        if k != late:
+            c.util[k, :, -after_grace + 1:] = 0.7
+            c.sm[k, :, -after_grace + 1:] = 0.25
+    start = END - STEP * (after_grace - 1) - DEFAULT.job_grace_seconds
+    v = verdict(diagnose(c.window(scrape_seconds=45.0), [job(1, GANG_A, start=start), job(2, GANG_B)]), 1)
+    if after_grace == 3:
+        assert v.state != "straggler", v
+    else:
+        assert (v.state, v.culprit, v.culprit_kind) == ("straggler", "gpu003", "node"), v
+
+
 @pytest.mark.parametrize("back", [2, 6])
 def test_a_gangs_pause_seen_at_each_nodes_scrape_offset_leaves_no_gpus_idle(back):
     """Catalogue seed 3104 scraped every 30 s, without the filesystem's series: a gang's checkpoint

@@ -1989,6 +1989,11 @@ def _straggler(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base: di
         first = T - recent
         if jm.job.start_time:
             first = max(first, min(T - 1, int(np.searchsorted(win.times, jm.job.start_time + th.job_grace_seconds))))
+        # a pace takes two scrapes of each GPU: a gang's brief dip seen by some nodes' last scrape
+        # and not yet by the rest reads as peers waiting on the rest (catalogue seed 3500 scraped
+        # every 45 s, a job a scrape past its first 300 s)
+        if T - first < max(2, 2 * _held_steps(win) - 1):
+            return _slow_link(win, sig, jm, th, base)
         with np.errstate(invalid="ignore"):
             # an idle GPU is not a peer that waits at a barrier (it waits within each iteration,
             # not for whole samples): only samples where a GPU runs kernels tell its pace, and a
@@ -2173,7 +2178,11 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         # pausing and resuming at its own scrape offset: a checkpoint with no write rate exported,
         # catalogue seed 3104 scraped every 30 s): then the others work again for as long
         paused = ~busy & np.isfinite(util_g[others]).any(axis=0)
-    resumed = int(_trailing_run(busy[None, :])[0])
+    # counted from the gang's last pause, not bridged over it: one step in which every other GPU
+    # paused is the gang's pause, no gap in a stall (catalogue seed 3500 scraped every 45 s, two
+    # nodes seen resuming a scrape before the rest)
+    last = np.flatnonzero(paused)
+    resumed = T - 1 - int(last[-1]) if last.size else T
     bad = np.array([i for i in bad if work[T - int(runs[i])] >= need
                     and (resumed >= need or not paused[T - int(runs[i]):].any()
                          or runs[i] * step > th.checkpoint_max_seconds)], dtype=np.int64)

@@ -1443,6 +1443,37 @@ def test_a_gang_that_started_inside_a_pfc_storm_is_its_victim(profiling, bursts)
         assert judged(storm=False).state == "progressing"
 
 
+@pytest.mark.parametrize("writers", [False, True])
+def test_a_storm_victim_whose_writers_block_is_no_input_stall(writers):
+    """Catalogue RoCE seed 2900 scraped every 45 s, with neither PSI nor the filesystem's series:
+    a gang held back by a PFC storm on its leaf, its GPUs spinning in the collective, began a
+    checkpoint whose writers blocked (4 tasks in I/O wait per node). With no write rate to say
+    checkpoint, the blocked tasks made the steps readers waiting, and I/O went first: `stalled_io`
+    after two minutes of `stalled_network`. GPUs spinning in a collective held back by the storm
+    do not starve for data; the storm stays the cause."""
+    from dataclasses import replace
+
+    c = Cluster(n=12)
+    c.leaf_of["gpu008"] = "leaf1"  # a node beside the gang on its leaf, the storming one
+    began = T - 14
+    r = c.rows(GANG_B)
+    c.util[r, :, began:] = 0.98
+    c.sm[r, :, began:] = 0.07
+    c.ib_tx[r, :, began:] = 1e9
+    w = c.window()
+    rail = {k: v for k, v in w.rail.items() if k != "ib_wait"}
+    rail["roce_cong"] = np.full((c.n, G, T), 100.0, np.float32)
+    rail["roce_cong"][r, :, began:] = 5e4
+    node = {k: v for k, v in w.node.items() if k not in ("fs_write", "fs_read", "psi_io")}
+    node["eth_storm"] = np.zeros((c.n, T), np.float32)
+    node["eth_storm"][c.nodes.index("gpu008"), began - 2::2] = 3
+    node["blocked"] = np.zeros((c.n, T), np.float32)
+    if writers:
+        node["blocked"][r, -5:] = 4.0
+    v = verdict(diagnose(replace(w, rail=rail, node=node), [job(1, GANG_A), job(2, GANG_B)]), 2)
+    assert (v.state, v.culprit, v.culprit_kind) == ("stalled_network", "gpu008", "node"), v
+
+
 def judged_in_storm(c: Cluster, began: int, cluster_cong: float, cong: np.ndarray):
     """Job 2 (GANG_B) judged on a RoCE window without SM activity: its ports' congestion `cong` (T,)
     beside the cluster's `cluster_cong`, a PFC storm on gpu008 (its leaf) from step `began`."""

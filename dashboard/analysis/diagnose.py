@@ -993,6 +993,10 @@ def _judge(win: Window, sig: _Signals, k: int, jm: _JobMap, th: Thresholds, outa
         # I/O: readers wait, or a target the job reads from is slow, while GPUs the job holds starve
         # (GPUs with nothing on them are idle whatever the node reads)
         io = (io_wait | slow_target) & ~empty
+        # ... but GPUs spinning in a collective that a PFC storm holds back starve for no data: tasks
+        # blocked in I/O beside them (a checkpoint's writers, storage behind the paused links) are
+        # the storm's doing too (catalogue RoCE seed 2900 without PSI or the filesystem's series)
+        io &= ~victim
         if not shared_io and np.isfinite(read_base) and read_base > 1e6:
             # readers waiting a smaller share of the time while the job's reads fell well below
             # their own past: the loaders wait for data (a network stall or a hang reads less too,

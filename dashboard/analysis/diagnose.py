@@ -2184,12 +2184,12 @@ def _partial_idle(win: Window, sig: _Signals, jm: _JobMap, th: Thresholds, base:
         paused = ~busy & np.isfinite(util_g[others]).any(axis=0)
     # counted from the gang's last pause, not bridged over it: one step in which every other GPU
     # paused is the gang's pause, no gap in a stall (catalogue seed 3500 scraped every 45 s, two
-    # nodes seen resuming a scrape before the rest)
+    # nodes seen resuming a scrape before the rest). A pause before the idle run is at least `need`
+    # steps back, as every run here is.
     last = np.flatnonzero(paused)
     resumed = T - 1 - int(last[-1]) if last.size else T
     bad = np.array([i for i in bad if work[T - int(runs[i])] >= need
-                    and (resumed >= need or not paused[T - int(runs[i]):].any()
-                         or runs[i] * step > th.checkpoint_max_seconds)], dtype=np.int64)
+                    and (resumed >= need or runs[i] * step > th.checkpoint_max_seconds)], dtype=np.int64)
     if bad.size == 0:
         return None
     names = [jm.gpu_names[i] for i in bad]
